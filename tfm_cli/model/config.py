@@ -1,0 +1,103 @@
+"""ModelConfig: the hyperparameters that fix the shapes of the Transformer (paper section 3, Table 3).
+
+Pure Python: the recipe layer fills it from YAML, the checkpoint layer stores it as JSON beside the weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+NORMS = ("post", "pre")
+POSITIONS = ("sinusoidal", "learned")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shapes and regularisation of an encoder-decoder Transformer.
+
+    Defaults are the paper's base model (section 3 and Table 3, row "base") with a shared vocabulary.
+    """
+
+    vocab_size: int = 37000  # shared source/target vocabulary (joint BPE)
+    d_model: int = 512  # width of every sublayer output and of the embeddings
+    d_ff: int = 2048  # inner width of the position-wise feed-forward network
+    n_heads: int = 8  # h; each head has d_k = d_v = d_model / h
+    n_enc_layers: int = 6  # N for the encoder stack
+    n_dec_layers: int = 6  # N for the decoder stack
+    dropout: float = 0.1  # P_drop on sublayer outputs and on embeddings + positions
+    attn_dropout: float = 0.0  # dropout on attention weights (not in the paper; 0 keeps the fused path exact)
+    norm: str = "post"  # "post": LayerNorm(x + Sublayer(x)) as in the paper; "pre": x + Sublayer(LayerNorm(x))
+    positions: str = "sinusoidal"  # "sinusoidal" (section 3.5) or "learned"
+    max_positions: int = 1024  # longest sequence the position table covers
+    tie_embeddings: bool = True  # share source embedding, target embedding and output projection (section 3.4)
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+
+    def __post_init__(self) -> None:
+        problems = config_problems(dataclasses.asdict(self))
+        if problems:
+            raise ValueError("invalid ModelConfig: " + "; ".join(problems))
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.n_heads
+
+    def problems(self) -> list[str]:
+        """Every shape rule this config breaks, as readable lines (empty when valid)."""
+        return config_problems(dataclasses.asdict(self))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """Build from a dict, rejecting unknown keys (a checkpoint from a newer tfm, or a typo)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig keys: {', '.join(unknown)}")
+        return cls(**data)
+
+
+def config_problems(values: dict[str, Any], prefix: str = "") -> list[str]:
+    """Check model hyperparameters; each problem names the key as `prefix + name`.
+
+    `values` may leave out `vocab_size` and the special ids (a recipe knows them only once the tokenizer exists).
+    The recipe layer calls this with prefix "model." so that messages name the dotted recipe key.
+    """
+    out: list[str] = []
+
+    def key(name: str) -> str:
+        return f"{prefix}{name}"
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    for name in ("vocab_size", "d_model", "d_ff", "n_heads", "n_enc_layers", "n_dec_layers", "max_positions"):
+        if name in values and (not is_int(values[name]) or values[name] < 1):
+            out.append(f"{key(name)}={values[name]!r} must be a positive integer")
+    d_model, n_heads = values.get("d_model"), values.get("n_heads")
+    if is_int(d_model) and is_int(n_heads) and d_model > 0 and n_heads > 0:
+        if d_model % n_heads:
+            fix = max(n_heads, round(d_model / n_heads) * n_heads)
+            out.append(f"{key('d_model')}={d_model} must be divisible by {key('n_heads')}={n_heads} (try {fix})")
+        elif values.get("positions", "sinusoidal") == "sinusoidal" and d_model % 2:
+            out.append(f"{key('d_model')}={d_model} must be even for sinusoidal positions (try {d_model + 1})")
+    for name in ("dropout", "attn_dropout"):
+        v = values.get(name, 0.0)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 <= v < 1.0:
+            out.append(f"{key(name)}={v!r} must be a number in [0, 1)")
+    if values.get("norm", "post") not in NORMS:
+        out.append(f"{key('norm')}={values['norm']!r} must be one of: {', '.join(NORMS)}")
+    if values.get("positions", "sinusoidal") not in POSITIONS:
+        out.append(f"{key('positions')}={values['positions']!r} must be one of: {', '.join(POSITIONS)}")
+    if not isinstance(values.get("tie_embeddings", True), bool):
+        out.append(f"{key('tie_embeddings')}={values['tie_embeddings']!r} must be true or false")
+    vocab = values.get("vocab_size")
+    ids = [values[k] for k in ("pad_id", "bos_id", "eos_id") if k in values]
+    if is_int(vocab) and any(not is_int(i) or not 0 <= i < vocab for i in ids):
+        out.append(f"special ids {ids} must lie in [0, {key('vocab_size')}={vocab})")
+    return out
