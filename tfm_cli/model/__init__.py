@@ -1,0 +1,31 @@
+"""The model core: pure PyTorch, no CLI, YAML or tokenizer imports (HOUSE_STYLE.md section 1).
+
+`ModelConfig` and the masks' names are importable without loading torch's model code until used: the torch
+parts load lazily (PEP 562), so `tfm_cli.recipe` can use `tfm_cli.model.config` without importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from tfm_cli.model.config import ModelConfig, config_problems
+
+_LAZY = {
+    "KVCache": "tfm_cli.model.cache",
+    "LayerCache": "tfm_cli.model.cache",
+    "causal_mask": "tfm_cli.model.masks",
+    "padding_mask": "tfm_cli.model.masks",
+    "target_mask": "tfm_cli.model.masks",
+    "Transformer": "tfm_cli.model.transformer",
+    "attention": "tfm_cli.model.transformer",
+    "sinusoidal_table": "tfm_cli.model.transformer",
+}
+
+__all__ = ["ModelConfig", "config_problems", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'tfm_cli.model' has no attribute {name!r}")

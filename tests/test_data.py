@@ -1,0 +1,330 @@
+"""Corpus reading, error messages, tokenized storage, token-based batching and the resumable batch stream."""
+
+from __future__ import annotations
+
+import gzip
+import inspect
+import itertools
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+import tfm_cli
+from tfm_cli.data import (
+    Batch,
+    BatchStream,
+    TokenizedCorpus,
+    encode_corpus,
+    make_batch,
+    read_pairs,
+    resolve_corpus_path,
+    token_batches,
+)
+from tfm_cli.errors import CorpusError, TfmError
+from tfm_cli.tokenizer import Tokenizer, train_tokenizer
+
+DEV = "bundled:tatoeba-fr-en/dev.tsv.gz"
+TRAIN = "bundled:tatoeba-fr-en/train.tsv.gz"
+PAD, BOS, EOS = 0, 1, 2
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    pairs = itertools.islice(read_pairs(TRAIN), 20000)
+    return train_tokenizer((s for _, src, tgt in pairs for s in (src, tgt)), vocab_size=2000)
+
+
+@pytest.fixture(scope="module")
+def dev_corpus(tok: Tokenizer) -> TokenizedCorpus:
+    return encode_corpus(DEV, tok, max_len=64)
+
+
+def write(path: Path, data: bytes | str, gz: bool = False) -> Path:
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    return path
+
+
+# ---- reading ---------------------------------------------------------------------------------------------
+
+
+def test_bundled_dev_resolves_and_reads_2000_pairs() -> None:
+    path = resolve_corpus_path(DEV)
+    assert path == Path(tfm_cli.__file__).parent / "corpora" / "tatoeba-fr-en" / "dev.tsv.gz"
+    pairs = list(read_pairs(DEV))
+    assert len(pairs) == 2000
+    assert [p[0] for p in pairs[:3]] == [1, 2, 3]
+    assert all(src and tgt for _, src, tgt in pairs)
+
+
+def test_read_pairs_streams(tmp_path: Path) -> None:
+    # The first pairs come out before the bad third line is even read.
+    path = write(tmp_path / "c.tsv", "a\tA\nb\tB\nno tab here\n")
+    stream = read_pairs(path)
+    assert inspect.isgenerator(stream)
+    assert next(stream) == (1, "a", "A")
+    assert next(stream) == (2, "b", "B")
+    with pytest.raises(CorpusError, match=r"c\.tsv:3: "):
+        next(stream)
+
+
+def test_plain_and_gzip_tsv_read_the_same(tmp_path: Path) -> None:
+    text = "Va !\tGo.\r\nBonjour.\tHello.\tCK (attribution)\n\tEmpty source.\nFin.\tEnd.\n\n"
+    plain = write(tmp_path / "c.tsv", text)
+    zipped = write(tmp_path / "c.txt", text, gz=True)  # no .gz suffix: detected by magic bytes
+    expected = [
+        (1, "Va !", "Go."),  # CR stripped
+        (2, "Bonjour.", "Hello."),  # third column ignored
+        (3, "", "Empty source."),  # yielded; encode_corpus skips it
+        (4, "Fin.", "End."),  # the blank last line is tolerated
+    ]
+    assert list(read_pairs(plain)) == expected
+    assert list(read_pairs(str(zipped))) == expected
+
+
+def test_pair_of_plain_files(tmp_path: Path) -> None:
+    src = write(tmp_path / "train.fr", "Bonjour.\nMerci.\n")
+    tgt = write(tmp_path / "train.en.gz", "Hello.\nThanks.\n\n", gz=True)
+    assert list(read_pairs([str(src), str(tgt)])) == [(1, "Bonjour.", "Hello."), (2, "Merci.", "Thanks.")]
+    assert list(read_pairs((src, tgt))) == list(read_pairs([src, tgt]))
+
+
+def test_error_no_tab(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.tsv", "a\tA\nb  B\n")
+    with pytest.raises(
+        CorpusError, match=r"c\.tsv:2: the line has no tab: each line must be source<TAB>target"
+    ):
+        list(read_pairs(path))
+    blank_inside = write(tmp_path / "d.tsv", "a\tA\n\nb\tB\n")
+    with pytest.raises(CorpusError, match=r"d\.tsv:2: the line is blank"):
+        list(read_pairs(blank_inside))
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_error_invalid_utf8(tmp_path: Path, gz: bool) -> None:
+    path = write(tmp_path / "c.tsv", b"ok\tOK\nd\xe9j\xe0\tal\xff\n", gz=gz)
+    with pytest.raises(CorpusError) as info:
+        list(read_pairs(path))
+    msg = str(info.value)
+    assert f"{path}:2: invalid UTF-8 at byte 2 of the line" in msg
+    assert "re-encode the file as UTF-8" in msg and "iconv -f latin1 -t utf-8" in msg
+
+
+def test_error_mismatched_line_counts(tmp_path: Path) -> None:
+    src = write(tmp_path / "s.txt", "".join(f"s{i}\n" for i in range(10)))
+    tgt = write(tmp_path / "t.txt", "".join(f"t{i}\n" for i in range(9)))
+    with pytest.raises(CorpusError) as info:
+        list(read_pairs([src, tgt]))
+    msg = str(info.value)
+    assert f"{src} has 10 lines but {tgt} has 9: the source and target files must be line-aligned" in msg
+    assert f"{src}:10 has no counterpart" in msg
+    with pytest.raises(CorpusError, match=r"t\.txt has 9 lines but .*s\.txt has 10"):
+        list(read_pairs([tgt, src]))  # roles swapped: the target file is now the longer one
+    # the trailing blank line is not a line of its own
+    write(tmp_path / "t.txt", "".join(f"t{i}\n" for i in range(10)) + "\n")
+    assert len(list(read_pairs([src, tgt]))) == 10
+
+
+def test_error_empty_corpus(tmp_path: Path) -> None:
+    empty = write(tmp_path / "empty.tsv", "")
+    with pytest.raises(CorpusError, match=r"empty\.tsv contains no sentence pairs"):
+        list(read_pairs(empty))
+    blank = write(tmp_path / "blank.tsv.gz", "\n\n", gz=True)
+    with pytest.raises(CorpusError, match=r"blank\.tsv\.gz contains no sentence pairs"):
+        list(read_pairs(blank))
+    a, b = write(tmp_path / "a.txt", ""), write(tmp_path / "b.txt", "")
+    with pytest.raises(CorpusError, match="contain no sentence pairs"):
+        list(read_pairs([a, b]))
+
+
+def test_error_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(CorpusError, match=r"corpus file .*nowhere\.tsv does not exist.*data\.train"):
+        read_pairs(str(tmp_path / "nowhere.tsv"))  # at the call, before any line is read
+    with pytest.raises(CorpusError, match=r"nowhere\.en does not exist"):
+        read_pairs([write(tmp_path / "ok.fr", "Oui.\n"), tmp_path / "nowhere.en"])
+    with pytest.raises(
+        CorpusError, match=r"bundled:tatoeba-fr-en/nope\.tsv\.gz does not exist.*dev\.tsv\.gz"
+    ):
+        resolve_corpus_path("bundled:tatoeba-fr-en/nope.tsv.gz")
+    with pytest.raises(CorpusError, match="is not a file"):
+        resolve_corpus_path(str(tmp_path))
+    with pytest.raises(TfmError, match="not a corpus spec"):
+        list(read_pairs(["a", "b", "c"]))
+
+
+def test_error_truncated_gzip(tmp_path: Path) -> None:
+    data = gzip.compress(b"a\tA\n" * 1000)
+    path = write(tmp_path / "cut.tsv.gz", data[: len(data) // 2])
+    with pytest.raises(CorpusError, match=r"cut\.tsv\.gz: cannot read the file"):
+        list(read_pairs(path))
+
+
+# ---- encoding --------------------------------------------------------------------------------------------
+
+
+def test_encode_corpus_skips_and_counts(tok: Tokenizer, tmp_path: Path) -> None:
+    long_fr = " ".join(["étudiant"] * 20)
+    lines = [
+        "Bonjour.\tHello.",
+        "\tNo source.",  # empty source
+        "Rien.\t \u00a0 ",  # target empty after normalisation
+        f"{long_fr}\tShort.",  # source too long
+        "Court.\t" + " ".join(["student"] * 20),  # target too long
+        "Merci !\tThanks!",
+    ]
+    path = write(tmp_path / "c.tsv", "\n".join(lines) + "\n")
+    corpus = encode_corpus(path, tok, max_len=16, chunk_size=2)
+    assert (corpus.stats.read, corpus.stats.kept) == (6, 2)
+    assert (corpus.stats.skipped_empty, corpus.stats.skipped_long) == (2, 2)
+    assert len(corpus) == 2
+    assert corpus.src(0) == tok.encode("Bonjour.") and corpus.tgt(0) == tok.encode("Hello.")
+    assert corpus.src(1) == tok.encode("Merci !") and corpus.tgt(-1) == tok.encode("Thanks!")
+    assert corpus.src_lengths.tolist() == [len(tok.encode("Bonjour.")), len(tok.encode("Merci !"))]
+    assert corpus.tgt_lengths.tolist() == [len(tok.encode("Hello.")), len(tok.encode("Thanks!"))]
+    with pytest.raises(IndexError):
+        corpus.src(2)
+
+
+def test_encode_corpus_length_limit_is_max_len_minus_one(tok: Tokenizer, tmp_path: Path) -> None:
+    text = "Je suis étudiant 😀"
+    n = len(tok.encode(text))
+    path = write(tmp_path / "c.tsv", f"{text}\tok\n")
+    assert encode_corpus(path, tok, max_len=n + 1).stats.kept == 1  # n tokens + EOS fit
+    assert encode_corpus(path, tok, max_len=n).stats.skipped_long == 1
+
+
+def test_encoded_ids_are_stored_once_compactly(dev_corpus: TokenizedCorpus, tok: Tokenizer) -> None:
+    assert dev_corpus.stats.kept == len(dev_corpus) == 2000
+    assert dev_corpus._src_ids.typecode == "H"  # uint16 for a vocabulary under 65,536
+    n_ids = int(dev_corpus.src_lengths.sum() + dev_corpus.tgt_lengths.sum())
+    assert len(dev_corpus._src_ids) + len(dev_corpus._tgt_ids) == n_ids
+    first = next(read_pairs(DEV))
+    assert dev_corpus.src(0) == tok.encode(first[1])
+
+
+# ---- batches ---------------------------------------------------------------------------------------------
+
+
+def test_make_batch_layout_and_masks() -> None:
+    batch = make_batch([[5, 6, 7], [8]], [[9, 10], [11, 12, 13]], PAD, BOS, EOS, indices=[4, 2])
+    assert batch.src.tolist() == [[5, 6, 7, EOS], [8, EOS, PAD, PAD]]
+    assert batch.tgt_in.tolist() == [[BOS, 9, 10, PAD], [BOS, 11, 12, 13]]
+    assert batch.tgt_out.tolist() == [[9, 10, EOS, PAD], [11, 12, 13, EOS]]
+    assert batch.src.dtype == batch.tgt_in.dtype == batch.tgt_out.dtype == torch.long
+    assert batch.src_mask.shape == (2, 1, 1, 4) and batch.src_mask.dtype == torch.bool
+    assert batch.src_mask[:, 0, 0].tolist() == [[True] * 4, [True, True, False, False]]
+    assert batch.tgt_mask.shape == (2, 1, 4, 4) and batch.tgt_mask.dtype == torch.bool
+    assert batch.tgt_mask[0, 0].int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 0]]
+    assert batch.tgt_mask[1, 0].int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
+    assert (batch.n_src_tokens, batch.n_tgt_tokens) == (6, 7)
+    assert batch.indices == [4, 2]
+
+    moved = batch.to("cpu")
+    assert isinstance(moved, Batch) and moved is not batch
+    assert torch.equal(moved.tgt_mask, batch.tgt_mask) and moved.indices == batch.indices
+
+
+def test_make_batch_for_translation() -> None:
+    batch = make_batch([[5], [6, 7]], None, PAD, BOS, EOS)
+    assert batch.tgt_in is None and batch.tgt_out is None and batch.tgt_mask is None
+    assert batch.n_tgt_tokens == 0 and batch.indices == [0, 1]
+    assert batch.src.tolist() == [[5, EOS, PAD], [6, 7, EOS]]
+    assert batch.to("cpu").tgt_mask is None
+
+
+def _check_partition(batches: list[list[int]], n: int) -> None:
+    assert sorted(i for b in batches for i in b) == list(range(n))
+
+
+def test_token_batches_respect_budget_and_cover_everything(dev_corpus: TokenizedCorpus) -> None:
+    src, tgt = dev_corpus.src_lengths, dev_corpus.tgt_lengths
+    batches = token_batches(src, tgt, max_tokens=300, seed=1, epoch=1)
+    _check_partition(batches, len(dev_corpus))
+    for b in batches:
+        assert len(b) * (int(src[b].max()) + 1) <= 300
+        assert len(b) * (int(tgt[b].max()) + 1) <= 300
+    assert token_batches(src, tgt, 300, seed=1, epoch=1) == batches  # deterministic
+    assert token_batches(src, tgt, 300, seed=1, epoch=2) != batches  # a new order each epoch
+    assert token_batches(src, tgt, 300, seed=2, epoch=1) != batches
+
+
+def test_token_batches_sorted_for_evaluation() -> None:
+    src, tgt = [3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8]
+    batches = token_batches(src, tgt, max_tokens=20, seed=0, epoch=1, shuffle=False)
+    flat = [i for b in batches for i in b]
+    assert flat == sorted(range(8), key=lambda i: (tgt[i], src[i], i))
+    assert token_batches(src, tgt, 20, seed=5, epoch=9, shuffle=False) == batches
+
+
+def test_token_batches_oversized_pair_gets_its_own_batch() -> None:
+    batches = token_batches([2, 2, 50, 2], [2, 2, 3, 2], max_tokens=12, seed=0, epoch=1)
+    _check_partition(batches, 4)
+    assert [2] in batches
+    assert all(len(b) <= 4 for b in batches)  # 4 * (2 + 1) = 12
+    assert token_batches([], [], 10, 0, 1) == []
+    with pytest.raises(TfmError, match="max_tokens=0"):
+        token_batches([1], [1], 0, 0, 1)
+
+
+def test_batch_stream_epochs_cover_every_pair_once(dev_corpus: TokenizedCorpus) -> None:
+    stream = BatchStream(dev_corpus, max_tokens=400, seed=3, pad_id=PAD, bos_id=BOS, eos_id=EOS)
+    assert (stream.epoch, stream.position) == (1, 0)
+    n = stream.num_batches
+    it = iter(stream)
+    seen = Counter(i for b in itertools.islice(it, n) for i in b.indices)
+    assert seen == Counter(range(len(dev_corpus)))
+    assert stream.state_dict() == {"epoch": 1, "position": n}
+    batch = next(it)
+    assert stream.state_dict() == {"epoch": 2, "position": 1}
+    # rows hold the stored ids
+    i = batch.indices[0]
+    src = dev_corpus.src(i)
+    assert batch.src[0, : len(src) + 1].tolist() == [*src, EOS]
+    assert batch.tgt_in[0, 0].item() == BOS
+    assert batch.n_tgt_tokens == int(dev_corpus.tgt_lengths[batch.indices].sum()) + len(batch.indices)
+
+
+def _same(a: Batch, b: Batch) -> bool:
+    return a.indices == b.indices and torch.equal(a.src, b.src) and torch.equal(a.tgt_out, b.tgt_out)
+
+
+@pytest.mark.parametrize("consumed", [0, 7, 40])  # 40 crosses into epoch 2
+def test_batch_stream_resumes_exactly(dev_corpus: TokenizedCorpus, consumed: int) -> None:
+    def new() -> BatchStream:
+        return BatchStream(dev_corpus, max_tokens=1500, seed=11, pad_id=PAD, bos_id=BOS, eos_id=EOS)
+
+    first = new()
+    assert first.num_batches < 40
+    it = iter(first)
+    for _ in range(consumed):
+        next(it)
+    state = first.state_dict()
+    expected = list(itertools.islice(it, 8))
+
+    resumed = new()
+    resumed.load_state_dict(dict(state))
+    got = list(itertools.islice(iter(resumed), 8))
+    assert all(_same(a, b) for a, b in zip(expected, got, strict=True))
+    assert resumed.state_dict() == first.state_dict()
+
+
+def test_batch_stream_state_errors(dev_corpus: TokenizedCorpus) -> None:
+    stream = BatchStream(dev_corpus, max_tokens=600, seed=0, pad_id=PAD, bos_id=BOS, eos_id=EOS)
+    with pytest.raises(TfmError, match="malformed"):
+        stream.load_state_dict({"epoch": 1})
+    with pytest.raises(TfmError, match="points past the end of epoch 1"):
+        stream.load_state_dict({"epoch": 1, "position": 10**6})
+    empty = TokenizedCorpus.from_sequences([], [])
+    with pytest.raises(TfmError, match="no pairs"):
+        BatchStream(empty, max_tokens=600, seed=0, pad_id=PAD, bos_id=BOS, eos_id=EOS)
+
+
+def test_batches_decode_back_to_the_corpus(tok: Tokenizer, dev_corpus: TokenizedCorpus) -> None:
+    batch = make_batch(
+        [dev_corpus.src(i) for i in range(3)], [dev_corpus.tgt(i) for i in range(3)], PAD, BOS, EOS, [0, 1, 2]
+    )
+    pairs = list(itertools.islice(read_pairs(DEV), 3))
+    assert tok.decode_batch(batch.src) == [tok.normalize(src) for _, src, _ in pairs]  # a (B, S) tensor
+    assert tok.decode(batch.tgt_in[1]) == tok.decode(batch.tgt_out[1]) == tok.normalize(pairs[1][2])

@@ -1,0 +1,432 @@
+"""Recipes: shipped files validate and hold the paper's numbers; all problems are reported at once."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tfm_cli.errors import RecipeError, TfmError
+from tfm_cli.model.config import ModelConfig
+from tfm_cli.recipe import (
+    DataRecipe,
+    ModelRecipe,
+    Recipe,
+    TrainRecipe,
+    dump_recipe,
+    load_recipe,
+    model_config,
+    parse_override,
+    recipe_from_dict,
+    recipe_keys,
+    recipe_to_dict,
+    validate_recipe,
+)
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
+
+def write(tmp_path: Path, text: str, name: str = "r.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def problems_of(excinfo: pytest.ExceptionInfo[RecipeError]) -> list[str]:
+    return excinfo.value.problems
+
+
+# ------------------------------------------------------------------------------------------- shipped recipes
+
+
+def test_every_shipped_recipe_validates():
+    paths = sorted(RECIPES.glob("*.yaml"))
+    assert {"base.yaml", "big.yaml"} <= {p.name for p in paths}
+    for path in paths:
+        recipe = load_recipe(path)
+        assert recipe.name == path.stem
+        assert validate_recipe(recipe) == []
+        assert recipe.description
+
+
+def test_base_recipe_is_the_paper_base_model():
+    r = load_recipe(RECIPES / "base.yaml")
+    m = r.model
+    assert (m.d_model, m.d_ff, m.n_heads, m.n_enc_layers, m.n_dec_layers) == (512, 2048, 8, 6, 6)
+    assert m.dropout == 0.1 and m.norm == "post" and m.positions == "sinusoidal" and m.tie_embeddings is True
+    t = r.train
+    assert t.max_tokens == 25000 and t.accum_steps == 1 and t.max_steps == 100000 and t.warmup_steps == 4000
+    assert t.betas == [0.9, 0.98] and t.eps == 1e-9 and isinstance(t.eps, float)
+    assert t.label_smoothing == 0.1 and t.lr_factor == 1.0
+    assert t.keep_last == 5 and t.average_last == 5
+    assert (r.decode.beam, r.decode.alpha, r.decode.max_len_offset) == (4, 0.6, 50)
+    assert r.tokenizer.vocab_size == 37000 and r.tokenizer.path is None
+    assert "Vaswani" in r.description and "base" in r.description
+    # The dataclass defaults are the paper's base too: base.yaml writes them out.
+    assert dataclasses.replace(r, name="", description="") == Recipe()
+
+
+def test_big_recipe_is_the_paper_big_model():
+    base, big = load_recipe(RECIPES / "base.yaml"), load_recipe(RECIPES / "big.yaml")
+    m = big.model
+    assert (m.d_model, m.d_ff, m.n_heads, m.n_enc_layers, m.n_dec_layers) == (1024, 4096, 16, 6, 6)
+    assert m.dropout == 0.3
+    assert big.train.max_steps == 300000
+    assert big.train.average_last == 20 <= big.train.keep_last  # the paper averages the last 20 for big
+    assert big.train.warmup_steps == 4000 and big.train.max_tokens == 25000
+    assert big.decode == base.decode and big.data == base.data and big.tokenizer == base.tokenizer
+
+
+def test_model_recipe_is_model_config_minus_tokenizer_keys():
+    recipe_fields = [f.name for f in dataclasses.fields(ModelRecipe)]
+    config_fields = [f.name for f in dataclasses.fields(ModelConfig)]
+    assert recipe_fields == [
+        n for n in config_fields if n not in ("vocab_size", "pad_id", "bos_id", "eos_id")
+    ]
+    for f in dataclasses.fields(ModelRecipe):
+        assert f.default == ModelConfig.__dataclass_fields__[f.name].default, f.name
+
+
+def test_model_config_from_recipe():
+    cfg = model_config(load_recipe(RECIPES / "big.yaml"), vocab_size=1000, pad_id=0, bos_id=1, eos_id=2)
+    assert isinstance(cfg, ModelConfig)
+    assert (cfg.vocab_size, cfg.d_model, cfg.n_heads, cfg.d_k, cfg.dropout) == (1000, 1024, 16, 64, 0.3)
+    assert (cfg.pad_id, cfg.bos_id, cfg.eos_id) == (0, 1, 2)
+
+
+# -------------------------------------------------------------------------------------- all problems at once
+
+
+def test_three_mistakes_reported_together(tmp_path):
+    path = write(
+        tmp_path,
+        "name: demo\nmodel:\n  d_model: 510\ntrain:\n  warmup_step: 4000\n  max_steps: many\n",
+    )
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(path)
+    err = excinfo.value
+    assert err.source == str(path)
+    assert sorted(err.problems) == sorted(
+        [
+            "model.d_model=510 must be divisible by model.n_heads=8 (try 512)",
+            "train.warmup_step is not a recipe key; did you mean train.warmup_steps?",
+            "train.max_steps='many' must be an integer",
+        ]
+    )
+    text = str(err)
+    assert text.startswith(f"{path} has 3 problems:")
+    assert "did you mean train.warmup_steps?" in text
+
+
+def test_unknown_keys_and_non_mapping_sections():
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({"name": "x", "modle": {}, "zzzz": 1, "model": [1, 2], "decode": {"bem": 2}})
+    got = problems_of(excinfo)
+    assert "modle is not a recipe key; did you mean model?" in got
+    assert any(
+        p.startswith("zzzz is not a recipe key; valid top-level keys: name, description, data") for p in got
+    )
+    assert "model must be a mapping of keys, not a list" in got
+    assert "decode.bem is not a recipe key; did you mean decode.beam?" in got
+    assert len(got) == 4
+
+
+def test_missing_or_bad_name():
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({})
+    assert problems_of(excinfo) == [
+        "name is missing: every recipe needs a name (it names runs/<name>/), e.g. name: base"
+    ]
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({"name": "my run/1"})
+    assert problems_of(excinfo) == [
+        "name='my run/1' may only use letters, digits, '.', '_' and '-' (it names runs/<name>/); "
+        "try 'my-run-1'"
+    ]
+    assert validate_recipe(Recipe())[0].startswith("name='' must be a non-empty run name")
+
+
+def test_range_and_cross_field_rules():
+    data = {
+        "name": "x",
+        "data": {"max_len": 2000},
+        "tokenizer": {"vocab_size": 100},
+        "train": {
+            "max_tokens": 1000,
+            "precision": "fp8",
+            "keep_last": 2,
+            "average_last": 3,
+            "label_smoothing": 1.0,
+            "betas": [0.9, 1.5],
+            "eps": 0,
+            "warmup_steps": 0,
+            "eval_every": -1,
+        },
+        "decode": {"beam": 0},
+    }
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict(data)
+    got = problems_of(excinfo)
+    expected = [
+        "tokenizer.vocab_size=100 must be at least 300: the byte fallback needs 256 byte tokens "
+        "+ 4 special tokens, plus room for merges",
+        "train.precision='fp8' must be one of: auto, fp32, bf16, fp16",
+        "train.average_last=3 must be at most train.keep_last=2 (raise train.keep_last to 3)",
+        "train.label_smoothing=1.0 must be in [0, 1) (the paper uses 0.1)",
+        "train.betas=[0.9, 1.5] must be two numbers in [0, 1), e.g. [0.9, 0.98]",
+        "train.eps=0.0 must be > 0 (the paper uses 1e-9)",
+        "train.warmup_steps=0 must be >= 1 (the schedule divides by it; the paper uses 4000)",
+        "train.eval_every=-1 must be >= 0 (0 = evaluate only at the end)",
+        "decode.beam=0 must be a positive integer",
+        "data.max_len=2000 must be at most model.max_positions - 2 = 1022 (room for BOS and EOS); "
+        "lower data.max_len or raise model.max_positions to 2002",
+        "data.max_len=2000 must be at most train.max_tokens=1000 (a batch must hold the longest pair); "
+        "lower data.max_len or raise train.max_tokens to 2000",
+    ]
+    assert sorted(got) == sorted(expected)
+
+
+def test_model_shape_problems_come_from_config_problems():
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({"name": "x", "model": {"n_heads": 0, "norm": "mid", "dropout": 1.5}})
+    assert sorted(problems_of(excinfo)) == sorted(
+        [
+            "model.n_heads=0 must be a positive integer",
+            "model.norm='mid' must be one of: post, pre",
+            "model.dropout=1.5 must be a number in [0, 1)",
+        ]
+    )
+
+
+def test_a_wrong_type_is_reported_once():
+    # config_problems would also call 'x' not a positive integer; the recipe reports the type only.
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({"name": "x", "model": {"d_model": "x"}, "data": {"max_len": "long"}})
+    assert problems_of(excinfo) == [
+        "data.max_len='long' must be an integer",
+        "model.d_model='x' must be an integer",
+    ]
+
+
+# ----------------------------------------------------------------------------------------------------- types
+
+
+def test_float_string_quirk_accepted_for_float_fields_only(tmp_path):
+    assert yaml.safe_load("eps: 1e-9")["eps"] == "1e-9"  # the PyYAML quirk this handles
+    path = write(tmp_path, "name: x\ntrain:\n  eps: 1e-9\n  lr_factor: 2\n  betas: [0.9, 98e-2]\n")
+    t = load_recipe(path).train
+    assert t.eps == 1e-9 and isinstance(t.eps, float)
+    assert t.lr_factor == 2.0 and isinstance(t.lr_factor, float)  # an int is fine where a float is expected
+    assert t.betas == [0.9, 0.98]
+    # ...but a string is not an int, and not a path's substitute for a number
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({"name": "x", "train": {"max_steps": "1e5"}})
+    assert problems_of(excinfo) == ["train.max_steps='1e5' must be an integer"]
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({"name": "x", "train": {"eps": "tiny", "lr_factor": "inf", "clip_norm": ".5"}})
+    assert problems_of(excinfo) == [
+        "train.lr_factor=inf must be a finite number",
+        "train.eps='tiny' must be a number",
+    ]
+
+
+def test_bool_rejected_for_int_and_float():
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict(
+            {"name": "x", "train": {"max_steps": True, "lr_factor": False}, "model": {"tie_embeddings": 1}}
+        )
+    assert sorted(problems_of(excinfo)) == sorted(
+        [
+            "train.max_steps=True must be an integer",
+            "train.lr_factor=False must be a number",
+            "model.tie_embeddings=1 must be true or false",
+        ]
+    )
+
+
+def test_string_fields_reject_numbers():
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({"name": 2017, "tokenizer": {"path": 3}})
+    assert problems_of(excinfo) == [
+        "name=2017 must be a string (put it in quotes)",
+        "tokenizer.path=3 must be a string or null (put it in quotes)",
+    ]
+
+
+def test_corpus_paths():
+    ok = recipe_from_dict({"name": "x", "data": {"train": ["a.fr", "a.en"], "dev": None}})
+    assert ok.data == DataRecipe(train=["a.fr", "a.en"], dev=None)
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({"name": "x", "data": {"train": ["only.fr"], "dev": ["a", "b", "c"]}})
+    assert problems_of(excinfo) == [
+        "data.train=['only.fr'] must be one TSV file path or a list of exactly 2 paths "
+        "[source_file, target_file]",
+        "data.dev=['a', 'b', 'c'] must be one TSV file path or a list of exactly 2 paths "
+        "[source_file, target_file] (or null for none)",
+    ]
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({"name": "x", "data": {"train": None, "dev": ["a", " "]}})
+    assert problems_of(excinfo) == [
+        "data.train=None must be one TSV file path or a list of exactly 2 paths [source_file, target_file]",
+        "data.dev=['a', ' '] must name a file: a path may not be empty",
+    ]
+
+
+def test_paths_are_not_resolved_here():
+    recipe = recipe_from_dict({"name": "x", "data": {"train": "/no/such/corpus.tsv"}})
+    assert recipe.data.train == "/no/such/corpus.tsv"
+
+
+# ------------------------------------------------------------------------------------------------- overrides
+
+
+def test_parse_override_values_are_yaml():
+    assert parse_override("train.max_steps=2000") == ("train.max_steps", 2000)
+    assert parse_override("model.tie_embeddings=false") == ("model.tie_embeddings", False)
+    assert parse_override("model.dropout=0.1") == ("model.dropout", 0.1)
+    assert parse_override("data.train=[a.fr, a.en]") == ("data.train", ["a.fr", "a.en"])
+    assert parse_override("data.dev=null") == ("data.dev", None)
+    assert parse_override("description=a=b") == ("description", "a=b")
+    for bad in ("foo", "=3", "train..max_steps=1", "train max_steps=1"):
+        with pytest.raises(RecipeError) as excinfo:
+            parse_override(bad)
+        assert problems_of(excinfo) == [
+            f"override {bad!r} must look like key=value (e.g. train.max_steps=2000)"
+        ]
+
+
+def test_overrides_apply():
+    base = RECIPES / "base.yaml"
+    r = load_recipe(base, ["train.max_steps=2000", "model.d_model=256", "name=small", "train.eps=1e-8"])
+    assert r.train.max_steps == 2000 and r.model.d_model == 256 and r.name == "small"
+    assert r.train.eps == 1e-8 and isinstance(r.train.eps, float)
+    assert load_recipe(base, ["train.max_steps=10", "train.max_steps=20"]).train.max_steps == 20  # last wins
+    assert load_recipe(base).train.max_steps == 100000  # the file is untouched
+
+
+def test_override_problems_reported_with_the_rest():
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(
+            RECIPES / "base.yaml",
+            [
+                "train.warmup_step=10",
+                "foo",
+                "modle.d_model=3",
+                "model=3",
+                "train.max_steps=0",
+                "model.d_model=510",
+            ],
+        )
+    assert sorted(problems_of(excinfo)) == sorted(
+        [
+            "train.warmup_step is not a recipe key; did you mean train.warmup_steps?",
+            "override 'foo' must look like key=value (e.g. train.max_steps=2000)",
+            "modle.d_model is not a recipe key; did you mean model.d_model?",
+            "override 'model=3' must set one key inside model, e.g. model.d_model=...",
+            "train.max_steps=0 must be a positive integer",
+            "model.d_model=510 must be divisible by model.n_heads=8 (try 512)",
+        ]
+    )
+    assert excinfo.value.source == str(RECIPES / "base.yaml")
+
+
+def test_recipe_keys_cover_every_field():
+    keys = recipe_keys()
+    assert "name" in keys and "train.warmup_steps" in keys and "model.d_model" in keys
+    assert (
+        len(keys)
+        == len(set(keys))
+        == 2
+        + sum(
+            len(dataclasses.fields(type(getattr(Recipe(), s))))
+            for s in ("data", "tokenizer", "model", "train", "decode")
+        )
+    )
+
+
+# ----------------------------------------------------------------------------------------------------- files
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    path = write(tmp_path, "name: x\ntrain:\n  max_steps: [1, 2\n  eps: 1\n")
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(path)
+    assert str(path) in str(excinfo.value)
+    [problem] = problems_of(excinfo)
+    assert problem.startswith("invalid YAML at line 4, column")
+
+
+def test_duplicate_key_is_an_error(tmp_path):
+    path = write(tmp_path, "name: x\ntrain:\n  max_steps: 1\n  max_steps: 2\n")
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(path)
+    assert problems_of(excinfo) == [
+        "invalid YAML at line 4, column 3: duplicate key 'max_steps' (each key may appear once in a mapping)"
+    ]
+
+
+def test_missing_file_is_named(tmp_path):
+    write(tmp_path, "name: x\n", name="base.yaml")
+    with pytest.raises(TfmError) as excinfo:
+        load_recipe(tmp_path / "bsae.yaml")
+    assert isinstance(excinfo.value, RecipeError)
+    assert str(tmp_path / "bsae.yaml") in str(excinfo.value)
+    assert f"did you mean {tmp_path / 'base.yaml'}?" in str(excinfo.value)
+    with pytest.raises(RecipeError, match="no such file"):
+        load_recipe(tmp_path / "nowhere" / "x.yaml")
+
+
+def test_directory_empty_and_non_mapping_files(tmp_path):
+    with pytest.raises(RecipeError, match="is a directory"):
+        load_recipe(tmp_path)
+    with pytest.raises(RecipeError, match="is empty"):
+        load_recipe(write(tmp_path, "# nothing\n"))
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(write(tmp_path, "- name: x\n"))
+    assert problems_of(excinfo)[0].startswith("the top level must be a mapping of recipe keys")
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(RecipeError, match="not UTF-8"):
+        load_recipe(latin1)
+
+
+def test_empty_sections_take_defaults(tmp_path):
+    recipe = load_recipe(write(tmp_path, "name: x\nmodel:\ntrain:\n"))
+    assert recipe.model == ModelRecipe() and recipe.train == TrainRecipe()
+
+
+def test_dump_load_round_trip(tmp_path):
+    for source in (RECIPES / "base.yaml", RECIPES / "big.yaml"):
+        recipe = load_recipe(source, ["data.train=[a.fr, a.en]", "data.dev=null", "tokenizer.path=tok.json"])
+        out = tmp_path / f"{source.stem}.resolved.yaml"
+        dump_recipe(recipe, out)
+        again = load_recipe(out)
+        assert again == recipe
+        assert recipe_to_dict(again) == recipe_to_dict(recipe)
+        assert recipe_from_dict(recipe_to_dict(recipe)) == recipe
+    assert list(recipe_to_dict(Recipe(name="x"))) == [
+        "name",
+        "description",
+        "data",
+        "tokenizer",
+        "model",
+        "train",
+        "decode",
+    ]
+
+
+def test_import_and_validation_stay_light():
+    # The recipe layer must not pull in torch (nor the CLI's typer/rich). `tfm_cli.model.config` is pure
+    # Python, so `tfm_cli/model/__init__.py` must not import torch eagerly either.
+    code = (
+        "import sys, tfm_cli.recipe as r; r.load_recipe(sys.argv[1]); "
+        "print(sorted(m for m in ('torch', 'typer', 'rich') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(RECIPES / "base.yaml")], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,202 @@
+"""The joint BPE tokenizer: fixed id layout, exact round trip through byte fallback, save/load, errors."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models, pre_tokenizers, trainers
+
+from tfm_cli.errors import TfmError
+from tfm_cli.tokenizer import Tokenizer, tokenizer_stats, train_tokenizer
+
+CORPORA = Path(__file__).resolve().parents[1] / "tfm_cli" / "corpora" / "tatoeba-fr-en"
+
+
+def _bundled_pairs(name: str, limit: int | None = None) -> list[tuple[str, str]]:
+    with gzip.open(CORPORA / name, "rt", encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in itertools.islice(f, limit)]
+    return [(r[0], r[1]) for r in rows]
+
+
+def _texts(pairs: list[tuple[str, str]]) -> list[str]:
+    return [s for pair in pairs for s in pair]
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return train_tokenizer(_texts(_bundled_pairs("train.tsv.gz", 20000)), vocab_size=2000)
+
+
+def test_id_layout(tok: Tokenizer) -> None:
+    assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.unk_id) == (0, 1, 2, 3)
+    assert [tok.id_to_piece(i) for i in range(4)] == ["<pad>", "<s>", "</s>", "<unk>"]
+    assert [tok.id_to_piece(4 + b) for b in (0, 0x41, 0xFF)] == ["<0x00>", "<0x41>", "<0xFF>"]
+    assert tok.id_to_piece(260) not in {"<pad>", "<s>", "</s>", "<unk>"}
+    assert 300 < tok.vocab_size <= 2000
+    with pytest.raises(IndexError):
+        tok.id_to_piece(tok.vocab_size)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Je suis étudiant.",
+        "Va !",
+        "Va\u202f!",  # French narrow no-break space before "!"
+        "C’est l'été, n’est-ce pas ?",
+        "Emoji 😀🎉 and Cyrillic Привет, CJK 你好世界, Greek λόγος.",
+        "  leading,\ttabs\u00a0and\u2009thin  spaces  ",
+        "\u0065\u0301 decomposed é",  # NFC composes it
+        "<s> </s> <pad> <unk> are plain text here",
+        "a\u2581b",  # the metaspace mark itself counts as whitespace
+        "\x07bell and \u200bzero width",
+        "",
+        "   ",
+    ],
+)
+def test_round_trip_is_exact(tok: Tokenizer, text: str) -> None:
+    ids = tok.encode(text)
+    assert tok.decode(ids) == tok.normalize(text)
+    assert tok.unk_id not in ids
+
+
+def test_normalize(tok: Tokenizer) -> None:
+    assert tok.normalize("  Va\u202f!\t\u00a0Cours\u2009! \n") == "Va ! Cours !"
+    assert tok.normalize("e\u0301") == "é"
+    assert tok.normalize("   ") == ""
+    assert tok.encode("   ") == []
+
+
+def test_pieces_read_well_and_unseen_characters_fall_back_to_bytes(tok: Tokenizer) -> None:
+    assert tok.pieces("Je suis")[0] == "▁Je"
+    assert tok.pieces("😀") == ["▁", "<0xF0>", "<0x9F>", "<0x98>", "<0x80>"]
+    ids = tok.encode("😀")
+    assert all(tok.is_byte(i) for i in ids[1:])
+
+
+def test_round_trip_on_the_whole_bundled_dev_set(tok: Tokenizer) -> None:
+    pairs = _bundled_pairs("dev.tsv.gz")
+    assert len(pairs) == 2000
+    texts = _texts(pairs)
+    ids = tok.encode_batch(texts)
+    assert ids[:50] == [tok.encode(t) for t in texts[:50]]  # the batched encoder agrees with encode
+    assert tok.decode_batch(ids) == [tok.normalize(t) for t in texts]
+    assert all(tok.unk_id not in seq for seq in ids)
+
+
+def test_decode_drops_pad_bos_eos_without_stopping(tok: Tokenizer) -> None:
+    a, b = tok.encode("Bonjour."), tok.encode("Merci.")
+    assert tok.decode([tok.bos_id, *a, tok.eos_id, tok.pad_id, tok.pad_id]) == "Bonjour."
+    assert tok.decode([*a, tok.eos_id, *b]) == "Bonjour. Merci."
+    assert tok.decode_batch([[tok.bos_id, *a, tok.eos_id], b]) == ["Bonjour.", "Merci."]
+
+
+def test_save_load_keeps_everything(tok: Tokenizer, tmp_path: Path) -> None:
+    path = tmp_path / "run" / "tokenizer.json"
+    tok.save(path)
+    assert [p.name for p in path.parent.iterdir()] == ["tokenizer.json"]  # no temporary file left
+    assert tok.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    loaded = Tokenizer.load(path)
+    assert loaded.sha256 == tok.sha256
+    assert loaded.vocab_size == tok.vocab_size
+    text = "Où est la gare ? 😀"
+    assert loaded.encode(text) == tok.encode(text)
+    assert loaded.decode(loaded.encode(text)) == text
+    loaded.save(tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_bytes() == path.read_bytes()
+
+
+def test_load_missing_file_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "nope.json"
+    with pytest.raises(TfmError, match="nope.json does not exist"):
+        Tokenizer.load(path)
+
+
+def test_load_rejects_garbage_and_foreign_tokenizers(tok: Tokenizer, tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("{not json", encoding="utf-8")
+    with pytest.raises(TfmError, match="garbage.json is not a readable tokenizer"):
+        Tokenizer.load(garbage)
+
+    # Our own file with <pad> and <unk> swapped: wrong special ids.
+    spec = json.loads(tok.backend.to_str())
+    vocab = spec["model"]["vocab"]
+    vocab["<pad>"], vocab["<unk>"] = vocab["<unk>"], vocab["<pad>"]
+    swapped = tmp_path / "swapped.json"
+    swapped.write_text(json.dumps(spec), encoding="utf-8")
+    with pytest.raises(TfmError, match=r"swapped\.json is not a tfm tokenizer: special token <pad> has id 3"):
+        Tokenizer.load(swapped)
+
+    # Another project's BPE tokenizer: no byte fallback, specials in another order.
+    foreign = HFTokenizer(models.BPE(unk_token="<unk>"))
+    foreign.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(
+        vocab_size=100, special_tokens=["<unk>", "<pad>", "<s>", "</s>"], show_progress=False
+    )
+    foreign.train_from_iterator(["le chat est noir", "the cat is black"] * 10, trainer=trainer)
+    path = tmp_path / "foreign.json"
+    foreign.save(str(path))
+    with pytest.raises(TfmError, match=r"foreign\.json is not a tfm tokenizer"):
+        Tokenizer.load(path)
+
+
+def test_train_errors() -> None:
+    with pytest.raises(TfmError, match="empty"):
+        train_tokenizer([], vocab_size=1000)
+    with pytest.raises(TfmError, match="empty"):
+        train_tokenizer(iter(["", "  "]), vocab_size=1000)
+    with pytest.raises(TfmError, match="vocab_size=299 is too small"):
+        train_tokenizer(["a b c"], vocab_size=299)
+
+
+def test_training_streams_and_is_deterministic() -> None:
+    pairs = _bundled_pairs("train.tsv.gz", 3000)
+    first = train_tokenizer((t for t in _texts(pairs)), vocab_size=600)
+    second = train_tokenizer(iter(_texts(pairs)), vocab_size=600)
+    assert first.sha256 == second.sha256
+    assert first.vocab_size == 600
+
+
+def test_tokenizer_stats(tok: Tokenizer) -> None:
+    pairs = [("Bonjour.", "Hello."), ("Va !", "Go."), ("😀", "😀 !")]
+    stats = tokenizer_stats(tok, pairs)
+    assert stats["sentences"] == 3
+    assert stats["vocab_size"] == tok.vocab_size
+    src_lens = [len(tok.encode(s)) for s, _ in pairs]
+    assert stats["src_tokens"]["max"] == max(src_lens)
+    assert stats["src_tokens"]["median"] == sorted(src_lens)[1]
+    assert stats["src_tokens"]["mean"] == pytest.approx(sum(src_lens) / 3)
+    assert stats["unk_share"] == 0.0
+    total = stats["src_tokens"]["total"] + stats["tgt_tokens"]["total"]
+    assert stats["byte_fallback_share"] == pytest.approx(8 / total)  # two emoji, 4 bytes each
+    # (line_no, src, tgt) triples from read_pairs are accepted as well
+    assert tokenizer_stats(tok, [(1, s, t) for s, t in pairs]) == stats
+
+
+def test_library_layer_imports() -> None:
+    code = (
+        "import sys, tfm_cli.tokenizer; "
+        "bad = [m for m in ('torch', 'typer', 'rich') if m in sys.modules]; "
+        "assert not bad, bad; "
+        "import tfm_cli.data; "
+        "bad = [m for m in ('typer', 'rich') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_saved_json_has_no_added_tokens(tok: Tokenizer, tmp_path: Path) -> None:
+    # Specials live only in the model vocabulary, so "<s>" typed in a sentence is never the BOS id.
+    tok.save(tmp_path / "t.json")
+    spec = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
+    assert spec["added_tokens"] == []
+    assert spec["model"]["byte_fallback"] is True
+    assert tok.bos_id not in tok.encode("<s>")

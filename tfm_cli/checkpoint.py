@@ -1,0 +1,244 @@
+"""Run directories and checkpoints: save, load, validate, average.
+
+A run directory (`runs/<recipe name>/` by default) holds:
+
+    recipe.yaml            the resolved recipe (with every override applied)
+    config.json            the ModelConfig
+    tokenizer.json         the joint subword tokenizer
+    metrics.jsonl          one JSON object per log line / evaluation
+    checkpoints/step-00001000.safetensors   weights; metadata: config, tokenizer hash, step, tfm version
+    checkpoints/step-00001000.state.pt      optimizer, schedule, RNG and data position (for --resume only)
+    best.safetensors       the checkpoint with the best dev BLEU so far
+    model.safetensors      the final model: the average of the last checkpoints (paper section 6.1)
+
+Weights are safetensors with tied tensors stored once. Every file is written to a temporary name and renamed,
+so an interrupted write never leaves a truncated checkpoint behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+
+from tfm_cli import __version__
+from tfm_cli.errors import CheckpointError
+from tfm_cli.model import ModelConfig, Transformer
+from tfm_cli.tokenizer import Tokenizer
+
+FINAL = "model.safetensors"
+BEST = "best.safetensors"
+CHECKPOINTS = "checkpoints"
+_STEP_FILE = re.compile(r"step-(\d+)\.safetensors$")
+
+
+def atomic_write(path: Path, write) -> None:
+    """Call `write(tmp_path)` then rename onto `path`, so readers see the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def weights_state(model: Transformer) -> dict[str, torch.Tensor]:
+    """The model's parameters with tied tensors kept once (under their first name), contiguous, on CPU."""
+    seen: set[int] = set()
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in model.state_dict().items():
+        key = tensor.untyped_storage().data_ptr()
+        if key in seen:
+            continue
+        seen.add(key)
+        out[name] = tensor.detach().to("cpu").contiguous()
+    return out
+
+
+def save_weights(
+    path: Path, state: dict[str, torch.Tensor], config: ModelConfig, tokenizer_sha256: str, step: int, **extra: Any
+) -> None:
+    """Write weights as safetensors with the metadata needed to rebuild and validate the model."""
+    metadata = {
+        "format": "tfm",
+        "tfm_version": __version__,
+        "config": json.dumps(config.to_dict()),
+        "tokenizer_sha256": tokenizer_sha256,
+        "step": str(step),
+    }
+    metadata.update({k: json.dumps(v) for k, v in extra.items()})
+    atomic_write(Path(path), lambda tmp: save_file(state, tmp, metadata=metadata))
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    """The safetensors metadata of a tfm checkpoint; CheckpointError if it is not one."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(
+            f"{path} is not a readable safetensors file ({err})", hint="pass a run directory or a .safetensors file written by tfm train"
+        ) from None
+    if metadata.get("format") != "tfm" or "config" not in metadata:
+        raise CheckpointError(f"{path} has no tfm metadata (config, tokenizer hash)", hint="was it written by tfm train?")
+    return metadata
+
+
+def checkpoint_steps(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every periodic checkpoint in the run, oldest first."""
+    folder = Path(run_dir) / CHECKPOINTS
+    found = []
+    for path in folder.glob("step-*.safetensors") if folder.is_dir() else []:
+        match = _STEP_FILE.search(path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def checkpoint_path(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / CHECKPOINTS / f"step-{step:08d}.safetensors"
+
+
+def state_path(weights: Path) -> Path:
+    return weights.with_name(weights.name.replace(".safetensors", ".state.pt"))
+
+
+def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
+    """Delete all but the newest `keep_last` periodic checkpoints (weights and trainer state)."""
+    for _, path in checkpoint_steps(run_dir)[:-keep_last]:
+        path.unlink(missing_ok=True)
+        state_path(path).unlink(missing_ok=True)
+
+
+def average_checkpoints(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the weights in `paths` (the paper averages the last 5 checkpoints)."""
+    if not paths:
+        raise CheckpointError("no checkpoints to average", hint="train for at least train.save_every steps")
+    total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for path in paths:
+        state = load_file(str(path))
+        if not total:
+            total = {name: t.double() for name, t in state.items()}
+            dtypes = {name: t.dtype for name, t in state.items()}
+            continue
+        if state.keys() != total.keys() or any(t.shape != total[n].shape for n, t in state.items()):
+            raise CheckpointError(f"{path} and {paths[0]} hold different tensors: they come from different models")
+        for name, tensor in state.items():
+            total[name] += tensor.double()
+    return {name: (t / len(paths)).to(dtypes[name]) for name, t in total.items()}
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to translate, with the tokenizer it was trained with."""
+
+    model: Transformer
+    tokenizer: Tokenizer
+    path: Path  # the weights file
+    run_dir: Path
+    step: int
+    metadata: dict[str, str]
+
+
+def resolve_weights(spec: str | Path | None, runs_root: str | Path = "runs") -> Path:
+    """The weights file meant by `spec`: a .safetensors file, or a run directory, or (None) the newest run.
+
+    In a run directory the final averaged model wins, then the best checkpoint, then the newest checkpoint.
+    """
+    if spec is None:
+        root = Path(runs_root)
+        candidates = [p for p in root.glob("*/") if p.is_dir()] if root.is_dir() else []
+        runs = [(weights_mtime(p), p) for p in candidates]
+        runs = [(t, p) for t, p in runs if t is not None]
+        if not runs:
+            raise CheckpointError(
+                f"no trained model found under {root}/", hint="train one with `tfm train recipes/tiny.yaml` or pass --model RUN_DIR"
+            )
+        return resolve_weights(max(runs)[1])
+    path = Path(spec)
+    if path.is_file():
+        return path
+    if not path.exists():
+        raise CheckpointError(f"model {path} does not exist", hint="pass a run directory (runs/NAME) or a .safetensors file")
+    for candidate in (path / FINAL, path / BEST):
+        if candidate.is_file():
+            return candidate
+    steps = checkpoint_steps(path)
+    if steps:
+        return steps[-1][1]
+    raise CheckpointError(
+        f"{path} holds no model ({FINAL}, {BEST} or {CHECKPOINTS}/step-*.safetensors)",
+        hint="train into it with `tfm train RECIPE --out DIR`, or point --model at a run that finished a checkpoint",
+    )
+
+
+def weights_mtime(run_dir: Path) -> float | None:
+    """Modification time of the newest weights file in a run directory, or None if it has none."""
+    files = [run_dir / FINAL, run_dir / BEST, *(p for _, p in checkpoint_steps(run_dir))]
+    times = [p.stat().st_mtime for p in files if p.is_file()]
+    return max(times) if times else None
+
+
+def run_dir_of(weights: Path) -> Path:
+    """The run directory a weights file belongs to (checkpoints live one level down)."""
+    parent = weights.parent
+    return parent.parent if parent.name == CHECKPOINTS else parent
+
+
+def load_model(spec: str | Path | None, device: str | torch.device = "cpu", runs_root: str | Path = "runs") -> LoadedModel:
+    """Load weights + config + tokenizer and check that they belong together.
+
+    Raises:
+        CheckpointError: missing files, a corrupt checkpoint, or a tokenizer other than the one trained with.
+    """
+    path = resolve_weights(spec, runs_root)
+    metadata = read_metadata(path)
+    run_dir = run_dir_of(path)
+    tok_path = run_dir / "tokenizer.json"
+    if not tok_path.is_file():
+        raise CheckpointError(f"{tok_path} is missing: the model needs the tokenizer it was trained with")
+    tokenizer = Tokenizer.load(tok_path)
+    expected = metadata.get("tokenizer_sha256")
+    if expected and tokenizer.sha256 != expected:
+        raise CheckpointError(
+            f"{tok_path} does not match {path} (tokenizer hash {tokenizer.sha256[:12]}, checkpoint expects {expected[:12]})",
+            hint="put back the tokenizer.json this model was trained with",
+        )
+    try:
+        config = ModelConfig.from_dict(json.loads(metadata["config"]))
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"{path}: invalid model config in metadata ({err})") from None
+    if config.vocab_size != tokenizer.vocab_size:
+        raise CheckpointError(
+            f"{tok_path} has {tokenizer.vocab_size} tokens but {path} was trained with {config.vocab_size}",
+            hint="put back the tokenizer.json this model was trained with",
+        )
+    model = Transformer(config)
+    load_state(model, load_file(str(path)), path)
+    model.to(device).eval()
+    return LoadedModel(model, tokenizer, path, run_dir, int(metadata.get("step", 0)), metadata)
+
+
+def load_state(model: Transformer, state: dict[str, torch.Tensor], source: Path | str) -> None:
+    """Load deduplicated weights into `model`; tied tensors need only one of their names present."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    params = dict(model.state_dict())
+    really_missing = [
+        name for name in missing if not any(params[name].data_ptr() == params[k].data_ptr() for k in state if k in params)
+    ]
+    if really_missing or unexpected:
+        problems = ", ".join([f"missing {n}" for n in really_missing[:3]] + [f"unexpected {n}" for n in unexpected[:3]])
+        raise CheckpointError(f"{source} does not fit its model config ({problems})")

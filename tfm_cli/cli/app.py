@@ -1,0 +1,60 @@
+"""The `tfm` Typer app: one module per command, this file only wires them together and handles errors.
+
+Problems the user can fix (TfmError) become one red line and exit status 1; usage errors exit 2 (Click);
+anything else is a bug and keeps its traceback. TFM_DEBUG=1 shows the traceback of every error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from tfm_cli import __version__
+from tfm_cli.cli import tokenize, train, translate
+from tfm_cli.errors import TfmError
+
+app = typer.Typer(
+    name="tfm",
+    help="The Transformer of 'Attention Is All You Need': train, translate, inspect.",
+    no_args_is_help=True,
+    add_completion=False,  # static scripts live in completions/ (see the README)
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tfm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a command-line toolkit.
+
+    Results go to stdout, progress and logs to stderr. Set TFM_DEBUG=1 for tracebacks.
+    """
+
+
+app.command("tokenize")(tokenize.tokenize)
+app.command("train")(train.train)
+app.command("translate")(translate.translate)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except TfmError as error:
+        if os.environ.get("TFM_DEBUG"):
+            raise
+        from tfm_cli.cli.common import report_error
+
+        report_error(error)
+        sys.exit(1)

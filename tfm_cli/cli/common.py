@@ -1,0 +1,94 @@
+"""What every command shares: where output goes, how tables and errors look, common options.
+
+Results go to stdout, progress and logs to stderr, so `tfm translate < in.txt > out.txt` works in a pipe.
+Tables are rich tables on a terminal, and plain tab-separated lines when stdout is piped or NO_COLOR is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tfm_cli.errors import TfmError
+
+# stderr: progress, logs, errors. stdout: results only.
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+DEVICE_HELP = "Where to run: auto (CUDA when available), cpu, or cuda."
+JSON_HELP = "Print results as JSON for scripts instead of a table."
+
+
+def fancy_stdout() -> bool:
+    """Rich tables only for a person at a terminal; plain text for pipes, files and NO_COLOR."""
+    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
+
+
+def fancy_stderr() -> bool:
+    return sys.stderr.isatty() and "NO_COLOR" not in os.environ
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A table on stdout: rich when at a terminal, else a header line and tab-separated rows."""
+    if fancy_stdout():
+        table = Table(title=title, title_justify="left")
+        for i, column in enumerate(columns):
+            table.add_column(column, justify="left" if i == 0 else "right")
+        for row in rows:
+            table.add_row(*(_cell(v) for v in row))
+        out.print(table)
+        return
+    print("\t".join(columns))
+    for row in rows:
+        print("\t".join(_cell(v) for v in row))
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def print_json(data: Any) -> None:
+    """One JSON document on stdout (UTF-8 kept readable)."""
+    sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def info(message: str) -> None:
+    """A status line on stderr."""
+    err.print(message, markup=False, soft_wrap=True)
+
+
+def warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/yellow] {_escape(message)}", soft_wrap=True)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def report_error(error: TfmError) -> None:
+    """The one red line (plus an indented hint) that replaces a traceback for problems the user can fix."""
+    lines = str(error).splitlines() or [error.__class__.__name__]
+    err.print(f"[bold red]Error:[/bold red] {_escape(lines[0])}", soft_wrap=True)
+    for line in lines[1:]:
+        err.print(_escape(line), soft_wrap=True)
+    if error.hint:
+        err.print(f"[dim]hint:[/dim] {_escape(error.hint)}", soft_wrap=True)
+
+
+def usage_error(message: str, param: str | None = None) -> typer.BadParameter:
+    """A usage error (exit status 2), e.g. two options that exclude each other."""
+    return typer.BadParameter(message, param_hint=param)

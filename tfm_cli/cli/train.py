@@ -1,0 +1,188 @@
+"""`tfm train RECIPE [key=value ...]`: train a model from a YAML recipe (or resume a run)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from tfm_cli.cli.common import DEVICE_HELP, JSON_HELP, err, fancy_stderr, info, print_json, print_table
+
+
+def train(
+    recipe: str = typer.Argument(None, help="Recipe YAML, e.g. recipes/tiny.yaml (omit with --resume).", show_default=False),
+    overrides: list[str] = typer.Argument(None, help="Recipe overrides as dotted.key=value, e.g. train.max_steps=2000.", show_default=False),
+    out: Path = typer.Option(None, "--out", "-o", help="Run directory [default: runs/<recipe name>].", show_default=False),
+    resume: Path = typer.Option(None, "--resume", help="Continue the run in this directory from its newest checkpoint.", show_default=False),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved recipe, parameter count and tokens per step, then exit."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Train a Transformer from a YAML recipe; checkpoints and the final averaged model go to the run directory.
+
+    Examples:
+
+      tfm train recipes/tiny.yaml
+
+      tfm train recipes/base.yaml train.max_steps=2000 model.dropout=0.2 --out runs/base-short
+
+      tfm train --resume runs/tiny
+    """
+    from tfm_cli.recipe import load_recipe
+
+    overrides = list(overrides or [])
+    if resume is not None:
+        if recipe is not None and "=" in recipe:  # `tfm train --resume RUN key=value`: no recipe was given
+            overrides.insert(0, recipe)
+            recipe = None
+        if recipe is not None:
+            raise typer.BadParameter("give either RECIPE or --resume RUN_DIR, not both", param_hint="RECIPE")
+        from tfm_cli.training import resume_recipe
+
+        resolved = resume_recipe(resume, overrides)
+        run_dir = resume
+    else:
+        if recipe is None:
+            raise typer.BadParameter("a recipe is required, e.g. `tfm train recipes/tiny.yaml`", param_hint="RECIPE")
+        resolved = load_recipe(recipe, overrides)
+        run_dir = out if out is not None else Path("runs") / resolved.name
+
+    if dry_run:
+        _dry_run(resolved, run_dir, json_out)
+        return
+
+    from tfm_cli.runtime import resolve_device, resolve_precision
+    from tfm_cli.training import train as run_training
+
+    torch_device = resolve_device(device)
+    precision = resolve_precision(resolved.train.precision, torch_device)
+    info(f"tfm train: recipe {resolved.name} -> {run_dir} on {torch_device} ({precision})")
+    events = _Progress(resolved.train.max_steps, resolved.train.log_every)
+    try:
+        result = run_training(resolved, run_dir, torch_device, resume=resume is not None, events=events)
+    finally:
+        events.close()
+    if result.interrupted:
+        raise typer.Exit(130)
+    final = result.final
+    summary: dict[str, Any] = {
+        "run_dir": str(result.run_dir), "steps": result.step, "wall_seconds": round(result.seconds, 1),
+        "model": str(result.run_dir / "model.safetensors"), **{k: final[k] for k in final if k != "sentences"},
+    }
+    if json_out:
+        print_json(summary)
+    else:
+        rows = [(k, v) for k, v in summary.items() if not k.endswith("signature")]
+        print_table("Training finished", ["", "value"], rows)
+        if "bleu_signature" in final:
+            info(f"sacrebleu: {final['bleu_signature']} | {final['chrf_signature']}")
+    info(f"next: tfm translate --model {result.run_dir} \"Je suis étudiant.\"")
+
+
+def _dry_run(recipe, run_dir: Path, json_out: bool) -> None:
+    """Resolved recipe, parameter count and tokens per step, without touching data or disk."""
+    import yaml
+
+    from tfm_cli.model import Transformer
+    from tfm_cli.recipe import model_config, recipe_to_dict
+    from tfm_cli.tokenizer import Tokenizer
+
+    vocab = recipe.tokenizer.vocab_size
+    tok_path = Path(recipe.tokenizer.path) if recipe.tokenizer.path else run_dir / "tokenizer.json"
+    if tok_path.is_file():
+        vocab = Tokenizer.load(tok_path).vocab_size
+    import torch
+
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        model = Transformer(model_config(recipe, vocab, 0, 1, 2))
+    t = recipe.train
+    facts = {
+        "run_dir": str(run_dir),
+        "parameters": model.num_parameters(),
+        "vocab_size": vocab,
+        "tokens_per_step": t.max_tokens * t.accum_steps,
+        "note": "tokens_per_step is the most source (and target) tokens per optimizer step, padding included",
+    }
+    if json_out:
+        print_json({"recipe": recipe_to_dict(recipe), **facts})
+        return
+    print(yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False, allow_unicode=True).rstrip())
+    print(f"# run directory: {facts['run_dir']}")
+    print(f"# parameters: {facts['parameters']:,} (vocabulary {vocab:,})")
+    print(f"# tokens per step: up to {facts['tokens_per_step']:,} source + {facts['tokens_per_step']:,} target")
+
+
+class _Progress:
+    """TrainEvents rendered on stderr: a rich progress bar at a terminal, plain log lines otherwise."""
+
+    def __init__(self, max_steps: int, log_every: int) -> None:
+        self.max_steps, self.log_every = max_steps, log_every
+        self.bar = None
+        self.task = None
+        self.started = time.perf_counter()
+        self.first_step = 0
+        self.last: dict[str, Any] = {}
+
+    # the TrainEvents interface (duck-typed so that importing this module does not load torch)
+    def message(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.console.print(text, markup=False, highlight=False)
+        else:
+            info(text)
+
+    def start(self, step: int, max_steps: int) -> None:
+        self.first_step, self.started = step, time.perf_counter()
+        if not fancy_stderr():
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn("[bold]train[/bold]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
+            TimeRemainingColumn(), console=err, transient=False,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("train", total=max_steps, completed=step, stats="")
+
+    def step(self, step: int, metrics: dict[str, Any]) -> None:
+        if metrics:
+            self.last = metrics
+        if self.bar is not None:
+            stats = ""
+            if self.last:
+                m = self.last
+                stats = f"loss {m['loss']:.3f}  lr {m['lr']:.2e}  {m['tgt_tokens_per_s']:,.0f} tok/s  epoch {m['epoch']}"
+            self.bar.update(self.task, completed=step, stats=stats)
+        elif metrics:
+            m = metrics
+            done = step - self.first_step
+            spent = time.perf_counter() - self.started
+            eta = spent / max(done, 1) * (self.max_steps - step)
+            info(
+                f"step {step}/{self.max_steps}  loss {m['loss']:.3f}  ppl {m['ppl']:.1f}  lr {m['lr']:.2e}  "
+                f"{m['tgt_tokens_per_s']:,.0f} tgt tok/s  epoch {m['epoch']}  eta {_duration(eta)}"
+            )
+
+    def evaluation(self, step: int, metrics: dict[str, Any]) -> None:
+        label = "final (averaged) model" if metrics.get("final") else f"step {step}"
+        text = (
+            f"dev {label}: loss {metrics['loss']:.3f}  ppl {metrics['ppl']:.2f}  BLEU {metrics['bleu']:.2f}  "
+            f"chrF {metrics['chrf']:.2f}  ({metrics['sentences']} sentences)"
+        )
+        if self.bar is not None:
+            self.bar.console.print(text, markup=False)
+        else:
+            info(text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

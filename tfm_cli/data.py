@@ -1,0 +1,595 @@
+"""Parallel corpora, token-based length-bucketed batching, and the training Batch.
+
+The pipeline is: `read_pairs` streams (line_no, src, tgt) from a corpus file (or a pair of files),
+`encode_corpus` turns them into one compact `TokenizedCorpus` (flat id buffers + offsets), `token_batches`
+groups indices into batches of about `max_tokens` tokens per side, sorted by length like fairseq, and
+`make_batch` pads them into a `Batch` (Annotated Transformer: src, tgt_in, tgt_out and their masks).
+`BatchStream` repeats this epoch after epoch and can resume at the exact next batch.
+
+A corpus spec is one of:
+  - "path/to/corpus.tsv[.gz]": source TAB target per line; columns after the second are ignored;
+  - ["src.txt", "tgt.txt"]: two line-aligned files, one sentence per line;
+  - "bundled:tatoeba-fr-en/train.tsv.gz": a file shipped inside the package (tfm_cli/corpora/...).
+Gzip is detected by its magic bytes, not by the file name.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import random
+import zlib
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from importlib.resources import files
+from pathlib import Path
+from typing import IO, Protocol
+
+import torch
+
+from tfm_cli.errors import CorpusError, TfmError
+from tfm_cli.model.masks import padding_mask, target_mask
+
+BUNDLED_PREFIX = "bundled:"
+GZIP_MAGIC = b"\x1f\x8b"
+
+Pair = tuple[int, str, str]  # (line number, 1-based; source sentence; target sentence)
+CorpusSpec = str | os.PathLike | Sequence[str | os.PathLike]
+
+
+class _Encoder(Protocol):
+    """What encode_corpus needs from a tokenizer (tfm_cli.tokenizer.Tokenizer has it)."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]: ...
+
+
+# ---- reading corpora ------------------------------------------------------------------------------------
+
+
+def bundled_dir() -> Path:
+    """The folder that holds the bundled corpora (`<tfm_cli package>/corpora`)."""
+    return Path(str(files("tfm_cli"))) / "corpora"
+
+
+def resolve_corpus_path(spec: str | os.PathLike) -> Path:
+    """Turn one corpus file spec into an existing path; `bundled:NAME/FILE` resolves inside the package.
+
+    Raises:
+        CorpusError: the file does not exist (the message names it and says what to check).
+    """
+    text = os.fspath(spec)
+    if text.startswith(BUNDLED_PREFIX):
+        rel = text[len(BUNDLED_PREFIX) :].lstrip("/")
+        root = bundled_dir()
+        path = root / rel
+        if ".." in Path(rel).parts or not path.is_file():
+            available = sorted(
+                f"{BUNDLED_PREFIX}{p.parent.name}/{p.name}"
+                for p in root.glob("*/*")
+                if p.is_file() and ".tsv" in p.name
+            )
+            raise CorpusError(
+                f"bundled corpus file {text} does not exist; the bundled corpus files are: "
+                + (", ".join(available) if available else "none (is the package installed with its data?)")
+            )
+        return path
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise CorpusError(
+            f"corpus file {text} does not exist: check the path (data.train / data.dev in the recipe, "
+            "or the path you gave), or use a bundled corpus such as bundled:tatoeba-fr-en/train.tsv.gz"
+        )
+    if not path.is_file():
+        raise CorpusError(
+            f"corpus file {text} is not a file (a directory?): give the path of a .tsv or .txt file"
+        )
+    return path
+
+
+def _open_binary(path: Path) -> IO[bytes]:
+    """Open a corpus file for binary line reading, gunzipping it if it starts with the gzip magic bytes."""
+    f = open(path, "rb")
+    if f.read(2) == GZIP_MAGIC:
+        f.close()
+        return gzip.open(path, "rb")
+    f.seek(0)
+    return f
+
+
+def _read_lines(path: Path, shown: str) -> Iterator[tuple[int, str]]:
+    """Yield (line_no, text) with the newline (and a CR before it) stripped, decoded as strict UTF-8.
+
+    Blank lines at the very end of the file are dropped; blank lines elsewhere are yielded as "".
+    """
+    pending_blank: list[int] = []
+    try:
+        with _open_binary(path) as f:
+            for line_no, raw in enumerate(f, start=1):
+                if raw.endswith(b"\n"):
+                    raw = raw[:-1]
+                if raw.endswith(b"\r"):
+                    raw = raw[:-1]
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    name = path.name
+                    fix = (
+                        f"zcat {name} | iconv -f latin1 -t utf-8 | gzip > utf8-{name}"
+                        if isinstance(f, gzip.GzipFile)
+                        else f"iconv -f latin1 -t utf-8 {name} > utf8-{name}"
+                    )
+                    raise CorpusError(
+                        f"{shown}:{line_no}: invalid UTF-8 at byte {err.start + 1} of the line "
+                        f"({raw[err.start : err.start + 1]!r}); re-encode the file as UTF-8 (e.g. {fix})"
+                    ) from None
+                if line_no == 1 and text.startswith("\ufeff"):
+                    text = text[1:]  # a UTF-8 byte-order mark is not part of the first sentence
+                if not text:
+                    pending_blank.append(line_no)
+                    continue
+                for blank in pending_blank:
+                    yield blank, ""
+                pending_blank.clear()
+                yield line_no, text
+    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
+        raise CorpusError(
+            f"{shown}: cannot read the file ({err}); is it a complete, uncompressed or gzip text file?"
+        ) from err
+
+
+def _shown(spec: str | os.PathLike, path: Path) -> str:
+    text = os.fspath(spec)
+    return text if text.startswith(BUNDLED_PREFIX) else str(path)
+
+
+def read_pairs(spec: CorpusSpec) -> Iterator[Pair]:
+    """Stream the sentence pairs of a corpus, line by line (nothing is held in memory).
+
+    The files are checked for existence at once; their lines are read lazily as the stream is consumed.
+
+    Args:
+        spec: a TSV path, `bundled:NAME/FILE`, or a list/tuple [source_file, target_file].
+
+    Returns:
+        A generator of (line_no, src, tgt), line_no 1-based. A pair with an empty side is yielded as is
+        (`encode_corpus` skips and counts it).
+
+    Raises:
+        CorpusError: a missing file (at the call), or while iterating: invalid UTF-8, a TSV line without a tab, source/target files with different
+            line counts, or no pair at all. The message names the file and line and says what to do.
+        TfmError: `spec` is neither a path nor a pair of paths.
+    """
+    if isinstance(spec, (str, os.PathLike)):
+        path = resolve_corpus_path(spec)
+        return _read_tsv(path, _shown(spec, path))
+    if isinstance(spec, (list, tuple)) and len(spec) == 2:
+        src_path, tgt_path = resolve_corpus_path(spec[0]), resolve_corpus_path(spec[1])
+        return _read_parallel(src_path, _shown(spec[0], src_path), tgt_path, _shown(spec[1], tgt_path))
+    raise TfmError(
+        f"corpus {spec!r} is not a corpus spec: give a TSV file path (source<TAB>target per line) "
+        "or a list of two line-aligned files [source_file, target_file]"
+    )
+
+
+def _read_tsv(path: Path, shown: str) -> Iterator[Pair]:
+    n = 0
+    for line_no, text in _read_lines(path, shown):
+        parts = text.split("\t", 2)
+        if len(parts) < 2:
+            what = "is blank" if not text else "has no tab"
+            raise CorpusError(
+                f"{shown}:{line_no}: the line {what}: each line must be source<TAB>target "
+                "(remove blank lines; for one sentence per line, give [source_file, target_file])"
+            )
+        n += 1
+        yield line_no, parts[0], parts[1]
+    if n == 0:
+        raise CorpusError(f"{shown} contains no sentence pairs: expected source<TAB>target lines")
+
+
+def _read_parallel(src_path: Path, src_shown: str, tgt_path: Path, tgt_shown: str) -> Iterator[Pair]:
+    src_lines, tgt_lines = _read_lines(src_path, src_shown), _read_lines(tgt_path, tgt_shown)
+    n = 0
+    while True:
+        src_item, tgt_item = next(src_lines, None), next(tgt_lines, None)
+        if src_item is None or tgt_item is None:
+            break
+        n += 1
+        yield src_item[0], src_item[1], tgt_item[1]
+    if src_item is not None or tgt_item is not None:
+        # One file ended first: count the rest of the other one (still streaming) for the message.
+        n_src = n + (src_item is not None) + sum(1 for _ in src_lines)
+        n_tgt = n + (tgt_item is not None) + sum(1 for _ in tgt_lines)
+        longer = src_shown if n_src > n_tgt else tgt_shown
+        raise CorpusError(
+            f"{src_shown} has {n_src} lines but {tgt_shown} has {n_tgt}: the source and target files must be "
+            f"line-aligned (one sentence per line, in the same order); {longer}:{n + 1} has no counterpart"
+        )
+    if n == 0:
+        raise CorpusError(f"{src_shown} and {tgt_shown} contain no sentence pairs: both files are empty")
+
+
+# ---- the tokenized corpus -------------------------------------------------------------------------------
+
+
+@dataclass
+class CorpusStats:
+    """What `encode_corpus` did with the pairs it read."""
+
+    read: int  # pairs read from the file(s)
+    kept: int  # pairs stored
+    skipped_empty: int  # a side was empty after normalisation
+    skipped_long: int  # a side had more than max_len - 1 tokens
+
+
+class TokenizedCorpus:
+    """Token ids of a parallel corpus, stored once: a flat id buffer and an offsets buffer per side.
+
+    Ids are uint16 when the vocabulary has fewer than 65,536 entries, int32 otherwise; offsets are int64.
+    `src(i)` and `tgt(i)` return the ids of pair i without BOS/EOS.
+    """
+
+    def __init__(
+        self,
+        src_ids: array,
+        src_offsets: array,
+        tgt_ids: array,
+        tgt_offsets: array,
+        stats: CorpusStats | None = None,
+    ) -> None:
+        if len(src_offsets) != len(tgt_offsets) or len(src_offsets) == 0:
+            raise ValueError(
+                "src_offsets and tgt_offsets must have the same length, at least 1 (a leading 0)"
+            )
+        self._src_ids, self._src_offsets = src_ids, src_offsets
+        self._tgt_ids, self._tgt_offsets = tgt_ids, tgt_offsets
+        n = len(src_offsets) - 1
+        self.stats = (
+            stats if stats is not None else CorpusStats(read=n, kept=n, skipped_empty=0, skipped_long=0)
+        )
+        self.src_lengths = _diff(src_offsets)
+        self.tgt_lengths = _diff(tgt_offsets)
+
+    @classmethod
+    def from_sequences(
+        cls, src_seqs: Sequence[Sequence[int]], tgt_seqs: Sequence[Sequence[int]], vocab_size: int = 65536
+    ) -> TokenizedCorpus:
+        """Build a corpus from lists of ids (handy for tests and small data)."""
+        if len(src_seqs) != len(tgt_seqs):
+            raise ValueError(f"{len(src_seqs)} source but {len(tgt_seqs)} target sequences")
+        code = _id_typecode(vocab_size)
+        bufs = [array(code), array("q", [0]), array(code), array("q", [0])]
+        for s, t in zip(src_seqs, tgt_seqs, strict=True):
+            _append(bufs[0], bufs[1], s)
+            _append(bufs[2], bufs[3], t)
+        return cls(*bufs)
+
+    def __len__(self) -> int:
+        return len(self._src_offsets) - 1
+
+    def src(self, i: int) -> list[int]:
+        """Source ids of pair i (no EOS)."""
+        return self._slice(self._src_ids, self._src_offsets, i)
+
+    def tgt(self, i: int) -> list[int]:
+        """Target ids of pair i (no BOS/EOS)."""
+        return self._slice(self._tgt_ids, self._tgt_offsets, i)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the id and offset buffers and the length tensors."""
+        arrays = (self._src_ids, self._src_offsets, self._tgt_ids, self._tgt_offsets)
+        tensors = (self.src_lengths, self.tgt_lengths)
+        return sum(a.itemsize * len(a) for a in arrays) + sum(t.numel() * t.element_size() for t in tensors)
+
+    def _slice(self, ids: array, offsets: array, i: int) -> list[int]:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"pair index {i} out of range for a corpus of {n} pairs")
+        i %= n
+        return ids[offsets[i] : offsets[i + 1]].tolist()
+
+    def __repr__(self) -> str:
+        return f"TokenizedCorpus({len(self)} pairs, {self.stats})"
+
+
+def _id_typecode(vocab_size: int) -> str:
+    return "H" if vocab_size <= 1 << 16 else "i"  # uint16 (ids <= 65535) or int32
+
+
+def _append(ids: array, offsets: array, seq: Sequence[int]) -> None:
+    ids.extend(seq)
+    offsets.append(len(ids))
+
+
+def _diff(offsets: array) -> torch.Tensor:
+    """(N+1,) offsets -> (N,) long lengths."""
+    t = torch.frombuffer(offsets, dtype=torch.int64)  # a view of the array; the difference is a new tensor
+    return t[1:] - t[:-1]
+
+
+def encode_corpus(
+    spec: CorpusSpec, tokenizer: _Encoder, max_len: int, chunk_size: int = 20000
+) -> TokenizedCorpus:
+    """Read and tokenize a corpus in chunks, keeping only pairs that fit the model.
+
+    Args:
+        spec: a corpus spec (see `read_pairs`).
+        tokenizer: a `tfm_cli.tokenizer.Tokenizer` (anything with `vocab_size` and `encode_batch`).
+        max_len: the model's longest sequence. A side may have at most max_len - 1 tokens, leaving room for the
+            EOS (source, tgt_out) or BOS (tgt_in).
+        chunk_size: pairs per batched encoder call; bounds the temporary memory.
+
+    Returns:
+        The TokenizedCorpus, with `stats` saying how many pairs were read, kept and skipped.
+
+    Raises:
+        CorpusError: as `read_pairs`.
+        TfmError: max_len < 2 or chunk_size < 1.
+    """
+    if max_len < 2:
+        raise TfmError(f"max_len={max_len} must be at least 2 (one token plus BOS/EOS)")
+    if chunk_size < 1:
+        raise TfmError(f"chunk_size={chunk_size} must be at least 1")
+    code = _id_typecode(tokenizer.vocab_size)
+    src_ids, src_offsets = array(code), array("q", [0])
+    tgt_ids, tgt_offsets = array(code), array("q", [0])
+    stats = CorpusStats(read=0, kept=0, skipped_empty=0, skipped_long=0)
+    limit = max_len - 1
+
+    def flush(srcs: list[str], tgts: list[str]) -> None:
+        for s, t in zip(tokenizer.encode_batch(srcs), tokenizer.encode_batch(tgts), strict=True):
+            if not s or not t:
+                stats.skipped_empty += 1
+            elif len(s) > limit or len(t) > limit:
+                stats.skipped_long += 1
+            else:
+                _append(src_ids, src_offsets, s)
+                _append(tgt_ids, tgt_offsets, t)
+                stats.kept += 1
+
+    srcs: list[str] = []
+    tgts: list[str] = []
+    for _, src, tgt in read_pairs(spec):
+        stats.read += 1
+        srcs.append(src)
+        tgts.append(tgt)
+        if len(srcs) >= chunk_size:
+            flush(srcs, tgts)
+            srcs, tgts = [], []
+    if srcs:
+        flush(srcs, tgts)
+    return TokenizedCorpus(src_ids, src_offsets, tgt_ids, tgt_offsets, stats)
+
+
+# ---- batches ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Batch:
+    """One padded batch (the Annotated Transformer's Batch). B = batch size, S/T = source/target length.
+
+    src      (B, S) long  source ids + EOS, right-padded
+    tgt_in   (B, T) long  BOS + target ids (decoder input), right-padded; None when translating
+    tgt_out  (B, T) long  target ids + EOS (what the decoder must predict), right-padded; None when translating
+    src_mask (B, 1, 1, S) bool, True = real key; tgt_mask (B, 1, T, T) bool, causal and padding
+    n_src_tokens, n_tgt_tokens: real (non-pad) tokens in src and in tgt_out
+    indices: corpus index of each row
+    """
+
+    src: torch.Tensor
+    tgt_in: torch.Tensor | None
+    tgt_out: torch.Tensor | None
+    src_mask: torch.Tensor
+    tgt_mask: torch.Tensor | None
+    n_src_tokens: int
+    n_tgt_tokens: int
+    indices: list[int]
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        """A copy with every tensor on `device`."""
+
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device, non_blocking=non_blocking)
+
+        return replace(
+            self,
+            src=move(self.src),
+            tgt_in=move(self.tgt_in),
+            tgt_out=move(self.tgt_out),
+            src_mask=move(self.src_mask),
+            tgt_mask=move(self.tgt_mask),
+            indices=list(self.indices),
+        )
+
+
+def _pad(seqs: list[list[int]], pad_id: int) -> torch.Tensor:
+    width = max(len(s) for s in seqs)
+    return torch.tensor([s + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.long)
+
+
+def make_batch(
+    src_seqs: Sequence[Sequence[int]],
+    tgt_seqs: Sequence[Sequence[int]] | None,
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
+    indices: Sequence[int] | None = None,
+) -> Batch:
+    """Pad token sequences (without specials) into a Batch; `tgt_seqs=None` for translation.
+
+    Raises:
+        ValueError: no sequences, or source and target counts differ.
+    """
+    if len(src_seqs) == 0:
+        raise ValueError("make_batch needs at least one sequence")
+    if tgt_seqs is not None and len(tgt_seqs) != len(src_seqs):
+        raise ValueError(f"{len(src_seqs)} source but {len(tgt_seqs)} target sequences")
+    src = _pad([list(s) + [eos_id] for s in src_seqs], pad_id)  # (B, S)
+    tgt_in = tgt_out = tgt_mask = None
+    n_tgt = 0
+    if tgt_seqs is not None:
+        tgt_in = _pad([[bos_id, *t] for t in tgt_seqs], pad_id)  # (B, T)
+        tgt_out = _pad([[*t, eos_id] for t in tgt_seqs], pad_id)  # (B, T)
+        tgt_mask = target_mask(tgt_in, pad_id)  # (B, 1, T, T)
+        n_tgt = int((tgt_out != pad_id).sum())
+    return Batch(
+        src=src,
+        tgt_in=tgt_in,
+        tgt_out=tgt_out,
+        src_mask=padding_mask(src, pad_id),  # (B, 1, 1, S)
+        tgt_mask=tgt_mask,
+        n_src_tokens=int((src != pad_id).sum()),
+        n_tgt_tokens=n_tgt,
+        indices=list(indices) if indices is not None else list(range(len(src_seqs))),
+    )
+
+
+def _lengths_list(lengths: torch.Tensor | Sequence[int]) -> list[int]:
+    return lengths.tolist() if isinstance(lengths, torch.Tensor) else [int(x) for x in lengths]
+
+
+def token_batches(
+    src_lengths: torch.Tensor | Sequence[int],
+    tgt_lengths: torch.Tensor | Sequence[int],
+    max_tokens: int,
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
+) -> list[list[int]]:
+    """Group pair indices into batches of at most `max_tokens` padded tokens per side (fairseq-style buckets).
+
+    Pairs are sorted by (target length, source length), ties broken at random, then cut greedily so that
+    batch size * (longest sequence + 1 for BOS/EOS) <= max_tokens on each side. A pair that alone exceeds
+    max_tokens gets a batch of its own. Finally the order of the batches is shuffled. Both random steps use a
+    generator seeded by (seed, epoch): equal arguments give equal batches.
+
+    Args:
+        src_lengths, tgt_lengths: (N,) token counts without specials.
+        max_tokens: padded-token budget per side.
+        seed, epoch: seed the random tie-break and batch shuffle.
+        shuffle: False keeps pairs and batches in sorted order, ties by index (for evaluation).
+
+    Returns:
+        A list of batches, each a list of corpus indices.
+    """
+    if max_tokens < 1:
+        raise TfmError(f"max_tokens={max_tokens} must be positive (try 4096)")
+    src_len, tgt_len = _lengths_list(src_lengths), _lengths_list(tgt_lengths)
+    if len(src_len) != len(tgt_len):
+        raise ValueError(f"{len(src_len)} source but {len(tgt_len)} target lengths")
+    rng = random.Random(f"tfm-batches:{seed}:{epoch}")
+    order = list(range(len(src_len)))
+    if shuffle:
+        rng.shuffle(order)  # the stable sort below keeps this random order among equal lengths
+    order.sort(key=lambda i: (tgt_len[i], src_len[i]))
+
+    batches: list[list[int]] = []
+    current: list[int] = []
+    max_src = max_tgt = 0
+    for i in order:
+        s, t = src_len[i] + 1, tgt_len[i] + 1  # + EOS on src / tgt_out, + BOS on tgt_in
+        new_src, new_tgt = max(max_src, s), max(max_tgt, t)
+        size = len(current) + 1
+        if current and (size * new_src > max_tokens or size * new_tgt > max_tokens):
+            batches.append(current)
+            current, new_src, new_tgt = [], s, t
+        current.append(i)
+        max_src, max_tgt = new_src, new_tgt
+    if current:
+        batches.append(current)
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+class BatchStream:
+    """Endless training batches, epoch after epoch, resumable at the exact next batch.
+
+    Epoch e uses `token_batches(..., seed, epoch=e)`. `epoch` starts at 1; `position` is the index of the next
+    batch within the epoch. `state_dict()` taken after any batch, given to `load_state_dict` of a new stream over
+    the same corpus and settings, makes it yield exactly the batches that would have come next.
+    """
+
+    def __init__(
+        self, corpus: TokenizedCorpus, max_tokens: int, seed: int, pad_id: int, bos_id: int, eos_id: int
+    ) -> None:
+        if len(corpus) == 0:
+            raise TfmError(
+                "the training corpus has no pairs left after filtering (check data.max_len and the files)"
+            )
+        if max_tokens < 1:
+            raise TfmError(f"max_tokens={max_tokens} must be positive (try 4096)")
+        self.corpus = corpus
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.epoch = 1
+        self.position = 0
+        self._cache: tuple[int, list[list[int]]] | None = None
+
+    def batches(self, epoch: int | None = None) -> list[list[int]]:
+        """The batches (lists of corpus indices) of `epoch` (default: the current one)."""
+        epoch = self.epoch if epoch is None else epoch
+        if self._cache is None or self._cache[0] != epoch:
+            c = self.corpus
+            self._cache = (
+                epoch,
+                token_batches(c.src_lengths, c.tgt_lengths, self.max_tokens, self.seed, epoch),
+            )
+        return self._cache[1]
+
+    @property
+    def num_batches(self) -> int:
+        """Number of batches in the current epoch."""
+        return len(self.batches())
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            batches = self.batches()
+            if self.position >= len(batches):
+                self.epoch += 1
+                self.position = 0
+                continue
+            indices = batches[self.position]
+            self.position += 1  # before the yield, so state_dict() after receiving a batch points past it
+            c = self.corpus
+            yield make_batch(
+                [c.src(i) for i in indices],
+                [c.tgt(i) for i in indices],
+                self.pad_id,
+                self.bos_id,
+                self.eos_id,
+                indices,
+            )
+
+    def state_dict(self) -> dict[str, int]:
+        """{"epoch", "position"}: where the stream is."""
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Continue from a `state_dict()`.
+
+        Raises:
+            TfmError: the state is malformed or points past the end of its epoch (a different corpus or
+                max_tokens than when it was saved).
+        """
+        try:
+            epoch, position = int(state["epoch"]), int(state["position"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise TfmError(
+                f"batch stream state {state!r} is malformed: expected {{'epoch': int, 'position': int}}"
+            ) from err
+        if epoch < 1 or position < 0:
+            raise TfmError(f"batch stream state {state!r} is invalid: epoch must be >= 1 and position >= 0")
+        n = len(self.batches(epoch))
+        if position > n:
+            raise TfmError(
+                f"batch stream state {state!r} points past the end of epoch {epoch}, which has {n} batches: "
+                "resume with the same corpus, tokenizer, max_len and max_tokens as the saved run"
+            )
+        self.epoch, self.position = epoch, position

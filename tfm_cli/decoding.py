@@ -1,0 +1,251 @@
+"""Search over the decoder's K/V cache: greedy and beam search (paper section 6.1), batched over sentences.
+
+Beam search keeps `beam_size` live hypotheses per sentence, scores finished ones with the GNMT length penalty
+lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al., 2016; the paper uses alpha = 0.6), and stops a sentence as soon as it
+holds `beam_size` finished hypotheses (as fairseq does) or reaches its maximum length, source length + 50 by
+default. Finished sentences leave the batch, so the remaining ones decode faster.
+
+Pure torch: no tokenizer, no CLI. Token ids in, token ids out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from tfm_cli.model import Transformer
+
+
+@dataclass
+class Hypothesis:
+    """One output sequence: `tokens` without BOS/EOS, `score` = log_prob / lp(length), `log_prob` = sum log P."""
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+
+
+def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
+    """GNMT length penalty ((5 + length) / 6) ** alpha; `length` counts output tokens including EOS."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_output_lengths(src_mask: torch.Tensor, offset: int, limit: int) -> torch.Tensor:
+    """Per-sentence maximum number of output tokens before EOS: source length + offset, capped at `limit`.
+
+    The source length excludes the EOS appended to every source; `src_mask` is (B, 1, 1, S).
+    """
+    src_len = src_mask.reshape(src_mask.size(0), -1).sum(dim=1) - 1
+    return (src_len + offset).clamp(min=1, max=limit)
+
+
+def _step_log_probs(model: Transformer, last: torch.Tensor, memory, src_mask, cache, at_max: torch.Tensor):
+    """Log-probabilities of the next token for each row; rows at their length limit may only end (EOS)."""
+    cfg = model.config
+    logits = model.decode(last[:, None], memory, src_mask, None, cache)[:, -1].float()  # (B, V)
+    log_probs = logits.log_softmax(dim=-1)
+    log_probs[:, cfg.pad_id] = float("-inf")  # padding and BOS are never outputs
+    log_probs[:, cfg.bos_id] = float("-inf")
+    if at_max.any():
+        eos = log_probs[at_max, cfg.eos_id]
+        log_probs[at_max] = float("-inf")
+        log_probs[at_max, cfg.eos_id] = eos
+    return log_probs
+
+
+@torch.no_grad()
+def greedy_search(
+    model: Transformer,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    max_len_offset: int = 50,
+    alpha: float = 0.0,
+) -> list[list[Hypothesis]]:
+    """Pick the most probable token at every step. Returns one hypothesis per sentence (as a 1-element list).
+
+    Args:
+        src: (B, S) source ids ending with EOS, right-padded; src_mask: (B, 1, 1, S) bool.
+        max_len_offset: output may be at most source length + this many tokens (then EOS is forced).
+        alpha: length penalty used for the reported score only (greedy choices do not depend on it).
+    """
+    cfg = model.config
+    batch = src.size(0)
+    memory = model.encode(src, src_mask)  # (B, S, D)
+    max_len = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)
+    cache = model.new_cache()
+    alive = torch.arange(batch, device=src.device)  # original index of each live row
+    last = torch.full((batch,), cfg.bos_id, dtype=torch.long, device=src.device)
+    log_prob = torch.zeros(batch, device=src.device)
+    tokens: list[list[int]] = [[] for _ in range(batch)]
+    results: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    step = 0
+    while alive.numel():
+        log_probs = _step_log_probs(model, last, memory, src_mask, cache, step >= max_len)
+        best_lp, best = log_probs.max(dim=-1)  # (B_alive,)
+        log_prob += best_lp
+        ended = best == cfg.eos_id
+        for row, (token, done) in enumerate(zip(best.tolist(), ended.tolist())):
+            i = int(alive[row])
+            if done:
+                total = float(log_prob[row])
+                n = len(tokens[i]) + 1
+                results[i] = [Hypothesis(tokens[i], total / float(length_penalty(n, alpha)), total)]
+            else:
+                tokens[i].append(token)
+        keep = (~ended).nonzero().squeeze(1)
+        if keep.numel() < alive.numel():  # drop finished sentences from every per-row tensor
+            alive, last, log_prob = alive[keep], best[keep], log_prob[keep]
+            memory, src_mask, max_len = memory[keep], src_mask[keep], max_len[keep]
+            cache.select(keep)
+        else:
+            last = best
+        step += 1
+    return results
+
+
+@torch.no_grad()
+def beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_offset: int = 50,
+    n_best: int = 1,
+) -> list[list[Hypothesis]]:
+    """Beam search with the GNMT length penalty, batched over sentences and beams, over the K/V cache.
+
+    Args:
+        src: (B, S) source ids ending with EOS, right-padded; src_mask: (B, 1, 1, S) bool.
+        beam_size: live hypotheses per sentence (K).
+        alpha: length penalty exponent; 0 ranks by total log-probability.
+        max_len_offset: output may be at most source length + this many tokens (then EOS is forced).
+        n_best: how many finished hypotheses to return per sentence (at most `beam_size`), best first.
+
+    Returns:
+        For each sentence, up to `n_best` hypotheses sorted by score, best first.
+    """
+    if beam_size < 1 or not 1 <= n_best <= beam_size:
+        raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size, got {beam_size} and {n_best}")
+    cfg = model.config
+    k = beam_size
+    n, device = src.size(0), src.device
+    memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)  # (n*K, S, D)
+    src_mask = src_mask.repeat_interleave(k, dim=0)
+    max_len = max_output_lengths(src_mask[::k], max_len_offset, cfg.max_positions - 1)  # (n,)
+    cache = model.new_cache()
+    sentence = torch.arange(n, device=device)  # original index of each live sentence
+    seqs = torch.empty(n * k, 0, dtype=torch.long, device=device)  # generated tokens of each beam
+    # Only the first beam of each sentence is live at the start, so the first step picks K distinct tokens.
+    beam_scores = torch.full((n, k), float("-inf"), device=device)
+    beam_scores[:, 0] = 0.0
+    last = torch.full((n * k,), cfg.bos_id, dtype=torch.long, device=device)
+    finished: list[list[Hypothesis]] = [[] for _ in range(n)]
+    step = 0
+    while sentence.numel():
+        live = sentence.numel()
+        at_max = (step >= max_len).repeat_interleave(k)
+        log_probs = _step_log_probs(model, last, memory, src_mask, cache, at_max)  # (live*K, V)
+        vocab = log_probs.size(-1)
+        candidates = (beam_scores.view(-1, 1) + log_probs).view(live, k * vocab)
+        top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (live, 2K)
+        top_beam, top_token = top_index // vocab, top_index % vocab
+        is_eos = top_token == cfg.eos_id
+
+        # Finish hypotheses that end here, counting only EOS among the K best candidates (fairseq's rule).
+        done = torch.zeros(live, dtype=torch.bool, device=device)
+        ends = (is_eos[:, :k] & top_scores[:, :k].isfinite()).nonzero().tolist()
+        for row, j in ends:
+            i = int(sentence[row])
+            if len(finished[i]) >= k:
+                continue
+            beam_row = row * k + int(top_beam[row, j])
+            total = float(top_scores[row, j])
+            finished[i].append(
+                Hypothesis(seqs[beam_row].tolist(), total / float(length_penalty(step + 1, alpha)), total)
+            )
+        for row in range(live):
+            done[row] = len(finished[int(sentence[row])]) >= k
+
+        # The K best continuations that do not end become the next beams.
+        cont_scores, cont_pos = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # (live, K)
+        done |= ~cont_scores[:, 0].isfinite()  # nothing left to extend (e.g. forced EOS at max length)
+        rows = (torch.arange(live, device=device)[:, None] * k + top_beam.gather(1, cont_pos)).view(-1)
+        last = top_token.gather(1, cont_pos).view(-1)
+        seqs = torch.cat([seqs.index_select(0, rows), last[:, None]], dim=1)
+        cache.reorder(rows)
+        beam_scores = cont_scores
+
+        if done.any():  # finished sentences leave the batch
+            keep = (~done).nonzero().squeeze(1)
+            keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
+            sentence, max_len, beam_scores = sentence[keep], max_len[keep], beam_scores[keep]
+            seqs, last = seqs[keep_rows], last[keep_rows]
+            memory, src_mask = memory[keep_rows], src_mask[keep_rows]
+            cache.select(keep_rows)
+        step += 1
+    return [sorted(h, key=lambda x: x.score, reverse=True)[:n_best] for h in finished]
+
+
+def length_sorted_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length with at most `max_tokens` padded tokens each."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        width = lengths[current[0]] if current else lengths[i]  # longest first, so the first sets the width
+        if current and (len(current) + 1) * width > max_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+@torch.no_grad()
+def translate_ids(
+    model: Transformer,
+    sequences: list[list[int]],
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_offset: int = 50,
+    n_best: int = 1,
+    max_tokens: int = 8000,
+    greedy: bool = False,
+    autocast=None,
+    on_batch=None,
+) -> list[list[Hypothesis]]:
+    """Translate token-id sequences (without EOS), batched by length, results in input order.
+
+    Args:
+        sequences: source token ids; each must fit the model (length + 1 <= max_positions).
+        beam_size, alpha, max_len_offset, n_best: beam search settings (ignored with `greedy`, which returns 1).
+        max_tokens: padded source tokens per batch (times the beam size for beam search).
+        autocast: a context-manager factory for mixed precision, or None.
+        on_batch: called with the number of sentences after each batch (progress display).
+    """
+    cfg = model.config
+    device = next(model.parameters()).device
+    results: list[list[Hypothesis]] = [[] for _ in sequences]
+    lengths = [len(s) + 1 for s in sequences]
+    budget = max(max_tokens // (1 if greedy else beam_size), max(lengths, default=1))
+    for indices in length_sorted_batches(lengths, budget):
+        width = max(lengths[i] for i in indices)
+        src = torch.full((len(indices), width), cfg.pad_id, dtype=torch.long)
+        for row, i in enumerate(indices):
+            src[row, : lengths[i]] = torch.tensor(sequences[i] + [cfg.eos_id])
+        src = src.to(device)
+        src_mask = (src != cfg.pad_id)[:, None, None, :]
+        with autocast() if autocast is not None else contextlib.nullcontext():
+            if greedy:
+                hyps = greedy_search(model, src, src_mask, max_len_offset, alpha)
+            else:
+                hyps = beam_search(model, src, src_mask, beam_size, alpha, max_len_offset, n_best)
+        for i, h in zip(indices, hyps):
+            results[i] = h
+        if on_batch is not None:
+            on_batch(len(indices))
+    return results

@@ -1,0 +1,688 @@
+"""Recipes: everything a training run needs, as typed dataclasses read from YAML.
+
+A recipe file maps straight onto `Recipe` (sections `data`, `tokenizer`, `model`, `train`, `decode`); the
+defaults are the paper's base model (Vaswani et al. 2017, Table 3). `load_recipe` reads the YAML, applies
+`dotted.key=value` overrides from the command line, converts and validates, and raises one `RecipeError`
+listing every problem at once. Each problem line names the dotted key, the bad value, the rule and the fix.
+
+Pure Python (yaml + stdlib): no torch, typer or rich, so the CLI can validate a recipe cheaply.
+Corpus paths are only checked to be non-empty strings here; the data layer resolves and reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tfm_cli.errors import RecipeError
+from tfm_cli.model.config import ModelConfig, config_problems
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# 256 byte tokens for the byte-level fallback + 4 specials (pad, bos, eos, unk), with some room for merges.
+MIN_VOCAB_SIZE = 300
+_NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Schema
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DataRecipe:
+    """Parallel corpora. A path is one TSV file (source TAB target, may be .gz) or [source_file, target_file].
+
+    `bundled:NAME/FILE` names a corpus shipped inside the package.
+    """
+
+    train: str | list[str] = "bundled:tatoeba-fr-en/train.tsv.gz"  # training pairs
+    dev: str | list[str] | None = "bundled:tatoeba-fr-en/dev.tsv.gz"  # dev pairs for evaluation; null = none
+    max_len: int = 256  # pairs with more tokens than this on either side are skipped (and counted)
+
+
+@dataclass
+class TokenizerRecipe:
+    """The shared source/target subword tokenizer."""
+
+    path: str | None = None  # an existing tokenizer.json to use; null = train one into the run directory
+    vocab_size: int = 37000  # size of the vocabulary to train (the paper's shared EN-DE BPE has ~37000)
+    min_frequency: int = 2  # a merge must occur at least this often in the training corpus
+
+
+@dataclass
+class ModelRecipe:
+    """Model shapes: exactly `ModelConfig` minus what the tokenizer fixes (vocab_size and the special ids)."""
+
+    d_model: int = 512  # width of every sublayer output and of the embeddings
+    d_ff: int = 2048  # inner width of the position-wise feed-forward network
+    n_heads: int = 8  # h; each head has d_k = d_v = d_model / h
+    n_enc_layers: int = 6  # N for the encoder stack
+    n_dec_layers: int = 6  # N for the decoder stack
+    dropout: float = 0.1  # P_drop on sublayer outputs and on embeddings + positions
+    attn_dropout: float = 0.0  # dropout on attention weights (not in the paper)
+    norm: str = "post"  # "post" (the paper: LayerNorm(x + Sublayer(x))) or "pre"
+    positions: str = "sinusoidal"  # "sinusoidal" (section 3.5) or "learned"
+    max_positions: int = 1024  # longest sequence the position table covers
+    tie_embeddings: bool = True  # share source/target embeddings and the output projection (section 3.4)
+
+
+@dataclass
+class TrainRecipe:
+    """Optimiser and schedule (paper section 5.3), regularisation (5.4), logging, evaluation, checkpoints."""
+
+    max_tokens: int = 25000  # tokens per batch on each side (source and target, padding included)
+    accum_steps: int = 1  # batches per optimizer step (gradient accumulation)
+    max_steps: int = 100000  # optimizer steps
+    warmup_steps: int = 4000  # linear warmup of the learning rate, then inverse square root decay
+    lr_factor: float = 1.0  # multiplies the paper's schedule d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam beta1, beta2
+    eps: float = 1e-9  # Adam epsilon
+    weight_decay: float = 0.0  # decoupled weight decay (AdamW); the paper uses none
+    label_smoothing: float = 0.1  # epsilon_ls of section 5.4
+    clip_norm: float = 0.0  # max gradient norm; 0 = no clipping
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (auto: bf16 where the device runs it fast, else fp32)
+    seed: int = 1  # seeds python, torch and batch shuffling
+    log_every: int = 100  # steps between progress/metrics lines
+    eval_every: int = 5000  # steps between dev evaluations (loss, perplexity, BLEU, chrF); 0 = at the end
+    eval_sentences: int = 500  # dev sentences decoded for BLEU/chrF at periodic evals (final: all); 0 = all
+    save_every: int = 1500  # steps between checkpoints (~10 minutes at the paper's 0.4 s/step, section 6.1)
+    keep_last: int = 5  # checkpoints kept on disk
+    average_last: int = 5  # checkpoints averaged into the final model (paper base: 5); 1 = no averaging
+
+
+@dataclass
+class DecodeRecipe:
+    """Beam search defaults for evaluation and `tfm translate` (paper section 6.1)."""
+
+    beam: int = 4  # beam size
+    alpha: float = 0.6  # GNMT length penalty exponent; 0 = no length normalisation
+    max_len_offset: int = 50  # max output length = source length + this
+    max_tokens: int = 8000  # source tokens per translation batch
+
+
+@dataclass
+class Recipe:
+    """A whole training recipe; `name` names the run directory runs/<name>/."""
+
+    name: str = ""  # run name: letters, digits, '.', '_', '-' (required by validation)
+    description: str = ""  # free text, e.g. where the numbers come from
+    data: DataRecipe = field(default_factory=DataRecipe)
+    tokenizer: TokenizerRecipe = field(default_factory=TokenizerRecipe)
+    model: ModelRecipe = field(default_factory=ModelRecipe)
+    train: TrainRecipe = field(default_factory=TrainRecipe)
+    decode: DecodeRecipe = field(default_factory=DecodeRecipe)
+
+
+SECTIONS: dict[str, type] = {
+    "data": DataRecipe,
+    "tokenizer": TokenizerRecipe,
+    "model": ModelRecipe,
+    "train": TrainRecipe,
+    "decode": DecodeRecipe,
+}
+SCALARS: tuple[str, ...] = ("name", "description")  # top-level keys that hold a value, not a section
+TOP_LEVEL_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Recipe))
+
+
+def _section_fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def recipe_keys() -> list[str]:
+    """Every settable dotted key (`name`, `description`, `model.d_model`, ...), e.g. for shell completion."""
+    keys = list(SCALARS)
+    for section, cls in SECTIONS.items():
+        keys += [f"{section}.{name}" for name in _section_fields(cls)]
+    return keys
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Types: each field's annotation reduced to a "kind" that the checker and the converter understand
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _kind(hint: Any) -> str:
+    """int | float | bool | str | str? | path | path? | floats."""
+    if hint in (int, float, bool, str):
+        return hint.__name__
+    origin = typing.get_origin(hint)
+    if origin is list and typing.get_args(hint) == (float,):
+        return "floats"
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        optional = "?" if type(None) in args else ""
+        rest = tuple(a for a in args if a is not type(None))
+        if rest == (str,):
+            return "str" + optional
+        if set(rest) == {str, list[str]}:
+            return "path" + optional
+    raise TypeError(f"recipe field type {hint!r} is not supported")  # a bug in this file, not a user error
+
+
+_KINDS: dict[str, dict[str, str]] = {
+    section: {name: _kind(hint) for name, hint in typing.get_type_hints(cls).items()}
+    for section, cls in SECTIONS.items()
+}
+_KINDS[""] = {name: _kind(typing.get_type_hints(Recipe)[name]) for name in SCALARS}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_finite(v: Any) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _to_float(v: Any) -> Any:
+    """Int -> float; a string float() reads -> float (PyYAML reads `1e-9` as a string); else unchanged."""
+    if _is_number(v):
+        try:
+            return float(v)
+        except OverflowError:  # an int too large for a float
+            return math.inf
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    return v
+
+
+def _convert(value: Any, kind: str) -> Any:
+    if kind == "float":
+        return _to_float(value)
+    if kind == "floats" and isinstance(value, list):
+        return [_to_float(v) for v in value]
+    return value
+
+
+def _type_problem(key: str, value: Any, kind: str) -> str | None:
+    """The problem line when `value` does not have the field's type, else None."""
+    bad = f"{key}={value!r}"
+    if kind == "int":
+        return None if _is_int(value) else f"{bad} must be an integer"
+    if kind == "float":
+        if not _is_number(value):
+            return f"{bad} must be a number"
+        return None if _is_finite(value) else f"{bad} must be a finite number"
+    if kind == "bool":
+        return None if isinstance(value, bool) else f"{bad} must be true or false"
+    if kind in ("str", "str?"):
+        if isinstance(value, str) or (kind == "str?" and value is None):
+            return None
+        quote = " (put it in quotes)" if isinstance(value, (bool, int, float)) else ""
+        return f"{bad} must be a string{' or null' if kind == 'str?' else ''}{quote}"
+    if kind in ("path", "path?"):
+        if isinstance(value, str) or (kind == "path?" and value is None):
+            return None
+        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
+            return None
+        null = " (or null for none)" if kind == "path?" else ""
+        return (
+            f"{bad} must be one TSV file path or a list of exactly 2 paths [source_file, target_file]{null}"
+        )
+    if kind == "floats":
+        if isinstance(value, list) and all(_is_number(v) and _is_finite(v) for v in value):
+            return None
+        return f"{bad} must be a list of numbers"
+    raise AssertionError(kind)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Validation
+# ------------------------------------------------------------------------------------------------------------
+
+# Single-field range rules, checked once the field has the right type: key -> (ok, rule and fix).
+_POSITIVE = (lambda v: v >= 1, "must be a positive integer")
+_NON_NEGATIVE = (lambda v: v >= 0, "must be >= 0")
+_RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
+    "data.max_len": _POSITIVE,
+    "tokenizer.path": (
+        lambda v: v is None or v.strip() != "",
+        "must be a tokenizer.json path, or null to train one",
+    ),
+    "tokenizer.vocab_size": (
+        lambda v: v >= MIN_VOCAB_SIZE,
+        f"must be at least {MIN_VOCAB_SIZE}: the byte fallback needs 256 byte tokens + 4 special tokens, "
+        "plus room for merges",
+    ),
+    "tokenizer.min_frequency": _POSITIVE,
+    "train.max_tokens": _POSITIVE,
+    "train.accum_steps": _POSITIVE,
+    "train.max_steps": _POSITIVE,
+    "train.warmup_steps": (
+        lambda v: v >= 1,
+        "must be >= 1 (the schedule divides by it; the paper uses 4000)",
+    ),
+    "train.lr_factor": (lambda v: v > 0, "must be > 0 (1.0 = the paper's schedule)"),
+    "train.betas": (
+        lambda v: len(v) == 2 and all(0.0 <= b < 1.0 for b in v),
+        "must be two numbers in [0, 1), e.g. [0.9, 0.98]",
+    ),
+    "train.eps": (lambda v: v > 0, "must be > 0 (the paper uses 1e-9)"),
+    "train.weight_decay": _NON_NEGATIVE,
+    "train.label_smoothing": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1) (the paper uses 0.1)"),
+    "train.clip_norm": (lambda v: v >= 0, "must be >= 0 (0 = no clipping)"),
+    "train.precision": (lambda v: v in PRECISIONS, f"must be one of: {', '.join(PRECISIONS)}"),
+    "train.seed": _NON_NEGATIVE,
+    "train.log_every": _POSITIVE,
+    "train.eval_every": (lambda v: v >= 0, "must be >= 0 (0 = evaluate only at the end)"),
+    "train.eval_sentences": (lambda v: v >= 0, "must be >= 0 (0 = all dev sentences)"),
+    "train.save_every": _POSITIVE,
+    "train.keep_last": _POSITIVE,
+    "train.average_last": (lambda v: v >= 1, "must be a positive integer (1 = no averaging)"),
+    "decode.beam": _POSITIVE,
+    "decode.alpha": (lambda v: v >= 0, "must be >= 0 (0 = no length penalty; the paper uses 0.6)"),
+    "decode.max_len_offset": _NON_NEGATIVE,
+    "decode.max_tokens": _POSITIVE,
+}
+
+
+def _path_problem(key: str, value: Any) -> str | None:
+    paths = value if isinstance(value, list) else [value]
+    if any(p is not None and not p.strip() for p in paths):
+        return f"{key}={value!r} must name a file: a path may not be empty"
+    return None
+
+
+def _name_problem(name: str) -> str | None:
+    where = "it names runs/<name>/"
+    if not name:
+        return f"name={name!r} must be a non-empty run name ({where}), e.g. name: base"
+    if not _NAME_RE.fullmatch(name) or name in (".", ".."):
+        fix = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "run"
+        return f"name={name!r} may only use letters, digits, '.', '_' and '-' ({where}); try {fix!r}"
+    return None
+
+
+def _validate(recipe: Recipe, skip: set[str]) -> list[str]:
+    """Type, range and cross-field checks; keys in `skip` were already reported and are not checked again."""
+    problems: list[str] = []
+    good: dict[str, Any] = {}  # dotted key -> value, for the keys whose type is right
+
+    for name in SCALARS:
+        value = getattr(recipe, name)
+        if name in skip:
+            continue
+        problem = _type_problem(name, value, _KINDS[""][name])
+        if problem is None and name == "name":
+            problem = _name_problem(value)
+        if problem:
+            problems.append(problem)
+        else:
+            good[name] = value
+
+    for section in SECTIONS:
+        obj = getattr(recipe, section)
+        for name, kind in _KINDS[section].items():
+            key = f"{section}.{name}"
+            if key in skip or section in skip:
+                continue
+            value = getattr(obj, name)
+            problem = _type_problem(key, value, kind)
+            if problem is None and kind.startswith("path"):
+                problem = _path_problem(key, value)
+            if problem is None and key in _RULES:
+                ok, rule = _RULES[key]
+                if not ok(value):
+                    problem = f"{key}={value!r} {rule}"
+            if problem:
+                problems.append(problem)
+            else:
+                good[key] = value
+        if section == "model":
+            # Shape rules live with ModelConfig; pass only well-typed values so nothing is reported twice.
+            values = {name: good[f"model.{name}"] for name in _KINDS["model"] if f"model.{name}" in good}
+            problems += config_problems(values, prefix="model.")
+
+    # Cross-field rules, only between values that passed their own checks.
+    keep, average = good.get("train.keep_last"), good.get("train.average_last")
+    if keep is not None and average is not None and average > keep:
+        problems.append(
+            f"train.average_last={average} must be at most train.keep_last={keep} "
+            f"(raise train.keep_last to {average})"
+        )
+    max_len, max_positions = good.get("data.max_len"), good.get("model.max_positions")
+    if (
+        max_len is not None
+        and max_positions is not None
+        and max_positions >= 1
+        and max_len > max_positions - 2
+    ):
+        problems.append(
+            f"data.max_len={max_len} must be at most model.max_positions - 2 = {max_positions - 2} "
+            f"(room for BOS and EOS); lower data.max_len or raise model.max_positions to {max_len + 2}"
+        )
+    max_tokens = good.get("train.max_tokens")
+    if max_len is not None and max_tokens is not None and max_len > max_tokens:
+        problems.append(
+            f"data.max_len={max_len} must be at most train.max_tokens={max_tokens} (a batch must hold the "
+            f"longest pair); lower data.max_len or raise train.max_tokens to {max_len}"
+        )
+    return problems
+
+
+def validate_recipe(recipe: Recipe) -> list[str]:
+    """Check a recipe's types, ranges and cross-field rules.
+
+    Args:
+        recipe: a `Recipe`, e.g. built in code or returned by `recipe_from_dict`.
+
+    Returns:
+        One line per problem (empty when the recipe is valid), each naming the dotted key, the bad value,
+        the rule and the fix.
+    """
+    return _validate(recipe, set())
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Unknown keys and overrides
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _a(value: Any) -> str:
+    """'a list', 'a string', ... for messages about a value of the wrong shape."""
+    if value is None:
+        return "null"
+    names = {
+        list: "a list",
+        dict: "a mapping",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+    }
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+def _unknown_key(dotted: str) -> str:
+    """`x.y is not a recipe key; did you mean x.z?` (or the valid keys when nothing is close)."""
+    parts = dotted.split(".")
+    head = f"{dotted} is not a recipe key"
+    if parts[0] not in TOP_LEVEL_KEYS:
+        close = difflib.get_close_matches(parts[0], TOP_LEVEL_KEYS, n=1)
+        if close:
+            guess = ".".join([close[0], *parts[1:]]) if close[0] in SECTIONS else close[0]
+            return f"{head}; did you mean {guess}?"
+        return f"{head}; valid top-level keys: {', '.join(TOP_LEVEL_KEYS)}"
+    section = parts[0]
+    if section in SCALARS:
+        return f"{head}; {section} takes a single value, e.g. {section}=..."
+    names = _section_fields(SECTIONS[section])
+    if len(parts) == 2 and parts[1] in names:  # a literal dotted key in YAML, e.g. `train.max_steps: 5`
+        return f"{head} at the top level; nest it: {section}: {{{parts[1]}: ...}}"
+    if len(parts) > 2 and parts[1] in names:  # a.b.c where a.b is a leaf
+        return f"{head}; {section}.{parts[1]} takes a single value, e.g. {section}.{parts[1]}=..."
+    close = difflib.get_close_matches(parts[1] if len(parts) > 1 else "", names, n=1)
+    if close:
+        return f"{head}; did you mean {section}.{close[0]}?"
+    return f"{head}; valid keys in {section}: {', '.join(names)}"
+
+
+def _override_problem(text: str) -> str:
+    return f"override {text!r} must look like key=value (e.g. train.max_steps=2000)"
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Split `dotted.key=value` and parse the value as YAML (`true`, `3`, `0.1`, `[a, b]`, `null` all work).
+
+    The key is not checked against the schema here; `load_recipe` does that.
+
+    Args:
+        text: one command-line override, e.g. "train.max_steps=2000".
+
+    Returns:
+        (dotted_key, value), e.g. ("train.max_steps", 2000).
+
+    Raises:
+        RecipeError: the text has no `=`, an empty key, or a value that is not valid YAML.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")) or any(c.isspace() for c in key):
+        raise RecipeError("override", [_override_problem(text)])
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise RecipeError(
+            "override", [f"override {text!r} has a value that is not valid YAML ({problem}); quote it"]
+        ) from None
+    return key, value
+
+
+def _apply_overrides(
+    raw: dict[str, Any], sections: dict[str, dict[str, Any] | None], overrides: Sequence[str]
+) -> list[str]:
+    """Set each override's leaf in `raw` / `sections` (a None section is broken and already reported)."""
+    problems: list[str] = []
+    for text in overrides:
+        try:
+            key, value = parse_override(text)
+        except RecipeError as err:
+            problems += err.problems
+            continue
+        parts = key.split(".")
+        if len(parts) == 1 and parts[0] in SCALARS:
+            raw[parts[0]] = value
+        elif len(parts) == 1 and parts[0] in SECTIONS:
+            example = _section_fields(SECTIONS[parts[0]])[0]
+            problems.append(
+                f"override {text!r} must set one key inside {parts[0]}, e.g. {parts[0]}.{example}=..."
+            )
+        elif len(parts) == 2 and parts[0] in SECTIONS and parts[1] in _section_fields(SECTIONS[parts[0]]):
+            target = sections[parts[0]]
+            if target is not None:
+                target[parts[1]] = value
+        else:
+            problems.append(_unknown_key(key))
+    return problems
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Building a Recipe from plain data
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _build(data: Any, overrides: Sequence[str]) -> tuple[Recipe | None, list[str]]:
+    if not isinstance(data, dict):
+        return None, [
+            f"the top level must be a mapping of recipe keys ({', '.join(TOP_LEVEL_KEYS)}), not {_a(data)}"
+        ]
+    problems: list[str] = []
+    skip: set[str] = set()
+    raw: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any] | None] = {}
+
+    for key, value in data.items():
+        if key in SECTIONS:
+            continue
+        if key in SCALARS:
+            raw[key] = value
+        else:
+            problems.append(_unknown_key(str(key)))
+    for section, cls in SECTIONS.items():
+        value = data.get(section)
+        if value is None:  # absent, or `model:` with nothing under it: all defaults
+            sections[section] = {}
+        elif isinstance(value, dict):
+            sections[section] = {}
+            names = _section_fields(cls)
+            for key, v in value.items():
+                if key in names:
+                    sections[section][key] = v
+                else:
+                    problems.append(_unknown_key(f"{section}.{key}"))
+        else:
+            problems.append(f"{section} must be a mapping of keys, not {_a(value)}")
+            sections[section] = None
+            skip.add(section)
+
+    problems += _apply_overrides(raw, sections, overrides)
+
+    if "name" not in raw:
+        problems.append("name is missing: every recipe needs a name (it names runs/<name>/), e.g. name: base")
+        skip.add("name")
+    built = {}
+    for section, cls in SECTIONS.items():
+        values = sections[section] or {}
+        kinds = _KINDS[section]
+        built[section] = cls(**{k: _convert(v, kinds[k]) for k, v in values.items()})
+    recipe = Recipe(name=raw.get("name", ""), description=raw.get("description", ""), **built)
+    problems += _validate(recipe, skip)
+    return recipe, problems
+
+
+def recipe_from_dict(data: dict[str, Any], source: str = "<recipe>", overrides: Sequence[str] = ()) -> Recipe:
+    """Build and validate a recipe from plain data (as YAML would give it).
+
+    Missing keys take the paper-base defaults, except `name`, which is required.
+
+    Args:
+        data: the top-level mapping.
+        source: what to call the data in the error (a file name).
+        overrides: `dotted.key=value` strings applied on top of `data`.
+
+    Returns:
+        The validated `Recipe` (float fields hold floats even when written as ints or as `1e-9`).
+
+    Raises:
+        RecipeError: listing every problem: unknown keys, wrong types, out-of-range values, bad overrides.
+    """
+    recipe, problems = _build(data, overrides)
+    if problems or recipe is None:
+        raise RecipeError(source, problems)
+    return recipe
+
+
+def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
+    """Plain nested dict (fields in schema order) that `recipe_from_dict` turns back into an equal recipe."""
+    return dataclasses.asdict(recipe)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Files
+# ------------------------------------------------------------------------------------------------------------
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (PyYAML would silently keep the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key; the base constructor reports it
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (each key may appear once in a mapping)",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _not_found(path: Path) -> str:
+    parent = path.parent if str(path.parent) else Path(".")
+    if parent.is_dir():
+        siblings = sorted(p.name for p in parent.glob("*.y*ml"))
+        close = difflib.get_close_matches(path.name, siblings, n=1)
+        if close:
+            return f"no such file; did you mean {parent / close[0]}?"
+        if siblings:
+            return f"no such file; recipes in {parent}: {', '.join(siblings)}"
+    return "no such file"
+
+
+def _read_yaml(path: Path, source: str) -> Any:
+    if not path.exists():
+        raise RecipeError(source, [_not_found(path)])
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.y*ml"))
+        hint = f"; pass a recipe file such as {path / inside[0]}" if inside else ""
+        raise RecipeError(source, [f"is a directory, not a recipe file{hint}"])
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise RecipeError(source, [f"is not UTF-8 text (bad byte at offset {err.start})"]) from None
+    except OSError as err:
+        raise RecipeError(source, [f"cannot be read: {err.strerror or err}"]) from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = err.problem or err.context or "syntax error"
+        if err.context and err.problem:
+            what = f"{err.problem} ({err.context})"
+        raise RecipeError(source, [f"invalid YAML{where}: {what}"]) from None
+    except yaml.YAMLError as err:
+        raise RecipeError(source, [f"invalid YAML: {err}"]) from None
+
+
+def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
+    """Read a YAML recipe, apply overrides, convert to dataclasses and validate.
+
+    Args:
+        path: the recipe file.
+        overrides: `dotted.key=value` strings from the command line, e.g. ["train.max_steps=2000"];
+            each value is parsed as YAML, later ones win.
+
+    Returns:
+        The validated `Recipe`.
+
+    Raises:
+        RecipeError: naming the file; for a file that is missing, a directory, unreadable, not valid YAML
+            (with line and column) or not a mapping, else listing every problem in the recipe and overrides.
+    """
+    source = str(path)
+    data = _read_yaml(Path(path), source)
+    if data is None:
+        raise RecipeError(source, ["is empty; a recipe needs at least `name:` (see recipes/base.yaml)"])
+    return recipe_from_dict(data, source, overrides)
+
+
+def dump_recipe(recipe: Recipe, path: str | Path) -> None:
+    """Write the recipe as YAML (schema order) that `load_recipe` reads back to an equal `Recipe`."""
+    text = yaml.safe_dump(
+        recipe_to_dict(recipe), sort_keys=False, allow_unicode=True, default_flow_style=None
+    )
+    Path(path).write_text(text, encoding="utf-8")
+
+
+def model_config(recipe: Recipe, vocab_size: int, pad_id: int, bos_id: int, eos_id: int) -> ModelConfig:
+    """The `ModelConfig` for a recipe's model once the tokenizer has fixed the vocabulary and special ids.
+
+    Raises:
+        ValueError: the combination is invalid (e.g. a special id outside the vocabulary).
+    """
+    return ModelConfig(
+        vocab_size=vocab_size,
+        pad_id=pad_id,
+        bos_id=bos_id,
+        eos_id=eos_id,
+        **dataclasses.asdict(recipe.model),
+    )

@@ -1,0 +1,79 @@
+"""Where and how tensors run: device choice, mixed precision, and the CPU allocator.
+
+Shared by training, translation and benchmarks; knows nothing of recipes or the CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import sys
+
+import torch
+
+from tfm_cli.errors import TfmError
+
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda when available, else cpu; 'cuda' without a GPU is an error, not a silent fallback."""
+    if name not in DEVICES and not name.startswith("cuda:"):
+        raise TfmError(f"--device {name!r} is not a device", hint=f"use one of: {', '.join(DEVICES)} (or cuda:N)")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise TfmError(f"--device {name} was asked for but no CUDA GPU is available", hint="use --device cpu or auto")
+    return torch.device(name)
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True when this CPU multiplies bf16 natively (AVX512-BF16 or AMX), where bf16 autocast pays off."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """'auto' -> bf16 on CUDA GPUs and CPUs that run it natively, else fp32. fp16 is CUDA-only (loss scaling)."""
+    if precision not in PRECISIONS:
+        raise TfmError(f"precision {precision!r} is unknown", hint=f"use one of: {', '.join(PRECISIONS)}")
+    if precision == "auto":
+        if device.type == "cuda":
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "bf16" if cpu_has_fast_bf16() else "fp32"
+    if precision == "fp16" and device.type != "cuda":
+        raise TfmError("precision fp16 needs a CUDA device", hint="use train.precision=bf16 or fp32 on CPU")
+    return precision
+
+
+def autocast(device: torch.device, precision: str):
+    """Autocast context for bf16/fp16 (weights stay fp32; matrix products run in low precision)."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def tune_cpu_allocator() -> bool:
+    """Stop glibc from returning large freed blocks to the kernel after every step.
+
+    By default glibc serves big tensors with fresh mmaps and trims the heap on free, so each training step
+    page-faults its activations back in (a third of CPU time in attention micro-benchmarks on our 2-core box;
+    tcmalloc gains 13-39%, see shared/peers/REPORT.md). Raising the mmap and trim thresholds to their maximum
+    (32 MiB, glibc's cap) keeps those blocks in the heap for reuse. A no-op off glibc. Returns whether it applied.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    cap = 32 * 1024 * 1024
+    return bool(mallopt(m_mmap_threshold, cap)) and bool(mallopt(m_trim_threshold, 2 * cap))

@@ -1,0 +1,373 @@
+"""The joint French/English subword tokenizer: train, save, load, encode, decode.
+
+One BPE vocabulary is shared by source and target (paper section 5.1: "a shared source-target vocabulary").
+It is built on Hugging Face `tokenizers` and knows nothing of the model. The id layout is fixed:
+
+    0 <pad>   1 <s>   2 </s>   3 <unk>   4..259 <0x00>..<0xFF>   260.. learned BPE pieces
+
+The 256 byte tokens are the byte fallback (as in sentencepiece and Llama): a character that has no piece of its
+own is encoded as the tokens of its UTF-8 bytes, so any text round-trips and `<unk>` is never produced.
+
+Text goes through a normaliser first (NFC, every run of whitespace -> one space, both ends stripped), then a
+Metaspace pre-tokenizer marks word starts with "▁" (pieces read `▁étudiant`). The guarantee is
+`decode(encode(x)) == normalize(x)` for every string x. "▁" (U+2581) in the input is treated as whitespace,
+because the decoder turns it into a space.
+
+The special tokens live in the model vocabulary only; they are not "added tokens", so a literal "<s>" in a
+sentence is ordinary text (encoded piece by piece), never the BOS id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Tokenizer as _HFTokenizer
+
+from tfm_cli.errors import TfmError
+
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
+N_SPECIAL = len(SPECIAL_TOKENS)
+N_BYTES = 256
+FIRST_PIECE_ID = N_SPECIAL + N_BYTES  # 260: the first learned BPE piece
+MIN_VOCAB_SIZE = 300
+METASPACE = "\u2581"  # "▁", sentencepiece's word-start mark
+
+# Every character Python's str.split() treats as whitespace (incl. U+00A0, U+202F, U+2009, tabs), plus "▁".
+_WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000" + METASPACE
+)
+_BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(N_BYTES)]
+
+
+def _normalizer() -> normalizers.Normalizer:
+    return normalizers.Sequence(
+        [normalizers.NFC(), normalizers.Replace(Regex(f"[{_WHITESPACE}]+"), " "), normalizers.Strip()]
+    )
+
+
+def _pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True)
+
+
+def _decoder() -> decoders.Decoder:
+    # Byte tokens first become characters, then "▁" becomes a space (dropped at the very start).
+    return decoders.Sequence(
+        [
+            decoders.ByteFallback(),
+            decoders.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True),
+        ]
+    )
+
+
+class Tokenizer:
+    """A trained joint BPE tokenizer with fixed special ids and byte fallback.
+
+    Build one with `train_tokenizer` or `Tokenizer.load`. `encode` adds no special tokens: the data pipeline
+    adds BOS/EOS where the model needs them.
+    """
+
+    PAD, BOS, EOS, UNK = SPECIAL_TOKENS
+    pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
+
+    def __init__(self, hf_tokenizer: _HFTokenizer, source: str = "<memory>") -> None:
+        """Wrap a Hugging Face tokenizer after checking it has the tfm layout (see `_check_layout`).
+
+        Raises:
+            TfmError: the tokenizer does not follow the tfm id layout; `source` names where it came from.
+        """
+        problem = _check_layout(hf_tokenizer)
+        if problem:
+            raise TfmError(
+                f"{source} is not a tfm tokenizer: {problem}",
+                hint="use the tokenizer.json of a tfm run (written by Tokenizer.save), not another project's",
+            )
+        self._tk = hf_tokenizer
+        self._json = hf_tokenizer.to_str()
+        self._sha256 = hashlib.sha256(self._json.encode("utf-8")).hexdigest()
+        # encode_batch_fast (tokenizers >= 0.21) skips offset tracking, which we never use.
+        self._encode_batch = getattr(hf_tokenizer, "encode_batch_fast", hf_tokenizer.encode_batch)
+
+    # ---- properties -------------------------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, specials and byte tokens included."""
+        return self._tk.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def sha256(self) -> str:
+        """Hex SHA-256 of the tokenizer's JSON text, exactly as `save` writes it (stable across save/load)."""
+        return self._sha256
+
+    @property
+    def backend(self) -> _HFTokenizer:
+        """The underlying `tokenizers.Tokenizer` (read it; changing it breaks `sha256`)."""
+        return self._tk
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocab_size={self.vocab_size}, sha256={self.sha256[:12]})"
+
+    # ---- persistence ------------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Tokenizer:
+        """Load a tokenizer saved by `save`.
+
+        Raises:
+            TfmError: the file is missing, is not a tokenizers JSON file, or does not have the tfm layout.
+        """
+        path = Path(path)
+        if not path.is_file():
+            what = "is a directory, not a file" if path.is_dir() else "does not exist"
+            raise TfmError(
+                f"tokenizer file {path} {what}",
+                hint="give the tokenizer.json of a tfm run (written by Tokenizer.save)",
+            )
+        try:
+            text = path.read_text(encoding="utf-8")
+            json.loads(text)
+            hf = _HFTokenizer.from_str(text)
+        except (
+            Exception
+        ) as err:  # OSError, UnicodeDecodeError, JSON errors; tokenizers raises plain Exception
+            raise TfmError(
+                f"{path} is not a readable tokenizer file: {str(err).splitlines()[0] if str(err) else err!r}",
+                hint="give the tokenizer.json of a tfm run (written by Tokenizer.save)",
+            ) from err
+        return cls(hf, source=str(path))
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the tokenizer as JSON, atomically (a temporary file in the same folder, then `os.replace`)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        try:
+            with open(tmp, "w", encoding="utf-8", newline="") as f:
+                f.write(self._json)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+
+    # ---- text <-> ids -----------------------------------------------------------------------------------
+
+    def normalize(self, text: str) -> str:
+        """NFC, whitespace runs -> one space, both ends stripped: what `decode(encode(text))` gives back."""
+        return self._tk.normalizer.normalize_str(text)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, without BOS/EOS."""
+        return self._tk.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of many texts at once (the batched, multi-threaded encoder)."""
+        return [enc.ids for enc in self._encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids` (a list, or a 1-D tensor). Pad, BOS and EOS are dropped wherever they are: decoding
+        does not stop at EOS, so cut the sequence first if that is what you want."""
+        drop = (self.pad_id, self.bos_id, self.eos_id)
+        ids = ids.tolist() if hasattr(ids, "tolist") else ids  # a tensor or array row
+        return self._tk.decode([int(i) for i in ids if int(i) not in drop], skip_special_tokens=False)
+
+    def decode_batch(self, batch: Iterable[Sequence[int]]) -> list[str]:
+        """`decode` for each sequence of ids (a list of lists, or a 2-D tensor)."""
+        drop = (self.pad_id, self.bos_id, self.eos_id)
+        batch = batch.tolist() if hasattr(batch, "tolist") else batch  # a (B, T) tensor
+        clean = [[int(i) for i in ids if int(i) not in drop] for ids in batch]
+        return self._tk.decode_batch(clean, skip_special_tokens=False)
+
+    def pieces(self, text: str) -> list[str]:
+        """The subword strings of `text` (byte-fallback pieces show as `<0xF0>`)."""
+        return self._tk.encode(text, add_special_tokens=False).tokens
+
+    def id_to_piece(self, i: int) -> str:
+        """The string of id `i`.
+
+        Raises:
+            IndexError: `i` is outside the vocabulary.
+        """
+        piece = self._tk.id_to_token(int(i)) if 0 <= int(i) < self.vocab_size else None
+        if piece is None:
+            raise IndexError(f"token id {i} is outside the vocabulary (0..{self.vocab_size - 1})")
+        return piece
+
+    def piece_to_id(self, piece: str) -> int | None:
+        """The id of a piece string, or None if the vocabulary has no such piece."""
+        return self._tk.token_to_id(piece)
+
+    def is_byte(self, i: int) -> bool:
+        """True for the 256 byte-fallback ids."""
+        return N_SPECIAL <= i < FIRST_PIECE_ID
+
+
+def _check_layout(hf: _HFTokenizer) -> str | None:
+    """Why `hf` is not a tfm tokenizer, or None if it is."""
+    try:
+        spec = json.loads(hf.to_str())
+    except Exception as err:  # pragma: no cover - to_str of a loaded tokenizer does not fail in practice
+        return f"cannot serialise it ({err})"
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE":
+        return f"model type is {model.get('type')!r}, expected 'BPE'"
+    if not model.get("byte_fallback"):
+        return "byte_fallback is off"
+    for want, tok in enumerate(SPECIAL_TOKENS):
+        got = hf.token_to_id(tok)
+        if got != want:
+            return f"special token {tok} has id {got}, expected {want}"
+    for b, tok in enumerate(_BYTE_TOKENS):
+        if hf.token_to_id(tok) != N_SPECIAL + b:
+            return f"byte token {tok} has id {hf.token_to_id(tok)}, expected {N_SPECIAL + b}"
+    if spec.get("normalizer") is None or spec.get("pre_tokenizer") is None or spec.get("decoder") is None:
+        return "normalizer, pre-tokenizer or decoder missing"
+    return None
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> Tokenizer:
+    """Train a joint BPE tokenizer with byte fallback on `texts` (streamed, never held in memory).
+
+    Args:
+        texts: sentences of both languages (source and target together: the vocabulary is shared).
+        vocab_size: total number of ids, including the 4 specials and 256 byte tokens. It is an upper bound:
+            a small corpus may stop with fewer merges.
+        min_frequency: a pair of pieces is merged only if it occurs at least this often.
+
+    Returns:
+        The trained Tokenizer.
+
+    Raises:
+        TfmError: `vocab_size` < 300, `min_frequency` < 1, or `texts` holds no non-empty sentence.
+    """
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise TfmError(
+            f"vocab_size={vocab_size} is too small: it must be at least {MIN_VOCAB_SIZE} "
+            f"({N_SPECIAL} specials + {N_BYTES} byte tokens + some pieces); try 8000"
+        )
+    if min_frequency < 1:
+        raise TfmError(f"min_frequency={min_frequency} must be at least 1 (try 2)")
+
+    hf = _HFTokenizer(models.BPE(unk_token=Tokenizer.UNK))
+    hf.normalizer = _normalizer()
+    hf.pre_tokenizer = _pre_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - N_BYTES,  # the byte tokens are inserted afterwards
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        show_progress=False,
+    )
+    count = [0]
+
+    def stream() -> Iterator[str]:
+        for text in texts:
+            if text and not text.isspace():
+                count[0] += 1
+                yield text
+
+    hf.train_from_iterator(stream(), trainer=trainer)
+    if count[0] == 0:
+        raise TfmError("cannot train a tokenizer: the training texts are empty (no non-blank sentence)")
+    return Tokenizer(_with_byte_fallback(hf))
+
+
+def _with_byte_fallback(trained: _HFTokenizer) -> _HFTokenizer:
+    """Rebuild a trained BPE with the 256 byte tokens inserted after the specials (learned ids shift by 256)."""
+    model = json.loads(trained.to_str())["model"]
+    byte_set = set(_BYTE_TOKENS)
+    learned = sorted(
+        (i, tok) for tok, i in model["vocab"].items() if i >= N_SPECIAL and tok not in byte_set
+    )  # a learned piece spelled like a byte token (only if the text is full of "<0x41>") is dropped
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    vocab.update({tok: N_SPECIAL + b for b, tok in enumerate(_BYTE_TOKENS)})
+    vocab.update({tok: FIRST_PIECE_ID + k for k, (_, tok) in enumerate(learned)})
+    merges = [
+        (a, b)
+        for a, b in (m.split(" ", 1) if isinstance(m, str) else m for m in model["merges"])
+        if a + b in vocab and a + b not in byte_set
+    ]
+    hf = _HFTokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=Tokenizer.UNK, byte_fallback=True))
+    hf.normalizer = _normalizer()
+    hf.pre_tokenizer = _pre_tokenizer()
+    hf.decoder = _decoder()
+    return hf
+
+
+def tokenizer_stats(
+    tokenizer: Tokenizer, pairs: Iterable[tuple[str, str]], chunk_size: int = 10000
+) -> dict[str, object]:
+    """Token counts of a parallel corpus under `tokenizer`.
+
+    Args:
+        tokenizer: the tokenizer to measure.
+        pairs: (src, tgt) tuples; longer tuples use their last two items, so `read_pairs` output works as is.
+        chunk_size: how many pairs to encode per batched call.
+
+    Returns:
+        {"vocab_size", "sentences", "src_tokens": {"mean", "median", "max", "total"}, "tgt_tokens": {...},
+        "unk_share", "byte_fallback_share"}; the shares are fractions of all src+tgt tokens.
+    """
+    hist: dict[str, Counter[int]] = {"src": Counter(), "tgt": Counter()}
+    unk = byte = total = n = 0
+
+    def consume(side: str, texts: list[str]) -> None:
+        nonlocal unk, byte, total
+        for ids in tokenizer.encode_batch(texts):
+            hist[side][len(ids)] += 1
+            total += len(ids)
+            for i in ids:
+                if i == Tokenizer.unk_id:
+                    unk += 1
+                elif N_SPECIAL <= i < FIRST_PIECE_ID:
+                    byte += 1
+
+    src_buf: list[str] = []
+    tgt_buf: list[str] = []
+    for pair in pairs:
+        src_buf.append(pair[-2])
+        tgt_buf.append(pair[-1])
+        n += 1
+        if len(src_buf) >= chunk_size:
+            consume("src", src_buf)
+            consume("tgt", tgt_buf)
+            src_buf, tgt_buf = [], []
+    if src_buf:
+        consume("src", src_buf)
+        consume("tgt", tgt_buf)
+
+    def summary(h: Counter[int]) -> dict[str, float]:
+        count = sum(h.values())
+        if count == 0:
+            return {"mean": 0.0, "median": 0.0, "max": 0, "total": 0}
+        tot = sum(k * v for k, v in h.items())
+        return {"mean": tot / count, "median": _hist_median(h, count), "max": max(h), "total": tot}
+
+    return {
+        "vocab_size": tokenizer.vocab_size,
+        "sentences": n,
+        "src_tokens": summary(hist["src"]),
+        "tgt_tokens": summary(hist["tgt"]),
+        "unk_share": unk / total if total else 0.0,
+        "byte_fallback_share": byte / total if total else 0.0,
+    }
+
+
+def _hist_median(h: Counter[int], count: int) -> float:
+    """Median of a length histogram (length -> count) without expanding it."""
+    ks = sorted(h)
+    lo_rank, hi_rank = (count - 1) // 2, count // 2
+    seen, lo = 0, None
+    for k in ks:
+        seen += h[k]
+        if lo is None and seen > lo_rank:
+            lo = k
+        if seen > hi_rank:
+            return (lo + k) / 2
+    return float(ks[-1])  # pragma: no cover - unreachable for count >= 1

@@ -1,0 +1,420 @@
+"""Training (paper section 5): label-smoothed loss, Adam with the warm-up schedule, the loop, evaluation.
+
+`train(recipe, run_dir, ...)` goes recipe -> tokenizer -> token-bucketed batches -> model -> checkpoints, and
+reports through a `TrainEvents` object so that the CLI (rich progress) and tests (nothing) can both drive it.
+Resume is exact: optimizer, step, RNG states and data position are saved beside each checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tfm_cli import __version__
+from tfm_cli.checkpoint import (
+    BEST,
+    FINAL,
+    atomic_write,
+    average_checkpoints,
+    checkpoint_path,
+    checkpoint_steps,
+    load_state,
+    prune_checkpoints,
+    save_weights,
+    state_path,
+    weights_state,
+)
+from tfm_cli.data import BatchStream, encode_corpus, make_batch, read_pairs, token_batches
+from tfm_cli.decoding import translate_ids
+from tfm_cli.errors import CheckpointError, TfmError
+from tfm_cli.model import Transformer
+from tfm_cli.recipe import Recipe, dump_recipe, load_recipe, model_config
+from tfm_cli.runtime import autocast, resolve_precision, tune_cpu_allocator
+from tfm_cli.tokenizer import Tokenizer, train_tokenizer
+
+# --- Section 5.4: label smoothing; section 5.3: the learning-rate schedule --------------------------------------
+
+
+def label_smoothed_loss(
+    logits: torch.Tensor, target: torch.Tensor, smoothing: float, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Label-smoothed cross-entropy summed over non-padding target tokens.
+
+    The smoothed target puts 1 - eps on the reference token and eps spread uniformly over the vocabulary
+    (as `F.cross_entropy(label_smoothing=eps)` does). Returns (loss_sum, nll_sum, n_tokens): the NLL without
+    smoothing gives the perplexity.
+
+    Args:
+        logits: (B, T, V); target: (B, T) ids with `pad_id` where there is no token.
+    """
+    log_probs = logits.float().log_softmax(dim=-1).view(-1, logits.size(-1))  # (B*T, V)
+    target = target.reshape(-1)
+    keep = target != pad_id
+    log_probs, target = log_probs[keep], target[keep]
+    nll = -log_probs.gather(1, target[:, None]).squeeze(1)
+    uniform = -log_probs.mean(dim=-1)
+    loss = (1.0 - smoothing) * nll + smoothing * uniform
+    return loss.sum(), nll.sum(), int(target.numel())
+
+
+def inverse_sqrt_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
+    """lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), for step >= 1 (equation 3)."""
+    step = max(step, 1)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+# --- Reporting ------------------------------------------------------------------------------------------------
+
+
+class TrainEvents:
+    """What the trainer tells the outside world; the CLI overrides these, the defaults say nothing."""
+
+    def message(self, text: str) -> None:
+        """A one-line status message (tokenizer trained, corpus read, checkpoint saved...)."""
+
+    def start(self, step: int, max_steps: int) -> None:
+        """Training steps begin at `step` (0, or where a resumed run stopped)."""
+
+    def step(self, step: int, metrics: dict[str, Any]) -> None:
+        """After every optimizer step; `metrics` holds loss, lr, tokens/s when a log line was due."""
+
+    def evaluation(self, step: int, metrics: dict[str, Any]) -> None:
+        """After a dev-set evaluation."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int
+    interrupted: bool
+    final: dict[str, Any] = field(default_factory=dict)  # dev metrics of the final (averaged) model
+    seconds: float = 0.0
+
+
+# --- Evaluation -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DevSet:
+    """The dev corpus: raw pairs for BLEU/chrF references and token ids for the loss."""
+
+    sources: list[str]
+    references: list[str]
+    src_ids: list[list[int]]
+    tgt_ids: list[list[int]]
+
+
+def load_dev(spec, tokenizer: Tokenizer, max_len: int) -> DevSet:
+    pairs = [(s, t) for _, s, t in read_pairs(spec) if s.strip() and t.strip()]
+    if not pairs:
+        raise TfmError(f"dev corpus {spec} has no usable sentence pairs")
+    sources = [s for s, _ in pairs]
+    references = [t for _, t in pairs]
+    # Sources longer than the model can take are cut (and count against BLEU); dev sets rarely have them.
+    src_ids = [ids[: max_len - 1] for ids in tokenizer.encode_batch(sources)]
+    tgt_ids = [ids[: max_len - 1] for ids in tokenizer.encode_batch(references)]
+    return DevSet(sources, references, src_ids, tgt_ids)
+
+
+@torch.no_grad()
+def dev_loss(model: Transformer, dev: DevSet, max_tokens: int, smoothing: float, amp) -> dict[str, float]:
+    """Teacher-forced loss and perplexity on the whole dev set."""
+    cfg = model.config
+    device = next(model.parameters()).device
+    src_len = torch.tensor([len(s) for s in dev.src_ids])
+    tgt_len = torch.tensor([len(t) for t in dev.tgt_ids])
+    loss_sum = nll_sum = 0.0
+    n_tokens = 0
+    for indices in token_batches(src_len, tgt_len, max_tokens, seed=0, epoch=0, shuffle=False):
+        batch = make_batch(
+            [dev.src_ids[i] for i in indices], [dev.tgt_ids[i] for i in indices],
+            cfg.pad_id, cfg.bos_id, cfg.eos_id, indices,
+        ).to(device)
+        with amp():
+            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        loss, nll, n = label_smoothed_loss(logits, batch.tgt_out, smoothing, cfg.pad_id)
+        loss_sum, nll_sum, n_tokens = loss_sum + float(loss), nll_sum + float(nll), n_tokens + n
+    return {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens, "ppl": math.exp(min(nll_sum / n_tokens, 50))}
+
+
+def score_translations(hypotheses: list[str], references: list[str]) -> dict[str, Any]:
+    """Corpus BLEU and chrF with sacrebleu (default 13a tokenisation), with their signatures."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    bleu, chrf = BLEU(), CHRF()
+    b = bleu.corpus_score(hypotheses, [references])
+    c = chrf.corpus_score(hypotheses, [references])
+    return {
+        "bleu": round(b.score, 2),
+        "chrf": round(c.score, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }
+
+
+def evaluate(
+    model: Transformer, tokenizer: Tokenizer, dev: DevSet, recipe: Recipe, amp, sentences: int = 0
+) -> dict[str, Any]:
+    """Dev loss and perplexity, then BLEU/chrF of beam-search output on the first `sentences` (0 = all)."""
+    was_training = model.training
+    model.eval()
+    metrics: dict[str, Any] = dev_loss(model, dev, recipe.train.max_tokens, recipe.train.label_smoothing, amp)
+    n = len(dev.sources) if sentences <= 0 else min(sentences, len(dev.sources))
+    d = recipe.decode
+    hyps = translate_ids(
+        model, dev.src_ids[:n], beam_size=d.beam, alpha=d.alpha, max_len_offset=d.max_len_offset,
+        max_tokens=d.max_tokens, autocast=amp,
+    )
+    outputs = tokenizer.decode_batch([h[0].tokens if h else [] for h in hyps])
+    metrics.update(score_translations(outputs, dev.references[:n]))
+    metrics["sentences"] = n
+    model.train(was_training)
+    return metrics
+
+
+# --- The training loop ----------------------------------------------------------------------------------------
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents) -> Tokenizer:
+    """The run's tokenizer: kept from an earlier start, copied from tokenizer.path, or trained on the corpus."""
+    target = run_dir / "tokenizer.json"
+    if target.is_file():
+        return Tokenizer.load(target)
+    if recipe.tokenizer.path:
+        tokenizer = Tokenizer.load(recipe.tokenizer.path)
+        tokenizer.save(target)
+        events.message(f"tokenizer: {recipe.tokenizer.path} ({tokenizer.vocab_size} tokens)")
+        return tokenizer
+    started = time.perf_counter()
+
+    def texts() -> Iterator[str]:
+        for _, src, tgt in read_pairs(recipe.data.train):
+            yield src
+            yield tgt
+
+    tokenizer = train_tokenizer(texts(), recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency)
+    tokenizer.save(target)
+    events.message(
+        f"tokenizer: trained {tokenizer.vocab_size} tokens in {time.perf_counter() - started:.1f}s -> {target}"
+    )
+    return tokenizer
+
+
+def _log(run_dir: Path, record: dict[str, Any]) -> None:
+    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def train(
+    recipe: Recipe,
+    run_dir: Path,
+    device: torch.device,
+    resume: bool = False,
+    events: TrainEvents | None = None,
+) -> TrainResult:
+    """Train `recipe` into `run_dir`; with `resume`, continue from the newest checkpoint there.
+
+    Ctrl-C (KeyboardInterrupt) saves a checkpoint at the last completed step and returns with interrupted=True.
+    """
+    events = events or TrainEvents()
+    t = recipe.train
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    if device.type == "cpu":
+        tune_cpu_allocator()
+    precision = resolve_precision(t.precision, device)
+    amp = lambda: autocast(device, precision)  # noqa: E731
+    torch.manual_seed(t.seed)
+    random.seed(t.seed)
+
+    tokenizer = _prepare_tokenizer(recipe, run_dir, events)
+    config = model_config(recipe, tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+    dump_recipe(recipe, run_dir / "recipe.yaml")
+    atomic_write(run_dir / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(config.to_dict(), indent=2)))
+
+    read_start = time.perf_counter()
+    corpus = encode_corpus(recipe.data.train, tokenizer, recipe.data.max_len)
+    s = corpus.stats
+    events.message(
+        f"train corpus: {s.kept:,} pairs kept of {s.read:,} read "
+        f"({s.skipped_empty:,} with an empty side and {s.skipped_long:,} longer than {recipe.data.max_len} tokens skipped) "
+        f"in {time.perf_counter() - read_start:.1f}s"
+    )
+    if s.kept == 0:
+        raise TfmError(f"no usable sentence pairs in {recipe.data.train}", hint="check data.train and data.max_len")
+    dev = load_dev(recipe.data.dev, tokenizer, recipe.data.max_len) if recipe.data.dev else None
+
+    model = Transformer(config).to(device)
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=inverse_sqrt_lr(1, config.d_model, t.warmup_steps, t.lr_factor),
+        betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay,
+        **({"fused": True} if device.type == "cuda" else {}),
+    )
+    scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+    stream = BatchStream(corpus, t.max_tokens, t.seed, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+    step, best_bleu = 0, -1.0
+
+    if resume:
+        found = checkpoint_steps(run_dir)
+        if not found:
+            raise CheckpointError(f"{run_dir} has no checkpoint to resume from", hint="start it again without --resume")
+        step, weights = found[-1]
+        state_file = state_path(weights)
+        if not state_file.is_file():
+            raise CheckpointError(f"{state_file} is missing: cannot resume exactly from step {step}")
+        from safetensors.torch import load_file
+
+        load_state(model, {k: v.to(device) for k, v in load_file(str(weights)).items()}, weights)
+        state = torch.load(state_file, map_location=device, weights_only=True)
+        optimizer.load_state_dict(state["optimizer"])
+        scaler.load_state_dict(state["scaler"])
+        stream.load_state_dict(state["stream"])
+        _set_rng_state(state["rng"])
+        best_bleu = state.get("best_bleu", -1.0)
+        events.message(f"resumed from {weights} at step {step}, epoch {stream.epoch}")
+    else:
+        prior = checkpoint_steps(run_dir)
+        if prior:
+            raise CheckpointError(
+                f"{run_dir} already holds checkpoints (up to step {prior[-1][0]})",
+                hint=f"continue it with `tfm train --resume {run_dir}`, or choose another --out",
+            )
+
+    def save(at_step: int, stream_state: dict[str, int]) -> Path:
+        path = checkpoint_path(run_dir, at_step)
+        save_weights(path, weights_state(model), config, tokenizer.sha256, at_step, precision=precision)
+        state = {
+            "step": at_step, "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+            "stream": stream_state, "rng": _rng_state(), "best_bleu": best_bleu, "tfm_version": __version__,
+        }
+        atomic_write(state_path(path), lambda tmp: torch.save(state, tmp))
+        prune_checkpoints(run_dir, t.keep_last)
+        return path
+
+    model.train()
+    batches = iter(stream)
+    events.start(step, t.max_steps)
+    window_tokens, window_start, window_loss, window_nll = 0, time.perf_counter(), 0.0, 0.0
+    interrupted = False
+    last_saved = step
+    stream_state = stream.state_dict()
+    try:
+        while step < t.max_steps:
+            stream_state = stream.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
+            group = [next(batches) for _ in range(t.accum_steps)]
+            n_tokens = sum(b.n_tgt_tokens for b in group)
+            lr = inverse_sqrt_lr(step + 1, config.d_model, t.warmup_steps, t.lr_factor)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            step_loss = step_nll = 0.0
+            for batch in group:
+                batch = batch.to(device)
+                with amp():
+                    logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+                loss, nll, _ = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing, config.pad_id)
+                scaler.scale(loss / n_tokens).backward()  # mean over the step's target tokens
+                step_loss += float(loss.detach())
+                step_nll += float(nll.detach())
+            if t.clip_norm > 0:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            stream_state = stream.state_dict()
+            window_tokens += n_tokens
+            window_loss += step_loss
+            window_nll += step_nll
+
+            metrics: dict[str, Any] = {}
+            if step % t.log_every == 0 or step == t.max_steps:
+                elapsed = time.perf_counter() - window_start
+                metrics = {
+                    "step": step, "epoch": stream.epoch, "loss": window_loss / window_tokens,
+                    "ppl": math.exp(min(window_nll / window_tokens, 50)), "lr": lr,
+                    "tgt_tokens_per_s": window_tokens / elapsed, "elapsed_s": time.perf_counter() - started,
+                }
+                _log(run_dir, {"kind": "train", **metrics})
+                window_tokens, window_start, window_loss, window_nll = 0, time.perf_counter(), 0.0, 0.0
+            events.step(step, metrics)
+
+            if step % t.save_every == 0 or step == t.max_steps:
+                save(step, stream_state)
+                last_saved = step
+            if dev is not None and t.eval_every and step % t.eval_every == 0 and step < t.max_steps:
+                result = evaluate(model, tokenizer, dev, recipe, amp, t.eval_sentences)
+                _log(run_dir, {"kind": "eval", "step": step, **result})
+                events.evaluation(step, result)
+                if result["bleu"] > best_bleu:
+                    best_bleu = result["bleu"]
+                    save_weights(run_dir / BEST, weights_state(model), config, tokenizer.sha256, step, bleu=best_bleu)
+    except KeyboardInterrupt:
+        interrupted = True
+        optimizer.zero_grad(set_to_none=True)
+        if step > last_saved:
+            path = save(step, stream_state)
+            events.message(f"interrupted: saved {path}; continue with `tfm train --resume {run_dir}`")
+        else:
+            events.message(f"interrupted at step {step}; continue with `tfm train --resume {run_dir}`")
+        return TrainResult(run_dir, step, True, seconds=time.perf_counter() - started)
+
+    final = finish(run_dir, recipe, model, tokenizer, dev, amp, events)
+    result = TrainResult(run_dir, step, interrupted, final, time.perf_counter() - started)
+    summary = {
+        "recipe": recipe.name, "steps": step, "parameters": model.num_parameters(), "precision": precision,
+        "device": str(device), "train_seconds": round(result.seconds, 1), "tfm_version": __version__, "dev": final,
+    }
+    atomic_write(run_dir / "summary.json", lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=2)))
+    return result
+
+
+def finish(run_dir: Path, recipe: Recipe, model: Transformer, tokenizer: Tokenizer, dev, amp, events) -> dict:
+    """Average the last checkpoints into the run's final model (paper section 6.1) and evaluate it on all of dev."""
+    found = checkpoint_steps(run_dir)
+    last = [p for _, p in found[-recipe.train.average_last :]]
+    averaged = average_checkpoints(last)
+    step = found[-1][0]
+    save_weights(
+        run_dir / FINAL, averaged, model.config, tokenizer.sha256, step,
+        averaged=[p.name for p in last],
+    )
+    events.message(f"final model: average of {len(last)} checkpoint(s) -> {run_dir / FINAL}")
+    if dev is None:
+        return {}
+    load_state(model, {k: v.to(next(model.parameters()).device) for k, v in averaged.items()}, run_dir / FINAL)
+    result = evaluate(model, tokenizer, dev, recipe, amp, 0)
+    _log(run_dir, {"kind": "final", "step": step, **result})
+    events.evaluation(step, {**result, "final": True})
+    return result
+
+
+def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
+    """The recipe a run was started with (its resolved recipe.yaml), with new overrides on top."""
+    path = Path(run_dir) / "recipe.yaml"
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: {run_dir} is not a tfm run directory", hint="pass the run's folder, e.g. runs/tiny")
+    return load_recipe(path, overrides)
