@@ -141,6 +141,16 @@ def _read_lines(path: Path, shown: str) -> Iterator[tuple[int, str]]:
         ) from err
 
 
+def read_lines(spec: str | os.PathLike) -> list[str]:
+    """All lines of one text file (plain or gzip, strict UTF-8), e.g. reference translations.
+
+    Raises:
+        CorpusError: the file is missing or unreadable, or a line is not valid UTF-8 (file and line named).
+    """
+    path = resolve_corpus_path(spec)
+    return [text for _, text in _read_lines(path, _shown(spec, path))]
+
+
 def _shown(spec: str | os.PathLike, path: Path) -> str:
     text = os.fspath(spec)
     return text if text.startswith(BUNDLED_PREFIX) else str(path)

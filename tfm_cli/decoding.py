@@ -86,7 +86,7 @@ def greedy_search(
         best_lp, best = log_probs.max(dim=-1)  # (B_alive,)
         log_prob += best_lp
         ended = best == cfg.eos_id
-        for row, (token, done) in enumerate(zip(best.tolist(), ended.tolist())):
+        for row, (token, done) in enumerate(zip(best.tolist(), ended.tolist(), strict=True)):
             i = int(alive[row])
             if done:
                 total = float(log_prob[row])
@@ -244,7 +244,7 @@ def translate_ids(
                 hyps = greedy_search(model, src, src_mask, max_len_offset, alpha)
             else:
                 hyps = beam_search(model, src, src_mask, beam_size, alpha, max_len_offset, n_best)
-        for i, h in zip(indices, hyps):
+        for i, h in zip(indices, hyps, strict=True):
             results[i] = h
         if on_batch is not None:
             on_batch(len(indices))

@@ -241,6 +241,13 @@ def train(
     events = events or TrainEvents()
     t = recipe.train
     run_dir = Path(run_dir)
+    prior = checkpoint_steps(run_dir)
+    if not resume and (prior or (run_dir / FINAL).is_file()):  # refuse before writing anything into the run
+        where = f"checkpoints up to step {prior[-1][0]}" if prior else f"a final {FINAL}"
+        raise CheckpointError(
+            f"{run_dir} already holds a trained run ({where})",
+            hint=f"continue it with `tfm train --resume {run_dir}`, or choose another --out",
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     if device.type == "cpu":
@@ -295,13 +302,7 @@ def train(
         _set_rng_state(state["rng"])
         best_bleu = state.get("best_bleu", -1.0)
         events.message(f"resumed from {weights} at step {step}, epoch {stream.epoch}")
-    else:
-        prior = checkpoint_steps(run_dir)
-        if prior:
-            raise CheckpointError(
-                f"{run_dir} already holds checkpoints (up to step {prior[-1][0]})",
-                hint=f"continue it with `tfm train --resume {run_dir}`, or choose another --out",
-            )
+
 
     def save(at_step: int, stream_state: dict[str, int]) -> Path:
         path = checkpoint_path(run_dir, at_step)

@@ -17,7 +17,7 @@ from tfm_cli.errors import TfmError
 
 app = typer.Typer(
     name="tfm",
-    help="The Transformer of 'Attention Is All You Need': train, translate, inspect.",
+    help="The Transformer of 'Attention Is All You Need' (Vaswani et al., 2017): tokenize, train, translate.",
     no_args_is_help=True,
     add_completion=False,  # static scripts live in completions/ (see the README)
     pretty_exceptions_enable=False,

@@ -42,19 +42,20 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
         for i, column in enumerate(columns):
             table.add_column(column, justify="left" if i == 0 else "right")
         for row in rows:
-            table.add_row(*(_cell(v) for v in row))
+            table.add_row(*(_cell(v, human=True) for v in row))
         out.print(table)
         return
     print("\t".join(columns))
     for row in rows:
-        print("\t".join(_cell(v) for v in row))
+        print("\t".join(_cell(v, human=False) for v in row))
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, human: bool) -> str:
+    """Numbers with thousands separators for people; plain for pipes. Pass ids as str to keep them bare."""
     if isinstance(value, float):
-        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+        return (f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}") if human else f"{value:.6g}"
     if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
+        return f"{value:,}" if human else str(value)
     return str(value)
 
 

@@ -95,7 +95,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool) -> None:
         vocab = Tokenizer.load(tok_path).vocab_size
     import torch
 
-    with torch.device("meta"):  # shapes only: no memory, no initialisation
+    with torch.device("meta"):  # shapes only: no memory is allocated
         model = Transformer(model_config(recipe, vocab, 0, 1, 2))
     t = recipe.train
     facts = {

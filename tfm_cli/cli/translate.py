@@ -123,7 +123,7 @@ class _Translator:
         )
         if progress:
             progress.close()
-        by_line: dict[int, list] = dict(zip(todo, hyps))
+        by_line: dict[int, list] = dict(zip(todo, hyps, strict=True))
         results = []
         for i, line in enumerate(lines):
             nbest = [
@@ -131,8 +131,8 @@ class _Translator:
                  "tokens": [self.tokenizer.id_to_piece(t) for t in h.tokens]}
                 for h in by_line.get(i, [])
             ]
-            if not nbest:
-                nbest = [{"translation": "", "score": 0.0, "tokens": []}]
+            if not nbest:  # an empty line: as many empty hypotheses as asked for, so output stays aligned
+                nbest = [{"translation": "", "score": 0.0, "tokens": []}] * self.n_best
             results.append({"source": line, **nbest[0], "nbest": nbest})
         return results
 
@@ -169,15 +169,9 @@ def _stdin_chunks() -> Iterator[list[str]]:
         yield chunk
 
 
-def _read_lines(path: Path, what: str) -> list[str]:
-    from tfm_cli.data import read_lines
-
-    return read_lines(path, what)
-
-
 def _score(translator: _Translator, text, score, reference, output, json_out: bool) -> None:
     """Translate sources and print corpus BLEU/chrF against the references (sacrebleu)."""
-    from tfm_cli.data import read_pairs
+    from tfm_cli.data import read_lines, read_pairs
     from tfm_cli.training import score_translations
 
     if score:
@@ -186,7 +180,7 @@ def _score(translator: _Translator, text, score, reference, output, json_out: bo
         sources, references, what = [s for s, _ in pairs], [t for _, t in pairs], " ".join(map(str, score))
     else:
         sources = [text] if text is not None else [line for chunk in _stdin_chunks() for line in chunk]
-        references = _read_lines(reference, "--reference")
+        references = read_lines(reference)
         what = str(reference)
         if len(references) != len(sources):
             raise TfmError(

@@ -306,7 +306,8 @@ class Transformer(nn.Module):
         """(B, T) target ids (shifted right) -> (B, T, V) logits.
 
         With a `cache`, `tgt` holds only the new positions; their position indices start at `cache.length`,
-        and the cache grows by T. `tgt_mask` may then be None: new tokens see every cached position.
+        and the cache grows by T. For one new token `tgt_mask` may be None (it sees every cached position);
+        for several, pass a (1, 1, T, t) mask that keeps them causal among themselves.
         With `need_weights`, also returns per-layer self-attention and cross-attention weights.
         """
         offset = cache.length if cache is not None else 0

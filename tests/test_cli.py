@@ -1,0 +1,507 @@
+"""The `tfm` command line through the installed console script: help, version, errors, recipes, completions.
+
+Every command runs as a subprocess of `.venv/bin/tfm` (the script next to the interpreter running pytest), so
+exit codes, stdout/stderr separation and the absence of tracebacks are tested as a user sees them. Models here
+are built in-process from a tiny tokenizer and random weights: nothing is trained.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+
+import tfm_cli
+from tfm_cli.cli import completions
+from tfm_cli.cli.app import app
+
+REPO = Path(__file__).resolve().parents[1]
+TFM = Path(sys.executable).parent / "tfm"
+RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
+CORPUS = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en" / "train.tsv.gz"
+BOX = set("─│┃━┏┓┗┛┡┩└┘┌┐├┤╭╮╰╯═║")  # rich's table and panel borders
+
+
+def _env(**extra: str | None) -> dict[str, str]:
+    """The environment for a subprocess: plain output, one thread; `NAME=None` removes NAME."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "NO_COLOR", "FORCE_COLOR")}
+    # one thread: the box has 2 shared cores, and torch's default threads spin against other jobs
+    env.update({"COLUMNS": "200", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NO_COLOR": "1"})
+    env.update(extra)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def tfm(*args: str, stdin: bytes | str | None = None, cwd: Path | None = None, **env: str | None):
+    """Run the installed `tfm`; stdout/stderr come back as text."""
+    data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
+    proc = subprocess.run(
+        [str(TFM), *args],
+        input=data if data is not None else b"",
+        capture_output=True,
+        env=_env(**env),
+        cwd=cwd,
+        timeout=120,
+    )
+    proc.stdout = proc.stdout.decode("utf-8")
+    proc.stderr = proc.stderr.decode("utf-8")
+    return proc
+
+
+def _error_lines(stderr: str) -> list[str]:
+    """stderr without the hint line: what must be one line."""
+    return [line for line in stderr.splitlines() if line.strip() and not line.startswith("hint:")]
+
+
+def _assert_one_line_error(proc, *fragments: str) -> None:
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = _error_lines(proc.stderr)
+    assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], proc.stderr
+
+
+def _registered_commands() -> list[str]:
+    group = typer.main.get_command(app)
+    ctx = typer.Context(group, info_name="tfm")
+    names = sorted(group.list_commands(ctx))
+    assert names == sorted(c.name for c in app.registered_commands)
+    return names
+
+
+# ---- help and version ----------------------------------------------------------------------------------------
+
+
+def test_installed_script_exists() -> None:
+    assert TFM.is_file(), f"{TFM} is missing: install the package (pip install -e .)"
+
+
+def test_help_lists_every_command() -> None:
+    proc = tfm("--help")
+    assert proc.returncode == 0, proc.stderr
+    names = _registered_commands()
+    assert {"tokenize", "train", "translate"} <= set(names)
+    for name in names:
+        assert re.search(rf"\b{re.escape(name)}\b", proc.stdout), f"`tfm --help` does not list {name}"
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["tokenize", "train", "translate"])
+def test_command_help(command: str) -> None:
+    proc = tfm(command, "-h")
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage:" in proc.stdout and f"tfm {command}" in proc.stdout
+
+
+def test_version() -> None:
+    proc = tfm("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"tfm {tfm_cli.__version__}"
+
+
+def test_python_dash_m() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfm_cli", "--help"], capture_output=True, text=True, env=_env(), timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name in _registered_commands():
+        assert name in proc.stdout
+
+
+def test_no_arguments_shows_help() -> None:
+    proc = tfm()
+    assert proc.returncode in (0, 2)  # click: no_args_is_help prints the help (exit 0 or 2 by version)
+    assert "Usage:" in proc.stdout + proc.stderr
+
+
+# ---- errors --------------------------------------------------------------------------------------------------
+
+BAD_RECIPE = """\
+name: bad
+model:
+  d_model: 510
+  n_heads: 8
+train:
+  warmup_step: 100
+  precision: fp8
+"""
+
+
+def test_bad_recipe_lists_every_problem(tmp_path: Path) -> None:
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text(BAD_RECIPE, encoding="utf-8")
+    proc = tfm("train", str(recipe), "--dry-run")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines[0] == f"Error: {recipe} has 3 problems:"
+    problems = [line.strip() for line in lines[1:] if not line.startswith("hint:")]
+    assert len(problems) == 3, proc.stderr
+    expected = [
+        "train.warmup_step is not a recipe key; did you mean train.warmup_steps?",
+        "model.d_model=510 must be divisible by model.n_heads=8",
+        "train.precision='fp8' must be one of: auto, fp32, bf16, fp16",
+    ]
+    for fragment in expected:
+        assert any(fragment in p for p in problems), f"{fragment!r} not in {problems}"
+
+
+def test_bad_recipe_traceback_with_tfm_debug(tmp_path: Path) -> None:
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text(BAD_RECIPE, encoding="utf-8")
+    proc = tfm("train", str(recipe), "--dry-run", TFM_DEBUG="1")
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr
+    assert "RecipeError" in proc.stderr
+
+
+def test_unknown_override_did_you_mean(tmp_path: Path) -> None:
+    proc = tfm("train", str(REPO / "recipes" / "tiny.yaml"), "train.max_stepz=10", "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "train.max_stepz is not a recipe key; did you mean train.max_steps?" in proc.stderr
+
+
+def test_missing_recipe_file_suggests_close_name(tmp_path: Path) -> None:
+    proc = tfm("train", str(REPO / "recipes" / "tiny.yml"), "--dry-run")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "did you mean" in proc.stderr and "tiny.yaml" in proc.stderr
+
+
+def test_usage_error_exits_2() -> None:
+    proc = tfm("train")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "recipe is required" in proc.stderr
+
+
+def test_unknown_option_exits_2() -> None:
+    proc = tfm("translate", "--beem", "3", "x")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+
+
+# ---- shipped recipes -----------------------------------------------------------------------------------------
+
+
+def test_recipes_are_shipped() -> None:
+    assert {p.stem for p in RECIPES} >= {"base", "big", "tiny"}
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_shipped_recipe_dry_run(recipe: Path, tmp_path: Path) -> None:
+    # run in an empty folder so that no runs/<name>/tokenizer.json changes the vocabulary
+    proc = tfm("train", str(recipe), "--dry-run", "--json", "--device", "cpu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["recipe"]["name"] == recipe.stem
+    assert report["parameters"] > 0
+    assert (
+        report["tokens_per_step"]
+        == report["recipe"]["train"]["max_tokens"] * report["recipe"]["train"]["accum_steps"]
+    )
+    assert not list(tmp_path.iterdir()), "a dry run must not write anything"
+    if recipe.stem == "base":
+        # Table 3 of the paper: 65M parameters for the base model (shared 37000-token vocabulary)
+        assert abs(report["parameters"] - 65e6) / 65e6 < 0.05, report["parameters"]
+
+
+# ---- translate errors (a random-weight model, no training) ---------------------------------------------------
+
+
+def _texts(limit: int, skip: int = 0) -> list[str]:
+    with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in itertools.islice(f, skip, skip + limit)]
+    return [s for row in rows for s in row[:2]]
+
+
+@pytest.fixture(scope="module")
+def random_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run directory with a tokenizer and an untrained tiny model: enough to load and decode."""
+    import torch
+
+    from tfm_cli.checkpoint import FINAL, save_weights, weights_state
+    from tfm_cli.model import ModelConfig, Transformer
+    from tfm_cli.tokenizer import train_tokenizer
+
+    run = tmp_path_factory.mktemp("random-run")
+    tok = train_tokenizer(_texts(400), vocab_size=320)
+    tok.save(run / "tokenizer.json")
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=tok.vocab_size,
+        d_model=16,
+        d_ff=32,
+        n_heads=2,
+        n_enc_layers=1,
+        n_dec_layers=1,
+        max_positions=64,
+        pad_id=tok.pad_id,
+        bos_id=tok.bos_id,
+        eos_id=tok.eos_id,
+    )
+    save_weights(run / FINAL, weights_state(Transformer(config)), config, tok.sha256, 0)
+    return run
+
+
+def test_translate_random_model_works(random_run: Path) -> None:
+    """The fixture itself is a valid model: the error tests below fail for the reason they name."""
+    proc = tfm("translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3", "Bonjour.")
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 1
+
+
+def test_translate_empty_model_dir(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = tfm("translate", "--model", str(empty), "--device", "cpu", "x")
+    _assert_one_line_error(proc, str(empty))
+    assert proc.stdout == ""
+
+
+def test_translate_missing_model_dir(tmp_path: Path) -> None:
+    proc = tfm("translate", "--model", str(tmp_path / "nowhere"), "--device", "cpu", "x")
+    _assert_one_line_error(proc, "nowhere")
+
+
+def test_translate_with_another_tokenizer(random_run: Path, tmp_path: Path) -> None:
+    from tfm_cli.tokenizer import train_tokenizer
+
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    (swapped / "model.safetensors").write_bytes((random_run / "model.safetensors").read_bytes())
+    train_tokenizer(_texts(400, skip=5000), vocab_size=320).save(swapped / "tokenizer.json")
+    proc = tfm("translate", "--model", str(swapped), "--device", "cpu", "x")
+    _assert_one_line_error(proc, "tokenizer.json")
+    assert "hint:" in proc.stderr
+
+
+def test_translate_invalid_utf8_names_the_line(random_run: Path) -> None:
+    proc = tfm(
+        "translate",
+        "--model",
+        str(random_run),
+        "--device",
+        "cpu",
+        "--max-len",
+        "3",
+        stdin=b"Bonjour.\nJ'ai \xe9t\xe9 l\xe0.\nMerci.\n",
+    )
+    _assert_one_line_error(proc, "line 2", "UTF-8")
+
+
+# ---- plain output for pipes and NO_COLOR ---------------------------------------------------------------------
+
+
+def _run_on_tty(args: list[str], **env: str) -> str:
+    """Run tfm with stdout on a pseudo-terminal (so isatty() is true); returns what it printed there."""
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [str(TFM), *args],
+            stdout=slave,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            timeout=120,
+        )
+    finally:
+        os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal has no writer left
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_plain_table_when_piped_or_no_color(random_run: Path) -> None:
+    args = ["tokenize", "--tokenizer", str(random_run / "tokenizer.json"), "--encode", "Je suis étudiant."]
+    piped = tfm(*args, NO_COLOR=None)  # stdout is a pipe, NO_COLOR unset
+    assert piped.returncode == 0, piped.stderr
+    assert not BOX & set(piped.stdout), piped.stdout
+    assert "\x1b[" not in piped.stdout
+    assert piped.stdout.splitlines()[0] == "piece\tid"
+
+    env = _env(NO_COLOR=None)
+    fancy = _run_on_tty(args, **env)  # a terminal: a rich table
+    assert BOX & set(fancy), fancy
+    plain = _run_on_tty(args, **env, NO_COLOR="1")  # a terminal, but NO_COLOR
+    assert not BOX & set(plain), plain
+    assert "\x1b[" not in plain
+    assert "piece\tid" in plain
+
+
+# ---- shell completion scripts --------------------------------------------------------------------------------
+
+
+def test_completions_up_to_date() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfm_cli.cli.completions", "--check"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=REPO,
+        timeout=60,
+    )
+    assert proc.returncode == 0, (
+        f"{proc.stderr} (run `python -m tfm_cli.cli.completions` and commit the result)"
+    )
+
+
+def test_completions_check_names_stale_files(tmp_path: Path) -> None:
+    assert completions.main([str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(completions.FILES)
+    assert completions.main(["--check", str(tmp_path)]) == 0
+    (tmp_path / "tfm.zsh").write_text("# old\n", encoding="utf-8")
+    (tmp_path / "tfm.fish").unlink()
+    assert completions.stale_files(tmp_path, completions.generate()) == ["tfm.fish", "tfm.zsh"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfm_cli.cli.completions", "--check", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "tfm.zsh" in proc.stderr and "tfm.fish" in proc.stderr and "tfm.bash" not in proc.stderr
+
+
+def test_completions_deterministic() -> None:
+    assert completions.generate() == completions.generate()
+
+
+def test_completion_scripts_say_they_are_generated() -> None:
+    for name in completions.FILES:
+        text = (REPO / "completions" / name).read_text(encoding="utf-8")
+        header = list(itertools.takewhile(lambda line: line.startswith("#"), text.splitlines()))
+        assert header, f"{name} must start with a comment"
+        assert any("Generated by `python -m tfm_cli.cli.completions`" in line for line in header), name
+
+
+def _option_names() -> dict[str, set[str]]:
+    """Command ('' for the top level) -> every option name, read from the app (not from the generator)."""
+    group = typer.main.get_command(app)
+    ctx = typer.Context(group, info_name="tfm", **group.context_settings)
+    names = {
+        "": {
+            n
+            for p in group.get_params(ctx)
+            if p.param_type_name == "option"
+            for n in (*p.opts, *p.secondary_opts)
+        }
+    }
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        sub = typer.Context(command, info_name=name, parent=ctx)
+        names[name] = {
+            n
+            for p in command.get_params(sub)
+            if p.param_type_name == "option"
+            for n in (*p.opts, *p.secondary_opts)
+        }
+    return names
+
+
+def test_zsh_and_fish_cover_every_command_and_option() -> None:
+    zsh = (REPO / "completions" / "tfm.zsh").read_text(encoding="utf-8")
+    fish = (REPO / "completions" / "tfm.fish").read_text(encoding="utf-8")
+    assert zsh.startswith("#compdef tfm\n")
+    for command, options in _option_names().items():
+        if command:
+            assert f"_tfm_{command}()" in zsh and f"'{command}:" in zsh, command
+            assert f"-a {command} " in fish, command
+        assert "-h" in options and "--help" in options
+        fish_lines = [
+            line
+            for line in fish.splitlines()
+            if (
+                f"__fish_seen_subcommand_from {command}'" in line
+                if command
+                else "not __fish_seen_subcommand_from" in line
+            )
+        ]
+        zsh_body = (
+            zsh.split(f"_tfm_{command}() {{")[1].split("\n}\n")[0] if command else zsh.split("_tfm() {")[1]
+        )
+        for option in options:
+            flag = f"-l {option[2:]} " if option.startswith("--") else f"-s {option[1:]} "
+            assert any(flag in line for line in fish_lines), f"fish: tfm {command} {option}"
+            assert re.search(rf"[{{,')*]{re.escape(option)}[\[,}}]", zsh_body), f"zsh: tfm {command} {option}"
+
+
+def test_bash_script_syntax() -> None:
+    proc = subprocess.run(
+        ["bash", "-n", str(REPO / "completions" / "tfm.bash")], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def _bash_complete(*words: str, cwd: Path = REPO) -> list[str]:
+    """Call the bash completion function as bash would for the command line `words` (cursor on the last)."""
+    script = (
+        f"source {REPO / 'completions' / 'tfm.bash'}\n"
+        'COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=()\n'
+        "_tfm\n"
+        'printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    proc = subprocess.run(
+        ["bash", "-c", script, "bash", *words], capture_output=True, text=True, cwd=cwd, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    return sorted(line for line in proc.stdout.splitlines() if line)
+
+
+def test_bash_completes_commands_and_options() -> None:
+    assert _bash_complete("tfm", "tr") == ["train", "translate"]
+    assert _bash_complete("tfm", "") == _registered_commands()
+    assert _bash_complete("tfm", "--v") == ["--version"]
+    assert _bash_complete("tfm", "translate", "--be") == ["--beam"]
+    assert _bash_complete("tfm", "translate", "--n") == ["--n-best"]
+    assert set(_bash_complete("tfm", "train", "-")) == _option_names()["train"]
+
+
+def test_bash_completes_values(tmp_path: Path) -> None:
+    assert _bash_complete("tfm", "train", "--device", "") == ["auto", "cpu", "cuda"]
+    assert _bash_complete("tfm", "translate", "--device", "=", "c") == ["cpu", "cuda"]  # --device=c
+    assert _bash_complete("tfm", "translate", "--beam", "") == []  # a number: nothing to offer
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "recipe.yaml").write_text("name: x\n")
+    assert _bash_complete("tfm", "translate", "--model", "ru", cwd=tmp_path) == ["runs"]
+    assert _bash_complete("tfm", "train", "rec", cwd=tmp_path) == ["recipe.yaml"]
+    # after the recipe come dotted.key= overrides, also after options that take a value
+    assert _bash_complete("tfm", "train", "recipe.yaml", "train.max_st", cwd=tmp_path) == ["train.max_steps="]
+    assert _bash_complete("tfm", "train", "recipe.yaml", "--out", "x", "model.d_m") == ["model.d_model="]
+    assert _bash_complete("tfm", "train", "--resume", "runs", "train.max_s") == ["train.max_steps="]
+    assert _bash_complete("tfm", "train", "recipe.yaml", "train.max_steps", "=", "") == []
+
+
+def test_device_choices_match_runtime() -> None:
+    from tfm_cli.runtime import DEVICES
+
+    assert set(completions._OPTION_CHOICES["--device"]) == set(DEVICES)
+
+
+def test_override_keys_match_recipe_schema() -> None:
+    from tfm_cli.recipe import recipe_keys
+
+    bash = (REPO / "completions" / "tfm.bash").read_text(encoding="utf-8")
+    for key in recipe_keys():
+        assert f"{key}=" in bash, key

@@ -1,0 +1,212 @@
+"""Greedy and beam search against independent references: brute-force enumeration of every output, greedy
+search itself (beam 1), decoding each sentence alone, and the length limit."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from tfm_cli.decoding import beam_search, greedy_search, translate_ids
+from tfm_cli.model import ModelConfig, Transformer
+from tfm_cli.model.masks import causal_mask, padding_mask
+
+PAD, BOS, EOS = 0, 1, 2
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors gain nothing from intra-op threads, and on a busy machine waiting for them costs seconds."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_model(seed: int, vocab: int = 13, sharpen: float = 1.0, **overrides) -> Transformer:
+    """A random tiny model; `sharpen` scales the (untied) output projection to make distributions peakier."""
+    values = dict(
+        vocab_size=vocab,
+        d_model=32,
+        d_ff=64,
+        n_heads=4,
+        n_enc_layers=1,
+        n_dec_layers=2,
+        dropout=0.0,
+        max_positions=64,
+        tie_embeddings=False,
+    )
+    values.update(overrides)
+    torch.manual_seed(seed)
+    model = Transformer(ModelConfig(**values)).eval()
+    with torch.no_grad():
+        model.generator.weight.mul_(sharpen)
+    return model
+
+
+def make_src(sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sources as the decoders expect them: each followed by EOS, right-padded; and their (B, 1, 1, S) mask."""
+    width = max(len(s) for s in sequences) + 1
+    src = torch.full((len(sequences), width), PAD, dtype=torch.long)
+    for row, s in enumerate(sequences):
+        src[row, : len(s) + 1] = torch.tensor(s + [EOS])
+    return src, padding_mask(src, PAD)
+
+
+def random_sequences(lengths: list[int], vocab: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+def lp(length: int, alpha: float) -> float:
+    return ((5 + length) / 6) ** alpha
+
+
+@torch.no_grad()
+def brute_force(
+    model: Transformer, source: list[int], max_len: int, alpha: float
+) -> dict[tuple[int, ...], float]:
+    """Score every output of at most `max_len` real tokens (then EOS) with teacher forcing and no cache.
+
+    log P sums log-softmax over the full vocabulary (pad and BOS excluded from the choice, not renormalised),
+    EOS included; the score divides it by ((5 + len) / 6)^alpha where len counts EOS.
+    """
+    src, src_mask = make_src([source])
+    memory = model.encode(src, src_mask)
+    real = range(3, model.config.vocab_size)
+    scores = {}
+    for n in range(max_len + 1):
+        for seq in itertools.product(real, repeat=n):
+            inp = torch.tensor([[BOS, *seq]])
+            out = torch.tensor([*seq, EOS])
+            logits = model.decode(inp, memory, src_mask, causal_mask(n + 1))[0].float()
+            total = float(logits.log_softmax(-1).gather(1, out[:, None]).sum())
+            scores[seq] = total / lp(n + 1, alpha)
+    return scores
+
+
+def test_beam_size_one_equals_greedy() -> None:
+    model = tiny_model(0, sharpen=2.0)
+    sequences = random_sequences([6, 2, 9, 4], 13, seed=1)
+    src, src_mask = make_src(sequences)
+    greedy = greedy_search(model, src, src_mask, max_len_offset=6)
+    beam = beam_search(model, src, src_mask, beam_size=1, alpha=0.0, max_len_offset=6)
+    assert len(greedy) == len(beam) == 4
+    lengths = set()
+    for g, b in zip(greedy, beam, strict=True):
+        assert len(g) == len(b) == 1
+        assert g[0].tokens == b[0].tokens
+        assert g[0].log_prob == pytest.approx(b[0].log_prob, abs=1e-4)
+        lengths.add(len(g[0].tokens))
+    assert len(lengths) > 1  # some sentences stopped early, so finished rows left the batch mid-search
+
+
+def test_exhaustive_beam_finds_the_brute_force_best() -> None:
+    # vocab 6: pad, bos, eos + 3 real tokens; source of 2 tokens + offset 1 -> at most 3 output tokens (40 outputs)
+    model = tiny_model(7, vocab=6, sharpen=3.0)
+    source, offset, alpha = [3, 4], 1, 0.6
+    expected = brute_force(model, source, max_len=len(source) + offset, alpha=alpha)
+    assert len(expected) == 1 + 3 + 9 + 27
+    ranked = sorted(expected.items(), key=lambda kv: kv[1], reverse=True)
+    assert ranked[0][1] - ranked[1][1] > 0.05  # a clear winner, not a near tie
+    assert len(ranked[0][0]) == 3 and len(set(ranked[0][0])) > 1  # and not the trivial empty output
+    src, src_mask = make_src([source])
+    k = 64  # more beams than outputs: nothing is ever pruned
+    (hyps,) = beam_search(model, src, src_mask, beam_size=k, alpha=alpha, max_len_offset=offset, n_best=k)
+    assert tuple(hyps[0].tokens) == ranked[0][0]
+    assert hyps[0].score == pytest.approx(ranked[0][1], abs=1e-4)
+    # Every output was found, each once, with its brute-force score.
+    got = {tuple(h.tokens): h.score for h in hyps}
+    assert len(got) == len(hyps) == len(expected)
+    for seq, score in expected.items():
+        assert got[seq] == pytest.approx(score, abs=1e-4), seq
+    for h in hyps:
+        assert h.score == pytest.approx(h.log_prob / lp(len(h.tokens) + 1, alpha), abs=1e-5)
+
+
+def test_length_penalty_prefers_longer_outputs_as_alpha_grows() -> None:
+    source, offset, k = [3, 5, 4], 0, 64
+    src, src_mask = make_src([source])
+    found = None
+    for seed in range(30):
+        model = tiny_model(100 + seed, vocab=6, sharpen=1.5)
+        short = beam_search(model, src, src_mask, beam_size=k, alpha=0.0, max_len_offset=offset)[0][0]
+        long = beam_search(model, src, src_mask, beam_size=k, alpha=4.0, max_len_offset=offset)[0][0]
+        if len(short.tokens) != len(long.tokens):
+            found = seed, model, short, long
+            break
+    assert found is not None, "alpha never changed the chosen length: the length penalty has no effect"
+    seed, model, short, long = found
+    assert len(long.tokens) > len(short.tokens), f"seed {seed}: a larger alpha chose a shorter output"
+    for alpha, hyp in ((0.0, short), (4.0, long)):
+        expected = brute_force(model, source, max_len=len(source) + offset, alpha=alpha)
+        best = max(expected, key=expected.get)
+        assert tuple(hyp.tokens) == best
+        assert hyp.score == pytest.approx(expected[best], abs=1e-4)
+
+
+def test_n_best_sorted_distinct_and_bounded() -> None:
+    model = tiny_model(3, sharpen=1.5)
+    src, src_mask = make_src(random_sequences([5, 3], 13, seed=4))
+    results = beam_search(model, src, src_mask, beam_size=5, alpha=0.6, max_len_offset=4, n_best=3)
+    for hyps in results:
+        assert 1 <= len(hyps) <= 3
+        scores = [h.score for h in hyps]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in hyps}) == len(hyps)
+        assert all(PAD not in h.tokens and BOS not in h.tokens and EOS not in h.tokens for h in hyps)
+    single = beam_search(model, src, src_mask, beam_size=5, alpha=0.6, max_len_offset=4, n_best=1)
+    assert [r[0].tokens for r in results] == [s[0].tokens for s in single]
+    with pytest.raises(ValueError):
+        beam_search(model, src, src_mask, beam_size=2, n_best=3)
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_batched_decoding_equals_each_sentence_alone(greedy: bool) -> None:
+    model = tiny_model(5, sharpen=2.0)
+    sequences = random_sequences([4, 9, 1, 6, 3, 7], 13, seed=6)  # not sorted: batching reorders them
+    alone = [translate_ids(model, [s], beam_size=3, max_len_offset=5, greedy=greedy)[0] for s in sequences]
+    one_batch = translate_ids(model, sequences, beam_size=3, max_len_offset=5, greedy=greedy)
+    # A tiny token budget splits the input into several length-sorted batches.
+    many_batches = translate_ids(
+        model, sequences, beam_size=3, max_len_offset=5, greedy=greedy, max_tokens=12
+    )
+    assert len(alone) == len(one_batch) == len(many_batches) == len(sequences)
+    for a, b, c in zip(alone, one_batch, many_batches, strict=True):
+        assert a[0].tokens == b[0].tokens == c[0].tokens
+        assert b[0].score == pytest.approx(a[0].score, abs=1e-4)
+    assert len({tuple(a[0].tokens) for a in alone}) > 1  # distinct outputs, so a mix-up would show
+
+
+def never_ending_model(max_positions: int = 64) -> Transformer:
+    """An untrained model whose every next-token distribution is the same and puts EOS last.
+
+    Pre-norm with a zero-gain final LayerNorm makes the decoder output the constant vector `b`; the EOS row
+    of the output projection is -b, so EOS gets the lowest logit at every step.
+    """
+    model = tiny_model(7, vocab=8, norm="pre", max_positions=max_positions)
+    with torch.no_grad():
+        b = torch.randn(model.config.d_model)
+        model.decoder_norm.weight.zero_()
+        model.decoder_norm.bias.copy_(b)
+        model.generator.weight[EOS] = -b
+    return model
+
+
+def test_output_length_capped_at_source_length_plus_offset() -> None:
+    model = never_ending_model()
+    sequences = random_sequences([5, 2, 8], 8, seed=8)
+    offset = 3
+    src, src_mask = make_src(sequences)
+    for hyps in (
+        greedy_search(model, src, src_mask, max_len_offset=offset),
+        beam_search(model, src, src_mask, beam_size=3, max_len_offset=offset),
+        translate_ids(model, sequences, beam_size=2, max_len_offset=offset),
+        translate_ids(model, sequences, max_len_offset=offset, greedy=True),
+    ):
+        assert [len(h[0].tokens) for h in hyps] == [len(s) + offset for s in sequences]
+    # The cap never lets the output outgrow the position table: BOS + tokens <= max_positions.
+    model = never_ending_model(max_positions=16)
+    (hyps,) = greedy_search(model, *make_src([[3] * 14]), max_len_offset=3)
+    assert len(hyps[0].tokens) == 15

@@ -1,0 +1,341 @@
+"""End to end through the installed `tfm`: tokenize -> train -> translate -> score, resume, dry run.
+
+One tiny model (d_model 32, 1+1 layers, 400-token vocabulary) is trained once on the first 3000 pairs of the
+bundled Tatoeba corpus and shared by the module; a second run is trained to step 20 and resumed to step 30 to
+check that resuming is exact. Every subprocess runs torch on one thread: the CI box has 2 shared cores, where
+torch's default thread pool spins against other jobs (about 50x slower for a model this small), and both halves
+of the exact-resume comparison must use the same thread count anyway (float sums depend on it).
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+TFM = Path(sys.executable).parent / "tfm"
+CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
+
+MAX_STEPS = 40  # checkpoints at 10, 20, 30, 40; keep_last 3 prunes step 10
+RECIPE = """\
+name: e2e
+description: a tiny model for the end-to-end tests
+data:
+  train: {train}
+  dev: {dev}
+  max_len: 32
+tokenizer:
+  vocab_size: 400
+  min_frequency: 2
+model:
+  d_model: 32
+  d_ff: 64
+  n_heads: 2
+  n_enc_layers: 1
+  n_dec_layers: 1
+  max_positions: 64
+train:
+  max_tokens: 512
+  max_steps: {max_steps}
+  warmup_steps: 10
+  save_every: 10
+  keep_last: 3
+  average_last: 2
+  log_every: 10
+  eval_every: 20
+  eval_sentences: 20
+  precision: fp32
+decode:
+  max_len_offset: 20
+"""
+
+
+def tfm(*args: str, stdin: bytes | str | None = None, cwd: Path | None = None, check: bool = True):
+    """Run the installed `tfm` with plain output and one torch thread; text stdout/stderr."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
+    env.update({"NO_COLOR": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
+    proc = subprocess.run(
+        [str(TFM), *args],
+        input=data if data is not None else b"",
+        capture_output=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
+    proc.stdout, proc.stderr = proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
+    if check:
+        assert proc.returncode == 0, f"tfm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}"
+        assert "Traceback" not in proc.stderr
+    return proc
+
+
+def _head(name: str, n: int) -> str:
+    with gzip.open(CORPORA / name, "rt", encoding="utf-8") as f:
+        return "".join(itertools.islice(f, n))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("e2e")
+    train, dev = root / "train.tsv", root / "dev.tsv"
+    train.write_text(_head("train.tsv.gz", 3000), encoding="utf-8")  # short sentences come first
+    dev.write_text(_head("dev.tsv.gz", 50), encoding="utf-8")
+    recipe = root / "e2e.yaml"
+    recipe.write_text(RECIPE.format(train=train, dev=dev, max_steps=MAX_STEPS), encoding="utf-8")
+    return {"root": root, "train": train, "dev": dev, "recipe": recipe}
+
+
+@pytest.fixture(scope="module")
+def run(data: dict[str, Path]) -> dict:
+    """tfm tokenize, then tfm train: the shared run directory and what the commands printed."""
+    run_dir = data["root"] / "run"
+    tok = tfm("tokenize", str(data["recipe"]), "--out", str(run_dir / "tokenizer.json"), "--json")
+    trained = tfm("train", str(data["recipe"]), "--out", str(run_dir), "--device", "cpu", "--json")
+    return {"dir": run_dir, "tokenize": tok, "train": trained}
+
+
+@pytest.fixture(scope="module")
+def resumed(data: dict[str, Path], run: dict) -> dict:
+    """The same recipe trained to step 20, then `tfm train --resume RUN train.max_steps=30`."""
+    run_dir = data["root"] / "resumed"
+    run_dir.mkdir()
+    # the same vocabulary as the straight run, so the weights can be compared exactly
+    shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
+    first = tfm("train", str(data["recipe"]), "train.max_steps=20", "--out", str(run_dir), "--device", "cpu")
+    metrics_before = (run_dir / "metrics.jsonl").read_text(encoding="utf-8")
+    second = tfm("train", "--resume", str(run_dir), "train.max_steps=30", "--device", "cpu")
+    return {"dir": run_dir, "first": first, "second": second, "metrics_before": metrics_before}
+
+
+def _records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def _translate(run: dict, *args: str, stdin: str | None = None, check: bool = True):
+    return tfm("translate", "--model", str(run["dir"]), "--device", "cpu", *args, stdin=stdin, check=check)
+
+
+# ---- tokenize and train ------------------------------------------------------------------------------------
+
+
+def test_tokenize_report(run: dict) -> None:
+    report = json.loads(run["tokenize"].stdout)
+    assert Path(report["tokenizer"]) == run["dir"] / "tokenizer.json"
+    assert 300 <= report["vocab_size"] <= 400
+    assert report["sentences"] == 3000
+
+
+def test_run_directory(run: dict) -> None:
+    d = run["dir"]
+    for name in (
+        "model.safetensors",
+        "best.safetensors",
+        "recipe.yaml",
+        "config.json",
+        "tokenizer.json",
+        "metrics.jsonl",
+        "summary.json",
+    ):
+        assert (d / name).is_file(), name
+    kept = sorted(p.name for p in (d / "checkpoints").iterdir())
+    assert kept == [f"step-{s:08d}.{ext}" for s in (20, 30, 40) for ext in ("safetensors", "state.pt")], kept
+    assert not list(d.glob("**/*.tmp")), "temporary files left behind"
+
+
+def test_final_model_averages_last_checkpoints(run: dict) -> None:
+    from safetensors import safe_open
+
+    with safe_open(str(run["dir"] / "model.safetensors"), framework="pt") as f:
+        metadata = f.metadata()
+    assert json.loads(metadata["averaged"]) == ["step-00000030.safetensors", "step-00000040.safetensors"]
+    assert metadata["step"] == str(MAX_STEPS)
+
+
+def test_metrics_and_summary(run: dict) -> None:
+    records = _records(run["dir"])
+    kinds = {r["kind"] for r in records}
+    assert kinds == {"train", "eval", "final"}
+    assert [r["step"] for r in records if r["kind"] == "train"] == [10, 20, 30, 40]
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [r["step"] for r in evals] == [20] and evals[0]["sentences"] == 20
+    final = [r for r in records if r["kind"] == "final"]
+    assert len(final) == 1 and final[0]["sentences"] == 50 and final[0]["step"] == MAX_STEPS
+    summary = json.loads((run["dir"] / "summary.json").read_text())
+    assert summary["steps"] == MAX_STEPS and summary["recipe"] == "e2e" and summary["parameters"] > 0
+    printed = json.loads(run["train"].stdout)  # tfm train --json: the same facts on stdout
+    assert printed["steps"] == MAX_STEPS and "bleu" in printed and "chrf" in printed
+
+
+def test_dry_run(data: dict[str, Path], run: dict) -> None:
+    before = _snapshot(run["dir"])
+    proc = tfm("train", str(data["recipe"]), "--dry-run", "--out", str(run["dir"]))
+    assert "name: e2e" in proc.stdout and "d_model: 32" in proc.stdout
+    parameters = json.loads((run["dir"] / "summary.json").read_text())["parameters"]
+    assert f"# parameters: {parameters:,}" in proc.stdout
+    assert "# tokens per step: up to 512 source + 512 target" in proc.stdout
+    assert _snapshot(run["dir"]) == before
+
+
+# ---- translate -----------------------------------------------------------------------------------------------
+
+
+def test_translate_one_sentence(run: dict) -> None:
+    proc = _translate(run, "Je suis étudiant.")
+    assert len(proc.stdout.splitlines()) == 1 and proc.stdout.endswith("\n")
+
+
+INPUTS = ["Bonjour.", "Je suis là.", "", "Merci beaucoup.", "Il fait beau."]
+
+
+def test_translate_stdin_keeps_order_and_empty_lines(run: dict) -> None:
+    plain = _translate(run, stdin="\n".join(INPUTS) + "\n").stdout.split("\n")
+    assert plain[-1] == "" and len(plain) == len(INPUTS) + 1, plain  # 5 lines, each ended by a newline
+    records = [
+        json.loads(line)
+        for line in _translate(run, "--json", stdin="\n".join(INPUTS) + "\n").stdout.splitlines()
+    ]
+    assert [r["source"] for r in records] == INPUTS  # the order of the input
+    for record in records:
+        assert set(record) == {"source", "translation", "score", "tokens"}
+        assert isinstance(record["score"], float) and isinstance(record["tokens"], list)
+    assert records[2] == {"source": "", "translation": "", "score": 0.0, "tokens": []}
+    # line i of the output is the translation of line i
+    assert plain[:-1] == [r["translation"] for r in records]
+    assert plain[2] == ""
+
+
+def test_translate_n_best(run: dict) -> None:
+    sources = ["Bonjour.", "Merci beaucoup."]
+    proc = _translate(run, "--n-best", "2", "--beam", "2", stdin="\n".join(sources) + "\n")
+    rows = [line.split("\t") for line in proc.stdout.splitlines()]
+    assert [r[0] for r in rows] == ["1", "1", "2", "2"]  # 2 lines per input, input line number first
+    for line_no in ("1", "2"):
+        scores = [float(r[1]) for r in rows if r[0] == line_no]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_translate_greedy(run: dict) -> None:
+    proc = _translate(run, "--greedy", "--json", "Je suis étudiant.")
+    record = json.loads(proc.stdout)
+    assert record["source"] == "Je suis étudiant." and isinstance(record["translation"], str)
+
+
+def test_translate_long_input_warns(run: dict) -> None:
+    text = " ".join(["bonjour"] * 200)  # far more tokens than model.max_positions=64
+    proc = _translate(run, text)
+    assert len(proc.stdout.splitlines()) == 1
+    assert "warning" in proc.stderr and "at most 63" in proc.stderr
+
+
+def test_score_tsv(run: dict, data: dict[str, Path]) -> None:
+    report = json.loads(_translate(run, "--score", str(data["dev"]), "--json").stdout)
+    assert report["sentences"] == 50
+    assert isinstance(report["bleu"], (int, float)) and isinstance(report["chrf"], (int, float))
+    assert 0 <= report["bleu"] <= 100 and 0 <= report["chrf"] <= 100
+    assert report["bleu_signature"].startswith("nrefs:1|") and "version:" in report["bleu_signature"]
+    assert "nrefs:1|" in report["chrf_signature"]
+
+
+def test_score_reference_with_stdin(run: dict, data: dict[str, Path]) -> None:
+    pairs = [line.split("\t") for line in data["dev"].read_text(encoding="utf-8").splitlines()[:5]]
+    reference = data["root"] / "ref.txt"
+    reference.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    output = data["root"] / "hyp.txt"
+    proc = _translate(
+        run,
+        "--reference",
+        str(reference),
+        "--output",
+        str(output),
+        "--json",
+        stdin="".join(s + "\n" for s, _ in pairs),
+    )
+    report = json.loads(proc.stdout)
+    assert report["sentences"] == 5 and "bleu" in report and "chrf" in report
+    assert len(output.read_text(encoding="utf-8").splitlines()) == 5
+
+
+# ---- resume --------------------------------------------------------------------------------------------------
+
+
+def test_resume_continues(resumed: dict) -> None:
+    d = resumed["dir"]
+    before = [
+        r for r in (json.loads(x) for x in resumed["metrics_before"].splitlines()) if r["kind"] == "train"
+    ]
+    assert [r["step"] for r in before] == [10, 20]
+    records = _records(d)
+    assert [r["step"] for r in records if r["kind"] == "train"] == [10, 20, 30]  # carried on from 20
+    assert [r["step"] for r in records if r["kind"] == "final"] == [20, 30]
+    assert "at step 20" in resumed["second"].stderr
+    assert (d / "model.safetensors").is_file()
+    assert json.loads((d / "summary.json").read_text())["steps"] == 30
+    assert "max_steps: 30" in (d / "recipe.yaml").read_text()
+
+
+def test_resume_is_exact(run: dict, resumed: dict) -> None:
+    """Straight to step 30 == to step 20, stop, resume to 30: the same weights, bit for bit (fp32, cpu)."""
+    from safetensors.torch import load_file
+
+    straight = load_file(str(run["dir"] / "checkpoints" / "step-00000030.safetensors"))
+    again = load_file(str(resumed["dir"] / "checkpoints" / "step-00000030.safetensors"))
+    assert straight.keys() == again.keys()
+    different = [k for k in straight if not bool((straight[k] == again[k]).all())]
+    assert not different, f"resumed weights differ from the uninterrupted run in {different[:5]}"
+
+
+# ---- a run directory is not overwritten ----------------------------------------------------------------------
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def refused(data: dict[str, Path], run: dict) -> dict:
+    """A fresh `tfm train` into a copy of the finished run (with another max_steps): it must refuse."""
+    target = data["root"] / "refused"
+    shutil.copytree(run["dir"], target)
+    before = _snapshot(target)
+    proc = tfm(
+        "train",
+        str(data["recipe"]),
+        "train.max_steps=50",
+        "--out",
+        str(target),
+        "--device",
+        "cpu",
+        check=False,
+    )
+    return {"dir": target, "before": before, "after": _snapshot(target), "proc": proc}
+
+
+def test_fresh_train_refuses_a_run_with_checkpoints(refused: dict) -> None:
+    proc = refused["proc"]
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "already holds a trained run" in proc.stderr and "--resume" in proc.stderr
+    before, after = refused["before"], refused["after"]
+    assert before.keys() == after.keys()
+    weights = [k for k in before if k.endswith((".safetensors", ".pt", ".jsonl", "tokenizer.json"))]
+    assert all(before[k] == after[k] for k in weights)
+
+
+def test_refused_train_leaves_every_file_untouched(refused: dict) -> None:
+    changed = [k for k in refused["before"] if refused["before"][k] != refused["after"].get(k)]
+    assert not changed, f"a refused tfm train changed {changed}"

@@ -1,0 +1,38 @@
+"""The README's two set-up commands and `.ci/run` must not drift apart."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_COMMAND = 'pip install torch==2.13.0 && pip install -e ".[dev]" && pytest'
+
+
+def _setup_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Set up on a fresh machine", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    return [block.strip().splitlines()[0] for block in blocks]
+
+
+def test_readme_has_the_two_setup_commands():
+    commands = _setup_commands()
+    assert len(commands) == 2, commands
+    main_job, tests = commands
+    assert main_job.endswith("tfm train recipes/tiny.yaml")
+    assert "pip install torch==2.13.0" in main_job
+    assert tests.endswith(TEST_COMMAND)
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert TEST_COMMAND in ci.splitlines()
+    assert "set -euo pipefail" in ci
+    assert "python3 -m venv" in ci
+
+
+def test_readme_recipes_exist():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name in re.findall(r"`(recipes/[a-z_]+\.yaml)`", text):
+        assert (ROOT / name).is_file(), name

@@ -1,0 +1,292 @@
+"""Training core and checkpoints: the label-smoothed loss against F.cross_entropy, the warm-up schedule against
+equation 3 of the paper, and checkpoint save/load/average round trips (with a tokenizer trained in-process)."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from tfm_cli import __version__
+from tfm_cli.checkpoint import (
+    FINAL,
+    average_checkpoints,
+    checkpoint_path,
+    load_model,
+    load_state,
+    read_metadata,
+    save_weights,
+    weights_state,
+)
+from tfm_cli.errors import CheckpointError
+from tfm_cli.model import ModelConfig, Transformer
+from tfm_cli.model.masks import padding_mask, target_mask
+from tfm_cli.tokenizer import Tokenizer, train_tokenizer
+from tfm_cli.training import inverse_sqrt_lr, label_smoothed_loss
+
+CORPUS = Path(__file__).resolve().parents[1] / "tfm_cli" / "corpora" / "tatoeba-fr-en" / "train.tsv.gz"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors gain nothing from intra-op threads, and on a busy machine waiting for them costs seconds."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# --- Section 5.4: label smoothing ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_label_smoothed_loss_matches_cross_entropy(eps: float) -> None:
+    g = torch.Generator().manual_seed(0)
+    b, t, v, pad = 3, 5, 11, 0
+    logits = torch.randn(b, t, v, generator=g) * 3
+    target = torch.randint(1, v, (b, t), generator=g)
+    target[0, 3:] = pad
+    target[2, 1:] = pad
+    loss, nll, n_tokens = label_smoothed_loss(logits, target, eps, pad)
+    flat_logits, flat_target = logits.view(-1, v), target.view(-1)
+    expected = F.cross_entropy(
+        flat_logits, flat_target, label_smoothing=eps, ignore_index=pad, reduction="sum"
+    )
+    expected_nll = F.cross_entropy(flat_logits, flat_target, ignore_index=pad, reduction="sum")
+    torch.testing.assert_close(loss, expected, atol=1e-4, rtol=1e-6)
+    torch.testing.assert_close(nll, expected_nll, atol=1e-4, rtol=1e-6)
+    assert n_tokens == int((target != pad).sum()) == 3 + 5 + 1
+    # Padding contributes nothing: changing the logits there changes neither sum.
+    noisy = logits.clone()
+    noisy[target == pad] += 100 * torch.randn(int((target == pad).sum()), v, generator=g)
+    loss2, nll2, _ = label_smoothed_loss(noisy, target, eps, pad)
+    torch.testing.assert_close((loss2, nll2), (loss, nll))
+
+
+def test_label_smoothed_loss_uses_its_pad_id() -> None:
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 4, 7, generator=g)
+    target = torch.tensor([[3, 4, 5, 5], [6, 5, 5, 5]])  # 5 plays the role of padding here
+    loss, nll, n_tokens = label_smoothed_loss(logits, target, 0.1, pad_id=5)
+    assert n_tokens == 3
+    expected = F.cross_entropy(
+        logits.view(-1, 7), target.view(-1), label_smoothing=0.1, ignore_index=5, reduction="sum"
+    )
+    torch.testing.assert_close(loss, expected, atol=1e-4, rtol=1e-6)
+
+
+# --- Section 5.3: the learning-rate schedule (equation 3) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("d_model,warmup,factor", [(512, 4000, 1.0), (64, 100, 2.0)])
+def test_inverse_sqrt_lr_matches_equation_3(d_model: int, warmup: int, factor: float) -> None:
+    for step in (1, 2, warmup // 3, warmup - 1, warmup, warmup + 1, 5 * warmup, 100 * warmup):
+        expected = factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+        assert inverse_sqrt_lr(step, d_model, warmup, factor) == pytest.approx(expected, rel=1e-12)
+    # Linear warm-up, then decay proportional to 1/sqrt(step).
+    assert inverse_sqrt_lr(warmup // 2, d_model, warmup, factor) == pytest.approx(
+        inverse_sqrt_lr(warmup // 4, d_model, warmup, factor) * 2, rel=1e-9
+    )
+    assert inverse_sqrt_lr(16 * warmup, d_model, warmup, factor) == pytest.approx(
+        inverse_sqrt_lr(4 * warmup, d_model, warmup, factor) / 2, rel=1e-9
+    )
+    steps = range(1, 3 * warmup)
+    rates = [inverse_sqrt_lr(s, d_model, warmup, factor) for s in steps]
+    assert steps[max(range(len(rates)), key=rates.__getitem__)] == warmup
+    assert max(rates) == pytest.approx(factor / math.sqrt(d_model * warmup), rel=1e-12)
+
+
+# --- Checkpoints ------------------------------------------------------------------------------------------------
+
+
+def corpus_sentences(start: int, pairs: int) -> list[str]:
+    with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in itertools.islice(f, start, start + pairs)]
+    return [s for row in rows for s in row[:2]]
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return train_tokenizer(corpus_sentences(0, 25), vocab_size=300)
+
+
+def tiny_config(vocab_size: int, **overrides) -> ModelConfig:
+    values = dict(
+        vocab_size=vocab_size,
+        d_model=32,
+        d_ff=48,
+        n_heads=4,
+        n_enc_layers=1,
+        n_dec_layers=2,
+        dropout=0.0,
+        max_positions=32,
+    )
+    values.update(overrides)
+    return ModelConfig(**values)
+
+
+def random_model(config: ModelConfig, seed: int) -> Transformer:
+    """A model with every parameter random (LayerNorms included), so that any tensor not restored shows."""
+    torch.manual_seed(seed)
+    model = Transformer(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)
+    return model
+
+
+def outputs(model: Transformer) -> torch.Tensor:
+    g = torch.Generator().manual_seed(123)
+    v = model.config.vocab_size
+    src = torch.randint(3, v, (2, 6), generator=g)
+    src[1, 4:] = 0
+    tgt = torch.randint(3, v, (2, 5), generator=g)
+    tgt[:, 0] = 1
+    with torch.no_grad():
+        return model(src, tgt, padding_mask(src, 0), target_mask(tgt, 0))
+
+
+def assert_same_state(a: nn.Module, b: nn.Module) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for name in sa:
+        assert torch.equal(sa[name], sb[name]), name
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_weights_round_trip(tmp_path: Path, tie: bool) -> None:
+    config = tiny_config(50, tie_embeddings=tie)
+    model = random_model(config, 0)
+    path = tmp_path / "w.safetensors"
+    save_weights(path, weights_state(model), config, "ab" * 32, 1234)
+    state = load_file(str(path))
+    if tie:  # tied tensors are stored once
+        assert "src_embed.token.weight" in state
+        assert "tgt_embed.token.weight" not in state and "generator.weight" not in state
+    fresh = random_model(config, 1)
+    assert not torch.equal(fresh.encoder_layers[0].ffn.w_1.weight, model.encoder_layers[0].ffn.w_1.weight)
+    load_state(fresh, state, path)
+    assert_same_state(model, fresh)
+    torch.testing.assert_close(outputs(fresh), outputs(model), atol=0, rtol=0)
+    w = fresh.src_embed.token.weight
+    if tie:
+        assert fresh.tgt_embed.token.weight is w and fresh.generator.weight is w
+    else:
+        assert fresh.generator.weight.data_ptr() != w.data_ptr()
+    metadata = read_metadata(path)
+    assert json.loads(metadata["config"]) == config.to_dict()
+    assert ModelConfig.from_dict(json.loads(metadata["config"])) == config
+    assert metadata["tokenizer_sha256"] == "ab" * 32
+    assert metadata["step"] == "1234"
+    assert metadata["tfm_version"] == __version__
+
+
+def test_load_state_rejects_weights_of_another_shape(tmp_path: Path) -> None:
+    small = random_model(tiny_config(50, n_dec_layers=1), 0)
+    big = random_model(tiny_config(50, n_dec_layers=2), 1)
+    with pytest.raises(CheckpointError, match="does not fit"):
+        load_state(big, weights_state(small), "small.safetensors")
+
+
+def make_run(run_dir: Path, tokenizer: Tokenizer, seed: int = 0, step: int = 10) -> Transformer:
+    config = tiny_config(tokenizer.vocab_size)
+    model = random_model(config, seed)
+    save_weights(run_dir / FINAL, weights_state(model), config, tokenizer.sha256, step)
+    tokenizer.save(run_dir / "tokenizer.json")
+    return model
+
+
+def test_load_model_from_run_directory(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    model = make_run(tmp_path, tokenizer)
+    loaded = load_model(tmp_path)
+    assert loaded.path == tmp_path / FINAL and loaded.run_dir == tmp_path and loaded.step == 10
+    assert loaded.tokenizer.sha256 == tokenizer.sha256
+    assert loaded.model.config == model.config
+    assert not loaded.model.training
+    assert_same_state(model, loaded.model)
+    torch.testing.assert_close(outputs(loaded.model), outputs(model), atol=0, rtol=0)
+
+
+def test_load_model_picks_newest_periodic_checkpoint(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    config = tiny_config(tokenizer.vocab_size)
+    old, new = random_model(config, 0), random_model(config, 1)
+    save_weights(checkpoint_path(tmp_path, 900), weights_state(new), config, tokenizer.sha256, 900)
+    save_weights(checkpoint_path(tmp_path, 80), weights_state(old), config, tokenizer.sha256, 80)
+    tokenizer.save(tmp_path / "tokenizer.json")
+    loaded = load_model(tmp_path)  # step 900 > 80, although 80 was written last
+    assert loaded.step == 900 and loaded.run_dir == tmp_path
+    assert_same_state(new, loaded.model)
+
+
+def test_load_model_rejects_another_tokenizer(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    make_run(tmp_path, tokenizer)
+    other = train_tokenizer(corpus_sentences(500, 25), vocab_size=300)
+    assert other.sha256 != tokenizer.sha256
+    other.save(tmp_path / "tokenizer.json")
+    with pytest.raises(CheckpointError, match="does not match") as err:
+        load_model(tmp_path)
+    assert err.value.hint
+
+
+def test_load_model_rejects_vocab_mismatch(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    config = tiny_config(tokenizer.vocab_size + 7)
+    save_weights(tmp_path / FINAL, weights_state(random_model(config, 0)), config, "", 1)  # no hash recorded
+    tokenizer.save(tmp_path / "tokenizer.json")
+    with pytest.raises(CheckpointError, match=str(tokenizer.vocab_size + 7)):
+        load_model(tmp_path)
+
+
+def test_load_model_missing_pieces(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CheckpointError) as err:
+        load_model(empty)
+    assert str(empty) in str(err.value) and FINAL in str(err.value)
+    assert err.value.hint and "tfm train" in err.value.hint
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_model(tmp_path / "nowhere")
+    no_tok = tmp_path / "no-tokenizer"
+    make_run(no_tok, tokenizer)
+    (no_tok / "tokenizer.json").unlink()
+    with pytest.raises(CheckpointError, match="tokenizer.json is missing"):
+        load_model(no_tok)
+    foreign = tmp_path / "foreign.safetensors"
+    save_file({"w": torch.zeros(2)}, str(foreign))  # a valid safetensors file, but not written by tfm
+    with pytest.raises(CheckpointError, match="no tfm metadata"):
+        load_model(foreign)
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not a safetensors file")
+    with pytest.raises(CheckpointError, match="not a readable safetensors file"):
+        load_model(junk)
+
+
+def test_average_checkpoints_is_the_mean(tmp_path: Path) -> None:
+    config = tiny_config(40)
+    a, b = random_model(config, 0), random_model(config, 1)
+    paths = [tmp_path / "a.safetensors", tmp_path / "b.safetensors"]
+    for model, path in zip((a, b), paths, strict=True):
+        save_weights(path, weights_state(model), config, "", 1)
+    averaged = average_checkpoints(paths)
+    sa, sb = weights_state(a), weights_state(b)
+    assert averaged.keys() == sa.keys()
+    for name in sa:
+        assert averaged[name].dtype == sa[name].dtype
+        torch.testing.assert_close(averaged[name], (sa[name] + sb[name]) / 2, atol=1e-7, rtol=0)
+    mean = random_model(config, 2)
+    load_state(mean, averaged, "averaged")
+    assert mean.generator.weight is mean.src_embed.token.weight
+    torch.testing.assert_close(mean.generator.weight, (a.generator.weight + b.generator.weight) / 2)
+    with pytest.raises(CheckpointError):
+        average_checkpoints([])
+    other = tmp_path / "other.safetensors"
+    save_weights(other, weights_state(random_model(tiny_config(40, d_ff=16), 3)), config, "", 1)
+    with pytest.raises(CheckpointError, match="different"):
+        average_checkpoints([paths[0], other])

@@ -1,0 +1,591 @@
+"""Static shell completion scripts for `tfm` (bash, zsh, fish), generated from the Typer app.
+
+    python -m tfm_cli.cli.completions [--check] [DIR]
+
+walks `typer.main.get_command(app)` (the click group, its commands, their options and arguments) and writes
+`tfm.bash`, `tfm.zsh` and `tfm.fish` into DIR (default: the repository's `completions/`). `--check` writes
+nothing and exits 1 naming the files that differ from what would be generated (tests run it, so a command or
+option changed without regenerating fails the test suite).
+
+The scripts are plain shell: completing never starts Python, so it is instant. They complete commands, long
+and short option names, fixed choices, file paths for path-like options and arguments, and recipe override
+keys (`train.max_steps=`) for `tfm train` / `tfm tokenize`. The output is deterministic (sorted wherever
+order carries no meaning), so regenerating an unchanged app changes no byte.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import sys
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PROG = "tfm"
+GENERATOR = "python -m tfm_cli.cli.completions"
+FILES = ("tfm.bash", "tfm.zsh", "tfm.fish")
+
+# Values of plain `str` options that the app checks itself rather than declaring them as a Choice
+# (`tfm_cli.runtime.DEVICES`; importing it here would load torch just to generate text).
+_OPTION_CHOICES: dict[str, tuple[str, ...]] = {"--device": ("auto", "cpu", "cuda")}
+# Arguments typed `str` in the app because they also take other things (with `tfm train --resume RUN`, the
+# first word is an override): what to complete for them.
+_ARGUMENT_KINDS: dict[str, str] = {"recipe": "file", "overrides": "override"}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The app, described
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    names: tuple[str, ...]  # long and short names, sorted ("--model", "-m")
+    help: str  # first sentence of the help
+    kind: str  # flag | value | file | dir | choice
+    choices: tuple[str, ...] = ()
+    multiple: bool = False  # may be given more than once
+
+    @property
+    def takes_value(self) -> bool:
+        return self.kind != "flag"
+
+
+@dataclass(frozen=True)
+class Argument:
+    name: str
+    help: str
+    kind: str  # text | file | dir | choice | override
+    variadic: bool  # takes every remaining word
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    options: tuple[Option, ...]
+    arguments: tuple[Argument, ...]
+
+    @property
+    def takes_overrides(self) -> bool:
+        return any(a.kind == "override" for a in self.arguments)
+
+
+@dataclass(frozen=True)
+class AppSpec:
+    name: str
+    options: tuple[Option, ...]
+    commands: tuple[Command, ...]
+    override_keys: tuple[str, ...]  # dotted recipe keys, for `key=value` arguments
+
+
+def _first_sentence(text: str | None, limit: int = 100) -> str:
+    line = (text or "").strip().split("\n\n")[0].replace("\n", " ")
+    line = " ".join(line.split())
+    for end in (". ", "; "):
+        if end in line:
+            line = line.split(end)[0] + ("." if end == ". " else "")
+    return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
+
+
+def _unwrap(annotation: Any) -> Any:
+    """list[X] -> X, X | None -> X."""
+    while True:
+        origin = typing.get_origin(annotation)
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if origin in (list, tuple, set, frozenset) and args:
+            annotation = args[0]
+        elif origin is not None and origin is not typing.Literal and len(args) == 1:  # Optional[X], X | None
+            annotation = args[0]
+        else:
+            return annotation
+
+
+def _value_kind(param: Any) -> tuple[str, tuple[str, ...]]:
+    """What a parameter's value is: (kind, choices). Typer >= 0.16 keeps the annotation; older ones a click type."""
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is not None:
+        annotation = _unwrap(descriptor.annotation)
+        info = descriptor.parameter_info
+        if typing.get_origin(annotation) is typing.Literal:
+            return "choice", tuple(sorted(str(v) for v in typing.get_args(annotation)))
+        if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+            return "choice", tuple(sorted(str(m.value) for m in annotation))
+        if isinstance(annotation, type) and issubclass(annotation, Path):
+            dir_only = getattr(info, "dir_okay", True) and not getattr(info, "file_okay", True)
+            return ("dir" if dir_only else "file"), ()
+        if getattr(descriptor, "file_annotation", None) is not None:
+            return "file", ()
+    click_type = getattr(param, "type", None)
+    if click_type is not None:
+        if getattr(click_type, "choices", None):
+            return "choice", tuple(sorted(str(c) for c in click_type.choices))
+        if type(click_type).__name__ == "Path":
+            dir_only = getattr(click_type, "dir_okay", True) and not getattr(click_type, "file_okay", True)
+            return ("dir" if dir_only else "file"), ()
+        if type(click_type).__name__ == "File":
+            return "file", ()
+    return "value", ()
+
+
+def _option(param: Any) -> Option:
+    names = tuple(sorted({*param.opts, *param.secondary_opts}))
+    multiple = bool(getattr(param, "multiple", False) or getattr(param, "count", False))
+    if getattr(param, "is_flag", False) or getattr(param, "count", False):
+        return Option(names, _first_sentence(param.help), "flag", multiple=multiple)
+    kind, choices = _value_kind(param)
+    long = [n for n in names if n.startswith("--")]
+    if kind == "value" and long and long[0] in _OPTION_CHOICES:
+        kind, choices = "choice", tuple(sorted(_OPTION_CHOICES[long[0]]))
+    return Option(names, _first_sentence(param.help), kind, choices, multiple)
+
+
+def _argument(param: Any) -> Argument:
+    kind, choices = _value_kind(param)
+    if kind == "value":
+        kind = _ARGUMENT_KINDS.get(param.name, "text")
+    variadic = param.nargs == -1
+    return Argument(param.name, _first_sentence(getattr(param, "help", None)), kind, variadic, choices)
+
+
+def _params(command: Any, ctx: Any) -> tuple[tuple[Option, ...], tuple[Argument, ...]]:
+    options, arguments = [], []
+    for param in command.get_params(ctx):  # includes the help option (-h/--help from context_settings)
+        if getattr(param, "hidden", False):
+            continue
+        if param.param_type_name == "option":
+            options.append(_option(param))
+        elif param.param_type_name == "argument":
+            arguments.append(_argument(param))  # positional order is meaningful: kept
+    options.sort(key=lambda o: ([n for n in o.names if n.startswith("--")] or list(o.names))[0])
+    return tuple(options), tuple(arguments)
+
+
+def describe(app: Any = None) -> AppSpec:
+    """Walk the Typer app (default: `tfm_cli.cli.app.app`) into plain data the script writers use."""
+    import typer
+
+    from tfm_cli.recipe import recipe_keys
+
+    if app is None:
+        from tfm_cli.cli.app import app
+    group = typer.main.get_command(app)
+    ctx = typer.Context(group, info_name=PROG, resilient_parsing=True, **group.context_settings)
+    top_options, _ = _params(group, ctx)
+    commands = []
+    for name in sorted(group.list_commands(ctx)):
+        command = group.get_command(ctx, name)
+        if command is None or command.hidden:
+            continue
+        sub = typer.Context(
+            command, info_name=name, parent=ctx, resilient_parsing=True, **command.context_settings
+        )
+        options, arguments = _params(command, sub)
+        commands.append(
+            Command(name, _first_sentence(command.short_help or command.help), options, arguments)
+        )
+    return AppSpec(PROG, top_options, tuple(commands), tuple(sorted(recipe_keys())))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Script writers
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _header(shell: str, install: str) -> str:
+    return (
+        f"# {shell} completion for `{PROG}`. Generated by `{GENERATOR}` from the Typer app\n"
+        f"# (tfm_cli/cli/app.py): do not edit by hand; rerun that command after changing a command or option.\n"
+        f"# {install}\n"
+    )
+
+
+def _words(items: list[str] | tuple[str, ...]) -> str:
+    return " ".join(items)
+
+
+def _bash_value_case(options: tuple[Option, ...], indent: str) -> list[str]:
+    """`case $prev in` branches: complete the value of the option just typed."""
+    lines = []
+    groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for o in options:
+        if o.takes_value:
+            groups.setdefault((o.kind, o.choices), []).extend(o.names)
+    for (kind, choices), names in sorted(groups.items()):
+        action = {
+            "file": "_tfm_files",
+            "dir": "_tfm_dirs",
+            "choice": f'COMPREPLY=( $(compgen -W "{_words(choices)}" -- "$cur") )',
+            "value": "COMPREPLY=()",  # a value of the user's choosing: nothing to offer
+        }[kind]
+        lines.append(f"{indent}{'|'.join(sorted(names))}) {action}; return 0 ;;")
+    return lines
+
+
+def _bash_argument_action(command: Command, argument: Argument) -> str:
+    actions = {
+        "file": "_tfm_files",
+        "dir": "_tfm_dirs",
+        "override": "_tfm_overrides",
+        "choice": f'COMPREPLY=( $(compgen -W "{_words(argument.choices)}" -- "$cur") )',
+        "text": "COMPREPLY=()",  # free text: nothing to offer
+    }
+    action = actions[argument.kind]
+    if argument.kind in ("file", "dir") and command.takes_overrides:
+        # `tfm train --resume RUN key=value`: the first word may already be an override.
+        action += "; [[ -n $cur ]] && _tfm_overrides"
+    return action
+
+
+def bash_script(spec: AppSpec) -> str:
+    top_value_opts = [n for o in spec.options if o.takes_value for n in o.names]
+    top_names = sorted(n for o in spec.options for n in o.names)
+    out = [
+        _header(
+            "Bash",
+            f"Use: `source completions/{PROG}.bash` in ~/.bashrc (or copy it to "
+            f"~/.local/share/bash-completion/completions/{PROG}).",
+        ),
+        f'_tfm_recipe_keys="{_words([k + "=" for k in spec.override_keys])}"',
+        "",
+        "_tfm_files() {",
+        "    local IFS=$'\\n'",
+        "    compopt -o filenames 2>/dev/null",
+        '    COMPREPLY+=( $(compgen -f -- "$cur") )',
+        "}",
+        "",
+        "_tfm_dirs() {",
+        "    local IFS=$'\\n'",
+        "    compopt -o filenames 2>/dev/null",
+        '    COMPREPLY+=( $(compgen -d -- "$cur") )',
+        "}",
+        "",
+        "_tfm_overrides() {",
+        "    compopt -o nospace 2>/dev/null  # the value follows the '='",
+        '    COMPREPLY+=( $(compgen -W "$_tfm_recipe_keys" -- "$cur") )',
+        "}",
+        "",
+        "# _tfm_npos START VALUE_OPTIONS...: how many positional words precede the cursor, counting from START.",
+        "_tfm_npos() {",
+        "    local start=$1 i word n=0 after_dashes=0",
+        "    shift",
+        '    local value_opts=" $* "',
+        "    for (( i = start; i < COMP_CWORD; i++ )); do",
+        "        word=${COMP_WORDS[i]}",
+        "        if (( after_dashes )); then (( n++ )); continue; fi",
+        "        case $word in",
+        "            --) after_dashes=1 ;;",
+        "            =) (( i++ )) ;;  # `--opt=value` / `key=value`: bash splits the word at =",
+        '            -*) [[ $value_opts == *" $word "* && ${COMP_WORDS[i+1]} != "=" ]] && (( i++ )) ;;',
+        "            *) (( n++ )) ;;",
+        "        esac",
+        "    done",
+        '    echo "$n"',
+        "}",
+        "",
+        "_tfm() {",
+        '    local cur=${COMP_WORDS[COMP_CWORD]} prev="" cmd="" cmd_index=0 i word npos',
+        "    (( COMP_CWORD > 0 )) && prev=${COMP_WORDS[COMP_CWORD-1]}",
+        "    COMPREPLY=()",
+        "    # `--opt=value`: bash splits the word at =, so the option is one or two words back.",
+        '    if [[ $cur == "=" ]]; then',
+        '        cur=""',
+        '    elif [[ $prev == "=" ]] && (( COMP_CWORD >= 2 )); then',
+        "        prev=${COMP_WORDS[COMP_CWORD-2]}",
+        "    fi",
+        '    if [[ $prev != -* && ( ${COMP_WORDS[COMP_CWORD]} == "=" || ${COMP_WORDS[COMP_CWORD-1]} == "=" ) ]]; then',
+        "        return 0  # the value of a key=value override",
+        "    fi",
+        "",
+        "    for (( i = 1; i < COMP_CWORD; i++ )); do",
+        "        word=${COMP_WORDS[i]}",
+        "        case $word in",
+    ]
+    if top_value_opts:
+        out.append(f"            {'|'.join(sorted(top_value_opts))}) (( i++ )) ;;")
+    top_values = _bash_value_case(spec.options, "            ")
+    out += [
+        "            -*) ;;",
+        "            *) cmd=$word; cmd_index=$i; break ;;",
+        "        esac",
+        "    done",
+        "",
+        "    if [[ -z $cmd ]]; then",
+        *(["        case $prev in", *top_values, "        esac"] if top_values else []),
+        "        if [[ $cur == -* ]]; then",
+        f'            COMPREPLY=( $(compgen -W "{_words(top_names)}" -- "$cur") )',
+        "        else",
+        f'            COMPREPLY=( $(compgen -W "{_words([c.name for c in spec.commands])}" -- "$cur") )',
+        "        fi",
+        "        return 0",
+        "    fi",
+        "",
+        "    case $cmd in",
+    ]
+    for command in spec.commands:
+        names = sorted(n for o in command.options for n in o.names)
+        value_opts = sorted(n for o in command.options if o.takes_value for n in o.names)
+        values = _bash_value_case(command.options, "                ")
+        out += [
+            f"        {command.name})",
+            *(["            case $prev in", *values, "            esac"] if values else []),
+            "            if [[ $cur == -* ]]; then",
+            f'                COMPREPLY=( $(compgen -W "{_words(names)}" -- "$cur") )',
+            "                return 0",
+            "            fi",
+        ]
+        if command.arguments:
+            out += [
+                f"            npos=$(_tfm_npos $(( cmd_index + 1 )) {_words(value_opts)})",
+                "            case $npos in",
+            ]
+            for index, argument in enumerate(command.arguments):
+                label = "*" if argument.variadic else str(index)
+                out.append(f"                {label}) {_bash_argument_action(command, argument)} ;;")
+                if argument.variadic:
+                    break
+            out.append("            esac")
+        out.append("            ;;")
+    out += [
+        "    esac",
+        "    return 0",
+        "}",
+        "",
+        f"complete -F _tfm {PROG}",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def _zsh_quote(text: str) -> str:
+    """Text inside a single-quoted _arguments spec: escape the spec's own syntax and the quote."""
+    for char in "\\[]:":
+        text = text.replace(char, "\\" + char)
+    return text.replace("'", "'\\''")
+
+
+def _describe_item(name: str, help: str) -> str:
+    """A `name:description` entry for _describe: only the name's colons need escaping."""
+    return (name.replace(":", "\\:") + ":" + help).replace("'", "'\\''")
+
+
+def _zsh_action(kind: str, choices: tuple[str, ...], command: Command | None = None) -> str:
+    if kind == "file":
+        return "_tfm_recipe_word" if command is not None and command.takes_overrides else "_files"
+    return {
+        "dir": "_files -/",
+        "choice": f"({' '.join(choices)})",
+        "override": "_tfm_overrides",
+        "value": " ",
+        "text": " ",
+    }[kind]
+
+
+def _zsh_option(option: Option) -> str:
+    names = option.names
+    desc = _zsh_quote(option.help)
+    exclusive = f"({' '.join(names)})" if len(names) > 1 and not option.multiple else ""
+    star = "*" if option.multiple else ""
+    if names and any(n in ("--help", "-h", "--version") for n in names):
+        exclusive = "(- *)"  # they end the command line
+    value = ""
+    if option.takes_value:
+        message = names[0].lstrip("-").replace("-", " ")
+        value = f":{_zsh_quote(message)}:{_zsh_action(option.kind, option.choices)}"
+    if len(names) == 1:
+        return f"'{exclusive}{star}{names[0]}[{desc}]{value}'"
+    return f"'{exclusive}{star}'{{{','.join(names)}}}'[{desc}]{value}'"
+
+
+def zsh_script(spec: AppSpec) -> str:
+    out = [
+        f"#compdef {PROG}",
+        _header("Zsh", f"Use: put this file as `_{PROG}` in a directory on $fpath, before `compinit` runs."),
+        "_tfm_overrides() {",
+        "    local -a keys",
+        "    keys=(",
+        *(f"        '{k}='" for k in spec.override_keys),
+        "    )",
+        "    compadd -S '' -- $keys  # the value follows the '='",
+        "}",
+        "",
+        "# The first word of `tfm train`/`tfm tokenize`: a recipe file, or (with --resume) already an override.",
+        "_tfm_recipe_word() {",
+        "    _files",
+        "    [[ -n $PREFIX ]] && _tfm_overrides",
+        "}",
+        "",
+    ]
+    for command in spec.commands:
+        specs = [_zsh_option(o) for o in command.options]
+        for index, argument in enumerate(command.arguments):
+            position = "*" if argument.variadic else str(index + 1)
+            message = _zsh_quote(argument.name)
+            specs.append(f"'{position}:{message}:{_zsh_action(argument.kind, argument.choices, command)}'")
+            if argument.variadic:
+                break
+        out += [f"_tfm_{command.name.replace('-', '_')}() {{", "    _arguments -s -S \\"]
+        out += [f"        {s} \\" for s in specs[:-1]] + [f"        {specs[-1]}", "}", ""]
+    out += [
+        "_tfm() {",
+        "    local curcontext=$curcontext state line",
+        "    typeset -A opt_args",
+        "    _arguments -C \\",
+        *(f"        {_zsh_option(o)} \\" for o in spec.options),
+        "        '1:command:->command' \\",
+        "        '*::arg:->args'",
+        "    case $state in",
+        "        command)",
+        "            local -a commands",
+        "            commands=(",
+        *(f"                '{_describe_item(c.name, c.help)}'" for c in spec.commands),
+        "            )",
+        "            _describe -t commands 'tfm command' commands",
+        "            ;;",
+        "        args)",
+        "            case $line[1] in",
+        *(f"                {c.name}) _tfm_{c.name.replace('-', '_')} ;;" for c in spec.commands),
+        "            esac",
+        "            ;;",
+        "    esac",
+        "}",
+        "",
+        "if [[ $funcstack[1] == _tfm ]]; then",
+        '    _tfm "$@"',
+        "else",
+        f"    compdef _tfm {PROG}",
+        "fi",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def _fish_quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _fish_option(condition: str, option: Option) -> str:
+    parts = [f"complete -c {PROG} -n {_fish_quote(condition)}"]
+    for name in option.names:
+        if name.startswith("--"):
+            parts.append(f"-l {name[2:]}")
+        elif len(name) == 2:
+            parts.append(f"-s {name[1:]}")
+        else:
+            parts.append(f"-o {name[1:]}")
+    if option.kind in ("file", "dir"):
+        parts.append("-r -F")
+    elif option.kind == "choice":
+        parts.append(f"-x -a {_fish_quote(' '.join(option.choices))}")
+    elif option.kind == "value":
+        parts.append("-x")
+    parts.append(f"-d {_fish_quote(option.help)}")
+    return " ".join(parts)
+
+
+def fish_script(spec: AppSpec) -> str:
+    no_command = f"not __fish_seen_subcommand_from {' '.join(c.name for c in spec.commands)}"
+    out = [
+        _header("Fish", f"Use: copy this file to ~/.config/fish/completions/{PROG}.fish."),
+        f"complete -c {PROG} -f  # no file names unless an option or argument asks for them",
+        "",
+        "# commands",
+    ]
+    for command in spec.commands:
+        out.append(
+            f"complete -c {PROG} -n {_fish_quote(no_command)} -a {command.name} -d {_fish_quote(command.help)}"
+        )
+    out += ["", "# options before the command"]
+    out += [_fish_option(no_command, o) for o in spec.options]
+    keys = " ".join(k + "=" for k in spec.override_keys)
+    for command in spec.commands:
+        condition = f"__fish_seen_subcommand_from {command.name}"
+        out += ["", f"# tfm {command.name}"]
+        out += [_fish_option(condition, o) for o in command.options]
+        kinds = {a.kind for a in command.arguments}
+        if kinds & {"file", "dir"}:
+            out.append(f"complete -c {PROG} -n {_fish_quote(condition)} -F")
+        if "override" in kinds:
+            out.append(
+                f"complete -c {PROG} -n {_fish_quote(condition)} -a {_fish_quote(keys)} -d 'recipe override'"
+            )
+        for argument in command.arguments:
+            if argument.kind == "choice":
+                out.append(
+                    f"complete -c {PROG} -n {_fish_quote(condition)} -a {_fish_quote(' '.join(argument.choices))}"
+                )
+    out.append("")
+    return "\n".join(out)
+
+
+WRITERS: dict[str, Callable[[AppSpec], str]] = {
+    "tfm.bash": bash_script,
+    "tfm.zsh": zsh_script,
+    "tfm.fish": fish_script,
+}
+
+
+def generate(app: Any = None) -> dict[str, str]:
+    """File name -> script text for every shell."""
+    spec = describe(app)
+    return {name: write(spec) for name, write in WRITERS.items()}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Command line
+# ------------------------------------------------------------------------------------------------------------
+
+
+def default_dir() -> Path:
+    """The repository's completions/: next to the pyproject.toml above this file, else under the CWD."""
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "pyproject.toml").is_file() and (parent / "tfm_cli").is_dir():
+            return parent / "completions"
+    return Path.cwd() / "completions"
+
+
+def stale_files(directory: Path, scripts: dict[str, str]) -> list[str]:
+    """Names of the scripts in `directory` that are missing or differ from `scripts`."""
+    stale = []
+    for name, text in sorted(scripts.items()):
+        path = directory / name
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            stale.append(name)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog=GENERATOR,
+        description="Write static bash/zsh/fish completion scripts for tfm, generated from its Typer app.",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if any script is stale or missing"
+    )
+    parser.add_argument(
+        "dir", nargs="?", type=Path, help="output folder [default: the repository's completions/]"
+    )
+    args = parser.parse_args(argv)
+    directory: Path = args.dir if args.dir is not None else default_dir()
+    scripts = generate()
+    if args.check:
+        stale = stale_files(directory, scripts)
+        if stale:
+            names = ", ".join(str(directory / n) for n in stale)
+            print(f"stale completion scripts: {names}; regenerate them with `{GENERATOR}`", file=sys.stderr)
+            return 1
+        print(f"completion scripts in {directory} are up to date")
+        return 0
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in scripts.items():
+        (directory / name).write_text(text, encoding="utf-8")
+        print(f"wrote {directory / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

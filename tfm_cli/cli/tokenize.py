@@ -1,0 +1,140 @@
+"""`tfm tokenize`: train the joint subword tokenizer and report its statistics, or show how text is encoded."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from tfm_cli.cli.common import JSON_HELP, info, print_json, print_table
+from tfm_cli.errors import TfmError
+
+
+def tokenize(
+    recipe: str = typer.Argument(None, help="Recipe YAML whose data.train and tokenizer settings to use.", show_default=False),
+    overrides: list[str] = typer.Argument(None, help="Recipe overrides as dotted.key=value, e.g. tokenizer.vocab_size=8000.", show_default=False),
+    corpus: list[str] = typer.Option(None, "--corpus", "-c", help="Train on this TSV (source TAB target), or give it twice: source file, target file.", show_default=False),
+    vocab_size: int = typer.Option(None, "--vocab-size", min=300, help="Vocabulary size [default: the recipe's, else 8000].", show_default=False),
+    min_frequency: int = typer.Option(None, "--min-frequency", min=1, help="Minimum count of a merge [default: the recipe's, else 2].", show_default=False),
+    out: Path = typer.Option(None, "--out", "-o", help="Where to save tokenizer.json [default: runs/<recipe name>/tokenizer.json, or ./tokenizer.json].", show_default=False),
+    tokenizer: Path = typer.Option(None, "--tokenizer", "-t", help="With --encode: a tokenizer.json or a run directory [default: the most recent run].", show_default=False),
+    encode: list[str] = typer.Option(None, "--encode", "-e", help="Show the pieces and ids of this text (repeatable) instead of training.", show_default=False),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Train a joint BPE tokenizer (HF tokenizers, byte fallback) and print its statistics; or encode text.
+
+    Examples:
+
+      tfm tokenize recipes/tiny.yaml                 (saves runs/tiny/tokenizer.json, which tfm train then uses)
+
+      tfm tokenize --corpus train.tsv --vocab-size 8000 --out tok.json
+
+      tfm tokenize --tokenizer runs/tiny --encode "Je suis étudiant."
+    """
+    if encode:
+        if recipe or corpus or out is not None:
+            raise typer.BadParameter("--encode shows an existing tokenizer; drop RECIPE, --corpus and --out", param_hint="--encode")
+        _encode(_find_tokenizer(tokenizer), encode, json_out)
+        return
+    if tokenizer is not None:
+        raise typer.BadParameter("--tokenizer goes with --encode", param_hint="--tokenizer")
+    _train(recipe, list(overrides or []), corpus, vocab_size, min_frequency, out, json_out)
+
+
+def _find_tokenizer(spec: Path | None):
+    from tfm_cli.checkpoint import resolve_weights, run_dir_of
+    from tfm_cli.tokenizer import Tokenizer
+
+    if spec is not None and spec.is_file():
+        return Tokenizer.load(spec)
+    if spec is not None and (spec / "tokenizer.json").is_file():
+        return Tokenizer.load(spec / "tokenizer.json")
+    if spec is not None:
+        raise TfmError(f"no tokenizer at {spec}", hint="give a tokenizer.json or a run directory that holds one")
+    path = run_dir_of(resolve_weights(None)) / "tokenizer.json"
+    info(f"using {path} (the most recent run; choose another with --tokenizer)")
+    return Tokenizer.load(path)
+
+
+def _encode(tok, texts: list[str], json_out: bool) -> None:
+    records = []
+    for text in texts:
+        ids = tok.encode(text)
+        records.append({
+            "text": text, "normalized": tok.normalize(text), "ids": ids,
+            "pieces": [tok.id_to_piece(i) for i in ids], "decoded": tok.decode(ids),
+        })
+    if json_out:
+        for record in records:
+            print_json(record)
+        return
+    for r in records:
+        print_table(f"{r['text']!r}: {len(r['ids'])} tokens", ["piece", "id"], [(p, str(i)) for p, i in zip(r["pieces"], r["ids"], strict=True)])
+        info(f"decoded: {r['decoded']}")
+
+
+def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: bool) -> None:
+    settings: dict[str, Any] = {"vocab_size": 8000, "min_frequency": 2}
+    spec: Any = None
+    default_out = Path("tokenizer.json")
+    if recipe is not None:
+        from tfm_cli.recipe import load_recipe
+
+        r = load_recipe(recipe, overrides)
+        settings = {"vocab_size": r.tokenizer.vocab_size, "min_frequency": r.tokenizer.min_frequency}
+        spec = r.data.train
+        default_out = Path("runs") / r.name / "tokenizer.json"
+    elif overrides:
+        raise typer.BadParameter("overrides need a RECIPE", param_hint="OVERRIDES")
+    if corpus:
+        if len(corpus) > 2:
+            raise typer.BadParameter("give one TSV, or a source file and a target file", param_hint="--corpus")
+        spec = corpus[0] if len(corpus) == 1 else list(corpus)
+    if spec is None:
+        raise typer.BadParameter("give a RECIPE or --corpus to train on (or --encode TEXT to inspect)", param_hint="RECIPE")
+    settings.update({k: v for k, v in (("vocab_size", vocab_size), ("min_frequency", min_frequency)) if v is not None})
+    from tfm_cli.checkpoint import checkpoint_steps
+    from tfm_cli.data import read_pairs
+    from tfm_cli.tokenizer import tokenizer_stats, train_tokenizer
+
+    target = out if out is not None else default_out
+    run_dir = target.parent
+    if checkpoint_steps(run_dir) or (run_dir / "model.safetensors").is_file():
+        raise TfmError(
+            f"{run_dir} already holds a trained model: replacing {target.name} would break it",
+            hint="choose another --out, or train a new run",
+        )
+
+    def texts():
+        for _, src, tgt in read_pairs(spec):
+            yield src
+            yield tgt
+
+    started = time.perf_counter()
+    tok = train_tokenizer(texts(), settings["vocab_size"], settings["min_frequency"])
+    seconds = time.perf_counter() - started
+    tok.save(target)
+    info(f"saved {target} ({tok.vocab_size:,} tokens, trained in {seconds:.1f}s); measuring the corpus...")
+    stats = tokenizer_stats(tok, ((s, t) for _, s, t in read_pairs(spec)))
+    report = {"tokenizer": str(target), "corpus": spec, "train_seconds": round(seconds, 2), **stats}
+    if json_out:
+        print_json(report)
+        return
+    src, tgt = stats["src_tokens"], stats["tgt_tokens"]
+    print_table(
+        f"Tokenizer {target}",
+        ["statistic", "source", "target"],
+        [
+            ("vocabulary size (shared)", stats["vocab_size"], stats["vocab_size"]),
+            ("sentences", stats["sentences"], stats["sentences"]),
+            ("tokens per sentence: mean", round(src["mean"], 2), round(tgt["mean"], 2)),
+            ("tokens per sentence: median", src["median"], tgt["median"]),
+            ("tokens per sentence: max", src["max"], tgt["max"]),
+            ("tokens in total", src["total"], tgt["total"]),
+            ("unknown tokens (share)", f"{stats['unk_share']:.4%}", ""),
+            ("byte-fallback tokens (share)", f"{stats['byte_fallback_share']:.4%}", ""),
+            ("training time (s)", round(seconds, 2), ""),
+        ],
+    )
