@@ -63,10 +63,10 @@ _tfm_tokenize() {
         '*'{--encode,-e}'[Show the pieces and ids of this text (repeatable) instead of training.]:encode: ' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[Print results as JSON for scripts instead of a table.]' \
-        '--min-frequency[Minimum count of a merge \[default\: the recipe'\''s, else 2\].]:min frequency: ' \
-        '(--out -o)'{--out,-o}'[Where to save tokenizer.json \[default\: runs/<recipe name>/tokenizer.json, or ./tokenizer.json\].]:out:_files' \
-        '(--tokenizer -t)'{--tokenizer,-t}'[With --encode\: a tokenizer.json or a run directory \[default\: the most recent run\].]:tokenizer:_files' \
-        '--vocab-size[Vocabulary size \[default\: the recipe'\''s, else 8000\].]:vocab size: ' \
+        '--min-frequency[Minimum count of a merge (default\: the recipe'\''s, else 2).]:min frequency: ' \
+        '(--out -o)'{--out,-o}'[Where to save tokenizer.json (default\: runs/<recipe name>/tokenizer.json, or ./tokenizer.json).]:out:_files' \
+        '(--tokenizer -t)'{--tokenizer,-t}'[With --encode\: a tokenizer.json or a run directory (default\: the most recent run).]:tokenizer:_files' \
+        '--vocab-size[Vocabulary size (default\: the recipe'\''s, else 8000).]:vocab size: ' \
         '1:recipe:_tfm_recipe_word' \
         '*:overrides:_tfm_overrides'
 }
@@ -77,7 +77,7 @@ _tfm_train() {
         '--dry-run[Print the resolved recipe, parameter count and tokens per step, then exit.]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[Print results as JSON for scripts instead of a table.]' \
-        '(--out -o)'{--out,-o}'[Run directory \[default\: runs/<recipe name>\].]:out:_files' \
+        '(--out -o)'{--out,-o}'[Run directory (default\: runs/<recipe name>).]:out:_files' \
         '--resume[Continue the run in this directory from its newest checkpoint.]:resume:_files' \
         '1:recipe:_tfm_recipe_word' \
         '*:overrides:_tfm_overrides'
@@ -85,15 +85,15 @@ _tfm_train() {
 
 _tfm_translate() {
     _arguments -s -S \
-        '--alpha[GNMT length penalty \[default\: the run'\''s recipe, 0.6\].]:alpha: ' \
-        '--batch-tokens[Source tokens per batch \[default\: the run'\''s recipe\].]:batch tokens: ' \
-        '(--beam -b)'{--beam,-b}'[Beam size \[default\: the run'\''s recipe, 4\].]:beam: ' \
+        '--alpha[GNMT length penalty (default\: the run'\''s recipe, 0.6).]:alpha: ' \
+        '--batch-tokens[Source tokens per batch (default\: the run'\''s recipe).]:batch tokens: ' \
+        '(--beam -b)'{--beam,-b}'[Beam size (default\: the run'\''s recipe, 4).]:beam: ' \
         '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
         '--greedy[Greedy decoding instead of beam search.]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[One JSON object per input line\: source, translation, score, tokens.]' \
-        '--max-len[Output may be at most input length + this many tokens \[default\: 50\].]:max len: ' \
-        '(--model -m)'{--model,-m}'[Run directory or .safetensors checkpoint \[default\: the most recent run under runs/\].]:model:_files' \
+        '--max-len[Output may be at most input length + this many tokens (default\: 50).]:max len: ' \
+        '(--model -m)'{--model,-m}'[Run directory or .safetensors checkpoint (default\: the most recent run under runs/).]:model:_files' \
         '(--n-best -n)'{--n-best,-n}'[Print the K best translations of each input, with scores.]:n best: ' \
         '--output[When scoring, also write the translations to this file.]:output:_files' \
         '(--reference -r)'{--reference,-r}'[Reference translations, one per input line\: print BLEU and chrF instead of translations.]:reference:_files' \

@@ -15,13 +15,6 @@ from tfm_cli.model.masks import causal_mask, padding_mask
 PAD, BOS, EOS = 0, 1, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors gain nothing from intra-op threads, and on a busy machine waiting for them costs seconds."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def tiny_model(seed: int, vocab: int = 13, sharpen: float = 1.0, **overrides) -> Transformer:

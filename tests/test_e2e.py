@@ -339,3 +339,39 @@ def test_fresh_train_refuses_a_run_with_checkpoints(refused: dict) -> None:
 def test_refused_train_leaves_every_file_untouched(refused: dict) -> None:
     changed = [k for k in refused["before"] if refused["before"][k] != refused["after"].get(k)]
     assert not changed, f"a refused tfm train changed {changed}"
+
+
+def test_ctrl_c_saves_a_checkpoint_and_resume_continues(data: dict[str, Path], run: dict) -> None:
+    """SIGINT mid-training: exit 130, a checkpoint at the last completed step, then --resume carries on."""
+    import signal
+    import time
+
+    run_dir = data["root"] / "interrupted"
+    run_dir.mkdir()
+    shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
+    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
+    env.update({"NO_COLOR": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    args = [str(data["recipe"]), "train.max_steps=100000", "train.log_every=5", "train.save_every=100000",
+            "train.eval_every=0", "--out", str(run_dir), "--device", "cpu"]
+    proc = subprocess.Popen([str(TFM), "train", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.is_file() and metrics.read_text(encoding="utf-8").strip()):
+        assert proc.poll() is None, proc.communicate()[1].decode()
+        assert time.monotonic() < deadline, "training never logged a step"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    stderr = stderr.decode("utf-8")
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert "--resume" in stderr
+    saved = sorted((run_dir / "checkpoints").glob("step-*.safetensors"))
+    assert len(saved) == 1
+    step = int(saved[0].stem.split("-")[1])
+    assert step >= 5
+    assert (run_dir / "checkpoints" / f"step-{step:08d}.state.pt").is_file()
+    tfm("train", "--resume", str(run_dir), f"train.max_steps={step + 3}", "--device", "cpu")
+    logged = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines()]
+    assert logged[-1]["kind"] == "final" and logged[-1]["step"] == step + 3
+    assert (run_dir / "model.safetensors").is_file()

@@ -18,13 +18,6 @@ from tfm_cli.model.transformer import DecoderLayer, EncoderLayer
 PAD, BOS, EOS = 0, 1, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors gain nothing from intra-op threads, and on a busy machine waiting for them costs seconds."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def tiny_config(**overrides) -> ModelConfig:
@@ -440,3 +433,18 @@ def test_config_rejects_d_model_not_divisible_by_heads() -> None:
         ModelConfig(d_model=510, n_heads=8)
     message = str(err.value)
     assert "d_model=510" in message and "n_heads=8" in message and "divisible" in message
+
+
+@pytest.mark.parametrize("length", [16, 200])  # below and above the CPU short-sequence kernel switch (128 keys)
+def test_bf16_attention_matches_explicit_math_on_cpu(length: int) -> None:
+    """Reduced precision on CPU takes SDPA's math kernel for short keys and the fused one for long keys."""
+    g = torch.Generator().manual_seed(length)
+    q, k, v = (torch.randn(2, 4, length, 32, generator=g) for _ in range(3))
+    mask = torch.ones(2, 1, 1, length, dtype=torch.bool)
+    mask[0, ..., length // 2 :] = False  # the first sequence is half padding
+    fast, weights = attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask)
+    assert weights is None and fast.dtype == torch.bfloat16
+    q64, k64, v64 = (t.bfloat16().double() for t in (q, k, v))
+    scores = (q64 @ k64.transpose(-2, -1) / math.sqrt(32)).masked_fill(~mask, float("-inf"))
+    reference = scores.softmax(dim=-1) @ v64
+    assert torch.allclose(fast.double(), reference, atol=3e-2), (fast.double() - reference).abs().max()

@@ -35,13 +35,6 @@ from tfm_cli.training import inverse_sqrt_lr, label_smoothed_loss
 CORPUS = Path(__file__).resolve().parents[1] / "tfm_cli" / "corpora" / "tatoeba-fr-en" / "train.tsv.gz"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors gain nothing from intra-op threads, and on a busy machine waiting for them costs seconds."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # --- Section 5.4: label smoothing ---------------------------------------------------------------------------

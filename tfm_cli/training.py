@@ -37,8 +37,10 @@ from tfm_cli.decoding import translate_ids
 from tfm_cli.errors import CheckpointError, TfmError
 from tfm_cli.model import Transformer
 from tfm_cli.recipe import Recipe, dump_recipe, load_recipe, model_config
-from tfm_cli.runtime import autocast, resolve_precision, tune_cpu_allocator
+from tfm_cli.runtime import autocast, release_cpu_memory, resolve_precision, tune_cpu_allocator
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer
+
+TRIM_EVERY = 50  # CPU: steps between returning the heap's free pages to the kernel (see runtime.py)
 
 # --- Section 5.4: label smoothing; section 5.3: the learning-rate schedule --------------------------------------
 
@@ -303,7 +305,6 @@ def train(
         best_bleu = state.get("best_bleu", -1.0)
         events.message(f"resumed from {weights} at step {step}, epoch {stream.epoch}")
 
-
     def save(at_step: int, stream_state: dict[str, int]) -> Path:
         path = checkpoint_path(run_dir, at_step)
         save_weights(path, weights_state(model), config, tokenizer.sha256, at_step, precision=precision)
@@ -362,6 +363,8 @@ def train(
                 _log(run_dir, {"kind": "train", **metrics})
                 window_tokens, window_start, window_loss, window_nll = 0, time.perf_counter(), 0.0, 0.0
             events.step(step, metrics)
+            if device.type == "cpu" and step % TRIM_EVERY == 0:
+                release_cpu_memory()
 
             if step % t.save_every == 0 or step == t.max_steps:
                 save(step, stream_state)

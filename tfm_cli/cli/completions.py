@@ -567,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true", help="write nothing; exit 1 if any script is stale or missing"
     )
     parser.add_argument(
-        "dir", nargs="?", type=Path, help="output folder [default: the repository's completions/]"
+        "dir", nargs="?", type=Path, help="output folder (default: the repository's completions/)"
     )
     args = parser.parse_args(argv)
     directory: Path = args.dir if args.dir is not None else default_dir()

@@ -14,7 +14,7 @@ from tfm_cli.cli.common import DEVICE_HELP, JSON_HELP, err, fancy_stderr, info, 
 def train(
     recipe: str = typer.Argument(None, help="Recipe YAML, e.g. recipes/tiny.yaml (omit with --resume).", show_default=False),
     overrides: list[str] = typer.Argument(None, help="Recipe overrides as dotted.key=value, e.g. train.max_steps=2000.", show_default=False),
-    out: Path = typer.Option(None, "--out", "-o", help="Run directory [default: runs/<recipe name>].", show_default=False),
+    out: Path = typer.Option(None, "--out", "-o", help="Run directory (default: runs/<recipe name>).", show_default=False),
     resume: Path = typer.Option(None, "--resume", help="Continue the run in this directory from its newest checkpoint.", show_default=False),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved recipe, parameter count and tokens per step, then exit."),

@@ -17,10 +17,10 @@ CHUNK_LINES = 2000  # stdin is translated in chunks of this many lines, so huge 
 
 def translate(
     text: str = typer.Argument(None, help="A sentence to translate. Without it, lines are read from stdin.", show_default=False),
-    model: Path = typer.Option(None, "--model", "-m", help="Run directory or .safetensors checkpoint [default: the most recent run under runs/].", show_default=False),
-    beam: int = typer.Option(None, "--beam", "-b", min=1, help="Beam size [default: the run's recipe, 4].", show_default=False),
-    alpha: float = typer.Option(None, "--alpha", min=0.0, help="GNMT length penalty [default: the run's recipe, 0.6].", show_default=False),
-    max_len: int = typer.Option(None, "--max-len", min=0, help="Output may be at most input length + this many tokens [default: 50].", show_default=False),
+    model: Path = typer.Option(None, "--model", "-m", help="Run directory or .safetensors checkpoint (default: the most recent run under runs/).", show_default=False),
+    beam: int = typer.Option(None, "--beam", "-b", min=1, help="Beam size (default: the run's recipe, 4).", show_default=False),
+    alpha: float = typer.Option(None, "--alpha", min=0.0, help="GNMT length penalty (default: the run's recipe, 0.6).", show_default=False),
+    max_len: int = typer.Option(None, "--max-len", min=0, help="Output may be at most input length + this many tokens (default: 50).", show_default=False),
     greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding instead of beam search."),
     n_best: int = typer.Option(1, "--n-best", "-n", min=1, help="Print the K best translations of each input, with scores."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per input line: source, translation, score, tokens."),
@@ -28,7 +28,7 @@ def translate(
     score: list[Path] = typer.Option(None, "--score", help="Score on a TSV (source TAB reference), or give --score SRC --score REF: print BLEU and chrF.", show_default=False),
     output: Path = typer.Option(None, "--output", help="When scoring, also write the translations to this file.", show_default=False),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
-    batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens per batch [default: the run's recipe].", show_default=False),
+    batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens per batch (default: the run's recipe).", show_default=False),
 ) -> None:
     """Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.
 
