@@ -156,6 +156,32 @@ def test_bad_recipe_lists_every_problem(tmp_path: Path) -> None:
         assert any(fragment in p for p in problems), f"{fragment!r} not in {problems}"
 
 
+@pytest.mark.parametrize(
+    ("content", "fragments"),
+    [
+        (b"bonjour\thello\nsalut hi\n", [":2:", "has no tab"]),
+        (b"bonjour\thello\ncaf\xe9\tcoffee\n", [":2:", "invalid UTF-8"]),
+        (b"", ["contains no sentence pairs"]),
+    ],
+    ids=["no-tab", "invalid-utf8", "empty"],
+)
+def test_corpus_errors_name_file_and_line(tmp_path: Path, content: bytes, fragments: list[str]) -> None:
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_bytes(content)
+    proc = tfm("tokenize", "--corpus", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "tok.json"))
+    _assert_one_line_error(proc, str(corpus), *fragments)
+    assert not (tmp_path / "tok.json").exists()
+
+
+def test_mismatched_parallel_files(tmp_path: Path) -> None:
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("un\ndeux\ntrois\n", encoding="utf-8")
+    tgt.write_text("one\ntwo\n", encoding="utf-8")
+    proc = tfm("tokenize", "--corpus", str(src), "--corpus", str(tgt), "--vocab-size", "300",
+               "--out", str(tmp_path / "tok.json"))
+    _assert_one_line_error(proc, "has 3 lines but", "has 2")
+
+
 def test_bad_recipe_traceback_with_tfm_debug(tmp_path: Path) -> None:
     recipe = tmp_path / "bad.yaml"
     recipe.write_text(BAD_RECIPE, encoding="utf-8")

@@ -375,3 +375,21 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(data: dict[str, Path], r
     logged = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines()]
     assert logged[-1]["kind"] == "final" and logged[-1]["step"] == step + 3
     assert (run_dir / "model.safetensors").is_file()
+
+
+def test_train_reports_the_corpus_it_read(run: dict) -> None:
+    """The kept/skipped counts reach the user (3000 pairs, none empty, none over data.max_len=32)."""
+    assert "train corpus: 3,000 pairs kept of 3,000 read (0 with an empty side and 0 longer than 32" in run["train"].stderr
+
+
+def test_skipped_pairs_are_counted(data: dict[str, Path], run: dict, tmp_path: Path) -> None:
+    """An empty side and an over-long pair are skipped, counted and reported, not fatal."""
+    corpus = tmp_path / "mixed.tsv"
+    long_src = " ".join(["maison"] * 80)
+    corpus.write_text(data["train"].read_text(encoding="utf-8") + "\tempty source\n" + f"{long_src}\thouse\n", encoding="utf-8")
+    out = tmp_path / "run"
+    out.mkdir()
+    shutil.copy(run["dir"] / "tokenizer.json", out / "tokenizer.json")
+    proc = tfm("train", str(data["recipe"]), f"data.train={corpus}", "train.max_steps=1", "train.save_every=1",
+               "train.keep_last=1", "train.average_last=1", "--out", str(out), "--device", "cpu")
+    assert "3,000 pairs kept of 3,002 read (1 with an empty side and 1 longer than 32 tokens skipped)" in proc.stderr
