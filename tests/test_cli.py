@@ -182,6 +182,16 @@ def test_mismatched_parallel_files(tmp_path: Path) -> None:
     _assert_one_line_error(proc, "has 3 lines but", "has 2")
 
 
+def test_missing_corpus_fails_before_creating_the_run(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = tfm("train", str(REPO / "recipes" / "tiny.yaml"), "data.train=no-such.tsv", "--out", str(out))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1, proc.stderr
+    assert all(f in errors[0] for f in ("data.train", "no-such.tsv", "does not exist")), proc.stderr
+    assert not out.exists()
+
+
 def test_bad_recipe_traceback_with_tfm_debug(tmp_path: Path) -> None:
     recipe = tmp_path / "bad.yaml"
     recipe.write_text(BAD_RECIPE, encoding="utf-8")

@@ -112,7 +112,7 @@ def test_three_mistakes_reported_together(tmp_path):
     assert err.source == str(path)
     assert sorted(err.problems) == sorted(
         [
-            "model.d_model=510 must be divisible by model.n_heads=8 (try 512)",
+            "model.d_model=510 must be divisible by model.n_heads=8 (try 512, or model.n_heads=6)",
             "train.warmup_step is not a recipe key; did you mean train.warmup_steps?",
             "train.max_steps='many' must be an integer",
         ]
@@ -328,7 +328,7 @@ def test_override_problems_reported_with_the_rest():
             "modle.d_model is not a recipe key; did you mean model.d_model?",
             "override 'model=3' must set one key inside model, e.g. model.d_model=...",
             "train.max_steps=0 must be a positive integer",
-            "model.d_model=510 must be divisible by model.n_heads=8 (try 512)",
+            "model.d_model=510 must be divisible by model.n_heads=8 (try 512, or model.n_heads=6)",
         ]
     )
     assert excinfo.value.source == str(RECIPES / "base.yaml")

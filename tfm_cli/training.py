@@ -32,9 +32,9 @@ from tfm_cli.checkpoint import (
     state_path,
     weights_state,
 )
-from tfm_cli.data import BatchStream, encode_corpus, make_batch, read_pairs, token_batches
+from tfm_cli.data import BatchStream, encode_corpus, make_batch, read_pairs, resolve_corpus_path, token_batches
 from tfm_cli.decoding import translate_ids
-from tfm_cli.errors import CheckpointError, TfmError
+from tfm_cli.errors import CheckpointError, CorpusError, TfmError
 from tfm_cli.model import Transformer
 from tfm_cli.recipe import Recipe, dump_recipe, load_recipe, model_config
 from tfm_cli.runtime import autocast, release_cpu_memory, resolve_precision, tune_cpu_allocator
@@ -224,6 +224,16 @@ def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents) -> To
     return tokenizer
 
 
+def _check_corpora(recipe: Recipe) -> None:
+    """Fail before anything is written when a corpus file named by the recipe is missing."""
+    for key, spec in (("data.train", recipe.data.train), ("data.dev", recipe.data.dev)):
+        for path in [] if spec is None else [spec] if isinstance(spec, str) else spec:
+            try:
+                resolve_corpus_path(path)
+            except CorpusError as err:
+                raise CorpusError(f"{key}: {err}") from None
+
+
 def _log(run_dir: Path, record: dict[str, Any]) -> None:
     with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
@@ -250,6 +260,7 @@ def train(
             f"{run_dir} already holds a trained run ({where})",
             hint=f"continue it with `tfm train --resume {run_dir}`, or choose another --out",
         )
+    _check_corpora(recipe)
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     if device.type == "cpu":

@@ -6,6 +6,7 @@ Pure Python: the recipe layer fills it from YAML, the checkpoint layer stores it
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,8 +83,10 @@ def config_problems(values: dict[str, Any], prefix: str = "") -> list[str]:
     d_model, n_heads = values.get("d_model"), values.get("n_heads")
     if is_int(d_model) and is_int(n_heads) and d_model > 0 and n_heads > 0:
         if d_model % n_heads:
-            fix = max(n_heads, round(d_model / n_heads) * n_heads)
-            out.append(f"{key('d_model')}={d_model} must be divisible by {key('n_heads')}={n_heads} (try {fix})")
+            out.append(
+                f"{key('d_model')}={d_model} must be divisible by {key('n_heads')}={n_heads} "
+                f"({_divisible_fix(d_model, n_heads, key, values.get('positions', 'sinusoidal') == 'sinusoidal')})"
+            )
         elif values.get("positions", "sinusoidal") == "sinusoidal" and d_model % 2:
             out.append(f"{key('d_model')}={d_model} must be even for sinusoidal positions (try {d_model + 1})")
     for name in ("dropout", "attn_dropout"):
@@ -101,3 +104,14 @@ def config_problems(values: dict[str, Any], prefix: str = "") -> list[str]:
     if is_int(vocab) and any(not is_int(i) or not 0 <= i < vocab for i in ids):
         out.append(f"special ids {ids} must lie in [0, {key('vocab_size')}={vocab})")
     return out
+
+
+def _divisible_fix(d_model: int, n_heads: int, key, even: bool) -> str:
+    """The nearest valid d_model (a multiple of n_heads, even for sinusoids) and head counts that divide d_model."""
+    step = n_heads * 2 // math.gcd(n_heads, 2) if even else n_heads
+    widths = sorted({max(step, d_model // step * step), d_model // step * step + step}, key=lambda w: (abs(w - d_model), w))
+    heads = sorted((h for h in range(1, 2 * n_heads + 1) if d_model % h == 0), key=lambda h: (abs(h - n_heads), h))
+    fix = f"try {widths[0]}"
+    if heads and heads[0] > 1:
+        fix += f", or {key('n_heads')}={heads[0]}"
+    return fix
