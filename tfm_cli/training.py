@@ -32,7 +32,14 @@ from tfm_cli.checkpoint import (
     state_path,
     weights_state,
 )
-from tfm_cli.data import BatchStream, encode_corpus, make_batch, read_pairs, resolve_corpus_path, token_batches
+from tfm_cli.data import (
+    BatchStream,
+    encode_corpus,
+    make_batch,
+    read_pairs,
+    resolve_corpus_path,
+    token_batches,
+)
 from tfm_cli.decoding import translate_ids
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError
 from tfm_cli.model import Transformer
