@@ -393,3 +393,22 @@ def test_skipped_pairs_are_counted(data: dict[str, Path], run: dict, tmp_path: P
     proc = tfm("train", str(data["recipe"]), f"data.train={corpus}", "train.max_steps=1", "train.save_every=1",
                "train.keep_last=1", "train.average_last=1", "--out", str(out), "--device", "cpu")
     assert "3,000 pairs kept of 3,002 read (1 with an empty side and 1 longer than 32 tokens skipped)" in proc.stderr
+
+
+def test_relative_corpus_paths_resume_from_another_directory(data: dict[str, Path], run: dict, tmp_path: Path) -> None:
+    """Relative paths are relative to the CWD; the run stores them absolute, so --resume works from anywhere."""
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(data["train"], work / "train.tsv")
+    shutil.copy(data["dev"], work / "dev.tsv")
+    out = tmp_path / "run"
+    out.mkdir()
+    shutil.copy(run["dir"] / "tokenizer.json", out / "tokenizer.json")
+    overrides = ["data.train=train.tsv", "data.dev=dev.tsv", "train.max_steps=2", "train.save_every=1",
+                 "train.keep_last=2", "train.average_last=1"]
+    tfm("train", str(data["recipe"]), *overrides, "--out", str(out), "--device", "cpu", cwd=work)
+    saved = (out / "recipe.yaml").read_text(encoding="utf-8")
+    assert str(work / "train.tsv") in saved and str(work / "dev.tsv") in saved
+    tfm("train", "--resume", str(out), "train.max_steps=3", "--device", "cpu", cwd=tmp_path)
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert logged[-1]["kind"] == "final" and logged[-1]["step"] == 3

@@ -87,7 +87,7 @@ class TrainRecipe:
     lr_factor: float = 1.0  # multiplies the paper's schedule d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam beta1, beta2
     eps: float = 1e-9  # Adam epsilon
-    weight_decay: float = 0.0  # decoupled weight decay (AdamW); the paper uses none
+    weight_decay: float = 0.0  # L2 penalty added to the gradient (torch Adam's weight_decay); the paper uses none
     label_smoothing: float = 0.1  # epsilon_ls of section 5.4
     clip_norm: float = 0.0  # max gradient norm; 0 = no clipping
     precision: str = "auto"  # auto | fp32 | bf16 | fp16 (auto: bf16 where the device runs it fast, else fp32)

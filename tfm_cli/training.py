@@ -7,6 +7,7 @@ Resume is exact: optimizer, step, RNG states and data position are saved beside 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -241,6 +242,21 @@ def _check_corpora(recipe: Recipe) -> None:
                 raise CorpusError(f"{key}: {err}") from None
 
 
+def _with_absolute_paths(recipe: Recipe) -> Recipe:
+    """The recipe with relative corpus and tokenizer paths made absolute (they are relative to the CWD)."""
+
+    def absolute(spec):
+        if spec is None:
+            return None
+        if isinstance(spec, list):
+            return [absolute(s) for s in spec]
+        return spec if spec.startswith("bundled:") else str(Path(spec).expanduser().resolve())
+
+    data = dataclasses.replace(recipe.data, train=absolute(recipe.data.train), dev=absolute(recipe.data.dev))
+    tokenizer = dataclasses.replace(recipe.tokenizer, path=absolute(recipe.tokenizer.path))
+    return dataclasses.replace(recipe, data=data, tokenizer=tokenizer)
+
+
 def _log(run_dir: Path, record: dict[str, Any]) -> None:
     with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
@@ -279,7 +295,7 @@ def train(
 
     tokenizer = _prepare_tokenizer(recipe, run_dir, events)
     config = model_config(recipe, tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
-    dump_recipe(recipe, run_dir / "recipe.yaml")
+    dump_recipe(_with_absolute_paths(recipe), run_dir / "recipe.yaml")  # --resume works from any directory
     atomic_write(run_dir / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(config.to_dict(), indent=2)))
 
     read_start = time.perf_counter()
