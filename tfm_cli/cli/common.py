@@ -12,7 +12,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -88,8 +87,3 @@ def report_error(error: TfmError) -> None:
         err.print(_escape(line), soft_wrap=True)
     if error.hint:
         err.print(f"[dim]hint:[/dim] {_escape(error.hint)}", soft_wrap=True)
-
-
-def usage_error(message: str, param: str | None = None) -> typer.BadParameter:
-    """A usage error (exit status 2), e.g. two options that exclude each other."""
-    return typer.BadParameter(message, param_hint=param)
