@@ -163,20 +163,19 @@ def randomise(module: nn.Module, seed: int) -> None:
                 m.weight.add_(1.0)
 
 
+def torch_layer(cls: type, cfg: ModelConfig, norm: str) -> nn.Module:
+    """The torch.nn reference layer with our shapes: ReLU, no dropout, batch first, post- or pre-norm."""
+    return cls(
+        cfg.d_model, cfg.n_heads, cfg.d_ff, dropout=0.0, activation="relu", batch_first=True, norm_first=norm == "pre"
+    ).eval()
+
+
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_encoder_layer_matches_torch_nn(norm: str) -> None:
     cfg = tiny_config(norm=norm)
     ours = EncoderLayer(cfg).eval()
     randomise(ours, 5)
-    ref = nn.TransformerEncoderLayer(
-        cfg.d_model,
-        cfg.n_heads,
-        cfg.d_ff,
-        dropout=0.0,
-        activation="relu",
-        batch_first=True,
-        norm_first=norm == "pre",
-    ).eval()
+    ref = torch_layer(nn.TransformerEncoderLayer, cfg, norm)
     with torch.no_grad():
         copy_attention(ours.self_attn, ref.self_attn)
         copy_linear_norm(ours.ffn.w_1, ref.linear1)
@@ -198,15 +197,7 @@ def test_decoder_layer_matches_torch_nn(norm: str) -> None:
     cfg = tiny_config(norm=norm)
     ours = DecoderLayer(cfg).eval()
     randomise(ours, 8)
-    ref = nn.TransformerDecoderLayer(
-        cfg.d_model,
-        cfg.n_heads,
-        cfg.d_ff,
-        dropout=0.0,
-        activation="relu",
-        batch_first=True,
-        norm_first=norm == "pre",
-    ).eval()
+    ref = torch_layer(nn.TransformerDecoderLayer, cfg, norm)
     with torch.no_grad():
         copy_attention(ours.self_attn, ref.self_attn)
         copy_attention(ours.cross_attn, ref.multihead_attn)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import sys
 
 import torch
@@ -69,12 +70,8 @@ def tune_cpu_allocator() -> bool:
     memory. It is what LD_PRELOAD=libtcmalloc does (shared/peers/REPORT.md), with nothing to install.
     A no-op off glibc. Returns whether it applied.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name or "libc.so.6").mallopt
-    except (OSError, AttributeError):
+    mallopt = getattr(_glibc(), "mallopt", None)
+    if mallopt is None:
         return False
     m_trim_threshold, m_mmap_max = -1, -4
     return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 1 << 30))
@@ -87,9 +84,17 @@ def release_cpu_memory() -> None:
     resident memory creeps up (to ~8 GB over the quickstart's 1200 steps). Trimming every few dozen steps
     bounds it at the cost of faulting the pages in once more.
     """
+    malloc_trim = getattr(_glibc(), "malloc_trim", None)
+    if malloc_trim is not None:
+        malloc_trim(0)
+
+
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """The C library on Linux, loaded once; None elsewhere or when it cannot be loaded."""
     if not sys.platform.startswith("linux"):
-        return
+        return None
     try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
