@@ -2,7 +2,7 @@
 # (tfm_cli/cli/app.py): do not edit by hand; rerun that command after changing a command or option.
 # Use: `source completions/tfm.bash` in ~/.bashrc (or copy it to ~/.local/share/bash-completion/completions/tfm).
 
-_tfm_recipe_keys="data.dev= data.max_len= data.train= decode.alpha= decode.beam= decode.max_len_offset= decode.max_tokens= description= model.attn_dropout= model.d_ff= model.d_model= model.dropout= model.max_positions= model.n_dec_layers= model.n_enc_layers= model.n_heads= model.norm= model.positions= model.tie_embeddings= name= tokenizer.min_frequency= tokenizer.path= tokenizer.vocab_size= train.accum_steps= train.average_last= train.betas= train.clip_norm= train.eps= train.eval_every= train.eval_sentences= train.keep_last= train.label_smoothing= train.log_every= train.lr_factor= train.max_steps= train.max_tokens= train.precision= train.save_every= train.seed= train.warmup_steps= train.weight_decay="
+_tfm_recipe_keys="data.dev= data.max_len= data.train= decode.alpha= decode.beam= decode.max_len_offset= decode.max_tokens= decode.min_len= description= model.attn_dropout= model.d_ff= model.d_model= model.dropout= model.max_positions= model.n_dec_layers= model.n_enc_layers= model.n_heads= model.norm= model.positions= model.tie_embeddings= name= tokenizer.min_frequency= tokenizer.path= tokenizer.vocab_size= train.accum_steps= train.average_last= train.betas= train.clip_norm= train.eps= train.eval_every= train.eval_sentences= train.keep_last= train.label_smoothing= train.log_every= train.lr_factor= train.max_steps= train.max_tokens= train.precision= train.save_every= train.seed= train.warmup_steps= train.weight_decay="
 
 _tfm_files() {
     local IFS=$'\n'
@@ -65,12 +65,76 @@ _tfm() {
         if [[ $cur == -* ]]; then
             COMPREPLY=( $(compgen -W "--help --version -h" -- "$cur") )
         else
-            COMPREPLY=( $(compgen -W "tokenize train translate" -- "$cur") )
+            COMPREPLY=( $(compgen -W "bench tokenize train translate" -- "$cur") )
         fi
         return 0
     fi
 
     case $cmd in
+        bench)
+            local sub="" sub_index=0
+            for (( i = cmd_index + 1; i < COMP_CWORD; i++ )); do
+                word=${COMP_WORDS[i]}
+                case $word in
+                    -*) ;;
+                    *) sub=$word; sub_index=$i; break ;;
+                esac
+            done
+
+            if [[ -z $sub ]]; then
+                if [[ $cur == -* ]]; then
+                    COMPREPLY=( $(compgen -W "--help -h" -- "$cur") )
+                else
+                    COMPREPLY=( $(compgen -W "attention train translate" -- "$cur") )
+                fi
+                return 0
+            fi
+
+            case $sub in
+                attention)
+                    case $prev in
+                        --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
+                        --dtype) COMPREPLY=( $(compgen -W "bf16 fp16 fp32" -- "$cur") ); return 0 ;;
+                        --mask) COMPREPLY=( $(compgen -W "causal none padding" -- "$cur") ); return 0 ;;
+                        --impl) COMPREPLY=( $(compgen -W "naive sdpa-cudnn sdpa-efficient sdpa-flash sdpa-math tfm" -- "$cur") ); return 0 ;;
+                        --baseline) _tfm_files; return 0 ;;
+                        --batch|--d-k|--heads|--lengths|--repeat|--tolerance|--warmup) COMPREPLY=(); return 0 ;;
+                    esac
+                    if [[ $cur == -* ]]; then
+                        COMPREPLY=( $(compgen -W "--baseline --batch --d-k --device --dtype --forward-only --heads --help --impl --json --lengths --mask --repeat --tolerance --warmup -h" -- "$cur") )
+                        return 0
+                    fi
+                    ;;
+                train)
+                    case $prev in
+                        --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
+                        --baseline) _tfm_files; return 0 ;;
+                        --steps|--tolerance|--warmup) COMPREPLY=(); return 0 ;;
+                    esac
+                    if [[ $cur == -* ]]; then
+                        COMPREPLY=( $(compgen -W "--baseline --compare --device --help --json --model-step-only --steps --tolerance --warmup -h" -- "$cur") )
+                        return 0
+                    fi
+                    npos=$(_tfm_npos $(( sub_index + 1 )) --baseline --device --steps --tolerance --warmup)
+                    case $npos in
+                        0) _tfm_files ;;
+                        *) _tfm_overrides ;;
+                    esac
+                    ;;
+                translate)
+                    case $prev in
+                        --precision) COMPREPLY=( $(compgen -W "auto bf16 fp16 fp32" -- "$cur") ); return 0 ;;
+                        --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
+                        --baseline|--model|--recipe|-m) _tfm_files; return 0 ;;
+                        --batch-sizes|--beam|--out-len|--sentences|--src-len|--tolerance) COMPREPLY=(); return 0 ;;
+                    esac
+                    if [[ $cur == -* ]]; then
+                        COMPREPLY=( $(compgen -W "--baseline --batch-sizes --beam --beam-only --cache-only --compare --device --greedy-only --help --json --model --no-cache --out-len --precision --recipe --sentences --src-len --tolerance -h -m" -- "$cur") )
+                        return 0
+                    fi
+                    ;;
+            esac
+            ;;
         tokenize)
             case $prev in
                 --out|--tokenizer|-o|-t) _tfm_files; return 0 ;;
@@ -103,15 +167,16 @@ _tfm() {
             ;;
         translate)
             case $prev in
+                --precision) COMPREPLY=( $(compgen -W "auto bf16 fp16 fp32" -- "$cur") ); return 0 ;;
                 --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
                 --model|--output|--reference|--score|-m|-r) _tfm_files; return 0 ;;
-                --alpha|--batch-tokens|--beam|--max-len|--n-best|-b|-n) COMPREPLY=(); return 0 ;;
+                --alpha|--batch-tokens|--beam|--max-len|--min-len|--n-best|-b|-n) COMPREPLY=(); return 0 ;;
             esac
             if [[ $cur == -* ]]; then
-                COMPREPLY=( $(compgen -W "--alpha --batch-tokens --beam --device --greedy --help --json --max-len --model --n-best --output --reference --score -b -h -m -n -r" -- "$cur") )
+                COMPREPLY=( $(compgen -W "--alpha --batch-tokens --beam --device --greedy --help --json --max-len --min-len --model --n-best --output --precision --reference --score -b -h -m -n -r" -- "$cur") )
                 return 0
             fi
-            npos=$(_tfm_npos $(( cmd_index + 1 )) --alpha --batch-tokens --beam --device --max-len --model --n-best --output --reference --score -b -m -n -r)
+            npos=$(_tfm_npos $(( cmd_index + 1 )) --alpha --batch-tokens --beam --device --max-len --min-len --model --n-best --output --precision --reference --score -b -m -n -r)
             case $npos in
                 0) COMPREPLY=() ;;
             esac

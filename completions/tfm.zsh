@@ -13,6 +13,7 @@ _tfm_overrides() {
         'decode.beam='
         'decode.max_len_offset='
         'decode.max_tokens='
+        'decode.min_len='
         'description='
         'model.attn_dropout='
         'model.d_ff='
@@ -57,6 +58,88 @@ _tfm_recipe_word() {
     [[ -n $PREFIX ]] && _tfm_overrides
 }
 
+_tfm_bench_attention() {
+    _arguments -s -S \
+        '--baseline[An earlier `--json` result\: exit 1 naming every gated figure that got worse by more than --tolera...]:baseline:_files' \
+        '--batch[Batch size B.]:batch: ' \
+        '--d-k[Per-head width d_k.]:d k: ' \
+        '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
+        '--dtype[fp32, bf16 or fp16.]:dtype:(bf16 fp16 fp32)' \
+        '--forward-only[Time the forward pass only (default\: forward, and forward+backward).]' \
+        '--heads[Heads H.]:heads: ' \
+        '(- *)'{--help,-h}'[Show this message and exit.]' \
+        '*--impl[Implementations to run (default\: all this device has)]:impl:(naive sdpa-cudnn sdpa-efficient sdpa-flash sdpa-math tfm)' \
+        '--json[Print the result as one JSON document.]' \
+        '--lengths[Sequence lengths, comma-separated (capped to what fits in memory).]:lengths: ' \
+        '*--mask[none, padding or causal]:mask:(causal none padding)' \
+        '--repeat[Timed repetitions per figure (median and spread).]:repeat: ' \
+        '--tolerance[How much worse a gated figure may get before --baseline fails\: a percentage (10%) or a share (0.1).]:tolerance: ' \
+        '--warmup[Untimed runs first.]:warmup: '
+}
+
+_tfm_bench_train() {
+    _arguments -s -S \
+        '--baseline[An earlier `--json` result\: exit 1 naming every gated figure that got worse by more than --tolera...]:baseline:_files' \
+        '--compare[Also time Hugging Face MarianMT with the same shapes on the same work (needs the bench extra).]' \
+        '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
+        '(- *)'{--help,-h}'[Show this message and exit.]' \
+        '--json[Print the result as one JSON document.]' \
+        '--model-step-only[Skip the trainer phase.]' \
+        '--steps[Timed optimizer steps per phase.]:steps: ' \
+        '--tolerance[How much worse a gated figure may get before --baseline fails\: a percentage (10%) or a share (0.1).]:tolerance: ' \
+        '--warmup[Untimed optimizer steps first.]:warmup: ' \
+        '1:recipe:_files' \
+        '*:overrides:_tfm_overrides'
+}
+
+_tfm_bench_translate() {
+    _arguments -s -S \
+        '--baseline[An earlier `--json` result\: exit 1 naming every gated figure that got worse by more than --tolera...]:baseline:_files' \
+        '--batch-sizes[Sentences per batch, comma-separated.]:batch sizes: ' \
+        '--beam[Beam size for the beam rows.]:beam: ' \
+        '--beam-only[Only beam search.]' \
+        '(--cache-only --no-cache)'{--cache-only,--no-cache}'[Also time decoding without the K/V cache (--cache-only skips it).]' \
+        '--compare[Also time Hugging Face MarianMT with the same shapes on the same work (needs the bench extra).]' \
+        '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
+        '--greedy-only[Only greedy search.]' \
+        '(- *)'{--help,-h}'[Show this message and exit.]' \
+        '--json[Print the result as one JSON document.]' \
+        '(--model -m)'{--model,-m}'[A trained run or .safetensors file (default\: random weights of --recipe'\''s shape).]:model:_files' \
+        '--out-len[Tokens every output is forced to (min = max length).]:out len: ' \
+        '--precision[auto (bf16 on CUDA and CPUs with native bf16, else fp32), fp32, bf16 or fp16.]:precision:(auto bf16 fp16 fp32)' \
+        '--recipe[Random weights with this recipe'\''s model shape and vocabulary size.]:recipe:_files' \
+        '--sentences[Sources translated per configuration.]:sentences: ' \
+        '--src-len[Tokens per source.]:src len: ' \
+        '--tolerance[How much worse a gated figure may get before --baseline fails\: a percentage (10%) or a share (0.1).]:tolerance: '
+}
+
+_tfm_bench() {
+    local curcontext=$curcontext state line
+    typeset -A opt_args
+    _arguments -C \
+        '(- *)'{--help,-h}'[Show this message and exit.]' \
+        '1:command:->command' \
+        '*::arg:->args'
+    case $state in
+        command)
+            local -a commands
+            commands=(
+                'attention:Explicit-math attention vs PyTorch SDPA (and each backend) across sequence lengths: time, FLOP/s,...'
+                'train:Training throughput on the recipe'\''s real batches: the model step alone next to the trainer as `tf...'
+                'translate:Translation throughput and latency per batch size, greedy and beam, with and without the K/V cach...'
+            )
+            _describe -t commands 'tfm bench command' commands
+            ;;
+        args)
+            case $line[1] in
+                attention) _tfm_bench_attention ;;
+                train) _tfm_bench_train ;;
+                translate) _tfm_bench_translate ;;
+            esac
+            ;;
+    esac
+}
+
 _tfm_tokenize() {
     _arguments -s -S \
         '*'{--corpus,-c}'[Train on this TSV (source TAB target), or give it twice\: source file, target file.]:corpus: ' \
@@ -93,9 +176,11 @@ _tfm_translate() {
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[One JSON object per input line\: source, translation, score, tokens.]' \
         '--max-len[Output may be at most input length + this many tokens (default\: 50).]:max len: ' \
+        '--min-len[No end of sentence before this many output tokens (default\: the run'\''s recipe, 0).]:min len: ' \
         '(--model -m)'{--model,-m}'[Run directory or .safetensors checkpoint (default\: the most recent run under runs/).]:model:_files' \
         '(--n-best -n)'{--n-best,-n}'[Print the K best translations of each input, with scores.]:n best: ' \
         '--output[When scoring, also write the translations to this file.]:output:_files' \
+        '--precision[auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, or fp16 (CUDA only).]:precision:(auto bf16 fp16 fp32)' \
         '(--reference -r)'{--reference,-r}'[Reference translations, one per input line\: print BLEU and chrF instead of translations.]:reference:_files' \
         '*--score[Score on a TSV (source TAB reference), or give --score SRC --score REF\: print BLEU and chrF.]:score:_files' \
         '1:text: '
@@ -113,6 +198,7 @@ _tfm() {
         command)
             local -a commands
             commands=(
+                'bench:Measure attention across lengths, training and translation throughput'
                 'tokenize:Train a joint BPE tokenizer (HF tokenizers, byte fallback) and print its statistics'
                 'train:Train a Transformer from a YAML recipe'
                 'translate:Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.'
@@ -121,6 +207,7 @@ _tfm() {
             ;;
         args)
             case $line[1] in
+                bench) _tfm_bench ;;
                 tokenize) _tfm_tokenize ;;
                 train) _tfm_train ;;
                 translate) _tfm_translate ;;

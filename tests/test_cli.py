@@ -74,7 +74,8 @@ def _registered_commands() -> list[str]:
     group = typer.main.get_command(app)
     ctx = typer.Context(group, info_name="tfm")
     names = sorted(group.list_commands(ctx))
-    assert names == sorted(c.name for c in app.registered_commands)
+    registered = [*app.registered_commands, *app.registered_groups]  # groups: `tfm bench`
+    assert names == sorted(c.name for c in registered)
     return names
 
 
@@ -337,6 +338,22 @@ def test_translate_invalid_utf8_names_the_line(random_run: Path) -> None:
     _assert_one_line_error(proc, "line 2", "UTF-8")
 
 
+def test_translate_precision_errors(random_run: Path) -> None:
+    proc = tfm("translate", "--model", str(random_run), "--device", "cpu", "--precision", "fp16", "x")
+    _assert_one_line_error(proc, "fp16", "CUDA")
+    proc = tfm("translate", "--model", str(random_run), "--device", "cpu", "--precision", "fp8", "x")
+    assert proc.returncode == 2 and "fp8" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_translate_min_len_and_bf16_from_the_command_line(random_run: Path) -> None:
+    proc = tfm(
+        "translate", "--model", str(random_run), "--device", "cpu", "--precision", "bf16", "--max-len", "9",
+        "--min-len", "9", "--json", "Bonjour.",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["tokens"]) >= 9
+
+
 # ---- plain output for pipes and NO_COLOR ---------------------------------------------------------------------
 
 
@@ -366,6 +383,44 @@ def _run_on_tty(args: list[str], **env: str) -> str:
     os.close(master)
     assert proc.returncode == 0, proc.stderr.decode()
     return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_progress_on_a_terminal_never_takes_stdout(random_run: Path, tmp_path: Path) -> None:
+    """stderr on a terminal (a live progress bar), stdout to a file: every translation lands in the file."""
+    import threading
+
+    lines = [f"Bonjour {i}." for i in range(300)]
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    master, slave = pty.openpty()
+    seen: list[bytes] = []
+
+    def drain() -> None:  # keep the terminal's buffer empty so the bar never blocks
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            seen.append(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    env = _env(NO_COLOR=None, TERM="xterm-256color", COLUMNS="100")
+    with open(source, "rb") as stdin:
+        proc = subprocess.run(
+            [str(TFM), "translate", "--model", str(random_run), "--device", "cpu", "--max-len", "2"],
+            stdin=stdin, stdout=subprocess.PIPE, stderr=slave, env=env, timeout=300,
+        )
+    os.close(slave)
+    reader.join(timeout=10)
+    os.close(master)
+    assert proc.returncode == 0
+    assert len(proc.stdout.decode("utf-8").splitlines()) == len(lines)  # all of them, in the file
+    terminal = b"".join(seen).decode("utf-8", "replace")
+    first = proc.stdout.decode("utf-8").splitlines()[0]
+    assert first not in terminal or not first.strip()  # none leaked onto the terminal
 
 
 def test_plain_table_when_piped_or_no_color(random_run: Path) -> None:
@@ -433,53 +488,72 @@ def test_completion_scripts_say_they_are_generated() -> None:
 
 
 def _option_names() -> dict[str, set[str]]:
-    """Command ('' for the top level) -> every option name, read from the app (not from the generator)."""
+    """Command ('' for the top level, 'bench attention' for a group's subcommand) -> every option name, read
+    from the app (not from the generator)."""
+    names: dict[str, set[str]] = {}
+
+    def walk(command, ctx: typer.Context, path: str) -> None:
+        names[path] = {
+            n
+            for p in command.get_params(ctx)
+            if p.param_type_name == "option"
+            for n in (*p.opts, *p.secondary_opts)
+        }
+        for name in command.list_commands(ctx) if hasattr(command, "list_commands") else []:
+            sub = command.get_command(ctx, name)
+            walk(sub, typer.Context(sub, info_name=name, parent=ctx), f"{path} {name}".strip())
+
     group = typer.main.get_command(app)
-    ctx = typer.Context(group, info_name="tfm", **group.context_settings)
-    names = {
-        "": {
-            n
-            for p in group.get_params(ctx)
-            if p.param_type_name == "option"
-            for n in (*p.opts, *p.secondary_opts)
-        }
-    }
-    for name in group.list_commands(ctx):
-        command = group.get_command(ctx, name)
-        sub = typer.Context(command, info_name=name, parent=ctx)
-        names[name] = {
-            n
-            for p in command.get_params(sub)
-            if p.param_type_name == "option"
-            for n in (*p.opts, *p.secondary_opts)
-        }
+    walk(group, typer.Context(group, info_name="tfm", **group.context_settings), "")
     return names
+
+
+def _fish_offers(fish: str, *words: str) -> list[str]:
+    """The lines of the fish script whose condition holds on the command line `tfm WORDS...`: evaluates the
+    conditions the generator writes, `[not] __fish_seen_subcommand_from NAME...` joined by `; and`."""
+    offered = []
+    for line in fish.splitlines():
+        condition = re.search(r" -n '([^']*)'", line)
+        if condition is None:
+            continue
+        holds = True
+        for test in condition[1].split("; and "):
+            negated = test.startswith("not ")
+            function, *names = test.removeprefix("not ").split()
+            assert function == "__fish_seen_subcommand_from", line
+            holds = holds and any(n in words for n in names) != negated
+        if holds:
+            offered.append(line)
+    return offered
+
+
+def _zsh_function_body(zsh: str, words: list[str]) -> str:
+    """The body of the zsh completion function of `tfm WORDS...` (`_tfm`, `_tfm_train`, `_tfm_bench_attention`)."""
+    head = "\n" + "_".join(["_tfm", *words]).replace("-", "_") + "() {\n"
+    assert head in zsh, f"zsh: no function for tfm {' '.join(words)}"
+    return zsh.split(head)[1].split("\n}\n")[0]
 
 
 def test_zsh_and_fish_cover_every_command_and_option() -> None:
     zsh = (REPO / "completions" / "tfm.zsh").read_text(encoding="utf-8")
     fish = (REPO / "completions" / "tfm.fish").read_text(encoding="utf-8")
     assert zsh.startswith("#compdef tfm\n")
-    for command, options in _option_names().items():
-        if command:
-            assert f"_tfm_{command}()" in zsh and f"'{command}:" in zsh, command
-            assert f"-a {command} " in fish, command
+    commands = _option_names()
+    assert {"bench", "bench attention", "bench train", "bench translate"} <= set(commands)
+    for command, options in commands.items():
+        words = command.split()
+        if words:  # offered by its parent (the app, or a group such as `tfm bench`)
+            assert f"'{words[-1]}:" in _zsh_function_body(zsh, words[:-1]), f"zsh: tfm {command}"
+            parent = _fish_offers(fish, *words[:-1])
+            assert any(f"-a {words[-1]} " in line for line in parent), f"fish: tfm {command}"
         assert "-h" in options and "--help" in options
-        fish_lines = [
-            line
-            for line in fish.splitlines()
-            if (
-                f"__fish_seen_subcommand_from {command}'" in line
-                if command
-                else "not __fish_seen_subcommand_from" in line
-            )
-        ]
-        zsh_body = (
-            zsh.split(f"_tfm_{command}() {{")[1].split("\n}\n")[0] if command else zsh.split("_tfm() {")[1]
-        )
+        # fish offers exactly the command's options (`tfm bench train` gets none of `tfm train`'s)
+        fish_lines = _fish_offers(fish, *words)
+        fish_options = {f"--{n}" for line in fish_lines for n in re.findall(r" -l (\S+)", line)}
+        fish_options |= {f"-{n}" for line in fish_lines for n in re.findall(r" -s (\S+)", line)}
+        assert fish_options == options, f"fish: tfm {command}"
+        zsh_body = _zsh_function_body(zsh, words)
         for option in options:
-            flag = f"-l {option[2:]} " if option.startswith("--") else f"-s {option[1:]} "
-            assert any(flag in line for line in fish_lines), f"fish: tfm {command} {option}"
             assert re.search(rf"[{{,')*]{re.escape(option)}[\[,}}]", zsh_body), f"zsh: tfm {command} {option}"
 
 
@@ -511,13 +585,17 @@ def test_bash_completes_commands_and_options() -> None:
     assert _bash_complete("tfm", "--v") == ["--version"]
     assert _bash_complete("tfm", "translate", "--be") == ["--beam"]
     assert _bash_complete("tfm", "translate", "--n") == ["--n-best"]
-    assert set(_bash_complete("tfm", "train", "-")) == _option_names()["train"]
+    assert _bash_complete("tfm", "bench", "") == ["attention", "train", "translate"]
+    assert _bash_complete("tfm", "bench", "attention", "--ma") == ["--mask"]
+    for command, options in _option_names().items():
+        assert set(_bash_complete("tfm", *command.split(), "-")) == options, command
 
 
 def test_bash_completes_values(tmp_path: Path) -> None:
     assert _bash_complete("tfm", "train", "--device", "") == ["auto", "cpu", "cuda"]
     assert _bash_complete("tfm", "translate", "--device", "=", "c") == ["cpu", "cuda"]  # --device=c
     assert _bash_complete("tfm", "translate", "--beam", "") == []  # a number: nothing to offer
+    assert _bash_complete("tfm", "translate", "--precision", "b") == ["bf16"]
     (tmp_path / "runs").mkdir()
     (tmp_path / "recipe.yaml").write_text("name: x\n")
     assert _bash_complete("tfm", "translate", "--model", "ru", cwd=tmp_path) == ["runs"]
@@ -529,10 +607,51 @@ def test_bash_completes_values(tmp_path: Path) -> None:
     assert _bash_complete("tfm", "train", "recipe.yaml", "train.max_steps", "=", "") == []
 
 
+def test_bash_completes_bench_subcommands(tmp_path: Path) -> None:
+    assert _bash_complete("tfm", "bench", "attention", "--mask", "") == ["causal", "none", "padding"]
+    assert _bash_complete("tfm", "bench", "attention", "--dtype", "=", "fp") == ["fp16", "fp32"]
+    assert _bash_complete("tfm", "bench", "attention", "--mask", "none", "--impl", "sdpa-f") == ["sdpa-flash"]
+    assert _bash_complete("tfm", "bench", "translate", "--precision", "b") == ["bf16"]
+    assert _bash_complete("tfm", "bench", "train", "--device", "c") == ["cpu", "cuda"]
+    assert _bash_complete("tfm", "bench", "train", "--steps", "") == []  # a number: nothing to offer
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "recipe.yaml").write_text("name: x\n")
+    assert _bash_complete("tfm", "bench", "attention", "--baseline", "ru", cwd=tmp_path) == ["runs"]
+    assert _bash_complete("tfm", "bench", "translate", "--recipe", "rec", cwd=tmp_path) == ["recipe.yaml"]
+    assert _bash_complete("tfm", "bench", "translate", "-m", "ru", cwd=tmp_path) == ["runs"]
+    assert _bash_complete("tfm", "bench", "train", "rec", cwd=tmp_path) == ["recipe.yaml"]
+    assert _bash_complete("tfm", "bench", "train", "tr", cwd=tmp_path) == []  # the recipe comes first, always
+    assert _bash_complete("tfm", "bench", "train", "recipe.yaml", "train.max_st", cwd=tmp_path) == [
+        "train.max_steps="
+    ]
+    after_recipe = ("tfm", "bench", "train", "--steps", "5", "recipe.yaml")  # an option's value is no recipe
+    assert _bash_complete(*after_recipe, "model.d_m") == ["model.d_model="]
+    assert _bash_complete("tfm", "bench", "attention", "") == []  # no positional arguments
+
+
 def test_device_choices_match_runtime() -> None:
     from tfm_cli.runtime import DEVICES
 
     assert set(completions._OPTION_CHOICES["--device"]) == set(DEVICES)
+
+
+def test_precision_choices_match_runtime() -> None:
+    from tfm_cli.cli.translate import PRECISIONS as CLI_PRECISIONS
+    from tfm_cli.runtime import PRECISIONS
+
+    assert set(completions._OPTION_CHOICES["--precision"]) == set(PRECISIONS) == set(CLI_PRECISIONS)
+
+
+def test_bench_completion_choices_match_bench() -> None:
+    import torch
+
+    from tfm_cli.bench.attention import MASKS, implementations
+    from tfm_cli.bench.common import DTYPES
+
+    assert set(completions._OPTION_CHOICES["--dtype"]) == set(DTYPES)
+    assert set(completions._OPTION_CHOICES["--mask"]) == set(MASKS)
+    # every implementation runs on CUDA; CPU has a subset
+    assert set(completions._OPTION_CHOICES["--impl"]) == set(implementations(torch.device("cuda")))
 
 
 def test_override_keys_match_recipe_schema() -> None:

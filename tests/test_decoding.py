@@ -203,3 +203,82 @@ def test_output_length_capped_at_source_length_plus_offset() -> None:
     model = never_ending_model(max_positions=16)
     (hyps,) = greedy_search(model, *make_src([[3] * 14]), max_len_offset=3)
     assert len(hyps[0].tokens) == 15
+
+
+# ---- min_len: no end of sentence before that many output tokens -------------------------------------------
+
+
+def always_ending_model() -> Transformer:
+    """An untrained model whose every next-token distribution puts EOS first (the mirror of never_ending_model)."""
+    model = tiny_model(11, vocab=8, norm="pre")
+    with torch.no_grad():
+        b = torch.randn(model.config.d_model)
+        model.decoder_norm.weight.zero_()
+        model.decoder_norm.bias.copy_(b)
+        model.generator.weight[EOS] = 3 * b
+    return model
+
+
+def test_min_len_holds_off_eos_for_greedy_and_beam() -> None:
+    model = always_ending_model()
+    sequences = random_sequences([5, 2, 8], 8, seed=9)
+    src, src_mask = make_src(sequences)
+    # Without a minimum the model ends at once: an empty output.
+    assert [len(h[0].tokens) for h in greedy_search(model, src, src_mask)] == [0, 0, 0]
+    for min_len in (1, 4):
+        for hyps in (
+            greedy_search(model, src, src_mask, max_len_offset=10, min_len=min_len),
+            beam_search(model, src, src_mask, beam_size=3, max_len_offset=10, min_len=min_len, n_best=3),
+            translate_ids(model, sequences, beam_size=2, max_len_offset=10, min_len=min_len),
+            translate_ids(model, sequences, max_len_offset=10, min_len=min_len, greedy=True),
+        ):
+            # EOS is the model's first choice, so each output ends exactly when it may.
+            assert all(len(h.tokens) == min_len for sentence in hyps for h in sentence)
+
+
+def test_min_len_yields_to_the_maximum_length() -> None:
+    model = always_ending_model()
+    sequences = random_sequences([2, 6], 8, seed=10)
+    src, src_mask = make_src(sequences)
+    for hyps in (
+        greedy_search(model, src, src_mask, max_len_offset=1, min_len=50),
+        beam_search(model, src, src_mask, beam_size=2, max_len_offset=1, min_len=50),
+    ):
+        assert [len(h[0].tokens) for h in hyps] == [3, 7]  # source length + 1: the maximum wins
+
+
+@pytest.mark.parametrize("min_len", [1, 2, 3])
+def test_beam_with_min_len_finds_the_brute_force_best_among_long_enough_outputs(min_len: int) -> None:
+    model = tiny_model(7, vocab=6, sharpen=3.0)
+    source, offset, alpha = [3, 4], 1, 0.6
+    expected = {
+        seq: score
+        for seq, score in brute_force(model, source, max_len=len(source) + offset, alpha=alpha).items()
+        if len(seq) >= min_len
+    }
+    src, src_mask = make_src([source])
+    k = 64
+    (hyps,) = beam_search(
+        model, src, src_mask, beam_size=k, alpha=alpha, max_len_offset=offset, n_best=k, min_len=min_len
+    )
+    best = max(expected, key=expected.get)
+    assert tuple(hyps[0].tokens) == best
+    assert hyps[0].score == pytest.approx(expected[best], abs=1e-4)
+    got = {tuple(h.tokens): h.score for h in hyps}
+    assert set(got) == set(expected)  # exactly the outputs of at least min_len tokens, each once
+    for seq, score in expected.items():
+        assert got[seq] == pytest.approx(score, abs=1e-4), seq
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_search_without_the_cache_gives_the_same_hypotheses(greedy: bool) -> None:
+    model = tiny_model(5, sharpen=2.0)
+    sequences = random_sequences([4, 9, 1, 6, 3, 7], 13, seed=6)
+    cached = translate_ids(model, sequences, beam_size=3, n_best=1 if greedy else 3, max_len_offset=5, greedy=greedy)
+    recomputed = translate_ids(
+        model, sequences, beam_size=3, n_best=1 if greedy else 3, max_len_offset=5, greedy=greedy, use_cache=False
+    )
+    for a, b in zip(cached, recomputed, strict=True):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+    assert len({tuple(a[0].tokens) for a in cached}) > 1

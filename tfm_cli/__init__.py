@@ -1,6 +1,43 @@
 """tfm: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a command-line toolkit.
 
-Importing this package must stay cheap: it loads no torch, typer or rich.
+The Python API, shared with the `tfm` command line:
+
+    from tfm_cli import Translator, load_recipe, train
+    result = train(load_recipe("recipes/tiny.yaml", ["train.max_steps=200"]), "runs/tiny-short")
+    t = Translator.load(result.run_dir)
+    print(t.translate("Je suis étudiant."))
+
+Importing this package stays cheap: it loads no torch, typer or rich until one of these names is used (PEP 562).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+_API = {
+    "Translator": "tfm_cli.translator",
+    "Translation": "tfm_cli.translator",
+    "DecodeSettings": "tfm_cli.translator",
+    "InputTruncatedWarning": "tfm_cli.translator",
+    "load_recipe": "tfm_cli.recipe",
+    "Recipe": "tfm_cli.recipe",
+    "train": "tfm_cli.training",
+    "TrainEvents": "tfm_cli.training",
+    "TrainResult": "tfm_cli.training",
+    "TfmError": "tfm_cli.errors",
+}
+
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'tfm_cli' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

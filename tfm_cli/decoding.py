@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tfm_cli.model import Transformer
+from tfm_cli.model import KVCache, Transformer
+from tfm_cli.model.masks import causal_mask
 
 
 @dataclass
@@ -41,17 +42,56 @@ def max_output_lengths(src_mask: torch.Tensor, offset: int, limit: int) -> torch
     return (src_len + offset).clamp(min=1, max=limit)
 
 
-def _step_log_probs(model: Transformer, last: torch.Tensor, memory, src_mask, cache, at_max: torch.Tensor):
-    """Log-probabilities of the next token for each row; rows at their length limit may only end (EOS)."""
+class Recompute:
+    """Decoding without a K/V cache: keeps the tokens generated so far and runs the decoder over the whole
+    prefix at every step, which is what each step costs without the cache (O(T^2) per sentence instead of
+    O(T)). It answers `reorder` and `select` like `KVCache`, so the searches do not change. For benchmarks
+    (`tfm bench translate --no-cache`) and tests: the results are the cached search's, only slower.
+    """
+
+    def __init__(self, batch: int, device: torch.device) -> None:
+        self.prefix = torch.empty(batch, 0, dtype=torch.long, device=device)  # (B, t) decoder inputs so far
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.prefix = self.prefix.index_select(0, index)
+
+    select = reorder
+
+
+def _new_cache(model: Transformer, batch: int, device: torch.device, use_cache: bool) -> KVCache | Recompute:
+    return model.new_cache() if use_cache else Recompute(batch, device)
+
+
+def _decode_last(model: Transformer, last: torch.Tensor, memory, src_mask, cache) -> torch.Tensor:
+    """Logits of the next token after `last` (B,), over the cache or by recomputing the prefix: (B, V)."""
+    if isinstance(cache, Recompute):
+        cache.prefix = torch.cat([cache.prefix, last[:, None]], dim=1)
+        tgt_mask = causal_mask(cache.prefix.size(1), last.device)
+        return model.decode(cache.prefix, memory, src_mask, tgt_mask)[:, -1]
+    return model.decode(last[:, None], memory, src_mask, None, cache)[:, -1]
+
+
+def _step_log_probs(
+    model: Transformer, last: torch.Tensor, memory, src_mask, cache, at_max: torch.Tensor, ban_eos: bool
+):
+    """Log-probabilities of the next token for each row.
+
+    Rows at their length limit may only end (EOS); with `ban_eos` (fewer than `min_len` tokens so far) the other
+    rows may not end. As in fairseq, banned tokens get -inf after the log-softmax (no renormalisation), so
+    scores stay log-probabilities of the model and comparable with and without `min_len`.
+    """
     cfg = model.config
-    logits = model.decode(last[:, None], memory, src_mask, None, cache)[:, -1].float()  # (B, V)
+    logits = _decode_last(model, last, memory, src_mask, cache).float()  # (B, V)
     log_probs = logits.log_softmax(dim=-1)
     log_probs[:, cfg.pad_id] = float("-inf")  # padding and BOS are never outputs
     log_probs[:, cfg.bos_id] = float("-inf")
-    if at_max.any():
-        eos = log_probs[at_max, cfg.eos_id]
+    forced = at_max.any()
+    eos = log_probs[:, cfg.eos_id].clone() if forced else None
+    if ban_eos:
+        log_probs[:, cfg.eos_id] = float("-inf")
+    if forced:  # the length limit wins over min_len: a row at its maximum must end
         log_probs[at_max] = float("-inf")
-        log_probs[at_max, cfg.eos_id] = eos
+        log_probs[at_max, cfg.eos_id] = eos[at_max]
     return log_probs
 
 
@@ -62,6 +102,8 @@ def greedy_search(
     src_mask: torch.Tensor,
     max_len_offset: int = 50,
     alpha: float = 0.0,
+    min_len: int = 0,
+    use_cache: bool = True,
 ) -> list[list[Hypothesis]]:
     """Pick the most probable token at every step. Returns one hypothesis per sentence (as a 1-element list).
 
@@ -69,12 +111,14 @@ def greedy_search(
         src: (B, S) source ids ending with EOS, right-padded; src_mask: (B, 1, 1, S) bool.
         max_len_offset: output may be at most source length + this many tokens (then EOS is forced).
         alpha: length penalty used for the reported score only (greedy choices do not depend on it).
+        min_len: no EOS before this many output tokens (the maximum length still wins where they conflict).
+        use_cache: decode over the K/V cache (False recomputes every prefix: the same result, slower).
     """
     cfg = model.config
     batch = src.size(0)
     memory = model.encode(src, src_mask)  # (B, S, D)
     max_len = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)
-    cache = model.new_cache()
+    cache = _new_cache(model, batch, src.device, use_cache)
     alive = torch.arange(batch, device=src.device)  # original index of each live row
     last = torch.full((batch,), cfg.bos_id, dtype=torch.long, device=src.device)
     log_prob = torch.zeros(batch, device=src.device)
@@ -82,7 +126,7 @@ def greedy_search(
     results: list[list[Hypothesis]] = [[] for _ in range(batch)]
     step = 0
     while alive.numel():
-        log_probs = _step_log_probs(model, last, memory, src_mask, cache, step >= max_len)
+        log_probs = _step_log_probs(model, last, memory, src_mask, cache, step >= max_len, step < min_len)
         best_lp, best = log_probs.max(dim=-1)  # (B_alive,)
         log_prob += best_lp
         ended = best == cfg.eos_id
@@ -114,6 +158,8 @@ def beam_search(
     alpha: float = 0.6,
     max_len_offset: int = 50,
     n_best: int = 1,
+    min_len: int = 0,
+    use_cache: bool = True,
 ) -> list[list[Hypothesis]]:
     """Beam search with the GNMT length penalty, batched over sentences and beams, over the K/V cache.
 
@@ -123,6 +169,8 @@ def beam_search(
         alpha: length penalty exponent; 0 ranks by total log-probability.
         max_len_offset: output may be at most source length + this many tokens (then EOS is forced).
         n_best: how many finished hypotheses to return per sentence (at most `beam_size`), best first.
+        min_len: no EOS before this many output tokens (the maximum length still wins where they conflict).
+        use_cache: decode over the K/V cache (False recomputes every prefix: the same result, slower).
 
     Returns:
         For each sentence, up to `n_best` hypotheses sorted by score, best first.
@@ -135,7 +183,7 @@ def beam_search(
     memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)  # (n*K, S, D)
     src_mask = src_mask.repeat_interleave(k, dim=0)
     max_len = max_output_lengths(src_mask[::k], max_len_offset, cfg.max_positions - 1)  # (n,)
-    cache = model.new_cache()
+    cache = _new_cache(model, n * k, device, use_cache)
     sentence = torch.arange(n, device=device)  # original index of each live sentence
     seqs = torch.empty(n * k, 0, dtype=torch.long, device=device)  # generated tokens of each beam
     # Only the first beam of each sentence is live at the start, so the first step picks K distinct tokens.
@@ -147,7 +195,7 @@ def beam_search(
     while sentence.numel():
         live = sentence.numel()
         at_max = (step >= max_len).repeat_interleave(k)
-        log_probs = _step_log_probs(model, last, memory, src_mask, cache, at_max)  # (live*K, V)
+        log_probs = _step_log_probs(model, last, memory, src_mask, cache, at_max, step < min_len)  # (live*K, V)
         vocab = log_probs.size(-1)
         candidates = (beam_scores.view(-1, 1) + log_probs).view(live, k * vocab)
         top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (live, 2K)
@@ -217,12 +265,16 @@ def translate_ids(
     greedy: bool = False,
     autocast=None,
     on_batch=None,
+    min_len: int = 0,
+    use_cache: bool = True,
 ) -> list[list[Hypothesis]]:
     """Translate token-id sequences (without EOS), batched by length, results in input order.
 
     Args:
         sequences: source token ids; each must fit the model (length + 1 <= max_positions).
         beam_size, alpha, max_len_offset, n_best: beam search settings (ignored with `greedy`, which returns 1).
+        min_len: no EOS before this many output tokens, for greedy and beam search alike.
+        use_cache: decode over the K/V cache; False recomputes every prefix (to measure what the cache saves).
         max_tokens: padded source tokens per batch (times the beam size for beam search).
         autocast: a context-manager factory for mixed precision, or None.
         on_batch: called with the number of sentences after each batch (progress display).
@@ -241,9 +293,9 @@ def translate_ids(
         src_mask = (src != cfg.pad_id)[:, None, None, :]
         with autocast() if autocast is not None else contextlib.nullcontext():
             if greedy:
-                hyps = greedy_search(model, src, src_mask, max_len_offset, alpha)
+                hyps = greedy_search(model, src, src_mask, max_len_offset, alpha, min_len, use_cache)
             else:
-                hyps = beam_search(model, src, src_mask, beam_size, alpha, max_len_offset, n_best)
+                hyps = beam_search(model, src, src_mask, beam_size, alpha, max_len_offset, n_best, min_len, use_cache)
         for i, h in zip(indices, hyps, strict=True):
             results[i] = h
         if on_batch is not None:

@@ -107,6 +107,7 @@ class DecodeRecipe:
     beam: int = 4  # beam size
     alpha: float = 0.6  # GNMT length penalty exponent; 0 = no length normalisation
     max_len_offset: int = 50  # max output length = source length + this
+    min_len: int = 0  # no end-of-sentence before this many output tokens (0 = no minimum)
     max_tokens: int = 8000  # source tokens per translation batch
 
 
@@ -292,6 +293,7 @@ _RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "decode.beam": _POSITIVE,
     "decode.alpha": (lambda v: v >= 0, "must be >= 0 (0 = no length penalty; the paper uses 0.6)"),
     "decode.max_len_offset": _NON_NEGATIVE,
+    "decode.min_len": _NON_NEGATIVE,
     "decode.max_tokens": _POSITIVE,
 }
 

@@ -47,7 +47,7 @@ def resolve_precision(precision: str, device: torch.device) -> str:
             return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         return "bf16" if cpu_has_fast_bf16() else "fp32"
     if precision == "fp16" and device.type != "cuda":
-        raise TfmError("precision fp16 needs a CUDA device", hint="use train.precision=bf16 or fp32 on CPU")
+        raise TfmError("precision fp16 needs a CUDA device", hint="use bf16 or fp32 on CPU")
     return precision
 
 

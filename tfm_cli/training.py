@@ -45,7 +45,13 @@ from tfm_cli.decoding import translate_ids
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError
 from tfm_cli.model import Transformer
 from tfm_cli.recipe import Recipe, dump_recipe, load_recipe, model_config
-from tfm_cli.runtime import autocast, release_cpu_memory, resolve_precision, tune_cpu_allocator
+from tfm_cli.runtime import (
+    autocast,
+    release_cpu_memory,
+    resolve_device,
+    resolve_precision,
+    tune_cpu_allocator,
+)
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer
 
 TRIM_EVERY = 50  # CPU: steps between returning the heap's free pages to the kernel (see runtime.py)
@@ -181,13 +187,57 @@ def evaluate(
     d = recipe.decode
     hyps = translate_ids(
         model, dev.src_ids[:n], beam_size=d.beam, alpha=d.alpha, max_len_offset=d.max_len_offset,
-        max_tokens=d.max_tokens, autocast=amp,
+        max_tokens=d.max_tokens, autocast=amp, min_len=d.min_len,
     )
     outputs = tokenizer.decode_batch([h[0].tokens if h else [] for h in hyps])
     metrics.update(score_translations(outputs, dev.references[:n]))
     metrics["sentences"] = n
     model.train(was_training)
     return metrics
+
+
+# --- One optimizer step (section 5.3), shared by the trainer and `tfm bench train` ------------------------------
+
+
+def setup_model(config, t, device: torch.device, precision: str):
+    """A fresh model on `device`, the paper's Adam (fused on CUDA) and a loss scaler (active for fp16 only).
+
+    Args:
+        config: the ModelConfig; t: the recipe's `train` section; precision: "fp32", "bf16" or "fp16".
+    """
+    model = Transformer(config).to(device)
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=inverse_sqrt_lr(1, config.d_model, t.warmup_steps, t.lr_factor),
+        betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay,
+        **({"fused": True} if device.type == "cuda" else {}),
+    )
+    scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+    return model, optimizer, scaler
+
+
+def train_step(model, optimizer, scaler, group, lr: float, t, amp, device: torch.device) -> tuple[float, float]:
+    """Forward, label-smoothed loss, backward over each batch of `group` (gradient accumulation), then one
+    optimizer step at learning rate `lr`. Returns the summed loss and NLL over the group's target tokens."""
+    for g in optimizer.param_groups:
+        g["lr"] = lr
+    pad_id = model.config.pad_id
+    n_tokens = sum(b.n_tgt_tokens for b in group)
+    step_loss = step_nll = 0.0
+    for batch in group:
+        batch = batch.to(device)
+        with amp():
+            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        loss, nll, _ = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing, pad_id)
+        scaler.scale(loss / n_tokens).backward()  # mean over the step's target tokens
+        step_loss += float(loss.detach())
+        step_nll += float(nll.detach())
+    if t.clip_norm > 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return step_loss, step_nll
 
 
 # --- The training loop ----------------------------------------------------------------------------------------
@@ -263,19 +313,40 @@ def _log(run_dir: Path, record: dict[str, Any]) -> None:
 
 
 def train(
-    recipe: Recipe,
-    run_dir: Path,
-    device: torch.device,
+    recipe: Recipe | str | Path | None = None,
+    run_dir: str | Path | None = None,
+    device: str | torch.device = "auto",
     resume: bool = False,
     events: TrainEvents | None = None,
 ) -> TrainResult:
     """Train `recipe` into `run_dir`; with `resume`, continue from the newest checkpoint there.
 
     Ctrl-C (KeyboardInterrupt) saves a checkpoint at the last completed step and returns with interrupted=True.
+
+    Args:
+        recipe: a `Recipe` (see `load_recipe`) or the path of a recipe YAML; with `resume` it may be None, and
+            the run's own recipe.yaml is used.
+        run_dir: where the run goes (default: runs/<recipe name>).
+        device: "auto" (CUDA when available), "cpu", "cuda", "cuda:N", or a torch.device.
+        resume: continue the run in `run_dir` from its newest checkpoint, exactly.
+        events: receives progress (messages, steps, evaluations); the default prints nothing.
+
+    Returns:
+        TrainResult: the run directory, the last step, whether it was interrupted, the final dev scores.
+
+    Raises:
+        TfmError: a bad recipe, corpus or device, or a run directory that already holds a run (without resume).
     """
+    if recipe is None:
+        if not (resume and run_dir is not None):
+            raise TfmError("train() needs a recipe, or resume=True with the run_dir to continue")
+        recipe = resume_recipe(Path(run_dir), [])
+    elif not isinstance(recipe, Recipe):
+        recipe = load_recipe(recipe)
+    run_dir = Path(run_dir) if run_dir is not None else Path("runs") / recipe.name
+    device = device if isinstance(device, torch.device) else resolve_device(device)
     events = events or TrainEvents()
     t = recipe.train
-    run_dir = Path(run_dir)
     prior = checkpoint_steps(run_dir)
     if not resume and (prior or (run_dir / FINAL).is_file()):  # refuse before writing anything into the run
         where = f"checkpoints up to step {prior[-1][0]}" if prior else f"a final {FINAL}"
@@ -310,13 +381,7 @@ def train(
         raise TfmError(f"no usable sentence pairs in {recipe.data.train}", hint="check data.train and data.max_len")
     dev = load_dev(recipe.data.dev, tokenizer, recipe.data.max_len) if recipe.data.dev else None
 
-    model = Transformer(config).to(device)
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=inverse_sqrt_lr(1, config.d_model, t.warmup_steps, t.lr_factor),
-        betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay,
-        **({"fused": True} if device.type == "cuda" else {}),
-    )
-    scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+    model, optimizer, scaler = setup_model(config, t, device, precision)
     stream = BatchStream(corpus, t.max_tokens, t.seed, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
     step, best_bleu = 0, -1.0
 
@@ -363,23 +428,7 @@ def train(
             group = [next(batches) for _ in range(t.accum_steps)]
             n_tokens = sum(b.n_tgt_tokens for b in group)
             lr = inverse_sqrt_lr(step + 1, config.d_model, t.warmup_steps, t.lr_factor)
-            for g in optimizer.param_groups:
-                g["lr"] = lr
-            step_loss = step_nll = 0.0
-            for batch in group:
-                batch = batch.to(device)
-                with amp():
-                    logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
-                loss, nll, _ = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing, config.pad_id)
-                scaler.scale(loss / n_tokens).backward()  # mean over the step's target tokens
-                step_loss += float(loss.detach())
-                step_nll += float(nll.detach())
-            if t.clip_norm > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
+            step_loss, step_nll = train_step(model, optimizer, scaler, group, lr, t, amp, device)
             step += 1
             stream_state = stream.state_dict()
             window_tokens += n_tokens

@@ -6,10 +6,12 @@ Tables are rich tables on a terminal, and plain tab-separated lines when stdout 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -87,3 +89,35 @@ def report_error(error: TfmError) -> None:
         err.print(_escape(line), soft_wrap=True)
     if error.hint:
         err.print(f"[dim]hint:[/dim] {_escape(error.hint)}", soft_wrap=True)
+
+
+@contextlib.contextmanager
+def route_warnings() -> Iterator[None]:
+    """Show the library's warnings (Python `warnings`) as our yellow stderr lines, every one of them."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        warn(str(message))
+
+    with warnings.catch_warnings():  # restores the filters and showwarning on the way out
+        warnings.simplefilter("always")
+        warnings.showwarning = show
+        yield
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, total: int | None) -> Iterator[Callable[[int], None] | None]:
+    """A transient rich progress bar on stderr, advanced by the callable it yields (None when stderr is no
+    terminal, so pipes and logs stay clean). `total=None` counts without an end (a stream)."""
+    if not fancy_stderr():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = [TextColumn(f"[bold]{label}[/bold]"), BarColumn()]
+    columns += [MofNCompleteColumn()] if total is not None else [TextColumn("{task.completed:,} sentences")]
+    # redirect_stdout=False: by default rich's live display captures sys.stdout and re-prints it on its own
+    # console (stderr), which would send results written meanwhile (a translation stream) to the terminal.
+    bar = Progress(*columns, TimeElapsedColumn(), console=err, transient=True, redirect_stdout=False)
+    task = bar.add_task(label, total=total)
+    with bar:
+        yield lambda n: bar.advance(task, n)

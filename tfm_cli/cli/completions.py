@@ -2,15 +2,16 @@
 
     python -m tfm_cli.cli.completions [--check] [DIR]
 
-walks `typer.main.get_command(app)` (the click group, its commands, their options and arguments) and writes
-`tfm.bash`, `tfm.zsh` and `tfm.fish` into DIR (default: the repository's `completions/`). `--check` writes
-nothing and exits 1 naming the files that differ from what would be generated (tests run it, so a command or
-option changed without regenerating fails the test suite).
+walks `typer.main.get_command(app)` (the click group, its commands and command groups such as `tfm bench`,
+their options and arguments) and writes `tfm.bash`, `tfm.zsh` and `tfm.fish` into DIR (default: the
+repository's `completions/`). `--check` writes nothing and exits 1 naming the files that differ from what
+would be generated (tests run it, so a command or option changed without regenerating fails the test suite).
 
-The scripts are plain shell: completing never starts Python, so it is instant. They complete commands, long
-and short option names, fixed choices, file paths for path-like options and arguments, and recipe override
-keys (`train.max_steps=`) for `tfm train` / `tfm tokenize`. The output is deterministic (sorted wherever
-order carries no meaning), so regenerating an unchanged app changes no byte.
+The scripts are plain shell: completing never starts Python, so it is instant. They complete commands (and a
+group's subcommands, one level deep: `tfm bench attention`), long and short option names, fixed choices, file
+paths for path-like options and arguments, and recipe override keys (`train.max_steps=`) for `tfm train` /
+`tfm tokenize` / `tfm bench train`. The output is deterministic (sorted wherever order carries no meaning), so
+regenerating an unchanged app changes no byte.
 """
 
 from __future__ import annotations
@@ -29,8 +30,15 @@ GENERATOR = "python -m tfm_cli.cli.completions"
 FILES = ("tfm.bash", "tfm.zsh", "tfm.fish")
 
 # Values of plain `str` options that the app checks itself rather than declaring them as a Choice
-# (`tfm_cli.runtime.DEVICES`; importing it here would load torch just to generate text).
-_OPTION_CHOICES: dict[str, tuple[str, ...]] = {"--device": ("auto", "cpu", "cuda")}
+# (`tfm_cli.runtime.DEVICES` and `PRECISIONS`, `tfm_cli.bench.common.DTYPES`, `tfm_cli.bench.attention.MASKS` and
+# `implementations()`; importing them here would load torch just to generate text).
+_OPTION_CHOICES: dict[str, tuple[str, ...]] = {
+    "--device": ("auto", "cpu", "cuda"),
+    "--precision": ("auto", "fp32", "bf16", "fp16"),
+    "--dtype": ("fp32", "bf16", "fp16"),
+    "--mask": ("none", "padding", "causal"),
+    "--impl": ("naive", "tfm", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn"),
+}
 # Arguments typed `str` in the app because they also take other things (with `tfm train --resume RUN`, the
 # first word is an override): what to complete for them.
 _ARGUMENT_KINDS: dict[str, str] = {"recipe": "file", "overrides": "override"}
@@ -61,6 +69,7 @@ class Argument:
     kind: str  # text | file | dir | choice | override
     variadic: bool  # takes every remaining word
     choices: tuple[str, ...] = ()
+    required: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,10 +78,16 @@ class Command:
     help: str
     options: tuple[Option, ...]
     arguments: tuple[Argument, ...]
+    commands: tuple[Command, ...] = ()  # a group's subcommands (`tfm bench attention`); none for a command
 
     @property
     def takes_overrides(self) -> bool:
         return any(a.kind == "override" for a in self.arguments)
+
+    def may_be_override(self, argument: Argument) -> bool:
+        """Whether the word for a file argument may already be an override: with `tfm train --resume RUN
+        key=value` the recipe is optional; `tfm bench train RECIPE key=value` always starts with it."""
+        return argument.kind in ("file", "dir") and not argument.required and self.takes_overrides
 
 
 @dataclass(frozen=True)
@@ -149,7 +164,8 @@ def _argument(param: Any) -> Argument:
     if kind == "value":
         kind = _ARGUMENT_KINDS.get(param.name, "text")
     variadic = param.nargs == -1
-    return Argument(param.name, _first_sentence(getattr(param, "help", None)), kind, variadic, choices)
+    description = _first_sentence(getattr(param, "help", None))
+    return Argument(param.name, description, kind, variadic, choices, bool(param.required))
 
 
 def _params(command: Any, ctx: Any) -> tuple[tuple[Option, ...], tuple[Argument, ...]]:
@@ -165,6 +181,25 @@ def _params(command: Any, ctx: Any) -> tuple[tuple[Option, ...], tuple[Argument,
     return tuple(options), tuple(arguments)
 
 
+def _subcommands(group: Any, ctx: Any) -> tuple[Command, ...]:
+    """The visible commands of a click group (the app, or a group such as `tfm bench`), sorted by name."""
+    import typer
+
+    commands = []
+    for name in sorted(group.list_commands(ctx)):
+        command = group.get_command(ctx, name)
+        if command is None or command.hidden:
+            continue
+        sub = typer.Context(
+            command, info_name=name, parent=ctx, resilient_parsing=True, **command.context_settings
+        )
+        summary = _first_sentence(command.short_help or command.help)
+        options, arguments = _params(command, sub)
+        subcommands = _subcommands(command, sub) if hasattr(command, "list_commands") else ()
+        commands.append(Command(name, summary, options, arguments, subcommands))
+    return tuple(commands)
+
+
 def describe(app: Any = None) -> AppSpec:
     """Walk the Typer app (default: `tfm_cli.cli.app.app`) into plain data the script writers use."""
     import typer
@@ -176,19 +211,11 @@ def describe(app: Any = None) -> AppSpec:
     group = typer.main.get_command(app)
     ctx = typer.Context(group, info_name=PROG, resilient_parsing=True, **group.context_settings)
     top_options, _ = _params(group, ctx)
-    commands = []
-    for name in sorted(group.list_commands(ctx)):
-        command = group.get_command(ctx, name)
-        if command is None or command.hidden:
-            continue
-        sub = typer.Context(
-            command, info_name=name, parent=ctx, resilient_parsing=True, **command.context_settings
-        )
-        options, arguments = _params(command, sub)
-        commands.append(
-            Command(name, _first_sentence(command.short_help or command.help), options, arguments)
-        )
-    return AppSpec(PROG, top_options, tuple(commands), tuple(sorted(recipe_keys())))
+    commands = _subcommands(group, ctx)
+    for command in commands:
+        if any(sub.commands for sub in command.commands):
+            raise ValueError(f"`{PROG} {command.name}`: the completion scripts handle command groups one level deep only")
+    return AppSpec(PROG, top_options, commands, tuple(sorted(recipe_keys())))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -235,15 +262,83 @@ def _bash_argument_action(command: Command, argument: Argument) -> str:
         "text": "COMPREPLY=()",  # free text: nothing to offer
     }
     action = actions[argument.kind]
-    if argument.kind in ("file", "dir") and command.takes_overrides:
-        # `tfm train --resume RUN key=value`: the first word may already be an override.
+    if command.may_be_override(argument):
         action += "; [[ -n $cur ]] && _tfm_overrides"
     return action
 
 
+def _bash_find_command(
+    options: tuple[Option, ...], commands: tuple[Command, ...], first: str, var: str, indent: str
+) -> list[str]:
+    """Set $var and ${var}_index to the first command word from index `first` on (skipping `options` and their
+    values); with none yet, complete those options or the command names and return."""
+    value_opts = sorted(n for o in options if o.takes_value for n in o.names)
+    names = sorted(n for o in options for n in o.names)
+    values = _bash_value_case(options, indent + "        ")
+    return [
+        f"{indent}for (( i = {first}; i < COMP_CWORD; i++ )); do",
+        f"{indent}    word=${{COMP_WORDS[i]}}",
+        f"{indent}    case $word in",
+        *([f"{indent}        {'|'.join(value_opts)}) (( i++ )) ;;"] if value_opts else []),
+        f"{indent}        -*) ;;",
+        f"{indent}        *) {var}=$word; {var}_index=$i; break ;;",
+        f"{indent}    esac",
+        f"{indent}done",
+        "",
+        f"{indent}if [[ -z ${var} ]]; then",
+        *([f"{indent}    case $prev in", *values, f"{indent}    esac"] if values else []),
+        f"{indent}    if [[ $cur == -* ]]; then",
+        f'{indent}        COMPREPLY=( $(compgen -W "{_words(names)}" -- "$cur") )',
+        f"{indent}    else",
+        f'{indent}        COMPREPLY=( $(compgen -W "{_words([c.name for c in commands])}" -- "$cur") )',
+        f"{indent}    fi",
+        f"{indent}    return 0",
+        f"{indent}fi",
+    ]
+
+
+def _bash_command(command: Command, index: str, indent: str) -> list[str]:
+    """The body of a command's `case` branch; `index` names the variable holding the command word's index."""
+    names = sorted(n for o in command.options for n in o.names)
+    value_opts = sorted(n for o in command.options if o.takes_value for n in o.names)
+    values = _bash_value_case(command.options, indent + "    ")
+    out = [
+        *([f"{indent}case $prev in", *values, f"{indent}esac"] if values else []),
+        f"{indent}if [[ $cur == -* ]]; then",
+        f'{indent}    COMPREPLY=( $(compgen -W "{_words(names)}" -- "$cur") )',
+        f"{indent}    return 0",
+        f"{indent}fi",
+    ]
+    if command.arguments:
+        out += [
+            f"{indent}npos=$(_tfm_npos $(( {index} + 1 )) {_words(value_opts)})",
+            f"{indent}case $npos in",
+        ]
+        for position, argument in enumerate(command.arguments):
+            label = "*" if argument.variadic else str(position)
+            out.append(f"{indent}    {label}) {_bash_argument_action(command, argument)} ;;")
+            if argument.variadic:
+                break
+        out.append(f"{indent}esac")
+    return out
+
+
+def _bash_group(group: Command, indent: str) -> list[str]:
+    """The body of a group's `case` branch (`tfm bench`): find its subcommand, then complete as for a command."""
+    out = [
+        f'{indent}local sub="" sub_index=0',
+        *_bash_find_command(group.options, group.commands, "cmd_index + 1", "sub", indent),
+        "",
+        f"{indent}case $sub in",
+    ]
+    for command in group.commands:
+        out += [f"{indent}    {command.name})", *_bash_command(command, "sub_index", indent + "        ")]
+        out.append(f"{indent}        ;;")
+    out.append(f"{indent}esac")
+    return out
+
+
 def bash_script(spec: AppSpec) -> str:
-    top_value_opts = [n for o in spec.options if o.takes_value for n in o.names]
-    top_names = sorted(n for o in spec.options for n in o.names)
     out = [
         _header(
             "Bash",
@@ -301,54 +396,16 @@ def bash_script(spec: AppSpec) -> str:
         "        return 0  # the value of a key=value override",
         "    fi",
         "",
-        "    for (( i = 1; i < COMP_CWORD; i++ )); do",
-        "        word=${COMP_WORDS[i]}",
-        "        case $word in",
-    ]
-    if top_value_opts:
-        out.append(f"            {'|'.join(sorted(top_value_opts))}) (( i++ )) ;;")
-    top_values = _bash_value_case(spec.options, "            ")
-    out += [
-        "            -*) ;;",
-        "            *) cmd=$word; cmd_index=$i; break ;;",
-        "        esac",
-        "    done",
-        "",
-        "    if [[ -z $cmd ]]; then",
-        *(["        case $prev in", *top_values, "        esac"] if top_values else []),
-        "        if [[ $cur == -* ]]; then",
-        f'            COMPREPLY=( $(compgen -W "{_words(top_names)}" -- "$cur") )',
-        "        else",
-        f'            COMPREPLY=( $(compgen -W "{_words([c.name for c in spec.commands])}" -- "$cur") )',
-        "        fi",
-        "        return 0",
-        "    fi",
+        *_bash_find_command(spec.options, spec.commands, "1", "cmd", "    "),
         "",
         "    case $cmd in",
     ]
     for command in spec.commands:
-        names = sorted(n for o in command.options for n in o.names)
-        value_opts = sorted(n for o in command.options if o.takes_value for n in o.names)
-        values = _bash_value_case(command.options, "                ")
-        out += [
-            f"        {command.name})",
-            *(["            case $prev in", *values, "            esac"] if values else []),
-            "            if [[ $cur == -* ]]; then",
-            f'                COMPREPLY=( $(compgen -W "{_words(names)}" -- "$cur") )',
-            "                return 0",
-            "            fi",
-        ]
-        if command.arguments:
-            out += [
-                f"            npos=$(_tfm_npos $(( cmd_index + 1 )) {_words(value_opts)})",
-                "            case $npos in",
-            ]
-            for index, argument in enumerate(command.arguments):
-                label = "*" if argument.variadic else str(index)
-                out.append(f"                {label}) {_bash_argument_action(command, argument)} ;;")
-                if argument.variadic:
-                    break
-            out.append("            esac")
+        out.append(f"        {command.name})")
+        if command.commands:
+            out += _bash_group(command, "            ")
+        else:
+            out += _bash_command(command, "cmd_index", "            ")
         out.append("            ;;")
     out += [
         "    esac",
@@ -373,9 +430,9 @@ def _describe_item(name: str, help: str) -> str:
     return (name.replace(":", "\\:") + ":" + help).replace("'", "'\\''")
 
 
-def _zsh_action(kind: str, choices: tuple[str, ...], command: Command | None = None) -> str:
+def _zsh_action(kind: str, choices: tuple[str, ...], recipe_word: bool = False) -> str:
     if kind == "file":
-        return "_tfm_recipe_word" if command is not None and command.takes_overrides else "_files"
+        return "_tfm_recipe_word" if recipe_word else "_files"
     return {
         "dir": "_files -/",
         "choice": f"({' '.join(choices)})",
@@ -401,6 +458,56 @@ def _zsh_option(option: Option) -> str:
     return f"'{exclusive}{star}'{{{','.join(names)}}}'[{desc}]{value}'"
 
 
+def _zsh_function(*words: str) -> str:
+    """The completion function of a command: `_tfm_train`, `_tfm_bench_attention`."""
+    return "_".join(["_tfm", *words]).replace("-", "_")
+
+
+def _zsh_command(function: str, command: Command) -> list[str]:
+    specs = [_zsh_option(o) for o in command.options]
+    for index, argument in enumerate(command.arguments):
+        position = "*" if argument.variadic else str(index + 1)
+        message = _zsh_quote(argument.name)
+        action = _zsh_action(argument.kind, argument.choices, command.may_be_override(argument))
+        specs.append(f"'{position}:{message}:{action}'")
+        if argument.variadic:
+            break
+    out = [f"{function}() {{", "    _arguments -s -S \\"]
+    return out + [f"        {s} \\" for s in specs[:-1]] + [f"        {specs[-1]}", "}", ""]
+
+
+def _zsh_dispatcher(
+    function: str, label: str, options: tuple[Option, ...], commands: tuple[Command, ...]
+) -> list[str]:
+    """A function completing `options` and the name of one of `commands`, then handing the rest of the line to
+    that command's function (`_tfm` for the app, `_tfm_bench` for `tfm bench`)."""
+    return [
+        f"{function}() {{",
+        "    local curcontext=$curcontext state line",
+        "    typeset -A opt_args",
+        "    _arguments -C \\",
+        *(f"        {_zsh_option(o)} \\" for o in options),
+        "        '1:command:->command' \\",
+        "        '*::arg:->args'",
+        "    case $state in",
+        "        command)",
+        "            local -a commands",
+        "            commands=(",
+        *(f"                '{_describe_item(c.name, c.help)}'" for c in commands),
+        "            )",
+        f"            _describe -t commands '{label} command' commands",
+        "            ;;",
+        "        args)",
+        "            case $line[1] in",
+        *(f"                {c.name}) {function}_{c.name.replace('-', '_')} ;;" for c in commands),
+        "            esac",
+        "            ;;",
+        "    esac",
+        "}",
+        "",
+    ]
+
+
 def zsh_script(spec: AppSpec) -> str:
     out = [
         f"#compdef {PROG}",
@@ -421,39 +528,15 @@ def zsh_script(spec: AppSpec) -> str:
         "",
     ]
     for command in spec.commands:
-        specs = [_zsh_option(o) for o in command.options]
-        for index, argument in enumerate(command.arguments):
-            position = "*" if argument.variadic else str(index + 1)
-            message = _zsh_quote(argument.name)
-            specs.append(f"'{position}:{message}:{_zsh_action(argument.kind, argument.choices, command)}'")
-            if argument.variadic:
-                break
-        out += [f"_tfm_{command.name.replace('-', '_')}() {{", "    _arguments -s -S \\"]
-        out += [f"        {s} \\" for s in specs[:-1]] + [f"        {specs[-1]}", "}", ""]
+        function = _zsh_function(command.name)
+        if command.commands:
+            for sub in command.commands:
+                out += _zsh_command(_zsh_function(command.name, sub.name), sub)
+            out += _zsh_dispatcher(function, f"{PROG} {command.name}", command.options, command.commands)
+        else:
+            out += _zsh_command(function, command)
     out += [
-        "_tfm() {",
-        "    local curcontext=$curcontext state line",
-        "    typeset -A opt_args",
-        "    _arguments -C \\",
-        *(f"        {_zsh_option(o)} \\" for o in spec.options),
-        "        '1:command:->command' \\",
-        "        '*::arg:->args'",
-        "    case $state in",
-        "        command)",
-        "            local -a commands",
-        "            commands=(",
-        *(f"                '{_describe_item(c.name, c.help)}'" for c in spec.commands),
-        "            )",
-        "            _describe -t commands 'tfm command' commands",
-        "            ;;",
-        "        args)",
-        "            case $line[1] in",
-        *(f"                {c.name}) _tfm_{c.name.replace('-', '_')} ;;" for c in spec.commands),
-        "            esac",
-        "            ;;",
-        "    esac",
-        "}",
-        "",
+        *_zsh_dispatcher("_tfm", PROG, spec.options, spec.commands),
         "if [[ $funcstack[1] == _tfm ]]; then",
         '    _tfm "$@"',
         "else",
@@ -487,6 +570,27 @@ def _fish_option(condition: str, option: Option) -> str:
     return " ".join(parts)
 
 
+def _fish_names(condition: str, commands: tuple[Command, ...]) -> list[str]:
+    """The names of `commands`, offered while `condition` holds."""
+    complete = f"complete -c {PROG} -n {_fish_quote(condition)}"
+    return [f"{complete} -a {c.name} -d {_fish_quote(c.help)}" for c in commands]
+
+
+def _fish_command(condition: str, command: Command, keys: str) -> list[str]:
+    """A command's options and arguments, offered while `condition` holds."""
+    complete = f"complete -c {PROG} -n {_fish_quote(condition)}"
+    out = [_fish_option(condition, o) for o in command.options]
+    kinds = {a.kind for a in command.arguments}
+    if kinds & {"file", "dir"}:
+        out.append(f"{complete} -F")
+    if "override" in kinds:
+        out.append(f"{complete} -a {_fish_quote(keys)} -d 'recipe override'")
+    for argument in command.arguments:
+        if argument.kind == "choice":
+            out.append(f"{complete} -a {_fish_quote(' '.join(argument.choices))}")
+    return out
+
+
 def fish_script(spec: AppSpec) -> str:
     no_command = f"not __fish_seen_subcommand_from {' '.join(c.name for c in spec.commands)}"
     out = [
@@ -494,30 +598,29 @@ def fish_script(spec: AppSpec) -> str:
         f"complete -c {PROG} -f  # no file names unless an option or argument asks for them",
         "",
         "# commands",
+        *_fish_names(no_command, spec.commands),
+        "",
+        "# options before the command",
     ]
-    for command in spec.commands:
-        out.append(
-            f"complete -c {PROG} -n {_fish_quote(no_command)} -a {command.name} -d {_fish_quote(command.help)}"
-        )
-    out += ["", "# options before the command"]
     out += [_fish_option(no_command, o) for o in spec.options]
     keys = " ".join(k + "=" for k in spec.override_keys)
+    groups = " ".join(c.name for c in spec.commands if c.commands)
+    nested = {sub.name for c in spec.commands for sub in c.commands}
     for command in spec.commands:
         condition = f"__fish_seen_subcommand_from {command.name}"
-        out += ["", f"# tfm {command.name}"]
-        out += [_fish_option(condition, o) for o in command.options]
-        kinds = {a.kind for a in command.arguments}
-        if kinds & {"file", "dir"}:
-            out.append(f"complete -c {PROG} -n {_fish_quote(condition)} -F")
-        if "override" in kinds:
-            out.append(
-                f"complete -c {PROG} -n {_fish_quote(condition)} -a {_fish_quote(keys)} -d 'recipe override'"
-            )
-        for argument in command.arguments:
-            if argument.kind == "choice":
-                out.append(
-                    f"complete -c {PROG} -n {_fish_quote(condition)} -a {_fish_quote(' '.join(argument.choices))}"
-                )
+        if command.name in nested:  # `tfm bench train` is not `tfm train`
+            condition += f"; and not __fish_seen_subcommand_from {groups}"
+        out += ["", f"# {PROG} {command.name}"]
+        if not command.commands:
+            out += _fish_command(condition, command, keys)
+            continue
+        subcommands = " ".join(s.name for s in command.commands)
+        no_sub = f"{condition}; and not __fish_seen_subcommand_from {subcommands}"
+        out += _fish_names(no_sub, command.commands)
+        out += [_fish_option(no_sub, o) for o in command.options]
+        for sub in command.commands:
+            out += ["", f"# {PROG} {command.name} {sub.name}"]
+            out += _fish_command(f"{condition}; and __fish_seen_subcommand_from {sub.name}", sub, keys)
     out.append("")
     return "\n".join(out)
 

@@ -140,7 +140,7 @@ class _Progress:
 
         self.bar = Progress(
             TextColumn("[bold]train[/bold]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
-            TimeRemainingColumn(), console=err, transient=False,
+            TimeRemainingColumn(), console=err, transient=False, redirect_stdout=False,
         )
         self.bar.start()
         self.task = self.bar.add_task("train", total=max_steps, completed=step, stats="")

@@ -1,7 +1,11 @@
-"""`tfm translate [TEXT]`: translate one sentence, or stdin line by line; optionally score against references."""
+"""`tfm translate [TEXT]`: translate one sentence, or stdin line by line; optionally score against references.
+
+A thin face over `tfm_cli.translator.Translator`: parse options, call it, print.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,10 +13,11 @@ from typing import Any
 
 import typer
 
-from tfm_cli.cli.common import DEVICE_HELP, err, fancy_stderr, info, print_json, print_table, warn
+from tfm_cli.cli.common import DEVICE_HELP, info, print_json, print_table, progress_bar, route_warnings
 from tfm_cli.errors import TfmError
 
 CHUNK_LINES = 2000  # stdin is translated in chunks of this many lines, so huge inputs stream
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # as tfm_cli.runtime.PRECISIONS, without importing torch
 
 
 def translate(
@@ -28,6 +33,8 @@ def translate(
     score: list[Path] = typer.Option(None, "--score", help="Score on a TSV (source TAB reference), or give --score SRC --score REF: print BLEU and chrF.", show_default=False),
     output: Path = typer.Option(None, "--output", help="When scoring, also write the translations to this file.", show_default=False),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, or fp16 (CUDA only)."),
+    min_len: int = typer.Option(None, "--min-len", min=0, help="No end of sentence before this many output tokens (default: the run's recipe, 0).", show_default=False),
     batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens per batch (default: the run's recipe).", show_default=False),
 ) -> None:
     """Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.
@@ -52,134 +59,75 @@ def translate(
         raise typer.BadParameter("give one TSV, or a source file and a reference file", param_hint="--score")
     if output is not None and not (score or reference):
         raise typer.BadParameter("--output is for scoring runs; redirect stdout otherwise", param_hint="--output")
+    if precision not in PRECISIONS:
+        raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(PRECISIONS)}", param_hint="--precision")
 
-    from tfm_cli.checkpoint import load_model
-    from tfm_cli.runtime import resolve_device
+    from tfm_cli.translator import Translator
 
-    torch_device = resolve_device(device)
-    loaded = load_model(model, torch_device)
+    translator = Translator.load(model, device=device, precision=precision)
     if model is None:
-        info(f"using {loaded.path} (the most recent run; choose another with --model)")
-    decode = _decode_settings(loaded.run_dir, beam, alpha, max_len, batch_tokens)
-    if n_best > decode["beam"] and not greedy:
-        raise typer.BadParameter(f"--n-best {n_best} cannot exceed the beam size {decode['beam']}", param_hint="--n-best")
-    translator = _Translator(loaded, decode, greedy, n_best)
-
-    if score or reference is not None:
-        _score(translator, text, score, reference, output, json_out)
-        return
-    if text is not None:
-        _emit(translator.translate([text], first_line=1)[0], json_out, n_best, line=1)
-        return
-    if sys.stdin.isatty():
-        raise typer.BadParameter("give a sentence, or pipe lines into stdin (e.g. tfm translate < input.txt)", param_hint="TEXT")
-    line_no = 0
-    for chunk in _stdin_chunks():
-        for result in translator.translate(chunk, first_line=line_no + 1):
-            line_no += 1
-            _emit(result, json_out, n_best, line_no)
-        sys.stdout.flush()
-
-
-def _decode_settings(run_dir: Path, beam, alpha, max_len, batch_tokens) -> dict[str, Any]:
-    """Command-line values, else the run's recipe (decode section), else the paper's defaults."""
-    settings = {"beam": 4, "alpha": 0.6, "max_len_offset": 50, "max_tokens": 8000}
-    recipe_file = run_dir / "recipe.yaml"
-    if recipe_file.is_file():
-        from tfm_cli.recipe import load_recipe
-
-        d = load_recipe(recipe_file).decode
-        settings = {"beam": d.beam, "alpha": d.alpha, "max_len_offset": d.max_len_offset, "max_tokens": d.max_tokens}
-    given = {"beam": beam, "alpha": alpha, "max_len_offset": max_len, "max_tokens": batch_tokens}
-    settings.update({k: v for k, v in given.items() if v is not None})
-    return settings
+        info(f"using {translator.path} (the most recent run; choose another with --model)")
+    if n_best > translator.settings.beam and not greedy:
+        raise typer.BadParameter(f"--n-best {n_best} cannot exceed the beam size {translator.settings.beam}", param_hint="--n-best")
+    settings = dict(
+        beam=beam, alpha=alpha, max_len_offset=max_len, min_len=min_len, max_tokens=batch_tokens, greedy=greedy,
+        n_best=n_best,
+    )
+    with route_warnings():
+        if score or reference is not None:
+            _score(translator, settings, text, score, reference, output, json_out)
+            return
+        if text is not None:
+            _emit(translator.translate(text, **settings), json_out, n_best, line=1)
+            return
+        if sys.stdin.isatty():
+            raise typer.BadParameter("give a sentence, or pipe lines into stdin (e.g. tfm translate < input.txt)", param_hint="TEXT")
+        # A live bar only when the translations go to a file: at a terminal they are the progress.
+        bar = progress_bar("translate", total=None) if not sys.stdout.isatty() else contextlib.nullcontext()
+        with bar as advance:
+            results = translator.translate_stream(_stdin_lines(), chunk_lines=CHUNK_LINES, progress=advance, **settings)
+            for line_no, result in enumerate(results, start=1):
+                _emit(result, json_out, n_best, line_no)
+                if line_no % CHUNK_LINES == 0:
+                    sys.stdout.flush()
 
 
-class _Translator:
-    """Text in, hypotheses out: tokenise, cut what the model cannot take, decode, detokenise."""
-
-    def __init__(self, loaded, decode: dict[str, Any], greedy: bool, n_best: int) -> None:
-        self.loaded, self.decode, self.greedy, self.n_best = loaded, decode, greedy, n_best
-        self.tokenizer = loaded.tokenizer
-        self.limit = loaded.model.config.max_positions - 1  # room for the EOS appended to every source
-
-    def translate(self, lines: list[str], first_line: int) -> list[dict[str, Any]]:
-        from tfm_cli.decoding import translate_ids
-
-        ids = self.tokenizer.encode_batch(lines)
-        for i, seq in enumerate(ids):
-            if len(seq) > self.limit:
-                warn(
-                    f"input line {first_line + i} has {len(seq)} tokens; the model takes at most {self.limit}, "
-                    f"so only its first {self.limit} tokens were translated"
-                )
-                ids[i] = seq[: self.limit]
-        todo = [i for i, seq in enumerate(ids) if seq]  # empty lines give empty lines, without the model
-        progress = _progress(len(todo)) if len(todo) >= 200 and fancy_stderr() else None
-        hyps = translate_ids(
-            self.loaded.model, [ids[i] for i in todo], beam_size=self.decode["beam"], alpha=self.decode["alpha"],
-            max_len_offset=self.decode["max_len_offset"], n_best=self.n_best, max_tokens=self.decode["max_tokens"],
-            greedy=self.greedy, on_batch=progress.advance if progress else None,
-        )
-        if progress:
-            progress.close()
-        by_line: dict[int, list] = dict(zip(todo, hyps, strict=True))
-        results = []
-        for i, line in enumerate(lines):
-            nbest = [
-                {"translation": self.tokenizer.decode(h.tokens), "score": round(h.score, 4),
-                 "tokens": [self.tokenizer.id_to_piece(t) for t in h.tokens]}
-                for h in by_line.get(i, [])
-            ]
-            if not nbest:  # an empty line: as many empty hypotheses as asked for, so output stays aligned
-                nbest = [{"translation": "", "score": 0.0, "tokens": []}] * self.n_best
-            results.append({"source": line, **nbest[0], "nbest": nbest})
-        return results
-
-
-def _emit(result: dict[str, Any], json_out: bool, n_best: int, line: int) -> None:
+def _emit(result, json_out: bool, n_best: int, line: int) -> None:
     if json_out:
-        record = {k: result[k] for k in ("source", "translation", "score", "tokens")}
-        if n_best > 1:
-            record["nbest"] = result["nbest"]
+        record = result.to_dict(nbest=n_best > 1)
+        record["score"] = round(record["score"], 4)
+        for h in record.get("nbest", []):
+            h["score"] = round(h["score"], 4)
         print_json(record)
     elif n_best > 1:
-        for h in result["nbest"]:
-            sys.stdout.write(f"{line}\t{h['score']:.4f}\t{h['translation']}\n")
+        for h in result.nbest:
+            sys.stdout.write(f"{line}\t{h.score:.4f}\t{h.text}\n")
     else:
-        sys.stdout.write(result["translation"] + "\n")
+        sys.stdout.write(result.text + "\n")
 
 
-def _stdin_chunks() -> Iterator[list[str]]:
-    """Lines of stdin in chunks, decoded strictly as UTF-8 so a bad byte is reported with its line."""
-    chunk: list[str] = []
+def _stdin_lines() -> Iterator[str]:
+    """Lines of stdin, decoded strictly as UTF-8 so that a bad byte is reported with its line."""
     for number, raw in enumerate(sys.stdin.buffer, start=1):
         try:
-            line = raw.decode("utf-8")
+            yield raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise TfmError(
                 f"stdin line {number}: invalid UTF-8 at byte {e.start + 1}",
                 hint="re-encode the input as UTF-8, e.g. iconv -f latin1 -t utf-8",
             ) from None
-        chunk.append(line.rstrip("\r\n"))
-        if len(chunk) >= CHUNK_LINES:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
-def _score(translator: _Translator, text, score, reference, output, json_out: bool) -> None:
-    """Translate sources and print corpus BLEU/chrF against the references (sacrebleu)."""
+def _score(translator, settings: dict[str, Any], text, score, reference, output, json_out: bool) -> None:
+    """Read sources and references, then print the Translator's corpus BLEU/chrF (sacrebleu)."""
     from tfm_cli.data import read_lines, read_pairs
-    from tfm_cli.training import score_translations
 
     if score:
         spec = str(score[0]) if len(score) == 1 else [str(p) for p in score]
         pairs = [(s, t) for _, s, t in read_pairs(spec)]
         sources, references, what = [s for s, _ in pairs], [t for _, t in pairs], " ".join(map(str, score))
     else:
-        sources = [text] if text is not None else [line for chunk in _stdin_chunks() for line in chunk]
+        sources = [text] if text is not None else [line.rstrip("\r\n") for line in _stdin_lines()]
         references = read_lines(reference)
         what = str(reference)
         if len(references) != len(sources):
@@ -187,35 +135,18 @@ def _score(translator: _Translator, text, score, reference, output, json_out: bo
                 f"{reference} has {len(references)} lines but the input has {len(sources)}",
                 hint="give one reference line per input line",
             )
-    results = translator.translate(sources, first_line=1)
-    hypotheses = [r["translation"] for r in results]
+    with progress_bar("translate", total=len(sources)) as advance:
+        report = translator.score(sources, references, progress=advance, **settings)
+    translations = report.pop("translations")
     if output is not None:
-        output.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
-    metrics = score_translations(hypotheses, references)
-    report = {"references": what, "sentences": len(sources), "model": str(translator.loaded.path), **metrics}
+        output.write_text("".join(t.text + "\n" for t in translations), encoding="utf-8")
+    report = {"references": what, "model": str(translator.path), **report}
     if json_out:
         print_json(report)
         return
     print_table(
-        f"{translator.loaded.path} on {what}",
+        f"{translator.path} on {what}",
         ["metric", "score"],
-        [("BLEU", metrics["bleu"]), ("chrF", metrics["chrf"]), ("sentences", len(sources))],
+        [("BLEU", report["bleu"]), ("chrF", report["chrf"]), ("sentences", len(sources))],
     )
-    info(f"sacrebleu: {metrics['bleu_signature']} | {metrics['chrf_signature']}")
-
-
-class _progress:
-    """A rich progress bar on stderr over sentences."""
-
-    def __init__(self, total: int) -> None:
-        from rich.progress import Progress
-
-        self.bar = Progress(console=err, transient=True)
-        self.bar.start()
-        self.task = self.bar.add_task("translate", total=total)
-
-    def advance(self, n: int) -> None:
-        self.bar.advance(self.task, n)
-
-    def close(self) -> None:
-        self.bar.stop()
+    info(f"sacrebleu: {report['bleu_signature']} | {report['chrf_signature']}")

@@ -1,0 +1,313 @@
+"""`tfm bench`: each subcommand on a tiny configuration through the installed CLI, the JSON it documents, the
+figures checked against independent references (explicit attention in float64, torch's FLOP counter), the
+gate on constructed regressions, and --compare with Hugging Face MarianMT where transformers is installed.
+
+No test asserts a speed: these machines are shared and noisy. Timings only have to exist and be positive.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tfm_cli.bench.common import fit_exponent, percentile, summarize
+from tfm_cli.bench.gate import compare, parse_tolerance
+from tfm_cli.errors import TfmError
+
+REPO = Path(__file__).resolve().parents[1]
+TFM = Path(sys.executable).parent / "tfm"
+CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
+ENV_KEYS = {"tfm", "torch", "python", "device", "device_name", "cpu", "cpu_capability", "cpu_native_bf16", "threads", "dtype"}
+RECIPE = """\
+name: bench
+data:
+  train: {train}
+  dev: null
+  max_len: 32
+tokenizer:
+  vocab_size: 400
+model:
+  d_model: 32
+  d_ff: 64
+  n_heads: 2
+  n_enc_layers: 1
+  n_dec_layers: 2
+  max_positions: 64
+train:
+  max_tokens: 400
+  warmup_steps: 10
+  log_every: 2
+  precision: fp32
+"""
+
+
+def tfm(*args: str, env_extra: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
+    env.update({"NO_COLOR": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env_extra or {})})
+    proc = subprocess.run([str(TFM), *args], capture_output=True, text=True, env=env, timeout=600)
+    if check:
+        assert proc.returncode == 0, f"tfm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}"
+        assert "Traceback" not in proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bench")
+    with gzip.open(CORPORA / "train.tsv.gz", "rt", encoding="utf-8") as f:
+        (root / "train.tsv").write_text("".join(itertools.islice(f, 2000)), encoding="utf-8")
+    path = root / "bench.yaml"
+    path.write_text(RECIPE.format(train=root / "train.tsv"), encoding="utf-8")
+    return path
+
+
+# ---- statistics --------------------------------------------------------------------------------------------
+
+
+def test_fit_exponent_recovers_a_power_law() -> None:
+    xs = [64, 128, 256, 512, 1024]
+    assert fit_exponent(xs, [3 * x**2 for x in xs]) == pytest.approx(2.0)
+    assert fit_exponent(xs, [0.5 * x for x in xs]) == pytest.approx(1.0)
+    assert fit_exponent([64], [1.0]) is None
+
+
+def test_summary_statistics() -> None:
+    s = summarize([1.0, 2.0, 4.0])
+    assert (s["median"], s["min"], s["max"], s["n"]) == (2.0, 1.0, 4.0, 3)
+    assert s["spread"] == pytest.approx(1.5)
+    assert percentile([10, 20, 30, 40, 50], 50) == 30
+    assert percentile([10, 20, 30, 40, 50], 95) == pytest.approx(48)
+
+
+# ---- attention ---------------------------------------------------------------------------------------------
+
+
+def test_attention_json_and_correctness() -> None:
+    proc = tfm("bench", "attention", "--lengths", "16,32,64", "--batch", "2", "--heads", "2", "--d-k", "8",
+               "--mask", "padding", "--mask", "causal", "--repeat", "2", "--device", "cpu", "--json")
+    result = json.loads(proc.stdout)
+    assert result["kind"] == "attention" and ENV_KEYS <= set(result["environment"])
+    impls = result["settings"]["impls"]
+    assert {"naive", "tfm", "sdpa-math", "sdpa-flash"} <= set(impls)
+    assert len(result["records"]) == len(impls) * 3 * 2 * 2  # impls x lengths x passes x masks
+    assert len({r["id"] for r in result["records"]}) == len(result["records"])
+    for r in result["records"]:
+        assert r["status"] == "ok", r
+        assert 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"] and r["flops_per_s"] > 0
+        assert r["max_abs_diff"] < 1e-5, r  # every implementation computes the formula
+        expected_mb = 2 * 2 * r["length"] ** 2 * 4 / 2**20 if r["impl"] in ("naive", "sdpa-math") else 0.0
+        assert r["lxl_matrix_mb"] == pytest.approx(expected_mb)
+    exponents = result["summary"]["exponents"]
+    assert len(exponents) == len(impls) * 2 * 2 and all(math.isfinite(e["exponent"]) for e in exponents)
+
+
+def test_attention_table_when_piped() -> None:
+    proc = tfm("bench", "attention", "--lengths", "16,32", "--batch", "1", "--heads", "1", "--d-k", "8",
+               "--repeat", "1", "--forward-only", "--impl", "naive", "--impl", "tfm", "--device", "cpu")
+    lines = proc.stdout.splitlines()
+    assert lines[0].split("\t") == ["impl", "mask", "pass", "L=16", "L=32", "exponent"]
+    assert [line.split("\t")[0] for line in lines[1:3]] == ["naive", "tfm"]
+    assert "measured on" in proc.stderr and "threads" in proc.stderr
+
+
+def test_attention_bad_options() -> None:
+    proc = tfm("bench", "attention", "--lengths", "16,x", check=False)
+    assert proc.returncode == 2 and "--lengths" in proc.stderr
+    proc = tfm("bench", "attention", "--impl", "sdpa-cudnn", "--device", "cpu", check=False)
+    assert proc.returncode == 2 and "not available on cpu" in proc.stderr
+    proc = tfm("bench", "attention", "--dtype", "fp16", "--device", "cpu", check=False)
+    assert proc.returncode == 1 and "fp16 needs a CUDA device" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---- train -------------------------------------------------------------------------------------------------
+
+
+def test_train_json(recipe: Path) -> None:
+    result = json.loads(tfm("bench", "train", str(recipe), "--steps", "2", "--warmup", "1", "--device", "cpu", "--json").stdout)
+    assert result["kind"] == "train" and ENV_KEYS <= set(result["environment"])
+    phases = {r["phase"]: r for r in result["records"]}
+    assert set(phases) == {"model step", "trainer"}
+    for r in phases.values():
+        assert r["tgt_tokens_per_s"] > 0 and r["steps"] == 2 and r["step_ms"] > 0
+        assert 0 < r["mfu"] and r["flops_per_s"] > 0 and r["peak_rss_mb"] > 0
+    s = result["summary"]
+    assert 0 <= s["padding_share"] < 1 and s["flops_per_tgt_token"] > 0 and s["tgt_tokens_per_step"] > 0
+    assert s["trainer_vs_model_step"] == pytest.approx(phases["trainer"]["tgt_tokens_per_s"] / phases["model step"]["tgt_tokens_per_s"])
+
+
+def test_train_flops_match_torch_flop_counter() -> None:
+    """The analytic FLOPs of bench train against torch's own count of the forward pass's matrix products."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from tfm_cli.bench.train import sentence_flops
+    from tfm_cli.model import ModelConfig, Transformer
+    from tfm_cli.model.masks import padding_mask, target_mask
+
+    config = ModelConfig(vocab_size=97, d_model=32, d_ff=48, n_heads=4, n_enc_layers=2, n_dec_layers=3, max_positions=64)
+    model = Transformer(config).eval()
+    src = torch.randint(4, 97, (1, 11))
+    tgt = torch.randint(4, 97, (1, 7))
+    counter = FlopCounterMode(display=False)
+    # The explicit-math path (attention_maps), so that every product is a matmul the counter sees (it does not
+    # count the CPU SDPA kernel); it runs the same projections, the full forward pass and the output layer.
+    with counter, torch.no_grad():
+        model.attention_maps(src, tgt, padding_mask(src, 0), target_mask(tgt, 0))
+    assert sentence_flops(config, torch.tensor([11]), torch.tensor([7])) == counter.get_total_flops()
+
+
+# ---- translate ---------------------------------------------------------------------------------------------
+
+
+def test_translate_json(recipe: Path) -> None:
+    result = json.loads(tfm(
+        "bench", "translate", "--recipe", str(recipe), "--batch-sizes", "1,3", "--sentences", "6", "--src-len", "5",
+        "--out-len", "7", "--beam", "2", "--device", "cpu", "--json",
+    ).stdout)
+    assert result["kind"] == "translate" and ENV_KEYS <= set(result["environment"])
+    assert result["settings"]["model"]["d_model"] == 32 and result["settings"]["model"]["n_dec_layers"] == 2
+    records = result["records"]
+    assert {(r["engine"], r["mode"], r["cache"], r["batch_size"]) for r in records} == {
+        ("tfm", m, c, b) for m in ("beam", "greedy") for c in (True, False) for b in (1, 3)
+    }
+    for r in records:
+        assert r["tokens_per_s"] == pytest.approx(r["sentences_per_s"] * 7)
+        assert 0 < r["latency_p50_ms"] <= r["latency_p95_ms"]
+        assert r["batches"] == (6 if r["batch_size"] == 1 else 2)
+    against = {(x["against"], x["mode"], x["batch_size"]) for x in result["summary"]["ratios"]}
+    assert against == {("tfm without cache", m, b) for m in ("beam", "greedy") for b in (1, 3)}
+
+
+def test_translate_bad_options(recipe: Path) -> None:
+    proc = tfm("bench", "translate", "--recipe", str(recipe), "--src-len", "9", "--out-len", "5", check=False)
+    assert proc.returncode == 2 and "--out-len" in proc.stderr
+    proc = tfm("bench", "translate", check=False)
+    assert proc.returncode == 2 and "--model" in proc.stderr
+    proc = tfm("bench", "translate", "--recipe", str(recipe), "--src-len", "60", "--out-len", "70", "--device", "cpu", check=False)
+    assert proc.returncode == 1 and "max_positions=64" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---- the gate ----------------------------------------------------------------------------------------------
+
+
+def _result() -> dict:
+    return {
+        "kind": "translate",
+        "environment": {"device_name": "cpu"},
+        "records": [
+            {"id": "translate/tfm/beam/cache/batch=8", "sentences_per_s": 100.0, "latency_p50_ms": 50.0},
+            {"id": "translate/tfm/greedy/cache/batch=8", "sentences_per_s": 300.0, "latency_p50_ms": 20.0},
+        ],
+    }
+
+
+def test_gate_library() -> None:
+    base = _result()
+    assert compare(base, base, 0.1)["regressions"] == []
+    slower = copy.deepcopy(base)
+    slower["records"][0]["sentences_per_s"] = 85.0  # -15%
+    slower["records"][1]["latency_p50_ms"] = 21.0  # +5%: within 10%
+    gate = compare(slower, base, 0.1)
+    assert [(r["id"], r["figure"]) for r in gate["regressions"]] == [("translate/tfm/beam/cache/batch=8", "sentences_per_s")]
+    assert gate["regressions"][0]["change"] == pytest.approx(-0.15)
+    assert compare(slower, base, 0.2)["regressions"] == []
+    faster = copy.deepcopy(base)
+    faster["records"][0]["sentences_per_s"] = 500.0
+    faster["records"][0]["latency_p50_ms"] = 1.0
+    assert compare(faster, base, 0.0)["regressions"] == []
+    missing = copy.deepcopy(base)
+    del missing["records"][1]
+    assert compare(missing, base, 0.1)["only_in_baseline"] == ["translate/tfm/greedy/cache/batch=8"]
+    with pytest.raises(TfmError, match="baseline is a translate benchmark"):
+        compare({**base, "kind": "train"}, base, 0.1)
+    assert parse_tolerance("10%") == pytest.approx(0.1) and parse_tolerance("0.25") == 0.25
+    with pytest.raises(TfmError, match="not a number"):
+        parse_tolerance("ten")
+
+
+def test_gate_through_the_cli(tmp_path: Path) -> None:
+    args = ["bench", "attention", "--lengths", "16,32", "--batch", "1", "--heads", "1", "--d-k", "8", "--repeat", "1",
+            "--forward-only", "--impl", "naive", "--impl", "tfm", "--device", "cpu"]
+    measured = json.loads(tfm(*args, "--json").stdout)
+    impossible, generous = copy.deepcopy(measured), copy.deepcopy(measured)
+    for r in impossible["records"]:
+        r["median_ms"] = 1e-9  # a baseline no machine can match: every figure has regressed
+    for r in generous["records"]:
+        r["median_ms"] = 1e9
+    (tmp_path / "impossible.json").write_text(json.dumps(impossible))
+    (tmp_path / "generous.json").write_text(json.dumps(generous))
+    failed = tfm(*args, "--baseline", str(tmp_path / "impossible.json"), "--tolerance", "10%", check=False)
+    assert failed.returncode == 1
+    assert "regression: attention/naive/padding/forward/L=16 median_ms" in failed.stderr
+    assert failed.stderr.count("regression:") == 4
+    passed = tfm(*args, "--baseline", str(tmp_path / "generous.json"))
+    assert "gate: 4 figure(s) within 10%" in passed.stderr
+    gated = json.loads(tfm(*args, "--baseline", str(tmp_path / "generous.json"), "--json").stdout)
+    assert gated["gate"]["regressions"] == [] and gated["gate"]["compared"] == 4
+    (tmp_path / "bad.json").write_text("{not json")
+    bad = tfm(*args, "--baseline", str(tmp_path / "bad.json"), check=False)
+    assert bad.returncode == 1 and "bad.json is not a JSON file" in bad.stderr
+    wrong_kind = tfm(*args, "--baseline", str(tmp_path / "nowhere.json"), check=False)
+    assert wrong_kind.returncode == 1 and "nowhere.json does not exist" in wrong_kind.stderr
+
+
+# ---- peers -------------------------------------------------------------------------------------------------
+
+
+def test_compare_says_what_is_missing(recipe: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "block" / "transformers"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('transformers is blocked for this test')\n")
+    proc = tfm("bench", "translate", "--recipe", str(recipe), "--batch-sizes", "2", "--sentences", "2", "--src-len", "4",
+               "--out-len", "5", "--device", "cpu", "--compare", env_extra={"PYTHONPATH": str(tmp_path / "block")}, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "needs Hugging Face transformers" in proc.stderr and "bench" in proc.stderr
+
+
+def _have_transformers() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _have_transformers(), reason="transformers is not installed (the bench extra)")
+def test_compare_with_hf_marian(recipe: Path) -> None:
+    result = json.loads(tfm(
+        "bench", "translate", "--recipe", str(recipe), "--batch-sizes", "2", "--sentences", "4", "--src-len", "4",
+        "--out-len", "6", "--device", "cpu", "--compare", "--cache-only", "--json",
+    ).stdout)
+    engines = {(r["engine"], r["mode"]) for r in result["records"]}
+    assert engines == {("tfm", "beam"), ("tfm", "greedy"), ("hf-marian", "beam"), ("hf-marian", "greedy")}
+    assert {(x["against"], x["mode"]) for x in result["summary"]["ratios"]} == {("hf-marian", "beam"), ("hf-marian", "greedy")}
+    trained = json.loads(tfm("bench", "train", str(recipe), "--steps", "1", "--warmup", "1", "--model-step-only",
+                             "--compare", "--device", "cpu", "--json").stdout)
+    phases = {r["phase"] for r in trained["records"]}
+    assert phases == {"model step", "hf-marian step"} and trained["summary"]["model_step_vs_hf_marian"] > 0
+
+
+@pytest.mark.skipif(not _have_transformers(), reason="transformers is not installed (the bench extra)")
+def test_marian_peer_has_the_same_shapes() -> None:
+    """The peer does the same work: MarianMT built from a tfm config has tfm's parameter count and logit shape."""
+    from tfm_cli.bench.peers import marian_model
+    from tfm_cli.model import ModelConfig, Transformer
+
+    config = ModelConfig(vocab_size=97, d_model=32, d_ff=48, n_heads=4, n_enc_layers=2, n_dec_layers=3, max_positions=64)
+    ours, theirs = Transformer(config), marian_model(config)
+    count = lambda m: sum(p.numel() for p in m.parameters() if p.requires_grad)  # noqa: E731
+    # Marian adds a final-logits bias buffer (not trained); the trained parameters match but for LayerNorms'
+    # and biases' layout, which are the same count.
+    assert count(theirs) == count(ours)
+    ids = torch.randint(4, 97, (2, 9))
+    logits = theirs(input_ids=ids, decoder_input_ids=ids[:, :5]).logits
+    assert logits.shape == (2, 5, 97)

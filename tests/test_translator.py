@@ -1,0 +1,277 @@
+"""The library front door, `tfm_cli.Translator`: loading, decode-setting precedence, results, streaming, warnings.
+
+A random-weight tiny model with a tokenizer trained in-process is enough here: these tests are about what the
+Translator does with a model, not about translation quality (test_e2e.py compares API and CLI on a trained one).
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import pickle
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from tfm_cli import DecodeSettings, InputTruncatedWarning, TfmError, Translation, Translator
+from tfm_cli.checkpoint import FINAL, save_weights, weights_state
+from tfm_cli.model import ModelConfig, Transformer
+from tfm_cli.tokenizer import train_tokenizer
+
+CORPUS = Path(__file__).resolve().parents[1] / "tfm_cli" / "corpora" / "tatoeba-fr-en" / "train.tsv.gz"
+SOURCES = ["Bonjour.", "Je suis là.", "", "Merci beaucoup.", "Il fait beau.", "   ", "Où est la gare ?"]
+
+
+def _texts(limit: int) -> list[str]:
+    with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in itertools.islice(f, limit)]
+    return [s for row in rows for s in row[:2]]
+
+
+@pytest.fixture(scope="module")
+def parts():
+    """A tokenizer and a random model (sharpened so that outputs are decisive and differ between inputs)."""
+    tok = train_tokenizer(_texts(400), vocab_size=320)
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=tok.vocab_size, d_model=32, d_ff=64, n_heads=2, n_enc_layers=1, n_dec_layers=1,
+        max_positions=24, dropout=0.0, tie_embeddings=False,
+        pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id,
+    )
+    model = Transformer(config).eval()
+    with torch.no_grad():
+        model.generator.weight.mul_(4.0)
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def ending_parts(parts):
+    """The same tokenizer with a model whose first choice is always end-of-sentence: without a minimum length
+    every output is empty, so min_len decides each output's length exactly."""
+    _, tok = parts
+    torch.manual_seed(1)
+    config = ModelConfig(
+        vocab_size=tok.vocab_size, d_model=32, d_ff=64, n_heads=2, n_enc_layers=1, n_dec_layers=1,
+        max_positions=24, dropout=0.0, tie_embeddings=False, norm="pre",
+        pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id,
+    )
+    model = Transformer(config).eval()
+    with torch.no_grad():  # a constant decoder output b, and an EOS row that scores it highest
+        b = torch.randn(config.d_model)
+        model.decoder_norm.weight.zero_()
+        model.decoder_norm.bias.copy_(b)
+        model.generator.weight[tok.eos_id] = 3 * b
+    return model, tok
+
+
+def _run_dir(root: Path, parts, decode: str | None) -> Path:
+    """A run directory holding the model, its tokenizer and (optionally) a recipe with a decode: section."""
+    model, tok = parts
+    root.mkdir(parents=True)
+    tok.save(root / "tokenizer.json")
+    save_weights(root / FINAL, weights_state(model), model.config, tok.sha256, 7)
+    if decode is not None:
+        (root / "recipe.yaml").write_text(f"name: api\ndecode:\n{decode}", encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def translator(parts) -> Translator:
+    model, tok = parts
+    return Translator(model, tok, DecodeSettings(max_len_offset=6))
+
+
+# ---- results -------------------------------------------------------------------------------------------------
+
+
+def test_one_sentence_gives_a_translation_that_is_a_string(translator: Translator) -> None:
+    result = translator.translate("Je suis étudiant.")
+    assert isinstance(result, Translation) and isinstance(result, str)
+    assert result == result.text and type(result.text) is str
+    assert result.source == "Je suis étudiant."
+    assert result.tokens and translator.tokenizer.decode([translator.tokenizer.piece_to_id(p) for p in result.tokens]) == result
+    assert result.nbest == [result] and result.score < 0 and result.log_prob < 0
+    assert result.to_dict() == {"source": "Je suis étudiant.", "translation": result.text, "score": result.score, "tokens": result.tokens}
+
+
+def test_a_list_keeps_order_and_empty_lines(translator: Translator) -> None:
+    results = translator.translate(SOURCES)
+    assert [r.source for r in results] == SOURCES
+    assert results[2] == "" and results[2].tokens == [] and results[2].score == 0.0
+    assert results[5] == ""  # whitespace only normalises to nothing
+    one_by_one = [translator.translate(s) for s in SOURCES]
+    assert [r.text for r in results] == [r.text for r in one_by_one]  # batching changes nothing
+    assert len({r.text for r in results if r.source.strip()}) > 1  # distinct outputs, so a mix-up would show
+
+
+def test_n_best(translator: Translator) -> None:
+    results = translator.translate(SOURCES, beam=4, n_best=3)
+    for r in results:
+        assert len(r.nbest) == 3 and r.nbest[0] is r
+        if r.source.strip():
+            scores = [h.score for h in r.nbest]
+            assert scores == sorted(scores, reverse=True)
+            assert len({tuple(h.tokens) for h in r.nbest}) == 3
+    assert results[0].to_dict(nbest=True)["nbest"][1]["translation"] == results[0].nbest[1].text
+
+
+def test_results_pickle_with_their_n_best(translator: Translator) -> None:
+    result = translator.translate("Bonjour.", n_best=2)
+    back = pickle.loads(pickle.dumps(result))
+    assert back == result and back.score == result.score and back.tokens == result.tokens
+    assert [h.text for h in back.nbest] == [h.text for h in result.nbest] and back.nbest[0] is back
+
+
+def test_translate_rejects_non_strings(translator: Translator) -> None:
+    with pytest.raises(TypeError, match="item 1 is int"):
+        translator.translate(["Bonjour.", 3])
+
+
+def test_greedy_equals_beam_one(translator: Translator) -> None:
+    greedy = translator.translate(SOURCES, greedy=True)
+    beam1 = translator.translate(SOURCES, beam=1, alpha=0.0)
+    assert [g.text for g in greedy] == [b.text for b in beam1]
+
+
+def test_min_len(ending_parts) -> None:
+    translator = Translator(*ending_parts, DecodeSettings(max_len_offset=12))
+    for greedy in (False, True):
+        assert all(r == "" for r in translator.translate(SOURCES, greedy=greedy))
+        for min_len in (1, 6):
+            results = translator.translate(SOURCES, min_len=min_len, greedy=greedy)
+            assert [len(r.tokens) for r in results] == [0 if not s.strip() else min_len for s in SOURCES]
+
+
+# ---- streaming -----------------------------------------------------------------------------------------------
+
+
+def test_stream_keeps_order_and_holds_only_a_chunk(translator: Translator) -> None:
+    lines = [f"{s}\n" for s in SOURCES * 3]  # 21 lines, newline-terminated like a file
+    consumed = 0
+
+    def source():
+        nonlocal consumed
+        for line in lines:
+            consumed += 1
+            yield line
+
+    chunk = 4
+    stream = translator.translate_stream(source(), chunk_lines=chunk)
+    assert consumed == 0  # lazy: nothing is read before the first result is asked for
+    results = []
+    for i, result in enumerate(stream):
+        # When result i comes out, at most the chunk holding line i has been read.
+        assert consumed <= (i // chunk + 1) * chunk
+        results.append(result)
+    assert consumed == len(lines)
+    assert [r.source for r in results] == [line.rstrip("\n") for line in lines]
+    assert [r.text for r in results] == [r.text for r in translator.translate(SOURCES * 3)]
+
+
+def test_stream_of_a_file(translator: Translator, tmp_path: Path) -> None:
+    path = tmp_path / "in.fr"
+    path.write_text("Bonjour.\r\n\nMerci beaucoup.\n", encoding="utf-8")
+    with open(path, encoding="utf-8", newline="") as f:
+        results = list(translator.translate_stream(f, greedy=True))
+    assert [r.source for r in results] == ["Bonjour.", "", "Merci beaucoup."]
+
+
+def test_truncation_warns_with_the_line_number(translator: Translator) -> None:
+    long = " ".join(["bonjour"] * 60)  # more tokens than max_positions=24 allows
+    with pytest.warns(InputTruncatedWarning, match=r"input line 3 has \d+ tokens; the model takes at most 23"):
+        results = list(translator.translate_stream(["Bonjour.", "Merci.", long], chunk_lines=2, greedy=True))
+    assert [r.truncated for r in results] == [False, False, True]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        translator.translate("Bonjour.")  # a short input warns of nothing
+
+
+# ---- settings and their precedence ---------------------------------------------------------------------------
+
+
+def test_paper_defaults_without_a_recipe(parts, tmp_path: Path) -> None:
+    t = Translator.load(_run_dir(tmp_path / "run", parts, None), device="cpu")
+    assert t.settings == DecodeSettings(beam=4, alpha=0.6, max_len_offset=50, min_len=0, max_tokens=8000)
+    assert t.step == 7 and t.path == tmp_path / "run" / FINAL
+
+
+def test_precedence_call_over_load_over_recipe(ending_parts, tmp_path: Path) -> None:
+    run = _run_dir(tmp_path / "run", ending_parts, "  beam: 2\n  alpha: 0.0\n  min_len: 5\n  max_len_offset: 10\n")
+    from_recipe = Translator.load(run, device="cpu")
+    assert (from_recipe.settings.beam, from_recipe.settings.alpha, from_recipe.settings.min_len) == (2, 0.0, 5)
+    assert from_recipe.settings.max_tokens == 8000  # not in the recipe: the recipe's own default
+    # The recipe's min_len is really used (this model would otherwise end at once) ...
+    assert all(len(r.tokens) == 5 for r in from_recipe.translate(SOURCES) if r.source.strip())
+    # ... and its beam of 2 bounds n_best, unless the call raises the beam.
+    with pytest.raises(TfmError, match="n_best=3 cannot exceed the beam size 2"):
+        from_recipe.translate("Bonjour.", n_best=3)
+    assert len(from_recipe.translate("Bonjour.", n_best=3, beam=3).nbest) == 3
+    # Settings given to load win over the recipe; the call wins over both; None means "not given".
+    loaded = Translator.load(run, device="cpu", beam=3, min_len=0)
+    assert (loaded.settings.beam, loaded.settings.min_len, loaded.settings.alpha) == (3, 0, 0.0)
+    assert len(loaded.translate("Bonjour.", n_best=3).nbest) == 3
+    assert len(loaded.translate("Bonjour.", n_best=1, beam=None).nbest) == 1
+    assert all(r == "" for r in loaded.translate(SOURCES))  # load's min_len=0 beat the recipe's 5
+    per_call = loaded.translate(SOURCES, min_len=7)
+    assert all(len(r.tokens) == 7 for r in per_call if r.source.strip())
+    assert loaded.settings.min_len == 0 and all(r == "" for r in loaded.translate(SOURCES))  # defaults kept
+
+
+def test_bad_settings_are_errors(translator: Translator, parts, tmp_path: Path) -> None:
+    with pytest.raises(TfmError, match="beam=0 must be >= 1"):
+        translator.translate("x", beam=0)
+    with pytest.raises(TfmError, match="needs beam search"):
+        translator.translate("x", greedy=True, n_best=2)
+    with pytest.raises(TypeError, match="unknown decode setting.*bean"):
+        translator.translate("x", bean=3)
+    run = _run_dir(tmp_path / "run", parts, None)
+    with pytest.raises(TfmError, match="fp16 needs a CUDA device"):
+        Translator.load(run, device="cpu", precision="fp16")
+    with pytest.raises(TfmError, match="precision 'fp8' is unknown"):
+        Translator.load(run, device="cpu", precision="fp8")
+
+
+def test_precision_auto_follows_the_cpu_and_each_can_be_forced(parts, tmp_path: Path) -> None:
+    from tfm_cli.runtime import cpu_has_fast_bf16
+
+    run = _run_dir(tmp_path / "run", parts, None)
+    auto = "bf16" if cpu_has_fast_bf16() else "fp32"  # bf16 only where this CPU runs it natively
+    assert Translator.load(run, device="cpu").precision == auto
+    assert Translator(*parts, precision="auto").precision == auto
+    assert Translator.load(run, device="cpu", precision="fp32").precision == "fp32"
+    bf16 = Translator.load(run, device="cpu", precision="bf16", max_len_offset=6)
+    assert bf16.precision == "bf16"
+    results = bf16.translate(SOURCES)
+    assert [r.source for r in results] == SOURCES and all(isinstance(r.score, float) for r in results)
+
+
+def test_a_tokenizer_of_another_size_is_refused(parts) -> None:
+    model, _ = parts
+    other = train_tokenizer(_texts(2000), vocab_size=500)
+    assert other.vocab_size != model.config.vocab_size
+    with pytest.raises(TfmError, match="tokenizer has"):
+        Translator(model, other)
+
+
+# ---- the package front -----------------------------------------------------------------------------------------
+
+
+def test_import_tfm_cli_is_cheap_and_exports_the_api() -> None:
+    code = (
+        "import sys, tfm_cli\n"
+        "print(sorted(m for m in ('torch', 'typer', 'rich', 'yaml', 'tokenizers') if m in sys.modules))\n"
+        "from tfm_cli import Translator, load_recipe, train\n"
+        "print(callable(Translator.load), callable(load_recipe), callable(train))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["[]", "True True True"]
+    import tfm_cli
+
+    for name in tfm_cli.__all__:
+        assert getattr(tfm_cli, name) is not None
+    with pytest.raises(AttributeError):
+        tfm_cli.Nope  # noqa: B018

@@ -1,0 +1,93 @@
+"""The CI gate: compare a benchmark result with a baseline result of the same kind and name each regression.
+
+Records are matched by their `id`. For each kind a few figures are gated, each with the direction that is
+better: attention time (lower), training target tokens/s (higher), translation sentences/s (higher) and median
+batch latency (lower). A figure regresses when it is worse than the baseline by more than the tolerance; a
+record that the baseline measured but that now fails (unsupported, skipped) regresses too. Records that only
+one side has are listed, not failed: a different set of lengths or batch sizes is a different question.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tfm_cli.errors import TfmError
+
+GATED: dict[str, dict[str, str]] = {
+    "attention": {"median_ms": "lower"},
+    "train": {"tgt_tokens_per_s": "higher"},
+    "translate": {"sentences_per_s": "higher", "latency_p50_ms": "lower"},
+}
+_ENVIRONMENT_KEYS = ("device_name", "cpu_capability", "threads", "dtype", "torch")
+
+
+def parse_tolerance(text: str) -> float:
+    """'10%' or '0.1' -> 0.1."""
+    value = text.strip()
+    try:
+        tolerance = float(value[:-1]) / 100 if value.endswith("%") else float(value)
+    except ValueError:
+        raise TfmError(f"--tolerance {text!r} is not a number", hint="write it as 10% or 0.1") from None
+    if not 0 <= tolerance < 10:
+        raise TfmError(f"--tolerance {text!r} is out of range", hint="use a share such as 5% or 0.25")
+    return tolerance
+
+
+def load_baseline(path: Path) -> dict[str, Any]:
+    """A result written by `tfm bench ... --json`; TfmError naming the file if it is not one."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TfmError(f"baseline {path} does not exist", hint="write one with `tfm bench ... --json > FILE`") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise TfmError(f"baseline {path} is not a JSON file ({error})", hint="write one with `tfm bench ... --json > FILE`") from None
+    if not isinstance(data, dict) or data.get("kind") not in GATED or not isinstance(data.get("records"), list):
+        raise TfmError(
+            f"baseline {path} is not a tfm bench result (no kind and records)",
+            hint="write one with `tfm bench ... --json > FILE`",
+        )
+    return data
+
+
+def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float) -> dict[str, Any]:
+    """Regressions of `current` against `baseline` beyond `tolerance` (a share: 0.1 = 10%).
+
+    Returns {"tolerance", "compared", "regressions": [{id, figure, baseline, current, change}], "only_in_baseline",
+    "only_in_current", "environment_differs": [keys]}; `change` is the relative change (+ = larger).
+    """
+    kind = current["kind"]
+    if baseline["kind"] != kind:
+        raise TfmError(
+            f"the baseline is a {baseline['kind']} benchmark, this is {kind}",
+            hint=f"compare with a baseline written by `tfm bench {kind} --json`",
+        )
+    old = {r["id"]: r for r in baseline["records"]}
+    new = {r["id"]: r for r in current["records"]}
+    regressions, compared = [], 0
+    for rid, before in old.items():
+        after = new.get(rid)
+        if after is None or before.get("status", "ok") != "ok":
+            continue
+        if after.get("status", "ok") != "ok":
+            regressions.append({"id": rid, "figure": "status", "baseline": "ok", "current": after.get("status"), "change": None})
+            continue
+        for figure, better in GATED[kind].items():
+            if before.get(figure) is None or after.get(figure) is None:
+                continue
+            compared += 1
+            b, a = float(before[figure]), float(after[figure])
+            change = (a - b) / b if b else 0.0
+            worse = change < -tolerance if better == "higher" else change > tolerance
+            if worse:
+                regressions.append({"id": rid, "figure": figure, "baseline": b, "current": a, "change": change})
+    env_old, env_new = baseline.get("environment", {}), current.get("environment", {})
+    return {
+        "tolerance": tolerance,
+        "compared": compared,
+        "regressions": regressions,
+        "only_in_baseline": sorted(set(old) - set(new)),
+        "only_in_current": sorted(set(new) - set(old)),
+        "environment_differs": [k for k in _ENVIRONMENT_KEYS if env_old.get(k) != env_new.get(k)],
+    }

@@ -1,0 +1,151 @@
+"""`tfm bench translate`: translation throughput and latency, greedy and beam, with and without the K/V cache.
+
+Equal work is compared: every source has `src_len` random token ids and every output is forced to exactly
+`out_len` tokens (min_len = max length: no end-of-sentence before, nothing after), so the figures do not depend
+on what a model happens to say, and a trained model and random weights of the same shape cost the same.
+Sentences are cut into batches of `batch_size` in order; one batch is translated untimed first (warm-up), then
+each batch is timed on its own (device synchronised), giving latency percentiles per batch and throughput over
+the whole set. tfm's search decodes one more step than the output length: the forced end-of-sentence.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from tfm_cli.bench.common import environment, percentile, summarize, synchronize
+from tfm_cli.decoding import translate_ids
+from tfm_cli.model import Transformer
+from tfm_cli.runtime import autocast
+
+Progress = Callable[[str, int, int], None]  # (what, done, total)
+MODES = ("beam", "greedy")
+
+
+def random_sources(model: Transformer, count: int, length: int, seed: int = 0) -> list[list[int]]:
+    """`count` sources of `length` ids drawn from the vocabulary's ordinary tokens (specials excluded)."""
+    cfg = model.config
+    specials = {cfg.pad_id, cfg.bos_id, cfg.eos_id}
+    low = max(specials) + 1
+    if low >= cfg.vocab_size:
+        raise ValueError(f"vocabulary of {cfg.vocab_size} has no ordinary tokens")
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(low, cfg.vocab_size, (count, length), generator=g).tolist()
+
+
+def bench_translate(
+    model: Transformer,
+    device: torch.device,
+    precision: str = "fp32",
+    batch_sizes: Sequence[int] = (1, 8, 32),
+    sentences: int = 64,
+    src_len: int = 20,
+    out_len: int = 24,
+    modes: Sequence[str] = MODES,
+    beam: int = 4,
+    cache: Sequence[bool] = (True, False),
+    compare: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Sentences/s, generated tokens/s and per-batch latency p50/p95 for each (engine, mode, cache, batch size).
+
+    Every engine's warm-up batch is checked to produce exactly `out_len` tokens per sentence (equal work).
+
+    With `compare`, Hugging Face MarianMT's `generate` with the same shapes runs on the same batches (the
+    `bench` extra), with cache, and the summary gives tfm's throughput over it for each mode and batch size.
+    """
+    if out_len < src_len:
+        raise ValueError(f"out_len={out_len} must be >= src_len={src_len}: the maximum output length is src_len + offset")
+    if src_len + 1 > model.config.max_positions or out_len + 1 > model.config.max_positions:
+        raise ValueError(f"src_len and out_len must stay below the model's max_positions={model.config.max_positions}")
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise ValueError(f"unknown mode(s) {bad}; use {MODES}")
+    model = model.to(device).eval()
+    sources = random_sources(model, sentences, src_len)
+    amp = (lambda: autocast(device, precision)) if precision != "fp32" else None
+
+    def tfm(batch: list[list[int]], mode: str, use_cache: bool) -> list[int]:
+        hyps = translate_ids(
+            model, batch, beam_size=beam, alpha=0.6, max_len_offset=out_len - src_len, min_len=out_len,
+            max_tokens=10**9, greedy=mode == "greedy", autocast=amp, use_cache=use_cache,
+        )
+        return [len(h[0].tokens) for h in hyps]
+
+    engines: list[tuple[str, Callable[[list[list[int]], str, bool], list[int]]]] = [("tfm", tfm)]
+    if compare:
+        from tfm_cli.bench.peers import marian_translator
+
+        engines.append(("hf-marian", marian_translator(model.config, device, precision, beam, out_len)))
+
+    records = []
+    for engine, run in engines:
+        for mode in modes:
+            for use_cache in cache if engine == "tfm" else (True,):
+                for size in batch_sizes:
+                    label = f"{engine} {mode} {'cache' if use_cache else 'no-cache'} batch {size}"
+                    record = _measure(run, sources, out_len, size, mode, use_cache, device, progress, label)
+                    record.update(
+                        id=f"translate/{engine}/{mode}/{'cache' if use_cache else 'no-cache'}/batch={size}",
+                        engine=engine, mode=mode, cache=use_cache, batch_size=size,
+                    )
+                    records.append(record)
+    settings = {
+        "sentences": sentences, "src_len": src_len, "out_len": out_len, "beam": beam, "modes": list(modes),
+        "batch_sizes": list(batch_sizes), "precision": precision,
+        "model": {k: getattr(model.config, k) for k in ("d_model", "d_ff", "n_heads", "n_enc_layers", "n_dec_layers", "vocab_size")},
+    }
+    return {
+        "kind": "translate", "environment": environment(device, precision), "settings": settings,
+        "records": records, "summary": {"ratios": _ratios(records)},
+    }
+
+
+def _measure(
+    run, sources, out_len: int, size: int, mode: str, use_cache: bool, device, progress, label: str
+) -> dict[str, Any]:
+    batches = [sources[i : i + size] for i in range(0, len(sources), size)]
+    lengths = run(batches[0], mode, use_cache)  # warm-up (kernels, allocator), and a check of equal work
+    if set(lengths) != {out_len}:
+        raise RuntimeError(f"{label}: outputs of {sorted(set(lengths))} tokens, not the forced {out_len}")
+    times = []
+    for i, batch in enumerate(batches):
+        synchronize(device)
+        start = time.perf_counter()
+        run(batch, mode, use_cache)
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+        if progress is not None:
+            progress(label, i + 1, len(batches))
+    total = sum(times)
+    stats = summarize(times)
+    return {
+        "sentences_per_s": len(sources) / total,
+        "tokens_per_s": len(sources) * out_len / total,  # generated tokens
+        "latency_p50_ms": percentile(times, 50) * 1000,
+        "latency_p95_ms": percentile(times, 95) * 1000,
+        "spread": stats["spread"],
+        "batches": len(batches),
+    }
+
+
+def _ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """tfm with cache over each other engine and over tfm without cache, per mode and batch size."""
+    def key(r):
+        return (r["mode"], r["batch_size"])
+
+    tfm = {key(r): r for r in records if r["engine"] == "tfm" and r["cache"]}
+    out = []
+    for r in records:
+        base = tfm.get(key(r))
+        if base is None or r is base:
+            continue
+        against = r["engine"] if r["engine"] != "tfm" else "tfm without cache"
+        out.append({
+            "mode": r["mode"], "batch_size": r["batch_size"], "against": against,
+            "ratio": base["sentences_per_s"] / r["sentences_per_s"],
+        })
+    return out

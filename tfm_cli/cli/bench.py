@@ -1,0 +1,346 @@
+"""`tfm bench attention|train|translate`: measure, print a table (or --json), and optionally gate on a baseline.
+
+Each subcommand parses its options, calls `tfm_cli.bench`, and renders: a rich table at a terminal (plain
+tab-separated lines when piped), the environment in the title, progress on stderr. With --baseline FILE it then
+compares against an earlier --json result and exits 1 naming each figure that regressed beyond --tolerance.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from tfm_cli.cli.common import (
+    DEVICE_HELP,
+    err,
+    fancy_stderr,
+    fancy_stdout,
+    info,
+    print_json,
+    print_table,
+    warn,
+)
+from tfm_cli.errors import TfmError
+
+app = typer.Typer(
+    help="Measure attention across lengths, training and translation throughput; compare with peers; gate CI.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+BASELINE_HELP = "An earlier `--json` result: exit 1 naming every gated figure that got worse by more than --tolerance."
+TOLERANCE_HELP = "How much worse a gated figure may get before --baseline fails: a percentage (10%) or a share (0.1)."
+COMPARE_HELP = "Also time Hugging Face MarianMT with the same shapes on the same work (needs the bench extra)."
+
+
+def _ints(text: str, option: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint=option) from None
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"{text!r}: give positive integers, e.g. 64,128,256", param_hint=option)
+    return values
+
+
+@contextlib.contextmanager
+def _progress() -> Iterator[Any]:
+    """A transient progress line on stderr at a terminal: callback(label, done, total)."""
+    if not fancy_stderr():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err,
+        transient=True, redirect_stdout=False,  # stdout carries results only
+    )
+    task = bar.add_task("bench", total=None)
+    with bar:
+        yield lambda label, done, total: bar.update(task, description=label, completed=done, total=total)
+
+
+def _environment_line(env: dict[str, Any]) -> str:
+    bf16 = "native bf16" if env["cpu_native_bf16"] else "no native bf16"
+    where = env["device_name"] if env["device"].startswith("cuda") else f"{env['device_name']} ({env['cpu_capability']}, {bf16})"
+    return f"{where}, {env['threads']} threads, {env['dtype']}, torch {env['torch']}, tfm {env['tfm']}"
+
+
+def _finish(result: dict[str, Any], json_out: bool, baseline: Path | None, tolerance: str, render) -> None:
+    """Print the result (JSON or tables), then apply the gate."""
+    gate = None
+    if baseline is not None:
+        from tfm_cli.bench.gate import compare, load_baseline, parse_tolerance
+
+        gate = compare(result, load_baseline(baseline), parse_tolerance(tolerance))
+        result = {**result, "gate": {"baseline": str(baseline), **gate}}
+    if json_out:
+        print_json(result)
+    else:
+        if not fancy_stdout():  # plain tables have no title: say where the figures come from on stderr
+            info(f"measured on {_environment_line(result['environment'])}")
+        render(result)
+    if gate is None:
+        return
+    if gate["environment_differs"]:
+        warn(f"the baseline was measured elsewhere ({', '.join(gate['environment_differs'])} differ): figures may not compare")
+    if gate["only_in_baseline"]:
+        warn(f"{len(gate['only_in_baseline'])} baseline figure(s) not measured now, e.g. {gate['only_in_baseline'][0]}")
+    if gate["regressions"]:
+        for r in gate["regressions"]:
+            if r["change"] is None:
+                err.print(f"[bold red]regression:[/bold red] {r['id']}: was ok, now {r['current']}", soft_wrap=True)
+            else:
+                err.print(
+                    f"[bold red]regression:[/bold red] {r['id']} {r['figure']}: {r['baseline']:.4g} -> {r['current']:.4g} "
+                    f"({r['change']:+.1%}, tolerance {gate['tolerance']:.0%})", soft_wrap=True,
+                )
+        raise typer.Exit(1)
+    info(f"gate: {gate['compared']} figure(s) within {gate['tolerance']:.0%} of {baseline}")
+
+
+# ---- attention -------------------------------------------------------------------------------------------------
+
+
+@app.command("attention")
+def attention(
+    lengths: str = typer.Option("64,128,256,512,1024,2048,4096", "--lengths", help="Sequence lengths, comma-separated (capped to what fits in memory)."),
+    batch: int = typer.Option(2, "--batch", min=1, help="Batch size B."),
+    heads: int = typer.Option(8, "--heads", min=1, help="Heads H."),
+    d_k: int = typer.Option(64, "--d-k", min=1, help="Per-head width d_k."),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32, bf16 or fp16."),
+    mask: list[str] = typer.Option(["padding"], "--mask", help="none, padding or causal; repeat for several."),
+    impl: list[str] = typer.Option(None, "--impl", help="Implementations to run (default: all this device has); repeat for several.", show_default=False),
+    forward_only: bool = typer.Option(False, "--forward-only", help="Time the forward pass only (default: forward, and forward+backward)."),
+    repeat: int = typer.Option(5, "--repeat", min=1, help="Timed repetitions per figure (median and spread)."),
+    warmup: int = typer.Option(1, "--warmup", min=0, help="Untimed runs first."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
+    baseline: Path = typer.Option(None, "--baseline", help=BASELINE_HELP, show_default=False),
+    tolerance: str = typer.Option("10%", "--tolerance", help=TOLERANCE_HELP),
+) -> None:
+    """Explicit-math attention vs PyTorch SDPA (and each backend) across sequence lengths: time, FLOP/s, memory,
+    and the fitted growth exponent of time with L (the paper's O(L^2)).
+
+    Examples:
+
+      tfm bench attention
+
+      tfm bench attention --lengths 128,512,2048 --mask causal --dtype bf16 --json > attention.json
+    """
+    from tfm_cli.bench.attention import MASKS, PASSES, bench_attention, implementations
+    from tfm_cli.bench.common import DTYPES
+    from tfm_cli.runtime import resolve_device
+
+    if dtype not in DTYPES:
+        raise typer.BadParameter(f"{dtype!r} is not one of: {', '.join(DTYPES)}", param_hint="--dtype")
+    for m in mask:
+        if m not in MASKS:
+            raise typer.BadParameter(f"{m!r} is not one of: {', '.join(MASKS)}", param_hint="--mask")
+    torch_device = resolve_device(device)
+    if dtype == "fp16" and torch_device.type != "cuda":
+        raise TfmError("--dtype fp16 needs a CUDA device", hint="use --dtype fp32 or bf16 on CPU")
+    available = implementations(torch_device)
+    for name in impl or []:
+        if name not in available:
+            raise typer.BadParameter(f"{name!r} is not available on {torch_device.type}; choose from: {', '.join(available)}", param_hint="--impl")
+    with _progress() as progress:
+        done = [0]
+        sizes = _ints(lengths, "--lengths")
+        passes = PASSES[:1] if forward_only else PASSES
+        total = len(sizes) * len(passes) * len(mask) * len(impl or available)
+
+        def on_record(record: dict[str, Any]) -> None:
+            done[0] += 1
+            if progress is not None:
+                progress(f"attention {record['impl']} L={record['length']} {record['pass']}", done[0], total)
+
+        result = bench_attention(
+            torch_device, sizes, batch, heads, d_k, dtype, mask, passes, impl or None, warmup, repeat, on_record
+        )
+    _finish(result, json_out, baseline, tolerance, _render_attention)
+
+
+def _render_attention(result: dict[str, Any]) -> None:
+    s = result["settings"]
+    exponents = {(e["impl"], e["mask"], e["pass"]): e["exponent"] for e in result["summary"]["exponents"]}
+    lengths = s["lengths"]
+    rows = []
+    for mask in s["masks"]:
+        for pass_name in s["passes"]:
+            for impl in s["impls"]:
+                cells = []
+                for length in lengths:
+                    r = next(r for r in result["records"] if (r["impl"], r["mask"], r["pass"], r["length"]) == (impl, mask, pass_name, length))
+                    cells.append(f"{r['median_ms']:.3g}" if r["status"] == "ok" else r["status"])
+                e = exponents.get((impl, mask, pass_name))
+                rows.append((impl, mask, "fwd+bwd" if pass_name == "forward+backward" else "fwd", *cells, f"{e:.2f}" if e is not None else "-"))
+    title = (
+        f"Attention, median ms (B={s['batch']}, H={s['heads']}, d_k={s['d_k']}) on {_environment_line(result['environment'])}"
+    )
+    print_table(title, ["impl", "mask", "pass", *[f"L={n}" for n in lengths], "exponent"], rows)
+    rate_rows = []
+    for r in result["records"]:
+        if r["status"] == "ok" and r["length"] == max(x["length"] for x in result["records"] if x["impl"] == r["impl"] and x["status"] == "ok"):
+            rate_rows.append((r["impl"], r["mask"], r["pass"], r["length"], r["flops_per_s"] / 1e9, r["spread"], r["lxl_matrix_mb"], r.get("peak_allocated_mb", "-")))
+    print_table("At each implementation's longest length", ["impl", "mask", "pass", "L", "GFLOP/s", "spread", "LxL matrix MB", "peak alloc MB"], rate_rows)
+    skipped = [r for r in result["records"] if r["status"] != "ok"]
+    for r in skipped[:5]:
+        info(f"{r['id']}: {r['status']} ({r.get('reason', '')})")
+
+
+# ---- train -----------------------------------------------------------------------------------------------------
+
+
+@app.command("train")
+def train(
+    recipe: str = typer.Argument(..., help="Recipe YAML, e.g. recipes/tiny.yaml."),
+    overrides: list[str] = typer.Argument(None, help="Recipe overrides as dotted.key=value.", show_default=False),
+    steps: int = typer.Option(10, "--steps", min=1, help="Timed optimizer steps per phase."),
+    warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed optimizer steps first."),
+    model_step_only: bool = typer.Option(False, "--model-step-only", help="Skip the trainer phase."),
+    compare: bool = typer.Option(False, "--compare", help=COMPARE_HELP),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
+    baseline: Path = typer.Option(None, "--baseline", help=BASELINE_HELP, show_default=False),
+    tolerance: str = typer.Option("10%", "--tolerance", help=TOLERANCE_HELP),
+) -> None:
+    """Training throughput on the recipe's real batches: the model step alone next to the trainer as `tfm train`
+    runs it (the gap is the data path's cost), with FLOPs per token, MFU, memory and padding.
+
+    Examples:
+
+      tfm bench train recipes/tiny.yaml
+
+      tfm bench train recipes/base.yaml train.max_tokens=4096 --steps 5 --compare --json
+    """
+    from tfm_cli.bench.train import bench_train, recipe_tokenizer
+    from tfm_cli.recipe import load_recipe
+    from tfm_cli.runtime import resolve_device
+
+    resolved = load_recipe(recipe, list(overrides or []))
+    torch_device = resolve_device(device)
+    tokenizer = recipe_tokenizer(resolved, info)
+    with _progress() as progress:
+        result = bench_train(resolved, torch_device, tokenizer, steps, warmup, not model_step_only, compare, progress)
+    _finish(result, json_out, baseline, tolerance, _render_train)
+
+
+def _render_train(result: dict[str, Any]) -> None:
+    s, summary = result["settings"], result["summary"]
+    rows = []
+    for r in result["records"]:
+        memory = r.get("peak_allocated_mb", r.get("peak_rss_mb"))
+        rows.append((r["phase"], r["tgt_tokens_per_s"], r["step_ms"], r["spread"], r["flops_per_s"] / 1e12, r["mfu"] * 100, memory))
+    memory_label = "peak alloc MB" if result["environment"]["device"].startswith("cuda") else "peak RSS MB"
+    print_table(
+        f"Training, recipe {s['recipe']} ({s['precision']}, {s['steps']} steps after {s['warmup']}) on {_environment_line(result['environment'])}",
+        ["phase", "tgt tok/s", "step ms", "spread", "TFLOP/s", "MFU %", memory_label],
+        rows,
+    )
+    facts = [
+        ("parameters", summary["parameters"]),
+        ("target tokens per step", round(summary["tgt_tokens_per_step"])),
+        ("FLOPs per target token", f"{summary['flops_per_tgt_token'] / 1e6:,.1f} M"),
+        ("padding share", f"{summary['padding_share']:.1%}"),
+        ("matmul peak", f"{summary['peak_flops_per_s'] / 1e12:,.3f} TFLOP/s"),
+    ]
+    if "trainer_vs_model_step" in summary:
+        facts.append(("trainer / model step", f"{summary['trainer_vs_model_step']:.2f}x"))
+    if "model_step_vs_hf_marian" in summary:
+        facts.append(("model step / HF MarianMT", f"{summary['model_step_vs_hf_marian']:.2f}x"))
+    print_table("Summary", ["", "value"], facts)
+
+
+# ---- translate -------------------------------------------------------------------------------------------------
+
+
+@app.command("translate")
+def translate(
+    model: Path = typer.Option(None, "--model", "-m", help="A trained run or .safetensors file (default: random weights of --recipe's shape).", show_default=False),
+    recipe: Path = typer.Option(None, "--recipe", help="Random weights with this recipe's model shape and vocabulary size.", show_default=False),
+    batch_sizes: str = typer.Option("1,8,32", "--batch-sizes", help="Sentences per batch, comma-separated."),
+    sentences: int = typer.Option(64, "--sentences", min=1, help="Sources translated per configuration."),
+    src_len: int = typer.Option(20, "--src-len", min=1, help="Tokens per source."),
+    out_len: int = typer.Option(24, "--out-len", min=1, help="Tokens every output is forced to (min = max length)."),
+    beam: int = typer.Option(4, "--beam", min=1, help="Beam size for the beam rows."),
+    greedy_only: bool = typer.Option(False, "--greedy-only", help="Only greedy search."),
+    beam_only: bool = typer.Option(False, "--beam-only", help="Only beam search."),
+    no_cache: bool = typer.Option(True, "--no-cache/--cache-only", help="Also time decoding without the K/V cache (--cache-only skips it)."),
+    compare: bool = typer.Option(False, "--compare", help=COMPARE_HELP),
+    precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and CPUs with native bf16, else fp32), fp32, bf16 or fp16."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
+    baseline: Path = typer.Option(None, "--baseline", help=BASELINE_HELP, show_default=False),
+    tolerance: str = typer.Option("10%", "--tolerance", help=TOLERANCE_HELP),
+) -> None:
+    """Translation throughput and latency per batch size, greedy and beam, with and without the K/V cache, on
+    equal work: random sources of --src-len tokens, every output forced to --out-len tokens.
+
+    Examples:
+
+      tfm bench translate --recipe recipes/base.yaml --compare
+
+      tfm bench translate --model runs/tiny --batch-sizes 1,16 --json > translate.json
+    """
+    from tfm_cli.bench.translate import bench_translate
+    from tfm_cli.runtime import resolve_device, resolve_precision
+    from tfm_cli.translator import Translator
+
+    if greedy_only and beam_only:
+        raise typer.BadParameter("choose --greedy-only or --beam-only, not both", param_hint="--greedy-only")
+    if (model is None) == (recipe is None):
+        raise typer.BadParameter("give a trained model (--model RUN) or a recipe for random weights (--recipe FILE)", param_hint="--model")
+    if out_len < src_len:
+        raise typer.BadParameter(f"--out-len {out_len} must be >= --src-len {src_len} (outputs may be at most source length + offset)", param_hint="--out-len")
+    torch_device = resolve_device(device)
+    if model is not None:
+        net = Translator.load(model, device=torch_device).model
+    else:
+        net = _random_model(recipe)
+    modes = ("greedy",) if greedy_only else ("beam",) if beam_only else ("beam", "greedy")
+    with _progress() as progress:
+        try:
+            result = bench_translate(
+                net, torch_device, resolve_precision(precision, torch_device), _ints(batch_sizes, "--batch-sizes"),
+                sentences, src_len, out_len, modes, beam, (True, False) if no_cache else (True,), compare, progress,
+            )
+        except ValueError as error:
+            raise TfmError(str(error), hint="see `tfm bench translate --help`") from None
+    _finish(result, json_out, baseline, tolerance, _render_translate)
+
+
+def _random_model(recipe: Path):
+    import torch
+
+    from tfm_cli.model import Transformer
+    from tfm_cli.recipe import load_recipe, model_config
+
+    r = load_recipe(recipe)
+    torch.manual_seed(0)
+    return Transformer(model_config(r, r.tokenizer.vocab_size, 0, 1, 2))
+
+
+def _render_translate(result: dict[str, Any]) -> None:
+    s = result["settings"]
+    rows = [
+        (r["engine"], r["mode"], "yes" if r["cache"] else "no", r["batch_size"], r["sentences_per_s"], r["tokens_per_s"],
+         r["latency_p50_ms"], r["latency_p95_ms"])
+        for r in result["records"]
+    ]
+    m = s["model"]
+    print_table(
+        f"Translation, {s['sentences']} sources of {s['src_len']} tokens -> {s['out_len']} tokens, beam {s['beam']}, "
+        f"d_model {m['d_model']}, {m['n_enc_layers']}+{m['n_dec_layers']} layers, vocab {m['vocab_size']:,} on "
+        f"{_environment_line(result['environment'])}",
+        ["engine", "mode", "cache", "batch", "sent/s", "tok/s", "p50 ms", "p95 ms"],
+        rows,
+    )
+    ratios = result["summary"]["ratios"]
+    if ratios:
+        print_table("tfm (with cache) throughput over", ["against", "mode", "batch", "ratio"],
+                    [(r["against"], r["mode"], r["batch_size"], f"{r['ratio']:.2f}x") for r in ratios])
