@@ -43,6 +43,8 @@ _tfm_overrides() {
         'train.lr_factor='
         'train.max_steps='
         'train.max_tokens='
+        'train.patience='
+        'train.patience_metric='
         'train.precision='
         'train.save_every='
         'train.seed='
@@ -156,6 +158,7 @@ _tfm_tokenize() {
 
 _tfm_train() {
     _arguments -s -S \
+        '--curves[Show a run'\''s loss and dev BLEU curves (and write curves.png with the plot extra), then exit.]:curves:_files' \
         '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
         '--dry-run[Print the resolved recipe, parameter count and tokens per step, then exit.]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \

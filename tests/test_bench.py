@@ -12,20 +12,17 @@ import gzip
 import itertools
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from clitools import has_module, tfm
 
 from tfm_cli.bench.common import fit_exponent, percentile, summarize
 from tfm_cli.bench.gate import compare, parse_tolerance
 from tfm_cli.errors import TfmError
 
 REPO = Path(__file__).resolve().parents[1]
-TFM = Path(sys.executable).parent / "tfm"
 CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
 ENV_KEYS = {"tfm", "torch", "python", "device", "device_name", "cpu", "cpu_capability", "cpu_native_bf16", "threads", "dtype"}
 RECIPE = """\
@@ -49,16 +46,6 @@ train:
   log_every: 2
   precision: fp32
 """
-
-
-def tfm(*args: str, env_extra: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
-    env.update({"NO_COLOR": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env_extra or {})})
-    proc = subprocess.run([str(TFM), *args], capture_output=True, text=True, env=env, timeout=600)
-    if check:
-        assert proc.returncode == 0, f"tfm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}"
-        assert "Traceback" not in proc.stderr
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -273,15 +260,7 @@ def test_compare_says_what_is_missing(recipe: Path, tmp_path: Path) -> None:
     assert "needs Hugging Face transformers" in proc.stderr and "bench" in proc.stderr
 
 
-def _have_transformers() -> bool:
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _have_transformers(), reason="transformers is not installed (the bench extra)")
+@pytest.mark.skipif(not has_module("transformers"), reason="transformers is not installed (the bench extra)")
 def test_compare_with_hf_marian(recipe: Path) -> None:
     result = json.loads(tfm(
         "bench", "translate", "--recipe", str(recipe), "--batch-sizes", "2", "--sentences", "4", "--src-len", "4",
@@ -296,7 +275,7 @@ def test_compare_with_hf_marian(recipe: Path) -> None:
     assert phases == {"model step", "hf-marian step"} and trained["summary"]["model_step_vs_hf_marian"] > 0
 
 
-@pytest.mark.skipif(not _have_transformers(), reason="transformers is not installed (the bench extra)")
+@pytest.mark.skipif(not has_module("transformers"), reason="transformers is not installed (the bench extra)")
 def test_marian_peer_has_the_same_shapes() -> None:
     """The peer does the same work: MarianMT built from a tfm config has tfm's parameter count and logit shape."""
     from tfm_cli.bench.peers import marian_model

@@ -15,15 +15,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from clitools import TFM, tfm
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-TFM = Path(sys.executable).parent / "tfm"
 CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
 
 MAX_STEPS = 40  # checkpoints at 10, 20, 30, 40; keep_last 3 prunes step 10
@@ -58,26 +57,6 @@ train:
 decode:
   max_len_offset: 20
 """
-
-
-def tfm(*args: str, stdin: bytes | str | None = None, cwd: Path | None = None, check: bool = True):
-    """Run the installed `tfm` with plain output and one torch thread; text stdout/stderr."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
-    env.update({"NO_COLOR": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-    data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
-    proc = subprocess.run(
-        [str(TFM), *args],
-        input=data if data is not None else b"",
-        capture_output=True,
-        env=env,
-        cwd=cwd,
-        timeout=300,
-    )
-    proc.stdout, proc.stderr = proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
-    if check:
-        assert proc.returncode == 0, f"tfm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}"
-        assert "Traceback" not in proc.stderr
-    return proc
 
 
 def _head(name: str, n: int) -> str:

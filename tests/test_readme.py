@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST_COMMAND = 'pip install torch==2.13.0 && pip install -e ".[dev,bench]" && pytest'
+TEST_COMMAND = 'pip install torch==2.13.0 && pip install -e ".[dev,all]" && pytest'
 
 
 def _setup_commands() -> list[str]:

@@ -28,6 +28,7 @@ from tfm_cli.errors import RecipeError
 from tfm_cli.model.config import ModelConfig, config_problems
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PATIENCE_METRICS = ("bleu", "loss")  # dev metrics early stopping can watch
 # 256 byte tokens for the byte-level fallback + 4 specials (pad, bos, eos, unk), with some room for merges.
 MIN_VOCAB_SIZE = 300
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
@@ -98,6 +99,8 @@ class TrainRecipe:
     save_every: int = 1500  # steps between checkpoints (~10 minutes at the paper's 0.4 s/step, section 6.1)
     keep_last: int = 5  # checkpoints kept on disk
     average_last: int = 5  # checkpoints averaged into the final model (paper base: 5); 1 = no averaging
+    patience: int = 0  # early stopping: stop after this many dev evaluations without a better score; 0 = off
+    patience_metric: str = "bleu"  # what early stopping watches: "bleu" (higher is better) or "loss" (lower)
 
 
 @dataclass
@@ -288,6 +291,8 @@ _RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "train.eval_every": (lambda v: v >= 0, "must be >= 0 (0 = evaluate only at the end)"),
     "train.eval_sentences": (lambda v: v >= 0, "must be >= 0 (0 = all dev sentences)"),
     "train.save_every": _POSITIVE,
+    "train.patience": (lambda v: v >= 0, "must be >= 0 (0 = no early stopping)"),
+    "train.patience_metric": (lambda v: v in PATIENCE_METRICS, f"must be one of: {', '.join(PATIENCE_METRICS)}"),
     "train.keep_last": _POSITIVE,
     "train.average_last": (lambda v: v >= 1, "must be a positive integer (1 = no averaging)"),
     "decode.beam": _POSITIVE,
@@ -373,6 +378,18 @@ def _validate(recipe: Recipe, skip: set[str]) -> list[str]:
             f"data.max_len={max_len} must be at most model.max_positions - 2 = {max_positions - 2} "
             f"(room for BOS and EOS); lower data.max_len or raise model.max_positions to {max_len + 2}"
         )
+    patience = good.get("train.patience")
+    if patience:  # early stopping needs dev scores to watch, at regular steps
+        if "data.dev" in good and good["data.dev"] is None:
+            problems.append(
+                f"train.patience={patience} needs a dev set to watch, but data.dev is null "
+                "(give data.dev, or set train.patience=0)"
+            )
+        if good.get("train.eval_every") == 0:
+            problems.append(
+                f"train.patience={patience} needs periodic evaluation, but train.eval_every=0 evaluates only at "
+                "the end (set train.eval_every, e.g. to train.save_every, or train.patience=0)"
+            )
     max_tokens = good.get("train.max_tokens")
     if max_len is not None and max_tokens is not None and max_len > max_tokens:
         problems.append(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from tfm_cli import __version__
 from tfm_cli.checkpoint import (
@@ -44,7 +45,8 @@ from tfm_cli.data import (
 from tfm_cli.decoding import translate_ids
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError
 from tfm_cli.model import Transformer
-from tfm_cli.recipe import Recipe, dump_recipe, load_recipe, model_config
+from tfm_cli.monitor import EarlyStopping, TensorBoardLog, write_curves_png
+from tfm_cli.recipe import Recipe, dump_recipe, load_recipe, model_config, recipe_to_dict
 from tfm_cli.runtime import (
     autocast,
     release_cpu_memory,
@@ -113,6 +115,7 @@ class TrainResult:
     interrupted: bool
     final: dict[str, Any] = field(default_factory=dict)  # dev metrics of the final (averaged) model
     seconds: float = 0.0
+    stopped: str = ""  # why training ended before train.max_steps (early stopping), "" when it reached it
 
 
 # --- Evaluation -----------------------------------------------------------------------------------------------
@@ -384,6 +387,7 @@ def train(
     model, optimizer, scaler = setup_model(config, t, device, precision)
     stream = BatchStream(corpus, t.max_tokens, t.seed, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
     step, best_bleu = 0, -1.0
+    early = EarlyStopping(t.patience, t.patience_metric)
 
     if resume:
         found = checkpoint_steps(run_dir)
@@ -402,7 +406,12 @@ def train(
         stream.load_state_dict(state["stream"])
         _set_rng_state(state["rng"])
         best_bleu = state.get("best_bleu", -1.0)
+        if "early_stopping" in state:
+            early.load_state_dict(state["early_stopping"])
         events.message(f"resumed from {weights} at step {step}, epoch {stream.epoch}")
+    board = TensorBoardLog.open(run_dir, step)  # purges what a dead attempt logged past `step`
+    if board.enabled and not resume:
+        board.recipe(yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False, allow_unicode=True), step)
 
     def save(at_step: int, stream_state: dict[str, int]) -> Path:
         path = checkpoint_path(run_dir, at_step)
@@ -410,6 +419,7 @@ def train(
         state = {
             "step": at_step, "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
             "stream": stream_state, "rng": _rng_state(), "best_bleu": best_bleu, "tfm_version": __version__,
+            "early_stopping": early.state_dict(),
         }
         atomic_write(state_path(path), lambda tmp: torch.save(state, tmp))
         prune_checkpoints(run_dir, t.keep_last)
@@ -420,6 +430,7 @@ def train(
     events.start(step, t.max_steps)
     window_tokens, window_start, window_loss, window_nll = 0, time.perf_counter(), 0.0, 0.0
     interrupted = False
+    stopped = ""
     last_saved = step
     stream_state = stream.state_dict()
     try:
@@ -444,6 +455,7 @@ def train(
                     "tgt_tokens_per_s": window_tokens / elapsed, "elapsed_s": time.perf_counter() - started,
                 }
                 _log(run_dir, {"kind": "train", **metrics})
+                board.train(step, metrics)
                 window_tokens, window_start, window_loss, window_nll = 0, time.perf_counter(), 0.0, 0.0
             events.step(step, metrics)
             if device.type == "cpu" and step % TRIM_EVERY == 0:
@@ -455,10 +467,18 @@ def train(
             if dev is not None and t.eval_every and step % t.eval_every == 0 and step < t.max_steps:
                 result = evaluate(model, tokenizer, dev, recipe, amp, t.eval_sentences)
                 _log(run_dir, {"kind": "eval", "step": step, **result})
+                board.evaluation(step, result)
                 events.evaluation(step, result)
                 if result["bleu"] > best_bleu:
                     best_bleu = result["bleu"]
                     save_weights(run_dir / BEST, weights_state(model), config, tokenizer.sha256, step, bleu=best_bleu)
+                if early.update(step, result):  # patience ran out: end as a finished run would
+                    stopped = early.reason()
+                    if step > last_saved:
+                        save(step, stream_state)
+                        last_saved = step
+                    events.message(stopped)
+                    break
     except KeyboardInterrupt:
         interrupted = True
         optimizer.zero_grad(set_to_none=True)
@@ -467,19 +487,27 @@ def train(
             events.message(f"interrupted: saved {path}; continue with `tfm train --resume {run_dir}`")
         else:
             events.message(f"interrupted at step {step}; continue with `tfm train --resume {run_dir}`")
+        board.close()
         return TrainResult(run_dir, step, True, seconds=time.perf_counter() - started)
 
-    final = finish(run_dir, recipe, model, tokenizer, dev, amp, events)
-    result = TrainResult(run_dir, step, interrupted, final, time.perf_counter() - started)
+    final = finish(run_dir, recipe, model, tokenizer, dev, amp, events, board)
+    board.close()
+    result = TrainResult(run_dir, step, interrupted, final, time.perf_counter() - started, stopped)
     summary = {
         "recipe": recipe.name, "steps": step, "parameters": model.num_parameters(), "precision": precision,
         "device": str(device), "train_seconds": round(result.seconds, 1), "tfm_version": __version__, "dev": final,
+        "stopped": stopped or f"reached train.max_steps={t.max_steps}",
     }
     atomic_write(run_dir / "summary.json", lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=2)))
+    png = write_curves_png(run_dir)
+    if png is not None:
+        events.message(f"curves: {png}")
     return result
 
 
-def finish(run_dir: Path, recipe: Recipe, model: Transformer, tokenizer: Tokenizer, dev, amp, events) -> dict:
+def finish(
+    run_dir: Path, recipe: Recipe, model: Transformer, tokenizer: Tokenizer, dev, amp, events, board=None
+) -> dict:
     """Average the last checkpoints into the run's final model (paper section 6.1) and evaluate it on all of dev."""
     found = checkpoint_steps(run_dir)
     last = [p for _, p in found[-recipe.train.average_last :]]
@@ -495,6 +523,8 @@ def finish(run_dir: Path, recipe: Recipe, model: Transformer, tokenizer: Tokeniz
     load_state(model, {k: v.to(next(model.parameters()).device) for k, v in averaged.items()}, run_dir / FINAL)
     result = evaluate(model, tokenizer, dev, recipe, amp, 0)
     _log(run_dir, {"kind": "final", "step": step, **result})
+    if board is not None:
+        board.evaluation(step, result, final=True)
     events.evaluation(step, {**result, "final": True})
     return result
 

@@ -18,6 +18,7 @@ def train(
     resume: Path = typer.Option(None, "--resume", help="Continue the run in this directory from its newest checkpoint.", show_default=False),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved recipe, parameter count and tokens per step, then exit."),
+    curves: Path = typer.Option(None, "--curves", help="Show a run's loss and dev BLEU curves (and write curves.png with the plot extra), then exit.", show_default=False),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Train a Transformer from a YAML recipe; checkpoints and the final averaged model go to the run directory.
@@ -29,7 +30,14 @@ def train(
       tfm train recipes/base.yaml train.max_steps=2000 model.dropout=0.2 --out runs/base-short
 
       tfm train --resume runs/tiny
+
+      tfm train --curves runs/tiny
     """
+    if curves is not None:
+        if recipe is not None or resume is not None:
+            raise typer.BadParameter("--curves shows an existing run; drop RECIPE and --resume", param_hint="--curves")
+        _show_curves(curves, json_out)
+        return
     from tfm_cli.recipe import load_recipe
 
     overrides = list(overrides or [])
@@ -71,6 +79,8 @@ def train(
         "run_dir": str(result.run_dir), "steps": result.step, "wall_seconds": round(result.seconds, 1),
         "model": str(result.run_dir / "model.safetensors"), **{k: final[k] for k in final if k != "sentences"},
     }
+    if result.stopped:
+        summary["stopped"] = result.stopped
     if json_out:
         print_json(summary)
     else:
@@ -78,7 +88,38 @@ def train(
         print_table("Training finished", ["", "value"], rows)
         if "bleu_signature" in final:
             info(f"sacrebleu: {final['bleu_signature']} | {final['chrf_signature']}")
+        _print_curves(result.run_dir)
     info(f"next: tfm translate --model {result.run_dir} \"Je suis étudiant.\"")
+
+
+def _show_curves(run_dir: Path, json_out: bool) -> None:
+    """`tfm train --curves RUN`: the run's curves from metrics.jsonl, as a chart or as JSON."""
+    from tfm_cli.errors import TfmError
+    from tfm_cli.monitor import read_curves, write_curves_png
+
+    try:
+        data = read_curves(run_dir)
+    except FileNotFoundError:
+        raise TfmError(
+            f"{run_dir} has no metrics.jsonl: it is not a tfm run directory, or its training has not logged yet",
+            hint="pass a run directory, e.g. runs/tiny",
+        ) from None
+    if json_out:
+        print_json(data)
+        return
+    _print_curves(run_dir, data)
+    png = write_curves_png(run_dir, data)
+    info(f"curves: {png}" if png else 'curves.png needs matplotlib: pip install -e ".[plot]"')
+
+
+def _print_curves(run_dir: Path, data: dict[str, Any] | None = None) -> None:
+    import shutil
+
+    from tfm_cli.cli.views import curves_lines
+    from tfm_cli.monitor import read_curves
+
+    width = max(20, min(80, shutil.get_terminal_size((100, 24)).columns - 16))
+    print("\n".join(curves_lines(data if data is not None else read_curves(run_dir), width)))
 
 
 def _dry_run(recipe, run_dir: Path, json_out: bool) -> None:

@@ -1,0 +1,182 @@
+"""Watching a run (issue: TensorBoard, curves, early stopping), through the installed `tfm` on tiny runs.
+
+TensorBoard files are read back with TensorBoard's own EventAccumulator, across a crash-like stop and `--resume`;
+early stopping is driven by a run whose dev score cannot move (a learning rate of ~0); the terminal chart is
+checked in a pipe; the PNG where matplotlib is installed; and a machine without tensorboard trains as before.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+from clitools import has_module, tfm
+
+from tfm_cli.errors import RecipeError
+from tfm_cli.monitor import EarlyStopping, read_curves
+from tfm_cli.recipe import load_recipe
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
+RECIPE = """\
+name: watch
+data:
+  train: {train}
+  dev: {dev}
+  max_len: 32
+tokenizer:
+  vocab_size: 400
+model:
+  d_model: 32
+  d_ff: 64
+  n_heads: 2
+  n_enc_layers: 1
+  n_dec_layers: 1
+  max_positions: 64
+train:
+  max_tokens: 400
+  max_steps: 15
+  warmup_steps: 10
+  log_every: 5
+  save_every: 10
+  eval_every: 10
+  eval_sentences: 10
+  keep_last: 3
+  average_last: 2
+  precision: fp32
+decode:
+  max_len_offset: 5
+"""
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("watch")
+    for name, n in (("train", 2000), ("dev", 20)):
+        with gzip.open(CORPORA / f"{name}.tsv.gz", "rt", encoding="utf-8") as f:
+            (root / f"{name}.tsv").write_text("".join(itertools.islice(f, n)), encoding="utf-8")
+    path = root / "watch.yaml"
+    path.write_text(RECIPE.format(train=root / "train.tsv", dev=root / "dev.tsv"), encoding="utf-8")
+    return path
+
+
+# ---- TensorBoard -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not has_module("tensorboard"), reason="tensorboard is not installed (the tensorboard extra)")
+def test_tensorboard_curves_continue_across_a_crash_and_resume(recipe: Path, tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "run"
+    tfm("train", str(recipe), "--out", str(run), "--device", "cpu")  # logs 5, 10, 15; eval 10; final 15
+    # A crash after step 15 was logged but before its checkpoint: remove that checkpoint, resume from step 10.
+    for path in (run / "checkpoints").glob("step-00000015.*"):
+        path.unlink()
+    tfm("train", "--resume", str(run), "train.max_steps=20", "--device", "cpu")
+
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    steps = lambda tag: [e.step for e in events.Scalars(tag)]  # noqa: E731
+    for tag in ("train/loss", "train/ppl", "train/lr", "train/tgt_tokens_per_s"):
+        assert steps(tag) == [5, 10, 15, 20], tag  # step 15 once: the resumed run's, the crashed one's purged
+    assert steps("dev/bleu") == steps("dev/loss") == [10]
+    assert steps("final/bleu") == [20]  # the first run's final model (step 15) was purged with the rest
+    latest = {r["step"]: r for r in read_curves(run)["train"]}
+    for e in events.Scalars("train/loss"):
+        assert e.value == pytest.approx(latest[e.step]["loss"], rel=1e-6)
+    assert "recipe/text_summary" in events.Tags()["tensors"]  # the resolved recipe, as text
+
+
+def test_training_without_tensorboard_changes_nothing(recipe: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "block" / "tensorboard"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('tensorboard is blocked for this test')\n")
+    run = tmp_path / "run"
+    proc = tfm("train", str(recipe), "train.max_steps=5", "--out", str(run), "--device", "cpu",
+               env_extra={"PYTHONPATH": str(tmp_path / "block")})
+    assert (run / "model.safetensors").is_file() and not (run / "tensorboard").exists()
+    assert "tensorboard" not in proc.stderr.lower()
+
+
+# ---- curves: terminal chart and PNG --------------------------------------------------------------------------
+
+
+def test_curves_in_a_pipe_and_png(recipe: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    trained = tfm("train", str(recipe), "--out", str(run), "--device", "cpu")
+    # At the end of the run, after the summary table: the chart in plain characters.
+    assert "train loss │" in trained.stdout and "└" in trained.stdout and "dev BLEU" in trained.stdout
+    shown = tfm("train", "--curves", str(run))
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith("train loss │") and "\x1b[" not in shown.stdout  # no colour codes in a pipe
+    assert any("step 5" in line and line.rstrip().endswith("15") for line in lines)  # the x range
+    final = next(line for line in lines if line.startswith("final"))
+    summary = json.loads((run / "summary.json").read_text())
+    assert f"BLEU {summary['dev']['bleu']:.2f}" in final
+    data = json.loads(tfm("train", "--curves", str(run), "--json").stdout)
+    assert [r["step"] for r in data["train"]] == [5, 10, 15] and [r["step"] for r in data["eval"]] == [10]
+    png = run / "curves.png"
+    if has_module("matplotlib"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "curves:" in shown.stderr
+    else:
+        assert not png.exists() and "matplotlib" in shown.stderr
+    missing = tfm("train", "--curves", str(tmp_path / "nowhere"), check=False)
+    assert missing.returncode == 1 and "has no metrics.jsonl" in missing.stderr
+
+
+@pytest.mark.skipif(not has_module("matplotlib"), reason="matplotlib is not installed (the plot extra)")
+def test_png_written_at_the_end_of_a_run(recipe: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = tfm("train", str(recipe), "train.max_steps=5", "--out", str(run), "--device", "cpu")
+    assert (run / "curves.png").read_bytes()[:4] == b"\x89PNG" and "curves:" in proc.stderr
+
+
+# ---- early stopping -----------------------------------------------------------------------------------------
+
+
+def test_early_stopping_on_a_plateau(recipe: Path, tmp_path: Path) -> None:
+    """With a learning rate of ~0 the dev scores never change: the first evaluation is the best, and with
+    patience 2 the run stops at the third, cleanly (checkpoint, average, final evaluation, reason)."""
+    run = tmp_path / "run"
+    proc = tfm(
+        "train", str(recipe), "train.lr_factor=1e-12", "train.max_steps=40", "train.eval_every=5",
+        "train.save_every=100", "train.patience=2", "--out", str(run), "--device", "cpu", "--json",
+    )
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 15
+    assert "dev BLEU did not improve for 2 evaluations" in summary["stopped"] and "step 5" in summary["stopped"]
+    assert json.loads(proc.stdout)["stopped"] == summary["stopped"]
+    curves = read_curves(run)
+    assert [r["step"] for r in curves["eval"]] == [5, 10, 15]
+    assert curves["final"]["step"] == 15 and (run / "model.safetensors").is_file()
+    assert (run / "checkpoints" / "step-00000015.safetensors").is_file()  # saved at the stop
+
+
+def test_early_stopping_rule_and_its_state() -> None:
+    by_loss = EarlyStopping(patience=2, metric="loss")
+    assert [by_loss.update(s, {"loss": v}) for s, v in ((1, 3.0), (2, 2.5), (3, 2.5), (4, 2.6))] == [False, False, False, True]
+    assert by_loss.best == 2.5 and by_loss.best_step == 2 and "dev loss" in by_loss.reason()
+    resumed = EarlyStopping(patience=2, metric="loss")
+    resumed.load_state_dict({"best": 2.5, "best_step": 2, "bad_evals": 1})
+    assert resumed.update(5, {"loss": 2.7})  # the count carried over a resume
+    by_bleu = EarlyStopping(patience=1, metric="bleu")
+    assert [by_bleu.update(s, {"bleu": v}) for s, v in ((1, 10.0), (2, 12.0), (3, 12.0))] == [False, False, True]
+    never = EarlyStopping(patience=0)
+    assert not any(never.update(s, {"bleu": 1.0}) for s in range(5))
+
+
+def test_patience_needs_a_dev_set_and_periodic_evaluation(recipe: Path) -> None:
+    with pytest.raises(RecipeError) as info:
+        load_recipe(recipe, ["train.patience=3", "data.dev=null", "train.eval_every=0"])
+    problems = info.value.problems
+    assert any("train.patience=3 needs a dev set" in p and "data.dev is null" in p for p in problems)
+    assert any("train.patience=3 needs periodic evaluation" in p and "train.eval_every=0" in p for p in problems)
+    with pytest.raises(RecipeError, match="train.patience_metric='bleu2' must be one of: bleu, loss"):
+        load_recipe(recipe, ["train.patience_metric=bleu2"])
+    proc = tfm("train", str(recipe), "train.patience=2", "train.eval_every=0", check=False)
+    assert proc.returncode == 1 and "needs periodic evaluation" in proc.stderr and "Traceback" not in proc.stderr

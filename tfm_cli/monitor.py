@@ -1,0 +1,173 @@
+"""Watching a run: TensorBoard event files, early stopping, and the curves of `metrics.jsonl` (data and PNG).
+
+- `TensorBoardLog` writes the trainer's scalars into RUN/tensorboard when the `tensorboard` package is installed
+  (`pip install "tfm[tensorboard]"`), and does nothing otherwise. A resumed run purges the events logged after
+  the checkpoint it resumes from, so the curves continue without duplicated or missing steps.
+- `EarlyStopping` watches dev BLEU (higher is better) or dev loss (lower) and says when `patience` evaluations
+  in a row brought nothing better; its state is saved with each checkpoint so that resume stays exact.
+- `read_curves` turns a run's metrics.jsonl into plain lists; `write_curves_png` draws them with matplotlib
+  (the `plot` extra) into RUN/curves.png. The terminal chart is drawn by the CLI (tfm_cli/cli/views.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+TENSORBOARD_DIR = "tensorboard"
+CURVES_PNG = "curves.png"
+_TRAIN_SCALARS = {"loss": "train/loss", "ppl": "train/ppl", "lr": "train/lr", "tgt_tokens_per_s": "train/tgt_tokens_per_s"}
+_DEV_SCALARS = {"loss": "dev/loss", "ppl": "dev/ppl", "bleu": "dev/bleu", "chrf": "dev/chrf"}
+
+
+class TensorBoardLog:
+    """Scalars for TensorBoard (`tensorboard --logdir runs/`); a no-op without the tensorboard package."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+
+    @classmethod
+    def open(cls, run_dir: Path, start_step: int = 0) -> TensorBoardLog:
+        """Event files in RUN/tensorboard for a run that continues after `start_step` (0 for a fresh run).
+
+        Events of later steps that an interrupted attempt had logged are purged (TensorBoard hides them):
+        this run logs those steps again.
+        """
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # tensorboard is an optional extra: training does not need it
+            return cls(None)
+        return cls(SummaryWriter(log_dir=str(Path(run_dir) / TENSORBOARD_DIR), purge_step=start_step + 1))
+
+    @property
+    def enabled(self) -> bool:
+        return self.writer is not None
+
+    def recipe(self, text: str, step: int) -> None:
+        """The resolved recipe as text, shown in TensorBoard's Text tab."""
+        if self.writer is not None:
+            self.writer.add_text("recipe", "```yaml\n" + text + "\n```", step)
+
+    def train(self, step: int, metrics: dict[str, Any]) -> None:
+        self._scalars(_TRAIN_SCALARS, step, metrics)
+
+    def evaluation(self, step: int, metrics: dict[str, Any], final: bool = False) -> None:
+        names = {k: v.replace("dev/", "final/") for k, v in _DEV_SCALARS.items()} if final else _DEV_SCALARS
+        self._scalars(names, step, metrics)
+
+    def _scalars(self, names: dict[str, str], step: int, metrics: dict[str, Any]) -> None:
+        if self.writer is None:
+            return
+        for key, tag in names.items():
+            value = metrics.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self.writer.add_scalar(tag, value, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+class EarlyStopping:
+    """Stop when `patience` dev evaluations in a row did not improve the watched metric (strictly)."""
+
+    def __init__(self, patience: int, metric: str = "bleu") -> None:
+        if metric not in ("bleu", "loss"):
+            raise ValueError(f"early stopping watches bleu or loss, not {metric!r}")
+        self.patience, self.metric = patience, metric
+        self.best: float | None = None
+        self.best_step = 0
+        self.bad_evals = 0
+
+    def update(self, step: int, metrics: dict[str, Any]) -> bool:
+        """Record an evaluation; True when training should stop now."""
+        value = float(metrics[self.metric])
+        better = self.best is None or (value > self.best if self.metric == "bleu" else value < self.best)
+        if better:
+            self.best, self.best_step, self.bad_evals = value, step, 0
+        else:
+            self.bad_evals += 1
+        return self.patience > 0 and self.bad_evals >= self.patience
+
+    def reason(self) -> str:
+        name = "dev BLEU" if self.metric == "bleu" else "dev loss"
+        return (
+            f"early stop: {name} did not improve for {self.bad_evals} evaluations "
+            f"(best {self.best:.4g} at step {self.best_step}; train.patience={self.patience})"
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "best_step": self.best_step, "bad_evals": self.bad_evals}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best, self.best_step, self.bad_evals = state["best"], state["best_step"], state["bad_evals"]
+
+
+def read_curves(run_dir: Path) -> dict[str, Any]:
+    """The curves of a run from its metrics.jsonl: {"train": [{step, loss, lr, ...}], "eval": [{step, loss, bleu,
+    chrf, ...}], "final": {...} or None}. A resumed run's repeated steps keep their latest record.
+
+    Raises:
+        FileNotFoundError: the run has no metrics.jsonl.
+    """
+    path = Path(run_dir) / "metrics.jsonl"
+    train: dict[int, dict[str, Any]] = {}
+    evals: dict[int, dict[str, Any]] = {}
+    final = None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a crash mid-write: skip it
+                continue
+            kind = record.get("kind")
+            if kind == "train":
+                train[record["step"]] = record
+            elif kind == "eval":
+                evals[record["step"]] = record
+            elif kind == "final":
+                final = record
+    return {"train": [train[s] for s in sorted(train)], "eval": [evals[s] for s in sorted(evals)], "final": final}
+
+
+def write_curves_png(run_dir: Path, curves: dict[str, Any] | None = None) -> Path | None:
+    """Training loss and dev BLEU against step as RUN/curves.png, when matplotlib is installed (else None)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only, no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    curves = curves if curves is not None else read_curves(run_dir)
+    if not curves["train"]:
+        return None
+    fig, (ax_loss, ax_bleu) = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
+    ax_loss.plot([r["step"] for r in curves["train"]], [r["loss"] for r in curves["train"]], label="train")
+    if curves["eval"]:
+        ax_loss.plot([r["step"] for r in curves["eval"]], [r["loss"] for r in curves["eval"]], "o-", label="dev")
+        n = curves["eval"][-1].get("sentences", "?")
+        ax_bleu.plot(
+            [r["step"] for r in curves["eval"]], [r["bleu"] for r in curves["eval"]], "o-", label=f"dev, first {n} sentences"
+        )
+    if curves["final"] is not None and "bleu" in curves["final"]:
+        final = curves["final"]
+        label = f"final averaged model, {final.get('sentences', '?')} sentences"
+        ax_bleu.plot([final["step"]], [final["bleu"]], "*", markersize=12, label=label)
+    ax_loss.set(title="label-smoothed loss per target token", xlabel="step")
+    ax_bleu.set(title="dev BLEU", xlabel="step")
+    for ax in (ax_loss, ax_bleu):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    path = Path(run_dir) / CURVES_PNG
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
