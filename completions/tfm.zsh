@@ -42,6 +42,7 @@ _tfm_overrides() {
         'train.log_every='
         'train.lr_factor='
         'train.max_steps='
+        'train.max_time='
         'train.max_tokens='
         'train.patience='
         'train.patience_metric='

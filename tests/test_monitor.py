@@ -180,3 +180,35 @@ def test_patience_needs_a_dev_set_and_periodic_evaluation(recipe: Path) -> None:
         load_recipe(recipe, ["train.patience_metric=bleu2"])
     proc = tfm("train", str(recipe), "train.patience=2", "train.eval_every=0", check=False)
     assert proc.returncode == 1 and "needs periodic evaluation" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---- the time budget (train.max_time) --------------------------------------------------------------------------
+
+
+def test_time_budget_ends_the_run_cleanly(recipe: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = tfm("train", str(recipe), "train.max_steps=1000000", "train.max_time=2s", "train.save_every=100000",
+               "--out", str(run), "--device", "cpu", "--json")
+    summary = json.loads((run / "summary.json").read_text())
+    assert 0 < summary["steps"] < 1000000
+    assert summary["stopped"].startswith("time budget: train.max_time=2s used up at step ")
+    assert json.loads(proc.stdout)["stopped"] == summary["stopped"]
+    step = summary["steps"]
+    assert (run / "checkpoints" / f"step-{step:08d}.safetensors").is_file()  # saved where it stopped
+    assert (run / "model.safetensors").is_file() and read_curves(run)["final"]["step"] == step
+    resumed = tfm("train", "--resume", str(run), f"train.max_steps={step + 3}", "train.max_time=null", "--device", "cpu")
+    assert json.loads((run / "summary.json").read_text())["steps"] == step + 3 and "resumed from" in resumed.stderr
+
+
+def test_durations() -> None:
+    from tfm_cli.recipe import parse_duration
+
+    assert [parse_duration(t) for t in ("90s", "15m", "2h", "1h30m", "0.5h", "1h2m3s")] == [90, 900, 7200, 5400, 1800, 3723]
+    assert [parse_duration(t) for t in ("15 minutes", "", "0m", "1h30", "m", "-5m")] == [None] * 6
+
+
+def test_bad_time_budget_is_a_recipe_error(recipe: Path) -> None:
+    with pytest.raises(RecipeError, match=r"train.max_time='15 minutes' is not a duration: write e.g. 90s, 15m, 2h"):
+        load_recipe(recipe, ["train.max_time=15 minutes"])
+    proc = tfm("train", str(recipe), "train.max_time=fast", check=False)
+    assert proc.returncode == 1 and "train.max_time='fast' is not a duration" in proc.stderr

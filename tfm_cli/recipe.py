@@ -84,6 +84,7 @@ class TrainRecipe:
     max_tokens: int = 25000  # tokens per batch on each side (source and target, padding included)
     accum_steps: int = 1  # batches per optimizer step (gradient accumulation)
     max_steps: int = 100000  # optimizer steps
+    max_time: str | None = None  # time budget for the steps, e.g. "15m", "2h", "1h30m"; null = none (fairseq --stop-time-hours)
     warmup_steps: int = 4000  # linear warmup of the learning rate, then inverse square root decay
     lr_factor: float = 1.0  # multiplies the paper's schedule d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam beta1, beta2
@@ -292,6 +293,10 @@ _RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "train.eval_sentences": (lambda v: v >= 0, "must be >= 0 (0 = all dev sentences)"),
     "train.save_every": _POSITIVE,
     "train.patience": (lambda v: v >= 0, "must be >= 0 (0 = no early stopping)"),
+    "train.max_time": (
+        lambda v: v is None or parse_duration(v) is not None,
+        "is not a duration: write e.g. 90s, 15m, 2h or 1h30m (or null for no time limit)",
+    ),
     "train.patience_metric": (lambda v: v in PATIENCE_METRICS, f"must be one of: {', '.join(PATIENCE_METRICS)}"),
     "train.keep_last": _POSITIVE,
     "train.average_last": (lambda v: v >= 1, "must be a positive integer (1 = no averaging)"),
@@ -301,6 +306,19 @@ _RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "decode.min_len": _NON_NEGATIVE,
     "decode.max_tokens": _POSITIVE,
 }
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+
+
+def parse_duration(text: str) -> float | None:
+    """'90s', '15m', '2h', '1h30m', '0.5h' -> seconds (> 0); None if `text` is not such a duration."""
+    match = _DURATION.fullmatch(text.strip().lower()) if isinstance(text, str) else None
+    if match is None or not any(match.groups()):
+        return None
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    return total if total > 0 else None
 
 
 def _path_problem(key: str, value: Any) -> str | None:

@@ -46,7 +46,7 @@ from tfm_cli.decoding import translate_ids
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError
 from tfm_cli.model import Transformer
 from tfm_cli.monitor import EarlyStopping, TensorBoardLog, write_curves_png
-from tfm_cli.recipe import Recipe, dump_recipe, load_recipe, model_config, recipe_to_dict
+from tfm_cli.recipe import Recipe, dump_recipe, load_recipe, model_config, parse_duration, recipe_to_dict
 from tfm_cli.runtime import (
     autocast,
     release_cpu_memory,
@@ -115,7 +115,7 @@ class TrainResult:
     interrupted: bool
     final: dict[str, Any] = field(default_factory=dict)  # dev metrics of the final (averaged) model
     seconds: float = 0.0
-    stopped: str = ""  # why training ended before train.max_steps (early stopping), "" when it reached it
+    stopped: str = ""  # why training ended before train.max_steps (early stopping, time budget); "" if it reached it
 
 
 # --- Evaluation -----------------------------------------------------------------------------------------------
@@ -400,7 +400,9 @@ def train(
         from safetensors.torch import load_file
 
         load_state(model, {k: v.to(device) for k, v in load_file(str(weights)).items()}, weights)
-        state = torch.load(state_file, map_location=device, weights_only=True)
+        # On the CPU: the RNG states must stay CPU ByteTensors (map_location=cuda broke resume on GPUs), and
+        # Optimizer.load_state_dict moves each state tensor to its parameter's device itself.
+        state = torch.load(state_file, map_location="cpu", weights_only=True)
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
         stream.load_state_dict(state["stream"])
@@ -432,6 +434,7 @@ def train(
     interrupted = False
     stopped = ""
     last_saved = step
+    budget = parse_duration(t.max_time) if t.max_time else None  # seconds of this invocation, or no limit
     stream_state = stream.state_dict()
     try:
         while step < t.max_steps:
@@ -472,13 +475,19 @@ def train(
                 if result["bleu"] > best_bleu:
                     best_bleu = result["bleu"]
                     save_weights(run_dir / BEST, weights_state(model), config, tokenizer.sha256, step, bleu=best_bleu)
-                if early.update(step, result):  # patience ran out: end as a finished run would
+                if early.update(step, result):  # patience ran out
                     stopped = early.reason()
-                    if step > last_saved:
-                        save(step, stream_state)
-                        last_saved = step
-                    events.message(stopped)
-                    break
+            if not stopped and budget is not None and time.perf_counter() - started >= budget:
+                stopped = (
+                    f"time budget: train.max_time={t.max_time} used up at step {step} "
+                    f"of {t.max_steps} ({time.perf_counter() - started:,.0f}s)"
+                )
+            if stopped:  # end as a finished run would: checkpoint here, then average and evaluate
+                if step > last_saved:
+                    save(step, stream_state)
+                    last_saved = step
+                events.message(stopped)
+                break
     except KeyboardInterrupt:
         interrupted = True
         optimizer.zero_grad(set_to_none=True)

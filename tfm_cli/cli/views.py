@@ -63,11 +63,17 @@ def curves_lines(curves: dict[str, Any], width: int = 60) -> list[str]:
         steps = ", ".join(f"{r['step']:,}" for r in evals) if len(evals) <= 6 else f"{evals[0]['step']:,} … {evals[-1]['step']:,}"
         bleu = [r["bleu"] for r in evals]
         loss = [r["loss"] for r in evals]
-        lines.append(f"dev BLEU  {sparkline(bleu)}  {_number(bleu[0])} → {_number(bleu[-1])} (best {_number(max(bleu))}) at steps {steps}")
+        n = evals[-1].get("sentences")
+        subset = f" on {n:,} dev sentences" if n else ""
+        lines.append(
+            f"dev BLEU  {sparkline(bleu)}  {_number(bleu[0])} → {_number(bleu[-1])} (best {_number(max(bleu))}) "
+            f"at steps {steps}{subset}"
+        )
         lines.append(f"dev loss  {sparkline(loss)}  {_number(loss[0])} → {_number(loss[-1])} (best {_number(min(loss))})")
     final = curves["final"]
     if final is not None and "bleu" in final:
         lines.append(
-            f"final     BLEU {final['bleu']:.2f}  chrF {final['chrf']:.2f}  (averaged model, {final.get('sentences', '?')} dev sentences, step {final['step']:,})"
+            f"final     BLEU {final['bleu']:.2f}  chrF {final['chrf']:.2f}  (averaged model, {final.get('sentences', 0):,} dev "
+            f"sentences, step {final['step']:,})"
         )
     return lines or ["no training records yet"]
