@@ -65,7 +65,7 @@ _tfm() {
         if [[ $cur == -* ]]; then
             COMPREPLY=( $(compgen -W "--help --version -h" -- "$cur") )
         else
-            COMPREPLY=( $(compgen -W "bench tokenize train translate" -- "$cur") )
+            COMPREPLY=( $(compgen -W "bench inspect-attn tokenize train translate" -- "$cur") )
         fi
         return 0
     fi
@@ -133,6 +133,21 @@ _tfm() {
                         return 0
                     fi
                     ;;
+            esac
+            ;;
+        inspect-attn)
+            case $prev in
+                --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
+                --html|--image|--model|-m) _tfm_files; return 0 ;;
+                --head|--kind|--layer|--target|--token|-k|-l|-t) COMPREPLY=(); return 0 ;;
+            esac
+            if [[ $cur == -* ]]; then
+                COMPREPLY=( $(compgen -W "--align --device --explain --head --help --html --image --json --kind --layer --model --numbers --summary --target --token --words -h -k -l -m -t" -- "$cur") )
+                return 0
+            fi
+            npos=$(_tfm_npos $(( cmd_index + 1 )) --device --head --html --image --kind --layer --model --target --token -k -l -m -t)
+            case $npos in
+                0) COMPREPLY=() ;;
             esac
             ;;
         tokenize)

@@ -5,14 +5,15 @@
 complete -c tfm -f  # no file names unless an option or argument asks for them
 
 # commands
-complete -c tfm -n 'not __fish_seen_subcommand_from bench tokenize train translate' -a bench -d 'Measure attention across lengths, training and translation throughput'
-complete -c tfm -n 'not __fish_seen_subcommand_from bench tokenize train translate' -a tokenize -d 'Train a joint BPE tokenizer (HF tokenizers, byte fallback) and print its statistics'
-complete -c tfm -n 'not __fish_seen_subcommand_from bench tokenize train translate' -a train -d 'Train a Transformer from a YAML recipe'
-complete -c tfm -n 'not __fish_seen_subcommand_from bench tokenize train translate' -a translate -d 'Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a bench -d 'Measure attention across lengths, training and translation throughput'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a inspect-attn -d 'Show what the model\'s attention heads attend to when translating SENTENCE: encoder self-attention...'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a tokenize -d 'Train a joint BPE tokenizer (HF tokenizers, byte fallback) and print its statistics'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a train -d 'Train a Transformer from a YAML recipe'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a translate -d 'Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.'
 
 # options before the command
-complete -c tfm -n 'not __fish_seen_subcommand_from bench tokenize train translate' -l help -s h -d 'Show this message and exit.'
-complete -c tfm -n 'not __fish_seen_subcommand_from bench tokenize train translate' -l version -d 'Print the version and exit.'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -l help -s h -d 'Show this message and exit.'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -l version -d 'Print the version and exit.'
 
 # tfm bench
 complete -c tfm -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from attention train translate' -a attention -d 'Explicit-math attention vs PyTorch SDPA (and each backend) across sequence lengths: time, FLOP/s,...'
@@ -68,6 +69,24 @@ complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcomman
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l sentences -x -d 'Sources translated per configuration.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l src-len -x -d 'Tokens per source.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l tolerance -x -d 'How much worse a gated figure may get before --baseline fails: a percentage (10%) or a share (0.1).'
+
+# tfm inspect-attn
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l align -d 'Print the source-target word alignment from cross-attention (Pharaoh i-j).'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, or cuda.'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l explain -d 'With --token: one head step by step (q.k, /sqrt(d_k), softmax, values).'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l head -x -d 'Head, from 1, or \'mean\' of all heads.'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l help -s h -d 'Show this message and exit.'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l html -r -F -d 'Also write a self-contained HTML page to explore every head.'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l image -r -F -d 'Also write the heatmap as an image (.png or .svg'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l json -d 'Print tokens and every weight (kind, layer, head) as JSON.'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l kind -s k -x -d 'encoder, decoder or cross (default: cross'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l layer -s l -x -d 'Layer, from 1 (default: the last).'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l model -s m -r -F -d 'Run directory or .safetensors file (default: the most recent run under runs/).'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l numbers -d 'Print the weights (in %) in the heatmap cells.'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l summary -d 'Statistics of every head: entropy, maximum, share on </s> and punctuation, distance from the diag...'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l target -s t -x -d 'Inspect this target (teacher-forced) instead of the model\'s translation.'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l token -x -d 'Focus on one query token: its text (a word inside a piece counts: \'il\' finds qu\'il) or its number.'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l words -d 'Merge subword pieces into words (keys summed, queries averaged).'
 
 # tfm tokenize
 complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l corpus -s c -x -d 'Train on this TSV (source TAB target), or give it twice: source file, target file.'

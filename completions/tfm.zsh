@@ -143,6 +143,27 @@ _tfm_bench() {
     esac
 }
 
+_tfm_inspect_attn() {
+    _arguments -s -S \
+        '--align[Print the source-target word alignment from cross-attention (Pharaoh i-j).]' \
+        '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
+        '--explain[With --token\: one head step by step (q.k, /sqrt(d_k), softmax, values).]' \
+        '--head[Head, from 1, or '\''mean'\'' of all heads.]:head: ' \
+        '(- *)'{--help,-h}'[Show this message and exit.]' \
+        '--html[Also write a self-contained HTML page to explore every head.]:html:_files' \
+        '--image[Also write the heatmap as an image (.png or .svg]:image:_files' \
+        '--json[Print tokens and every weight (kind, layer, head) as JSON.]' \
+        '(--kind -k)'{--kind,-k}'[encoder, decoder or cross (default\: cross]:kind: ' \
+        '(--layer -l)'{--layer,-l}'[Layer, from 1 (default\: the last).]:layer: ' \
+        '(--model -m)'{--model,-m}'[Run directory or .safetensors file (default\: the most recent run under runs/).]:model:_files' \
+        '--numbers[Print the weights (in %) in the heatmap cells.]' \
+        '--summary[Statistics of every head\: entropy, maximum, share on </s> and punctuation, distance from the diag...]' \
+        '(--target -t)'{--target,-t}'[Inspect this target (teacher-forced) instead of the model'\''s translation.]:target: ' \
+        '--token[Focus on one query token\: its text (a word inside a piece counts\: '\''il'\'' finds qu'\''il) or its number.]:token: ' \
+        '--words[Merge subword pieces into words (keys summed, queries averaged).]' \
+        '1:sentence: '
+}
+
 _tfm_tokenize() {
     _arguments -s -S \
         '*'{--corpus,-c}'[Train on this TSV (source TAB target), or give it twice\: source file, target file.]:corpus: ' \
@@ -203,6 +224,7 @@ _tfm() {
             local -a commands
             commands=(
                 'bench:Measure attention across lengths, training and translation throughput'
+                'inspect-attn:Show what the model'\''s attention heads attend to when translating SENTENCE: encoder self-attention...'
                 'tokenize:Train a joint BPE tokenizer (HF tokenizers, byte fallback) and print its statistics'
                 'train:Train a Transformer from a YAML recipe'
                 'translate:Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.'
@@ -212,6 +234,7 @@ _tfm() {
         args)
             case $line[1] in
                 bench) _tfm_bench ;;
+                inspect-attn) _tfm_inspect_attn ;;
                 tokenize) _tfm_tokenize ;;
                 train) _tfm_train ;;
                 translate) _tfm_translate ;;

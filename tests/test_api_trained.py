@@ -1,16 +1,13 @@
 """The Python API on a model that really translates: `train` and `load_recipe` from `tfm_cli`, then `Translator`
 against the `tfm translate` command line, bf16 against fp32, and `min_len`.
 
-The model (d_model 128, 2+2 layers, 1k vocabulary) is trained in-process for 900 steps on the 30,000 shortest
-pairs of the bundled corpus: about two minutes on one CPU thread, and it produces varied, sentence-like English
-(dev BLEU ~3 on 200 sentences), so agreement between two decoders means something. The e2e model of
-test_e2e.py is too small for that: it prints the same string for every input.
+The model is conftest.py's `trained` fixture (shared with test_inspect_attn.py): varied, sentence-like English,
+so agreement between two decoders means something. The e2e model of test_e2e.py is too small for that: it
+prints the same string for every input.
 """
 
 from __future__ import annotations
 
-import gzip
-import itertools
 import json
 import os
 import subprocess
@@ -21,69 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-CORPORA = Path(__file__).resolve().parents[1] / "tfm_cli" / "corpora" / "tatoeba-fr-en"
 TFM = Path(sys.executable).parent / "tfm"
-RECIPE = """\
-name: api
-data:
-  train: {train}
-  dev: {dev}
-  max_len: 32
-tokenizer:
-  vocab_size: 1000
-model:
-  d_model: 128
-  d_ff: 256
-  n_heads: 4
-  n_enc_layers: 2
-  n_dec_layers: 2
-  dropout: 0.0
-  max_positions: 64
-train:
-  max_tokens: 1500
-  max_steps: 900
-  warmup_steps: 200
-  lr_factor: 1.5
-  save_every: 150
-  keep_last: 2
-  average_last: 2
-  log_every: 300
-  eval_every: 0
-  precision: fp32
-decode:
-  max_len_offset: 20
-"""
-
-
-def _head(name: str, n: int) -> list[str]:
-    with gzip.open(CORPORA / name, "rt", encoding="utf-8") as f:
-        return list(itertools.islice(f, n))
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    from tfm_cli import TrainEvents, load_recipe, train
-
-    root = tmp_path_factory.mktemp("api")
-    (root / "train.tsv").write_text("".join(_head("train.tsv.gz", 30000)), encoding="utf-8")
-    dev = _head("dev.tsv.gz", 200)
-    (root / "dev.tsv").write_text("".join(dev), encoding="utf-8")
-    (root / "api.yaml").write_text(RECIPE.format(train=root / "train.tsv", dev=root / "dev.tsv"), encoding="utf-8")
-
-    class Recorder(TrainEvents):
-        def __init__(self) -> None:
-            self.evaluations: list[dict] = []
-
-        def evaluation(self, step: int, metrics: dict) -> None:
-            self.evaluations.append({"step": step, **metrics})
-
-    events = Recorder()
-    result = train(load_recipe(root / "api.yaml", ["train.seed=3"]), root / "run", device="cpu", events=events)
-    pairs = [line.rstrip("\n").split("\t") for line in dev]
-    return {
-        "dir": root / "run", "result": result, "events": events,
-        "sources": [p[0] for p in pairs], "references": [p[1] for p in pairs],
-    }
 
 
 def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -1,0 +1,344 @@
+"""The `tfm inspect-attn` exporters: the self-contained HTML page (in a real headless Chromium) and the images.
+
+The browser test drives Debian's `chromium` through `chromium-driver` and Selenium, with explicit paths so
+Selenium never downloads anything. Set TFM_SCREENSHOT=/some/file.png to also save a screenshot of the page.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tfm_cli.cli.views.images import write_image
+from tfm_cli.cli.views.page import render_html, write_html
+
+NASTY = "</script><b>&\"'"
+INSTALL = (
+    "the attention page test needs Chromium and its driver: `apt-get install -y chromium chromium-driver` "
+    "(Debian) and `pip install -e \".[dev]\"` for selenium; .ci/run installs them"
+)
+
+
+def _softmax_rows(logits: list[list[float]]) -> list[list[float]]:
+    rows = []
+    for row in logits:
+        top = max(row)
+        exps = [0.0 if x == -math.inf else math.exp(x - top) for x in row]
+        total = sum(exps)
+        rows.append([e / total for e in exps])
+    return rows
+
+
+def make_report(src: list[str], tgt: list[str], layers=(2, 2), heads=4, seed=0) -> dict:
+    """A synthetic report as `tfm inspect-attn --json` prints it: rows sum to 1, decoder causal."""
+    rng = random.Random(seed)
+    src_tokens, tgt_tokens, tgt_inputs = [*src, "</s>"], [*tgt, "</s>"], ["<s>", *tgt]
+
+    def weights(n_layers: int, n_q: int, n_k: int, causal: bool) -> list:
+        out = []
+        for _ in range(n_layers):
+            out.append([])
+            for _ in range(heads):
+                shift, sharp = rng.choice([-1, 0, 0, 1]), rng.uniform(2.5, 5.0)
+                logits = [
+                    [
+                        -math.inf
+                        if causal and k > q
+                        else rng.gauss(0, 1) + (sharp if k == min(n_k - 1, max(0, round(q * n_k / n_q) + shift)) else 0)
+                        for k in range(n_k)
+                    ]
+                    for q in range(n_q)
+                ]
+                out[-1].append(_softmax_rows(logits))
+        return out
+
+    return {
+        "source": "".join(src).replace("▁", " ").strip(),
+        "target": "".join(tgt).replace("▁", " ").strip(),
+        "forced_target": False,
+        "model": "runs/tiny",
+        "word_level": False,
+        "src_tokens": src_tokens,
+        "tgt_tokens": tgt_tokens,
+        "tgt_inputs": tgt_inputs,
+        "n_layers": {"encoder": layers[0], "decoder": layers[1]},
+        "n_heads": heads,
+        "d_k": 16,
+        "attention": {
+            "encoder": weights(layers[0], len(src_tokens), len(src_tokens), False),
+            "decoder": weights(layers[1], len(tgt_tokens), len(tgt_inputs), True),
+            "cross": weights(layers[1], len(tgt_tokens), len(src_tokens), False),
+        },
+    }
+
+
+SRC = ["▁Der", "▁schnell", "e", "▁braun", "e", "▁Fuchs", "▁spring", "t", "▁über", "▁den", "▁faul", "en", "▁Hund", "."]
+TGT = ["▁The", "▁quick", "▁brown", "▁fox", "▁jump", "s", "▁over", "▁the", "▁lazy", "▁dog", "."]
+
+
+@pytest.fixture
+def report() -> dict:
+    return make_report(SRC, TGT)
+
+
+@pytest.fixture
+def nasty_report() -> dict:
+    return make_report(["▁a", NASTY, "▁&amp;", "▁日本"], ["▁x", "<unk>", NASTY], layers=(1, 1), heads=2, seed=3)
+
+
+# --- the report builder itself keeps the contract -------------------------------------------------------------
+
+
+def test_synthetic_report_keeps_the_contract(report):
+    for kind, (n_q, n_k) in {
+        "encoder": (len(report["src_tokens"]), len(report["src_tokens"])),
+        "decoder": (len(report["tgt_tokens"]), len(report["tgt_inputs"])),
+        "cross": (len(report["tgt_tokens"]), len(report["src_tokens"])),
+    }.items():
+        for heads in report["attention"][kind]:
+            assert len(heads) == report["n_heads"]
+            for rows in heads:
+                assert len(rows) == n_q and all(len(r) == n_k for r in rows)
+                assert all(abs(sum(r) - 1) < 1e-9 and min(r) >= 0 for r in rows)
+                if kind == "decoder":
+                    assert all(rows[q][k] == 0 for q in range(n_q) for k in range(q + 1, n_k))
+
+
+# --- the HTML page ----------------------------------------------------------------------------------------------
+
+
+def _embedded(page: str) -> dict:
+    match = re.search(r'<script type="application/json" id="report">(.*?)</script>', page, flags=re.S)
+    assert match, "the report is embedded as application/json"
+    return json.loads(match.group(1))
+
+
+def test_page_is_self_contained(tmp_path, report):
+    path = write_html(report, tmp_path / "sub" / "attn.html")
+    assert path == tmp_path / "sub" / "attn.html"
+    page = path.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>")
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, flags=re.I), "no external resources"
+    assert "@import" not in page and "url(" not in page
+    assert "{{" not in page, "every placeholder filled"
+    data = _embedded(page)
+    assert data["src_tokens"] == report["src_tokens"] and data["tgt_inputs"] == report["tgt_inputs"]
+    ours, theirs = data["attention"]["cross"][1][2][3], report["attention"]["cross"][1][2][3]
+    assert ours == pytest.approx(theirs, abs=1e-4)
+    for control in ('id="heatmap"', 'id="kind"', 'id="layer"', 'id="head"'):
+        assert control in page
+
+
+def test_page_escapes_tokens(nasty_report):
+    page = render_html(nasty_report)
+    assert page.count("</script>") == 2, "only the two real script elements end"
+    assert "<b>&" not in page
+    assert "&lt;/script&gt;&lt;b&gt;&amp;&quot;&#x27;" in page.split("</title>")[0], "escaped in the <title>"
+    data = _embedded(page)
+    assert NASTY in data["src_tokens"] and NASTY in data["tgt_tokens"] and "▁&amp;" in data["src_tokens"]
+    assert data["source"] == nasty_report["source"]
+
+
+def test_page_template_is_package_data():
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    assert "cli/views/*.html" in pyproject
+
+
+# --- images -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "layer", "head"),
+    [("cross", 1, 2), ("encoder", 0, None), ("decoder", None, None), ("cross", None, 0)],
+)
+@pytest.mark.parametrize("ext", [".png", ".svg"])
+def test_write_image(tmp_path, report, kind, layer, head, ext):
+    pytest.importorskip("matplotlib")  # the [plot] extra; CI installs it with [all]
+    path = write_image(report, tmp_path / f"attn{ext}", kind=kind, layer=layer, head=head)
+    data = path.read_bytes()
+    if ext == ".png":
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5000
+    else:
+        text = data.decode("utf-8")
+        assert "<svg" in text and text.rstrip().endswith("</svg>")
+
+
+def test_write_image_titles_and_labels(tmp_path, nasty_report):
+    pytest.importorskip("matplotlib")
+    text = write_image(nasty_report, tmp_path / "a.svg", "decoder", 0, 1).read_text(encoding="utf-8")
+    assert "<svg" in text
+    # matplotlib writes text as glyph paths with the string in a comment or as <text>; either way it is escaped
+    assert "<b>" not in text
+
+
+@pytest.mark.parametrize("name", ["attn.jpg", "attn", "attn.html"])
+def test_write_image_rejects_other_extensions(tmp_path, report, name):
+    with pytest.raises(ValueError, match=r"\.png, \.svg"):
+        write_image(report, tmp_path / name, "encoder", 0, 0)
+    assert not (tmp_path / name).exists()
+
+
+def test_write_image_rejects_bad_choices(tmp_path, report):
+    from tfm_cli.errors import TfmError
+
+    for kind, layer, head in [("self", 0, 0), ("encoder", 2, 0), ("cross", 0, 4), ("decoder", -1, None)]:
+        with pytest.raises(TfmError):
+            write_image(report, tmp_path / "a.png", kind, layer, head)
+
+
+# --- the page in a real browser -----------------------------------------------------------------------------------
+
+
+def _binary(*names: str) -> str | None:
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.fail(f"selenium is not installed: {INSTALL}")
+    chromium = _binary("chromium", "chromium-browser")
+    driver_path = _binary("chromedriver")
+    if not chromium or not driver_path:
+        pytest.fail(f"{'chromium' if not chromium else 'chromedriver'} is not on PATH: {INSTALL}")
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must never try to download a driver
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1280,900", "--hide-scrollbars", "--force-device-scale-factor=1"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _severe(driver) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def _fills(driver) -> list[str]:
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#heatmap rect.cell')].map(r => r.getAttribute('fill'));"
+    )
+
+
+def _labels(driver, which: str) -> list[str]:
+    # the full token is in each label's <title>; the visible text is the same unless it is very long
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#heatmap .' + arguments[0] + ' > title')].map(t => t.textContent);",
+        which,
+    )
+
+
+def test_page_in_chromium(browser, tmp_path, report):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    path = write_html(report, tmp_path / "attention.html")
+    browser.get(path.as_uri())
+    assert _severe(browser) == []
+    assert browser.find_element(By.ID, "source").text == report["source"]
+    assert browser.find_element(By.ID, "target").text == report["target"]
+    assert _labels(browser, "qlabel") == report["src_tokens"] and _labels(browser, "klabel") == report["src_tokens"]
+    n = len(report["src_tokens"])
+    assert len(_fills(browser)) == n * n
+
+    # a real change event on the head control redraws the heatmap
+    before = _fills(browser)
+    Select(browser.find_element(By.ID, "head")).select_by_value("1")
+    after = _fills(browser)
+    assert len(after) == n * n and after != before
+
+    # kinds: the axes carry that kind's tokens
+    kind = Select(browser.find_element(By.ID, "kind"))
+    kind.select_by_value("cross")
+    assert _labels(browser, "qlabel") == report["tgt_tokens"]
+    assert _labels(browser, "klabel") == report["src_tokens"]
+    kind.select_by_value("decoder")
+    assert _labels(browser, "qlabel") == report["tgt_tokens"]
+    assert _labels(browser, "klabel") == report["tgt_inputs"]
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#heatmap rect.cell.masked")) == sum(
+        range(len(report["tgt_tokens"]))
+    )
+    layer = Select(browser.find_element(By.ID, "layer"))
+    assert len(layer.options) == report["n_layers"]["decoder"]
+    before = _fills(browser)
+    layer.select_by_value("1")
+    assert _fills(browser) != before
+
+    # hovering a query token shades the key labels with its row and shows the numbers
+    kind.select_by_value("cross")
+    Select(browser.find_element(By.ID, "head")).select_by_value("mean")
+    q = 3
+    label = browser.find_element(By.CSS_SELECTOR, f'#heatmap .qlabel[data-q="{q}"]')
+    ActionChains(browser).move_to_element(label).perform()
+    shades = browser.execute_script(
+        "return [...document.querySelectorAll('#heatmap .klabel .kbg')].map(r => r.getAttribute('fill'));"
+    )
+    assert "transparent" not in shades and len(set(shades)) > 1
+    numbers = [float(x.text) for x in browser.find_elements(By.CSS_SELECTOR, "#focus .chip .w")]
+    assert len(numbers) == len(report["src_tokens"]) and abs(sum(numbers) - 1) < 0.01
+    assert layer.first_selected_option.get_attribute("value") == "1", "the layer is kept across kinds"
+    mean = [sum(h[q][k] for h in report["attention"]["cross"][1]) / report["n_heads"] for k in range(len(numbers))]
+    assert numbers == pytest.approx(mean, abs=6e-4)
+    assert report["tgt_tokens"][q] in browser.find_element(By.ID, "focus").text
+
+    # clicking pins the row (for touch and keyboard users), clicking again unpins it
+    label.click()
+    ActionChains(browser).move_to_element(browser.find_element(By.ID, "title")).perform()
+    assert "pinned" in browser.find_element(By.ID, "focus").text
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#focus .chip")) == len(report["src_tokens"])
+
+    screenshot = os.environ.get("TFM_SCREENSHOT")
+    if screenshot:
+        kind.select_by_value("cross")
+        layer.select_by_value("1")
+        Select(browser.find_element(By.ID, "head")).select_by_value("2")
+        label = browser.find_element(By.CSS_SELECTOR, '#heatmap .qlabel[data-q="4"]')
+        label.click()
+        cell = browser.find_element(By.CSS_SELECTOR, '#heatmap rect.cell[data-q="4"][data-k="6"]')
+        ActionChains(browser).move_to_element(cell).perform()
+        browser.set_window_size(1100, 900)
+        height = browser.execute_script("return document.documentElement.scrollHeight;")
+        browser.set_window_size(1100, 900 + height - browser.execute_script("return window.innerHeight;"))
+        ActionChains(browser).move_to_element(cell).perform()
+        browser.save_screenshot(screenshot)
+        browser.set_window_size(1280, 900)
+    assert _severe(browser) == []
+
+
+def test_page_in_chromium_shows_tokens_literally(browser, tmp_path, nasty_report):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(write_html(nasty_report, tmp_path / "nasty.html").as_uri())
+    assert _severe(browser) == []
+    assert browser.find_elements(By.CSS_SELECTOR, "#heatmap b") == [], "no markup injected"
+    assert _labels(browser, "qlabel") == nasty_report["src_tokens"]
+    visible = browser.execute_script(
+        "return [...document.querySelectorAll('#heatmap .qlabel text')].map(t => t.textContent);"
+    )
+    assert NASTY in visible and "▁&amp;" in visible and "▁日本" in visible
+    assert browser.find_element(By.ID, "source").text == nasty_report["source"]
+    Select(browser.find_element(By.ID, "kind")).select_by_value("decoder")
+    assert _labels(browser, "klabel") == nasty_report["tgt_inputs"]
+    assert browser.title == f"Attention: {nasty_report['source']} → {nasty_report['target']}"
+    assert _severe(browser) == []

@@ -1,0 +1,222 @@
+"""inspect-attn on a small trained model (conftest.py's `trained`): the weights' invariants, the numbers of
+every view against each other, the explicit-math path against the fast one, and each view and bad input
+through the installed CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from clitools import has_module, tfm
+
+from tfm_cli import Translator
+from tfm_cli.attention import (
+    KINDS,
+    alignment,
+    attention_report,
+    explain,
+    find_token,
+    focus,
+    head_summary,
+    merge_words,
+    word_groups,
+)
+from tfm_cli.errors import TfmError
+from tfm_cli.model.masks import causal_mask, padding_mask
+
+pytestmark = pytest.mark.slow
+
+SENTENCE = "L'animal n'a pas traversé la rue parce qu'il était trop fatigué."
+
+
+@pytest.fixture(scope="module")
+def translator(trained: dict) -> Translator:
+    return Translator.load(trained["dir"], device="cpu", precision="fp32")
+
+
+@pytest.fixture(scope="module")
+def report(translator: Translator):
+    return attention_report(translator, SENTENCE)
+
+
+# ---- the weights ---------------------------------------------------------------------------------------------
+
+
+def test_shapes_rows_and_causality(report) -> None:
+    s, t = len(report.src_tokens), len(report.tgt_tokens)
+    assert report.src_tokens[-1] == "</s>" and report.tgt_tokens[-1] == "</s>" and report.tgt_inputs[0] == "<s>"
+    assert report.tgt_inputs[1:] == report.tgt_tokens[:-1]
+    shapes = {k: tuple(report.weights[k].shape) for k in KINDS}
+    assert shapes == {"encoder": (2, 4, s, s), "decoder": (2, 4, t, t), "cross": (2, 4, t, s)}
+    for kind in KINDS:
+        w = report.weights[kind]
+        assert torch.allclose(w.sum(-1), torch.ones(w.shape[:-1]), atol=1e-5), kind
+        assert (w >= 0).all()
+    above = torch.ones(t, t, dtype=torch.bool).triu(1)
+    assert (report.weights["decoder"][..., above] == 0).all()  # no query sees a later position
+
+
+def test_padded_keys_get_zero_and_the_explicit_path_equals_the_fast_one(translator: Translator) -> None:
+    model, tok, cfg = translator.model, translator.tokenizer, translator.model.config
+    seqs = [tok.encode("Je suis étudiant.") + [cfg.eos_id], tok.encode("Merci.") + [cfg.eos_id]]
+    src = torch.full((2, max(map(len, seqs))), cfg.pad_id)
+    for i, seq in enumerate(seqs):
+        src[i, : len(seq)] = torch.tensor(seq)
+    tgt = torch.tensor([[cfg.bos_id] + tok.encode("I am.")] * 2)
+    src_mask, tgt_mask = padding_mask(src, cfg.pad_id), causal_mask(tgt.size(1))
+    with torch.no_grad():
+        maps = model.attention_maps(src, tgt, src_mask, tgt_mask)
+        pad = ~src_mask[1, 0, 0]  # the second sentence's padding
+        assert pad.any()
+        for kind in ("encoder", "cross"):
+            for w in maps[kind]:
+                assert (w[1][..., pad] == 0).all(), kind
+        # The explicit-math path (weights on request) computes what the fused path computes.
+        memory_fast = model.encode(src, src_mask)
+        memory_math, _ = model.encode(src, src_mask, need_weights=True)
+        assert torch.allclose(memory_fast, memory_math, atol=1e-5)
+        logits_fast = model.decode(tgt, memory_fast, src_mask, tgt_mask)
+        logits_math = model.decode(tgt, memory_fast, src_mask, tgt_mask, need_weights=True)[0]
+        assert torch.allclose(logits_fast, logits_math, atol=1e-4)
+
+
+def test_words_keep_rows_summing_to_one(report) -> None:
+    words = merge_words(report)
+    assert words.word_level and [t for t in words.src_tokens if t != "</s>"] == SENTENCE.split()
+    assert " ".join(t for t in words.tgt_tokens if t != "</s>") == report.target
+    for kind in KINDS:
+        w = words.weights[kind]
+        assert w.shape[-2:] == (len(words.query_tokens(kind)), len(words.key_tokens(kind)))
+        assert torch.allclose(w.sum(-1), torch.ones(w.shape[:-1]), atol=1e-5), kind
+    # A word's key weight is the sum of its pieces' weights (here: the first query, layer 1, head 1).
+    groups = word_groups(report.src_tokens)
+    row = report.weights["encoder"][0, 0]
+    first_word_queries = groups[0]
+    expected = row[first_word_queries][:, groups[1]].sum(-1).mean()
+    assert float(words.weights["encoder"][0, 0, 0, 1]) == pytest.approx(float(expected), abs=1e-6)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_step_by_step_reproduces_the_heatmap(report, kind: str) -> None:
+    query = len(report.query_tokens(kind)) - 2
+    for layer in range(report.n_layers["encoder" if kind == "encoder" else "decoder"]):
+        for head in range(report.n_heads):
+            data = explain(report, kind, layer, head, query)
+            weights = torch.tensor([r["weight"] for r in data["rows"]], dtype=torch.float32)
+            visible = len(data["rows"])
+            assert visible == (query + 1 if kind == "decoder" else len(report.key_tokens(kind)))
+            assert torch.allclose(weights, report.weights[kind][layer, head, query, :visible], atol=1e-5)
+            for r in data["rows"]:
+                assert r["scaled"] == pytest.approx(r["dot"] / data["sqrt_d_k"])
+
+
+def test_focus_summary_and_alignment_agree_with_the_weights(report) -> None:
+    query = find_token(report.src_tokens, "il")
+    assert "il" in re.split(r"\W+", report.src_tokens[query].replace("▁", ""))  # "il", or "qu'il" in one piece
+    data = focus(report, "encoder", query)
+    w = report.weights["encoder"][:, :, query, :]
+    for layer, per_head in enumerate(data["top"]):
+        for head, top in enumerate(per_head):
+            assert top["weight"] == pytest.approx(float(w[layer, head].max())) and top["key"] == int(w[layer, head].argmax())
+    rows = head_summary(report)
+    assert len(rows) == (2 + 2 + 2) * 4
+    for r in rows:
+        n_keys = len(report.key_tokens(r["kind"]))
+        assert 0 <= r["entropy"] <= torch.log(torch.tensor(float(n_keys))) + 1e-5
+        assert 0 < r["max_weight"] <= 1 and 0 <= r["eos_share"] <= 1 and 0 <= r["punct_share"] <= 1
+    pairs = alignment(report)
+    words = merge_words(report)
+    assert [j for _, j in pairs] == list(range(len(words.tgt_tokens) - 1))  # every target word once, not </s>
+    assert all(0 <= i < len(words.src_tokens) - 1 for i, _ in pairs)
+
+
+def test_find_token() -> None:
+    tokens = ["▁L'", "an", "▁qu'il", "▁était", "</s>"]
+    assert find_token(tokens, "il") == 2 and find_token(tokens, "qu'il") == 2 and find_token(tokens, "3") == 2
+    assert find_token(tokens, "ÉTAIT") == 3
+    with pytest.raises(TfmError, match="'elle' is not in the sentence") as info:
+        find_token(tokens, "elle")
+    assert "3:▁qu'il" in info.value.hint
+    with pytest.raises(TfmError, match="out of range: the tokens are numbered 1-5"):
+        find_token(tokens, "9")
+
+
+# ---- through the command line ----------------------------------------------------------------------------------
+
+
+def _run(trained: dict, *args: str, check: bool = True):
+    return tfm("inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", SENTENCE, *args, check=check)
+
+
+def test_cli_heatmap_and_numbers(trained: dict, report) -> None:
+    lines = _run(trained).stdout.splitlines()
+    assert lines[0].startswith("encoder-decoder cross-attention, layer 2, mean of heads")
+    assert len([line for line in lines if re.match(r"^\s+\d+ \S", line)]) == len(report.tgt_tokens)
+    first = report.src_tokens[0].replace("▁", "")
+    assert any(line.startswith(f"keys: 1 {first}  2 ") for line in lines)
+    numbers = _run(trained, "--kind", "encoder", "--layer", "1", "--head", "2", "--numbers").stdout.splitlines()
+    assert numbers[0].startswith("encoder self-attention, layer 1, head 2")
+    prefix = f"  1 {first}"
+    row = next(line for line in numbers if line.startswith(prefix + " "))
+    values = [int(v) for v in re.findall(r"\d+", row[len(prefix):].replace("·", " 0"))]
+    expected = [round(100 * float(x)) for x in report.weights["encoder"][0, 1, 0]]
+    assert values == [e if e >= 1 else 0 for e in expected]  # the printed percentages are the weights
+
+
+def test_cli_token_explain_summary_align_words(trained: dict, report) -> None:
+    query = find_token(report.src_tokens, "il")
+    label = report.src_tokens[query].replace("▁", "")
+    focused = _run(trained, "--token", "il").stdout
+    assert f"Where \"{label}\" (query {query + 1}) attends in encoder self-attention" in focused and "layer 2:" in focused
+    explained = _run(trained, "--token", "il", "--explain", "--layer", "2", "--head", "3").stdout
+    assert f"layer 2, head 3, query {query + 1}" in explained and "softmax" in explained
+    data = explain(report, "encoder", 1, 2, query)
+    best = max(data["rows"], key=lambda r: r["weight"])
+    assert f"takes {best['weight']:.0%} of the attention" in explained
+    summary = _run(trained, "--summary")
+    assert len([line for line in summary.stdout.splitlines() if re.match(r"^(encoder|decoder|cross)\t\d", line)]) == 24
+    assert "sharpest head" in summary.stderr
+    aligned = _run(trained, "--align").stdout.splitlines()[0]
+    assert aligned == " ".join(f"{i}-{j}" for i, j in alignment(report))
+    words = _run(trained, "--words", "--kind", "encoder").stdout
+    assert "keys: 1 L'animal  2 n'a" in words
+
+
+def test_cli_json_target_and_files(trained: dict, tmp_path: Path) -> None:
+    data = json.loads(_run(trained, "--target", "The animal did not cross the street.", "--json", "--token", "il", "--explain").stdout)
+    assert data["forced_target"] and data["target"] == "The animal did not cross the street."
+    assert {"src_tokens", "tgt_tokens", "tgt_inputs", "attention", "summary", "alignment", "focus", "explain"} <= set(data)
+    assert len(data["attention"]["cross"]) == 2 and len(data["attention"]["cross"][0]) == 4
+    assert len(data["attention"]["cross"][0][0]) == len(data["tgt_tokens"])
+    assert len(data["attention"]["cross"][0][0][0]) == len(data["src_tokens"])
+    page = tmp_path / "page.html"
+    proc = _run(trained, "--html", str(page))
+    assert page.is_file() and "wrote" in proc.stderr and "<html" in page.read_text(encoding="utf-8").lower()
+    if has_module("matplotlib"):
+        image = tmp_path / "heat.png"
+        _run(trained, "--image", str(image), "--kind", "encoder")
+        assert image.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_bad_input(trained: dict, tmp_path: Path) -> None:
+    base = ["inspect-attn", "--model", str(trained["dir"]), "--device", "cpu"]
+    cases = [
+        (["   "], "the sentence to inspect is empty"),
+        ([SENTENCE, "--token", "elle"], "--token 'elle' is in neither the source nor the target"),
+        ([SENTENCE, "--kind", "encoder", "--layer", "9"], "--layer 9 is out of range: the encoder has layers 1-2"),
+        ([SENTENCE, "--head", "5"], "--head 5 is out of range: the model has heads 1-4"),
+    ]
+    for args, message in cases:
+        proc = tfm(*base, *args, check=False)
+        assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert len([line for line in proc.stderr.splitlines() if line.startswith("Error:")]) == 1
+    proc = tfm(*base, SENTENCE, "--explain", check=False)
+    assert proc.returncode == 2 and "--token" in proc.stderr
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "model.safetensors").write_bytes((trained["dir"] / "model.safetensors").read_bytes())
+    proc = tfm("inspect-attn", "--model", str(bare), "--device", "cpu", SENTENCE, check=False)
+    assert proc.returncode == 1 and "tokenizer.json is missing" in proc.stderr

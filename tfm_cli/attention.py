@@ -1,0 +1,330 @@
+"""What the heads attend to, as plain data: attention maps of a real translation, head statistics, word-level
+merging, source-target alignment, and the step-by-step numbers of one head for one query.
+
+The model translates through the library `Translator` (or takes a given target, teacher-forced), then runs one
+pass through its explicit-math attention path (`Transformer.attention_maps`), which returns the weights of
+every layer and head of the three kinds:
+
+    encoder  self-attention over the source        queries: source positions   keys: source positions
+    decoder  masked self-attention over the target  queries: target positions   keys: decoder inputs (causal)
+    cross    encoder-decoder attention              queries: target positions   keys: source positions
+
+A target position is labelled by the token it predicts (the target pieces, then "</s>"); the decoder reads
+"<s>" and the target pieces (`tgt_inputs`), which are the keys of its self-attention. Nothing here draws: the
+CLI renders these numbers (tfm_cli/cli/inspect_attn.py) and a Python user gets the same ones.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tfm_cli.errors import TfmError
+from tfm_cli.model.masks import causal_mask, padding_mask
+from tfm_cli.translator import Translator
+
+KINDS = ("encoder", "decoder", "cross")
+EOS, BOS = "</s>", "<s>"
+
+
+@dataclass
+class AttentionReport:
+    """Every attention weight of one sentence pair: `weights[kind]` is a (layers, heads, queries, keys) tensor."""
+
+    source: str
+    target: str
+    forced_target: bool
+    model: str
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    tgt_inputs: list[str]
+    weights: dict[str, torch.Tensor]
+    d_k: int
+    word_level: bool = False
+    # For each kind: the (layers, heads, queries, Dh) queries and (layers, heads, keys, Dh) keys and values
+    # at each attention, for `explain` (subword level only).
+    vectors: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)
+
+    @property
+    def n_layers(self) -> dict[str, int]:
+        return {"encoder": self.weights["encoder"].size(0), "decoder": self.weights["decoder"].size(0)}
+
+    @property
+    def n_heads(self) -> int:
+        return self.weights["encoder"].size(1)
+
+    def query_tokens(self, kind: str) -> list[str]:
+        return self.src_tokens if kind == "encoder" else self.tgt_tokens
+
+    def key_tokens(self, kind: str) -> list[str]:
+        return {"encoder": self.src_tokens, "decoder": self.tgt_inputs, "cross": self.src_tokens}[kind]
+
+    def matrix(self, kind: str, layer: int, head: int | None) -> torch.Tensor:
+        """(queries, keys) weights of one head, or their mean over heads when `head` is None (0-based)."""
+        w = self.weights[kind][layer]
+        return w.mean(dim=0) if head is None else w[head]
+
+    def to_dict(self, decimals: int = 5) -> dict[str, Any]:
+        """The documented JSON shape: tokens and weights[kind][layer][head][query][key]."""
+        return {
+            "source": self.source, "target": self.target, "forced_target": self.forced_target, "model": self.model,
+            "word_level": self.word_level,
+            "src_tokens": self.src_tokens, "tgt_tokens": self.tgt_tokens, "tgt_inputs": self.tgt_inputs,
+            "n_layers": self.n_layers, "n_heads": self.n_heads, "d_k": self.d_k,
+            "attention": {k: self.weights[k].double().round(decimals=decimals).tolist() for k in KINDS},
+        }
+
+
+def attention_report(translator: Translator, source: str, target: str | None = None, **decode: Any) -> AttentionReport:
+    """Translate `source` (or take `target`, teacher-forced) and collect every attention weight of the model.
+
+    Raises:
+        TfmError: an empty source or target, or one longer than the model takes.
+    """
+    tok, model = translator.tokenizer, translator.model
+    cfg = model.config
+    src_ids = tok.encode(source)
+    if not src_ids:
+        raise TfmError("the sentence to inspect is empty", hint='give a sentence, e.g. tfm inspect-attn "Je suis étudiant."')
+    if target is None:
+        result = translator.translate(source, **decode)
+        tgt_ids = [tok.piece_to_id(p) for p in result.tokens]
+        target_text, forced = result.text, False
+    else:
+        tgt_ids, target_text, forced = tok.encode(target), target, True
+        if not tgt_ids:
+            raise TfmError("--target is empty", hint="give the target sentence to teacher-force, or leave --target out")
+    limit = cfg.max_positions - 1
+    for name, ids in (("sentence", src_ids), ("target", tgt_ids)):
+        if len(ids) > limit:
+            raise TfmError(f"the {name} has {len(ids)} tokens; the model takes at most {limit}", hint="inspect a shorter sentence")
+    device = translator.device
+    src = torch.tensor([src_ids + [cfg.eos_id]], device=device)
+    tgt_in = torch.tensor([[cfg.bos_id] + tgt_ids], device=device)
+    captured = _capture_projections(model)
+    try:
+        with torch.no_grad():
+            maps = model.attention_maps(src, tgt_in, padding_mask(src, cfg.pad_id), causal_mask(tgt_in.size(1), device))
+    finally:
+        for handle in captured.pop("handles"):
+            handle.remove()
+    pieces = [tok.id_to_piece(i) for i in src_ids]
+    out_pieces = [tok.id_to_piece(i) for i in tgt_ids]
+    weights = {k: torch.stack([w[0] for w in maps[k]]).float().cpu() for k in KINDS}  # (L, H, Q, K)
+    vectors = {k: {n: torch.stack(v).cpu() for n, v in captured[k].items()} for k in KINDS}
+    return AttentionReport(
+        source, target_text, forced, str(translator.path or "<in memory>"),
+        pieces + [EOS], out_pieces + [EOS], [BOS] + out_pieces, weights, cfg.d_model // cfg.n_heads,
+        vectors=vectors,
+    )
+
+
+def _capture_projections(model) -> dict[str, Any]:
+    """Forward hooks that keep each attention's per-head queries, keys and values (for `explain`)."""
+    captured: dict[str, Any] = {k: {"q": [], "k": [], "v": []} for k in KINDS}
+    handles = []
+
+    def hook(kind: str):
+        def keep(module, args, kwargs, output):
+            query = args[0]
+            memory = args[1] if len(args) > 1 else kwargs.get("memory")
+            source = query if memory is None else memory
+            captured[kind]["q"].append(module._split(module.w_q(query))[0].detach())  # (H, Q, Dh)
+            captured[kind]["k"].append(module._split(module.w_k(source))[0].detach())  # (H, K, Dh)
+            captured[kind]["v"].append(module._split(module.w_v(source))[0].detach())
+
+        return keep
+
+    for layer in model.encoder_layers:
+        handles.append(layer.self_attn.register_forward_hook(hook("encoder"), with_kwargs=True))
+    for layer in model.decoder_layers:
+        handles.append(layer.self_attn.register_forward_hook(hook("decoder"), with_kwargs=True))
+        handles.append(layer.cross_attn.register_forward_hook(hook("cross"), with_kwargs=True))
+    captured["handles"] = handles
+    return captured
+
+
+# --- word level ------------------------------------------------------------------------------------------------
+
+
+def word_groups(tokens: list[str]) -> list[list[int]]:
+    """Positions grouped into words: a piece starting with "▁" starts a word; <s> and </s> stand alone."""
+    groups: list[list[int]] = []
+    for i, piece in enumerate(tokens):
+        if piece in (BOS, EOS) or piece.startswith("▁") or not groups or tokens[groups[-1][0]] in (BOS, EOS):
+            groups.append([i])
+        else:
+            groups[-1].append(i)
+    return groups
+
+
+def _word_text(tokens: list[str], group: list[int]) -> str:
+    text = "".join(tokens[i] for i in group)
+    return text if text in (BOS, EOS) else text.replace("▁", " ").strip() or text
+
+
+def merge_words(report: AttentionReport) -> AttentionReport:
+    """The same report over words: weights summed over a word's key pieces, averaged over its query pieces,
+    so every row still sums to 1. (Byte-fallback pieces of a word join its text as the tokenizer wrote them.)"""
+    if report.word_level:
+        return report
+    src_g, tgt_g, in_g = word_groups(report.src_tokens), word_groups(report.tgt_tokens), word_groups(report.tgt_inputs)
+    groups = {"encoder": (src_g, src_g), "decoder": (tgt_g, in_g), "cross": (tgt_g, src_g)}
+    weights = {}
+    for kind, (queries, keys) in groups.items():
+        w = report.weights[kind]
+        w = torch.stack([w[..., g].sum(dim=-1) for g in keys], dim=-1)  # sum over each word's key pieces
+        weights[kind] = torch.stack([w[..., g, :].mean(dim=-2) for g in queries], dim=-2)  # mean over its queries
+    return AttentionReport(
+        report.source, report.target, report.forced_target, report.model,
+        [_word_text(report.src_tokens, g) for g in src_g], [_word_text(report.tgt_tokens, g) for g in tgt_g],
+        [_word_text(report.tgt_inputs, g) for g in in_g], weights, report.d_k, word_level=True,
+    )
+
+
+# --- finding a token -------------------------------------------------------------------------------------------
+
+
+def _parts(token: str) -> list[str]:
+    """A token's text and its parts split at punctuation: "▁qu'il" -> ["qu'il", "qu", "il"]."""
+    text = token.replace("▁", "").strip().lower()
+    parts, current = [text], ""
+    for ch in text:
+        if unicodedata.category(ch).startswith("P"):
+            if current:
+                parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if current and current != text:
+        parts.append(current)
+    return parts
+
+
+def find_token(tokens: list[str], query: str) -> int:
+    """The position of `query` in `tokens`: a 1-based index ("3"), the token's text, or a word inside it
+    ("il" finds "▁qu'il"); the first match wins. TfmError listing the tokens when nothing matches."""
+    if query.isdigit():
+        index = int(query) - 1
+        if 0 <= index < len(tokens):
+            return index
+        raise TfmError(f"--token {query} is out of range: the tokens are numbered 1-{len(tokens)}", hint=_listing(tokens))
+    wanted = query.replace("▁", "").strip().lower()
+    for exact in (True, False):
+        for i, token in enumerate(tokens):
+            parts = _parts(token)
+            if (exact and parts[0] == wanted) or (not exact and wanted in parts[1:]):
+                return i
+    raise TfmError(f"--token {query!r} is not in the sentence", hint=_listing(tokens))
+
+
+def _listing(tokens: list[str]) -> str:
+    return "its tokens are: " + " ".join(f"{i + 1}:{t}" for i, t in enumerate(tokens))
+
+
+# --- statistics, focus, explanation, alignment -------------------------------------------------------------------
+
+
+def _is_punctuation(token: str) -> bool:
+    text = token.replace("▁", "").strip()
+    return bool(text) and all(unicodedata.category(ch).startswith("P") for ch in text)
+
+
+def head_summary(report: AttentionReport) -> list[dict[str, Any]]:
+    """For every kind, layer and head: mean entropy of the rows (nats), mean maximum weight, share of attention
+    on the end-of-sentence key and on punctuation keys, and mean distance from the diagonal (in key positions;
+    for cross-attention the diagonal runs corner to corner). Queries are averaged with equal weight."""
+    rows = []
+    for kind in KINDS:
+        w = report.weights[kind]  # (L, H, Q, K)
+        keys = report.key_tokens(kind)
+        n_q, n_k = w.size(2), w.size(3)
+        eos = torch.tensor([t == EOS for t in keys])
+        punct = torch.tensor([_is_punctuation(t) for t in keys])
+        q_pos = torch.arange(n_q, dtype=torch.float32)
+        if kind == "cross" and n_q > 1:
+            q_pos = q_pos * (n_k - 1) / (n_q - 1)
+        distance = (torch.arange(n_k, dtype=torch.float32)[None, :] - q_pos[:, None]).abs()  # (Q, K)
+        entropy = -(w * w.clamp_min(1e-12).log()).sum(-1).mean(-1)  # (L, H)
+        for layer in range(w.size(0)):
+            for head in range(w.size(1)):
+                m = w[layer, head]
+                rows.append({
+                    "kind": kind, "layer": layer + 1, "head": head + 1,
+                    "entropy": float(entropy[layer, head]),
+                    "max_weight": float(m.max(-1).values.mean()),
+                    "eos_share": float(m[:, eos].sum(-1).mean()) if eos.any() else 0.0,
+                    "punct_share": float(m[:, punct].sum(-1).mean()) if punct.any() else 0.0,
+                    "diagonal_distance": float((m * distance).sum(-1).mean()),
+                })
+    return rows
+
+
+def focus(report: AttentionReport, kind: str, query: int) -> dict[str, Any]:
+    """Where query position `query` attends in every layer and head of `kind`: the top key and its weight per
+    (layer, head), and the mean over heads per layer as a distribution over the keys."""
+    w = report.weights[kind][:, :, query, :]  # (L, H, K)
+    top_w, top_k = w.max(dim=-1)
+    keys = report.key_tokens(kind)
+    return {
+        "kind": kind, "query": query, "query_token": report.query_tokens(kind)[query], "keys": keys,
+        "top": [
+            [{"key": int(top_k[i, h]), "token": keys[int(top_k[i, h])], "weight": float(top_w[i, h])} for h in range(w.size(1))]
+            for i in range(w.size(0))
+        ],
+        "layer_means": w.mean(dim=1).tolist(),
+    }
+
+
+def explain(report: AttentionReport, kind: str, layer: int, head: int, query: int) -> dict[str, Any]:
+    """One head's attention for one query, step by step as the paper's formula reads: the dot products q.k for
+    each key, divided by sqrt(d_k), the softmax, the value vectors' norms, and the weighted sum (0-based indices).
+    Keys a causal mask hides are left out, as the model leaves them out."""
+    if report.word_level or kind not in report.vectors:
+        raise TfmError("the step-by-step view needs subword tokens", hint="drop --words for --explain")
+    vec = report.vectors[kind]
+    q = vec["q"][layer, head, query].double()  # (Dh,)
+    k = vec["k"][layer, head].double()  # (K, Dh)
+    v = vec["v"][layer, head].double()
+    visible = k.size(0) if kind != "decoder" else query + 1
+    dots = k[:visible] @ q
+    scaled = dots / math.sqrt(report.d_k)
+    weights = scaled.softmax(dim=0)
+    output = (weights[:, None] * v[:visible]).sum(dim=0)
+    keys = report.key_tokens(kind)
+    return {
+        "kind": kind, "layer": layer, "head": head, "query": query, "query_token": report.query_tokens(kind)[query],
+        "d_k": report.d_k, "sqrt_d_k": math.sqrt(report.d_k),
+        "rows": [
+            {"key": j, "token": keys[j], "dot": float(dots[j]), "scaled": float(scaled[j]), "weight": float(weights[j]),
+             "value_norm": float(v[j].norm()), "weighted_value_norm": float((weights[j] * v[j]).norm())}
+            for j in range(visible)
+        ],
+        "output_norm": float(output.norm()),
+    }
+
+
+def default_alignment_layer(report: AttentionReport) -> int:
+    """The decoder layer alignments are read from by default (0-based): the last but one, where cross-attention
+    aligns best in trained Transformers (Garg et al., 2019), or the only one."""
+    return max(0, report.n_layers["decoder"] - 2)
+
+
+def alignment(report: AttentionReport, layer: int | None = None, head: int | None = None) -> list[tuple[int, int]]:
+    """Pharaoh (source word, target word) pairs, 0-based: each target word aligned to the source word its
+    cross-attention weighs most (the mean over heads of `layer` unless `head` is given). "</s>" is left out."""
+    words = merge_words(report)
+    layer = default_alignment_layer(words) if layer is None else layer
+    m = words.matrix("cross", layer, head)
+    src_real = [i for i, t in enumerate(words.src_tokens) if t != EOS]
+    pairs = []
+    for j, token in enumerate(words.tgt_tokens):
+        if token == EOS or not src_real:
+            continue
+        best = max(src_real, key=lambda i: float(m[j, i]))
+        pairs.append((best, j))
+    return pairs

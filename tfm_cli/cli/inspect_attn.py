@@ -1,0 +1,311 @@
+"""`tfm inspect-attn SENTENCE`: what every head of a trained model attends to, in the terminal.
+
+Parse, call `tfm_cli.attention`, render. Views: a heatmap of one kind/layer/head (default), `--token` (where one
+token attends in every layer and head), `--explain` (one head's numbers step by step), `--summary` (statistics
+of every head), `--align` (Pharaoh word alignment), `--json`, `--html FILE`, `--image FILE`. Layers and heads
+are numbered from 1 here, as a person counts; the JSON keeps 0-based arrays.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from tfm_cli.cli.common import DEVICE_HELP, fancy_stdout, info, out, print_json, print_table
+from tfm_cli.errors import TfmError
+
+KIND_NAMES = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "encoder-decoder cross-attention"}
+_SHADES = " ·░▒▓█"
+
+
+def inspect_attn(
+    sentence: str = typer.Argument(..., help="The source sentence to translate and inspect."),
+    model: Path = typer.Option(None, "--model", "-m", help="Run directory or .safetensors file (default: the most recent run under runs/).", show_default=False),
+    target: str = typer.Option(None, "--target", "-t", help="Inspect this target (teacher-forced) instead of the model's translation.", show_default=False),
+    kind: str = typer.Option(None, "--kind", "-k", help="encoder, decoder or cross (default: cross; with --token, where the token is).", show_default=False),
+    layer: int = typer.Option(None, "--layer", "-l", help="Layer, from 1 (default: the last).", show_default=False),
+    head: str = typer.Option("mean", "--head", help="Head, from 1, or 'mean' of all heads."),
+    token: str = typer.Option(None, "--token", help="Focus on one query token: its text (a word inside a piece counts: 'il' finds qu'il) or its number.", show_default=False),
+    explain_head: bool = typer.Option(False, "--explain", help="With --token: one head step by step (q.k, /sqrt(d_k), softmax, values)."),
+    summary: bool = typer.Option(False, "--summary", help="Statistics of every head: entropy, maximum, share on </s> and punctuation, distance from the diagonal."),
+    align: bool = typer.Option(False, "--align", help="Print the source-target word alignment from cross-attention (Pharaoh i-j)."),
+    words: bool = typer.Option(False, "--words", help="Merge subword pieces into words (keys summed, queries averaged)."),
+    numbers: bool = typer.Option(False, "--numbers", help="Print the weights (in %) in the heatmap cells."),
+    json_out: bool = typer.Option(False, "--json", help="Print tokens and every weight (kind, layer, head) as JSON."),
+    html: Path = typer.Option(None, "--html", help="Also write a self-contained HTML page to explore every head.", show_default=False),
+    image: Path = typer.Option(None, "--image", help="Also write the heatmap as an image (.png or .svg; needs the plot extra).", show_default=False),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+) -> None:
+    """Show what the model's attention heads attend to when translating SENTENCE: encoder self-attention,
+    decoder masked self-attention and encoder-decoder cross-attention, per layer and head.
+
+    Examples:
+
+      tfm inspect-attn "L'animal n'a pas traversé la rue parce qu'il était trop fatigué." --token il
+
+      tfm inspect-attn "Je suis étudiant." --kind encoder --layer 2 --head 3 --numbers
+
+      tfm inspect-attn "Je suis étudiant." --token suis --explain --layer 1 --head 2
+
+      tfm inspect-attn "Il fait beau." --summary --html attention.html
+    """
+    from tfm_cli.attention import KINDS, attention_report, merge_words
+    from tfm_cli.translator import Translator
+
+    if kind is not None and kind not in KINDS:
+        raise typer.BadParameter(f"{kind!r} is not one of: {', '.join(KINDS)}", param_hint="--kind")
+    if explain_head and token is None:
+        raise typer.BadParameter("--explain explains one query token: add --token", param_hint="--explain")
+    if explain_head and words:
+        raise typer.BadParameter("--explain works on subword pieces; drop --words", param_hint="--explain")
+    if not sentence.strip():
+        raise TfmError("the sentence to inspect is empty", hint='give a sentence, e.g. tfm inspect-attn "Je suis étudiant."')
+
+    translator = Translator.load(model, device=device, precision="fp32")
+    if model is None:
+        info(f"using {translator.path} (the most recent run; choose another with --model)")
+    report = attention_report(translator, sentence, target)
+    shown = merge_words(report) if words else report
+    if token is not None:
+        kind, query = _locate(shown, kind, token)
+    kind = kind or "cross"
+    layers = shown.n_layers["encoder" if kind == "encoder" else "decoder"]
+    layer_index = _layer(layer, layers, kind)
+    head_index = _head(head, shown.n_heads)
+
+    if html is not None:
+        from tfm_cli.cli.views.page import write_html
+
+        info(f"wrote {write_html(shown.to_dict(), html)}")
+    if image is not None:
+        from tfm_cli.cli.views.images import write_image
+
+        info(f"wrote {write_image(shown.to_dict(), image, kind, layer_index if layer is not None else None, head_index)}")
+    if json_out:
+        print_json(_json(report, shown, kind, layer_index, head_index, token, query if token else None, explain_head))
+        return
+    _header(shown)
+    if summary:
+        _render_summary(shown)
+    if align:
+        _render_alignment(report, layer, head_index)
+    if token is not None and explain_head:
+        _render_explain(report, kind, layer_index, 0 if head_index is None else head_index, query)
+    elif token is not None:
+        _render_focus(shown, kind, query)
+    if not (summary or align or token is not None):
+        _render_heatmap(shown, kind, layer_index, head_index, numbers)
+
+
+# ---- parsing the choices ----------------------------------------------------------------------------------------
+
+
+def _locate(report, kind: str | None, token: str) -> tuple[str, int]:
+    """The kind and query position for --token: the given kind's queries, else the source, else the target."""
+    from tfm_cli.attention import find_token
+
+    if kind is not None:
+        return kind, find_token(report.query_tokens(kind), token)
+    try:
+        return "encoder", find_token(report.src_tokens, token)
+    except TfmError:
+        pass
+    try:
+        return "cross", find_token(report.tgt_tokens, token)
+    except TfmError:
+        raise TfmError(
+            f"--token {token!r} is in neither the source nor the target",
+            hint=f"source tokens: {' '.join(report.src_tokens)} | target tokens: {' '.join(report.tgt_tokens)}",
+        ) from None
+
+
+def _layer(layer: int | None, layers: int, kind: str) -> int:
+    if layer is None:
+        return layers - 1
+    if not 1 <= layer <= layers:
+        stack = "encoder" if kind == "encoder" else "decoder"
+        raise TfmError(f"--layer {layer} is out of range: the {stack} has layers 1-{layers}", hint=f"use --layer 1 to {layers}")
+    return layer - 1
+
+
+def _head(head: str, heads: int) -> int | None:
+    if head == "mean":
+        return None
+    if not head.isdigit() or not 1 <= int(head) <= heads:
+        raise TfmError(f"--head {head} is out of range: the model has heads 1-{heads}", hint=f"use --head 1 to {heads}, or --head mean")
+    return int(head) - 1
+
+
+def _json(report, shown, kind, layer, head, token, query, explain_head) -> dict[str, Any]:
+    from tfm_cli.attention import alignment, explain, focus, head_summary
+
+    data = shown.to_dict()
+    data["summary"] = head_summary(shown)
+    data["alignment"] = " ".join(f"{i}-{j}" for i, j in alignment(report))
+    if token is not None:
+        data["focus"] = focus(shown, kind, query)
+        if explain_head:
+            data["explain"] = explain(report, kind, layer, 0 if head is None else head, query)
+    return data
+
+
+# ---- views -------------------------------------------------------------------------------------------------------
+
+
+def _header(report) -> None:
+    how = "given target (teacher-forced)" if report.forced_target else "the model's translation"
+    info(f"source: {report.source}")
+    info(f"target: {report.target}  ({how})")
+
+
+def _table(title: str, columns: list[str], rows: list) -> None:
+    """A table with its title also when piped (plain tables have none)."""
+    if not fancy_stdout():
+        print(title)
+    print_table(title, columns, rows)
+
+
+def _label(text: str, width: int) -> str:
+    text = text.replace("▁", "_") if text.startswith("▁") and len(text) == 1 else text.replace("▁", "")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _render_heatmap(report, kind: str, layer: int, head: int | None, numbers: bool) -> None:
+    """Queries down, keys across; keys are numbered in the header and listed below, windowed to the width."""
+    from rich.text import Text
+
+    matrix = report.matrix(kind, layer, head)
+    queries, keys = report.query_tokens(kind), report.key_tokens(kind)
+    what = f"{KIND_NAMES[kind]}, layer {layer + 1}, {'mean of heads' if head is None else f'head {head + 1}'}"
+    fancy = fancy_stdout()
+    label_width = min(16, max(len(_label(t, 16)) for t in queries))
+    cell = 4 if numbers else 3
+    columns = shutil.get_terminal_size((100, 24)).columns
+    per_block = max(4, (columns - label_width - 6) // cell)
+    print(f"{what} (rows: queries, columns: keys; row weights sum to 1)")
+    for start in range(0, len(keys), per_block):
+        block = range(start, min(len(keys), start + per_block))
+        if len(keys) > per_block:
+            print(f"keys {start + 1}-{block[-1] + 1} of {len(keys)}")
+        print(" " * (label_width + 5) + "".join(f"{j + 1:>{cell - 1}} " for j in block))
+        for i, query in enumerate(queries):
+            row_label = f"{i + 1:>3} {_label(query, label_width):<{label_width}} "
+            if fancy:
+                line = Text(row_label)
+                for j in block:
+                    w = float(matrix[i, j])
+                    shade = int(255 - 200 * w)
+                    body = f"{round(100 * w):>{cell - 1}} " if numbers else " " * cell
+                    style = f"on rgb({shade},{shade},255)" + (" bold" if w > 0.5 else "")
+                    line.append(body, style=style)
+                out.print(line, soft_wrap=True)
+            else:
+                cells = []
+                for j in block:
+                    w = float(matrix[i, j])
+                    if numbers:
+                        cells.append(f"{round(100 * w):>{cell - 1}} " if w >= 0.005 else " " * (cell - 2) + "· ")
+                    else:
+                        cells.append(_SHADES[min(5, int(w * 5 + 0.5))] * (cell - 1) + " ")
+                print(row_label + "".join(cells))
+    print("keys: " + "  ".join(f"{j + 1} {_label(t, 24)}" for j, t in enumerate(keys)))
+    if not numbers:
+        print(f"shades: '{_SHADES[1]}' ~0.2  '{_SHADES[2]}' ~0.4  '{_SHADES[3]}' ~0.6  '{_SHADES[4]}' ~0.8  '{_SHADES[5]}' ~1 (add --numbers for values)")
+
+
+def _render_focus(report, kind: str, query: int) -> None:
+    from tfm_cli.attention import focus
+
+    data = focus(report, kind, query)
+    token = _label(data["query_token"], 30)
+    heads = len(data["top"][0])
+    rows = []
+    for i, per_head in enumerate(data["top"]):
+        means = data["layer_means"][i]
+        best = max(range(len(means)), key=means.__getitem__)
+        rows.append((
+            str(i + 1), *[f"{_label(x['token'], 14)} {x['weight']:.2f}" for x in per_head],
+            f"{_label(data['keys'][best], 14)} {means[best]:.2f}",
+        ))
+    _table(
+        f"Where \"{token}\" (query {query + 1}) attends in {KIND_NAMES[kind]}: the top key of each layer and head",
+        ["layer", *[f"head {h + 1}" for h in range(heads)], "mean of heads"], rows,
+    )
+    print("mean over heads, each layer's three strongest keys:")
+    for i, means in enumerate(data["layer_means"]):
+        top = sorted(range(len(means)), key=lambda j: -means[j])[:3]
+        bars = "   ".join(f"{_label(data['keys'][j], 14)} {'█' * max(1, round(means[j] * 20))} {means[j]:.2f}" for j in top)
+        print(f"  layer {i + 1}: {bars}")
+
+
+def _render_explain(report, kind: str, layer: int, head: int, query: int) -> None:
+    from tfm_cli.attention import explain
+
+    data = explain(report, kind, layer, head, query)
+    rows = [
+        (str(r["key"] + 1), _label(r["token"], 18), f"{r['dot']:.2f}", f"{r['scaled']:.2f}", f"{r['weight']:.4f}",
+         f"{r['value_norm']:.2f}", f"{r['weighted_value_norm']:.3f}")
+        for r in data["rows"]
+    ]
+    token = _label(data["query_token"], 30)
+    _table(
+        f"{KIND_NAMES[kind]}, layer {layer + 1}, head {head + 1}, query {query + 1} \"{token}\": "
+        f"softmax(q·k / sqrt(d_k)) with d_k = {data['d_k']}, sqrt(d_k) = {data['sqrt_d_k']:.2f}",
+        ["key", "token", "q·k", "/ sqrt(d_k)", "softmax", "|v|", "|weight × v|"], rows,
+    )
+    best = max(data["rows"], key=lambda r: r["weight"])
+    print(
+        f"output = sum of weight × v over the {len(rows)} keys: |output| = {data['output_norm']:.3f}; "
+        f"\"{_label(best['token'], 20)}\" takes {best['weight']:.0%} of the attention "
+        f"({best['dot']:.1f} / {data['sqrt_d_k']:.2f} = {best['scaled']:.2f} before the softmax)"
+    )
+
+
+def _render_summary(report) -> None:
+    from tfm_cli.attention import head_summary
+
+    rows = head_summary(report)
+    table = []
+    for r in rows:
+        notes = []
+        if r["max_weight"] > 0.9:
+            notes.append("sharp")
+        if r["eos_share"] > 0.5:
+            notes.append("rests on </s>")
+        if r["diagonal_distance"] < 0.5:
+            notes.append("diagonal")
+        if r["punct_share"] > 0.5:
+            notes.append("punctuation")
+        table.append((
+            r["kind"], r["layer"], r["head"], f"{r['entropy']:.2f}", f"{r['max_weight']:.2f}", f"{r['eos_share']:.0%}",
+            f"{r['punct_share']:.0%}", f"{r['diagonal_distance']:.2f}", ", ".join(notes),
+        ))
+    _table(
+        "Every head: mean row entropy (nats; 0 = one key), mean maximum weight, share on </s> and on punctuation, "
+        "mean distance from the diagonal (positions)",
+        ["kind", "layer", "head", "entropy", "max", "</s>", "punct", "diagonal", "notes"], table,
+    )
+    for kind in ("encoder", "decoder", "cross"):
+        mine = [r for r in rows if r["kind"] == kind]
+        sharp = min(mine, key=lambda r: r["entropy"])
+        broad = max(mine, key=lambda r: r["entropy"])
+        info(
+            f"{kind}: sharpest head {sharp['layer']}.{sharp['head']} (entropy {sharp['entropy']:.2f}), "
+            f"broadest {broad['layer']}.{broad['head']} (entropy {broad['entropy']:.2f})"
+        )
+
+
+def _render_alignment(report, layer: int | None, head: int | None) -> None:
+    from tfm_cli.attention import alignment, default_alignment_layer, merge_words
+
+    words = merge_words(report)
+    layer_index = default_alignment_layer(words) if layer is None else layer - 1
+    pairs = alignment(report, layer_index, head)
+    print(" ".join(f"{i}-{j}" for i, j in pairs))
+    which = "mean of heads" if head is None else f"head {head + 1}"
+    info(f"alignment (Pharaoh source-target word indices, from 0) from cross-attention layer {layer_index + 1}, {which}:")
+    for i, j in pairs:
+        info(f"  {words.tgt_tokens[j]}  <-  {words.src_tokens[i]}")

@@ -1,0 +1,107 @@
+"""`tfm inspect-attn --image FILE`: one kind of attention as a PNG or SVG heatmap, drawn with matplotlib.
+
+`layer` and `head` are 0-based indexes into the report's lists (titles print them 1-based, as the HTML page does):
+`layer=None` draws every layer side by side, `head=None` draws the mean over the heads.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from tfm_cli.errors import TfmError
+
+FORMATS = (".png", ".svg")
+KINDS = {
+    # kind: (title, report key of the query tokens, of the key tokens, n_layers key, axis names)
+    "encoder": ("Encoder self-attention", "src_tokens", "src_tokens", "encoder", ("source", "source")),
+    "decoder": ("Decoder masked self-attention", "tgt_tokens", "tgt_inputs", "decoder", ("predicts", "reads")),
+    "cross": ("Encoder-decoder cross-attention", "tgt_tokens", "src_tokens", "decoder", ("predicts", "source")),
+}
+MAX_LABEL = 24
+
+
+class ImageOptionError(TfmError, ValueError):
+    """A bad file extension, kind, layer or head: a `TfmError` for the CLI, a `ValueError` for Python callers."""
+
+
+def _short(token: str) -> str:
+    return token if len(token) <= MAX_LABEL else token[: MAX_LABEL - 1] + "…"
+
+
+def _check(report: dict[str, Any], path: Path, kind: str, layer: int | None, head: int | None) -> None:
+    if path.suffix.lower() not in FORMATS:
+        raise ImageOptionError(
+            f"cannot write {path.name!r}: the image format is chosen by the extension, one of "
+            f"{', '.join(FORMATS)}",
+            hint=f"name the file e.g. {path.stem or 'attention'}.png or {path.stem or 'attention'}.svg",
+        )
+    if kind not in KINDS:
+        raise ImageOptionError(f"unknown attention kind {kind!r}: expected one of {', '.join(KINDS)}")
+    n_layers = len(report["attention"][kind])
+    if layer is not None and not 0 <= layer < n_layers:
+        raise ImageOptionError(f"layer index {layer} is out of range: the {kind} has {n_layers} layers (0-based)")
+    if head is not None and not 0 <= head < report["n_heads"]:
+        raise ImageOptionError(f"head index {head} is out of range: there are {report['n_heads']} heads (0-based)")
+
+
+def write_image(report: dict[str, Any], path: Path, kind: str, layer: int | None, head: int | None) -> Path:
+    """Write the `kind` ("encoder", "decoder" or "cross") attention heatmap of `report` to `path` (.png or .svg).
+
+    `layer`/`head` are 0-based; None means every layer (a grid) / the mean of the heads. Returns `path`.
+    """
+    path = Path(path)
+    _check(report, path, kind, layer, head)
+    try:
+        import matplotlib
+        import numpy as np
+        from matplotlib.figure import Figure
+    except ImportError as err:  # matplotlib (and numpy with it) is the optional [plot] extra
+        raise TfmError(
+            "writing an attention image needs matplotlib", hint='pip install -e ".[plot]"'
+        ) from err
+
+    title, q_key, k_key, _, (q_name, k_name) = KINDS[kind]
+    queries, keys = report[q_key], report[k_key]
+    weights = np.asarray(report["attention"][kind], dtype=float)  # layer, head, query, key
+    per_head = weights if head is None else weights[:, head : head + 1]
+    maps = per_head.mean(axis=1)  # layer, query, key
+    layers = list(range(len(maps))) if layer is None else [layer]
+    if kind == "decoder":  # the causal mask: future positions shown as masked, not as a weight of 0
+        future = np.triu(np.ones((len(queries), len(keys)), dtype=bool), k=1)
+        maps = np.ma.masked_array(maps, mask=np.broadcast_to(future, maps.shape))
+
+    cols = len(layers) if len(layers) <= 3 else math.ceil(math.sqrt(len(layers)))
+    rows = math.ceil(len(layers) / cols)
+    cell = 0.26  # inches per token
+    label = 0.085 * max(len(_short(t)) for t in [*queries, *keys]) + 0.5
+    panel_w, panel_h = max(2.2, len(keys) * cell) + label, max(2.0, len(queries) * cell) + label
+    fig = Figure(figsize=(cols * panel_w + 1.2, rows * panel_h + 0.9), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+
+    cmap = matplotlib.colormaps["Blues"].with_extremes(bad="#eef0f3")
+    image = None
+    for ax, index in zip(axes.flat, layers, strict=False):
+        image = ax.imshow(maps[index], cmap=cmap, vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+        ax.set_xticks(range(len(keys)), [_short(t) for t in keys], rotation=60, ha="right",
+                      rotation_mode="anchor", fontsize=8)
+        ax.set_yticks(range(len(queries)), [_short(t) for t in queries], fontsize=8)
+        ax.set_xlabel(f"key ({k_name})", fontsize=8, color="#5b6575")
+        ax.set_ylabel(f"query ({q_name})", fontsize=8, color="#5b6575")
+        ax.tick_params(length=0)
+        for side in ax.spines.values():
+            side.set_visible(False)
+        if len(layers) > 1:
+            ax.set_title(f"layer {index + 1}", fontsize=9)
+    for ax in list(axes.flat)[len(layers) :]:
+        ax.set_axis_off()
+
+    n_layers = len(maps)
+    where = "all layers" if layer is None else f"layer {layer + 1} of {n_layers}"
+    which = f"mean of {report['n_heads']} heads" if head is None else f"head {head + 1} of {report['n_heads']}"
+    fig.suptitle(f"{title} · {where} · {which}", fontsize=11)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150 if path.suffix.lower() == ".png" else None)
+    return path

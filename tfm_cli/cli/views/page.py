@@ -1,0 +1,57 @@
+"""`tfm inspect-attn --html FILE`: one self-contained HTML page that explores every attention head.
+
+The page is the template `attention.html` (shipped as package data) with the command's report embedded as JSON
+in a `<script type="application/json">` element; plain JavaScript in the same file draws the heatmap. Nothing is
+fetched: no server, no network, no external scripts or fonts, so the file can be mailed or opened offline.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+TEMPLATE = "attention.html"
+DIGITS = 4  # attention weights are stored rounded: ample for a colour and a 3-decimal read-out, and 4x smaller
+
+# Inside <script> only "</script" (any case), "<!--" and "<script" can end or confuse the element; escaping
+# every "<", ">" and "&" as a JSON \u escape rules all of them out and JSON.parse gives the text back unchanged.
+# U+2028/U+2029 are escaped too, for old JavaScript parsers.
+_JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
+
+
+def _rounded(weights: Any) -> Any:
+    if isinstance(weights, (list, tuple)):
+        return [_rounded(w) for w in weights]
+    return round(float(weights), DIGITS)
+
+
+def embed_json(data: Any) -> str:
+    """`data` as JSON that is safe as the text of a `<script>` element (and still valid JSON)."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return "".join(_JSON_ESCAPES.get(ch, ch) for ch in text)
+
+
+def render_html(report: dict[str, Any]) -> str:
+    """The page for `report` (the dict that `tfm inspect-attn --json` prints) as a string."""
+    data = dict(report)
+    data["attention"] = {kind: _rounded(w) for kind, w in report["attention"].items()}
+    template = resources.files(__package__).joinpath(TEMPLATE).read_text(encoding="utf-8")
+    values = {
+        "TITLE": html.escape(f"Attention: {report['source']} → {report['target']}"),
+        "REPORT_JSON": embed_json(data),
+    }
+    # One pass over the template only: text that is substituted in is never scanned for placeholders again.
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def write_html(report: dict[str, Any], path: Path) -> Path:
+    """Write the page for `report` to `path` (parent folders created); returns `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_html(report), encoding="utf-8")
+    return path
