@@ -6,7 +6,7 @@ complete -c tfm -f  # no file names unless an option or argument asks for them
 
 # commands
 complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a bench -d 'Measure attention across lengths, training and translation throughput'
-complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a inspect-attn -d 'Show what the model\'s attention heads attend to when translating SENTENCE: encoder self-attention...'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a inspect-attn -d 'Show what every attention head attends to when the model translates SENTENCE.'
 complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a tokenize -d 'Train a joint BPE tokenizer (HF tokenizers, byte fallback) and print its statistics'
 complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a train -d 'Train a Transformer from a YAML recipe'
 complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a translate -d 'Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.'
@@ -16,9 +16,9 @@ complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize 
 complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -l version -d 'Print the version and exit.'
 
 # tfm bench
-complete -c tfm -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from attention train translate' -a attention -d 'Explicit-math attention vs PyTorch SDPA (and each backend) across sequence lengths: time, FLOP/s,...'
-complete -c tfm -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from attention train translate' -a train -d 'Training throughput on the recipe\'s real batches: the model step alone next to the trainer as `tf...'
-complete -c tfm -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from attention train translate' -a translate -d 'Translation throughput and latency per batch size, greedy and beam, with and without the K/V cach...'
+complete -c tfm -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from attention train translate' -a attention -d 'Attention across sequence lengths: explicit math vs PyTorch SDPA and each of its backends.'
+complete -c tfm -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from attention train translate' -a train -d 'Training throughput on a recipe\'s real batches: the model step alone next to the trainer.'
+complete -c tfm -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from attention train translate' -a translate -d 'Translation throughput and latency per batch size: greedy and beam, with and without the K/V cache.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from attention train translate' -l help -s h -d 'Show this message and exit.'
 
 # tfm bench attention

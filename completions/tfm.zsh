@@ -127,9 +127,9 @@ _tfm_bench() {
         command)
             local -a commands
             commands=(
-                'attention:Explicit-math attention vs PyTorch SDPA (and each backend) across sequence lengths: time, FLOP/s,...'
-                'train:Training throughput on the recipe'\''s real batches: the model step alone next to the trainer as `tf...'
-                'translate:Translation throughput and latency per batch size, greedy and beam, with and without the K/V cach...'
+                'attention:Attention across sequence lengths: explicit math vs PyTorch SDPA and each of its backends.'
+                'train:Training throughput on a recipe'\''s real batches: the model step alone next to the trainer.'
+                'translate:Translation throughput and latency per batch size: greedy and beam, with and without the K/V cache.'
             )
             _describe -t commands 'tfm bench command' commands
             ;;
@@ -224,7 +224,7 @@ _tfm() {
             local -a commands
             commands=(
                 'bench:Measure attention across lengths, training and translation throughput'
-                'inspect-attn:Show what the model'\''s attention heads attend to when translating SENTENCE: encoder self-attention...'
+                'inspect-attn:Show what every attention head attends to when the model translates SENTENCE.'
                 'tokenize:Train a joint BPE tokenizer (HF tokenizers, byte fallback) and print its statistics'
                 'train:Train a Transformer from a YAML recipe'
                 'translate:Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.'

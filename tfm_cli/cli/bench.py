@@ -123,8 +123,10 @@ def attention(
     baseline: Path = typer.Option(None, "--baseline", help=BASELINE_HELP, show_default=False),
     tolerance: str = typer.Option("10%", "--tolerance", help=TOLERANCE_HELP),
 ) -> None:
-    """Explicit-math attention vs PyTorch SDPA (and each backend) across sequence lengths: time, FLOP/s, memory,
-    and the fitted growth exponent of time with L (the paper's O(L^2)).
+    """Attention across sequence lengths: explicit math vs PyTorch SDPA and each of its backends.
+
+    Time, FLOP/s, memory, and the fitted growth exponent of time with L (the paper's O(L^2)), after checking
+    every implementation against the formula in float64.
 
     Examples:
 
@@ -209,8 +211,10 @@ def train(
     baseline: Path = typer.Option(None, "--baseline", help=BASELINE_HELP, show_default=False),
     tolerance: str = typer.Option("10%", "--tolerance", help=TOLERANCE_HELP),
 ) -> None:
-    """Training throughput on the recipe's real batches: the model step alone next to the trainer as `tfm train`
-    runs it (the gap is the data path's cost), with FLOPs per token, MFU, memory and padding.
+    """Training throughput on a recipe's real batches: the model step alone next to the trainer.
+
+    The trainer is `tfm train` itself (the gap is the data path's cost); with FLOPs per token, MFU, memory and
+    padding share.
 
     Examples:
 
@@ -278,8 +282,9 @@ def translate(
     baseline: Path = typer.Option(None, "--baseline", help=BASELINE_HELP, show_default=False),
     tolerance: str = typer.Option("10%", "--tolerance", help=TOLERANCE_HELP),
 ) -> None:
-    """Translation throughput and latency per batch size, greedy and beam, with and without the K/V cache, on
-    equal work: random sources of --src-len tokens, every output forced to --out-len tokens.
+    """Translation throughput and latency per batch size: greedy and beam, with and without the K/V cache.
+
+    Equal work: random sources of --src-len tokens, every output forced to --out-len tokens.
 
     Examples:
 

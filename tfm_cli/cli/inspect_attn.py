@@ -39,8 +39,10 @@ def inspect_attn(
     image: Path = typer.Option(None, "--image", help="Also write the heatmap as an image (.png or .svg; needs the plot extra).", show_default=False),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
-    """Show what the model's attention heads attend to when translating SENTENCE: encoder self-attention,
-    decoder masked self-attention and encoder-decoder cross-attention, per layer and head.
+    """Show what every attention head attends to when the model translates SENTENCE.
+
+    Encoder self-attention, decoder masked self-attention and encoder-decoder cross-attention, per layer and
+    head: a heatmap, one token's focus, one head step by step, a summary of every head, word alignment.
 
     Examples:
 
