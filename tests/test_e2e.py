@@ -274,6 +274,78 @@ def test_resume_is_exact(run: dict, resumed: dict) -> None:
     assert not different, f"resumed weights differ from the uninterrupted run in {different[:5]}"
 
 
+def _same_weights(a: Path, b: Path) -> None:
+    from safetensors.torch import load_file
+
+    first, second = load_file(str(a)), load_file(str(b))
+    assert first.keys() == second.keys()
+    different = [k for k in first if not bool((first[k] == second[k]).all())]
+    assert not different, f"{b} differs from {a} in {different[:5]}"
+
+
+def test_kill_9_then_resume_is_bit_exact(data: dict[str, Path], run: dict) -> None:
+    """A real SIGKILL at an arbitrary moment after step 20's checkpoint, then --resume to step 40: the weights
+    equal the uninterrupted run's step 40, bit for bit (fp32, CPU, one thread)."""
+    import signal
+    import time
+
+    run_dir = data["root"] / "killed"
+    run_dir.mkdir()
+    shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
+    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
+    env.update({"NO_COLOR": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    args = [str(data["recipe"]), "train.max_steps=100000", "--out", str(run_dir), "--device", "cpu"]
+    proc = subprocess.Popen([str(TFM), "train", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    state = run_dir / "checkpoints" / "step-00000020.state.pt"
+    deadline = time.monotonic() + 120
+    while not state.is_file():
+        assert proc.poll() is None, proc.communicate()[1].decode()
+        assert time.monotonic() < deadline, "training never saved step 20"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)  # no handler runs: whatever was half-done stays half-done
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    saved = [int(p.name[5:13]) for p in (run_dir / "checkpoints").glob("step-*.state.pt")]
+    assert 20 <= max(saved) < 40, saved  # a real resume follows
+    tfm("train", "--resume", str(run_dir), "train.max_steps=40", "--device", "cpu")
+    _same_weights(run["dir"] / "checkpoints" / "step-00000040.safetensors", run_dir / "checkpoints" / "step-00000040.safetensors")
+
+
+def test_resume_skips_a_checkpoint_that_lost_its_state(data: dict[str, Path], run: dict) -> None:
+    """Killed between writing step 30's weights and its trainer state: resume from step 20, still exact."""
+    run_dir = data["root"] / "half-saved"
+    run_dir.mkdir()
+    shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
+    tfm("train", str(data["recipe"]), "train.max_steps=30", "--out", str(run_dir), "--device", "cpu")
+    (run_dir / "checkpoints" / "step-00000030.state.pt").unlink()
+    (run_dir / "model.safetensors").unlink()
+    proc = tfm("train", "--resume", str(run_dir), "train.max_steps=40", "--device", "cpu")
+    assert "step 30 have no trainer state" in proc.stderr and "resuming from step 20" in proc.stderr
+    _same_weights(run["dir"] / "checkpoints" / "step-00000040.safetensors", run_dir / "checkpoints" / "step-00000040.safetensors")
+    for name in ("step-00000030.safetensors", "step-00000030.state.pt"):
+        assert (run_dir / "checkpoints" / name).is_file()  # rewritten, complete this time
+
+
+def test_unwritable_or_full_run_directory_is_reported_before_training(data: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    proc = tfm("train", str(data["recipe"]), "--out", str(blocker / "run"), "--device", "cpu", check=False)
+    assert proc.returncode == 1 and "cannot create the run directory" in proc.stderr and "Traceback" not in proc.stderr
+    import shutil as shutil_module
+    from collections import namedtuple
+
+    import tfm_cli.training as training
+    from tfm_cli import TfmError, load_recipe
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(training.shutil, "disk_usage", lambda path: usage(10**12, 10**12 - 1000, 1000))
+    assert training.shutil is shutil_module
+    run_dir = tmp_path / "full"
+    with pytest.raises(TfmError, match=r"has 0.0 GiB free, but 3 checkpoints of this 0.\dM-parameter model"):
+        training.train(load_recipe(data["recipe"]), run_dir, device="cpu")
+    assert not list((run_dir / "checkpoints").glob("step-*"))  # nothing trained, nothing written
+
+
 # ---- a run directory is not overwritten ----------------------------------------------------------------------
 
 

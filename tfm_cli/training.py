@@ -11,6 +11,8 @@ import dataclasses
 import json
 import math
 import random
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ import yaml
 from tfm_cli import __version__
 from tfm_cli.checkpoint import (
     BEST,
+    CHECKPOINTS,
     FINAL,
     atomic_write,
     average_checkpoints,
@@ -310,6 +313,33 @@ def _with_absolute_paths(recipe: Recipe) -> Recipe:
     return dataclasses.replace(recipe, data=data, tokenizer=tokenizer)
 
 
+def _check_room(run_dir: Path, config, t) -> None:
+    """Fail before training when checkpoints cannot be written into `run_dir`, or will not fit on its disk.
+
+    A checkpoint holds the fp32 weights and Adam's two moments (about 12 bytes a parameter); the run keeps
+    `keep_last` of them, plus the final model and the best one.
+    """
+    folder = run_dir / CHECKPOINTS
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as err:
+        raise TfmError(
+            f"cannot write checkpoints into {folder}: {err.strerror}", hint="choose another --out, or fix that folder's permissions"
+        ) from None
+    with torch.device("meta"):
+        params = Transformer(config).num_parameters()
+    need = params * 12 * (t.keep_last + 1) + params * 4 * 2
+    free = shutil.disk_usage(folder).free
+    if free < need:
+        raise TfmError(
+            f"{run_dir} has {free / 2**30:.1f} GiB free, but {t.keep_last} checkpoints of this "
+            f"{params / 1e6:.1f}M-parameter model and its final and best weights need about {need / 2**30:.1f} GiB",
+            hint="free some space, lower train.keep_last, or choose another --out",
+        )
+
+
 def _log(run_dir: Path, record: dict[str, Any]) -> None:
     with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
@@ -358,7 +388,10 @@ def train(
             hint=f"continue it with `tfm train --resume {run_dir}`, or choose another --out",
         )
     _check_corpora(recipe)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise TfmError(f"cannot create the run directory {run_dir}: {err.strerror}", hint="choose another --out") from None
     started = time.perf_counter()
     if device.type == "cpu":
         tune_cpu_allocator()
@@ -369,6 +402,7 @@ def train(
 
     tokenizer = _prepare_tokenizer(recipe, run_dir, events)
     config = model_config(recipe, tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+    _check_room(run_dir, config, t)  # an unwritable or full run directory is said now, not after an hour
     dump_recipe(_with_absolute_paths(recipe), run_dir / "recipe.yaml")  # --resume works from any directory
     atomic_write(run_dir / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(config.to_dict(), indent=2)))
 
@@ -393,10 +427,22 @@ def train(
         found = checkpoint_steps(run_dir)
         if not found:
             raise CheckpointError(f"{run_dir} has no checkpoint to resume from", hint="start it again without --resume")
-        step, weights = found[-1]
+        # Weights are written before their trainer state: a run killed between the two leaves weights that
+        # cannot be resumed exactly, so resume from the newest checkpoint that has both.
+        complete = [(s, w) for s, w in found if state_path(w).is_file()]
+        if not complete:
+            raise CheckpointError(
+                f"{run_dir} has no checkpoint with its trainer state ({state_path(found[-1][1]).name} and older are missing)",
+                hint="an exact resume needs the .state.pt files; start the run again without --resume",
+            )
+        step, weights = complete[-1]
+        newer = [s for s, _ in found if s > step]
+        if newer:
+            events.message(
+                f"checkpoint(s) at step {', '.join(map(str, newer))} have no trainer state (the run stopped while "
+                f"saving): resuming from step {step}; they are rewritten when the run gets there"
+            )
         state_file = state_path(weights)
-        if not state_file.is_file():
-            raise CheckpointError(f"{state_file} is missing: cannot resume exactly from step {step}")
         from safetensors.torch import load_file
 
         load_state(model, {k: v.to(device) for k, v in load_file(str(weights)).items()}, weights)
