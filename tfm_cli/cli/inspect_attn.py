@@ -9,6 +9,7 @@ are numbered from 1 here, as a person counts; the JSON keeps 0-based arrays.
 from __future__ import annotations
 
 import shutil
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -213,9 +214,11 @@ def _render_heatmap(report, kind: str, layer: int, head: int | None, numbers: bo
                     else:
                         cells.append(_SHADES[min(5, int(w * 5 + 0.5))] * (cell - 1) + " ")
                 print(row_label + "".join(cells))
-    print("keys: " + "  ".join(f"{j + 1} {_label(t, 24)}" for j, t in enumerate(keys)))
+    legend = "keys: " + "  ".join(f"{j + 1}\u00a0{_label(t, 24)}" for j, t in enumerate(keys))  # no break inside an entry
+    print(textwrap.fill(legend, width=max(40, columns), subsequent_indent="      ").replace("\u00a0", " "))
     if not numbers:
-        print(f"shades: '{_SHADES[1]}' ~0.2  '{_SHADES[2]}' ~0.4  '{_SHADES[3]}' ~0.6  '{_SHADES[4]}' ~0.8  '{_SHADES[5]}' ~1 (add --numbers for values)")
+        shades = "  ".join(f"'{_SHADES[i]}' ~{i / 5:g}" for i in range(1, 6))
+        print(textwrap.fill(f"shades: {shades} (add --numbers for values)", width=max(40, columns)))
 
 
 def _render_focus(report, kind: str, query: int) -> None:
