@@ -240,6 +240,15 @@ def test_gate_through_the_cli(tmp_path: Path) -> None:
     assert "gate: 4 figure(s) within 10%" in passed.stderr
     gated = json.loads(tfm(*args, "--baseline", str(tmp_path / "generous.json"), "--json").stdout)
     assert gated["gate"]["regressions"] == [] and gated["gate"]["compared"] == 4
+    # A bad baseline fails before anything is measured: here a length that would take minutes is never run.
+    slow = ["bench", "attention", "--lengths", "8192", "--impl", "naive", "--device", "cpu", "--repeat", "50"]
+    early = tfm(*slow, "--baseline", str(tmp_path / "nowhere.json"), check=False, timeout=60)
+    assert early.returncode == 1 and "nowhere.json does not exist" in early.stderr
+    wrong = tfm(*slow, "--baseline", str(tmp_path / "generous.json"), "--tolerance", "lots", check=False, timeout=60)
+    assert wrong.returncode == 1 and "--tolerance 'lots' is not a number" in wrong.stderr
+    (tmp_path / "translate.json").write_text(json.dumps({**generous, "kind": "translate"}))
+    other = tfm(*slow, "--baseline", str(tmp_path / "translate.json"), check=False, timeout=60)
+    assert other.returncode == 1 and "is a translate benchmark, this is attention" in other.stderr
     (tmp_path / "bad.json").write_text("{not json")
     bad = tfm(*args, "--baseline", str(tmp_path / "bad.json"), check=False)
     assert bad.returncode == 1 and "bad.json is not a JSON file" in bad.stderr

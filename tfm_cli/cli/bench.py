@@ -70,13 +70,28 @@ def _environment_line(env: dict[str, Any]) -> str:
     return f"{where}, {env['threads']} threads, {env['dtype']}, torch {env['torch']}, tfm {env['tfm']}"
 
 
-def _finish(result: dict[str, Any], json_out: bool, baseline: Path | None, tolerance: str, render) -> None:
+def _gate_inputs(baseline: Path | None, tolerance: str, kind: str) -> tuple[dict[str, Any], float] | None:
+    """Read --baseline and --tolerance before measuring, so a wrong path fails in a second, not after the run."""
+    if baseline is None:
+        return None
+    from tfm_cli.bench.gate import load_baseline, parse_tolerance
+
+    data, share = load_baseline(baseline), parse_tolerance(tolerance)
+    if data["kind"] != kind:
+        raise TfmError(
+            f"baseline {baseline} is a {data['kind']} benchmark, this is {kind}",
+            hint=f"compare with a baseline written by `tfm bench {kind} --json`",
+        )
+    return data, share
+
+
+def _finish(result: dict[str, Any], json_out: bool, baseline: Path | None, gate_inputs, render) -> None:
     """Print the result (JSON or tables), then apply the gate."""
     gate = None
-    if baseline is not None:
-        from tfm_cli.bench.gate import compare, load_baseline, parse_tolerance
+    if gate_inputs is not None:
+        from tfm_cli.bench.gate import compare
 
-        gate = compare(result, load_baseline(baseline), parse_tolerance(tolerance))
+        gate = compare(result, *gate_inputs)
         result = {**result, "gate": {"baseline": str(baseline), **gate}}
     if json_out:
         print_json(result)
@@ -150,6 +165,7 @@ def attention(
     for name in impl or []:
         if name not in available:
             raise typer.BadParameter(f"{name!r} is not available on {torch_device.type}; choose from: {', '.join(available)}", param_hint="--impl")
+    gate_inputs = _gate_inputs(baseline, tolerance, "attention")
     with _progress() as progress:
         done = [0]
         sizes = _ints(lengths, "--lengths")
@@ -164,7 +180,7 @@ def attention(
         result = bench_attention(
             torch_device, sizes, batch, heads, d_k, dtype, mask, passes, impl or None, warmup, repeat, on_record
         )
-    _finish(result, json_out, baseline, tolerance, _render_attention)
+    _finish(result, json_out, baseline, gate_inputs, _render_attention)
 
 
 def _render_attention(result: dict[str, Any]) -> None:
@@ -227,11 +243,12 @@ def train(
     from tfm_cli.runtime import resolve_device
 
     resolved = load_recipe(recipe, list(overrides or []))
+    gate_inputs = _gate_inputs(baseline, tolerance, "train")
     torch_device = resolve_device(device)
     tokenizer = recipe_tokenizer(resolved, info)
     with _progress() as progress:
         result = bench_train(resolved, torch_device, tokenizer, steps, warmup, not model_step_only, compare, progress)
-    _finish(result, json_out, baseline, tolerance, _render_train)
+    _finish(result, json_out, baseline, gate_inputs, _render_train)
 
 
 def _render_train(result: dict[str, Any]) -> None:
@@ -302,6 +319,7 @@ def translate(
         raise typer.BadParameter("give a trained model (--model RUN) or a recipe for random weights (--recipe FILE)", param_hint="--model")
     if out_len < src_len:
         raise typer.BadParameter(f"--out-len {out_len} must be >= --src-len {src_len} (outputs may be at most source length + offset)", param_hint="--out-len")
+    gate_inputs = _gate_inputs(baseline, tolerance, "translate")
     torch_device = resolve_device(device)
     if model is not None:
         net = Translator.load(model, device=torch_device).model
@@ -316,7 +334,7 @@ def translate(
             )
         except ValueError as error:
             raise TfmError(str(error), hint="see `tfm bench translate --help`") from None
-    _finish(result, json_out, baseline, tolerance, _render_translate)
+    _finish(result, json_out, baseline, gate_inputs, _render_translate)
 
 
 def _random_model(recipe: Path):
