@@ -1,5 +1,8 @@
 """Search over the decoder's K/V cache: greedy and beam search (paper section 6.1), batched over sentences.
 
+The search is written once, against an `Engine` (start a batch, give the next token's logits): the PyTorch
+model is one engine, the exported ONNX graphs run by onnxruntime another (tfm_cli/export/onnx.py).
+
 Beam search keeps `beam_size` live hypotheses per sentence, scores finished ones with the GNMT length penalty
 lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al., 2016; the paper uses alpha = 0.6), and stops a sentence as soon as it
 holds `beam_size` finished hypotheses (as fairseq does) or reaches its maximum length, source length + 50 by
@@ -12,10 +15,11 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-from tfm_cli.model import KVCache, Transformer
+from tfm_cli.model import KVCache, ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask
 
 
@@ -42,6 +46,37 @@ def max_output_lengths(src_mask: torch.Tensor, offset: int, limit: int) -> torch
     return (src_len + offset).clamp(min=1, max=limit)
 
 
+class Engine(Protocol):
+    """What a search needs from a model: start decoding a batch of sources, then the next token's logits.
+
+    `TorchEngine` runs the PyTorch `Transformer`; `tfm_cli.export.onnx.OnnxEngine` runs the exported ONNX
+    graphs with onnxruntime. The searches below are written once, against this interface.
+    """
+
+    config: ModelConfig  # pad/bos/eos ids, vocab_size, max_positions
+    device: torch.device
+
+    def start(self, src: torch.Tensor, src_mask: torch.Tensor, beams: int) -> DecoderState:
+        """Encode (B, S) sources; the returned state holds B * beams rows (each source repeated `beams` times)."""
+        ...
+
+    def step(self, last: torch.Tensor, state: DecoderState) -> torch.Tensor:
+        """(B,) last tokens -> (B, V) logits of the next token; the state advances by one position."""
+        ...
+
+
+class DecoderState(Protocol):
+    """Per-row decoder state (K/V cache, encoder memory, source mask). Rows are hypotheses."""
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Row i becomes old row index[i], for the target side only (beams of one sentence share the source)."""
+        ...
+
+    def select(self, index: torch.Tensor) -> None:
+        """Keep only rows `index` of everything (finished sentences leave the batch)."""
+        ...
+
+
 class Recompute:
     """Decoding without a K/V cache: keeps the tokens generated so far and runs the decoder over the whole
     prefix at every step, which is what each step costs without the cache (O(T^2) per sentence instead of
@@ -58,30 +93,59 @@ class Recompute:
     select = reorder
 
 
-def _new_cache(model: Transformer, batch: int, device: torch.device, use_cache: bool) -> KVCache | Recompute:
-    return model.new_cache() if use_cache else Recompute(batch, device)
+class TorchState:
+    """The PyTorch engine's decoder state: encoder memory and source mask per row, and the K/V cache."""
+
+    def __init__(self, memory: torch.Tensor, src_mask: torch.Tensor, cache: KVCache | Recompute) -> None:
+        self.memory, self.src_mask, self.cache = memory, src_mask, cache  # (B, S, D), (B, 1, 1, S)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.cache.reorder(index)
+
+    def select(self, index: torch.Tensor) -> None:
+        self.memory, self.src_mask = self.memory.index_select(0, index), self.src_mask.index_select(0, index)
+        self.cache.select(index)
 
 
-def _decode_last(model: Transformer, last: torch.Tensor, memory, src_mask, cache) -> torch.Tensor:
-    """Logits of the next token after `last` (B,), over the cache or by recomputing the prefix: (B, V)."""
-    if isinstance(cache, Recompute):
-        cache.prefix = torch.cat([cache.prefix, last[:, None]], dim=1)
-        tgt_mask = causal_mask(cache.prefix.size(1), last.device)
-        return model.decode(cache.prefix, memory, src_mask, tgt_mask)[:, -1]
-    return model.decode(last[:, None], memory, src_mask, None, cache)[:, -1]
+class TorchEngine:
+    """The search's view of a PyTorch `Transformer`: over the K/V cache, or recomputing every prefix."""
+
+    def __init__(self, model: Transformer, use_cache: bool = True) -> None:
+        self.model, self.use_cache = model, use_cache
+        self.config = model.config
+        self.device = next(model.parameters()).device
+
+    def start(self, src: torch.Tensor, src_mask: torch.Tensor, beams: int) -> TorchState:
+        memory = self.model.encode(src, src_mask)  # (B, S, D)
+        if beams > 1:
+            memory, src_mask = memory.repeat_interleave(beams, dim=0), src_mask.repeat_interleave(beams, dim=0)
+        rows = memory.size(0)
+        cache = self.model.new_cache() if self.use_cache else Recompute(rows, src.device)
+        return TorchState(memory, src_mask, cache)
+
+    def step(self, last: torch.Tensor, state: TorchState) -> torch.Tensor:
+        cache = state.cache
+        if isinstance(cache, Recompute):
+            cache.prefix = torch.cat([cache.prefix, last[:, None]], dim=1)
+            tgt_mask = causal_mask(cache.prefix.size(1), last.device)
+            return self.model.decode(cache.prefix, state.memory, state.src_mask, tgt_mask)[:, -1]
+        return self.model.decode(last[:, None], state.memory, state.src_mask, None, cache)[:, -1]
 
 
-def _step_log_probs(
-    model: Transformer, last: torch.Tensor, memory, src_mask, cache, at_max: torch.Tensor, ban_eos: bool
-):
+def as_engine(model: Transformer | Engine, use_cache: bool = True) -> Engine:
+    """A `Transformer` wrapped in a `TorchEngine`; an engine as it is."""
+    return TorchEngine(model, use_cache) if isinstance(model, Transformer) else model
+
+
+def _step_log_probs(engine: Engine, last: torch.Tensor, state, at_max: torch.Tensor, ban_eos: bool):
     """Log-probabilities of the next token for each row.
 
     Rows at their length limit may only end (EOS); with `ban_eos` (fewer than `min_len` tokens so far) the other
     rows may not end. As in fairseq, banned tokens get -inf after the log-softmax (no renormalisation), so
     scores stay log-probabilities of the model and comparable with and without `min_len`.
     """
-    cfg = model.config
-    logits = _decode_last(model, last, memory, src_mask, cache).float()  # (B, V)
+    cfg = engine.config
+    logits = engine.step(last, state).float()  # (B, V)
     log_probs = logits.log_softmax(dim=-1)
     log_probs[:, cfg.pad_id] = float("-inf")  # padding and BOS are never outputs
     log_probs[:, cfg.bos_id] = float("-inf")
@@ -97,7 +161,7 @@ def _step_log_probs(
 
 @torch.no_grad()
 def greedy_search(
-    model: Transformer,
+    model: Transformer | Engine,
     src: torch.Tensor,
     src_mask: torch.Tensor,
     max_len_offset: int = 50,
@@ -114,11 +178,11 @@ def greedy_search(
         min_len: no EOS before this many output tokens (the maximum length still wins where they conflict).
         use_cache: decode over the K/V cache (False recomputes every prefix: the same result, slower).
     """
-    cfg = model.config
+    engine = as_engine(model, use_cache)
+    cfg = engine.config
     batch = src.size(0)
-    memory = model.encode(src, src_mask)  # (B, S, D)
     max_len = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)
-    cache = _new_cache(model, batch, src.device, use_cache)
+    state = engine.start(src, src_mask, 1)
     alive = torch.arange(batch, device=src.device)  # original index of each live row
     last = torch.full((batch,), cfg.bos_id, dtype=torch.long, device=src.device)
     log_prob = torch.zeros(batch, device=src.device)
@@ -126,7 +190,7 @@ def greedy_search(
     results: list[list[Hypothesis]] = [[] for _ in range(batch)]
     step = 0
     while alive.numel():
-        log_probs = _step_log_probs(model, last, memory, src_mask, cache, step >= max_len, step < min_len)
+        log_probs = _step_log_probs(engine, last, state, step >= max_len, step < min_len)
         best_lp, best = log_probs.max(dim=-1)  # (B_alive,)
         log_prob += best_lp
         ended = best == cfg.eos_id
@@ -140,9 +204,8 @@ def greedy_search(
                 tokens[i].append(token)
         keep = (~ended).nonzero().squeeze(1)
         if keep.numel() < alive.numel():  # drop finished sentences from every per-row tensor
-            alive, last, log_prob = alive[keep], best[keep], log_prob[keep]
-            memory, src_mask, max_len = memory[keep], src_mask[keep], max_len[keep]
-            cache.select(keep)
+            alive, last, log_prob, max_len = alive[keep], best[keep], log_prob[keep], max_len[keep]
+            state.select(keep)
         else:
             last = best
         step += 1
@@ -151,7 +214,7 @@ def greedy_search(
 
 @torch.no_grad()
 def beam_search(
-    model: Transformer,
+    model: Transformer | Engine,
     src: torch.Tensor,
     src_mask: torch.Tensor,
     beam_size: int = 4,
@@ -177,13 +240,12 @@ def beam_search(
     """
     if beam_size < 1 or not 1 <= n_best <= beam_size:
         raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size, got {beam_size} and {n_best}")
-    cfg = model.config
+    engine = as_engine(model, use_cache)
+    cfg = engine.config
     k = beam_size
     n, device = src.size(0), src.device
-    memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)  # (n*K, S, D)
-    src_mask = src_mask.repeat_interleave(k, dim=0)
-    max_len = max_output_lengths(src_mask[::k], max_len_offset, cfg.max_positions - 1)  # (n,)
-    cache = _new_cache(model, n * k, device, use_cache)
+    max_len = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)  # (n,)
+    state = engine.start(src, src_mask, k)  # n*K rows: every beam of a sentence shares its source
     sentence = torch.arange(n, device=device)  # original index of each live sentence
     seqs = torch.empty(n * k, 0, dtype=torch.long, device=device)  # generated tokens of each beam
     # Only the first beam of each sentence is live at the start, so the first step picks K distinct tokens.
@@ -195,7 +257,7 @@ def beam_search(
     while sentence.numel():
         live = sentence.numel()
         at_max = (step >= max_len).repeat_interleave(k)
-        log_probs = _step_log_probs(model, last, memory, src_mask, cache, at_max, step < min_len)  # (live*K, V)
+        log_probs = _step_log_probs(engine, last, state, at_max, step < min_len)  # (live*K, V)
         vocab = log_probs.size(-1)
         candidates = (beam_scores.view(-1, 1) + log_probs).view(live, k * vocab)
         top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (live, 2K)
@@ -223,7 +285,7 @@ def beam_search(
         rows = (torch.arange(live, device=device)[:, None] * k + top_beam.gather(1, cont_pos)).view(-1)
         last = top_token.gather(1, cont_pos).view(-1)
         seqs = torch.cat([seqs.index_select(0, rows), last[:, None]], dim=1)
-        cache.reorder(rows)
+        state.reorder(rows)
         beam_scores = cont_scores
 
         if done.any():  # finished sentences leave the batch
@@ -231,8 +293,7 @@ def beam_search(
             keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
             sentence, max_len, beam_scores = sentence[keep], max_len[keep], beam_scores[keep]
             seqs, last = seqs[keep_rows], last[keep_rows]
-            memory, src_mask = memory[keep_rows], src_mask[keep_rows]
-            cache.select(keep_rows)
+            state.select(keep_rows)
         step += 1
     return [sorted(h, key=lambda x: x.score, reverse=True)[:n_best] for h in finished]
 
@@ -255,7 +316,7 @@ def length_sorted_batches(lengths: list[int], max_tokens: int) -> list[list[int]
 
 @torch.no_grad()
 def translate_ids(
-    model: Transformer,
+    model: Transformer | Engine,
     sequences: list[list[int]],
     beam_size: int = 4,
     alpha: float = 0.6,
@@ -271,6 +332,7 @@ def translate_ids(
     """Translate token-id sequences (without EOS), batched by length, results in input order.
 
     Args:
+        model: a `Transformer`, or an `Engine` (e.g. the ONNX one) that the same search runs on.
         sequences: source token ids; each must fit the model (length + 1 <= max_positions).
         beam_size, alpha, max_len_offset, n_best: beam search settings (ignored with `greedy`, which returns 1).
         min_len: no EOS before this many output tokens, for greedy and beam search alike.
@@ -279,8 +341,8 @@ def translate_ids(
         autocast: a context-manager factory for mixed precision, or None.
         on_batch: called with the number of sentences after each batch (progress display).
     """
-    cfg = model.config
-    device = next(model.parameters()).device
+    engine = as_engine(model, use_cache)
+    cfg, device = engine.config, engine.device
     results: list[list[Hypothesis]] = [[] for _ in sequences]
     lengths = [len(s) + 1 for s in sequences]
     budget = max(max_tokens // (1 if greedy else beam_size), max(lengths, default=1))
@@ -293,9 +355,9 @@ def translate_ids(
         src_mask = (src != cfg.pad_id)[:, None, None, :]
         with autocast() if autocast is not None else contextlib.nullcontext():
             if greedy:
-                hyps = greedy_search(model, src, src_mask, max_len_offset, alpha, min_len, use_cache)
+                hyps = greedy_search(engine, src, src_mask, max_len_offset, alpha, min_len)
             else:
-                hyps = beam_search(model, src, src_mask, beam_size, alpha, max_len_offset, n_best, min_len, use_cache)
+                hyps = beam_search(engine, src, src_mask, beam_size, alpha, max_len_offset, n_best, min_len)
         for i, h in zip(indices, hyps, strict=True):
             results[i] = h
         if on_batch is not None:

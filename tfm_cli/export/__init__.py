@@ -1,0 +1,93 @@
+"""`tfm export`: turn a training run into artefacts others can use, each checked against the PyTorch model.
+
+Formats (one module each; each writes, then verifies itself, and reports what it measured):
+
+    release       model.safetensors (averaged/best weights, optionally fp16/bf16) + config + tokenizer + model card
+    onnx          encoder and incremental decoder-step graphs (past K/V in and out), run by onnxruntime
+    huggingface   a MarianMT directory for `transformers` (and, from it, CTranslate2's converter)
+
+`run_export` is the one entry point the CLI and Python users share: it loads the weights, picks the sentences
+to verify on, writes into a staging directory, and only then puts the export at its destination.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+from tfm_cli.errors import TfmError
+from tfm_cli.export.common import EXPORT_INFO, Check, ExportResult, staging
+
+__all__ = ["FORMATS", "Check", "ExportResult", "run_export", "default_out"]
+
+# format -> "module:function"; the modules import their optional dependencies only when called.
+FORMATS = {
+    "release": "tfm_cli.export.release:export_release",
+    "onnx": "tfm_cli.export.onnx:export_onnx",
+    "huggingface": "tfm_cli.export.huggingface:export_huggingface",
+}
+
+
+def default_out(model: str | Path | None, fmt: str, runs_root: str | Path = "runs") -> Path:
+    """exports/<run name>-<format>: beside the runs, never inside one."""
+    from tfm_cli.checkpoint import resolve_weights, run_dir_of
+
+    run = run_dir_of(resolve_weights(model, runs_root))
+    return Path("exports") / f"{run.name}-{fmt}"
+
+
+def run_export(
+    fmt: str,
+    model: str | Path | None,
+    out: str | Path | None = None,
+    *,
+    force: bool = False,
+    verify_lines: int = 200,
+    runs_root: str | Path = "runs",
+    **options: Any,
+) -> ExportResult:
+    """Export a run's model in format `fmt` and verify it.
+
+    Args:
+        fmt: one of FORMATS.
+        model: a run directory (its final model, else best, else newest checkpoint), a release directory, a
+            .safetensors file written by tfm, or None for the newest run under `runs_root`.
+        out: the export directory (default: exports/<run name>-<format>). A non-empty one needs `force`.
+        force: replace a non-empty `out` (only after the new export is written and verified).
+        verify_lines: how many dev sentences the translation checks use (0: the whole dev set).
+        **options: format options (release: dtype; onnx: opset).
+
+    Returns:
+        The `ExportResult`, with every check it ran.
+
+    Raises:
+        TfmError: an unknown format, a missing or invalid model, a missing optional package (naming the extra),
+            a destination that would be overwritten without `force`, or a failed check (nothing is installed).
+    """
+    if fmt not in FORMATS:
+        raise TfmError(f"unknown export format {fmt!r}", hint=f"choose one of: {', '.join(FORMATS)}")
+    from tfm_cli import __version__
+    from tfm_cli.checkpoint import load_model
+    from tfm_cli.export.common import probe_sources
+
+    loaded = load_model(model, "cpu", runs_root)
+    out = Path(out) if out is not None else default_out(loaded.path, fmt)
+    module_name, func_name = FORMATS[fmt].split(":")
+    exporter = getattr(importlib.import_module(module_name), func_name)
+    sources = probe_sources(loaded.run_dir, verify_lines, loaded.tokenizer)
+    with staging(out, force, protect=[loaded.run_dir]) as tmp:
+        result: ExportResult = exporter(loaded, tmp, sources, **options)
+        result.path = out
+        info = {"format": fmt, "tfm_version": __version__, "step": loaded.step, **result.to_dict()}
+        (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        result.files.append(EXPORT_INFO)
+        failed = [c for c in result.checks if not c.ok]
+        if failed:
+            c = failed[0]
+            raise TfmError(
+                f"the {fmt} export failed its check: {c.name}: {c.value} (needs {c.limit}); nothing was written to {out}",
+                hint="run with TFM_DEBUG=1 and report it: the export does not reproduce the PyTorch model",
+            )
+    return result

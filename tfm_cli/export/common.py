@@ -1,0 +1,171 @@
+"""What every export format shares: the result it reports, the checks it ran, optional imports, the
+sentences it verifies on, and the staging directory that keeps a failed or interrupted export from touching
+what is already at the destination.
+
+An exporter is a function `export_X(loaded, out, sources, **options) -> ExportResult`: it writes its files into
+`out` (an empty staging directory), checks them against the PyTorch model it came from, and returns what it
+measured. `tfm_cli.export.run_export` picks the weights, stages, calls it, and installs the result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from tfm_cli.errors import TfmError
+
+EXPORT_INFO = "tfm-export.json"  # written into every export: format, source weights, tfm version, checks
+
+
+@dataclass
+class Check:
+    """One comparison of an export against the PyTorch model.
+
+    Attributes:
+        name: what was compared, e.g. "encoder output, max |diff| (8 random batches)".
+        value: the measured figure, e.g. "3.1e-06" or "200/200 identical".
+        ok: whether it met `limit`.
+        limit: the rule it was held to, e.g. "<= 1e-4" or "all identical"; "" for a figure reported only.
+    """
+
+    name: str
+    value: str
+    ok: bool
+    limit: str = ""
+
+
+@dataclass
+class ExportResult:
+    """What an exporter wrote and what it verified."""
+
+    format: str
+    path: Path  # the export directory (its final place once installed)
+    source: Path  # the weights file it was made from
+    files: list[str] = field(default_factory=list)  # relative names, in the order written
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # how to use it, e.g. the command that loads it
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": self.format, "path": str(self.path), "source": str(self.source), "files": self.files,
+            "checks": [asdict(c) for c in self.checks], "notes": self.notes, "ok": self.ok,
+        }
+
+
+def require(module: str, extra: str, purpose: str) -> ModuleType:
+    """Import an optional dependency, or fail with one line naming the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise TfmError(
+            f"{purpose} needs the Python package '{module.split('.')[0]}', which is not installed",
+            hint=f"pip install 'tfm[{extra}]'",
+        ) from None
+
+
+def max_abs_diff(a, b) -> float:
+    """Largest |a - b| over two arrays or tensors of the same shape (compared in float64)."""
+    import numpy as np
+
+    a = a.detach().cpu().double().numpy() if hasattr(a, "detach") else np.asarray(a, dtype=np.float64)
+    b = b.detach().cpu().double().numpy() if hasattr(b, "detach") else np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
+    return float(np.abs(a - b).max()) if a.size else 0.0
+
+
+def agreement(name: str, expected: Sequence[str], got: Sequence[str], minimum: float = 1.0) -> Check:
+    """A check that `got` equals `expected` line by line (at least a `minimum` share of lines; 1.0 = all)."""
+    same = sum(e == g for e, g in zip(expected, got, strict=True))
+    n = len(expected)
+    first = next((i for i, (e, g) in enumerate(zip(expected, got, strict=True)) if e != g), None)
+    value = f"{same}/{n} identical"
+    if first is not None:
+        value += f" (first difference: line {first + 1}: {expected[first]!r} vs {got[first]!r})"
+    limit = "all identical" if minimum >= 1.0 else f">= {minimum:.0%} identical"
+    return Check(name, value, same >= minimum * n, limit)
+
+
+def probe_sources(run_dir: Path | None, n: int, tokenizer=None) -> list[str]:
+    """Source sentences to verify an export on: the first `n` of the run's dev set (n <= 0: all of it).
+
+    Falls back to the training corpus, then (no corpus readable, e.g. a release moved to another machine)
+    to pseudo-sentences decoded from a fixed sequence of token ids, which exercise the graphs just as well.
+    """
+    from tfm_cli.data import read_pairs
+    from tfm_cli.recipe import load_recipe
+
+    recipe_file = Path(run_dir) / "recipe.yaml" if run_dir is not None else None
+    if recipe_file is not None and recipe_file.is_file():
+        with contextlib.suppress(TfmError, OSError, ValueError):
+            recipe = load_recipe(recipe_file)
+            for spec in (recipe.data.dev, recipe.data.train):
+                if not spec:
+                    continue
+                lines: list[str] = []
+                with contextlib.suppress(TfmError, OSError, ValueError):
+                    for _, src, _tgt in read_pairs(spec):
+                        if src.strip():
+                            lines.append(src)
+                        if 0 < n <= len(lines):
+                            break
+                if lines:
+                    return lines
+    if tokenizer is None:
+        raise TfmError(f"no sentences to verify on: {recipe_file} names no readable corpus")
+    import random
+
+    from tfm_cli.tokenizer import FIRST_PIECE_ID  # learned pieces: no specials, no lone bytes
+
+    rng = random.Random(0)
+    count = n if n > 0 else 200
+    high = max(tokenizer.vocab_size, FIRST_PIECE_ID + 1)
+    return [
+        tokenizer.decode([rng.randrange(FIRST_PIECE_ID, high) for _ in range(rng.randint(3, 20))])
+        for _ in range(count)
+    ]
+
+
+@contextlib.contextmanager
+def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Path]:
+    """An empty directory beside `out` to write into; on success it takes `out`'s place in one rename.
+
+    A non-empty `out` is refused unless `force`; with `force` the old contents are removed only once the new
+    export is complete and verified. `protect` (the run being exported) may never be the destination.
+    On any error the staging directory is removed and `out` is left as it was.
+    """
+    out = Path(out)
+    resolved = out.resolve()
+    for path in protect:
+        p = Path(path).resolve()
+        if resolved == p or p.is_relative_to(resolved):
+            raise TfmError(f"{out} holds the model being exported", hint="choose another --out directory")
+    if out.exists() and not out.is_dir():
+        raise TfmError(f"{out} exists and is not a directory", hint="choose another --out directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise TfmError(f"{out} is not empty", hint="choose another --out directory, or add --force to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        yield tmp
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+            out.rename(old / out.name)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
