@@ -48,10 +48,18 @@ def atomic_write(path: Path, write) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; the file should read like any other
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    """The process's file-creation mask (reading it means setting it, so set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def weights_state(model: Transformer) -> dict[str, torch.Tensor]:

@@ -12,12 +12,12 @@ import sys
 import typer
 
 from tfm_cli import __version__
-from tfm_cli.cli import bench, inspect_attn, tokenize, train, translate
+from tfm_cli.cli import bench, export, inspect_attn, tokenize, train, translate
 from tfm_cli.errors import TfmError
 
 app = typer.Typer(
     name="tfm",
-    help="The Transformer of 'Attention Is All You Need' (Vaswani et al., 2017): tokenize, train, translate, inspect-attn, bench.",
+    help="The Transformer of 'Attention Is All You Need' (Vaswani et al., 2017): tokenize, train, translate, inspect-attn, bench, export.",
     no_args_is_help=True,
     add_completion=False,  # static scripts live in completions/ (see the README)
     pretty_exceptions_enable=False,
@@ -47,6 +47,7 @@ app.command("train")(train.train)
 app.command("translate")(translate.translate)
 app.command("inspect-attn")(inspect_attn.inspect_attn)
 app.add_typer(bench.app, name="bench")
+app.command("export")(export.export)
 
 
 def main() -> None:

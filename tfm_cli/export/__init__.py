@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from tfm_cli.errors import TfmError
-from tfm_cli.export.common import EXPORT_INFO, Check, ExportResult, staging
+from tfm_cli.export.common import EXPORT_INFO, Check, ExportCheckError, ExportResult, staging
 
-__all__ = ["FORMATS", "Check", "ExportResult", "run_export", "default_out"]
+__all__ = ["FORMATS", "Check", "ExportCheckError", "ExportResult", "run_export", "default_out"]
 
 # format -> "module:function"; the modules import their optional dependencies only when called.
 FORMATS = {
@@ -64,7 +64,8 @@ def run_export(
 
     Raises:
         TfmError: an unknown format, a missing or invalid model, a missing optional package (naming the extra),
-            a destination that would be overwritten without `force`, or a failed check (nothing is installed).
+            or a destination that would be overwritten without `force`.
+        ExportCheckError: a failed check; nothing is installed, and the error's `result` holds every check.
     """
     if fmt not in FORMATS:
         raise TfmError(f"unknown export format {fmt!r}", hint=f"choose one of: {', '.join(FORMATS)}")
@@ -80,14 +81,16 @@ def run_export(
     with staging(out, force, protect=[loaded.run_dir]) as tmp:
         result: ExportResult = exporter(loaded, tmp, sources, **options)
         result.path = out
+        result.notes = [note.replace(str(tmp), str(out)) for note in result.notes]  # name the final place
         info = {"format": fmt, "tfm_version": __version__, "step": loaded.step, **result.to_dict()}
         (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         result.files.append(EXPORT_INFO)
         failed = [c for c in result.checks if not c.ok]
         if failed:
             c = failed[0]
-            raise TfmError(
+            raise ExportCheckError(
                 f"the {fmt} export failed its check: {c.name}: {c.value} (needs {c.limit}); nothing was written to {out}",
-                hint="run with TFM_DEBUG=1 and report it: the export does not reproduce the PyTorch model",
+                result,
+                hint="please report it: the export does not reproduce the PyTorch model",
             )
     return result

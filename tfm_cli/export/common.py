@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tfm_cli.checkpoint import current_umask
 from tfm_cli.errors import TfmError
 
 EXPORT_INFO = "tfm-export.json"  # written into every export: format, source weights, tfm version, checks
@@ -63,6 +64,14 @@ class ExportResult:
         }
 
 
+class ExportCheckError(TfmError):
+    """An export that does not reproduce its model; `result` holds every check, so the failure can be shown."""
+
+    def __init__(self, message: str, result: ExportResult, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.result = result
+
+
 def require(module: str, extra: str, purpose: str) -> ModuleType:
     """Import an optional dependency, or fail with one line naming the extra that installs it."""
     try:
@@ -92,9 +101,13 @@ def agreement(name: str, expected: Sequence[str], got: Sequence[str], minimum: f
     first = next((i for i, (e, g) in enumerate(zip(expected, got, strict=True)) if e != g), None)
     value = f"{same}/{n} identical"
     if first is not None:
-        value += f" (first difference: line {first + 1}: {expected[first]!r} vs {got[first]!r})"
+        value += f" (first difference: line {first + 1}: {_short(expected[first])!r} vs {_short(got[first])!r})"
     limit = "all identical" if minimum >= 1.0 else f">= {minimum:.0%} identical"
     return Check(name, value, same >= minimum * n, limit)
+
+
+def _short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def probe_sources(run_dir: Path | None, n: int, tokenizer=None) -> list[str]:
@@ -158,6 +171,7 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
+        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; an export is meant to be shared
         yield tmp
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))

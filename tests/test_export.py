@@ -1,0 +1,137 @@
+"""`tfm export`: the release format end to end, and what every format shares (staging, --force, failed checks).
+
+The ONNX and Hugging Face formats have their own files (test_export_onnx.py, test_export_hf.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from clitools import tfm
+from safetensors import safe_open
+
+from tfm_cli.errors import TfmError
+from tfm_cli.export import ExportCheckError, run_export
+from tfm_cli.export.common import Check, require
+from tfm_cli.translator import Translator
+
+SENTENCES = "Je suis étudiant.\nOù est la gare ?\nIl fait beau aujourd'hui.\n"
+
+
+@pytest.fixture(scope="module")
+def release(trained, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("rel") / "release"
+    proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(out), "--verify-lines", "60")
+    assert "60/60 identical" in proc.stdout, proc.stdout
+    return out
+
+
+def test_release_holds_weights_config_tokenizer_and_card(release: Path, trained) -> None:
+    names = sorted(p.name for p in release.iterdir())
+    assert names == ["README.md", "config.json", "model.safetensors", "recipe.yaml", "tfm-export.json", "tokenizer.json"]
+    with safe_open(str(release / "model.safetensors"), framework="pt") as f:
+        meta = f.metadata()
+        keys = set(f.keys())
+    assert meta["format"] == "tfm" and meta["tfm_version"] and json.loads(meta["config"])["d_model"] == 128
+    tokenizer_sha = Translator.load(trained["dir"], device="cpu").tokenizer.sha256
+    assert meta["tokenizer_sha256"] == tokenizer_sha
+    assert not any("optim" in k or "state" in k for k in keys)  # weights only
+    assert json.loads((release / "config.json").read_text())["n_heads"] == 4
+    card = (release / "README.md").read_text(encoding="utf-8")
+    summary = json.loads((trained["dir"] / "summary.json").read_text())
+    assert f"dev BLEU {summary['dev']['bleu']:.2f}" in card and "nrefs:1|case:mixed" in card
+    assert "parameters:" in card and "train.tsv" in card and "attribution" in card
+    info = json.loads((release / "tfm-export.json").read_text())
+    assert info["format"] == "release" and info["ok"] and info["path"] == str(release)
+
+
+def test_release_translates_like_the_run_from_the_cli(release: Path, trained) -> None:
+    from_run = tfm("translate", "--model", str(trained["dir"]), "--precision", "fp32", stdin=SENTENCES).stdout
+    from_release = tfm("translate", "--model", str(release), "--precision", "fp32", stdin=SENTENCES).stdout
+    assert from_release == from_run and len(from_run.splitlines()) == 3
+    attn = json.loads(tfm("inspect-attn", "Je suis étudiant.", "--model", str(release), "--json").stdout)
+    assert attn["src_tokens"] and attn["n_heads"] == 4
+
+
+def test_release_refuses_a_tokenizer_that_is_not_its_own(release: Path, trained, tmp_path: Path) -> None:
+    from tfm_cli.tokenizer import train_tokenizer
+
+    copy = tmp_path / "rel"
+    shutil.copytree(release, copy)
+    other = train_tokenizer(trained["sources"] * 3, vocab_size=1000)
+    other.save(copy / "tokenizer.json")
+    proc = tfm("translate", "--model", str(copy), "Je suis étudiant.", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "does not match" in proc.stderr and len(proc.stderr.strip().splitlines()) <= 2
+
+
+def test_half_precision_release_is_smaller_and_reports_what_changed(trained, tmp_path: Path) -> None:
+    result = run_export("release", trained["dir"], tmp_path / "fp16", dtype="fp16", verify_lines=40)
+    full = (trained["dir"] / "model.safetensors").stat().st_size
+    assert (tmp_path / "fp16" / "model.safetensors").stat().st_size < 0.6 * full
+    logits, translations = result.checks
+    assert 0 < float(logits.value) < 1.0 and "fp16" in logits.limit  # rounded weights: small, non-zero
+    assert translations.value.split("/")[1].startswith("40 identical")
+    t = Translator.load(tmp_path / "fp16", device="cpu", precision="fp32")
+    assert isinstance(t.translate("Je suis étudiant."), str)
+
+
+def test_a_non_empty_destination_is_kept_without_force_and_replaced_with_it(trained, tmp_path: Path) -> None:
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep me")
+    proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(out), check=False)
+    assert proc.returncode == 1 and "is not empty" in proc.stderr and "--force" in proc.stderr
+    assert (out / "precious.txt").read_text() == "keep me" and len(list(out.iterdir())) == 1
+    tfm("export", str(trained["dir"]), "--format", "release", "--out", str(out), "--force", "--verify-lines", "5")
+    assert (out / "model.safetensors").is_file() and not (out / "precious.txt").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging leftovers
+
+
+def test_the_run_itself_is_never_the_destination(trained) -> None:
+    proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(trained["dir"]), "--force", check=False)
+    assert proc.returncode == 1 and "holds the model being exported" in proc.stderr
+    assert (trained["dir"] / "model.safetensors").is_file()
+
+
+def test_a_failed_check_installs_nothing(trained, tmp_path: Path, monkeypatch) -> None:
+    import tfm_cli.export.release as release_module
+
+    real = release_module.export_release
+
+    def broken(loaded, out, sources, **options):
+        result = real(loaded, out, sources, **options)
+        result.checks.append(Check("translations", "3/5 identical", False, "all identical"))
+        return result
+
+    monkeypatch.setattr(release_module, "export_release", broken)
+    out = tmp_path / "old"
+    out.mkdir()
+    (out / "previous.txt").write_text("an older export")
+    with pytest.raises(ExportCheckError) as caught:
+        run_export("release", trained["dir"], out, force=True, verify_lines=5)
+    assert "nothing was written" in str(caught.value) and len(caught.value.result.checks) == 3
+    assert [p.name for p in out.iterdir()] == ["previous.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["old"]
+
+
+def test_bad_options_and_missing_extras_get_one_line(trained, tmp_path: Path) -> None:
+    proc = tfm("export", str(trained["dir"]), "--format", "tflite", check=False)
+    assert proc.returncode == 2 and "release, onnx, huggingface" in proc.stderr
+    proc = tfm("export", str(trained["dir"]), "--format", "onnx", "--dtype", "fp16", check=False)
+    assert proc.returncode == 2 and "--dtype is for --format release" in proc.stderr
+    proc = tfm("export", str(tmp_path / "nowhere"), "--format", "release", check=False)
+    assert proc.returncode == 1 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+    with pytest.raises(TfmError) as caught:
+        require("tfm_no_such_package", "onnx", "the ONNX export")
+    assert caught.value.hint == "pip install 'tfm[onnx]'" and "tfm_no_such_package" in str(caught.value)
+
+
+def test_json_output_lists_files_and_checks(trained, tmp_path: Path) -> None:
+    proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(tmp_path / "j"), "--json", "--verify-lines", "5")
+    data = json.loads(proc.stdout)
+    assert data["ok"] and "model.safetensors" in data["files"] and len(data["checks"]) == 2
+    assert all(c["ok"] and c["value"] for c in data["checks"])

@@ -1,0 +1,73 @@
+"""`tfm export [RUN] --format FORMAT`: write a run's model in a format others can use, and show it was checked.
+
+A thin face over `tfm_cli.export.run_export`: parse options, call it, print the checks and what was written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from tfm_cli.cli.common import info, print_json, print_table
+
+FORMATS = ("release", "onnx", "huggingface")  # as tfm_cli.export.FORMATS, without importing torch
+DTYPES = ("fp32", "fp16", "bf16")
+
+
+def export(
+    model: Path = typer.Argument(None, help="Run directory, release directory or .safetensors file (default: the most recent run under runs/).", show_default=False),
+    fmt: str = typer.Option(..., "--format", "-f", help="release (safetensors + tokenizer + model card), onnx (encoder + decoder step for onnxruntime), or huggingface (MarianMT, for transformers and CTranslate2)."),
+    out: Path = typer.Option(None, "--out", "-o", help="Directory to write (default: exports/RUN-FORMAT).", show_default=False),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty --out directory (only once the new export is written and checked)."),
+    dtype: str = typer.Option("fp32", "--dtype", help="release: store the weights as fp32, fp16 or bf16."),
+    opset: int = typer.Option(None, "--opset", min=7, help="onnx: the ONNX opset (default: the exporter's).", show_default=False),
+    verify_lines: int = typer.Option(200, "--verify-lines", min=0, help="Dev sentences the translation checks use (0: all of the dev set)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result (files, checks, notes) as JSON."),
+) -> None:
+    """Export a trained model, checked against the PyTorch original: release, ONNX or Hugging Face MarianMT.
+
+    Every export is verified before it is put in place (logits and translations compared with the PyTorch
+    model); the checks are printed. A failed check leaves --out untouched and exits 1.
+
+    Examples:
+
+      tfm export runs/tiny --format release --dtype fp16
+
+      tfm export runs/tiny --format onnx --out exports/tiny-onnx
+
+      tfm translate --model exports/tiny-onnx --engine onnxruntime "Je suis étudiant."
+
+      tfm export runs/tiny --format huggingface --out exports/tiny-hf
+      ct2-transformers-converter --model exports/tiny-hf --output_dir exports/tiny-ct2
+    """
+    if fmt not in FORMATS:
+        raise typer.BadParameter(f"{fmt!r} is not one of: {', '.join(FORMATS)}", param_hint="--format")
+    if dtype not in DTYPES:
+        raise typer.BadParameter(f"{dtype!r} is not one of: {', '.join(DTYPES)}", param_hint="--dtype")
+    if dtype != "fp32" and fmt != "release":
+        raise typer.BadParameter("--dtype is for --format release", param_hint="--dtype")
+    if opset is not None and fmt != "onnx":
+        raise typer.BadParameter("--opset is for --format onnx", param_hint="--opset")
+
+    from tfm_cli.export import ExportCheckError, run_export
+
+    options = {"dtype": dtype} if fmt == "release" else {"opset": opset} if fmt == "onnx" else {}
+    info(f"exporting {model or 'the most recent run'} as {fmt} (checking on {verify_lines or 'all'} dev sentences)")
+    try:
+        result = run_export(fmt, model, out, force=force, verify_lines=verify_lines, **options)
+    except ExportCheckError as error:
+        _show(error.result, json_out)
+        raise
+    _show(result, json_out)
+    info(f"wrote {result.path}/: {', '.join(result.files)}")
+    for note in result.notes:
+        info(note)
+
+
+def _show(result, json_out: bool) -> None:
+    if json_out:
+        print_json(result.to_dict())
+        return
+    rows = [(c.name, c.value, c.limit or "-", "ok" if c.ok else "FAILED") for c in result.checks]
+    print_table(f"tfm export --format {result.format}: checks against the PyTorch model", ["check", "measured", "required", ""], rows)

@@ -1,0 +1,221 @@
+"""The release format: a self-contained directory to hand over, loadable by `tfm translate --model DIR`.
+
+    model.safetensors   the exported weights (no optimizer state), fp32 or converted to fp16/bf16; its metadata
+                        carries the tfm version, the model config and the tokenizer's hash, as a checkpoint does
+    config.json         the ModelConfig
+    tokenizer.json      the tokenizer the model was trained with (loading refuses any other: hash check)
+    recipe.yaml         the resolved training recipe, when the run has one (its `decode:` section is the default)
+    README.md           a model card: the model, the recipe, the corpus and its attribution, the dev scores
+
+The check loads the release back through the same loader users get (`Translator.load(DIR)`) and compares it
+with the source weights: logits and translations on the dev sentences.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tfm_cli import __version__
+from tfm_cli.checkpoint import FINAL, LoadedModel, save_weights, weights_state
+from tfm_cli.errors import TfmError
+from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def export_release(loaded: LoadedModel, out: Path, sources: list[str], dtype: str = "fp32") -> ExportResult:
+    """Write a release of `loaded` into the empty directory `out` and verify it.
+
+    Args:
+        loaded: the model to release, with its tokenizer and run directory.
+        out: an empty directory to write into.
+        sources: source sentences the translation check runs on.
+        dtype: "fp32" (exact), "fp16" or "bf16" (half the size; the check reports how much changes).
+
+    Raises:
+        TfmError: an unknown dtype.
+    """
+    if dtype not in DTYPES:
+        raise TfmError(f"unknown release dtype {dtype!r}", hint=f"choose one of: {', '.join(DTYPES)}")
+    from tfm_cli.translator import Translator
+
+    model, tokenizer, run_dir = loaded.model, loaded.tokenizer, loaded.run_dir
+    state = {name: t.to(DTYPES[dtype]) if t.is_floating_point() else t for name, t in weights_state(model).items()}
+    save_weights(out / FINAL, state, model.config, tokenizer.sha256, loaded.step, dtype=dtype, source=loaded.path.name)
+    (out / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2) + "\n", encoding="utf-8")
+    shutil.copyfile(run_dir / "tokenizer.json", out / "tokenizer.json")
+    files = [FINAL, "config.json", "tokenizer.json"]
+    if (run_dir / "recipe.yaml").is_file():
+        shutil.copyfile(run_dir / "recipe.yaml", out / "recipe.yaml")
+        files.append("recipe.yaml")
+
+    original = Translator(model, tokenizer, precision="fp32", path=loaded.path, step=loaded.step)
+    released = Translator.load(out, device="cpu", precision="fp32")  # the loader users get, hash check included
+    settings = _decode_settings(run_dir)
+    checks = [_logit_check(model, released.model, dtype)]
+    expected = original.translate(sources, **settings)
+    got = released.translate(sources, **settings)
+    name = f"translations on {len(sources)} dev sentences (beam {settings.get('beam', 4)})"
+    if dtype == "fp32":
+        checks.append(agreement(name, [t.text for t in expected], [t.text for t in got]))
+    else:  # rounding the weights may change a few translations: measured and reported, not required
+        check = agreement(name, [t.text for t in expected], [t.text for t in got], minimum=0.0)
+        checks.append(Check(check.name, check.value, True, "reported"))
+
+    scores = _dev_scores(loaded, released, dtype)
+    example = next((s for s in sources if 0 < len(s) <= 80 and '"' not in s), "...")
+    (out / "README.md").write_text(_model_card(loaded, dtype, scores, example), encoding="utf-8")
+    files.append("README.md")
+    size = (out / FINAL).stat().st_size
+    return ExportResult(
+        "release", out, loaded.path, files, checks,
+        notes=[f"model.safetensors: {size / 2**20:,.1f} MiB ({dtype})", f"translate with: tfm translate --model {out}"],
+    )
+
+
+def _decode_settings(run_dir: Path) -> dict[str, Any]:
+    from tfm_cli.translator import DecodeSettings
+
+    d = DecodeSettings.from_run(run_dir)
+    return {"beam": d.beam, "alpha": d.alpha, "max_len_offset": d.max_len_offset, "min_len": d.min_len}
+
+
+@torch.no_grad()
+def _logit_check(reference: torch.nn.Module, released: torch.nn.Module, dtype: str, batches: int = 4) -> Check:
+    """Teacher-forced logits of the released weights vs the source weights on random padded batches."""
+    from tfm_cli.model.masks import causal_mask
+
+    cfg = reference.config
+    gen = torch.Generator().manual_seed(0)
+    worst = 0.0
+    for b in range(batches):
+        src_len, tgt_len = 5 + 4 * b, 3 + 3 * b
+        src = torch.randint(4, cfg.vocab_size, (3, src_len), generator=gen)
+        src[1, src_len // 2 :] = cfg.pad_id  # one padded row
+        tgt = torch.randint(4, cfg.vocab_size, (3, tgt_len), generator=gen)
+        src_mask = (src != cfg.pad_id)[:, None, None, :]
+        tgt_mask = causal_mask(tgt_len, src.device)
+        worst = max(worst, max_abs_diff(reference(src, tgt, src_mask, tgt_mask), released(src, tgt, src_mask, tgt_mask)))
+    name = f"logits vs source weights, max |diff| ({batches} random batches)"
+    if dtype == "fp32":
+        return Check(name, f"{worst:.3g}", worst == 0.0, "== 0 (same weights)")
+    return Check(name, f"{worst:.3g}", True, f"reported ({dtype} weights)")
+
+
+def _dev_scores(loaded: LoadedModel, released, dtype: str) -> dict[str, Any] | None:
+    """Dev BLEU/chrF for the model card: the run's own final evaluation when the released weights are the run's
+    final model in fp32, else a fresh evaluation of the release on the run's dev set; None without a dev set."""
+    summary = loaded.run_dir / "summary.json"
+    if dtype == "fp32" and loaded.path.name == FINAL and summary.is_file():
+        try:
+            dev = json.loads(summary.read_text(encoding="utf-8")).get("dev") or {}
+        except (OSError, ValueError):
+            dev = {}
+        if "bleu" in dev:
+            return {**dev, "how": "tfm train's final evaluation"}
+    pairs = _dev_pairs(loaded.run_dir)
+    if not pairs:
+        return None
+    result = released.score([s for s, _ in pairs], [t for _, t in pairs], **_decode_settings(loaded.run_dir))
+    result.pop("translations")
+    return {**result, "how": "evaluated by tfm export on the run's dev set"}
+
+
+def _dev_pairs(run_dir: Path) -> list[tuple[str, str]]:
+    from tfm_cli.data import read_pairs
+    from tfm_cli.recipe import load_recipe
+
+    try:
+        spec = load_recipe(run_dir / "recipe.yaml").data.dev
+        return [(s, t) for _, s, t in read_pairs(spec) if s.strip() and t.strip()] if spec else []
+    except (TfmError, OSError, ValueError):
+        return []
+
+
+def _corpus_lines(spec: Any) -> list[str]:
+    """Where the training data came from, and the bundled corpus's attribution paragraph when it is one."""
+    from tfm_cli.data import BUNDLED_PREFIX, bundled_dir
+
+    if not isinstance(spec, str) or not spec.startswith(BUNDLED_PREFIX):
+        return [f"- training data: `{spec}` (a user corpus: give its attribution when you publish)"]
+    name = spec[len(BUNDLED_PREFIX) :].split("/")[0]
+    lines = [f"- training data: `{spec}`, the corpus bundled with tfm"]
+    readme = bundled_dir() / name / "README.md"
+    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    title = next((line.lstrip("# ").strip() for line in text.splitlines() if line.startswith("# ")), "")
+    if title:
+        lines.append(f"- corpus: {title}")
+    match = re.search(r"\*\*Attribution[^*]*\*\*\s*(\"[^\"]+\")", text)
+    if match:
+        lines.append("- attribution (required when you redistribute or publish): " + " ".join(match.group(1).split()))
+    licence = re.search(r"(CC-BY[^,(\n]*)", text)
+    if licence:
+        lines.append(f"- licence of the corpus: {licence.group(1).strip()}")
+    return lines
+
+
+def _model_card(loaded: LoadedModel, dtype: str, scores: dict[str, Any] | None, example: str) -> str:
+    cfg = loaded.model.config
+    recipe_file = loaded.run_dir / "recipe.yaml"
+    recipe_text = recipe_file.read_text(encoding="utf-8") if recipe_file.is_file() else ""
+    name = loaded.run_dir.name
+    train_spec = None
+    if recipe_text:
+        from tfm_cli.recipe import load_recipe
+
+        try:
+            train_spec = load_recipe(recipe_file).data.train
+        except TfmError:
+            train_spec = None
+    lines = [
+        f"# {name}: a Transformer translation model (tfm {__version__})",
+        "",
+        'An encoder-decoder Transformer ("Attention Is All You Need", Vaswani et al., 2017) trained with `tfm train`.',
+        "",
+        "## Use",
+        "",
+        "From the directory that holds this card (or give its path to `--model`):",
+        "",
+        "```",
+        f'tfm translate --model . "{example}"',
+        f'tfm inspect-attn --model . "{example}"',
+        "```",
+        "",
+        "```python",
+        "from tfm_cli import Translator",
+        'translator = Translator.load(".")',
+        f'print(translator.translate("{example}"))',
+        "```",
+        "",
+        "## Model",
+        "",
+        f"- parameters: {loaded.model.num_parameters():,} (tied embeddings counted once); weights stored as {dtype}",
+        f"- trained for {loaded.step:,} steps; exported from `{loaded.path.name}` of run `{name}`",
+        f"- d_model {cfg.d_model}, d_ff {cfg.d_ff}, {cfg.n_heads} heads, {cfg.n_enc_layers}+{cfg.n_dec_layers} layers, "
+        f"{cfg.norm}-norm, {cfg.positions} positions, vocabulary {cfg.vocab_size:,} (joint BPE)",
+        f"- tokenizer.json sha256 {loaded.tokenizer.sha256}",
+        "",
+        "## Data",
+        "",
+        *(_corpus_lines(train_spec) if train_spec is not None else ["- training data: not recorded (no recipe.yaml)"]),
+        "",
+        "## Evaluation",
+        "",
+    ]
+    if scores:
+        lines += [
+            f"- dev BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f} on {scores.get('sentences', '?')} sentences "
+            f"({scores['how']})",
+            f"- sacrebleu signatures: `{scores.get('bleu_signature', '?')}`, `{scores.get('chrf_signature', '?')}`",
+        ]
+    else:
+        lines.append("- no dev set was available to score this model")
+    if recipe_text:
+        lines += ["", "## Recipe", "", "```yaml", recipe_text.rstrip(), "```"]
+    return "\n".join(lines) + "\n"
