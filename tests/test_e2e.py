@@ -137,8 +137,62 @@ def test_final_model_averages_last_checkpoints(run: dict) -> None:
 
     with safe_open(str(run["dir"] / "model.safetensors"), framework="pt") as f:
         metadata = f.metadata()
-    assert json.loads(metadata["averaged"]) == ["step-00000030.safetensors", "step-00000040.safetensors"]
     assert metadata["step"] == str(MAX_STEPS)
+    # Both candidates were evaluated on all of dev; the average is kept unless it scored lower (paper: average).
+    summary = json.loads((run["dir"] / "summary.json").read_text())
+    final = summary["final_model"]
+    average, last = final["average"]["bleu"], final["last"]["bleu"]
+    if average >= last:
+        assert final["chosen"] == "average" and summary["dev"]["bleu"] == average
+        assert json.loads(metadata["averaged"]) == ["step-00000030.safetensors", "step-00000040.safetensors"]
+    else:
+        assert final["chosen"] == "last" and summary["dev"]["bleu"] == last
+        assert json.loads(metadata["last"]) == "step-00000040.safetensors" and "averaged" not in metadata
+    assert f"BLEU: average {average:.2f}, last checkpoint {last:.2f}" in run["train"].stderr
+
+
+def test_a_planted_pickle_is_refused_not_executed(data: dict[str, Path], run: dict, tmp_path: Path) -> None:
+    """A state file is read with weights_only=True; a pickle that would run code gets our one line."""
+    import pickle
+
+    copy = tmp_path / "run"
+    shutil.copytree(run["dir"], copy)
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    newest = sorted((copy / "checkpoints").glob("*.state.pt"))[-1]
+    newest.write_bytes(pickle.dumps(Payload()))
+    before = _snapshot(copy)
+    proc = tfm("train", "--resume", str(copy), "train.max_steps=50", "--device", "cpu", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "WeightsUnpickler" not in proc.stderr
+    assert not marker.exists(), "the planted pickle was executed"
+    lines = [line for line in proc.stderr.splitlines() if line.startswith(("Error", "hint"))]
+    assert lines[0] == f"Error: {newest} holds more than tensors and plain data (it could run code), so it was not loaded"
+    assert lines[1].startswith("hint: delete it")
+    assert _snapshot(copy) == before  # nothing saved was touched
+
+
+def test_a_diverging_run_skips_nan_steps_then_stops_with_the_lr(data: dict[str, Path], tmp_path: Path) -> None:
+    """An absurd learning rate blows the weights up after the first update; every later loss is NaN or
+    infinite: each is skipped and counted, five in a row stop the run, and the checkpoint before is intact."""
+    out = tmp_path / "diverged"
+    proc = tfm(
+        "train", str(data["recipe"]), "train.lr_factor=1e30", "train.save_every=1", "train.eval_every=0",
+        "train.max_steps=30", "--out", str(out), "--device", "cpu", check=False,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "update skipped (1 so far)" in proc.stderr
+    error = next(line for line in proc.stderr.splitlines() if line.startswith("Error:"))
+    assert "the loss was NaN or infinite 5 steps in a row at lr" in error and "is intact" in error
+    skipped = [r for r in _records(out) if r["kind"] == "skipped"]
+    assert len(skipped) == 5 and skipped[-1]["lr"] > 0
+    assert not (out / "model.safetensors").exists()
+    from tfm_cli.translator import Translator
+
+    Translator.load(out, device="cpu")  # the last checkpoint still loads
 
 
 def test_metrics_and_summary(run: dict) -> None:
@@ -156,14 +210,28 @@ def test_metrics_and_summary(run: dict) -> None:
     assert printed["steps"] == MAX_STEPS and "bleu" in printed and "chrf" in printed
 
 
-def test_dry_run(data: dict[str, Path], run: dict) -> None:
+def test_dry_run(data: dict[str, Path], run: dict, tmp_path: Path) -> None:
     before = _snapshot(run["dir"])
-    proc = tfm("train", str(data["recipe"]), "--dry-run", "--out", str(run["dir"]))
+    # A real start into a directory that holds a run is refused, so the dry run says so too, touching nothing.
+    refused = tfm("train", str(data["recipe"]), "--dry-run", "--out", str(run["dir"]), check=False)
+    assert refused.returncode == 1 and "already holds a trained run" in refused.stderr and refused.stdout == ""
+    assert _snapshot(run["dir"]) == before
+    fresh = tmp_path / "fresh"
+    proc = tfm("train", str(data["recipe"]), "--dry-run", "--out", str(fresh))
     assert "name: e2e" in proc.stdout and "d_model: 32" in proc.stdout
     parameters = json.loads((run["dir"] / "summary.json").read_text())["parameters"]
     assert f"# parameters: {parameters:,}" in proc.stdout
     assert "# tokens per step: up to 512 source + 512 target" in proc.stdout
-    assert _snapshot(run["dir"]) == before
+    assert not fresh.exists()  # a dry run writes nothing
+
+
+def test_dry_run_checks_the_corpora_a_start_would_read(data: dict[str, Path], tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-corpus.tsv"
+    proc = tfm("train", str(data["recipe"]), f"data.train={missing}", "--dry-run", "--out", str(tmp_path / "r"), check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stdout == ""
+    assert "data.train" in proc.stderr and str(missing) in proc.stderr
+    proc = tfm("train", str(data["recipe"]), "tokenizer.path=/no/such/tokenizer.json", "--dry-run", check=False)
+    assert proc.returncode == 1 and "tokenizer.path" in proc.stderr
 
 
 # ---- translate -----------------------------------------------------------------------------------------------

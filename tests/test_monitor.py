@@ -212,3 +212,21 @@ def test_bad_time_budget_is_a_recipe_error(recipe: Path) -> None:
         load_recipe(recipe, ["train.max_time=15 minutes"])
     proc = tfm("train", str(recipe), "train.max_time=fast", check=False)
     assert proc.returncode == 1 and "train.max_time='fast' is not a duration" in proc.stderr
+
+
+def test_rising_loss_warns_once_per_climb_and_not_on_noise() -> None:
+    from tfm_cli.monitor import RisingLoss
+
+    watch = RisingLoss(windows=3, rise=0.10)
+    falling_with_noise = [6.0, 5.1, 5.2, 4.6, 4.7, 4.2, 4.25, 4.1]  # a healthy run: single upticks only
+    assert [watch.update(x, 1e-3) for x in falling_with_noise] == [None] * len(falling_with_noise)
+    small_drift = [4.11, 4.12, 4.13]  # three rises in a row, but well within 10% of the best loss: noise
+    assert [watch.update(x, 1e-3) for x in small_drift] == [None] * 3
+    climbing = [4.5, 5.2, 6.3]  # 4.5 is still within 10% of the best (4.1); 5.2 is not
+    warnings = [watch.update(x, 7e-4) for x in climbing]
+    assert warnings[0] is None and "risen 3 log windows in a row" in warnings[1]
+    assert "lr 0.0007" in warnings[1] and "4.120 -> 4.130 -> 4.500 -> 5.200" in warnings[1]
+    assert warnings[2] is None  # still the same climb: said once
+    assert watch.update(6.0, 7e-4) is None  # a fall re-arms it
+    assert [watch.update(x, 7e-4) for x in (6.1, 6.2)] == [None, None]
+    assert "6.000 -> 6.100 -> 6.200 -> 6.400" in watch.update(6.4, 7e-4)

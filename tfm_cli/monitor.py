@@ -5,6 +5,7 @@
   the checkpoint it resumes from, so the curves continue without duplicated or missing steps.
 - `EarlyStopping` watches dev BLEU (higher is better) or dev loss (lower) and says when `patience` evaluations
   in a row brought nothing better; its state is saved with each checkpoint so that resume stays exact.
+- `RisingLoss` warns when the training loss climbs for several log windows in a row (a diverging run).
 - `read_curves` turns a run's metrics.jsonl into plain lists; `write_curves_png` draws them with matplotlib
   (the `plot` extra) into RUN/curves.png. The terminal chart is drawn by the CLI (tfm_cli/cli/views.py).
 """
@@ -104,6 +105,40 @@ class EarlyStopping:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best, self.best_step, self.bad_evals = state["best"], state["best_step"], state["bad_evals"]
+
+
+class RisingLoss:
+    """Warns when the training loss climbs for `windows` log windows in a row: a run diverging says so early.
+
+    Noise makes a window now and then a little worse than the one before; several rises in a row that add up
+    to a real climb (at least `rise` above the lowest loss so far) do not happen in a healthy run. The warning
+    is given once per climb; a window that falls again re-arms it. (A base-recipe run with its warm-up cut
+    to 800 steps diverged into "The The The ..." while nothing said so.)
+    """
+
+    def __init__(self, windows: int = 3, rise: float = 0.10) -> None:
+        self.windows, self.rise = windows, rise
+        self.history: list[float] = []
+        self.lowest = math.inf
+        self.warned = False
+
+    def update(self, loss: float, lr: float) -> str | None:
+        """Record one log window's loss; returns the warning to show, or None."""
+        self.history = [*self.history[-self.windows :], loss]
+        climbing = len(self.history) > self.windows and all(
+            b > a for a, b in zip(self.history, self.history[1:], strict=False)
+        )
+        if not climbing:
+            self.warned = False
+        self.lowest = min(self.lowest, loss)
+        if climbing and not self.warned and loss >= self.lowest * (1 + self.rise):
+            self.warned = True
+            trail = " -> ".join(f"{x:.3f}" for x in self.history)
+            return (
+                f"warning: the training loss has risen {self.windows} log windows in a row ({trail}) at lr {lr:.3g}: "
+                "the run may be diverging; a lower train.lr_factor or a longer train.warmup_steps usually helps"
+            )
+        return None
 
 
 def read_curves(run_dir: Path) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 import yaml
+from safetensors.torch import load_file
 
 from tfm_cli import __version__
 from tfm_cli.checkpoint import (
@@ -48,7 +49,7 @@ from tfm_cli.data import (
 from tfm_cli.decoding import translate_ids
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError
 from tfm_cli.model import Transformer
-from tfm_cli.monitor import EarlyStopping, TensorBoardLog, write_curves_png
+from tfm_cli.monitor import EarlyStopping, RisingLoss, TensorBoardLog, write_curves_png
 from tfm_cli.recipe import Recipe, dump_recipe, load_recipe, model_config, parse_duration, recipe_to_dict
 from tfm_cli.runtime import (
     autocast,
@@ -60,6 +61,7 @@ from tfm_cli.runtime import (
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer
 
 TRIM_EVERY = 50  # CPU: steps between returning the heap's free pages to the kernel (see runtime.py)
+MAX_BAD_STEPS = 5  # this many NaN/infinite losses in a row stop the run (each one alone is skipped)
 
 # --- Section 5.4: label smoothing; section 5.3: the learning-rate schedule --------------------------------------
 
@@ -223,7 +225,11 @@ def setup_model(config, t, device: torch.device, precision: str):
 
 def train_step(model, optimizer, scaler, group, lr: float, t, amp, device: torch.device) -> tuple[float, float]:
     """Forward, label-smoothed loss, backward over each batch of `group` (gradient accumulation), then one
-    optimizer step at learning rate `lr`. Returns the summed loss and NLL over the group's target tokens."""
+    optimizer step at learning rate `lr`. Returns the summed loss and NLL over the group's target tokens.
+
+    A NaN or infinite loss skips the update (weights and optimizer state stay as they were); the returned loss
+    says so, and the trainer counts it.
+    """
     for g in optimizer.param_groups:
         g["lr"] = lr
     pad_id = model.config.pad_id
@@ -237,6 +243,9 @@ def train_step(model, optimizer, scaler, group, lr: float, t, amp, device: torch
         scaler.scale(loss / n_tokens).backward()  # mean over the step's target tokens
         step_loss += float(loss.detach())
         step_nll += float(nll.detach())
+    if not math.isfinite(step_loss):  # a NaN or infinite loss: no update from this step (the caller counts it)
+        optimizer.zero_grad(set_to_none=True)
+        return step_loss, step_nll
     if t.clip_norm > 0:
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
@@ -286,6 +295,28 @@ def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents) -> To
         f"tokenizer: trained {tokenizer.vocab_size} tokens in {time.perf_counter() - started:.1f}s -> {target}"
     )
     return tokenizer
+
+
+def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
+    """Everything a start checks before it writes anything (`tfm train --dry-run` runs it too).
+
+    Raises:
+        CheckpointError: `run_dir` already holds a trained run and this is not a resume.
+        CorpusError: a corpus file named by the recipe is missing; TfmError: tokenizer.path is missing.
+    """
+    prior = checkpoint_steps(run_dir)
+    if not resume and (prior or (run_dir / FINAL).is_file()):  # refuse before writing anything into the run
+        where = f"checkpoints up to step {prior[-1][0]}" if prior else f"a final {FINAL}"
+        raise CheckpointError(
+            f"{run_dir} already holds a trained run ({where})",
+            hint=f"continue it with `tfm train --resume {run_dir}`, or choose another --out",
+        )
+    _check_corpora(recipe)
+    if recipe.tokenizer.path and not Path(recipe.tokenizer.path).expanduser().is_file():
+        raise TfmError(
+            f"tokenizer.path: {recipe.tokenizer.path} does not exist",
+            hint="train one with `tfm tokenize`, or set tokenizer.path: null to train one with the run",
+        )
 
 
 def _check_corpora(recipe: Recipe) -> None:
@@ -380,14 +411,10 @@ def train(
     device = device if isinstance(device, torch.device) else resolve_device(device)
     events = events or TrainEvents()
     t = recipe.train
-    prior = checkpoint_steps(run_dir)
-    if not resume and (prior or (run_dir / FINAL).is_file()):  # refuse before writing anything into the run
-        where = f"checkpoints up to step {prior[-1][0]}" if prior else f"a final {FINAL}"
-        raise CheckpointError(
-            f"{run_dir} already holds a trained run ({where})",
-            hint=f"continue it with `tfm train --resume {run_dir}`, or choose another --out",
-        )
-    _check_corpora(recipe)
+    preflight(recipe, run_dir, resume)
+    step = 0
+    if resume:  # read (and refuse) the trainer state before anything in the run is rewritten
+        step, weights, state = _resume_point(run_dir, events)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -420,35 +447,11 @@ def train(
 
     model, optimizer, scaler = setup_model(config, t, device, precision)
     stream = BatchStream(corpus, t.max_tokens, t.seed, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
-    step, best_bleu = 0, -1.0
+    best_bleu = -1.0
     early = EarlyStopping(t.patience, t.patience_metric)
 
     if resume:
-        found = checkpoint_steps(run_dir)
-        if not found:
-            raise CheckpointError(f"{run_dir} has no checkpoint to resume from", hint="start it again without --resume")
-        # Weights are written before their trainer state: a run killed between the two leaves weights that
-        # cannot be resumed exactly, so resume from the newest checkpoint that has both.
-        complete = [(s, w) for s, w in found if state_path(w).is_file()]
-        if not complete:
-            raise CheckpointError(
-                f"{run_dir} has no checkpoint with its trainer state ({state_path(found[-1][1]).name} and older are missing)",
-                hint="an exact resume needs the .state.pt files; start the run again without --resume",
-            )
-        step, weights = complete[-1]
-        newer = [s for s, _ in found if s > step]
-        if newer:
-            events.message(
-                f"checkpoint(s) at step {', '.join(map(str, newer))} have no trainer state (the run stopped while "
-                f"saving): resuming from step {step}; they are rewritten when the run gets there"
-            )
-        state_file = state_path(weights)
-        from safetensors.torch import load_file
-
         load_state(model, {k: v.to(device) for k, v in load_file(str(weights)).items()}, weights)
-        # On the CPU: the RNG states must stay CPU ByteTensors (map_location=cuda broke resume on GPUs), and
-        # Optimizer.load_state_dict moves each state tensor to its parameter's device itself.
-        state = torch.load(state_file, map_location="cpu", weights_only=True)
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
         stream.load_state_dict(state["stream"])
@@ -482,6 +485,8 @@ def train(
     last_saved = step
     budget = parse_duration(t.max_time) if t.max_time else None  # seconds of this invocation, or no limit
     stream_state = stream.state_dict()
+    skipped = bad_in_a_row = 0  # steps whose loss was NaN or infinite: in all, and in a row
+    rising = RisingLoss()
     try:
         while step < t.max_steps:
             stream_state = stream.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
@@ -491,20 +496,35 @@ def train(
             step_loss, step_nll = train_step(model, optimizer, scaler, group, lr, t, amp, device)
             step += 1
             stream_state = stream.state_dict()
-            window_tokens += n_tokens
-            window_loss += step_loss
-            window_nll += step_nll
+            if math.isfinite(step_loss):
+                bad_in_a_row = 0
+                window_tokens += n_tokens
+                window_loss += step_loss
+                window_nll += step_nll
+            else:  # the update was skipped; a few in a row mean the run has diverged
+                skipped += 1
+                bad_in_a_row += 1
+                _log(run_dir, {"kind": "skipped", "step": step, "loss": str(step_loss), "lr": lr})
+                events.message(f"step {step}: the loss is {step_loss} at lr {lr:.3g}: update skipped ({skipped} so far)")
+                if bad_in_a_row >= MAX_BAD_STEPS:
+                    board.close()
+                    raise _diverged(run_dir, step, lr, bad_in_a_row)
 
             metrics: dict[str, Any] = {}
-            if step % t.log_every == 0 or step == t.max_steps:
+            if (step % t.log_every == 0 or step == t.max_steps) and window_tokens:
                 elapsed = time.perf_counter() - window_start
                 metrics = {
                     "step": step, "epoch": stream.epoch, "loss": window_loss / window_tokens,
                     "ppl": math.exp(min(window_nll / window_tokens, 50)), "lr": lr,
                     "tgt_tokens_per_s": window_tokens / elapsed, "elapsed_s": time.perf_counter() - started,
                 }
+                if skipped:
+                    metrics["skipped_steps"] = skipped
                 _log(run_dir, {"kind": "train", **metrics})
                 board.train(step, metrics)
+                warning = rising.update(metrics["loss"], lr)
+                if warning:
+                    events.message(warning)
                 window_tokens, window_start, window_loss, window_nll = 0, time.perf_counter(), 0.0, 0.0
             events.step(step, metrics)
             if device.type == "cpu" and step % TRIM_EVERY == 0:
@@ -551,6 +571,7 @@ def train(
     summary = {
         "recipe": recipe.name, "steps": step, "parameters": model.num_parameters(), "precision": precision,
         "device": str(device), "train_seconds": round(result.seconds, 1), "tfm_version": __version__, "dev": final,
+        "final_model": final.get("final_model"),
         "stopped": stopped or f"reached train.max_steps={t.max_steps}",
     }
     atomic_write(run_dir / "summary.json", lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=2)))
@@ -563,25 +584,115 @@ def train(
 def finish(
     run_dir: Path, recipe: Recipe, model: Transformer, tokenizer: Tokenizer, dev, amp, events, board=None
 ) -> dict:
-    """Average the last checkpoints into the run's final model (paper section 6.1) and evaluate it on all of dev."""
+    """Write the run's final model and evaluate it on all of dev.
+
+    The paper averages the last checkpoints (section 6.1). Early in training, while the loss still falls fast,
+    that average can be far worse than the last checkpoint (a 900-step base run averaged to dev BLEU 0.7), so
+    with a dev set both are evaluated and the average is kept unless it scores lower BLEU. The choice and both
+    scores are returned under "final_model" (and land in summary.json and metrics.jsonl).
+    """
     found = checkpoint_steps(run_dir)
     last = [p for _, p in found[-recipe.train.average_last :]]
-    averaged = average_checkpoints(last)
     step = found[-1][0]
-    save_weights(
-        run_dir / FINAL, averaged, model.config, tokenizer.sha256, step,
-        averaged=[p.name for p in last],
-    )
-    events.message(f"final model: average of {len(last)} checkpoint(s) -> {run_dir / FINAL}")
+    averaged = average_checkpoints(last)
+    if dev is None or len(last) == 1:
+        chosen, result, scores = ("average" if len(last) > 1 else "last"), {}, {}
+    else:
+        device = next(model.parameters()).device
+        load_state(model, {k: v.to(device) for k, v in load_file(str(last[-1])).items()}, last[-1])
+        last_scores = evaluate(model, tokenizer, dev, recipe, amp, 0)
+        load_state(model, {k: v.to(device) for k, v in averaged.items()}, run_dir / FINAL)
+        avg_scores = evaluate(model, tokenizer, dev, recipe, amp, 0)
+        chosen = "average" if avg_scores["bleu"] >= last_scores["bleu"] else "last"
+        scores = {"average": _brief(avg_scores), "last": _brief(last_scores)}
+        result = avg_scores if chosen == "average" else last_scores
+    names = [p.name for p in last]
+    if chosen == "average":
+        save_weights(run_dir / FINAL, averaged, model.config, tokenizer.sha256, step, averaged=names)
+        what = f"average of {len(last)} checkpoint(s) ({', '.join(names)})"
+    else:
+        save_weights(run_dir / FINAL, load_file(str(last[-1])), model.config, tokenizer.sha256, step, last=names[-1])
+        what = f"the last checkpoint ({names[-1]})"
+    if scores:
+        a, b = scores["average"], scores["last"]
+        why = "the paper's choice" if chosen == "average" else "the average scored lower"
+        events.message(
+            f"final model: {what}: {why} (dev BLEU: average {a['bleu']:.2f}, last checkpoint {b['bleu']:.2f}) -> {run_dir / FINAL}"
+        )
+    else:
+        events.message(f"final model: {what} -> {run_dir / FINAL}")
+    final_model = {"chosen": chosen, "checkpoints": names if chosen == "average" else names[-1:], **scores}
     if dev is None:
-        return {}
-    load_state(model, {k: v.to(next(model.parameters()).device) for k, v in averaged.items()}, run_dir / FINAL)
-    result = evaluate(model, tokenizer, dev, recipe, amp, 0)
+        return {"final_model": final_model}
+    if not scores:
+        device = next(model.parameters()).device
+        load_state(model, {k: v.to(device) for k, v in averaged.items()}, run_dir / FINAL)
+        result = evaluate(model, tokenizer, dev, recipe, amp, 0)
+    result = {**result, "final_model": final_model}
     _log(run_dir, {"kind": "final", "step": step, **result})
     if board is not None:
         board.evaluation(step, result, final=True)
     events.evaluation(step, {**result, "final": True})
     return result
+
+
+def _brief(scores: dict[str, Any]) -> dict[str, Any]:
+    return {k: scores[k] for k in ("bleu", "chrf", "loss", "ppl") if k in scores}
+
+
+def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[str, Any]]:
+    """The newest checkpoint that has its trainer state: (step, weights file, trainer state)."""
+    found = checkpoint_steps(run_dir)
+    if not found:
+        raise CheckpointError(f"{run_dir} has no checkpoint to resume from", hint="start it again without --resume")
+    # Weights are written before their trainer state: a run killed between the two leaves weights that
+    # cannot be resumed exactly, so resume from the newest checkpoint that has both.
+    complete = [(s, w) for s, w in found if state_path(w).is_file()]
+    if not complete:
+        raise CheckpointError(
+            f"{run_dir} has no checkpoint with its trainer state ({state_path(found[-1][1]).name} and older are missing)",
+            hint="an exact resume needs the .state.pt files; start the run again without --resume",
+        )
+    step, weights = complete[-1]
+    newer = [s for s, _ in found if s > step]
+    if newer:
+        events.message(
+            f"checkpoint(s) at step {', '.join(map(str, newer))} have no trainer state (the run stopped while "
+            f"saving): resuming from step {step}; they are rewritten when the run gets there"
+        )
+    # On the CPU: the RNG states must stay CPU ByteTensors (map_location=cuda broke resume on GPUs), and
+    # Optimizer.load_state_dict moves each state tensor to its parameter's device itself.
+    return step, weights, load_trainer_state(state_path(weights))
+
+
+def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int) -> TfmError:
+    """The error that stops a run whose loss stayed NaN or infinite; it names the last good checkpoint."""
+    found = [(s, w) for s, w in checkpoint_steps(run_dir) if state_path(w).is_file()]
+    kept = f"the last checkpoint ({found[-1][1].name}, step {found[-1][0]}) is intact" if found else "no checkpoint was saved yet"
+    return TfmError(
+        f"training stopped at step {step}: the loss was NaN or infinite {in_a_row} steps in a row at lr {lr:.3g}; {kept}",
+        hint=f"lower the learning rate (train.lr_factor) or lengthen train.warmup_steps, then `tfm train --resume {run_dir} train.lr_factor=...` or start again",
+    )
+
+
+def load_trainer_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's trainer state, read without executing code (`torch.load(weights_only=True)`).
+
+    Raises:
+        CheckpointError: in one line, for a file that is damaged or holds anything but tensors and plain data
+            (a pickle that would run code is refused, never executed).
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # UnpicklingError, RuntimeError, EOFError...: torch's text is many lines long
+        why = "is damaged" if isinstance(err, (EOFError, RuntimeError)) and "Unpickl" not in str(err) else "holds more than tensors and plain data (it could run code), so it was not loaded"
+        raise CheckpointError(
+            f"{path} {why}",
+            hint="delete it and its .safetensors to resume from the checkpoint before, or start the run again without --resume",
+        ) from None
+    if not isinstance(state, dict) or not {"optimizer", "scaler", "stream", "rng"} <= state.keys():
+        raise CheckpointError(f"{path} is not a tfm trainer state", hint="delete it and its .safetensors to resume from the checkpoint before")
+    return state
 
 
 def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
