@@ -1,0 +1,236 @@
+"""`tfm export --format huggingface`: the MarianMT directory loads in transformers and computes our model's function.
+
+On the shared trained model (conftest `trained`): the export's own checks pass and report figures; then, independently
+of them, the directory loaded with `MarianMTModel` / `AutoTokenizer` gives tfm's logits and tfm's greedy translations
+through `generate` with nothing but the saved generation config, and so does the model CTranslate2's converter makes
+of it. On random models: the residual permutation is exact (d_model 24, tied and untied), and configs Marian cannot
+express (pre-norm, learned positions) or a foreign tokenizer are refused with one line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tfm_cli import TfmError, Translator
+from tfm_cli.checkpoint import FINAL, save_weights, weights_state
+from tfm_cli.export import huggingface as hf_export
+from tfm_cli.export import run_export
+from tfm_cli.model import ModelConfig, Transformer
+from tfm_cli.model.masks import causal_mask
+from tfm_cli.model.transformer import sinusoidal_table
+from tfm_cli.tokenizer import train_tokenizer
+
+transformers = pytest.importorskip(
+    "transformers", reason="the huggingface export needs transformers (pip install 'tfm[huggingface]')"
+)
+AutoTokenizer, MarianMTModel = transformers.AutoTokenizer, transformers.MarianMTModel
+RENAMED_PAD = hf_export.RENAMED_PAD
+
+CORPUS = Path(__file__).resolve().parents[1] / "tfm_cli" / "corpora" / "tatoeba-fr-en" / "train.tsv.gz"
+N_SENTENCES = 50  # dev sentences the independent translation comparisons use
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("export-hf") / "hf"
+    result = run_export("huggingface", trained["dir"], out)
+    return {"result": result, "dir": out}
+
+
+@pytest.fixture(scope="module")
+def reference(trained) -> dict:
+    """tfm's own greedy translations of the first dev sentences, with the length limit at the position table's
+    end (max_positions - 1 tokens, then </s>): exactly the limit the export's generation_config.json encodes."""
+    translator = Translator.load(trained["dir"], device="cpu", precision="fp32")
+    sources = trained["sources"][:N_SENTENCES]
+    outputs = translator.translate(sources, greedy=True, max_len_offset=translator.model.config.max_positions)
+    return {"sources": sources, "greedy": [t.text for t in outputs], "model": translator.model}
+
+
+# --- the export on the trained model ---------------------------------------------------------------------------
+
+
+def test_export_checks_pass_and_report_figures(exported, trained):
+    result = exported["result"]
+    assert result.ok, result.checks
+    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tfm-export.json"} <= set(
+        result.files
+    )
+    def check(*words: str):
+        found = [c for c in result.checks if all(w in c.name for w in words)]
+        assert len(found) == 1, (words, result.checks)
+        return found[0]
+
+    exact, fp32 = check("logits", "fp64"), check("logits", "fp32")
+    assert float(exact.value) <= 1e-9 and exact.limit  # the mapping is exact: only float64 rounding is left
+    assert float(fp32.value.split()[0]) <= 1e-4 and fp32.limit
+    n = len(trained["sources"])
+    assert check("source token ids").value == f"{n}/{n} identical"
+    assert check("greedy", "transformers").value == f"{n}/{n} identical"
+    if importlib.util.find_spec("ctranslate2") is not None:
+        assert check("greedy", "CTranslate2").value == f"{n}/{n} identical"
+    else:
+        assert any("ctranslate2 is not installed" in note for note in result.notes)
+    assert any("ct2-transformers-converter --model DIR --output_dir DIR-ct2" in note for note in result.notes)
+    info = json.loads((exported["dir"] / "tfm-export.json").read_text(encoding="utf-8"))
+    assert info["format"] == "huggingface" and info["ok"] and len(info["checks"]) == len(result.checks)
+
+
+def test_transformers_logits_match_tfm(exported, reference, trained):
+    """Real sentences, padded in a batch, teacher-forced on their references: logits within 1e-4 (fp32)."""
+    hf = MarianMTModel.from_pretrained(exported["dir"]).eval()
+    tok = AutoTokenizer.from_pretrained(exported["dir"])
+    model = reference["model"]
+    cfg = model.config
+    start = hf.config.decoder_start_token_id
+    assert start == cfg.vocab_size == tok.pad_token_id  # the appended <pad>: zero embedding, decoder start
+    batch = tok(trained["sources"][:8], return_tensors="pt", padding=True)
+    refs = [tok(r, add_special_tokens=False).input_ids for r in trained["references"][:8]]
+    t = min(len(r) for r in refs)
+    body = torch.tensor([r[:t] for r in refs])  # (B, t) reference prefixes of one length
+    src = batch.input_ids.masked_fill(batch.attention_mask == 0, cfg.pad_id)  # tfm pads with id 0
+    with torch.no_grad():
+        ours = model(
+            src, torch.cat([torch.full((len(refs), 1), cfg.bos_id), body], 1),
+            (src != cfg.pad_id)[:, None, None, :], causal_mask(t + 1),
+        )
+        theirs = hf(
+            **batch, decoder_input_ids=torch.cat([torch.full((len(refs), 1), start), body], 1)
+        ).logits
+    assert theirs.shape[-1] == cfg.vocab_size + 1
+    assert (ours - theirs[..., : cfg.vocab_size]).abs().max().item() <= 1e-4
+    assert torch.isneginf(theirs[..., cfg.vocab_size]).all()  # <pad> is never an output
+
+
+def test_generate_greedy_matches_translator(exported, reference):
+    """`generate` with the saved generation config (only num_beams=1 given) gives tfm's greedy translations."""
+    hf = MarianMTModel.from_pretrained(exported["dir"]).eval()
+    tok = AutoTokenizer.from_pretrained(exported["dir"])
+    got = []
+    for i in range(0, N_SENTENCES, 25):
+        batch = tok(reference["sources"][i : i + 25], return_tensors="pt", padding=True)
+        got += tok.batch_decode(hf.generate(**batch, num_beams=1), skip_special_tokens=True)
+    assert got == reference["greedy"]
+    assert sum(bool(g) for g in got) > N_SENTENCES // 2  # a real model: real sentences, not empty strings
+
+
+def test_ctranslate2_round_trip(exported, reference, tmp_path):
+    """The documented command converts the directory; CTranslate2's greedy output equals tfm's."""
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install ctranslate2)")
+    script = Path(sys.executable).parent / "ct2-transformers-converter"
+    ct2_dir = tmp_path / "hf-ct2"
+    if script.is_file():
+        subprocess.run(
+            [str(script), "--model", str(exported["dir"]), "--output_dir", str(ct2_dir)],
+            check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
+        )
+    else:  # the same conversion through the Python API
+        from ctranslate2.converters import TransformersConverter
+
+        TransformersConverter(str(exported["dir"])).convert(str(ct2_dir))
+    tok = AutoTokenizer.from_pretrained(exported["dir"])
+    limit = reference["model"].config.max_positions - 1
+    translator = ctranslate2.Translator(str(ct2_dir), device="cpu", intra_threads=1)
+    tokens = [tok.convert_ids_to_tokens(ids) for ids in tok(reference["sources"]).input_ids]
+    results = translator.translate_batch(
+        tokens, beam_size=1, max_decoding_length=limit + 1, suppress_sequences=[[RENAMED_PAD], ["<s>"]]
+    )
+    got = [tok.decode(tok.convert_tokens_to_ids(r.hypotheses[0])[:limit], skip_special_tokens=True) for r in results]
+    assert got == reference["greedy"]
+
+
+# --- refusals ----------------------------------------------------------------------------------------------------
+
+
+def _texts(limit: int) -> list[str]:
+    with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in itertools.islice(f, limit)]
+    return [s for row in rows for s in row[:2]]
+
+
+@pytest.fixture(scope="module")
+def small_tokenizer():
+    return train_tokenizer(_texts(300), vocab_size=320)
+
+
+def _small_run(root: Path, tokenizer, **config) -> Path:
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        vocab_size=tokenizer.vocab_size, d_model=16, d_ff=32, n_heads=2, n_enc_layers=1, n_dec_layers=1,
+        max_positions=24, dropout=0.0, **config,
+    )
+    root.mkdir(parents=True)
+    tokenizer.save(root / "tokenizer.json")
+    save_weights(root / FINAL, weights_state(Transformer(cfg)), cfg, tokenizer.sha256, 1)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("config", "words"), [({"norm": "pre"}, "model.norm=pre"), ({"positions": "learned"}, "model.positions=learned")]
+)
+def test_unmappable_models_are_refused(tmp_path, small_tokenizer, config, words):
+    run = _small_run(tmp_path / "run", small_tokenizer, **config)
+    with pytest.raises(TfmError) as err:
+        run_export("huggingface", run, tmp_path / "out")
+    message = str(err.value)
+    assert words in message and "\n" not in message
+    assert "onnx" in err.value.hint
+    assert not (tmp_path / "out").exists()  # nothing installed
+
+
+def test_foreign_tokenizer_is_refused(tmp_path, trained, small_tokenizer):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(trained["dir"] / FINAL, run / FINAL)
+    small_tokenizer.save(run / "tokenizer.json")
+    with pytest.raises(TfmError, match="tokenizer"):
+        run_export("huggingface", run, tmp_path / "out")
+
+
+# --- the mapping on random models ----------------------------------------------------------------------------
+
+
+def test_permutation_gives_marians_position_table():
+    hf = hf_export.build_marian(Transformer(ModelConfig(vocab_size=40, d_model=24, d_ff=48, n_heads=3, max_positions=16)))
+    marian_own = hf.model.encoder.embed_positions.create_weight()  # the table transformers computes itself
+    ours = sinusoidal_table(16, 24)[:, hf_export.residual_permutation(24)]
+    assert torch.allclose(ours, marian_own, atol=1e-6)
+    assert torch.equal(hf.model.encoder.embed_positions.weight, ours)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_residual_permutation_is_exact(tie):
+    """A random model with d_model 24 (not a power of two): Marian's logits are ours, padded sources included."""
+    torch.manual_seed(1)
+    cfg = ModelConfig(
+        vocab_size=40, d_model=24, d_ff=40, n_heads=3, n_enc_layers=2, n_dec_layers=2, max_positions=16,
+        dropout=0.0, tie_embeddings=tie,
+    )
+    model = Transformer(cfg).eval()
+    with torch.no_grad():  # random LayerNorm and bias values, so that a wrong permutation cannot hide
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.5)
+    hf = hf_export.build_marian(model)
+    src = torch.randint(3, 40, (3, 7))
+    src[0, 6], src[1, 4], src[2, 2] = 2, 2, 2  # </s> then padding
+    src[1, 5:], src[2, 3:] = 0, 0
+    tgt = torch.randint(3, 40, (3, 5))
+    tgt[:, 0] = cfg.bos_id
+    with torch.no_grad():
+        ours = model(src, tgt, (src != 0)[:, None, None, :], causal_mask(5))
+        hf_tgt = tgt.clone()
+        hf_tgt[:, 0] = cfg.vocab_size
+        theirs = hf(input_ids=src, attention_mask=(src != 0).long(), decoder_input_ids=hf_tgt).logits
+    assert (ours - theirs[..., : cfg.vocab_size]).abs().max().item() < 1e-5

@@ -1,0 +1,565 @@
+"""The huggingface format: a MarianMT directory that `transformers` loads and CTranslate2 converts, computing
+exactly the function of the PyTorch model it came from.
+
+    config.json, generation_config.json, model.safetensors    MarianMTModel.from_pretrained(DIR)
+    tokenizer.json, tokenizer_config.json                    AutoTokenizer.from_pretrained(DIR)
+    README.md                                                what it is and how to load it
+
+Marian (transformers' `modeling_marian.py`) is the paper's post-norm Transformer, as ours is: the same sublayers
+with biases, ReLU, LayerNorm after each residual, embeddings scaled by sqrt(d_model), sinusoidal positions from 0,
+no LayerNorm on the embeddings and none at the end of the stacks. The names map one to one
+(w_q/w_k/w_v/w_o -> q/k/v/out_proj, w_1/w_2 -> fc1/fc2, sub_attn|sub_self.norm -> self_attn_layer_norm,
+sub_cross.norm -> encoder_attn_layer_norm, sub_ffn.norm -> final_layer_norm, generator -> lm_head). Three things
+differ, and each is mapped exactly rather than approximated:
+
+1. Positions. Our table interleaves (dim 2i = sin, 2i+1 = cos of the i-th frequency 10000^(-2i/D)); Marian's
+   puts the D/2 sines first and the D/2 cosines second, with the same frequencies. So Marian's table is ours with
+   its columns permuted by P = [0, 2, 4, ..., 1, 3, 5, ...]. We permute the residual dimension of the whole model
+   by P: the columns of the embeddings and of the output projection, the input columns of every Linear that reads
+   the residual stream (q/k/v, fc1), the output rows and biases of every Linear that writes it (out_proj, fc2),
+   and the LayerNorm weights and biases. This is exact: a LayerNorm's mean and variance do not depend on the
+   order of the dimensions, x W^T with x and the columns of W permuted alike is the same number, and the heads
+   (the split of q/k/v/out_proj's other side) are untouched. The permuted model adds Marian's table where ours
+   added ours, and computes the same function in permuted coordinates.
+
+2. The decoder's first input. Our decoder starts from the embedding of <s>. CTranslate2's Marian converter
+   declares `start_from_zero_embedding` (Marian-NMT starts from a zero vector), so a converted model would start
+   from 0 + position 0. The export therefore starts the decoder from a token whose embedding row is all zero and
+   folds sqrt(d_model) * E[<s>] into row 0 of the decoder's position table: position 0 of the decoder only ever
+   holds the start token, so every other position is untouched, and transformers and CTranslate2 both compute
+   E[<s>] * sqrt(d_model) + PE[0] there, to the bit. (Starting from <s> instead is exact in transformers, but
+   CTranslate2 then translates every sentence differently.) transformers 5 never writes the position tables
+   (`_keys_to_ignore_on_save`) and rebuilds a missing one; the export writes both, and from_pretrained loads them.
+
+3. The vocabulary. Marian's convention (and CTranslate2's converter, which drops the last row of every
+   vocabulary matrix) wants <pad> as the LAST id, with a zero embedding, as the decoder start. The export keeps our
+   V ids unchanged, renames our id 0 (<pad>, never an output: our search bans it) to <tfm_pad>, and appends id V
+   = <pad>: zero embedding row, zero output row and a -inf logit bias. Its probability is exactly 0, so softmax
+   over V + 1 logits equals ours over V, and beam scores are the same log-probabilities as tfm's.
+
+The tokenizer is our tokenizer.json with that one rename, the new <pad> and a post-processor that appends </s>
+(our model reads every source with </s> at the end). Special tokens in the text are split like any other text
+(`split_special_tokens`), as tfm does. One difference remains in text: `decode(..., skip_special_tokens=True)`
+drops <unk>, where tfm writes "<unk>" (trained models do not output it: byte fallback makes it absent from the
+training targets). The generation config gives transformers' `generate` our search: start
+from <pad>, stop at </s>, never output <tfm_pad>, <s> or <pad>, EOS forced at the position limit, beam size and
+alpha from the run's recipe. Greedy decoding reproduces tfm's; beam search may differ in a few sentences because
+transformers' length penalty (score / length^alpha) is not GNMT's (score / ((5 + length) / 6)^alpha), and the
+per-sentence limit "source length + max_len_offset" has no equivalent there (pass max_new_tokens).
+
+Checks: teacher-forced logits on random padded batches in fp64 (the mapping: only float64 rounding may remain)
+and fp32 (what users run); the exported tokenizer's ids against tfm's; greedy translations of the dev sentences
+with `generate`; and, when `ctranslate2` is installed, the same translations from the model CTranslate2's
+converter makes of the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import math
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tfm_cli.checkpoint import LoadedModel
+from tfm_cli.errors import TfmError
+from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff, require
+from tfm_cli.model import ModelConfig, Transformer
+from tfm_cli.model.masks import causal_mask
+from tfm_cli.model.transformer import sinusoidal_table
+from tfm_cli.tokenizer import Tokenizer
+
+EXPORT_PAD = "<pad>"  # the export's pad and decoder start: id V, the last one, with a zero embedding
+RENAMED_PAD = "<tfm_pad>"  # our id 0 in the export: still there (ids unchanged), never input nor output
+LOGIT_LIMIT = 1e-4  # teacher-forced logits, fp32: max |HF - tfm| allowed
+_BATCH = 64  # sentences per generate / translate_batch call in the checks
+
+_HINT = "use --format onnx or --format release, which export every tfm model"
+
+
+# --- what maps ---------------------------------------------------------------------------------------------------
+
+
+def unsupported(config: ModelConfig) -> str | None:
+    """Why a model with `config` has no exact MarianMT equivalent, or None if it has one."""
+    if config.norm != "post":
+        return (
+            f"model.norm={config.norm}: MarianMT's layers are post-norm (LayerNorm after each residual) "
+            "and its stacks have no final LayerNorm"
+        )
+    if config.positions != "sinusoidal":
+        return f"model.positions={config.positions}: MarianMT has sinusoidal positions only"
+    return None
+
+
+def residual_permutation(d_model: int) -> torch.Tensor:
+    """P with Marian's (half-split) sinusoid table == ours (interleaved)[:, P]: the even dims, then the odd ones."""
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+
+
+def marian_config(config: ModelConfig) -> dict[str, Any]:
+    """MarianConfig keyword arguments for our model config (vocabulary V + 1: the export's <pad> is id V)."""
+    v = config.vocab_size + 1
+    return {
+        "vocab_size": v, "decoder_vocab_size": v, "d_model": config.d_model,
+        "encoder_layers": config.n_enc_layers, "decoder_layers": config.n_dec_layers,
+        "encoder_attention_heads": config.n_heads, "decoder_attention_heads": config.n_heads,
+        "encoder_ffn_dim": config.d_ff, "decoder_ffn_dim": config.d_ff,
+        "max_position_embeddings": config.max_positions, "activation_function": "relu", "scale_embedding": True,
+        "dropout": config.dropout, "attention_dropout": config.attn_dropout, "activation_dropout": 0.0,
+        "pad_token_id": config.vocab_size, "decoder_start_token_id": config.vocab_size,
+        "bos_token_id": config.bos_id, "eos_token_id": config.eos_id, "forced_eos_token_id": config.eos_id,
+        "share_encoder_decoder_embeddings": config.tie_embeddings, "tie_word_embeddings": config.tie_embeddings,
+        "architectures": ["MarianMTModel"],
+    }
+
+
+@torch.no_grad()
+def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """MarianMTModel tensors computing `model`'s function (see the module docstring), keyed by transformers' names.
+
+    Holds every name a MarianMTModel may have (`model.shared` only exists when embeddings are shared); the
+    caller keeps those its model has. Tensors are fp32, contiguous and new (the model is not changed).
+
+    Raises:
+        TfmError: the model has no exact Marian equivalent (see `unsupported`).
+    """
+    config = model.config
+    reason = unsupported(config)
+    if reason:
+        raise TfmError(f"cannot export to huggingface: {reason}", hint=_HINT)
+    p = residual_permutation(config.d_model)
+    scale = math.sqrt(config.d_model)
+
+    def cols(w: torch.Tensor) -> torch.Tensor:  # a Linear reading the residual stream: (out, D) -> (out, D)[:, P]
+        return w.detach().float()[:, p].contiguous()
+
+    def rows(w: torch.Tensor) -> torch.Tensor:  # a Linear writing it, or a LayerNorm: (D, ...) -> [P]
+        return w.detach().float()[p].contiguous()
+
+    def vocab(w: torch.Tensor) -> torch.Tensor:  # (V, D) embedding or output matrix -> (V + 1, D), row V = 0
+        return torch.cat([cols(w), w.new_zeros(1, config.d_model).float()])
+
+    state: dict[str, torch.Tensor] = {}
+
+    def attention(prefix: str, mha) -> None:
+        for ours, theirs in (("w_q", "q_proj"), ("w_k", "k_proj"), ("w_v", "v_proj")):
+            state[f"{prefix}.{theirs}.weight"] = cols(getattr(mha, ours).weight)
+            state[f"{prefix}.{theirs}.bias"] = getattr(mha, ours).bias.detach().float().clone()  # head side
+        state[f"{prefix}.out_proj.weight"] = rows(mha.w_o.weight)
+        state[f"{prefix}.out_proj.bias"] = rows(mha.w_o.bias)
+
+    def norm(prefix: str, ln: torch.nn.LayerNorm) -> None:
+        state[f"{prefix}.weight"], state[f"{prefix}.bias"] = rows(ln.weight), rows(ln.bias)
+
+    def ffn(prefix: str, layer) -> None:
+        state[f"{prefix}.fc1.weight"] = cols(layer.ffn.w_1.weight)
+        state[f"{prefix}.fc1.bias"] = layer.ffn.w_1.bias.detach().float().clone()  # the d_ff side: not permuted
+        state[f"{prefix}.fc2.weight"] = rows(layer.ffn.w_2.weight)
+        state[f"{prefix}.fc2.bias"] = rows(layer.ffn.w_2.bias)
+
+    for i, layer in enumerate(model.encoder_layers):
+        pre = f"model.encoder.layers.{i}"
+        attention(f"{pre}.self_attn", layer.self_attn)
+        norm(f"{pre}.self_attn_layer_norm", layer.sub_attn.norm)
+        ffn(pre, layer)
+        norm(f"{pre}.final_layer_norm", layer.sub_ffn.norm)
+    for i, layer in enumerate(model.decoder_layers):
+        pre = f"model.decoder.layers.{i}"
+        attention(f"{pre}.self_attn", layer.self_attn)
+        norm(f"{pre}.self_attn_layer_norm", layer.sub_self.norm)
+        attention(f"{pre}.encoder_attn", layer.cross_attn)
+        norm(f"{pre}.encoder_attn_layer_norm", layer.sub_cross.norm)
+        ffn(pre, layer)
+        norm(f"{pre}.final_layer_norm", layer.sub_ffn.norm)
+
+    src_emb, tgt_emb = model.src_embed.token.weight, model.tgt_embed.token.weight
+    state["model.encoder.embed_tokens.weight"] = vocab(src_emb)
+    state["model.decoder.embed_tokens.weight"] = vocab(tgt_emb)  # row V (the start token) is zero
+    state["lm_head.weight"] = vocab(model.generator.weight)
+    if config.tie_embeddings:
+        state["model.shared.weight"] = state["model.encoder.embed_tokens.weight"]
+    bias = torch.zeros(1, config.vocab_size + 1)
+    bias[0, config.vocab_size] = float("-inf")  # the export's <pad> is never an output: probability exactly 0
+    state["final_logits_bias"] = bias
+
+    # Positions: our sinusoids with the permuted columns, which are Marian's own table. The decoder's row 0 also
+    # carries the start embedding, computed as our Embeddings computes it (fp32 product, then + PE[0]).
+    table = sinusoidal_table(config.max_positions, config.d_model)  # (L, D) fp32, interleaved
+    state["model.encoder.embed_positions.weight"] = table[:, p].contiguous()
+    decoder_table = table.clone()
+    decoder_table[0] = tgt_emb.detach().float()[config.bos_id] * scale + table[0]
+    state["model.decoder.embed_positions.weight"] = decoder_table[:, p].contiguous()
+    return state
+
+
+def build_marian(model: Transformer):
+    """A `transformers.MarianMTModel` (eval mode, fp32, CPU) that computes `model`'s function.
+
+    Raises:
+        TfmError: transformers is not installed, or the model has no exact Marian equivalent.
+    """
+    transformers = require("transformers", "huggingface", "the huggingface export")
+    state = marian_state_dict(model)
+    with _quiet(transformers):
+        hf = transformers.MarianMTModel(transformers.MarianConfig(**marian_config(model.config)))
+    own = hf.state_dict()
+    missing = sorted(set(own) - set(state))
+    if missing:  # a transformers version with other tensor names: fail loudly, never half-initialised
+        raise TfmError(
+            f"this transformers version's MarianMTModel has tensors the export does not know: {', '.join(missing[:3])}",
+            hint=f"report it with `pip show transformers` (installed: {transformers.__version__})",
+        )
+    hf.load_state_dict({name: state[name] for name in own}, strict=True)
+    # transformers leaves the position tables out of checkpoints and rebuilds them; ours must be saved.
+    hf._keys_to_ignore_on_save = set()
+    return hf.eval()
+
+
+def build_tokenizer(tokenizer: Tokenizer, config: ModelConfig):
+    """A `transformers.PreTrainedTokenizerFast` with our pieces and ids, <tfm_pad> for our id 0, <pad> = id V,
+    and </s> appended to every encoded text.
+
+    Raises:
+        TfmError: transformers is not installed, or the tokenizer's special ids are not the model's.
+    """
+    transformers = require("transformers", "huggingface", "the huggingface export")
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import processors
+
+    if (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id) != (config.pad_id, config.bos_id, config.eos_id):
+        raise TfmError(
+            f"the model's special ids (pad {config.pad_id}, bos {config.bos_id}, eos {config.eos_id}) are not the "
+            f"tokenizer's ({tokenizer.pad_id}, {tokenizer.bos_id}, {tokenizer.eos_id})",
+            hint="export the run with the tokenizer it was trained with",
+        )
+    spec = json.loads(tokenizer.backend.to_str())
+    vocab = spec["model"]["vocab"]
+    pad = tokenizer.id_to_piece(config.pad_id)
+    vocab[RENAMED_PAD] = vocab.pop(pad)
+    vocab[EXPORT_PAD] = config.vocab_size
+    for added in spec.get("added_tokens") or []:  # none in tfm tokenizers; kept consistent if there are
+        if added.get("content") == pad:
+            added["content"] = RENAMED_PAD
+    backend = HFTokenizer.from_str(json.dumps(spec, ensure_ascii=False))
+    eos = tokenizer.id_to_piece(config.eos_id)
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"$A {eos}", pair=f"$A $B {eos}", special_tokens=[(eos, config.eos_id)]
+    )
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=tokenizer.id_to_piece(config.bos_id), eos_token=eos, unk_token=tokenizer.id_to_piece(tokenizer.unk_id),
+        pad_token=EXPORT_PAD, padding_side="right",
+        model_max_length=config.max_positions,  # source tokens + </s>
+        split_special_tokens=True,  # a literal "<s>" in a sentence is text, as in tfm
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def generation_config(config: ModelConfig, beam: int, alpha: float):
+    """transformers' GenerationConfig for our search (see the module docstring for what differs)."""
+    transformers = require("transformers", "huggingface", "the huggingface export")
+    start = config.vocab_size
+    return transformers.GenerationConfig(
+        decoder_start_token_id=start, bos_token_id=config.bos_id, eos_token_id=config.eos_id, pad_token_id=start,
+        forced_eos_token_id=config.eos_id,  # at max_length the last token is </s>, as tfm forces it
+        suppress_tokens=[config.pad_id, config.bos_id, start],  # never outputs, as in tfm's search
+        num_beams=beam, length_penalty=alpha, early_stopping=True, do_sample=False,
+        max_length=config.max_positions + 1,  # the start token + at most max_positions - 1 tokens + </s>
+    )
+
+
+# --- the export --------------------------------------------------------------------------------------------------
+
+
+def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> ExportResult:
+    """Write `loaded` as a MarianMT directory into the empty directory `out`, then verify it.
+
+    Args:
+        loaded: the model to export, with its tokenizer and run directory.
+        out: an empty directory to write into.
+        sources: source sentences for the translation checks.
+
+    Returns:
+        The files written, the checks (logits, greedy translations with transformers and, when installed,
+        CTranslate2) and notes on how to load it.
+
+    Raises:
+        TfmError: transformers is not installed, or the model has no exact MarianMT equivalent (pre-norm,
+            learned positions).
+    """
+    model, tokenizer, config = loaded.model.eval(), loaded.tokenizer, loaded.model.config
+    reason = unsupported(config)  # before asking for transformers: installing it would not help
+    if reason:
+        raise TfmError(f"cannot export to huggingface: {reason}", hint=_HINT)
+    transformers = require("transformers", "huggingface", "the huggingface export")
+    from tfm_cli.translator import DecodeSettings
+
+    settings = DecodeSettings.from_run(loaded.run_dir)
+    hf_model = build_marian(model)
+    hf_model.generation_config = generation_config(config, settings.beam, settings.alpha)
+    hf_tokenizer = build_tokenizer(tokenizer, config)
+    out = Path(out)
+    with _quiet(transformers):
+        hf_model.save_pretrained(out)
+        hf_tokenizer.save_pretrained(out)
+    _name_tokenizer_class(out / "tokenizer_config.json")
+    (out / "README.md").write_text(_readme(loaded, settings.beam, settings.alpha), encoding="utf-8")
+
+    # Verify what a user gets: the directory loaded back, offline.
+    with _quiet(transformers):
+        hf_model = transformers.MarianMTModel.from_pretrained(out).eval()
+        hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    checks = _check_logits(model, hf_model)
+    ids, kept = _encodable(tokenizer, sources, config.max_positions - 1)
+    texts = [sources[i] for i in kept]
+    limits = [max(1, min(len(seq) + settings.max_len_offset, config.max_positions - 1)) for seq in ids]
+    checks.append(_check_tokenizer(hf_tokenizer, texts, ids, config.eos_id))
+    expected = _tfm_greedy(model, tokenizer, ids, settings.max_len_offset)
+    got = _hf_greedy(hf_model, hf_tokenizer, texts, limits, config.eos_id)
+    checks.append(agreement(f"greedy translations, transformers generate vs tfm ({len(texts)} dev sentences)", expected, got))
+
+    notes = [
+        f"Python: MarianMTModel.from_pretrained('{out}'), AutoTokenizer.from_pretrained('{out}'), then "
+        "model.generate(**tokenizer(sentences, return_tensors='pt', padding=True))",
+        "CTranslate2: ct2-transformers-converter --model DIR --output_dir DIR-ct2, then "
+        "ctranslate2.Translator('DIR-ct2').translate_batch(tokens, suppress_sequences=[['<tfm_pad>'], ['<s>']]) "
+        "with tokens = tokenizer.convert_ids_to_tokens(tokenizer(sentence).input_ids)",
+        "commands: tfm export RUN --format huggingface --out DIR; "
+        "ct2-transformers-converter --model DIR --output_dir DIR-ct2",
+        "greedy decoding reproduces tfm's; beam search may differ in a few sentences: transformers divides by "
+        f"length^{settings.alpha:g}, tfm by the GNMT penalty ((5 + length) / 6)^{settings.alpha:g}",
+    ]
+    if len(kept) < len(sources):
+        notes.append(f"{len(sources) - len(kept)} empty or over-long dev sentences left out of the checks")
+    if importlib.util.find_spec("ctranslate2") is None:
+        notes.append("ctranslate2 is not installed: the CTranslate2 conversion was not checked (pip install ctranslate2)")
+    else:
+        checks.append(_check_ctranslate2(out, hf_tokenizer, texts, limits, config, expected))
+    files = sorted(p.name for p in out.iterdir() if p.is_file())
+    return ExportResult("huggingface", out, loaded.path, files, checks, notes)
+
+
+# --- checks ------------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def _check_logits(model: Transformer, hf_model, batches: int = 4, seed: int = 0) -> list[Check]:
+    """Teacher-forced logits of both models on random padded batches (random sources, random target prefixes).
+
+    Two checks. In fp64 the mapping itself is measured: an exact mapping leaves only float64 rounding (~1e-12).
+    In fp32, what users run, rounding in either model is larger than any mapping error could hide behind (tfm's
+    own fp32 logits sit up to ~1e-4 from its fp64 ones on a trained model), so the limit is 1e-4 or, for a model
+    whose fp32 rounding is larger, twice tfm's own fp32-vs-fp64 difference. Both models are back in fp32 after.
+    """
+    config = model.config
+    v = start = config.vocab_size  # the export's <pad>: decoder start, and the extra logit
+    g = torch.Generator().manual_seed(seed)
+    longest = min(24, config.max_positions - 1)
+    cases = []
+    for b in range(batches):
+        n = 3 + b
+        src_lens = torch.randint(1, longest + 1, (n,), generator=g)
+        src_lens[0] = longest  # one full-width row, the others padded
+        src = torch.full((n, longest + 1), config.pad_id, dtype=torch.long)
+        for row, length in enumerate(src_lens.tolist()):
+            src[row, :length] = torch.randint(3, v, (length,), generator=g)  # any id but pad, <s>, </s>
+            src[row, length] = config.eos_id
+        t = int(torch.randint(1, min(16, config.max_positions) + 1, (1,), generator=g))
+        tgt = torch.randint(3, v, (n, t), generator=g)
+        tgt[:, 0] = config.bos_id
+        cases.append((src, tgt))
+
+    def run(dtype: torch.dtype) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        model.to(dtype)
+        hf_model.to(dtype)
+        ours, theirs = [], []
+        for src, tgt in cases:
+            src_mask = (src != config.pad_id)[:, None, None, :]
+            ours.append(model(src, tgt, src_mask, causal_mask(tgt.size(1), src.device)))  # (B, T, V)
+            hf_tgt = tgt.clone()
+            hf_tgt[:, 0] = start  # the export starts the decoder from <pad> (<s> lives in decoder position 0)
+            theirs.append(hf_model(
+                input_ids=src.masked_fill(src == config.pad_id, start),
+                attention_mask=(src != config.pad_id).long(),
+                decoder_input_ids=hf_tgt,
+            ).logits)  # (B, T, V + 1)
+        return ours, theirs
+
+    positions = hf_model.model.decoder.embed_positions.weight
+    saved_row = positions[0].clone()
+    try:
+        ours32, theirs32 = run(torch.float32)
+        # The folded row (start embedding + PE[0]) is stored as the fp32 sum, bit-exact with tfm in fp32; for
+        # the fp64 pass it is summed again in fp64, as tfm in fp64 sums it.
+        model.double()
+        emb = model.tgt_embed
+        fold = emb.token.weight[config.bos_id] * emb.scale + emb.pe[0]
+        positions.data = positions.data.double()
+        positions[0] = fold[residual_permutation(config.d_model)]
+        ours64, theirs64 = run(torch.float64)
+    finally:
+        model.float()
+        hf_model.float()
+        positions[0] = saved_row
+    exact = max(max_abs_diff(o, h[..., :v]) for o, h in zip(ours64, theirs64, strict=True))
+    fp32 = max(max_abs_diff(o, h[..., :v]) for o, h in zip(ours32, theirs32, strict=True))
+    own = max(max_abs_diff(o, o64) for o, o64 in zip(ours32, ours64, strict=True))
+    never = all(bool(torch.isneginf(h[..., v]).all()) for h in theirs32 + theirs64)  # <pad> has probability 0
+    limit32 = max(LOGIT_LIMIT, 2 * own)
+    name = f"teacher-forced logits, max |diff| ({batches} random padded batches"
+    pad_note = "" if never else " (the <pad> logit is not -inf)"
+    return [
+        Check(f"{name}, fp64: the mapping)", f"{exact:.1e}{pad_note}", exact <= 1e-9 and never, "<= 1e-9"),
+        Check(
+            f"{name}, fp32)", f"{fp32:.1e} (tfm fp32 vs fp64: {own:.1e})", fp32 <= limit32,
+            f"<= {LOGIT_LIMIT:g}, or 2x tfm's own fp32 error",
+        ),
+    ]
+
+
+def _check_tokenizer(hf_tokenizer, texts: list[str], ids: list[list[int]], eos_id: int) -> Check:
+    """The exported tokenizer gives tfm's ids plus </s> for every sentence."""
+    got = hf_tokenizer(texts)["input_ids"] if texts else []
+    want = [seq + [eos_id] for seq in ids]
+    same = sum(a == b for a, b in zip(want, got, strict=True))
+    first = next((i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b), None)
+    value = f"{same}/{len(texts)} identical" + (f" (first difference: {texts[first]!r})" if first is not None else "")
+    return Check("source token ids, exported tokenizer vs tfm (+ </s>)", value, same == len(texts), "all identical")
+
+
+def _check_ctranslate2(
+    out: Path, hf_tokenizer, texts: list[str], limits: list[int], config: ModelConfig, expected: list[str]
+) -> Check:
+    """Convert the directory with CTranslate2's converter (into a temporary directory), translate greedily on CPU."""
+    import ctranslate2
+    from ctranslate2.converters import TransformersConverter
+
+    name = f"greedy translations, CTranslate2 {ctranslate2.__version__} (converted from the export) vs tfm"
+    ban = [[RENAMED_PAD], [hf_tokenizer.convert_ids_to_tokens(config.bos_id)]]
+    with tempfile.TemporaryDirectory(prefix="tfm-ct2-") as tmp, _quiet(_transformers()):
+        TransformersConverter(str(out)).convert(str(Path(tmp) / "ct2"), force=True)
+        translator = ctranslate2.Translator(
+            str(Path(tmp) / "ct2"), device="cpu", compute_type="float32", intra_threads=torch.get_num_threads()
+        )
+        tokens = [hf_tokenizer.convert_ids_to_tokens(seq) for seq in hf_tokenizer(texts)["input_ids"]] if texts else []
+        got: list[str] = []
+        for chunk in range(0, len(texts), _BATCH):
+            part = slice(chunk, chunk + _BATCH)
+            results = translator.translate_batch(
+                tokens[part], beam_size=1, max_decoding_length=max(limits[part]) + 1, suppress_sequences=ban,
+            )
+            for result, limit in zip(results, limits[part], strict=True):
+                out_ids = hf_tokenizer.convert_tokens_to_ids(result.hypotheses[0])
+                got.append(hf_tokenizer.decode(_cut(out_ids, config.eos_id, limit), skip_special_tokens=True))
+        del translator
+    return agreement(f"{name} ({len(texts)} dev sentences)", expected, got)
+
+
+def _encodable(tokenizer: Tokenizer, sources: list[str], limit: int) -> tuple[list[list[int]], list[int]]:
+    """tfm token ids of the sources the checks use (non-empty, not longer than the model takes) and their indices."""
+    ids, kept = [], []
+    for i, seq in enumerate(tokenizer.encode_batch(sources)):
+        if 0 < len(seq) <= limit:
+            ids.append(seq)
+            kept.append(i)
+    return ids, kept
+
+
+def _tfm_greedy(model: Transformer, tokenizer: Tokenizer, ids: list[list[int]], max_len_offset: int) -> list[str]:
+    from tfm_cli.decoding import translate_ids
+
+    hyps = translate_ids(model, ids, greedy=True, max_len_offset=max_len_offset)
+    return [tokenizer.decode(h[0].tokens) for h in hyps]
+
+
+@torch.no_grad()
+def _hf_greedy(hf_model, hf_tokenizer, texts: list[str], limits: list[int], eos_id: int) -> list[str]:
+    """transformers' greedy `generate`, batched by length; each output cut at tfm's per-sentence length limit.
+
+    generate takes one max_new_tokens per batch, tfm a limit per sentence (source length + max_len_offset):
+    greedy choices do not depend on the limit, so generating up to the batch's largest and cutting each output
+    at its own limit gives exactly what tfm's search gives (it forces </s> there).
+    """
+    order = sorted(range(len(texts)), key=lambda i: limits[i])
+    got = [""] * len(texts)
+    for chunk in range(0, len(order), _BATCH):
+        part = order[chunk : chunk + _BATCH]
+        batch = hf_tokenizer([texts[i] for i in part], return_tensors="pt", padding=True)
+        longest = max(limits[i] for i in part)
+        with _quiet(_transformers()):  # it warns that max_new_tokens overrides the config's max_length
+            outputs = hf_model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=longest + 1)
+        for i, row in zip(part, outputs.tolist(), strict=True):
+            got[i] = hf_tokenizer.decode(_cut(row[1:], eos_id, limits[i]), skip_special_tokens=True)
+    return got
+
+
+def _cut(ids: list[int], eos_id: int, limit: int) -> list[int]:
+    """Output ids up to (not including) the first </s>, at most `limit` of them."""
+    if eos_id in ids:
+        ids = ids[: ids.index(eos_id)]
+    return ids[:limit]
+
+
+# --- helpers -----------------------------------------------------------------------------------------------------
+
+
+def _transformers():
+    return require("transformers", "huggingface", "the huggingface export")
+
+
+@contextlib.contextmanager
+def _quiet(transformers) -> Iterator[None]:
+    """Silence transformers' info and progress output (load reports, shard progress bars) for a while."""
+    logging = transformers.utils.logging
+    level = logging.get_verbosity()
+    bars = logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
+
+
+def _name_tokenizer_class(path: Path) -> None:
+    """transformers 5 records its new class name, TokenizersBackend; PreTrainedTokenizerFast is the same class
+    under the name transformers 4 knows too (AutoTokenizer resolves either)."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _readme(loaded: LoadedModel, beam: int, alpha: float) -> str:
+    config = loaded.model.config
+    return f"""# {loaded.run_dir.name} (tfm, MarianMT format)
+
+A Transformer trained with tfm (post-norm, d_model {config.d_model}, {config.n_enc_layers}+{config.n_dec_layers} layers,
+{config.vocab_size} joint BPE ids, step {loaded.step}), written as a MarianMT model that computes exactly the function of
+the tfm weights `{loaded.path.name}`. Load it offline:
+
+```python
+from transformers import AutoTokenizer, MarianMTModel
+tokenizer = AutoTokenizer.from_pretrained("DIR")
+model = MarianMTModel.from_pretrained("DIR")
+batch = tokenizer(["..."], return_tensors="pt", padding=True)
+print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
+```
+
+`generate` uses beam {beam} by default (`num_beams=1` for greedy, which gives tfm's greedy translations); its
+length penalty (score / length^{alpha:g}) is not tfm's GNMT penalty, so a few beam translations may differ.
+Set `max_new_tokens` for a length limit (tfm stops at source length + max_len_offset).
+
+Vocabulary: tfm's ids, with id 0 renamed `{RENAMED_PAD}` (unused) and `{EXPORT_PAD}` appended as id {config.vocab_size},
+the decoder's start token (zero embedding, as in OPUS-MT); tfm's `<s>` embedding is folded into decoder position 0.
+
+CTranslate2: `ct2-transformers-converter --model DIR --output_dir DIR-ct2`; pass
+`suppress_sequences=[["{RENAMED_PAD}"], ["<s>"]]` to `translate_batch` to forbid what tfm's search forbids.
+"""
