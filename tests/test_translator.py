@@ -257,6 +257,58 @@ def test_a_tokenizer_of_another_size_is_refused(parts) -> None:
         Translator(model, other)
 
 
+# ---- engines ---------------------------------------------------------------------------------------------------
+
+
+class _OtherEngine:
+    """An engine that is not the PyTorch one (as the ONNX engine is not): it delegates to a TorchEngine."""
+
+    name = "other"
+
+    def __init__(self, model) -> None:
+        from tfm_cli.decoding import TorchEngine
+
+        self._torch = TorchEngine(model)
+        self.config, self.device = model.config, self._torch.device
+        self.steps = 0
+
+    def start(self, src, src_mask, beams):
+        return self._torch.start(src, src_mask, beams)
+
+    def step(self, last, state):
+        self.steps += 1
+        return self._torch.step(last, state)
+
+
+def test_any_engine_runs_the_same_search(parts) -> None:
+    from tfm_cli.decoding import TorchEngine
+
+    model, tok = parts
+    want = Translator(model, tok, DecodeSettings(max_len_offset=6)).translate(SOURCES, n_best=2)
+    engine = _OtherEngine(model)
+    other = Translator(engine, tok, DecodeSettings(max_len_offset=6), precision="auto")
+    got = other.translate(SOURCES, n_best=2)
+    assert engine.steps > 0 and (other.engine_name, other.precision) == ("other", "fp32")
+    assert [[h.tokens for h in r.nbest] for r in got] == [[h.tokens for h in r.nbest] for r in want]
+    assert [r.score for r in got] == [r.score for r in want]
+    assert Translator(TorchEngine(model), tok).model is model  # a TorchEngine is the torch engine
+    with pytest.raises(TfmError, match="runs on other: it has no PyTorch model"):
+        other.model  # noqa: B018
+    with pytest.raises(TfmError, match="runs fp32 graphs; precision bf16"):
+        Translator(engine, tok, precision="bf16")
+
+
+def test_engine_choice_is_checked_against_the_model(parts, tmp_path: Path) -> None:
+    run = _run_dir(tmp_path / "run", parts, None)
+    assert Translator.load(run, engine="torch", device="cpu").engine_name == "torch"
+    assert Translator.load(run, device="cpu").engine_name == "torch"  # auto: a run directory is PyTorch
+    with pytest.raises(TfmError, match="engine 'tensorrt' is unknown"):
+        Translator.load(run, engine="tensorrt")
+    with pytest.raises(TfmError, match="holds no ONNX graphs") as caught:
+        Translator.load(run, engine="onnxruntime")
+    assert "tfm export RUN --format onnx" in caught.value.hint
+
+
 # ---- the package front -----------------------------------------------------------------------------------------
 
 

@@ -6,8 +6,12 @@ the decode settings and their precedence, cutting inputs the model cannot take (
 length, greedy / beam / n-best search (decoding.py), detokenisation, and scoring against references. The CLI's
 `tfm translate` and every later command go through it; Python users get exactly the same translations.
 
+The search runs on an engine: the PyTorch model (a run directory, a release, a .safetensors file), or the ONNX
+graphs of `tfm export --format onnx` run by onnxruntime (an export directory). `Translator.load` picks the engine
+from what the directory holds; the translations are the same either way.
+
     from tfm_cli import Translator
-    t = Translator.load("runs/tiny")
+    t = Translator.load("runs/tiny")                    # PyTorch; Translator.load("exports/tiny-onnx") runs onnxruntime
     t.translate("Je suis étudiant.")                    # -> "I'm a student."
     t.translate(["Où est la gare ?", ""], n_best=2)     # a list, in input order; empty lines stay empty
     for result in t.translate_stream(open("big.fr")):   # bounded memory, input order
@@ -30,13 +34,14 @@ from typing import Any
 import torch
 
 from tfm_cli.checkpoint import load_model
-from tfm_cli.decoding import translate_ids
+from tfm_cli.decoding import Engine, TorchEngine, translate_ids
 from tfm_cli.errors import TfmError
 from tfm_cli.model import Transformer
 from tfm_cli.runtime import autocast, resolve_device, resolve_precision
 from tfm_cli.tokenizer import Tokenizer
 
 CHUNK_LINES = 2000  # translate_stream reads and translates this many lines at a time
+ENGINES = ("auto", "torch", "onnxruntime")  # auto: onnxruntime for an ONNX export directory, else torch
 
 # precision="auto" is bf16 on CUDA and on CPUs with native bf16 (AVX512-BF16, AMX), fp32 elsewhere: the rule
 # training uses. Measured for translation on the quickstart model, all 2,000 dev sentences, 2-core AVX-512 CPU
@@ -162,12 +167,12 @@ class Translation(str):
 class Translator:
     """A loaded model and tokenizer that translate text, in order, with the paper's beam search by default.
 
-    Build one with `Translator.load(path)`, or directly from a model and tokenizer already in memory.
+    Build one with `Translator.load(path)`, or directly from a model (or an engine) and tokenizer already in memory.
     """
 
     def __init__(
         self,
-        model: Transformer,
+        model: Transformer | Engine,
         tokenizer: Tokenizer,
         settings: DecodeSettings | None = None,
         precision: str = "fp32",
@@ -176,50 +181,105 @@ class Translator:
     ) -> None:
         """
         Args:
-            model: a Transformer whose vocabulary is the tokenizer's; put in eval mode here.
+            model: a Transformer whose vocabulary is the tokenizer's (put in eval mode here), or a decoding engine
+                such as `tfm_cli.export.onnx.OnnxEngine`.
             tokenizer: the tokenizer it was trained with.
             settings: default decode settings (the paper's when None).
             precision: "auto" (bf16 on CUDA and on CPUs with native bf16, else fp32), "fp32", "bf16" or "fp16"
-                (CUDA only): autocast for the search.
-            path: the weights file it came from, for messages and reports.
+                (CUDA only): autocast for the search. The onnxruntime engine runs fp32 only ("auto" is fp32).
+            path: the weights file (or export directory) it came from, for messages and reports.
             step: the training step of those weights.
         """
-        if model.config.vocab_size != tokenizer.vocab_size:
+        engine = TorchEngine(model.eval()) if isinstance(model, Transformer) else model
+        config = engine.config
+        if config.vocab_size != tokenizer.vocab_size:
             raise TfmError(
-                f"the tokenizer has {tokenizer.vocab_size} tokens but the model was built for {model.config.vocab_size}",
+                f"the tokenizer has {tokenizer.vocab_size} tokens but the model was built for {config.vocab_size}",
                 hint="use the tokenizer.json the model was trained with",
             )
-        self.model = model.eval()
+        self.engine = engine
+        self.engine_name = "torch" if isinstance(engine, TorchEngine) else getattr(engine, "name", type(engine).__name__)
         self.tokenizer = tokenizer
-        self.device = next(model.parameters()).device
-        self.precision = resolve_precision(precision, self.device)
+        self.device = engine.device
+        self.path, self.step = path, step
+        if isinstance(engine, TorchEngine):
+            self.precision = resolve_precision(precision, self.device)
+        elif precision in ("auto", "fp32"):
+            self.precision = "fp32"  # exported graphs are fp32
+        else:
+            raise TfmError(
+                f"the {self.engine_name} engine runs fp32 graphs; precision {precision} is not available for it",
+                hint="use precision fp32 (or auto), or translate with the PyTorch weights (engine torch)",
+            )
         self.settings = settings if settings is not None else DecodeSettings()
         self.settings.check()
-        self.path, self.step = path, step
         # Room for the end-of-sentence token appended to every source.
-        self.max_source_tokens = model.config.max_positions - 1
+        self.max_source_tokens = config.max_positions - 1
+
+    @property
+    def model(self) -> Transformer:
+        """The PyTorch model (the torch engine only; an ONNX export has none).
+
+        Raises:
+            TfmError: the translator runs on another engine.
+        """
+        if isinstance(self.engine, TorchEngine):
+            return self.engine.model
+        where = self.path if self.path is not None else "this translator"
+        raise TfmError(
+            f"{where} runs on {self.engine_name}: it has no PyTorch model",
+            hint="use the run directory the export came from (its PyTorch weights) for this",
+        )
 
     @classmethod
     def load(
         cls,
         model: str | Path | None = None,
         *,
+        engine: str = "auto",
         device: str | torch.device = "auto",
         precision: str = "auto",
         runs_root: str | Path = "runs",
         **settings: Any,
     ) -> Translator:
-        """Load a run directory (its final model, else its best, else its newest checkpoint) or a .safetensors file.
+        """Load a run directory (its final model, else its best, else its newest checkpoint), a .safetensors file,
+        or an ONNX export directory (`tfm export --format onnx`).
 
         Args:
-            model: a run directory, a .safetensors file written by tfm, or None for the newest run under `runs_root`.
+            model: a run or export directory, a .safetensors file written by tfm, or None for the newest run under
+                `runs_root`.
+            engine: "auto" (onnxruntime for a directory holding encoder.onnx and decoder.onnx but no
+                model.safetensors, else torch), "torch", or "onnxruntime" (needs the `tfm[onnx]` extra).
             device: "auto" (CUDA when available), "cpu", "cuda" or "cuda:N".
-            precision: "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16" or "fp16" (CUDA only).
+            precision: "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16" or "fp16" (CUDA only); onnxruntime: fp32.
             **settings: default decode settings (see `DecodeSettings`); they win over the run's recipe.
 
         Raises:
-            TfmError: a missing or corrupt model, a tokenizer that does not match it, a bad device or setting.
+            TfmError: a missing or corrupt model, a tokenizer that does not match it, an engine that cannot run
+                what `model` holds, a bad device or setting.
         """
+        if engine not in ENGINES:
+            raise TfmError(f"engine {engine!r} is unknown", hint=f"use one of: {', '.join(ENGINES)}")
+        from tfm_cli.export.onnx import has_onnx_graphs, is_onnx_export
+
+        if engine == "auto":
+            engine = "onnxruntime" if model is not None and is_onnx_export(model) else "torch"
+        if engine == "onnxruntime":
+            if model is None or not has_onnx_graphs(model):
+                raise TfmError(
+                    f"{model if model is not None else 'the newest run'} holds no ONNX graphs (encoder.onnx, decoder.onnx)",
+                    hint="export them with `tfm export RUN --format onnx` and load the export directory",
+                )
+            from tfm_cli.export.onnx import load_onnx
+
+            export = load_onnx(model, device)
+            defaults = DecodeSettings.from_run(export.path).updated(**settings)
+            return cls(export.engine, export.tokenizer, defaults, precision, export.path, export.step)
+        if model is not None and is_onnx_export(model):
+            raise TfmError(
+                f"{model} is an ONNX export: it holds no PyTorch weights for the torch engine",
+                hint="translate it with engine onnxruntime (or auto), or load the run directory it came from",
+            )
         torch_device = device if isinstance(device, torch.device) else resolve_device(device)
         loaded = load_model(model, torch_device, runs_root)
         defaults = DecodeSettings.from_run(loaded.run_dir).updated(**settings)
@@ -311,7 +371,7 @@ class Translator:
                 ids[i] = seq[:limit]
         todo = [i for i, seq in enumerate(ids) if seq]  # empty lines give empty lines, without the model
         hyps = translate_ids(
-            self.model, [ids[i] for i in todo], beam_size=decode.beam, alpha=decode.alpha,
+            self.engine, [ids[i] for i in todo], beam_size=decode.beam, alpha=decode.alpha,
             max_len_offset=decode.max_len_offset, min_len=decode.min_len, n_best=decode.n_best,
             max_tokens=decode.max_tokens, greedy=decode.greedy, on_batch=progress,
             autocast=(lambda: autocast(self.device, self.precision)) if self.precision != "fp32" else None,
@@ -335,4 +395,4 @@ class Translator:
 
     def __repr__(self) -> str:
         where = self.path if self.path is not None else "<in memory>"
-        return f"Translator({where}, device={self.device}, precision={self.precision}, {self.settings})"
+        return f"Translator({where}, engine={self.engine_name}, device={self.device}, precision={self.precision}, {self.settings})"

@@ -21,7 +21,7 @@ def export(
     out: Path = typer.Option(None, "--out", "-o", help="Directory to write (default: exports/RUN-FORMAT).", show_default=False),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out directory (only once the new export is written and checked)."),
     dtype: str = typer.Option("fp32", "--dtype", help="release: store the weights as fp32, fp16 or bf16."),
-    opset: int = typer.Option(None, "--opset", min=7, help="onnx: the ONNX opset (default: the exporter's).", show_default=False),
+    opset: int = typer.Option(None, "--opset", min=14, max=21, help="onnx: the ONNX opset, 14 to 21 (default: 17).", show_default=False),
     verify_lines: int = typer.Option(200, "--verify-lines", min=0, help="Dev sentences the translation checks use (0: all of the dev set)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result (files, checks, notes) as JSON."),
 ) -> None:

@@ -9,7 +9,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import typer
 
@@ -18,11 +18,12 @@ from tfm_cli.errors import TfmError
 
 CHUNK_LINES = 2000  # stdin is translated in chunks of this many lines, so huge inputs stream
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # as tfm_cli.runtime.PRECISIONS, without importing torch
+Engine = Literal["auto", "torch", "onnxruntime"]  # as tfm_cli.translator.ENGINES
 
 
 def translate(
     text: str = typer.Argument(None, help="A sentence to translate. Without it, lines are read from stdin.", show_default=False),
-    model: Path = typer.Option(None, "--model", "-m", help="Run directory or .safetensors checkpoint (default: the most recent run under runs/).", show_default=False),
+    model: Path = typer.Option(None, "--model", "-m", help="Run directory, .safetensors checkpoint or ONNX export directory (default: the most recent run under runs/).", show_default=False),
     beam: int = typer.Option(None, "--beam", "-b", min=1, help="Beam size (default: the run's recipe, 4).", show_default=False),
     alpha: float = typer.Option(None, "--alpha", min=0.0, help="GNMT length penalty (default: the run's recipe, 0.6).", show_default=False),
     max_len: int = typer.Option(None, "--max-len", min=0, help="Output may be at most input length + this many tokens (default: 50).", show_default=False),
@@ -36,6 +37,7 @@ def translate(
     precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, or fp16 (CUDA only)."),
     min_len: int = typer.Option(None, "--min-len", min=0, help="No end of sentence before this many output tokens (default: the run's recipe, 0).", show_default=False),
     batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens per batch (default: the run's recipe).", show_default=False),
+    engine: Engine = typer.Option("auto", "--engine", help="auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime."),
 ) -> None:
     """Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.
 
@@ -44,6 +46,8 @@ def translate(
       tfm translate "Je suis étudiant."
 
       tfm translate --model runs/tiny < input.fr > output.en
+
+      tfm translate --model exports/tiny-onnx --engine onnxruntime < input.fr
 
       tfm translate --n-best 4 --json "Il fait beau."
 
@@ -64,7 +68,7 @@ def translate(
 
     from tfm_cli.translator import Translator
 
-    translator = Translator.load(model, device=device, precision=precision)
+    translator = Translator.load(model, engine=engine, device=device, precision=precision)
     if model is None:
         info(f"using {translator.path} (the most recent run; choose another with --model)")
     if n_best > translator.settings.beam and not greedy:

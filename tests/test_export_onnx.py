@@ -1,0 +1,166 @@
+"""`tfm export --format onnx` and the onnxruntime engine of the Translator.
+
+The export of the session's trained model must check itself (graph outputs against PyTorch, translations
+identical), and translating with it, from Python or the CLI, must give what the PyTorch model gives: the same
+search runs on both engines. A random pre-norm, learned-positions, untied model covers the other model options.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from clitools import tfm
+
+pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+from tfm_cli.checkpoint import FINAL, save_weights, weights_state  # noqa: E402
+from tfm_cli.decoding import TorchEngine, beam_search, greedy_search  # noqa: E402
+from tfm_cli.errors import TfmError  # noqa: E402
+from tfm_cli.export import run_export  # noqa: E402
+from tfm_cli.export.onnx import OnnxEngine  # noqa: E402
+from tfm_cli.model import ModelConfig, Transformer, padding_mask  # noqa: E402
+from tfm_cli.translator import Translator  # noqa: E402
+
+FILES = ["encoder.onnx", "decoder.onnx", "config.json", "tokenizer.json", "recipe.yaml", "onnx.json", "tfm-export.json"]
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    """The trained model exported through the CLI, and the result run_export reported (as JSON)."""
+    out = tmp_path_factory.mktemp("onnx") / "export"
+    proc = tfm("export", str(trained["dir"]), "--format", "onnx", "--out", str(out), "--json")
+    return out, json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def engines(trained, exported):
+    """fp32 Translators over the same model: PyTorch (the run) and onnxruntime (the export, picked by auto)."""
+    return Translator.load(trained["dir"], device="cpu", precision="fp32"), Translator.load(exported[0], device="cpu")
+
+
+def _figure(check: dict) -> float:
+    return float(check["value"])
+
+
+def test_export_writes_the_graphs_and_passes_its_checks(exported, trained) -> None:
+    out, result = exported
+    assert result["ok"] and result["format"] == "onnx" and result["files"] == FILES
+    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    checks = {c["name"].split(",")[0].split(" (")[0]: c for c in result["checks"]}
+    assert _figure(checks["encoder cross-attention K/V vs PyTorch"]) <= 1e-4
+    assert _figure(checks["decoder step logits vs PyTorch"]) <= 1e-4
+    assert _figure(checks["decoder step present K/V vs PyTorch"]) <= 1e-4
+    assert checks["translations"]["value"] == "200/200 identical"
+    assert _figure(checks["translation scores"]) <= 1e-3
+    assert "past of 0, 1, 6, 17 positions" in json.dumps(result["checks"])  # the first step's empty past too
+    manifest = json.loads((out / "onnx.json").read_text())
+    sha = Translator.load(trained["dir"], device="cpu").tokenizer.sha256
+    assert manifest["format"] == "tfm-onnx" and manifest["tokenizer_sha256"] == sha and manifest["step"] > 0
+    assert manifest["decoder"]["inputs"][:5] == ["last", "position", "src_mask", "cross_k.0", "cross_v.0"]
+    assert json.loads((out / "config.json").read_text())["d_model"] == 128
+    graph = onnx.load(str(out / "decoder.onnx"))
+    assert {p.key: p.value for p in graph.metadata_props}["tokenizer_sha256"] == sha
+    assert not [p for p in out.iterdir() if p.suffix == ".data"]  # weights inside the graphs
+    dims = [d.dim_param or d.dim_value for d in graph.graph.input[-1].type.tensor_type.shape.dim]
+    assert dims == ["batch", 4, "past_len", 32]  # (B, H, t, Dh) with B and t dynamic
+
+
+def test_auto_picks_onnxruntime_and_translates_like_pytorch(engines, trained) -> None:
+    torch_t, onnx_t = engines
+    assert (torch_t.engine_name, onnx_t.engine_name, onnx_t.precision) == ("torch", "onnxruntime", "fp32")
+    assert onnx_t.settings == torch_t.settings  # the run's decode: section came along in recipe.yaml
+    sources = trained["sources"]
+    for settings in ({"n_best": 2}, {"greedy": True}):
+        want, got = torch_t.translate(sources, **settings), onnx_t.translate(sources, **settings)
+        assert [g.text for g in got] == [w.text for w in want]
+        for g, w in zip(got, want, strict=True):
+            assert [h.tokens for h in g.nbest] == [h.tokens for h in w.nbest]
+            assert all(abs(a.score - b.score) <= 1e-4 for a, b in zip(g.nbest, w.nbest, strict=True))
+    assert len({r.text for r in got}) > 100  # real, varied translations
+
+
+def test_the_searches_run_on_the_onnx_engine_unchanged(trained, exported) -> None:
+    model = Translator.load(trained["dir"], device="cpu", precision="fp32").model
+    engine = OnnxEngine.open(exported[0])
+    src = torch.tensor([[40, 41, 42, 43, 2], [50, 51, 2, 0, 0], [60, 2, 0, 0, 0]])
+    src_mask = padding_mask(src, 0)
+    for search, options in ((greedy_search, {}), (beam_search, {"beam_size": 3, "n_best": 3})):
+        want = search(TorchEngine(model), src, src_mask, max_len_offset=8, **options)
+        got = search(engine, src, src_mask, max_len_offset=8, **options)
+        assert [[h.tokens for h in hyps] for hyps in got] == [[h.tokens for h in hyps] for hyps in want]
+
+
+def test_cli_onnxruntime_equals_torch(exported, trained) -> None:
+    lines = "".join(s + "\n" for s in trained["sources"])
+    want = tfm("translate", "--model", str(trained["dir"]), "--precision", "fp32", stdin=lines).stdout
+    got = tfm("translate", "--model", str(exported[0]), "--engine", "onnxruntime", stdin=lines).stdout
+    assert got == want and len(got.splitlines()) == 200
+    greedy = tfm("translate", "--model", str(exported[0]), "--greedy", "Je suis étudiant.").stdout
+    assert greedy == tfm("translate", "--model", str(trained["dir"]), "--precision", "fp32", "--greedy", "Je suis étudiant.").stdout
+
+
+def test_wrong_engine_for_the_model_is_one_line(exported, trained) -> None:
+    for args, message in (
+        (["--model", str(exported[0]), "--engine", "torch"], "is an ONNX export: it holds no PyTorch weights"),
+        (["--model", str(trained["dir"]), "--engine", "onnxruntime"], "holds no ONNX graphs"),
+        (["--model", str(exported[0]), "--precision", "bf16"], "runs fp32 graphs"),
+        (["--model", str(exported[0]), "--engine", "tensorrt"], "is not one of"),
+    ):
+        proc = tfm("translate", *args, "Je suis étudiant.", check=False)
+        assert proc.returncode in (1, 2) and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        if proc.returncode == 1:
+            assert len(proc.stderr.strip().splitlines()) == 2  # the error and its hint
+    with pytest.raises(TfmError, match="holds no ONNX graphs") as caught:
+        Translator.load(trained["dir"], engine="onnxruntime")
+    assert "`tfm export RUN --format onnx`" in caught.value.hint
+    with pytest.raises(TfmError, match="no PyTorch model"):
+        Translator.load(exported[0]).model  # noqa: B018  (inspect-attn and bench need the PyTorch weights)
+
+
+def test_a_tokenizer_that_is_not_its_own_is_refused(exported, trained, tmp_path: Path) -> None:
+    from tfm_cli.tokenizer import train_tokenizer
+
+    copy = tmp_path / "export"
+    shutil.copytree(exported[0], copy)
+    train_tokenizer(trained["sources"] * 3, vocab_size=1000).save(copy / "tokenizer.json")
+    with pytest.raises(TfmError, match="does not match the exported model") as caught:
+        Translator.load(copy)
+    assert "\n" not in str(caught.value)
+    proc = tfm("translate", "--model", str(copy), "Je suis étudiant.", check=False)
+    assert proc.returncode == 1 and "does not match" in proc.stderr and "Traceback" not in proc.stderr
+    (copy / "decoder.onnx").unlink()
+    with pytest.raises(TfmError, match="holds no ONNX graphs"):
+        Translator.load(copy, engine="onnxruntime")
+
+
+def test_pre_norm_learned_positions_untied_model(trained, tmp_path: Path) -> None:
+    """The other model options, on random weights (sharpened so that searches are decisive)."""
+    tok = Translator.load(trained["dir"], device="cpu").tokenizer
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=tok.vocab_size, d_model=48, d_ff=96, n_heads=3, n_enc_layers=2, n_dec_layers=3,
+        max_positions=40, dropout=0.0, norm="pre", positions="learned", tie_embeddings=False,
+    )
+    model = Transformer(config).eval()
+    with torch.no_grad():
+        model.generator.weight.mul_(4.0)
+        model.tgt_embed.learned.weight.normal_()  # positions that matter, so a wrong offset would show
+    run = tmp_path / "run"
+    run.mkdir()
+    tok.save(run / "tokenizer.json")
+    save_weights(run / FINAL, weights_state(model), config, tok.sha256, 5)
+    result = run_export("onnx", run, tmp_path / "onnx", verify_lines=60, opset=18)
+    assert result.ok, result.checks
+    figures = [float(c.value) for c in result.checks[:3]]
+    assert all(f <= 1e-4 for f in figures) and result.checks[3].value == "60/60 identical"
+    assert re.search(r"opset 18", result.notes[0])
+    want = Translator(model, tok).translate(trained["sources"][:30], n_best=2)
+    got = Translator.load(tmp_path / "onnx").translate(trained["sources"][:30], n_best=2)
+    assert [[h.tokens for h in g.nbest] for g in got] == [[h.tokens for h in w.nbest] for w in want]
+    assert max(abs(a.score - b.score) for g, w in zip(got, want, strict=True) for a, b in zip(g.nbest, w.nbest, strict=True)) <= 1e-4
