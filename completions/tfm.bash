@@ -65,7 +65,7 @@ _tfm() {
         if [[ $cur == -* ]]; then
             COMPREPLY=( $(compgen -W "--help --version -h" -- "$cur") )
         else
-            COMPREPLY=( $(compgen -W "bench inspect-attn tokenize train translate" -- "$cur") )
+            COMPREPLY=( $(compgen -W "bench export inspect-attn tokenize train translate" -- "$cur") )
         fi
         return 0
     fi
@@ -135,6 +135,21 @@ _tfm() {
                     ;;
             esac
             ;;
+        export)
+            case $prev in
+                --dtype) COMPREPLY=( $(compgen -W "bf16 fp16 fp32" -- "$cur") ); return 0 ;;
+                --out|-o) _tfm_files; return 0 ;;
+                --format|--opset|--verify-lines|-f) COMPREPLY=(); return 0 ;;
+            esac
+            if [[ $cur == -* ]]; then
+                COMPREPLY=( $(compgen -W "--dtype --force --format --help --json --opset --out --verify-lines -f -h -o" -- "$cur") )
+                return 0
+            fi
+            npos=$(_tfm_npos $(( cmd_index + 1 )) --dtype --format --opset --out --verify-lines -f -o)
+            case $npos in
+                0) _tfm_files ;;
+            esac
+            ;;
         inspect-attn)
             case $prev in
                 --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
@@ -169,12 +184,13 @@ _tfm() {
             case $prev in
                 --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
                 --curves|--out|--resume|-o) _tfm_files; return 0 ;;
+                --master-addr|--master-port|--nnodes|--node-rank|--nproc-per-node|--rdzv-endpoint) COMPREPLY=(); return 0 ;;
             esac
             if [[ $cur == -* ]]; then
-                COMPREPLY=( $(compgen -W "--curves --device --dry-run --help --json --out --resume -h -o" -- "$cur") )
+                COMPREPLY=( $(compgen -W "--curves --device --dry-run --help --json --master-addr --master-port --nnodes --node-rank --nproc-per-node --out --rdzv-endpoint --resume -h -o" -- "$cur") )
                 return 0
             fi
-            npos=$(_tfm_npos $(( cmd_index + 1 )) --curves --device --out --resume -o)
+            npos=$(_tfm_npos $(( cmd_index + 1 )) --curves --device --master-addr --master-port --nnodes --node-rank --nproc-per-node --out --rdzv-endpoint --resume -o)
             case $npos in
                 0) _tfm_files; [[ -n $cur ]] && _tfm_overrides ;;
                 *) _tfm_overrides ;;
@@ -184,14 +200,15 @@ _tfm() {
             case $prev in
                 --precision) COMPREPLY=( $(compgen -W "auto bf16 fp16 fp32" -- "$cur") ); return 0 ;;
                 --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
+                --engine) COMPREPLY=( $(compgen -W "auto onnxruntime torch" -- "$cur") ); return 0 ;;
                 --model|--output|--reference|--score|-m|-r) _tfm_files; return 0 ;;
                 --alpha|--batch-tokens|--beam|--max-len|--min-len|--n-best|-b|-n) COMPREPLY=(); return 0 ;;
             esac
             if [[ $cur == -* ]]; then
-                COMPREPLY=( $(compgen -W "--alpha --batch-tokens --beam --device --greedy --help --json --max-len --min-len --model --n-best --output --precision --reference --score -b -h -m -n -r" -- "$cur") )
+                COMPREPLY=( $(compgen -W "--alpha --batch-tokens --beam --device --engine --greedy --help --json --max-len --min-len --model --n-best --output --precision --reference --score -b -h -m -n -r" -- "$cur") )
                 return 0
             fi
-            npos=$(_tfm_npos $(( cmd_index + 1 )) --alpha --batch-tokens --beam --device --max-len --min-len --model --n-best --output --precision --reference --score -b -m -n -r)
+            npos=$(_tfm_npos $(( cmd_index + 1 )) --alpha --batch-tokens --beam --device --engine --max-len --min-len --model --n-best --output --precision --reference --score -b -m -n -r)
             case $npos in
                 0) COMPREPLY=() ;;
             esac

@@ -5,15 +5,16 @@
 complete -c tfm -f  # no file names unless an option or argument asks for them
 
 # commands
-complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a bench -d 'Measure attention across lengths, training and translation throughput'
-complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a inspect-attn -d 'Show what every attention head attends to when the model translates SENTENCE.'
-complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a tokenize -d 'Train a joint BPE tokenizer (HF tokenizers, byte fallback) and print its statistics'
-complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a train -d 'Train a Transformer from a YAML recipe'
-complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -a translate -d 'Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn tokenize train translate' -a bench -d 'Measure attention across lengths, training and translation throughput'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn tokenize train translate' -a export -d 'Export a trained model, checked against the PyTorch original: release, ONNX or Hugging Face Maria...'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn tokenize train translate' -a inspect-attn -d 'Show what every attention head attends to when the model translates SENTENCE.'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn tokenize train translate' -a tokenize -d 'Train a joint BPE tokenizer (HF tokenizers, byte fallback) and print its statistics'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn tokenize train translate' -a train -d 'Train a Transformer from a YAML recipe'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn tokenize train translate' -a translate -d 'Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.'
 
 # options before the command
-complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -l help -s h -d 'Show this message and exit.'
-complete -c tfm -n 'not __fish_seen_subcommand_from bench inspect-attn tokenize train translate' -l version -d 'Print the version and exit.'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn tokenize train translate' -l help -s h -d 'Show this message and exit.'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn tokenize train translate' -l version -d 'Print the version and exit.'
 
 # tfm bench
 complete -c tfm -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from attention train translate' -a attention -d 'Attention across sequence lengths: explicit math vs PyTorch SDPA and each of its backends.'
@@ -70,6 +71,17 @@ complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcomman
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l src-len -x -d 'Tokens per source.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l tolerance -x -d 'How much worse a gated figure may get before --baseline fails: a percentage (10%) or a share (0.1).'
 
+# tfm export
+complete -c tfm -n '__fish_seen_subcommand_from export' -l dtype -x -a 'bf16 fp16 fp32' -d 'release: store the weights as fp32, fp16 or bf16.'
+complete -c tfm -n '__fish_seen_subcommand_from export' -l force -d 'Replace a non-empty --out directory (only once the new export is written and checked).'
+complete -c tfm -n '__fish_seen_subcommand_from export' -l format -s f -x -d 'release (safetensors + tokenizer + model card), onnx (encoder + decoder step for onnxruntime), or...'
+complete -c tfm -n '__fish_seen_subcommand_from export' -l help -s h -d 'Show this message and exit.'
+complete -c tfm -n '__fish_seen_subcommand_from export' -l json -d 'Print the result (files, checks, notes) as JSON.'
+complete -c tfm -n '__fish_seen_subcommand_from export' -l opset -x -d 'onnx: the ONNX opset, 14 to 21 (default: 17).'
+complete -c tfm -n '__fish_seen_subcommand_from export' -l out -s o -r -F -d 'Directory to write (default: exports/RUN-FORMAT).'
+complete -c tfm -n '__fish_seen_subcommand_from export' -l verify-lines -x -d 'Dev sentences the translation checks use (0: all of the dev set).'
+complete -c tfm -n '__fish_seen_subcommand_from export' -F
+
 # tfm inspect-attn
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l align -d 'Print the source-target word alignment from cross-attention (Pharaoh i-j).'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, or cuda.'
@@ -103,10 +115,16 @@ complete -c tfm -n '__fish_seen_subcommand_from tokenize' -a 'data.dev= data.max
 # tfm train
 complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l curves -r -F -d 'Show a run\'s loss and dev BLEU curves (and write curves.png with the plot extra), then exit.'
 complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, or cuda.'
-complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l dry-run -d 'Print the resolved recipe, parameter count and tokens per step, then exit.'
+complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l dry-run -d 'Check the recipe, corpora and run directory as a real start would, print the resolved recipe, par...'
 complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l help -s h -d 'Show this message and exit.'
 complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l json -d 'Print results as JSON for scripts instead of a table.'
+complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l master-addr -x -d 'Address of node 0 (several nodes without --rdzv-endpoint).'
+complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l master-port -x -d 'A free port on node 0 (torchrun\'s default: 29500).'
+complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l nnodes -x -d 'Number of nodes (machines) in the job, each running the same command.'
+complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l node-rank -x -d 'This node\'s rank, 0 to nnodes-1 (node 0 writes the run).'
+complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l nproc-per-node -x -d 'Train with N processes on this node, one per GPU with CUDA (NCCL) or sharing the cores on CPU (gl...'
 complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l out -s o -r -F -d 'Run directory (default: runs/<recipe name>).'
+complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l rdzv-endpoint -x -d 'HOST:PORT of a c10d rendezvous instead of --master-addr/--node-rank.'
 complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l resume -r -F -d 'Continue the run in this directory from its newest checkpoint.'
 complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -F
 complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -a 'data.dev= data.max_len= data.train= decode.alpha= decode.beam= decode.max_len_offset= decode.max_tokens= decode.min_len= description= model.attn_dropout= model.d_ff= model.d_model= model.dropout= model.max_positions= model.n_dec_layers= model.n_enc_layers= model.n_heads= model.norm= model.positions= model.tie_embeddings= name= tokenizer.min_frequency= tokenizer.path= tokenizer.vocab_size= train.accum_steps= train.average_last= train.betas= train.clip_norm= train.eps= train.eval_every= train.eval_sentences= train.keep_last= train.label_smoothing= train.log_every= train.lr_factor= train.max_steps= train.max_time= train.max_tokens= train.patience= train.patience_metric= train.precision= train.save_every= train.seed= train.warmup_steps= train.weight_decay=' -d 'recipe override'
@@ -116,12 +134,13 @@ complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_s
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l batch-tokens -x -d 'Source tokens per batch (default: the run\'s recipe).'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l beam -s b -x -d 'Beam size (default: the run\'s recipe, 4).'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, or cuda.'
+complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l engine -x -a 'auto onnxruntime torch' -d 'auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime.'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l greedy -d 'Greedy decoding instead of beam search.'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l help -s h -d 'Show this message and exit.'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l json -d 'One JSON object per input line: source, translation, score, tokens.'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l max-len -x -d 'Output may be at most input length + this many tokens (default: 50).'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l min-len -x -d 'No end of sentence before this many output tokens (default: the run\'s recipe, 0).'
-complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l model -s m -r -F -d 'Run directory or .safetensors checkpoint (default: the most recent run under runs/).'
+complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l model -s m -r -F -d 'Run directory, .safetensors checkpoint or ONNX export directory (default: the most recent run und...'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l n-best -s n -x -d 'Print the K best translations of each input, with scores.'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l output -r -F -d 'When scoring, also write the translations to this file.'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l precision -x -a 'auto bf16 fp16 fp32' -d 'auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, or fp16 (CUDA only).'

@@ -143,6 +143,19 @@ _tfm_bench() {
     esac
 }
 
+_tfm_export() {
+    _arguments -s -S \
+        '--dtype[release\: store the weights as fp32, fp16 or bf16.]:dtype:(bf16 fp16 fp32)' \
+        '--force[Replace a non-empty --out directory (only once the new export is written and checked).]' \
+        '(--format -f)'{--format,-f}'[release (safetensors + tokenizer + model card), onnx (encoder + decoder step for onnxruntime), or...]:format: ' \
+        '(- *)'{--help,-h}'[Show this message and exit.]' \
+        '--json[Print the result (files, checks, notes) as JSON.]' \
+        '--opset[onnx\: the ONNX opset, 14 to 21 (default\: 17).]:opset: ' \
+        '(--out -o)'{--out,-o}'[Directory to write (default\: exports/RUN-FORMAT).]:out:_files' \
+        '--verify-lines[Dev sentences the translation checks use (0\: all of the dev set).]:verify lines: ' \
+        '1:model:_files'
+}
+
 _tfm_inspect_attn() {
     _arguments -s -S \
         '--align[Print the source-target word alignment from cross-attention (Pharaoh i-j).]' \
@@ -182,10 +195,16 @@ _tfm_train() {
     _arguments -s -S \
         '--curves[Show a run'\''s loss and dev BLEU curves (and write curves.png with the plot extra), then exit.]:curves:_files' \
         '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
-        '--dry-run[Print the resolved recipe, parameter count and tokens per step, then exit.]' \
+        '--dry-run[Check the recipe, corpora and run directory as a real start would, print the resolved recipe, par...]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[Print results as JSON for scripts instead of a table.]' \
+        '--master-addr[Address of node 0 (several nodes without --rdzv-endpoint).]:master addr: ' \
+        '--master-port[A free port on node 0 (torchrun'\''s default\: 29500).]:master port: ' \
+        '--nnodes[Number of nodes (machines) in the job, each running the same command.]:nnodes: ' \
+        '--node-rank[This node'\''s rank, 0 to nnodes-1 (node 0 writes the run).]:node rank: ' \
+        '--nproc-per-node[Train with N processes on this node, one per GPU with CUDA (NCCL) or sharing the cores on CPU (gl...]:nproc per node: ' \
         '(--out -o)'{--out,-o}'[Run directory (default\: runs/<recipe name>).]:out:_files' \
+        '--rdzv-endpoint[HOST\:PORT of a c10d rendezvous instead of --master-addr/--node-rank.]:rdzv endpoint: ' \
         '--resume[Continue the run in this directory from its newest checkpoint.]:resume:_files' \
         '1:recipe:_tfm_recipe_word' \
         '*:overrides:_tfm_overrides'
@@ -197,12 +216,13 @@ _tfm_translate() {
         '--batch-tokens[Source tokens per batch (default\: the run'\''s recipe).]:batch tokens: ' \
         '(--beam -b)'{--beam,-b}'[Beam size (default\: the run'\''s recipe, 4).]:beam: ' \
         '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
+        '--engine[auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime.]:engine:(auto onnxruntime torch)' \
         '--greedy[Greedy decoding instead of beam search.]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[One JSON object per input line\: source, translation, score, tokens.]' \
         '--max-len[Output may be at most input length + this many tokens (default\: 50).]:max len: ' \
         '--min-len[No end of sentence before this many output tokens (default\: the run'\''s recipe, 0).]:min len: ' \
-        '(--model -m)'{--model,-m}'[Run directory or .safetensors checkpoint (default\: the most recent run under runs/).]:model:_files' \
+        '(--model -m)'{--model,-m}'[Run directory, .safetensors checkpoint or ONNX export directory (default\: the most recent run und...]:model:_files' \
         '(--n-best -n)'{--n-best,-n}'[Print the K best translations of each input, with scores.]:n best: ' \
         '--output[When scoring, also write the translations to this file.]:output:_files' \
         '--precision[auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, or fp16 (CUDA only).]:precision:(auto bf16 fp16 fp32)' \
@@ -224,6 +244,7 @@ _tfm() {
             local -a commands
             commands=(
                 'bench:Measure attention across lengths, training and translation throughput'
+                'export:Export a trained model, checked against the PyTorch original: release, ONNX or Hugging Face Maria...'
                 'inspect-attn:Show what every attention head attends to when the model translates SENTENCE.'
                 'tokenize:Train a joint BPE tokenizer (HF tokenizers, byte fallback) and print its statistics'
                 'train:Train a Transformer from a YAML recipe'
@@ -234,6 +255,7 @@ _tfm() {
         args)
             case $line[1] in
                 bench) _tfm_bench ;;
+                export) _tfm_export ;;
                 inspect-attn) _tfm_inspect_attn ;;
                 tokenize) _tfm_tokenize ;;
                 train) _tfm_train ;;

@@ -389,6 +389,8 @@ class Batch:
     src_mask (B, 1, 1, S) bool, True = real key; tgt_mask (B, 1, T, T) bool, causal and padding
     n_src_tokens, n_tgt_tokens: real (non-pad) tokens in src and in tgt_out
     indices: corpus index of each row
+    step_tgt_tokens: in multi-process training, where this batch is one rank's share of a global batch, the
+        target tokens of the whole global batch (what the loss is divided by); None for a whole batch
     """
 
     src: torch.Tensor
@@ -399,6 +401,7 @@ class Batch:
     n_src_tokens: int
     n_tgt_tokens: int
     indices: list[int]
+    step_tgt_tokens: int | None = None
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         """A copy with every tensor on `device`."""
@@ -523,10 +526,21 @@ class BatchStream:
     Epoch e uses `token_batches(..., seed, epoch=e)`. `epoch` starts at 1; `position` is the index of the next
     batch within the epoch. `state_dict()` taken after any batch, given to `load_state_dict` of a new stream over
     the same corpus and settings, makes it yield exactly the batches that would have come next.
+
+    In multi-process training every rank builds the same global batches (`max_tokens` is the global budget) and
+    yields only its share of each (see `shard`), so the state is the same on every rank.
     """
 
     def __init__(
-        self, corpus: TokenizedCorpus, max_tokens: int, seed: int, pad_id: int, bos_id: int, eos_id: int
+        self,
+        corpus: TokenizedCorpus,
+        max_tokens: int,
+        seed: int,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         if len(corpus) == 0:
             raise TfmError(
@@ -538,6 +552,7 @@ class BatchStream:
         self.max_tokens = max_tokens
         self.seed = seed
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.rank, self.world_size = rank, world_size
         self.epoch = 1
         self.position = 0
         self._cache: tuple[int, list[list[int]]] | None = None
@@ -567,15 +582,31 @@ class BatchStream:
                 continue
             indices = batches[self.position]
             self.position += 1  # before the yield, so state_dict() after receiving a batch points past it
-            c = self.corpus
-            yield make_batch(
-                [c.src(i) for i in indices],
-                [c.tgt(i) for i in indices],
-                self.pad_id,
-                self.bos_id,
-                self.eos_id,
-                indices,
-            )
+            yield self._make(indices) if self.world_size == 1 else self.shard(indices)
+
+    def _make(self, indices: list[int]) -> Batch:
+        c = self.corpus
+        return make_batch(
+            [c.src(i) for i in indices], [c.tgt(i) for i in indices], self.pad_id, self.bos_id, self.eos_id, indices
+        )
+
+    def shard(self, indices: list[int]) -> Batch:
+        """This rank's share of the global batch `indices`: every `world_size`-th sentence from the `rank`-th.
+
+        The sentences of a batch are sorted by length, so the strided shares have about the same number of
+        tokens and the same padded width. `step_tgt_tokens` counts the target tokens of the whole batch.
+        A batch with fewer sentences than ranks leaves some ranks without one: they get a sentence whose
+        targets are all padding, which adds nothing to the loss or the gradients but still takes part in the
+        gradient all-reduce that every rank must join.
+        """
+        total = int(self.corpus.tgt_lengths[indices].sum()) + len(indices)  # + EOS on each tgt_out
+        share = indices[self.rank :: self.world_size]
+        if share:
+            return replace(self._make(share), step_tgt_tokens=total)
+        idle = self._make(indices[:1])
+        return replace(
+            idle, tgt_out=torch.full_like(idle.tgt_out, self.pad_id), n_tgt_tokens=0, indices=[], step_tgt_tokens=total
+        )
 
     def state_dict(self) -> dict[str, int]:
         """{"epoch", "position"}: where the stream is."""

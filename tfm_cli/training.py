@@ -3,6 +3,10 @@
 `train(recipe, run_dir, ...)` goes recipe -> tokenizer -> token-bucketed batches -> model -> checkpoints, and
 reports through a `TrainEvents` object so that the CLI (rich progress) and tests (nothing) can both drive it.
 Resume is exact: optimizer, step, RNG states and data position are saved beside each checkpoint.
+
+Under torchrun the same `train()` runs as one rank of a DDP job (see `tfm_cli.distributed`): every rank builds
+the same global batches and trains on its share of each, the loss is normalised by the global batch's target
+tokens, and rank 0 alone evaluates, writes and reports.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ from tfm_cli.data import (
     token_batches,
 )
 from tfm_cli.decoding import translate_ids
+from tfm_cli.distributed import Distributed, sync_gradients
+from tfm_cli.distributed import setup as setup_distributed
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError
 from tfm_cli.model import Transformer
 from tfm_cli.monitor import EarlyStopping, RisingLoss, TensorBoardLog, write_curves_png
@@ -223,26 +229,39 @@ def setup_model(config, t, device: torch.device, precision: str):
     return model, optimizer, scaler
 
 
-def train_step(model, optimizer, scaler, group, lr: float, t, amp, device: torch.device) -> tuple[float, float]:
+def train_step(
+    model, optimizer, scaler, group, lr: float, t, amp, device: torch.device, dist: Distributed | None = None
+) -> tuple[float, float]:
     """Forward, label-smoothed loss, backward over each batch of `group` (gradient accumulation), then one
     optimizer step at learning rate `lr`. Returns the summed loss and NLL over the group's target tokens.
 
     A NaN or infinite loss skips the update (weights and optimizer state stay as they were); the returned loss
     says so, and the trainer counts it.
+
+    With `dist` (a multi-process job) `model` is wrapped in DistributedDataParallel and each batch is this rank's
+    share of a global batch. The loss is divided by the global batch's target tokens and multiplied by the number
+    of ranks, because DDP averages the ranks' gradients: the update is the one a single process would make on the
+    whole global batch. Gradients are all-reduced on the group's last batch only (`no_sync` on the others), and
+    the returned sums are over all ranks, so every rank takes the same NaN decision.
     """
     for g in optimizer.param_groups:
         g["lr"] = lr
-    pad_id = model.config.pad_id
-    n_tokens = sum(b.n_tgt_tokens for b in group)
+    pad_id = getattr(model, "module", model).config.pad_id  # the Transformer inside a DDP wrapper
+    n_tokens = step_tokens(group)
+    ranks = dist.world_size if dist is not None else 1
     step_loss = step_nll = 0.0
-    for batch in group:
+    for i, batch in enumerate(group):
         batch = batch.to(device)
-        with amp():
-            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
-        loss, nll, _ = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing, pad_id)
-        scaler.scale(loss / n_tokens).backward()  # mean over the step's target tokens
+        with sync_gradients(model, sync=i == len(group) - 1):
+            with amp():
+                logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+            loss, nll, _ = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing, pad_id)
+            share = loss / n_tokens  # mean over the step's target tokens
+            scaler.scale(share * ranks if ranks > 1 else share).backward()
         step_loss += float(loss.detach())
         step_nll += float(nll.detach())
+    if ranks > 1:
+        step_loss, step_nll = dist.sum([step_loss, step_nll])
     if not math.isfinite(step_loss):  # a NaN or infinite loss: no update from this step (the caller counts it)
         optimizer.zero_grad(set_to_none=True)
         return step_loss, step_nll
@@ -253,6 +272,11 @@ def train_step(model, optimizer, scaler, group, lr: float, t, amp, device: torch
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     return step_loss, step_nll
+
+
+def step_tokens(group) -> int:
+    """Target tokens of one optimizer step over `group`: of the global batches in multi-process training."""
+    return sum(b.n_tgt_tokens if b.step_tgt_tokens is None else b.step_tgt_tokens for b in group)
 
 
 # --- The training loop ----------------------------------------------------------------------------------------
@@ -270,6 +294,34 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _seed_rank(seed: int, dist: Distributed) -> None:
+    """Give each rank of a multi-process job its own dropout masks (rank 0 keeps a single process's stream)."""
+    if dist.rank > 0:
+        torch.manual_seed(seed + dist.rank)
+        random.seed(seed + dist.rank)
+
+
+def _restore_rng(state: dict[str, Any], dist: Distributed, seed: int) -> None:
+    """Each rank's RNG states as saved (`rng_ranks`); a run resumed with another number of processes cannot be
+    exact anyway: its ranks take rank 0's states and reseed as a fresh start would."""
+    ranks = state.get("rng_ranks") or [state["rng"]]
+    if len(ranks) == dist.world_size:
+        _set_rng_state(ranks[dist.rank])
+    else:
+        _set_rng_state(state["rng"])
+        _seed_rank(seed, dist)
+
+
+def _share_tokenizer(tokenizer: Tokenizer | None, dist: Distributed) -> Tokenizer:
+    """Rank 0's tokenizer on every rank, sent as its JSON text (other nodes need not see the run directory)."""
+    if not dist.enabled:
+        return tokenizer
+    from tokenizers import Tokenizer as HFTokenizer
+
+    text = dist.broadcast(tokenizer.backend.to_str() if tokenizer is not None else None)
+    return tokenizer if tokenizer is not None else Tokenizer(HFTokenizer.from_str(text), source="rank 0's tokenizer")
 
 
 def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents) -> Tokenizer:
@@ -387,16 +439,22 @@ def train(
 
     Ctrl-C (KeyboardInterrupt) saves a checkpoint at the last completed step and returns with interrupted=True.
 
+    Started by torchrun (RANK, WORLD_SIZE and LOCAL_RANK set, more than one process), this process is one rank
+    of a DDP job: `recipe.train.max_tokens` is then the budget of the global batch that all ranks share, so a
+    recipe means the same on 1 or 8 GPUs; rank 0 alone writes the run and reports to `events`.
+
     Args:
         recipe: a `Recipe` (see `load_recipe`) or the path of a recipe YAML; with `resume` it may be None, and
             the run's own recipe.yaml is used.
         run_dir: where the run goes (default: runs/<recipe name>).
-        device: "auto" (CUDA when available), "cpu", "cuda", "cuda:N", or a torch.device.
+        device: "auto" (CUDA when available), "cpu", "cuda", "cuda:N", or a torch.device. Under torchrun,
+            "cuda" means the GPU of this process's local rank.
         resume: continue the run in `run_dir` from its newest checkpoint, exactly.
         events: receives progress (messages, steps, evaluations); the default prints nothing.
 
     Returns:
-        TrainResult: the run directory, the last step, whether it was interrupted, the final dev scores.
+        TrainResult: the run directory, the last step, whether it was interrupted, the final dev scores
+            (those only on rank 0).
 
     Raises:
         TfmError: a bad recipe, corpus or device, or a run directory that already holds a run (without resume).
@@ -409,16 +467,28 @@ def train(
         recipe = load_recipe(recipe)
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / recipe.name
     device = device if isinstance(device, torch.device) else resolve_device(device)
-    events = events or TrainEvents()
-    t = recipe.train
     preflight(recipe, run_dir, resume)
+    dist = setup_distributed(device)  # one rank of a torchrun job, or a single process
+    events = (events or TrainEvents()) if dist.is_main else TrainEvents()  # rank 0 alone reports
+    try:
+        return _train(recipe, run_dir, resume, events, dist)
+    finally:
+        dist.cleanup()
+
+
+def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dist: Distributed) -> TrainResult:
+    """`train()` after the checks: set up, step, evaluate, save (on every rank; rank 0 writes)."""
+    t = recipe.train
+    device, main = dist.device, dist.is_main
+    log = (lambda record: _log(run_dir, record)) if main else (lambda record: None)  # noqa: E731
     step = 0
     if resume:  # read (and refuse) the trainer state before anything in the run is rewritten
         step, weights, state = _resume_point(run_dir, events)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise TfmError(f"cannot create the run directory {run_dir}: {err.strerror}", hint="choose another --out") from None
+    if main:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise TfmError(f"cannot create the run directory {run_dir}: {err.strerror}", hint="choose another --out") from None
     started = time.perf_counter()
     if device.type == "cpu":
         tune_cpu_allocator()
@@ -427,14 +497,15 @@ def train(
     torch.manual_seed(t.seed)
     random.seed(t.seed)
 
-    tokenizer = _prepare_tokenizer(recipe, run_dir, events)
+    tokenizer = _share_tokenizer(_prepare_tokenizer(recipe, run_dir, events) if main else None, dist)
     config = model_config(recipe, tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
-    _check_room(run_dir, config, t)  # an unwritable or full run directory is said now, not after an hour
-    dump_recipe(_with_absolute_paths(recipe), run_dir / "recipe.yaml")  # --resume works from any directory
-    atomic_write(run_dir / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(config.to_dict(), indent=2)))
+    if main:
+        _check_room(run_dir, config, t)  # an unwritable or full run directory is said now, not after an hour
+        dump_recipe(_with_absolute_paths(recipe), run_dir / "recipe.yaml")  # --resume works from any directory
+        atomic_write(run_dir / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(config.to_dict(), indent=2)))
 
     read_start = time.perf_counter()
-    corpus = encode_corpus(recipe.data.train, tokenizer, recipe.data.max_len)
+    corpus = encode_corpus(recipe.data.train, tokenizer, recipe.data.max_len)  # every rank encodes it all
     s = corpus.stats
     events.message(
         f"train corpus: {s.kept:,} pairs kept of {s.read:,} read "
@@ -443,35 +514,50 @@ def train(
     )
     if s.kept == 0:
         raise TfmError(f"no usable sentence pairs in {recipe.data.train}", hint="check data.train and data.max_len")
-    dev = load_dev(recipe.data.dev, tokenizer, recipe.data.max_len) if recipe.data.dev else None
+    dev = load_dev(recipe.data.dev, tokenizer, recipe.data.max_len) if recipe.data.dev and main else None
 
     model, optimizer, scaler = setup_model(config, t, device, precision)
-    stream = BatchStream(corpus, t.max_tokens, t.seed, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+    _seed_rank(t.seed, dist)
+    stream = BatchStream(
+        corpus, t.max_tokens, t.seed, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id, dist.rank, dist.world_size
+    )
     best_bleu = -1.0
     early = EarlyStopping(t.patience, t.patience_metric)
 
-    if resume:
+    if resume:  # every rank loads the same checkpoint
         load_state(model, {k: v.to(device) for k, v in load_file(str(weights)).items()}, weights)
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
         stream.load_state_dict(state["stream"])
-        _set_rng_state(state["rng"])
+        _restore_rng(state, dist, t.seed)
         best_bleu = state.get("best_bleu", -1.0)
         if "early_stopping" in state:
             early.load_state_dict(state["early_stopping"])
         events.message(f"resumed from {weights} at step {step}, epoch {stream.epoch}")
-    board = TensorBoardLog.open(run_dir, step)  # purges what a dead attempt logged past `step`
+    if dist.enabled:
+        events.message(f"{dist.world_size} processes (DDP over {dist.device.type}): each trains on its share of every batch")
+    step_model = dist.wrap(model)  # DDP in a multi-process job; `model` itself stays what is saved and evaluated
+    # purges what a dead attempt logged past `step`
+    board = TensorBoardLog.open(run_dir, step) if main else TensorBoardLog(None)
     if board.enabled and not resume:
         board.recipe(yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False, allow_unicode=True), step)
 
-    def save(at_step: int, stream_state: dict[str, int]) -> Path:
+    def save(at_step: int, stream_state: dict[str, int], every_rank: bool = True) -> Path:
+        """Checkpoint `at_step`: called on every rank at the same steps (each rank's RNG state is gathered), or,
+        with every_rank=False (Ctrl-C, where the ranks are not in step), on rank 0 alone."""
+        rng = _rng_state()
+        rng_ranks = dist.gather(rng) if dist.enabled and every_rank else None
         path = checkpoint_path(run_dir, at_step)
+        if not main:
+            return path
         save_weights(path, weights_state(model), config, tokenizer.sha256, at_step, precision=precision)
         state = {
             "step": at_step, "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-            "stream": stream_state, "rng": _rng_state(), "best_bleu": best_bleu, "tfm_version": __version__,
+            "stream": stream_state, "rng": rng, "best_bleu": best_bleu, "tfm_version": __version__,
             "early_stopping": early.state_dict(),
         }
+        if rng_ranks is not None:
+            state["rng_ranks"] = rng_ranks
         atomic_write(state_path(path), lambda tmp: torch.save(state, tmp))
         prune_checkpoints(run_dir, t.keep_last)
         return path
@@ -491,9 +577,9 @@ def train(
         while step < t.max_steps:
             stream_state = stream.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
             group = [next(batches) for _ in range(t.accum_steps)]
-            n_tokens = sum(b.n_tgt_tokens for b in group)
+            n_tokens = step_tokens(group)
             lr = inverse_sqrt_lr(step + 1, config.d_model, t.warmup_steps, t.lr_factor)
-            step_loss, step_nll = train_step(model, optimizer, scaler, group, lr, t, amp, device)
+            step_loss, step_nll = train_step(step_model, optimizer, scaler, group, lr, t, amp, device, dist)
             step += 1
             stream_state = stream.state_dict()
             if math.isfinite(step_loss):
@@ -504,7 +590,7 @@ def train(
             else:  # the update was skipped; a few in a row mean the run has diverged
                 skipped += 1
                 bad_in_a_row += 1
-                _log(run_dir, {"kind": "skipped", "step": step, "loss": str(step_loss), "lr": lr})
+                log({"kind": "skipped", "step": step, "loss": str(step_loss), "lr": lr})
                 events.message(f"step {step}: the loss is {step_loss} at lr {lr:.3g}: update skipped ({skipped} so far)")
                 if bad_in_a_row >= MAX_BAD_STEPS:
                     board.close()
@@ -520,7 +606,7 @@ def train(
                 }
                 if skipped:
                     metrics["skipped_steps"] = skipped
-                _log(run_dir, {"kind": "train", **metrics})
+                log({"kind": "train", **metrics})
                 board.train(step, metrics)
                 warning = rising.update(metrics["loss"], lr)
                 if warning:
@@ -533,9 +619,10 @@ def train(
             if step % t.save_every == 0 or step == t.max_steps:
                 save(step, stream_state)
                 last_saved = step
-            if dev is not None and t.eval_every and step % t.eval_every == 0 and step < t.max_steps:
+            evaluating = bool(recipe.data.dev) and t.eval_every and step % t.eval_every == 0 and step < t.max_steps
+            if evaluating and main:  # rank 0 alone evaluates (the weights are the same on every rank)
                 result = evaluate(model, tokenizer, dev, recipe, amp, t.eval_sentences)
-                _log(run_dir, {"kind": "eval", "step": step, **result})
+                log({"kind": "eval", "step": step, **result})
                 board.evaluation(step, result)
                 events.evaluation(step, result)
                 if result["bleu"] > best_bleu:
@@ -548,6 +635,8 @@ def train(
                     f"time budget: train.max_time={t.max_time} used up at step {step} "
                     f"of {t.max_steps} ({time.perf_counter() - started:,.0f}s)"
                 )
+            if dist.enabled and (evaluating or budget is not None):
+                stopped = dist.broadcast(stopped)  # rank 0 decides: only it evaluated, and the clocks differ
             if stopped:  # end as a finished run would: checkpoint here, then average and evaluate
                 if step > last_saved:
                     save(step, stream_state)
@@ -557,21 +646,23 @@ def train(
     except KeyboardInterrupt:
         interrupted = True
         optimizer.zero_grad(set_to_none=True)
-        if step > last_saved:
-            path = save(step, stream_state)
+        if step > last_saved and main:
+            path = save(step, stream_state, every_rank=False)
             events.message(f"interrupted: saved {path}; continue with `tfm train --resume {run_dir}`")
         else:
             events.message(f"interrupted at step {step}; continue with `tfm train --resume {run_dir}`")
         board.close()
         return TrainResult(run_dir, step, True, seconds=time.perf_counter() - started)
 
+    if not main:  # rank 0 writes the final model and the summary; the others are done
+        return TrainResult(run_dir, step, interrupted, {}, time.perf_counter() - started, stopped)
     final = finish(run_dir, recipe, model, tokenizer, dev, amp, events, board)
     board.close()
     result = TrainResult(run_dir, step, interrupted, final, time.perf_counter() - started, stopped)
     summary = {
         "recipe": recipe.name, "steps": step, "parameters": model.num_parameters(), "precision": precision,
-        "device": str(device), "train_seconds": round(result.seconds, 1), "tfm_version": __version__, "dev": final,
-        "final_model": final.get("final_model"),
+        "device": str(device), "processes": dist.world_size, "train_seconds": round(result.seconds, 1),
+        "tfm_version": __version__, "dev": final, "final_model": final.get("final_model"),
         "stopped": stopped or f"reached train.max_steps={t.max_steps}",
     }
     atomic_write(run_dir / "summary.json", lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=2)))

@@ -1,7 +1,13 @@
-"""`tfm train RECIPE [key=value ...]`: train a model from a YAML recipe (or resume a run)."""
+"""`tfm train RECIPE [key=value ...]`: train a model from a YAML recipe (or resume a run).
+
+With `--nproc-per-node N` (and the node options) the command re-launches itself under torchrun; started by
+torchrun, it runs as one rank of the job (`tfm_cli.distributed`).
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -9,6 +15,8 @@ from typing import Any
 import typer
 
 from tfm_cli.cli.common import DEVICE_HELP, JSON_HELP, err, fancy_stderr, info, print_json, print_table
+
+_DIST = "Several processes or machines (torchrun, DDP)"
 
 
 def train(
@@ -20,6 +28,12 @@ def train(
     dry_run: bool = typer.Option(False, "--dry-run", help="Check the recipe, corpora and run directory as a real start would, print the resolved recipe, parameter count and tokens per step, then exit."),
     curves: Path = typer.Option(None, "--curves", help="Show a run's loss and dev BLEU curves (and write curves.png with the plot extra), then exit.", show_default=False),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    nproc_per_node: int = typer.Option(None, "--nproc-per-node", min=1, help="Train with N processes on this node, one per GPU with CUDA (NCCL) or sharing the cores on CPU (gloo), under torchrun. train.max_tokens stays the budget of the whole step.", show_default=False, rich_help_panel=_DIST),
+    nnodes: int = typer.Option(None, "--nnodes", min=1, help="Number of nodes (machines) in the job, each running the same command.", show_default=False, rich_help_panel=_DIST),
+    node_rank: int = typer.Option(None, "--node-rank", min=0, help="This node's rank, 0 to nnodes-1 (node 0 writes the run).", show_default=False, rich_help_panel=_DIST),
+    master_addr: str = typer.Option(None, "--master-addr", help="Address of node 0 (several nodes without --rdzv-endpoint).", show_default=False, rich_help_panel=_DIST),
+    master_port: int = typer.Option(None, "--master-port", min=1, max=65535, help="A free port on node 0 (torchrun's default: 29500).", show_default=False, rich_help_panel=_DIST),
+    rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous instead of --master-addr/--node-rank.", show_default=False, rich_help_panel=_DIST),
 ) -> None:
     """Train a Transformer from a YAML recipe; checkpoints and the final averaged model go to the run directory.
 
@@ -31,8 +45,17 @@ def train(
 
       tfm train --resume runs/tiny
 
+      tfm train recipes/base.yaml --nproc-per-node 8
+
       tfm train --curves runs/tiny
     """
+    launch = _Launch(nproc_per_node, nnodes, node_rank, master_addr, master_port, rdzv_endpoint)
+    if launch.asked:
+        if curves is not None or dry_run:
+            raise typer.BadParameter(
+                "--nproc-per-node and the node options start training; drop them with --dry-run or --curves", param_hint="--nproc-per-node"
+            )
+        launch.check(device)
     if curves is not None:
         if recipe is not None or resume is not None:
             raise typer.BadParameter("--curves shows an existing run; drop RECIPE and --resume", param_hint="--curves")
@@ -64,11 +87,25 @@ def train(
         _dry_run(resolved, run_dir, json_out)
         return
 
+    if launch.asked:  # the same command, minus the launcher options, as N processes under torchrun
+        from tfm_cli.training import preflight
+
+        preflight(resolved, Path(run_dir), resume is not None)  # said once here, not once per process
+        args = ["train", *([recipe] if recipe is not None else []), *overrides, "--device", device]
+        args += ["--resume", str(resume)] if resume is not None else ["--out", str(run_dir)]
+        args += ["--json"] if json_out else []
+        raise typer.Exit(launch.run(args, device))
+
+    from tfm_cli.distributed import torchrun_env
     from tfm_cli.runtime import resolve_device, resolve_precision
     from tfm_cli.training import train as run_training
 
+    rank = (torchrun_env() or (0, 0, 1))[0]
     torch_device = resolve_device(device)
     precision = resolve_precision(resolved.train.precision, torch_device)
+    if rank != 0:  # one rank of a torchrun job: rank 0 prints progress and the result
+        result = run_training(resolved, run_dir, torch_device, resume=resume is not None)
+        raise typer.Exit(130 if result.interrupted else 0)
     info(f"tfm train: recipe {resolved.name} -> {run_dir} on {torch_device} ({precision})")
     events = _Progress(resolved.train.max_steps, resolved.train.log_every)
     try:
@@ -93,6 +130,60 @@ def train(
             info(f"sacrebleu: {final['bleu_signature']} | {final['chrf_signature']}")
         _print_curves(result.run_dir)
     info(f"next: tfm translate --model {result.run_dir} \"Je suis étudiant.\"")
+
+
+class _Launch:
+    """`--nproc-per-node N` and the node options: checked, then torchrun started on `tfm train` itself."""
+
+    def __init__(self, nproc_per_node, nnodes, node_rank, master_addr, master_port, rdzv_endpoint) -> None:
+        self.asked = any(v is not None for v in (nproc_per_node, nnodes, node_rank, master_addr, master_port, rdzv_endpoint))
+        self.nproc, self.nnodes = nproc_per_node or 1, nnodes or 1
+        self.node_rank, self.master_addr, self.master_port = node_rank, master_addr, master_port
+        self.rdzv_endpoint = rdzv_endpoint
+
+    def check(self, device: str) -> None:
+        """One line (exit 2) for a combination that cannot start."""
+        from tfm_cli.distributed import torchrun_env
+
+        if torchrun_env() is not None:
+            raise typer.BadParameter("this process already runs under torchrun; drop the launcher options", param_hint="--nproc-per-node")
+        if self.node_rank is not None and self.node_rank >= self.nnodes:
+            raise typer.BadParameter(f"--node-rank {self.node_rank} must be below --nnodes {self.nnodes}", param_hint="--node-rank")
+        if self.nnodes > 1 and self.rdzv_endpoint is None and (self.master_addr is None or self.node_rank is None):
+            raise typer.BadParameter(
+                f"--nnodes {self.nnodes} needs --master-addr (node 0's address) and --node-rank on each node, or --rdzv-endpoint HOST:PORT",
+                param_hint="--nnodes",
+            )
+        if device.startswith("cuda:") and self.nproc * self.nnodes > 1:
+            raise typer.BadParameter(f"--device {device} names one GPU; with several processes use --device cuda (process N takes cuda:N)", param_hint="--device")
+        import torch
+
+        if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()):
+            gpus = torch.cuda.device_count()
+            if self.nproc > gpus:
+                raise typer.BadParameter(f"--nproc-per-node {self.nproc} is more processes than this node's {gpus} GPU(s)", param_hint="--nproc-per-node")
+
+    def run(self, args: list[str], device: str) -> int:
+        """Run torchrun on `tfm ARGS` (after `check`); its exit status."""
+        import torch
+
+        from tfm_cli.distributed import threads_per_process, torchrun_command
+
+        env = dict(os.environ)
+        on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+        threads = threads_per_process(self.nproc) if on_cpu else None
+        if threads is not None:  # the cores shared out (torchrun would give each process one thread)
+            env["OMP_NUM_THREADS"] = str(threads)
+        cmd = torchrun_command(
+            args, self.nproc, self.nnodes, self.node_rank, self.master_addr, self.master_port, self.rdzv_endpoint
+        )
+        info(f"tfm train: {self.nproc} process(es) on this node, {self.nnodes} node(s): {' '.join(cmd[1:])}")
+        proc = subprocess.Popen(cmd, env=env)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:  # torchrun passes Ctrl-C on to the ranks: wait while rank 0 saves
+            proc.wait()
+            return 130
 
 
 def _describe(final_model: dict[str, Any]) -> str:

@@ -1,0 +1,339 @@
+"""Multi-process training (torchrun, DDP, gloo on CPU): 2 processes give the weights of 1 with the same global batch.
+
+The slow tests train the tiny model of test_e2e.py through the installed `tfm`, once in one process and once with
+`--nproc-per-node 2 --device cpu`, from the same tokenizer, and compare the checkpoints at the same step; a 2-process
+run is also resumed, and must equal the straight one bit for bit. Every process runs torch on one thread (see
+tests/clitools.py). An in-process test drives `train_step` under DDP directly, with SGD so that the comparison is
+of the gradients themselves, over a batch too small to give both ranks a sentence.
+
+The key projections' biases (`*.w_k.bias`) are left out of the weight comparisons: softmax over the keys is blind to
+a bias added to every key, so their gradient is zero in exact arithmetic and what is computed is rounding noise,
+which Adam (eps 1e-9) turns into full-size steps in any run. They change no output; the logits are compared too.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from clitools import tfm
+
+from tfm_cli.checkpoint import load_state
+from tfm_cli.data import BatchStream, TokenizedCorpus, make_batch
+from tfm_cli.distributed import (
+    Distributed,
+    sync_gradients,
+    threads_per_process,
+    torchrun_command,
+    torchrun_env,
+)
+from tfm_cli.model import ModelConfig, Transformer
+from tfm_cli.recipe import TrainRecipe
+from tfm_cli.training import _restore_rng, _rng_state, label_smoothed_loss, step_tokens, train_step
+
+REPO = Path(__file__).resolve().parents[1]
+CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
+STEPS = 12
+TOLERANCE = 5e-5  # observed: 4.6e-6 after 12 steps, 1.7e-5 with accumulation (Adam at lr ~0.05 magnifies rounding)
+
+RECIPE = """\
+name: ddp
+data:
+  train: {train}
+  dev: null
+  max_len: 32
+tokenizer:
+  vocab_size: 400
+  min_frequency: 2
+model:
+  d_model: 32
+  d_ff: 64
+  n_heads: 2
+  n_enc_layers: 1
+  n_dec_layers: 1
+  max_positions: 64
+  dropout: 0.0
+train:
+  max_tokens: 512
+  max_steps: {steps}
+  warmup_steps: 10
+  save_every: 6
+  keep_last: 3
+  average_last: 2
+  log_every: 3
+  eval_every: 6
+  eval_sentences: 5
+  precision: fp32
+decode:
+  max_len_offset: 10
+"""
+
+
+# ---- without processes: the pieces -------------------------------------------------------------------------
+
+
+def test_a_single_process_is_rank_0_of_1() -> None:
+    single = Distributed()
+    assert single.is_main and not single.enabled and single.world_size == 1
+    model = torch.nn.Linear(2, 2)
+    assert single.wrap(model) is model
+    assert single.broadcast("x") == "x" and single.sum([1.5, 2.0]) == [1.5, 2.0] and single.gather(3) == [3]
+    with sync_gradients(model, sync=False):  # a plain model has no no_sync: nothing to skip
+        model(torch.ones(2)).sum().backward()
+
+
+def test_torchrun_environment() -> None:
+    assert torchrun_env({}) is None
+    assert torchrun_env({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == (3, 1, 4)
+
+
+def test_torchrun_command() -> None:
+    one_node = torchrun_command(["train", "r.yaml"], 2)
+    assert one_node[1:] == [
+        "-m", "torch.distributed.run", "--nproc-per-node=2", "--nnodes=1", "--standalone", "-m", "tfm_cli", "train", "r.yaml",
+    ]
+    nodes = torchrun_command(["train"], 8, nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=29501)
+    assert "--node-rank=1" in nodes and "--master-addr=10.0.0.1" in nodes and "--master-port=29501" in nodes
+    assert "--standalone" not in nodes
+    rdzv = torchrun_command(["train"], 8, nnodes=2, rdzv_endpoint="head:29400")
+    assert "--rdzv-backend=c10d" in rdzv and "--rdzv-endpoint=head:29400" in rdzv and "--master-addr" not in " ".join(rdzv)
+
+
+def test_threads_are_shared_out_unless_set() -> None:
+    assert threads_per_process(2, {"OMP_NUM_THREADS": "3"}) is None
+    assert threads_per_process(10_000, {}) == 1
+    assert threads_per_process(1, {}) == torch.get_num_threads()
+
+
+def _corpus() -> TokenizedCorpus:
+    """Short pairs, and one so long that its batch holds it alone (fewer sentences than ranks)."""
+    g = torch.Generator().manual_seed(0)
+    lengths = [int(n) for n in torch.randint(2, 6, (23,), generator=g)] + [18]
+    src = [[4 + (i + j) % 20 for j in range(n)] for i, n in enumerate(lengths)]
+    tgt = [[5 + (i * 3 + j) % 20 for j in range(n + i % 3)] for i, n in enumerate(lengths)]
+    return TokenizedCorpus.from_sequences(src, tgt)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_the_shares_of_a_batch_make_up_the_batch(world_size: int) -> None:
+    corpus = _corpus()
+    whole = BatchStream(corpus, max_tokens=30, seed=1, pad_id=0, bos_id=1, eos_id=2)
+    shards = [BatchStream(corpus, 30, 1, 0, 1, 2, rank=r, world_size=world_size) for r in range(world_size)]
+    idle = 0
+    for batch, *shares in zip(itertools.islice(whole, whole.num_batches), *shards, strict=False):
+        assert sorted(i for s in shares for i in s.indices) == sorted(batch.indices)
+        assert sum(s.n_tgt_tokens for s in shares) == batch.n_tgt_tokens
+        assert {s.step_tgt_tokens for s in shares} == {batch.n_tgt_tokens} and batch.step_tgt_tokens is None
+        assert step_tokens(shares[:1]) == step_tokens([batch]) == batch.n_tgt_tokens
+        for s in shares:
+            if not s.indices:  # a rank without a sentence: one whose targets are all padding
+                idle += 1
+                assert s.n_tgt_tokens == 0 and bool((s.tgt_out == 0).all()) and s.src.size(0) == 1
+    assert idle > 0  # the long pair's batch left a rank idle
+    assert [s.state_dict() for s in shards] == [whole.state_dict()] * world_size
+
+
+def test_an_idle_share_adds_nothing_but_joins_the_backward() -> None:
+    corpus = _corpus()
+    stream = BatchStream(corpus, 30, 1, 0, 1, 2, rank=1, world_size=2)
+    lone = next(i for i, b in enumerate(stream.batches()) if len(b) == 1)
+    share = stream.shard(stream.batches()[lone])
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=32, d_model=16, d_ff=32, n_heads=2, n_enc_layers=1, n_dec_layers=1))
+    logits = model(share.src, share.tgt_in, share.src_mask, share.tgt_mask)
+    loss, nll, n = label_smoothed_loss(logits, share.tgt_out, 0.1, 0)
+    loss.backward()
+    assert (loss.item(), nll.item(), n) == (0.0, 0.0, 0)
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+
+
+def test_each_rank_resumes_its_own_random_state() -> None:
+    torch.manual_seed(1)
+    first = _rng_state()
+    torch.manual_seed(2)
+    second = _rng_state()
+    _restore_rng({"rng": first, "rng_ranks": [first, second]}, Distributed(rank=1, local_rank=1, world_size=2), seed=0)
+    assert torch.equal(torch.get_rng_state(), second["torch"])
+    _restore_rng({"rng": first}, Distributed(), seed=0)  # a single-process run's state, as before
+    assert torch.equal(torch.get_rng_state(), first["torch"])
+
+
+def test_bad_launcher_options_get_one_line(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE.format(train="bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
+    cases = [
+        (["--nproc-per-node", "0"], "--nproc-per-node"),  # Click's range check; its wording varies
+        (["--nproc-per-node", "2", "--dry-run"], "drop them with --dry-run"),
+        (["--nproc-per-node", "999", "--device", "cuda"], "more processes than this node's"),
+        (["--nproc-per-node", "2", "--device", "cuda:1"], "names one GPU"),
+        (["--nnodes", "2", "--nproc-per-node", "2"], "--master-addr"),
+    ]
+    for options, message in cases:
+        proc = tfm("train", str(recipe), "--out", str(tmp_path / "run"), *options, check=False)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, (options, proc.stderr)
+    assert not (tmp_path / "run").exists()
+
+
+# ---- DDP in-process: train_step over shares equals train_step over the whole batches ---------------------------
+
+WORLD = 2
+
+
+def _setup_step(rank: int, world_size: int):
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=32, d_model=16, d_ff=32, n_heads=2, n_enc_layers=1, n_dec_layers=1, dropout=0.0))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    scaler = torch.amp.GradScaler("cuda", enabled=False)
+    stream = BatchStream(_corpus(), 30, 1, 0, 1, 2, rank=rank, world_size=world_size)
+    n = stream.num_batches - stream.num_batches % 2
+    batches = list(itertools.islice(iter(stream), n))
+    groups = [batches[i : i + 2] for i in range(0, n, 2)]  # accumulation over 2 batches, one with a lone pair
+    return model, optimizer, scaler, groups
+
+
+def _step_all(model, optimizer, scaler, groups, dist=None) -> list[tuple[float, float]]:
+    from contextlib import nullcontext
+
+    t = TrainRecipe()
+    return [train_step(model, optimizer, scaler, g, 0.5, t, nullcontext, torch.device("cpu"), dist) for g in groups]
+
+
+def _ddp_rank(rank: int, init_file: str, out: str) -> None:
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    dist = Distributed(rank, rank, WORLD, torch.device("cpu"), owns_group=True)
+    try:
+        model, optimizer, scaler, groups = _setup_step(rank, WORLD)
+        sums = _step_all(dist.wrap(model), optimizer, scaler, groups, dist)
+        if rank == 0:
+            torch.save({"weights": model.state_dict(), "sums": sums}, out)
+    finally:
+        dist.cleanup()
+
+
+@pytest.mark.slow
+def test_train_step_over_two_ranks_equals_one_process(tmp_path: Path) -> None:
+    import torch.multiprocessing as mp
+
+    model, optimizer, scaler, groups = _setup_step(0, 1)
+    assert any(len(b.indices) == 1 for g in groups for b in g)
+    sums = _step_all(model, optimizer, scaler, groups)
+    out = tmp_path / "rank0.pt"
+    mp.spawn(_ddp_rank, args=(str(tmp_path / "init"), str(out)), nprocs=WORLD)
+    ddp = torch.load(out, weights_only=True)
+    torch.testing.assert_close(ddp["sums"], sums, rtol=1e-6, atol=1e-5)
+    for name, w in model.state_dict().items():
+        torch.testing.assert_close(ddp["weights"][name], w, rtol=0, atol=1e-6, msg=name)
+
+
+# ---- through the CLI: 1 process against 2 ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("ddp")
+    train, dev = root / "train.tsv", root / "dev.tsv"
+    with gzip.open(CORPORA / "train.tsv.gz", "rt", encoding="utf-8") as f:
+        train.write_text("".join(itertools.islice(f, 3000)), encoding="utf-8")
+    with gzip.open(CORPORA / "dev.tsv.gz", "rt", encoding="utf-8") as f:
+        dev.write_text("".join(itertools.islice(f, 20)), encoding="utf-8")
+    recipe = root / "ddp.yaml"
+    recipe.write_text(RECIPE.format(train=train, steps=STEPS), encoding="utf-8")
+    tokenizer = root / "tokenizer.json"
+    tfm("tokenize", str(recipe), "--out", str(tokenizer))
+    return {"root": root, "recipe": recipe, "dev": dev, "tokenizer": tokenizer}
+
+
+def _train(data: dict[str, Path], name: str, *args: str, processes: int = 1, resume: bool = False):
+    out = data["root"] / name
+    if not resume:
+        out.mkdir()
+        shutil.copy(data["tokenizer"], out / "tokenizer.json")  # the same vocabulary in every run
+    start = ["--resume", str(out)] if resume else [str(data["recipe"]), "--out", str(out)]
+    launch = ["--nproc-per-node", str(processes)] if processes > 1 else []
+    proc = tfm("train", *start, *args, "--device", "cpu", "--json", *launch)
+    return out, proc
+
+
+@pytest.fixture(scope="module")
+def pair(data: dict[str, Path]) -> dict:
+    """The same recipe (with periodic evaluation, and a time budget that never runs out) in 1 and 2 processes."""
+    dev = (f"data.dev={data['dev']}", "train.max_time=1h")
+    one, _ = _train(data, "one", *dev)
+    two, proc = _train(data, "two", *dev, processes=2)
+    return {"one": one, "two": two, "proc": proc}
+
+
+def _weights(run: Path, step: int) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(run / "checkpoints" / f"step-{step:08d}.safetensors"))
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a if not k.endswith("w_k.bias"))
+
+
+def _logits(weights: dict[str, torch.Tensor], run: Path) -> torch.Tensor:
+    config = ModelConfig.from_dict(json.loads((run / "config.json").read_text()))
+    model = Transformer(config).eval()
+    load_state(model, weights, run)
+
+    batch = make_batch([[40, 50, 60], [70, 80]], [[90, 100], [110, 120, 130]], 0, 1, 2)
+    with torch.no_grad():
+        return model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+
+
+def _records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.slow
+def test_two_processes_train_the_weights_of_one(pair: dict) -> None:
+    for step in (6, STEPS):
+        one, two = _weights(pair["one"], step), _weights(pair["two"], step)
+        assert _max_diff(one, two) <= TOLERANCE, (step, _max_diff(one, two))
+        torch.testing.assert_close(_logits(two, pair["two"]), _logits(one, pair["one"]), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_only_rank_0_writes_and_reports(pair: dict) -> None:
+    one, two = _records(pair["one"]), _records(pair["two"])
+    assert [(r["kind"], r["step"]) for r in two] == [(r["kind"], r["step"]) for r in one]  # nothing twice
+    assert [(r["kind"], r["step"]) for r in two if r["kind"] != "train"] == [("eval", 6), ("final", STEPS)]
+    for a, b in zip(one, two, strict=True):  # the logged loss is the global batch's, as in one process
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+    names = sorted(p.name for p in (pair["two"] / "checkpoints").iterdir())
+    assert names == sorted(p.name for p in (pair["one"] / "checkpoints").iterdir())
+    assert not list(pair["two"].glob("**/*.tmp*"))
+    summary = json.loads((pair["two"] / "summary.json").read_text())
+    assert summary["processes"] == 2 and summary["steps"] == STEPS
+    assert json.loads(pair["proc"].stdout)["steps"] == STEPS  # one JSON result on stdout, from rank 0
+    assert pair["proc"].stderr.count("train corpus:") == 1 and pair["proc"].stderr.count(f"step {STEPS}/{STEPS}") == 1
+
+
+@pytest.mark.slow
+def test_accumulation_over_two_processes(data: dict[str, Path]) -> None:
+    """train.accum_steps=2: the first batch of each step skips the all-reduce (no_sync); same weights as 1 process."""
+    one, _ = _train(data, "accum-one", "train.accum_steps=2", "train.eval_every=0", "train.max_steps=8", "train.save_every=8")
+    two, _ = _train(data, "accum-two", "train.accum_steps=2", "train.eval_every=0", "train.max_steps=8", "train.save_every=8", processes=2)
+    assert _max_diff(_weights(one, 8), _weights(two, 8)) <= TOLERANCE
+
+
+@pytest.mark.slow
+def test_a_two_process_run_resumes_exactly(data: dict[str, Path], pair: dict) -> None:
+    """Stopped at step 6 and resumed to 12, 2 processes give the straight 2-process run's weights bit for bit."""
+    dev = (f"data.dev={data['dev']}", "train.max_time=1h")
+    run, _ = _train(data, "resumed", *dev, "train.max_steps=6", processes=2)
+    _, proc = _train(data, "resumed", f"train.max_steps={STEPS}", processes=2, resume=True)
+    assert "resumed from" in proc.stderr and "at step 6" in proc.stderr
+    state = torch.load(run / "checkpoints" / f"step-{STEPS:08d}.state.pt", weights_only=True)
+    assert len(state["rng_ranks"]) == 2  # each rank's random state, for its own dropout masks
+    resumed, straight = _weights(run, STEPS), _weights(pair["two"], STEPS)
+    assert all(torch.equal(resumed[k], straight[k]) for k in straight)
+    assert [r["step"] for r in _records(run) if r["kind"] == "train"] == [3, 6, 9, 12]
