@@ -138,8 +138,9 @@ _tfm() {
         export)
             case $prev in
                 --dtype) COMPREPLY=( $(compgen -W "bf16 fp16 fp32" -- "$cur") ); return 0 ;;
+                --format|-f) COMPREPLY=( $(compgen -W "huggingface onnx release" -- "$cur") ); return 0 ;;
                 --out|-o) _tfm_files; return 0 ;;
-                --format|--opset|--verify-lines|-f) COMPREPLY=(); return 0 ;;
+                --opset|--verify-lines) COMPREPLY=(); return 0 ;;
             esac
             if [[ $cur == -* ]]; then
                 COMPREPLY=( $(compgen -W "--dtype --force --format --help --json --opset --out --verify-lines -f -h -o" -- "$cur") )

@@ -36,6 +36,7 @@ _OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "--device": ("auto", "cpu", "cuda"),
     "--precision": ("auto", "fp32", "bf16", "fp16"),
     "--dtype": ("fp32", "bf16", "fp16"),
+    "--format": ("release", "onnx", "huggingface"),  # tfm export (tfm_cli.cli.export.FORMATS)
     "--mask": ("none", "padding", "causal"),
     "--impl": ("naive", "tfm", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn"),
 }
