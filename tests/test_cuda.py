@@ -44,3 +44,56 @@ def test_train_resume_translate_on_cuda(precision: str, tmp_path: Path) -> None:
     assert json.loads((run / "summary.json").read_text())["steps"] == 30
     out = tfm("translate", "--model", str(run), "--device", "cuda", "--precision", precision, "--json", "Bonjour.")
     assert json.loads(out.stdout)["source"] == "Bonjour."
+
+
+def _small_run(tmp_path: Path, precision: str) -> Path:
+    for name, n in (("train", 2000), ("dev", 20)):
+        with gzip.open(CORPORA / f"{name}.tsv.gz", "rt", encoding="utf-8") as f:
+            (tmp_path / f"{name}.tsv").write_text("".join(itertools.islice(f, n)), encoding="utf-8")
+    recipe = tmp_path / "cuda.yaml"
+    recipe.write_text(RECIPE.format(train=tmp_path / "train.tsv", dev=tmp_path / "dev.tsv", precision=precision))
+    return recipe
+
+
+def test_resume_on_cuda_continues_the_same_run(tmp_path: Path) -> None:
+    """fp32 on one GPU: 20 straight steps against 10 + resume to 20. cuBLAS and the embedding backward may
+    reorder float sums between runs, so the weights are compared within a tolerance and the difference printed."""
+    from safetensors.torch import load_file
+
+    recipe = _small_run(tmp_path, "fp32")
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    tfm("train", str(recipe), "--out", str(straight), "--device", "cuda")
+    split.mkdir()
+    (split / "tokenizer.json").write_bytes((straight / "tokenizer.json").read_bytes())
+    tfm("train", str(recipe), "train.max_steps=10", "--out", str(split), "--device", "cuda")
+    tfm("train", "--resume", str(split), "train.max_steps=20", "--device", "cuda")
+    a = load_file(str(straight / "checkpoints" / "step-00000020.safetensors"))
+    b = load_file(str(split / "checkpoints" / "step-00000020.safetensors"))
+    worst = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+    print(f"CUDA resume: max |weight difference| after 20 steps = {worst:.3g} (0 = bit-exact)")
+    assert worst < 1e-3
+
+
+def test_bench_commands_on_cuda(tmp_path: Path) -> None:
+    attn = json.loads(tfm("bench", "attention", "--lengths", "64,256", "--batch", "2", "--heads", "4", "--d-k", "32",
+                          "--dtype", "bf16", "--device", "cuda", "--repeat", "2", "--json").stdout)
+    assert attn and "cuda" in json.dumps(attn).lower()
+    recipe = _small_run(tmp_path, "bf16")
+    train = json.loads(tfm("bench", "train", str(recipe), "--steps", "3", "--warmup", "1", "--device", "cuda", "--json").stdout)
+    assert train
+    run = tmp_path / "run"
+    tfm("train", str(recipe), "train.max_steps=10", "--out", str(run), "--device", "cuda")
+    out = tfm("bench", "translate", "--model", str(run), "--sentences", "16", "--src-len", "8", "--out-len", "8",
+              "--batch-sizes", "1,16", "--device", "cuda", "--json").stdout
+    assert json.loads(out)
+
+
+def test_onnx_export_runs_on_the_cuda_device_and_torchrun_on_one_gpu(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    recipe = _small_run(tmp_path, "bf16")
+    run = tmp_path / "run"
+    tfm("train", str(recipe), "train.max_steps=10", "--out", str(run), "--device", "cuda", "--nproc-per-node", "1")
+    tfm("export", str(run), "--format", "onnx", "--out", str(tmp_path / "onnx"), "--verify-lines", "10")
+    a = tfm("translate", "--model", str(run), "--precision", "fp32", "--device", "cuda", stdin="Bonjour.\nMerci.\n").stdout
+    b = tfm("translate", "--model", str(tmp_path / "onnx"), stdin="Bonjour.\nMerci.\n").stdout
+    assert a == b
