@@ -531,3 +531,16 @@ def test_relative_corpus_paths_resume_from_another_directory(data: dict[str, Pat
     tfm("train", "--resume", str(out), "train.max_steps=3", "--device", "cpu", cwd=tmp_path)
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     assert logged[-1]["kind"] == "final" and logged[-1]["step"] == 3
+
+
+def test_resume_with_another_tokenizer_is_refused_before_anything_is_rewritten(run: dict, tmp_path: Path) -> None:
+    from tfm_cli.tokenizer import train_tokenizer
+
+    copy = Path(shutil.copytree(run["dir"], tmp_path / "run"))
+    texts = [line.split("\t")[0] for line in _head("train.tsv.gz", 500).splitlines()]
+    train_tokenizer(texts, vocab_size=400).save(copy / "tokenizer.json")
+    before = _snapshot(copy)
+    proc = tfm("train", "--resume", str(copy), "train.max_steps=60", "--device", "cpu", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"{copy / 'tokenizer.json'} does not match" in proc.stderr and "hint: put back" in proc.stderr
+    assert _snapshot(copy) == before

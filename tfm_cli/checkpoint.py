@@ -97,7 +97,9 @@ def read_metadata(path: Path) -> dict[str, str]:
             metadata = f.metadata() or {}
     except (SafetensorError, OSError) as err:
         raise CheckpointError(
-            f"{path} is not a readable safetensors file ({err})", hint="pass a run directory or a .safetensors file written by tfm train"
+            f"{path} is not a readable safetensors file, or is truncated or corrupt ({err})",
+            hint="pass a run directory or a .safetensors file written by tfm train; copy a damaged file again, "
+            "or use another checkpoint of the run (checkpoints/step-*.safetensors)",
         ) from None
     if metadata.get("format") != "tfm" or "config" not in metadata:
         raise CheckpointError(f"{path} has no tfm metadata (config, tokenizer hash)", hint="was it written by tfm train?")
@@ -226,9 +228,16 @@ def load_model(spec: str | Path | None, device: str | torch.device = "cpu", runs
             hint="put back the tokenizer.json this model was trained with",
         )
     try:
-        config = ModelConfig.from_dict(json.loads(metadata["config"]))
+        data = json.loads(metadata["config"])
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        config = ModelConfig.from_dict(data)
     except (ValueError, TypeError) as err:
         raise CheckpointError(f"{path}: invalid model config in metadata ({err})") from None
+    try:
+        step = int(metadata.get("step", 0))
+    except ValueError:
+        raise CheckpointError(f"{path}: the step in its metadata, {metadata['step']!r}, is not an integer") from None
     if config.vocab_size != tokenizer.vocab_size:
         raise CheckpointError(
             f"{tok_path} has {tokenizer.vocab_size} tokens but {path} was trained with {config.vocab_size}",
@@ -237,16 +246,30 @@ def load_model(spec: str | Path | None, device: str | torch.device = "cpu", runs
     model = Transformer(config)
     load_state(model, load_file(str(path)), path)
     model.to(device).eval()
-    return LoadedModel(model, tokenizer, path, run_dir, int(metadata.get("step", 0)), metadata)
+    return LoadedModel(model, tokenizer, path, run_dir, step, metadata)
+
+
+def _kind(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)}"
 
 
 def load_state(model: Transformer, state: dict[str, torch.Tensor], source: Path | str) -> None:
     """Load deduplicated weights into `model`; tied tensors need only one of their names present."""
-    missing, unexpected = model.load_state_dict(state, strict=False)
     params = dict(model.state_dict())
+    hint = "the weights and the model config come from different models (another shape, or another tokenizer's vocabulary)"
+    for name, tensor in state.items():  # checked here: torch says a shape mismatch in one line per tensor
+        want = params.get(name)
+        if want is not None and (
+            tensor.shape != want.shape or tensor.is_floating_point() != want.is_floating_point()
+        ):  # an integer tensor would load, cast, as silently wrong weights
+            raise CheckpointError(
+                f"{source} does not fit the model config: {name} is {_kind(tensor)}, the config needs {_kind(want)}",
+                hint=hint,
+            )
+    missing, unexpected = model.load_state_dict(state, strict=False)
     really_missing = [
         name for name in missing if not any(params[name].data_ptr() == params[k].data_ptr() for k in state if k in params)
     ]
     if really_missing or unexpected:
         problems = ", ".join([f"missing {n}" for n in really_missing[:3]] + [f"unexpected {n}" for n in unexpected[:3]])
-        raise CheckpointError(f"{source} does not fit its model config ({problems})")
+        raise CheckpointError(f"{source} does not fit the model config ({problems})", hint=hint)

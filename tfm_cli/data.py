@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import os
 import random
+import re
 import zlib
 from array import array
 from collections.abc import Iterator, Sequence
@@ -33,6 +34,14 @@ from tfm_cli.model.masks import padding_mask, target_mask
 
 BUNDLED_PREFIX = "bundled:"
 GZIP_MAGIC = b"\x1f\x8b"
+# Compressed formats that are not read (gzip is): their first bytes, their name, the command that undoes them.
+OTHER_COMPRESSION = {
+    re.compile(rb"\xfd7zXZ\x00"): ("xz", "unxz -k"),
+    re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"): ("bzip2", "bunzip2 -k"),
+    re.compile(rb"\(\xb5/\xfd"): ("zstd", "unzstd"),
+    re.compile(rb"PK\x03\x04"): ("zip", "unzip"),
+}
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 Pair = tuple[int, str, str]  # (line number, 1-based; source sentence; target sentence)
 CorpusSpec = str | os.PathLike | Sequence[str | os.PathLike]
@@ -113,6 +122,8 @@ def _read_lines(path: Path, shown: str) -> Iterator[tuple[int, str]]:
                     raw = raw[:-1]
                 if raw.endswith(b"\r"):
                     raw = raw[:-1]
+                if (line_no == 1 or b"\x00" in raw) and (problem := _not_text(raw, line_no, path.name)):
+                    raise CorpusError(f"{shown}:{line_no}: {problem}")
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as err:
@@ -139,6 +150,22 @@ def _read_lines(path: Path, shown: str) -> Iterator[tuple[int, str]]:
         raise CorpusError(
             f"{shown}: cannot read the file ({err}); is it a complete, uncompressed or gzip text file?"
         ) from err
+
+
+def _not_text(raw: bytes, line_no: int, name: str) -> str | None:
+    """What a line is when it is not UTF-8 text at all (compressed, UTF-16, binary), or None."""
+    if line_no == 1:
+        for magic, (kind, undo) in OTHER_COMPRESSION.items():
+            if magic.match(raw):
+                return f"{kind}-compressed data, not text: tfm reads plain or gzip text; decompress it first (e.g. {undo} {name})"
+        if raw.startswith(UTF16_BOMS):
+            return f"UTF-16 text, not UTF-8: re-encode the file (e.g. iconv -f utf-16 -t utf-8 {name} > utf8-{name})"
+    if b"\x00" in raw:  # valid UTF-8, but no text holds NUL bytes
+        return (
+            f"a NUL byte at byte {raw.index(0) + 1} of the line: a binary file (or UTF-16), not UTF-8 text; "
+            "give a plain or gzip UTF-8 text file"
+        )
+    return None
 
 
 def read_lines(spec: str | os.PathLike) -> list[str]:
@@ -186,7 +213,7 @@ def read_pairs(spec: CorpusSpec) -> Iterator[Pair]:
 
 
 def _read_tsv(path: Path, shown: str) -> Iterator[Pair]:
-    n = 0
+    n = full = 0  # lines, and lines with text on both sides
     for line_no, text in _read_lines(path, shown):
         parts = text.split("\t", 2)
         if len(parts) < 2:
@@ -196,19 +223,26 @@ def _read_tsv(path: Path, shown: str) -> Iterator[Pair]:
                 "(remove blank lines; for one sentence per line, give [source_file, target_file])"
             )
         n += 1
+        full += bool(parts[0].strip() and parts[1].strip())
         yield line_no, parts[0], parts[1]
     if n == 0:
         raise CorpusError(f"{shown} contains no sentence pairs: expected source<TAB>target lines")
+    if full == 0:
+        raise CorpusError(
+            f"{shown} has {n} lines but none with both a source and a target: every line has an empty side "
+            "(expected source<TAB>target lines)"
+        )
 
 
 def _read_parallel(src_path: Path, src_shown: str, tgt_path: Path, tgt_shown: str) -> Iterator[Pair]:
     src_lines, tgt_lines = _read_lines(src_path, src_shown), _read_lines(tgt_path, tgt_shown)
-    n = 0
+    n = full = 0  # lines, and lines with text on both sides
     while True:
         src_item, tgt_item = next(src_lines, None), next(tgt_lines, None)
         if src_item is None or tgt_item is None:
             break
         n += 1
+        full += bool(src_item[1].strip() and tgt_item[1].strip())
         yield src_item[0], src_item[1], tgt_item[1]
     if src_item is not None or tgt_item is not None:
         # One file ended first: count the rest of the other one (still streaming) for the message.
@@ -221,6 +255,11 @@ def _read_parallel(src_path: Path, src_shown: str, tgt_path: Path, tgt_shown: st
         )
     if n == 0:
         raise CorpusError(f"{src_shown} and {tgt_shown} contain no sentence pairs: both files are empty")
+    if full == 0:
+        raise CorpusError(
+            f"{src_shown} and {tgt_shown} have {n} lines but no pair with both a source and a target sentence "
+            "(every line is blank on one side)"
+        )
 
 
 # ---- the tokenized corpus -------------------------------------------------------------------------------

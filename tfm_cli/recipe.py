@@ -662,9 +662,14 @@ def _read_yaml(path: Path, source: str) -> Any:
         hint = f"; pass a recipe file such as {path / inside[0]}" if inside else ""
         raise RecipeError(source, [f"is a directory, not a recipe file{hint}"])
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise RecipeError(source, [f"is not UTF-8 text (bad byte at offset {err.start})"]) from None
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise RecipeError(
+            source, [f"is not UTF-8 text (bad byte {data[err.start]:#04x} at line {line}, column {column}); save it as UTF-8"]
+        ) from None
     except OSError as err:
         raise RecipeError(source, [f"cannot be read: {err.strerror or err}"]) from None
     try:
@@ -674,10 +679,19 @@ def _read_yaml(path: Path, source: str) -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         what = err.problem or err.context or "syntax error"
         if err.context and err.problem:
-            what = f"{err.problem} ({err.context})"
+            context = err.context
+            start = err.context_mark
+            if start is not None and mark is not None and start.line != mark.line:  # e.g. where a quote opened
+                context += f" at line {start.line + 1}, column {start.column + 1}"
+            what = f"{err.problem} ({context})"
         raise RecipeError(source, [f"invalid YAML{where}: {what}"]) from None
+    except yaml.reader.ReaderError as err:  # a character YAML does not allow, e.g. a NUL byte
+        line = text.count("\n", 0, err.position) + 1
+        raise RecipeError(
+            source, [f"invalid YAML at line {line}: control character {err.character:#04x}, which YAML does not allow"]
+        ) from None
     except yaml.YAMLError as err:
-        raise RecipeError(source, [f"invalid YAML: {err}"]) from None
+        raise RecipeError(source, [f"invalid YAML: {str(err).splitlines()[0]}"]) from None
 
 
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:

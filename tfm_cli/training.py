@@ -11,6 +11,7 @@ tokens, and rank 0 alone evaluates, writes and reports.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -38,6 +39,7 @@ from tfm_cli.checkpoint import (
     checkpoint_steps,
     load_state,
     prune_checkpoints,
+    read_metadata,
     save_weights,
     state_path,
     weights_state,
@@ -363,12 +365,26 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
             f"{run_dir} already holds a trained run ({where})",
             hint=f"continue it with `tfm train --resume {run_dir}`, or choose another --out",
         )
+    old_recipe = run_dir / "recipe.yaml"
+    if not resume and not prior and old_recipe.is_file() and not _same_recipe(old_recipe, recipe):
+        raise CheckpointError(
+            f"{run_dir} already holds another run (its recipe.yaml differs from this one; it has no checkpoint yet)",
+            hint="choose another --out, or delete that directory if its run is of no use",
+        )
     _check_corpora(recipe)
     if recipe.tokenizer.path and not Path(recipe.tokenizer.path).expanduser().is_file():
         raise TfmError(
             f"tokenizer.path: {recipe.tokenizer.path} does not exist",
             hint="train one with `tfm tokenize`, or set tokenizer.path: null to train one with the run",
         )
+
+
+def _same_recipe(path: Path, recipe: Recipe) -> bool:
+    """Whether the run's recipe.yaml is what this start would write (a restart of the same run)."""
+    try:
+        return recipe_to_dict(load_recipe(path)) == recipe_to_dict(_with_absolute_paths(recipe))
+    except TfmError:
+        return False
 
 
 def _check_corpora(recipe: Recipe) -> None:
@@ -484,6 +500,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dis
     step = 0
     if resume:  # read (and refuse) the trainer state before anything in the run is rewritten
         step, weights, state = _resume_point(run_dir, events)
+    created, had_tokenizer = not run_dir.exists(), (run_dir / "tokenizer.json").exists()
     if main:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -497,24 +514,33 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dis
     torch.manual_seed(t.seed)
     random.seed(t.seed)
 
-    tokenizer = _share_tokenizer(_prepare_tokenizer(recipe, run_dir, events) if main else None, dist)
-    config = model_config(recipe, tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+    try:  # read everything before writing the run's files: a bad corpus leaves the run as it was
+        tokenizer = _share_tokenizer(_prepare_tokenizer(recipe, run_dir, events) if main else None, dist)
+        config = model_config(recipe, tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+        read_start = time.perf_counter()
+        corpus = encode_corpus(recipe.data.train, tokenizer, recipe.data.max_len)  # every rank encodes it all
+        s = corpus.stats
+        events.message(
+            f"train corpus: {s.kept:,} pairs kept of {s.read:,} read "
+            f"({s.skipped_empty:,} with an empty side and {s.skipped_long:,} longer than {recipe.data.max_len} tokens skipped) "
+            f"in {time.perf_counter() - read_start:.1f}s"
+        )
+        if s.kept == 0:
+            raise TfmError(f"no usable sentence pairs in {recipe.data.train}", hint="check data.train and data.max_len")
+        dev = load_dev(recipe.data.dev, tokenizer, recipe.data.max_len) if recipe.data.dev and main else None
+    except BaseException:
+        if main and not had_tokenizer and not resume:  # take back what this start wrote (a tokenizer it trained)
+            (run_dir / "tokenizer.json").unlink(missing_ok=True)
+        if main and created:
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()  # only when empty
+        raise
     if main:
         _check_room(run_dir, config, t)  # an unwritable or full run directory is said now, not after an hour
         dump_recipe(_with_absolute_paths(recipe), run_dir / "recipe.yaml")  # --resume works from any directory
         atomic_write(run_dir / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(config.to_dict(), indent=2)))
-
-    read_start = time.perf_counter()
-    corpus = encode_corpus(recipe.data.train, tokenizer, recipe.data.max_len)  # every rank encodes it all
-    s = corpus.stats
-    events.message(
-        f"train corpus: {s.kept:,} pairs kept of {s.read:,} read "
-        f"({s.skipped_empty:,} with an empty side and {s.skipped_long:,} longer than {recipe.data.max_len} tokens skipped) "
-        f"in {time.perf_counter() - read_start:.1f}s"
-    )
-    if s.kept == 0:
-        raise TfmError(f"no usable sentence pairs in {recipe.data.train}", hint="check data.train and data.max_len")
-    dev = load_dev(recipe.data.dev, tokenizer, recipe.data.max_len) if recipe.data.dev and main else None
+        if not resume:  # a fresh start (preflight let it in: nothing of another run is here) logs afresh
+            (run_dir / "metrics.jsonl").unlink(missing_ok=True)
 
     model, optimizer, scaler = setup_model(config, t, device, precision)
     _seed_rank(t.seed, dist)
@@ -745,6 +771,13 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
             hint="an exact resume needs the .state.pt files; start the run again without --resume",
         )
     step, weights = complete[-1]
+    tok_path = run_dir / "tokenizer.json"
+    expected = read_metadata(weights).get("tokenizer_sha256")
+    if expected and tok_path.is_file() and Tokenizer.load(tok_path).sha256 != expected:
+        raise CheckpointError(
+            f"{tok_path} does not match {weights} (tokenizer hash differs): the run cannot continue with it",
+            hint="put back the tokenizer.json this run was trained with",
+        )
     newer = [s for s, _ in found if s > step]
     if newer:
         events.message(

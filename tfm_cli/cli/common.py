@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tfm_cli.errors import TfmError
+from tfm_cli.errors import RecipeError, TfmError
 
 # stderr: progress, logs, errors. stdout: results only.
 err = Console(stderr=True, highlight=False)
@@ -84,6 +84,8 @@ def _escape(text: str) -> str:
 def report_error(error: TfmError) -> None:
     """The one red line (plus an indented hint) that replaces a traceback for problems the user can fix."""
     lines = str(error).splitlines() or [error.__class__.__name__]
+    if isinstance(error, RecipeError) and len(error.problems) == 1:  # one problem: one line, file first
+        lines = [f"{error.source}: {error.problems[0]}"]
     err.print(f"[bold red]Error:[/bold red] {_escape(lines[0])}", soft_wrap=True)
     for line in lines[1:]:
         err.print(_escape(line), soft_wrap=True)

@@ -66,6 +66,15 @@ def translate(
     if precision not in PRECISIONS:
         raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(PRECISIONS)}", param_hint="--precision")
 
+    if text is not None:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # bytes that are not UTF-8 arrive as surrogate escapes
+            raise TfmError(
+                f"the sentence to translate is not valid UTF-8 (a bad byte at character {e.start + 1})",
+                hint="give UTF-8 text; check the terminal's encoding (e.g. LANG=C.UTF-8)",
+            ) from None
+
     from tfm_cli.translator import Translator
 
     translator = Translator.load(model, engine=engine, device=device, precision=precision)
@@ -113,13 +122,21 @@ def _emit(result, json_out: bool, n_best: int, line: int) -> None:
 def _stdin_lines() -> Iterator[str]:
     """Lines of stdin, decoded strictly as UTF-8 so that a bad byte is reported with its line."""
     for number, raw in enumerate(sys.stdin.buffer, start=1):
+        if number == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise TfmError("stdin is UTF-16 text, not UTF-8", hint="re-encode the input, e.g. iconv -f utf-16 -t utf-8")
+        if b"\x00" in raw:
+            raise TfmError(
+                f"stdin line {number}: a NUL byte at byte {raw.index(0) + 1}: binary data, not text",
+                hint="pipe in UTF-8 text, one sentence per line",
+            )
         try:
-            yield raw.decode("utf-8")
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise TfmError(
                 f"stdin line {number}: invalid UTF-8 at byte {e.start + 1}",
                 hint="re-encode the input as UTF-8, e.g. iconv -f latin1 -t utf-8",
             ) from None
+        yield text.removeprefix("\ufeff") if number == 1 else text  # a byte-order mark is not part of the sentence
 
 
 def _score(translator, settings: dict[str, Any], text, score, reference, output, json_out: bool) -> None:

@@ -1,0 +1,527 @@
+"""Every bad input answered (#10): one `Error:` line that names the file, key or line (plus at most one `hint:`
+line), exit 1 for bad data and 2 for bad usage, no traceback, and nothing already saved touched.
+
+Each case runs once through the installed `tfm`; further variants of a case are checked in-process, where they
+cost no interpreter start (every `tfm` that loads torch takes about 2 s). The model is a random tiny one saved
+like a run (recipe.yaml, tokenizer.json, a checkpoint, model.safetensors), copied where a test damages it.
+Cases already tested elsewhere get a variant here that is not:
+
+    recipe errors      test_recipe.py (library), test_cli.py::test_bad_recipe_lists_every_problem (several at once),
+                       test_cli.py::test_unknown_override_did_you_mean, test_cli.py::test_missing_recipe_file_*
+    corpus errors      test_data.py::test_error_* (library), test_cli.py::test_corpus_errors_name_file_and_line,
+                       test_cli.py::test_mismatched_parallel_files, test_cli.py::test_missing_corpus_fails_*,
+                       test_e2e.py::test_dry_run_checks_the_corpora_a_start_would_read
+    model errors       test_cli.py::test_translate_with_another_tokenizer, ::test_translate_missing_model_dir,
+                       ::test_translate_empty_model_dir, test_training_core.py::test_load_model_from_run_directory,
+                       ::test_load_state_rejects_weights_of_another_shape, test_translator.py::test_a_tokenizer_of_*
+    translate input    test_cli.py::test_translate_invalid_utf8_names_the_line, test_e2e.py::test_translate_long_*,
+                       test_e2e.py::test_translate_stdin_keeps_order_and_empty_lines
+    existing run       test_e2e.py::test_fresh_train_refuses_a_run_with_checkpoints, ::test_refused_train_leaves_*,
+                       test_e2e.py::test_dry_run
+    usage (exit 2)     test_cli.py::test_usage_error_exits_2, ::test_unknown_option_exits_2, ::test_translate_precision_*
+"""
+
+from __future__ import annotations
+
+import bz2
+import dataclasses
+import gzip
+import io
+import itertools
+import json
+import lzma
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from clitools import tfm
+from safetensors.torch import load_file, save_file
+
+from tfm_cli.checkpoint import FINAL, checkpoint_path, load_model, read_metadata, save_weights, weights_state
+from tfm_cli.data import read_pairs
+from tfm_cli.errors import CheckpointError, CorpusError, TfmError
+from tfm_cli.model import ModelConfig, Transformer
+from tfm_cli.tokenizer import train_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
+
+RECIPE = """\
+name: bad-inputs
+data:
+  train: {train}
+  dev: {dev}
+  max_len: 32
+tokenizer:
+  vocab_size: 400
+model:
+  d_model: 32
+  d_ff: 64
+  n_heads: 2
+  n_enc_layers: 1
+  n_dec_layers: 1
+  max_positions: 64
+train:
+  max_tokens: 512
+  max_steps: 10
+  warmup_steps: 5
+  save_every: 5
+  keep_last: 2
+  average_last: 2
+  log_every: 5
+  eval_every: 0
+  precision: fp32
+decode:
+  max_len_offset: 10
+"""
+
+
+# ---- helpers -------------------------------------------------------------------------------------------------
+
+
+def error_line(proc, *fragments: str, code: int = 1) -> str:
+    """The one `Error:` line of a failed command, checked: exit `code`, no traceback, at most a hint after it,
+    and every fragment in it. Progress lines before it (`tfm train: recipe ...`) are allowed."""
+    assert proc.returncode == code, f"exit {proc.returncode}, expected {code}:\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    errors = [i for i, line in enumerate(lines) if line.startswith("Error: ")]
+    assert len(errors) == 1, proc.stderr
+    after = lines[errors[0] + 1 :]
+    assert after == [] or (len(after) == 1 and after[0].startswith("hint: ")), f"more than one line:\n{proc.stderr}"
+    line = lines[errors[0]]
+    for fragment in fragments:
+        assert fragment in line, f"{fragment!r} not in {line!r}"
+    return line
+
+
+def one_line(error: BaseException, *fragments: str) -> None:
+    """An in-process error: one line holding every fragment."""
+    text = str(error)
+    assert "\n" not in text, text
+    for fragment in fragments:
+        assert fragment in text, f"{fragment!r} not in {text!r}"
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` and its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def nothing_written(out: Path) -> bool:
+    """A run directory a failed start did not write into (at most an empty folder)."""
+    return not out.exists() or not any(p.is_file() for p in out.rglob("*"))
+
+
+def write(path: Path, data: str | bytes) -> Path:
+    path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    return path
+
+
+def recipe(folder: Path, train: str, dev: str = "null", name: str = "recipe.yaml") -> Path:
+    return write(folder / name, RECIPE.format(train=train, dev=dev))
+
+
+def _head(n: int) -> str:
+    with gzip.open(CORPORA / "train.tsv.gz", "rt", encoding="utf-8") as f:
+        return "".join(itertools.islice(f, n))  # short sentences come first
+
+
+def _texts(n: int) -> list[str]:
+    return [s for line in _head(n).splitlines() for s in line.split("\t")[:2]]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("bad-inputs")
+    recipe(folder, str(write(folder / "train.tsv", _head(3000))))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def run(root: Path) -> Path:
+    """A run as `tfm train` leaves it, with random weights: recipe.yaml, tokenizer.json (400 tokens), a checkpoint
+    at step 10 and model.safetensors (d_model 32, 1+1 layers, max_positions 64)."""
+    out = root / "run"
+    out.mkdir()
+    shutil.copy(root / "recipe.yaml", out / "recipe.yaml")
+    tok = train_tokenizer(_texts(3000), vocab_size=400)
+    tok.save(out / "tokenizer.json")
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=tok.vocab_size, d_model=32, d_ff=64, n_heads=2, n_enc_layers=1, n_dec_layers=1,
+        max_positions=64, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id,
+    )
+    state = weights_state(Transformer(config))
+    save_weights(checkpoint_path(out, 10), state, config, tok.sha256, 10)
+    save_weights(out / FINAL, state, config, tok.sha256, 10)
+    return out
+
+
+@pytest.fixture
+def copy(run: Path, tmp_path: Path) -> Path:
+    """A copy of the run, for a test to damage."""
+    return Path(shutil.copytree(run, tmp_path / "run"))
+
+
+def translate(model: Path, *args: str, stdin: bytes | str | None = None, timeout: int = 120):
+    return tfm("translate", "--model", str(model), "--device", "cpu", *args, stdin=stdin, check=False, timeout=timeout)
+
+
+# ---- 1-4: recipes: YAML syntax, unknown keys, wrong types, values out of range -----------------------------
+# A recipe with one problem gets one line, `Error: FILE: PROBLEM`; several are listed under one head line
+# (test_cli.py::test_bad_recipe_lists_every_problem).
+
+
+def _bad_recipe(tmp_path: Path, text: str | bytes, expected: str) -> None:
+    path = write(tmp_path / "bad.yaml", text)
+    out = tmp_path / "out"
+    proc = tfm("train", str(path), "--out", str(out), "--device", "cpu", check=False)
+    line = error_line(proc)
+    assert line.startswith(f"Error: {path}: "), line
+    assert expected in line, f"{expected!r} not in {line!r}"
+    assert proc.stdout == "" and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # the problem is found on line 5, but the key without its colon is on line 4: both are named
+        (
+            "name: bad\nmodel:\n  d_model: 32\n  n_heads 4\n  dropout: 0.1\n",
+            "invalid YAML at line 5, column 3: could not find expected ':' (while scanning a simple key at line 4, column 3)",
+        ),
+        ("name: bad\nmodel:\n\td_model: 32\n", "invalid YAML at line 3, column 1: found character '\\t' that cannot start any token"),
+        (
+            'name: bad\ndescription: "unclosed\nmodel:\n  d_model: 32\n',
+            "found unexpected end of stream (while scanning a quoted scalar at line 2, column 14)",
+        ),
+        ("name: bad\ntrain:\n  betas: [0.9, 0.98\n  eps: 1.0e-9\n", "invalid YAML at line 4, column 6: expected ',' or ']'"),
+        (b"name: bad\n\x00\n", "invalid YAML at line 2: control character 0x00, which YAML does not allow"),
+        (b"name: bad\ndescription: caf\xe9\n", "is not UTF-8 text (bad byte 0xe9 at line 2, column 17); save it as UTF-8"),
+    ],
+    ids=["missing-colon", "tab-indent", "unclosed-quote", "unclosed-list", "nul-byte", "latin1"],
+)
+def test_yaml_syntax_error_names_the_line(tmp_path: Path, text: str | bytes, expected: str) -> None:
+    _bad_recipe(tmp_path, text, expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("name: bad\nmodel:\n  d_modle: 32\n", "model.d_modle is not a recipe key; did you mean model.d_model?"),
+        ("name: bad\ntrian:\n  max_steps: 5\n", "trian is not a recipe key; did you mean train?"),
+        ("name: bad\ntrain.max_steps: 5\n", "train.max_steps is not a recipe key at the top level; nest it: train: {max_steps: ...}"),
+    ],
+    ids=["in-section", "section", "dotted"],
+)
+def test_unknown_recipe_key_is_named(tmp_path: Path, text: str, expected: str) -> None:
+    _bad_recipe(tmp_path, text, expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("name: bad\nmodel:\n  d_model: big\n", "model.d_model='big' must be an integer"),
+        ("name: bad\ntrain:\n  max_steps: 1e4\n", "train.max_steps='1e4' must be an integer"),  # YAML reads 1e4 as text
+        ("name: bad\nmodel:\n  tie_embeddings: 'yes'\n", "model.tie_embeddings='yes' must be true or false"),
+        ("name: bad\ndata:\n  train: [a.tsv]\n", "data.train=['a.tsv'] must be one TSV file path or a list of exactly 2 paths"),
+        ("name: bad\nmodel: 512\n", "model must be a mapping of keys, not a number"),
+    ],
+    ids=["int", "int-as-1e4", "bool", "corpus-path", "section"],
+)
+def test_wrong_type_is_named(tmp_path: Path, text: str, expected: str) -> None:
+    _bad_recipe(tmp_path, text, expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("name: bad\nmodel:\n  dropout: -0.1\n", "model.dropout=-0.1 must be a number in [0, 1)"),
+        ("name: bad\nmodel:\n  d_model: 500\n  n_heads: 8\n", "model.d_model=500 must be divisible by model.n_heads=8 (try 496"),
+        ("name: bad\ntrain:\n  warmup_steps: 0\n", "train.warmup_steps=0 must be >= 1 (the schedule divides by it"),
+    ],
+    ids=["negative-dropout", "d_model-by-heads", "warmup-0"],
+)
+def test_value_out_of_range_is_named(tmp_path: Path, text: str, expected: str) -> None:
+    _bad_recipe(tmp_path, text, expected)
+
+
+def test_a_bad_override_on_resume_touches_nothing(copy: Path) -> None:
+    before = snapshot(copy)
+    proc = tfm("train", "--resume", str(copy), "train.warmup_steps=0", "--device", "cpu", check=False)
+    error_line(proc, f"{copy / 'recipe.yaml'}: train.warmup_steps=0 must be >= 1")
+    assert snapshot(copy) == before
+
+
+# ---- 5-8: corpora: missing, line counts, empty, binary or not UTF-8 ---------------------------------------
+
+
+def test_missing_file_of_a_corpus_pair_stops_before_the_run_is_created(root: Path, tmp_path: Path) -> None:
+    src = write(tmp_path / "dev.fr", "Bonjour.\n")
+    missing = tmp_path / "dev.en"
+    out = tmp_path / "out"
+    path = recipe(tmp_path, str(root / "train.tsv"), dev=f"[{src}, {missing}]")
+    proc = tfm("train", str(path), "--out", str(out), "--device", "cpu", check=False)
+    error_line(proc, f"data.dev: corpus file {missing} does not exist")
+    assert not out.exists()
+
+
+def test_source_and_target_files_of_different_lengths(tmp_path: Path) -> None:
+    src = write(tmp_path / "train.fr", "Bonjour.\nMerci.\n")
+    tgt = write(tmp_path / "train.en", "Hello.\nThanks.\nGood night.\n")
+    out = tmp_path / "out"
+    proc = tfm("train", str(recipe(tmp_path, f"[{src}, {tgt}]")), "--out", str(out), "--device", "cpu", check=False)
+    error_line(proc, f"{src} has 2 lines but {tgt} has 3", f"{tgt}:3 has no counterpart")
+    assert nothing_written(out)
+
+
+def test_a_corpus_without_a_single_full_pair(tmp_path: Path) -> None:
+    """Every line has an empty side: not one pair to learn from, said with the file (it was 'cannot train a
+    tokenizer: the training texts are empty', no file named)."""
+    corpus = write(tmp_path / "train.tsv", "\tHello.\nBonjour.\t\n \t \n")
+    out = tmp_path / "out"
+    proc = tfm("train", str(recipe(tmp_path, str(corpus))), "--out", str(out), "--device", "cpu", check=False)
+    error_line(proc, f"{corpus} has 3 lines but none with both a source and a target")
+    assert nothing_written(out)
+    src, tgt = write(tmp_path / "a.fr", "\nBonjour.\n"), write(tmp_path / "a.en", "Hello.\n \n")
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs([src, tgt]))
+    one_line(err.value, f"{src} and {tgt} have 2 lines but no pair with both a source and a target sentence")
+
+
+@pytest.mark.parametrize("kind", ["binary", "latin1-in-target"])
+def test_binary_or_not_utf8_corpus_names_file_and_line(run: Path, tmp_path: Path, kind: str) -> None:
+    if kind == "binary":  # a model given as the corpus (it was read as text up to the first bad byte)
+        corpus = [str(shutil.copy(run / "model.safetensors", tmp_path / "train.tsv"))]
+        expected = [f"{corpus[0]}:", ": a NUL byte at byte", "binary file"]
+    else:  # line 3 of the target file of a pair
+        src = write(tmp_path / "train.fr", "Bonjour.\nMerci.\nUn café.\n")
+        tgt = write(tmp_path / "train.en", b"Hello.\nThanks.\nA caf\xe9.\n")
+        corpus = [str(src), str(tgt)]
+        expected = [f"{tgt}:3: invalid UTF-8 at byte 6 of the line", "iconv -f latin1 -t utf-8"]
+    out = tmp_path / "tokenizer.json"
+    args = [a for path in corpus for a in ("--corpus", path)]
+    proc = tfm("tokenize", *args, "--vocab-size", "300", "--out", str(out), check=False)
+    error_line(proc, *expected)
+    assert not out.exists()
+
+
+PAIRS = b"Bonjour.\tHello.\nMerci.\tThanks.\n"
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (lzma.compress(PAIRS), ":1: xz-compressed data, not text: tfm reads plain or gzip text; decompress it first (e.g. unxz -k c.tsv)"),
+        (bz2.compress(PAIRS), ":1: bzip2-compressed data, not text"),
+        (PAIRS.decode().encode("utf-16"), ":1: UTF-16 text, not UTF-8: re-encode the file (e.g. iconv -f utf-16 -t utf-8 c.tsv"),
+        (PAIRS.decode().encode("utf-16-be"), ":1: a NUL byte at byte 1 of the line: a binary file (or UTF-16), not UTF-8 text"),
+        (b"Bonjour.\tHello.\nMer\x00ci.\tThanks.\n", ":2: a NUL byte at byte 4 of the line"),  # was read as text
+    ],
+    ids=["xz", "bzip2", "utf-16", "utf-16-without-bom", "nul-in-line-2"],
+)
+def test_corpus_that_is_not_text_says_what_it_is(tmp_path: Path, data: bytes, expected: str) -> None:
+    corpus = write(tmp_path / "c.tsv", data)
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs(corpus))
+    one_line(err.value, f"{corpus}{expected}")
+
+
+def test_text_that_looks_like_a_compression_header_is_still_text(tmp_path: Path) -> None:
+    corpus = write(tmp_path / "c.tsv", "BZh9\tBZh9\nPK\tPK\n")
+    assert [(s, t) for _, s, t in read_pairs(corpus)] == [("BZh9", "BZh9"), ("PK", "PK")]
+
+
+# ---- 9-12: models: tokenizer, truncated or corrupt weights, another architecture, no such path ----------------
+
+
+def test_tokenizer_that_does_not_match_the_checkpoint(copy: Path) -> None:
+    """Another vocabulary (the same size: test_cli.py; another size through the API: test_translator.py)."""
+    train_tokenizer(_texts(300), vocab_size=300).save(copy / "tokenizer.json")
+    before = snapshot(copy)
+    proc = translate(copy, "Bonjour.")
+    error_line(proc, f"{copy / 'tokenizer.json'} does not match {copy / 'model.safetensors'} (tokenizer hash")
+    assert "hint: put back the tokenizer.json this model was trained with" in proc.stderr
+    assert proc.stdout == "" and snapshot(copy) == before
+
+
+@pytest.mark.parametrize("given", ["file", "run"])
+def test_truncated_or_corrupt_safetensors(copy: Path, given: str) -> None:
+    """Truncated (an interrupted copy), given as --model FILE; a corrupt header, in a run directory."""
+    weights = copy / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) * 6 // 10] if given == "file" else data[:8] + b"x" * 16 + data[24:])
+    before = snapshot(copy)
+    proc = translate(weights if given == "file" else copy, "Bonjour.")
+    error_line(proc, f"{weights} is not a readable safetensors file, or is truncated or corrupt (")
+    assert "checkpoints/step-*.safetensors" in proc.stderr  # the hint names what may still be intact
+    assert proc.stdout == "" and snapshot(copy) == before
+
+
+@pytest.mark.parametrize("kind", ["shapes", "foreign"])
+def test_weights_of_another_architecture(copy: Path, kind: str) -> None:
+    weights = copy / "model.safetensors"
+    metadata, state = read_metadata(weights), load_file(str(weights))
+    if kind == "shapes":  # the metadata's config says d_ff 128, the weights have 64 (was a torch traceback)
+        config = ModelConfig.from_dict(json.loads(metadata["config"]))
+        save_weights(weights, state, dataclasses.replace(config, d_ff=128), metadata["tokenizer_sha256"], 10)
+        expected = [f"{weights} does not fit the model config: ", "is float32 [", "the config needs float32 [", "128"]
+    else:  # written by some other program: no tfm metadata
+        save_file(state, str(weights))
+        expected = [f"{weights} has no tfm metadata"]
+    before = snapshot(copy)
+    proc = translate(copy, "Bonjour.")
+    error_line(proc, *expected)
+    assert proc.stdout == "" and snapshot(copy) == before
+
+
+def _resave(weights: Path, state: dict | None = None, **metadata: str) -> None:
+    old = read_metadata(weights)
+    save_file(state if state is not None else load_file(str(weights)), str(weights), metadata={**old, **metadata})
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        ("empty", "is not a readable safetensors file, or is truncated or corrupt"),
+        ("truncated", "is not a readable safetensors file, or is truncated or corrupt"),
+        ("integers", "does not fit the model config: "),  # would have loaded, cast, as garbage weights
+        ("layers", "does not fit the model config (missing encoder_layers.1."),
+        ("step", "the step in its metadata, 'ten', is not an integer"),  # was a ValueError traceback
+        ("config", "invalid model config in metadata (expected a JSON object, got list)"),
+    ],
+)
+def test_broken_weights_variants(copy: Path, damage: str, expected: str) -> None:
+    weights = copy / "model.safetensors"
+    if damage == "empty":
+        weights.write_bytes(b"")
+    elif damage == "truncated":
+        weights.write_bytes(weights.read_bytes()[:-1])
+    elif damage == "integers":
+        _resave(weights, {k: v.to(torch.int64) for k, v in load_file(str(weights)).items()})
+    elif damage == "layers":
+        config = json.loads(read_metadata(weights)["config"])
+        _resave(weights, config=json.dumps({**config, "n_enc_layers": 2}))
+    elif damage == "step":
+        _resave(weights, step="ten")
+    else:
+        _resave(weights, config="[32, 64]")
+    with pytest.raises(CheckpointError) as err:
+        load_model(copy)
+    one_line(err.value, str(weights), expected)
+
+
+def test_model_file_that_does_not_exist(tmp_path: Path) -> None:
+    missing = tmp_path / "runs" / "tiny" / "model.safetensors"
+    error_line(translate(missing, "Bonjour."), f"model {missing} does not exist")
+
+
+# ---- 13-15: what `tfm translate` reads: not UTF-8, empty, very long ------------------------------------------
+
+
+def test_binary_stdin_names_the_line(run: Path) -> None:
+    """A NUL byte (was translated as text); a latin-1 byte is test_cli.py::test_translate_invalid_utf8_*."""
+    proc = translate(run, stdin=b"Bonjour.\nMer\x00ci.\nAu revoir.\n")
+    error_line(proc, "stdin line 2: a NUL byte at byte 4: binary data, not text")
+    assert proc.stdout == ""  # the chunk holding the bad line is refused whole: no half output
+
+
+def test_utf16_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tfm_cli.cli.translate import _stdin_lines
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("Bonjour.\nMerci.\n".encode("utf-16"))))
+    with pytest.raises(TfmError) as err:
+        list(_stdin_lines())
+    one_line(err.value, "stdin is UTF-16 text, not UTF-8")
+    assert "iconv -f utf-16 -t utf-8" in err.value.hint
+
+
+def test_sentence_argument_that_is_not_utf8(run: Path) -> None:
+    proc = translate(run, "caf\udce9")  # the byte 0xe9 on the command line (Python's surrogate escape); was a traceback
+    error_line(proc, "the sentence to translate is not valid UTF-8")
+    assert proc.stdout == ""
+
+
+def test_empty_stdin_gives_no_output_and_exit_0(run: Path) -> None:
+    """Like `cat`: nothing in, nothing out, success, and nothing said."""
+    proc = translate(run, stdin=b"")
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc.stderr
+
+
+def test_blank_lines_give_blank_lines_and_a_bom_is_dropped(run: Path) -> None:
+    """Whitespace-only lines translate to empty lines without the model, so line i of the output is still the
+    translation of line i; a byte-order mark (Windows editors) is not part of the first sentence."""
+    proc = translate(run, "--json", stdin="\ufeffBonjour.\r\n   \n\t\n\nBonjour.\n")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["source"] for r in records] == ["Bonjour.", "   ", "\t", "", "Bonjour."]
+    assert all(r["translation"] == "" and r["tokens"] == [] for r in records[1:4])
+    assert records[0]["tokens"] and records[0]["tokens"] == records[4]["tokens"]  # the mark changed nothing
+
+
+def test_a_100000_character_line_is_cut_with_a_warning(run: Path) -> None:
+    """Three 100,000-character lines (one 'word', words, CJK that falls back to bytes) between two short ones:
+    each is cut to what the model takes, with one warning naming its line; one output line each; quickly."""
+    long_lines = ["a" * 100_000, ("chat " * 20_000)[:100_000], "".join(chr(0x4E00 + i % 20000) for i in range(100_000))]
+    stdin = "\n".join(["Bonjour.", *long_lines, "Merci."]) + "\n"
+    started = time.perf_counter()
+    proc = translate(run, stdin=stdin, timeout=60)
+    seconds = time.perf_counter() - started
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stdout.split("\n")) == 6 and proc.stdout.endswith("\n")  # 5 lines, each ended by a newline
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 3, proc.stderr
+    for line_no, warning in zip((2, 3, 4), warnings, strict=True):
+        assert f"input line {line_no} has " in warning and "the model takes at most 63" in warning
+    assert seconds < 30, f"{seconds:.1f} s"
+
+
+# ---- 16: a run directory that already holds a run -----------------------------------------------------------
+
+
+def test_train_into_a_directory_holding_a_final_model_is_refused(root: Path, run: Path, tmp_path: Path) -> None:
+    """Only a model.safetensors and its tokenizer (a copied model): refused before anything is written (a run with
+    checkpoints: test_e2e.py::test_fresh_train_refuses_a_run_with_checkpoints)."""
+    target = tmp_path / "final-only"
+    target.mkdir()
+    for name in ("model.safetensors", "tokenizer.json"):
+        shutil.copy(run / name, target / name)
+    before = snapshot(target)
+    proc = tfm("train", str(root / "recipe.yaml"), "--out", str(target), "--device", "cpu", check=False)
+    error_line(proc, f"{target} already holds a trained run (a final model.safetensors)")
+    assert f"tfm train --resume {target}" in proc.stderr and snapshot(target) == before
+
+
+def test_tokenize_into_a_run_is_refused(root: Path, copy: Path) -> None:
+    before = snapshot(copy)
+    proc = tfm("tokenize", str(root / "recipe.yaml"), "--out", str(copy / "tokenizer.json"), check=False)
+    error_line(proc, f"{copy} already holds a trained model: replacing tokenizer.json would break it")
+    assert snapshot(copy) == before
+
+
+def test_a_directory_holding_another_unfinished_run_is_refused(root: Path, run: Path, tmp_path: Path) -> None:
+    """Another run that stopped before its first checkpoint: a start would take over its tokenizer (whatever the
+    new recipe asks for), rewrite its recipe.yaml and config.json and append to its metrics.jsonl."""
+    target = tmp_path / "other"
+    target.mkdir()
+    shutil.copy(run / "tokenizer.json", target / "tokenizer.json")
+    write(target / "recipe.yaml", (run / "recipe.yaml").read_text(encoding="utf-8").replace("name: bad-inputs", "name: other"))
+    write(target / "metrics.jsonl", '{"kind": "train", "step": 1, "loss": 6.0}\n')
+    before = snapshot(target)
+    proc = tfm("train", str(root / "recipe.yaml"), "--out", str(target), "--dry-run", check=False)
+    error_line(proc, f"{target} already holds")
+    assert snapshot(target) == before
+
+
+def test_a_start_on_a_bad_corpus_leaves_no_run_behind(root: Path, run: Path, tmp_path: Path) -> None:
+    """The corpus is read before the run's files are written; what the failed start made is taken back."""
+    bad = write(tmp_path / "bad.tsv", "Bonjour.\tHello.\n\xff\xfe broken\tline\n".encode("latin-1"))
+    for extra in ([], [f"tokenizer.path={run / 'tokenizer.json'}"]):
+        out = tmp_path / f"out{len(extra)}"
+        proc = tfm("train", str(recipe(tmp_path, str(bad))), *extra, "--out", str(out), "--device", "cpu", check=False)
+        error_line(proc, str(bad))
+        assert not out.exists(), sorted(p.name for p in out.iterdir())
