@@ -44,6 +44,7 @@ def test_release_holds_weights_config_tokenizer_and_card(release: Path, trained)
     summary = json.loads((trained["dir"] / "summary.json").read_text())
     assert f"dev BLEU {summary['dev']['bleu']:.2f}" in card and "nrefs:1|case:mixed" in card
     assert "parameters:" in card and "train.tsv" in card and "attribution" in card
+    assert all(p.stat().st_mode & 0o044 == 0o044 for p in release.iterdir())  # readable by others, as with cp
     info = json.loads((release / "tfm-export.json").read_text())
     assert info["format"] == "release" and info["ok"] and info["path"] == str(release)
 

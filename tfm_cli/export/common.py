@@ -173,6 +173,10 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
     try:
         tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; an export is meant to be shared
         yield tmp
+        mode = 0o666 & ~current_umask()  # some writers (tempfile-based ones) leave 0600: an export is for others
+        for path in tmp.rglob("*"):
+            if path.is_file():
+                path.chmod(mode)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
             out.rename(old / out.name)

@@ -114,17 +114,18 @@ def _dev_scores(loaded: LoadedModel, released, dtype: str) -> dict[str, Any] | N
     summary = loaded.run_dir / "summary.json"
     if dtype == "fp32" and loaded.path.name == FINAL and summary.is_file():
         try:
-            dev = json.loads(summary.read_text(encoding="utf-8")).get("dev") or {}
+            record = json.loads(summary.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            dev = {}
+            record = {}
+        dev = record.get("dev") or {}
         if "bleu" in dev:
-            return {**dev, "how": "tfm train's final evaluation"}
+            return {**dev, "how": f"tfm train's final evaluation, {record.get('precision', 'fp32')} arithmetic"}
     pairs = _dev_pairs(loaded.run_dir)
     if not pairs:
         return None
     result = released.score([s for s, _ in pairs], [t for _, t in pairs], **_decode_settings(loaded.run_dir))
     result.pop("translations")
-    return {**result, "how": "evaluated by tfm export on the run's dev set"}
+    return {**result, "how": "evaluated by tfm export on the run's dev set, fp32 arithmetic"}
 
 
 def _dev_pairs(run_dir: Path) -> list[tuple[str, str]]:
