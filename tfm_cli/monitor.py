@@ -193,13 +193,15 @@ def write_curves_png(run_dir: Path, curves: dict[str, Any] | None = None) -> Pat
         )
     if curves["final"] is not None and "bleu" in curves["final"]:
         final = curves["final"]
-        label = f"final averaged model, {final.get('sentences', '?')} sentences"
+        which = "last checkpoint" if (final.get("final_model") or {}).get("chosen") == "last" else "averaged model"
+        label = f"final {which}, {final.get('sentences', '?')} sentences"
         ax_bleu.plot([final["step"]], [final["bleu"]], "*", markersize=12, label=label)
     ax_loss.set(title="label-smoothed loss per target token", xlabel="step")
     ax_bleu.set(title="dev BLEU", xlabel="step")
     for ax in (ax_loss, ax_bleu):
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:  # a run without a dev set has nothing to label on the BLEU side
+            ax.legend()
     path = Path(run_dir) / CURVES_PNG
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=110)

@@ -35,7 +35,7 @@ def train(
     master_port: int = typer.Option(None, "--master-port", min=1, max=65535, help="A free port on node 0 (torchrun's default: 29500).", show_default=False, rich_help_panel=_DIST),
     rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous instead of --master-addr/--node-rank.", show_default=False, rich_help_panel=_DIST),
 ) -> None:
-    """Train a Transformer from a YAML recipe; checkpoints and the final averaged model go to the run directory.
+    """Train a Transformer from a YAML recipe; checkpoints and the final model go to the run directory.
 
     Examples:
 

@@ -72,8 +72,9 @@ def curves_lines(curves: dict[str, Any], width: int = 60) -> list[str]:
         lines.append(f"dev loss  {sparkline(loss)}  {_number(loss[0])} → {_number(loss[-1])} (best {_number(min(loss))})")
     final = curves["final"]
     if final is not None and "bleu" in final:
+        which = "last checkpoint" if (final.get("final_model") or {}).get("chosen") == "last" else "averaged model"
         lines.append(
-            f"final     BLEU {final['bleu']:.2f}  chrF {final['chrf']:.2f}  (averaged model, {final.get('sentences', 0):,} dev "
+            f"final     BLEU {final['bleu']:.2f}  chrF {final['chrf']:.2f}  ({which}, {final.get('sentences', 0):,} dev "
             f"sentences, step {final['step']:,})"
         )
     return lines or ["no training records yet"]
