@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+import torch.nn.functional as F
 
 from tfm_cli.model import KVCache, ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask
@@ -159,6 +160,17 @@ def _step_log_probs(engine: Engine, last: torch.Tensor, state, at_max: torch.Ten
     return log_probs
 
 
+def _hypotheses(tokens: torch.Tensor, lengths: torch.Tensor, log_probs: torch.Tensor, alpha: float) -> list[Hypothesis]:
+    """Finished hypotheses from tensors: (N, L) tokens of which the first lengths[i] count, (N,) log-probs.
+
+    The score divides in Python floats, so it is the same number whichever way the search kept its books.
+    """
+    out = []
+    for row, n, total in zip(tokens.tolist(), lengths.tolist(), log_probs.tolist(), strict=True):
+        out.append(Hypothesis(row[:n], total / float(length_penalty(n + 1, alpha)), total))  # + 1: the EOS
+    return out
+
+
 @torch.no_grad()
 def greedy_search(
     model: Transformer | Engine,
@@ -180,36 +192,33 @@ def greedy_search(
     """
     engine = as_engine(model, use_cache)
     cfg = engine.config
-    batch = src.size(0)
+    batch, device = src.size(0), src.device
     max_len = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)
     state = engine.start(src, src_mask, 1)
-    alive = torch.arange(batch, device=src.device)  # original index of each live row
-    last = torch.full((batch,), cfg.bos_id, dtype=torch.long, device=src.device)
-    log_prob = torch.zeros(batch, device=src.device)
-    tokens: list[list[int]] = [[] for _ in range(batch)]
-    results: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    # The books are tensors indexed by sentence, read once at the end: no per-sentence Python at each step.
+    tokens = torch.zeros(batch, int(max_len.max()) + 1, dtype=torch.long, device=device)
+    lengths = torch.zeros(batch, dtype=torch.long, device=device)
+    totals = torch.zeros(batch, device=device)
+    alive = torch.arange(batch, device=device)  # original index of each live row
+    last = torch.full((batch,), cfg.bos_id, dtype=torch.long, device=device)
+    log_prob = torch.zeros(batch, device=device)
     step = 0
     while alive.numel():
         log_probs = _step_log_probs(engine, last, state, step >= max_len, step < min_len)
         best_lp, best = log_probs.max(dim=-1)  # (B_alive,)
         log_prob += best_lp
+        tokens[alive, step] = best
         ended = best == cfg.eos_id
-        for row, (token, done) in enumerate(zip(best.tolist(), ended.tolist(), strict=True)):
-            i = int(alive[row])
-            if done:
-                total = float(log_prob[row])
-                n = len(tokens[i]) + 1
-                results[i] = [Hypothesis(tokens[i], total / float(length_penalty(n, alpha)), total)]
-            else:
-                tokens[i].append(token)
-        keep = (~ended).nonzero().squeeze(1)
-        if keep.numel() < alive.numel():  # drop finished sentences from every per-row tensor
+        if ended.any():  # finished sentences leave every per-row tensor
+            done = alive[ended]
+            lengths[done], totals[done] = step, log_prob[ended]
+            keep = (~ended).nonzero().squeeze(1)
             alive, last, log_prob, max_len = alive[keep], best[keep], log_prob[keep], max_len[keep]
             state.select(keep)
         else:
             last = best
         step += 1
-    return results
+    return [[h] for h in _hypotheses(tokens, lengths, totals, alpha)]
 
 
 @torch.no_grad()
@@ -245,57 +254,71 @@ def beam_search(
     k = beam_size
     n, device = src.size(0), src.device
     max_len = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)  # (n,)
-    state = engine.start(src, src_mask, k)  # n*K rows: every beam of a sentence shares its source
+    width = int(max_len.max()) + 1
+    # The first step has one hypothesis per sentence (BOS): it runs on n rows, and its K best tokens then
+    # become the K beams, whose rows are copies of their sentence's row (the `select` below).
+    state = engine.start(src, src_mask, 1)
     sentence = torch.arange(n, device=device)  # original index of each live sentence
-    seqs = torch.empty(n * k, 0, dtype=torch.long, device=device)  # generated tokens of each beam
-    # Only the first beam of each sentence is live at the start, so the first step picks K distinct tokens.
-    beam_scores = torch.full((n, k), float("-inf"), device=device)
-    beam_scores[:, 0] = 0.0
-    last = torch.full((n * k,), cfg.bos_id, dtype=torch.long, device=device)
-    finished: list[list[Hypothesis]] = [[] for _ in range(n)]
+    seqs = torch.empty(n, 0, dtype=torch.long, device=device)  # generated tokens of each beam
+    beam_scores = torch.zeros(n, 1, device=device)
+    last = torch.full((n,), cfg.bos_id, dtype=torch.long, device=device)
+    # Finished hypotheses, indexed by sentence and slot; read into Python once, at the end.
+    fin_tokens = torch.zeros(n, k, width, dtype=torch.long, device=device)
+    fin_lengths = torch.zeros(n, k, dtype=torch.long, device=device)
+    fin_totals = torch.zeros(n, k, device=device)
+    n_finished = torch.zeros(n, dtype=torch.long, device=device)
+    beams_to_rows = torch.arange(k, device=device)
     step = 0
     while sentence.numel():
-        live = sentence.numel()
-        at_max = (step >= max_len).repeat_interleave(k)
-        log_probs = _step_log_probs(engine, last, state, at_max, step < min_len)  # (live*K, V)
+        live, beams = sentence.numel(), beam_scores.size(1)
+        at_max = (step >= max_len).repeat_interleave(beams)
+        log_probs = _step_log_probs(engine, last, state, at_max, step < min_len)  # (live*beams, V)
         vocab = log_probs.size(-1)
-        candidates = (beam_scores.view(-1, 1) + log_probs).view(live, k * vocab)
-        top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (live, 2K)
-        top_beam, top_token = top_index // vocab, top_index % vocab
+        candidates = (beam_scores.view(-1, 1) + log_probs).view(live, beams * vocab)
+        if candidates.size(1) < 2 * k:  # a vocabulary smaller than 2K on the first step: pad with dead ones
+            candidates = F.pad(candidates, (0, 2 * k - candidates.size(1)), value=float("-inf"))
+        top_scores, top_index = candidates.topk(2 * k, dim=1)  # (live, 2K)
+        # (a padded candidate has score -inf: it never finishes or continues, whichever row it names)
+        top_beam, top_token = (top_index // vocab).clamp_(max=beams - 1), top_index % vocab
         is_eos = top_token == cfg.eos_id
 
-        # Finish hypotheses that end here, counting only EOS among the K best candidates (fairseq's rule).
-        done = torch.zeros(live, dtype=torch.bool, device=device)
-        ends = (is_eos[:, :k] & top_scores[:, :k].isfinite()).nonzero().tolist()
-        for row, j in ends:
-            i = int(sentence[row])
-            if len(finished[i]) >= k:
-                continue
-            beam_row = row * k + int(top_beam[row, j])
-            total = float(top_scores[row, j])
-            finished[i].append(
-                Hypothesis(seqs[beam_row].tolist(), total / float(length_penalty(step + 1, alpha)), total)
-            )
-        for row in range(live):
-            done[row] = len(finished[int(sentence[row])]) >= k
+        # Finish hypotheses that end here, counting only EOS among the K best candidates (fairseq's rule), in
+        # candidate order, while the sentence has fewer than K finished.
+        ends = is_eos[:, :k] & top_scores[:, :k].isfinite()  # (live, K)
+        slot = n_finished[sentence][:, None] + ends.long().cumsum(dim=1) - 1
+        accept = ends & (slot < k)
+        if accept.any():
+            r, j = accept.nonzero(as_tuple=True)
+            i, s = sentence[r], slot[r, j]
+            fin_tokens[i, s, :step] = seqs[r * beams + top_beam[r, j]]
+            fin_lengths[i, s], fin_totals[i, s] = step, top_scores[r, j]
+            n_finished[sentence] += accept.sum(dim=1)
+        done = n_finished[sentence] >= k
 
         # The K best continuations that do not end become the next beams.
         cont_scores, cont_pos = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # (live, K)
         done |= ~cont_scores[:, 0].isfinite()  # nothing left to extend (e.g. forced EOS at max length)
-        rows = (torch.arange(live, device=device)[:, None] * k + top_beam.gather(1, cont_pos)).view(-1)
+        rows = (torch.arange(live, device=device)[:, None] * beams + top_beam.gather(1, cont_pos)).view(-1)
         last = top_token.gather(1, cont_pos).view(-1)
         seqs = torch.cat([seqs.index_select(0, rows), last[:, None]], dim=1)
-        state.reorder(rows)
+        if beams == 1:
+            state.select(rows)  # the first step: each sentence's one row becomes K rows
+        else:
+            state.reorder(rows)
         beam_scores = cont_scores
 
         if done.any():  # finished sentences leave the batch
             keep = (~done).nonzero().squeeze(1)
-            keep_rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
+            keep_rows = (keep[:, None] * k + beams_to_rows).view(-1)
             sentence, max_len, beam_scores = sentence[keep], max_len[keep], beam_scores[keep]
             seqs, last = seqs[keep_rows], last[keep_rows]
             state.select(keep_rows)
         step += 1
-    return [sorted(h, key=lambda x: x.score, reverse=True)[:n_best] for h in finished]
+    found = _hypotheses(fin_tokens.view(n * k, width), fin_lengths.view(-1), fin_totals.view(-1), alpha)
+    counts = n_finished.tolist()
+    return [
+        sorted(found[i * k : i * k + counts[i]], key=lambda x: x.score, reverse=True)[:n_best] for i in range(n)
+    ]
 
 
 def length_sorted_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
