@@ -102,7 +102,7 @@ _tfm_bench_translate() {
         '--beam[Beam size for the beam rows.]:beam: ' \
         '--beam-only[Only beam search.]' \
         '(--cache-only --no-cache)'{--cache-only,--no-cache}'[Also time decoding without the K/V cache (--cache-only skips it).]' \
-        '--compare[Also time Hugging Face MarianMT with the same shapes on the same work (needs the bench extra).]' \
+        '--compare[Also time HF MarianMT (same shapes) and CTranslate2 (these weights, float32 on CPU) on equal work.]' \
         '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
         '--greedy-only[Only greedy search.]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
@@ -225,7 +225,7 @@ _tfm_translate() {
         '(--model -m)'{--model,-m}'[Run directory, .safetensors checkpoint or ONNX export directory (default\: the most recent run und...]:model:_files' \
         '(--n-best -n)'{--n-best,-n}'[Print the K best translations of each input, with scores.]:n best: ' \
         '--output[When scoring, also write the translations to this file.]:output:_files' \
-        '--precision[auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, or fp16 (CUDA only).]:precision:(auto bf16 fp16 fp32)' \
+        '--precision[auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, fp16 (CUDA only), or int...]:precision:(auto bf16 fp16 fp32)' \
         '(--reference -r)'{--reference,-r}'[Reference translations, one per input line\: print BLEU and chrF instead of translations.]:reference:_files' \
         '*--score[Score on a TSV (source TAB reference), or give --score SRC --score REF\: print BLEU and chrF.]:score:_files' \
         '1:text: '

@@ -1,6 +1,7 @@
 """`tfm bench`: each subcommand on a tiny configuration through the installed CLI, the JSON it documents, the
 figures checked against independent references (explicit attention in float64, torch's FLOP counter), the
-gate on constructed regressions, and --compare with Hugging Face MarianMT where transformers is installed.
+gate on constructed regressions, and --compare with Hugging Face MarianMT where transformers is installed and
+CTranslate2 (the benchmarked model converted) where ctranslate2 is, or the note saying why a peer was left out.
 
 No test asserts a speed: these machines are shared and noisy. Timings only have to exist and be positive.
 """
@@ -270,18 +271,51 @@ def test_compare_says_what_is_missing(recipe: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not has_module("transformers"), reason="transformers is not installed (the bench extra)")
-def test_compare_with_hf_marian(recipe: Path) -> None:
+def test_compare_with_peers(recipe: Path) -> None:
+    """hf-marian, and ct2 where ctranslate2 is installed (else a note), on the same batches: every engine's
+    warm-up gave exactly --out-len tokens per sentence (or the run would have failed), and ratios name each peer."""
     result = json.loads(tfm(
-        "bench", "translate", "--recipe", str(recipe), "--batch-sizes", "2", "--sentences", "4", "--src-len", "4",
-        "--out-len", "6", "--device", "cpu", "--compare", "--cache-only", "--json",
+        "bench", "translate", "--recipe", str(recipe), "--batch-sizes", "1,2", "--sentences", "4", "--src-len", "4",
+        "--out-len", "6", "--device", "cpu", "--precision", "fp32", "--compare", "--cache-only", "--json",
     ).stdout)
-    engines = {(r["engine"], r["mode"]) for r in result["records"]}
-    assert engines == {("tfm", "beam"), ("tfm", "greedy"), ("hf-marian", "beam"), ("hf-marian", "greedy")}
-    assert {(x["against"], x["mode"]) for x in result["summary"]["ratios"]} == {("hf-marian", "beam"), ("hf-marian", "greedy")}
+    peers = ["hf-marian", "ct2"] if has_module("ctranslate2") else ["hf-marian"]
+    runs = {(e, m, b) for e in ["tfm", *peers] for m in ("beam", "greedy") for b in (1, 2)}
+    assert {(r["engine"], r["mode"], r["batch_size"]) for r in result["records"]} == runs
+    for r in result["records"]:
+        assert r["tokens_per_s"] == pytest.approx(r["sentences_per_s"] * 6) and r["batches"] == 4 // r["batch_size"]
+    ratios = {(x["against"], x["mode"], x["batch_size"]): x["ratio"] for x in result["summary"]["ratios"]}
+    assert set(ratios) == {(e, m, b) for e, m, b in runs if e != "tfm"} and min(ratios.values()) > 0
+    assert set(result["settings"]["peers"]) == set(peers)
+    if has_module("ctranslate2"):
+        import ctranslate2
+
+        ct2 = result["settings"]["peers"]["ct2"]
+        assert (ct2["version"], ct2["compute_type"], ct2["inter_threads"]) == (ctranslate2.__version__, "float32", 1)
+        assert result["environment"]["ctranslate2"] == ctranslate2.__version__
+        assert result["summary"]["notes"] == []  # fp32 runs as float32: nothing to say
+    else:
+        assert result["summary"]["notes"] == [
+            "ct2 left out: ctranslate2 is not installed (pip install 'tfm[ctranslate2]')"
+        ]
     trained = json.loads(tfm("bench", "train", str(recipe), "--steps", "1", "--warmup", "1", "--model-step-only",
                              "--compare", "--device", "cpu", "--json").stdout)
     phases = {r["phase"] for r in trained["records"]}
     assert phases == {"model step", "hf-marian step"} and trained["summary"]["model_step_vs_hf_marian"] > 0
+
+
+@pytest.mark.skipif(not has_module("transformers"), reason="transformers is not installed (the bench extra)")
+def test_int8_runs_every_engine_in_int8(recipe: Path) -> None:
+    """--precision int8: tfm with int8 linear layers, MarianMT quantized the same way, CTranslate2's int8 type."""
+    result = json.loads(tfm(
+        "bench", "translate", "--recipe", str(recipe), "--batch-sizes", "2", "--sentences", "2", "--src-len", "4",
+        "--out-len", "5", "--device", "cpu", "--precision", "int8", "--compare", "--cache-only", "--greedy-only",
+        "--json",
+    ).stdout)
+    assert result["settings"]["precision"] == "int8"
+    engines = {r["engine"] for r in result["records"]}
+    assert engines == ({"tfm", "hf-marian", "ct2"} if has_module("ctranslate2") else {"tfm", "hf-marian"})
+    if has_module("ctranslate2"):
+        assert result["settings"]["peers"]["ct2"]["compute_type"].startswith("int8")
 
 
 @pytest.mark.skipif(not has_module("transformers"), reason="transformers is not installed (the bench extra)")
@@ -299,3 +333,71 @@ def test_marian_peer_has_the_same_shapes() -> None:
     ids = torch.randint(4, 97, (2, 9))
     logits = theirs(input_ids=ids, decoder_input_ids=ids[:, :5]).logits
     assert logits.shape == (2, 5, 97)
+
+
+@pytest.fixture(scope="module")
+def pre_norm_recipe(recipe: Path) -> Path:
+    path = recipe.with_name("pre-norm.yaml")
+    text = recipe.read_text(encoding="utf-8").replace("  max_positions: 64\n", "  max_positions: 64\n  norm: pre\n")
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.skipif(not has_module("transformers"), reason="transformers is not installed (the bench extra)")
+def test_compare_leaves_out_peers_that_cannot_run(recipe: Path, pre_norm_recipe: Path, tmp_path: Path) -> None:
+    """A pre-norm model has no MarianMT equivalent: both peers are left out with the reason, tfm is still timed.
+    Without ctranslate2, ct2 alone is left out, with the command that installs it."""
+    args = ["bench", "translate", "--batch-sizes", "2", "--sentences", "2", "--src-len", "4", "--out-len", "5",
+            "--device", "cpu", "--greedy-only", "--cache-only", "--compare"]
+    proc = tfm(*args, "--recipe", str(pre_norm_recipe))
+    assert [line.split("\t")[0] for line in proc.stdout.splitlines()] == ["engine", "tfm"]  # no ratio table
+    assert "warning: hf-marian left out: MarianMT has post-norm" in proc.stderr
+    assert "warning: ct2 left out: CTranslate2 gets tfm models through the huggingface export" in proc.stderr
+    assert "model.norm=pre" in proc.stderr
+
+    blocker = tmp_path / "block" / "ctranslate2"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('ctranslate2 is blocked for this test')\n")
+    blocked = {"PYTHONPATH": str(tmp_path / "block")}
+    result = json.loads(tfm(*args, "--recipe", str(recipe), "--json", env_extra=blocked).stdout)
+    assert {r["engine"] for r in result["records"]} == {"tfm", "hf-marian"}
+    assert result["summary"]["notes"] == ["ct2 left out: ctranslate2 is not installed (pip install 'tfm[ctranslate2]')"]
+    assert "ctranslate2" not in result["environment"] and set(result["settings"]["peers"]) == {"hf-marian"}
+
+
+@pytest.mark.skipif(
+    not (has_module("ctranslate2") and has_module("transformers")), reason="ctranslate2 or transformers is not installed"
+)
+@pytest.mark.parametrize("tie", [True, False])
+def test_ct2_peer_computes_tfm_function(tie: bool) -> None:
+    """The ct2 peer runs the benchmarked weights, not merely the same shapes: its greedy ids are tfm's, for
+    tied and untied embeddings, on a random model with every weight disturbed (LayerNorms and biases included)."""
+    from tfm_cli.bench.peers import PeerUnavailable, ct2_model, ct2_translator
+    from tfm_cli.decoding import translate_ids
+    from tfm_cli.model import ModelConfig, Transformer
+
+    torch.manual_seed(1)
+    config = ModelConfig(vocab_size=60, d_model=24, d_ff=40, n_heads=3, n_enc_layers=2, n_dec_layers=2,
+                         max_positions=32, dropout=0.0, tie_embeddings=tie)
+    model = Transformer(config).eval()
+    with torch.no_grad():  # large random weights: outputs that differ from sentence to sentence
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    translator, pieces = ct2_model(model, torch.device("cpu"), threads=1)
+    assert (pieces[0], pieces[1], pieces[2], pieces[7]) == ("<tfm_pad>", "<s>", "</s>", "t7")
+    g = torch.Generator().manual_seed(0)
+    sources = [torch.randint(3, 60, (int(n),), generator=g).tolist() for n in torch.randint(2, 9, (12,), generator=g)]
+    want = [h[0].tokens for h in translate_ids(model, sources, greedy=True, max_len_offset=6)]
+    results = translator.translate_batch(
+        [[pieces[i] for i in s] + ["</s>"] for s in sources], beam_size=1, min_decoding_length=0,
+        max_decoding_length=8 + 6 + 1, suppress_sequences=[["<tfm_pad>"], ["<s>"]],
+    )
+    ids = {piece: i for i, piece in enumerate(pieces)}
+    got = [[ids[p] for p in r.hypotheses[0]][: len(s) + 6] for r, s in zip(results, sources, strict=True)]
+    assert got == want and len({tuple(w) for w in want}) > 1
+
+    run = ct2_translator(model, torch.device("cpu"), "fp32", 2, 7).run
+    assert run(sources[:3], "beam", True) == [7, 7, 7] and run(sources[:3], "greedy", True) == [7, 7, 7]
+    learned = ModelConfig(vocab_size=60, d_model=24, d_ff=40, n_heads=3, max_positions=32, positions="learned")
+    with pytest.raises(PeerUnavailable, match="model.positions=learned"):
+        ct2_translator(Transformer(learned), torch.device("cpu"), "fp32", 2, 7)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import json
 import pickle
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from clitools import tfm
 
 from tfm_cli import DecodeSettings, InputTruncatedWarning, TfmError, Translation, Translator
 from tfm_cli.checkpoint import FINAL, save_weights, weights_state
@@ -247,6 +249,44 @@ def test_precision_auto_follows_the_cpu_and_each_can_be_forced(parts, tmp_path: 
     assert bf16.precision == "bf16"
     results = bf16.translate(SOURCES)
     assert [r.source for r in results] == SOURCES and all(isinstance(r.score, float) for r in results)
+
+
+def test_int8_quantizes_a_copy_and_stays_close_to_fp32(parts, tmp_path: Path) -> None:
+    from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+
+    model, tok = parts
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    int8 = Translator(model, tok, DecodeSettings(max_len_offset=6), precision="int8")
+    assert int8.precision == "int8"
+    quantized = int8.model
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and sum(isinstance(m, Int8Linear) for m in quantized.modules()) == len(linears)
+    assert not any(isinstance(m, torch.nn.Linear) for m in quantized.modules())
+    # the model given is left as it was (a copy is quantized)
+    assert all(isinstance(m, torch.nn.Linear) for m in linears)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+    # Teacher-forced logits: int8 weights and activations move them by a little, not by much.
+    torch.manual_seed(2)
+    src = torch.randint(4, tok.vocab_size, (3, 9))
+    tgt = torch.randint(4, tok.vocab_size, (3, 7))
+    src_mask = torch.ones(3, 1, 1, 9, dtype=torch.bool)
+    tgt_mask = torch.tril(torch.ones(7, 7, dtype=torch.bool))[None, None]
+    with torch.no_grad():
+        exact = model(src, tgt, src_mask, tgt_mask)
+        approx = quantized(src, tgt, src_mask, tgt_mask)
+    error = (approx - exact).abs().max() / exact.abs().max()
+    assert 0 < error < 0.05, f"relative error {float(error):.4f}"
+
+    results = int8.translate(SOURCES)
+    assert [r.source for r in results] == SOURCES and all(isinstance(r.text, str) for r in results)
+    assert [r.text for r in results][2] == ""  # empty lines stay empty
+
+    # From the command line, and the engines that cannot take it say so.
+    run = _run_dir(tmp_path / "run", parts, None)
+    out = tfm("translate", "--model", str(run), "--precision", "int8", "--max-len", "6", "--json", stdin="Bonjour.\n")
+    assert json.loads(out.stdout)["source"] == "Bonjour."
+    assert Translator.load(run, device="cpu", precision="int8").precision == "int8"
 
 
 def test_a_tokenizer_of_another_size_is_refused(parts) -> None:

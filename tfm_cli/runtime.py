@@ -52,8 +52,9 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 
 def autocast(device: torch.device, precision: str):
-    """Autocast context for bf16/fp16 (weights stay fp32; matrix products run in low precision)."""
-    if precision == "fp32":
+    """Autocast context for bf16/fp16 (weights stay fp32; matrix products run in low precision); none for fp32
+    and for int8 (quantized weights, tfm_cli/quantization.py)."""
+    if precision in ("fp32", "int8"):
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)

@@ -186,10 +186,16 @@ class Translator:
             tokenizer: the tokenizer it was trained with.
             settings: default decode settings (the paper's when None).
             precision: "auto" (bf16 on CUDA and on CPUs with native bf16, else fp32), "fp32", "bf16" or "fp16"
-                (CUDA only): autocast for the search. The onnxruntime engine runs fp32 only ("auto" is fp32).
+                (CUDA only): autocast for the search; or "int8" (CPU only): a copy of the model whose linear
+                layers are dynamically quantized (tfm_cli/quantization.py). The onnxruntime engine runs fp32
+                only ("auto" is fp32).
             path: the weights file (or export directory) it came from, for messages and reports.
             step: the training step of those weights.
         """
+        if isinstance(model, Transformer) and precision == "int8":
+            from tfm_cli.quantization import quantize_int8
+
+            model = quantize_int8(model)
         engine = TorchEngine(model.eval()) if isinstance(model, Transformer) else model
         config = engine.config
         if config.vocab_size != tokenizer.vocab_size:
@@ -203,7 +209,8 @@ class Translator:
         self.device = engine.device
         self.path, self.step = path, step
         if isinstance(engine, TorchEngine):
-            self.precision = resolve_precision(precision, self.device)
+            # int8: the weights are quantized (above) and the search runs without autocast
+            self.precision = "int8" if precision == "int8" else resolve_precision(precision, self.device)
         elif precision in ("auto", "fp32"):
             self.precision = "fp32"  # exported graphs are fp32
         else:
@@ -251,7 +258,8 @@ class Translator:
             engine: "auto" (onnxruntime for a directory holding encoder.onnx and decoder.onnx but no
                 model.safetensors, else torch), "torch", or "onnxruntime" (needs the `tfm[onnx]` extra).
             device: "auto" (CUDA when available), "cpu", "cuda" or "cuda:N".
-            precision: "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16" or "fp16" (CUDA only); onnxruntime: fp32.
+            precision: "auto" (bf16 on CUDA and on CPUs with native bf16, else fp32), "fp32", "bf16", "fp16"
+                (CUDA only) or "int8" (CPU only: int8 linear layers); onnxruntime: fp32.
             **settings: default decode settings (see `DecodeSettings`); they win over the run's recipe.
 
         Raises:
@@ -374,7 +382,7 @@ class Translator:
             self.engine, [ids[i] for i in todo], beam_size=decode.beam, alpha=decode.alpha,
             max_len_offset=decode.max_len_offset, min_len=decode.min_len, n_best=decode.n_best,
             max_tokens=decode.max_tokens, greedy=decode.greedy, on_batch=progress,
-            autocast=(lambda: autocast(self.device, self.precision)) if self.precision != "fp32" else None,
+            autocast=(lambda: autocast(self.device, self.precision)) if self.precision not in ("fp32", "int8") else None,
         )
         by_line = dict(zip(todo, hyps, strict=True))
         results = []

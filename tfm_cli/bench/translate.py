@@ -5,7 +5,8 @@ Equal work is compared: every source has `src_len` random token ids and every ou
 on what a model happens to say, and a trained model and random weights of the same shape cost the same.
 Sentences are cut into batches of `batch_size` in order; one batch is translated untimed first (warm-up), then
 each batch is timed on its own (device synchronised), giving latency percentiles per batch and throughput over
-the whole set. tfm's search decodes one more step than the output length: the forced end-of-sentence.
+the whole set. tfm's search decodes one more step than the output length: the forced end-of-sentence (the peers,
+MarianMT's `generate` and CTranslate2, stop after out_len steps without one).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from tfm_cli.bench.common import environment, percentile, summarize, synchronize
+from tfm_cli.bench.peers import Translate
 from tfm_cli.decoding import translate_ids
 from tfm_cli.model import Transformer
 from tfm_cli.runtime import autocast
@@ -54,8 +56,17 @@ def bench_translate(
 
     Every engine's warm-up batch is checked to produce exactly `out_len` tokens per sentence (equal work).
 
-    With `compare`, Hugging Face MarianMT's `generate` with the same shapes runs on the same batches (the
-    `bench` extra), with cache, and the summary gives tfm's throughput over it for each mode and batch size.
+    With `compare`, two peers run the same batches, with their cache: Hugging Face MarianMT's `generate` with
+    the same shapes and random weights ("hf-marian", the `bench` extra), and CTranslate2 with this model's own
+    weights converted through the huggingface export ("ct2", the `ctranslate2` extra; float32 on CPU unless it
+    supports the precision, see `peers.ct2_compute_type`). The summary gives tfm's throughput over each for
+    every mode and batch size. A peer that cannot run here (ctranslate2 not installed, a model MarianMT has no
+    equivalent of) is left out, and `summary.notes` says why; the peers' versions and settings are in
+    `settings.peers`, their versions also in the environment.
+
+    Raises:
+        ValueError: lengths the model cannot hold, or an unknown mode.
+        TfmError: `compare` without transformers installed.
     """
     if out_len < src_len:
         raise ValueError(f"out_len={out_len} must be >= src_len={src_len}: the maximum output length is src_len + offset")
@@ -66,20 +77,40 @@ def bench_translate(
         raise ValueError(f"unknown mode(s) {bad}; use {MODES}")
     model = model.to(device).eval()
     sources = random_sources(model, sentences, src_len)
-    amp = (lambda: autocast(device, precision)) if precision != "fp32" else None
+    amp = (lambda: autocast(device, precision)) if precision not in ("fp32", "int8") else None
+    tfm_model = model
+    if precision == "int8":  # int8 linear layers (CPU); the peers get their int8 too
+        from tfm_cli.quantization import quantize_int8
+
+        tfm_model = quantize_int8(model)
 
     def tfm(batch: list[list[int]], mode: str, use_cache: bool) -> list[int]:
         hyps = translate_ids(
-            model, batch, beam_size=beam, alpha=0.6, max_len_offset=out_len - src_len, min_len=out_len,
+            tfm_model, batch, beam_size=beam, alpha=0.6, max_len_offset=out_len - src_len, min_len=out_len,
             max_tokens=10**9, greedy=mode == "greedy", autocast=amp, use_cache=use_cache,
         )
         return [len(h[0].tokens) for h in hyps]
 
-    engines: list[tuple[str, Callable[[list[list[int]], str, bool], list[int]]]] = [("tfm", tfm)]
+    engines: list[tuple[str, Translate]] = [("tfm", tfm)]
+    peers: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
     if compare:
-        from tfm_cli.bench.peers import marian_translator
+        from tfm_cli.bench.peers import PeerUnavailable, ct2_translator, marian_peer
 
-        engines.append(("hf-marian", marian_translator(model.config, device, precision, beam, out_len)))
+        for name, make in (
+            ("hf-marian", lambda: marian_peer(model.config, device, precision, beam, out_len)),
+            ("ct2", lambda: ct2_translator(model, device, precision, beam, out_len)),
+        ):
+            if progress is not None:  # CTranslate2 converts the model first: seconds for the base model
+                progress(f"{name}: loading", 0, 1)
+            try:
+                peer = make()
+            except PeerUnavailable as error:
+                notes.append(f"{name} left out: {error}" + (f" ({error.hint})" if error.hint else ""))
+                continue
+            engines.append((name, peer.run))
+            peers[name] = peer.settings
+            notes.extend(peer.notes)
 
     records = []
     for engine, run in engines:
@@ -97,10 +128,17 @@ def bench_translate(
         "sentences": sentences, "src_len": src_len, "out_len": out_len, "beam": beam, "modes": list(modes),
         "batch_sizes": list(batch_sizes), "precision": precision,
         "model": {k: getattr(model.config, k) for k in ("d_model", "d_ff", "n_heads", "n_enc_layers", "n_dec_layers", "vocab_size")},
+        "peers": peers,
     }
+    env = environment(device, precision)
+    if "ct2" in peers:
+        env["ctranslate2"] = peers["ct2"]["version"]
+        env["ctranslate2_compute_type"] = peers["ct2"]["compute_type"]
+    if "hf-marian" in peers:
+        env["transformers"] = peers["hf-marian"]["version"]
     return {
-        "kind": "translate", "environment": environment(device, precision), "settings": settings,
-        "records": records, "summary": {"ratios": _ratios(records)},
+        "kind": "translate", "environment": env, "settings": settings,
+        "records": records, "summary": {"ratios": _ratios(records), "notes": notes},
     }
 
 

@@ -35,6 +35,10 @@ app = typer.Typer(
 BASELINE_HELP = "An earlier `--json` result: exit 1 naming every gated figure that got worse by more than --tolerance."
 TOLERANCE_HELP = "How much worse a gated figure may get before --baseline fails: a percentage (10%) or a share (0.1)."
 COMPARE_HELP = "Also time Hugging Face MarianMT with the same shapes on the same work (needs the bench extra)."
+TRANSLATE_COMPARE_HELP = (
+    "Also time HF MarianMT (same shapes) and CTranslate2 (these weights, float32 on CPU) on equal work. "
+    "MarianMT needs the bench extra; CTranslate2 is left out, with a note, without the ctranslate2 extra."
+)
 
 
 def _ints(text: str, option: str) -> list[int]:
@@ -292,8 +296,8 @@ def translate(
     greedy_only: bool = typer.Option(False, "--greedy-only", help="Only greedy search."),
     beam_only: bool = typer.Option(False, "--beam-only", help="Only beam search."),
     no_cache: bool = typer.Option(True, "--no-cache/--cache-only", help="Also time decoding without the K/V cache (--cache-only skips it)."),
-    compare: bool = typer.Option(False, "--compare", help=COMPARE_HELP),
-    precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and CPUs with native bf16, else fp32), fp32, bf16 or fp16."),
+    compare: bool = typer.Option(False, "--compare", help=TRANSLATE_COMPARE_HELP),
+    precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and CPUs with native bf16, else fp32), fp32, bf16, fp16, or int8 (CPU: int8 linear layers for tfm and both peers)."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
     baseline: Path = typer.Option(None, "--baseline", help=BASELINE_HELP, show_default=False),
@@ -301,11 +305,16 @@ def translate(
 ) -> None:
     """Translation throughput and latency per batch size: greedy and beam, with and without the K/V cache.
 
-    Equal work: random sources of --src-len tokens, every output forced to --out-len tokens.
+    Equal work: random sources of --src-len tokens, every output forced to --out-len tokens. With --compare,
+    Hugging Face MarianMT (random weights, same shapes) and CTranslate2 (this model's weights) run it too.
 
     Examples:
 
       tfm bench translate --recipe recipes/base.yaml --compare
+
+      tfm bench translate --model runs/tiny --compare --cache-only --batch-sizes 1,8,32
+
+      tfm bench translate --model runs/tiny --compare --precision int8 --cache-only
 
       tfm bench translate --model runs/tiny --batch-sizes 1,16 --json > translate.json
     """
@@ -329,7 +338,8 @@ def translate(
     with _progress() as progress:
         try:
             result = bench_translate(
-                net, torch_device, resolve_precision(precision, torch_device), _ints(batch_sizes, "--batch-sizes"),
+                net, torch_device, precision if precision == "int8" else resolve_precision(precision, torch_device),
+                _ints(batch_sizes, "--batch-sizes"),
                 sentences, src_len, out_len, modes, beam, (True, False) if no_cache else (True,), compare, progress,
             )
         except ValueError as error:
@@ -367,3 +377,9 @@ def _render_translate(result: dict[str, Any]) -> None:
     if ratios:
         print_table("tfm (with cache) throughput over", ["against", "mode", "batch", "ratio"],
                     [(r["against"], r["mode"], r["batch_size"], f"{r['ratio']:.2f}x") for r in ratios])
+    for name, peer in s.get("peers", {}).items():
+        what = {"hf-marian": "transformers", "ct2": "CTranslate2"}.get(name, name)
+        extra = f", {peer['compute_type']}, {peer['intra_threads']} threads" if "compute_type" in peer else ""
+        info(f"{name}: {what} {peer['version']}{extra}, weights: {peer['weights']}")
+    for note in result["summary"].get("notes", []):
+        warn(note)

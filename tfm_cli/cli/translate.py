@@ -17,7 +17,7 @@ from tfm_cli.cli.common import DEVICE_HELP, info, print_json, print_table, progr
 from tfm_cli.errors import TfmError
 
 CHUNK_LINES = 2000  # stdin is translated in chunks of this many lines, so huge inputs stream
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # as tfm_cli.runtime.PRECISIONS, without importing torch
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")  # tfm_cli.runtime.PRECISIONS + int8, without importing torch
 Engine = Literal["auto", "torch", "onnxruntime"]  # as tfm_cli.translator.ENGINES
 
 
@@ -34,7 +34,7 @@ def translate(
     score: list[Path] = typer.Option(None, "--score", help="Score on a TSV (source TAB reference), or give --score SRC --score REF: print BLEU and chrF.", show_default=False),
     output: Path = typer.Option(None, "--output", help="When scoring, also write the translations to this file.", show_default=False),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
-    precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, or fp16 (CUDA only)."),
+    precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, fp16 (CUDA only), or int8 (CPU only: int8 linear layers, faster, translations close to fp32's)."),
     min_len: int = typer.Option(None, "--min-len", min=0, help="No end of sentence before this many output tokens (default: the run's recipe, 0).", show_default=False),
     batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens per batch (default: the run's recipe).", show_default=False),
     engine: Engine = typer.Option("auto", "--engine", help="auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime."),
@@ -48,6 +48,8 @@ def translate(
       tfm translate --model runs/tiny < input.fr > output.en
 
       tfm translate --model exports/tiny-onnx --engine onnxruntime < input.fr
+
+      tfm translate --precision int8 < input.fr      (CPU: int8 weights, about 1.7-2x faster)
 
       tfm translate --n-best 4 --json "Il fait beau."
 

@@ -51,6 +51,9 @@ Checks: teacher-forced logits on random padded batches in fp64 (the mapping: onl
 and fp32 (what users run); the exported tokenizer's ids against tfm's; greedy translations of the dev sentences
 with `generate`; and, when `ctranslate2` is installed, the same translations from the model CTranslate2's
 converter makes of the directory.
+
+`tfm bench translate --compare` writes the same directory (`save_marian`, with `placeholder_tokenizer` when the
+model has no tokenizer) to time CTranslate2 on the very weights it benchmarks.
 """
 
 from __future__ import annotations
@@ -124,7 +127,8 @@ def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     """MarianMTModel tensors computing `model`'s function (see the module docstring), keyed by transformers' names.
 
     Holds every name a MarianMTModel may have (`model.shared` only exists when embeddings are shared); the
-    caller keeps those its model has. Tensors are fp32, contiguous and new (the model is not changed).
+    caller keeps those its model has. Tensors are fp32, on the CPU, contiguous and new (the model, on whatever
+    device it is, is not changed).
 
     Raises:
         TfmError: the model has no exact Marian equivalent (see `unsupported`).
@@ -136,21 +140,24 @@ def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     p = residual_permutation(config.d_model)
     scale = math.sqrt(config.d_model)
 
+    def f32(w: torch.Tensor) -> torch.Tensor:  # fp32 on the CPU (a model benchmarked on a GPU lives there)
+        return w.detach().float().cpu()
+
     def cols(w: torch.Tensor) -> torch.Tensor:  # a Linear reading the residual stream: (out, D) -> (out, D)[:, P]
-        return w.detach().float()[:, p].contiguous()
+        return f32(w)[:, p].contiguous()
 
     def rows(w: torch.Tensor) -> torch.Tensor:  # a Linear writing it, or a LayerNorm: (D, ...) -> [P]
-        return w.detach().float()[p].contiguous()
+        return f32(w)[p].contiguous()
 
     def vocab(w: torch.Tensor) -> torch.Tensor:  # (V, D) embedding or output matrix -> (V + 1, D), row V = 0
-        return torch.cat([cols(w), w.new_zeros(1, config.d_model).float()])
+        return torch.cat([cols(w), torch.zeros(1, config.d_model)])
 
     state: dict[str, torch.Tensor] = {}
 
     def attention(prefix: str, mha) -> None:
         for ours, theirs in (("w_q", "q_proj"), ("w_k", "k_proj"), ("w_v", "v_proj")):
             state[f"{prefix}.{theirs}.weight"] = cols(getattr(mha, ours).weight)
-            state[f"{prefix}.{theirs}.bias"] = getattr(mha, ours).bias.detach().float().clone()  # head side
+            state[f"{prefix}.{theirs}.bias"] = f32(getattr(mha, ours).bias).clone()  # head side
         state[f"{prefix}.out_proj.weight"] = rows(mha.w_o.weight)
         state[f"{prefix}.out_proj.bias"] = rows(mha.w_o.bias)
 
@@ -159,7 +166,7 @@ def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
 
     def ffn(prefix: str, layer) -> None:
         state[f"{prefix}.fc1.weight"] = cols(layer.ffn.w_1.weight)
-        state[f"{prefix}.fc1.bias"] = layer.ffn.w_1.bias.detach().float().clone()  # the d_ff side: not permuted
+        state[f"{prefix}.fc1.bias"] = f32(layer.ffn.w_1.bias).clone()  # the d_ff side: not permuted
         state[f"{prefix}.fc2.weight"] = rows(layer.ffn.w_2.weight)
         state[f"{prefix}.fc2.bias"] = rows(layer.ffn.w_2.bias)
 
@@ -193,7 +200,7 @@ def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     table = sinusoidal_table(config.max_positions, config.d_model)  # (L, D) fp32, interleaved
     state["model.encoder.embed_positions.weight"] = table[:, p].contiguous()
     decoder_table = table.clone()
-    decoder_table[0] = tgt_emb.detach().float()[config.bos_id] * scale + table[0]
+    decoder_table[0] = f32(tgt_emb)[config.bos_id] * scale + table[0]
     state["model.decoder.embed_positions.weight"] = decoder_table[:, p].contiguous()
     return state
 
@@ -261,6 +268,58 @@ def build_tokenizer(tokenizer: Tokenizer, config: ModelConfig):
     )
 
 
+def placeholder_tokenizer(config: ModelConfig):
+    """A `transformers.PreTrainedTokenizerFast` for a model that has no tokenizer (random weights): id i is the
+    piece "t<i>", but for the special pieces the export's tokenizer has at the same ids (<tfm_pad>, <s>, </s>,
+    <unk>, and <pad> = id V). The pieces name ids, nothing more: enough for CTranslate2, which reads token
+    strings, and for its converter, which takes the vocabulary and the special tokens from a tokenizer.
+
+    Raises:
+        TfmError: transformers is not installed.
+    """
+    transformers = require("transformers", "huggingface", "the huggingface export")
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import models
+
+    pieces = [f"t{i}" for i in range(config.vocab_size)]
+    pieces[config.pad_id], pieces[config.bos_id], pieces[config.eos_id] = RENAMED_PAD, Tokenizer.BOS, Tokenizer.EOS
+    if Tokenizer.unk_id < config.vocab_size and Tokenizer.unk_id not in (config.pad_id, config.bos_id, config.eos_id):
+        pieces[Tokenizer.unk_id] = Tokenizer.UNK
+    vocab = {piece: i for i, piece in enumerate(pieces)}
+    vocab[EXPORT_PAD] = config.vocab_size
+    unk = Tokenizer.UNK if Tokenizer.UNK in vocab else EXPORT_PAD
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=HFTokenizer(models.WordLevel(vocab=vocab, unk_token=unk)),
+        bos_token=Tokenizer.BOS, eos_token=Tokenizer.EOS, unk_token=unk, pad_token=EXPORT_PAD,
+        model_max_length=config.max_positions,
+    )
+
+
+def save_marian(hf_model, hf_tokenizer, out: Path) -> None:
+    """Write a model from `build_marian` and a tokenizer from `build_tokenizer` (or `placeholder_tokenizer`)
+    into the directory `out`: what `from_pretrained` and CTranslate2's converter read. No checks: see
+    `export_huggingface` for the export that verifies itself."""
+    transformers = require("transformers", "huggingface", "the huggingface export")
+    out = Path(out)
+    with _quiet(transformers):
+        hf_model.save_pretrained(out)
+        hf_tokenizer.save_pretrained(out)
+    _name_tokenizer_class(out / "tokenizer_config.json")
+
+
+def convert_to_ctranslate2(hf_dir: Path, out: Path) -> Path:
+    """Convert a directory `save_marian` wrote into a CTranslate2 model directory `out` with CTranslate2's own
+    converter (what `ct2-transformers-converter --model HF_DIR --output_dir OUT` does), quietly.
+
+    Raises:
+        TfmError: ctranslate2 or transformers is not installed.
+    """
+    converters = require("ctranslate2.converters", "ctranslate2", "the CTranslate2 conversion")
+    with _quiet(_transformers()):
+        converters.TransformersConverter(str(hf_dir)).convert(str(out), force=True)
+    return Path(out)
+
+
 def generation_config(config: ModelConfig, beam: int, alpha: float):
     """transformers' GenerationConfig for our search (see the module docstring for what differs)."""
     transformers = require("transformers", "huggingface", "the huggingface export")
@@ -305,10 +364,7 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
     hf_model.generation_config = generation_config(config, settings.beam, settings.alpha)
     hf_tokenizer = build_tokenizer(tokenizer, config)
     out = Path(out)
-    with _quiet(transformers):
-        hf_model.save_pretrained(out)
-        hf_tokenizer.save_pretrained(out)
-    _name_tokenizer_class(out / "tokenizer_config.json")
+    save_marian(hf_model, hf_tokenizer, out)
     (out / "README.md").write_text(_readme(loaded, settings.beam, settings.alpha), encoding="utf-8")
 
     # Verify what a user gets: the directory loaded back, offline.
@@ -438,12 +494,11 @@ def _check_ctranslate2(
 ) -> Check:
     """Convert the directory with CTranslate2's converter (into a temporary directory), translate greedily on CPU."""
     import ctranslate2
-    from ctranslate2.converters import TransformersConverter
 
     name = f"greedy translations, CTranslate2 {ctranslate2.__version__} (converted from the export) vs tfm"
     ban = [[RENAMED_PAD], [hf_tokenizer.convert_ids_to_tokens(config.bos_id)]]
     with tempfile.TemporaryDirectory(prefix="tfm-ct2-") as tmp, _quiet(_transformers()):
-        TransformersConverter(str(out)).convert(str(Path(tmp) / "ct2"), force=True)
+        convert_to_ctranslate2(out, Path(tmp) / "ct2")
         translator = ctranslate2.Translator(
             str(Path(tmp) / "ct2"), device="cpu", compute_type="float32", intra_threads=torch.get_num_threads()
         )
