@@ -276,7 +276,11 @@ def _weights(run: Path, step: int) -> dict[str, torch.Tensor]:
 
 def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     assert a.keys() == b.keys()
-    return max(float((a[k] - b[k]).abs().max()) for k in a if not k.endswith("w_k.bias"))
+    # Key projections are left out: attention is invariant to adding the same score to every key of a query,
+    # so the key bias (and, for nearly constant memory, directions of the key weights) has a true gradient of ~0
+    # there, and Adam's normalisation turns rounding noise into drift (2e-4 on cross-attention keys' weights
+    # after 8 steps at lr ~0.05). The model's function is compared separately (`_logits`).
+    return max(float((a[k] - b[k]).abs().max()) for k in a if ".w_k." not in k)
 
 
 def _logits(weights: dict[str, torch.Tensor], run: Path) -> torch.Tensor:
@@ -323,6 +327,7 @@ def test_accumulation_over_two_processes(data: dict[str, Path]) -> None:
     one, _ = _train(data, "accum-one", "train.accum_steps=2", "train.eval_every=0", "train.max_steps=8", "train.save_every=8")
     two, _ = _train(data, "accum-two", "train.accum_steps=2", "train.eval_every=0", "train.max_steps=8", "train.save_every=8", processes=2)
     assert _max_diff(_weights(one, 8), _weights(two, 8)) <= TOLERANCE
+    torch.testing.assert_close(_logits(_weights(two, 8), two), _logits(_weights(one, 8), one), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.slow

@@ -29,8 +29,9 @@ from tfm_cli.checkpoint import (
 from tfm_cli.errors import CheckpointError
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.model.masks import padding_mask, target_mask
+from tfm_cli.model.transformer import Dropout
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer
-from tfm_cli.training import inverse_sqrt_lr, label_smoothed_loss
+from tfm_cli.training import inverse_sqrt_lr, label_smoothed_loss, output_loss
 
 CORPUS = Path(__file__).resolve().parents[1] / "tfm_cli" / "corpora" / "tatoeba-fr-en" / "train.tsv.gz"
 
@@ -62,6 +63,76 @@ def test_label_smoothed_loss_matches_cross_entropy(eps: float) -> None:
     noisy[target == pad] += 100 * torch.randn(int((target == pad).sum()), v, generator=g)
     loss2, nll2, _ = label_smoothed_loss(noisy, target, eps, pad)
     torch.testing.assert_close((loss2, nll2), (loss, nll))
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_chunked_output_loss_equals_projection_then_cross_entropy(eps: float, monkeypatch) -> None:
+    """`output_loss` (projection + loss in chunks, gradients taken in the forward pass) against F.linear followed by
+    F.cross_entropy with autograd: the same sums and the same gradients for the features and the weight."""
+    import tfm_cli.training as training
+
+    g = torch.Generator().manual_seed(0)
+    b, t, d, v, pad = 4, 6, 16, 37, 0
+    monkeypatch.setitem(training.LOSS_CHUNK_LOGITS, "cpu", 5 * v)  # 5 rows a chunk: several chunks, a short last
+    features = torch.randn(b, t, d, generator=g, requires_grad=True)
+    weight = (torch.randn(v, d, generator=g) * 0.5).requires_grad_()
+    target = torch.randint(1, v, (b, t), generator=g)
+    target[1, 2:] = pad
+    target[3, 4:] = pad
+    loss, nll, n = output_loss(features, weight, target, eps, pad)
+    logits = F.linear(features, weight).view(-1, v)
+    ref = F.cross_entropy(logits, target.view(-1), label_smoothing=eps, ignore_index=pad, reduction="sum")
+    ref_nll = F.cross_entropy(logits, target.view(-1), ignore_index=pad, reduction="sum")
+    assert n == int((target != pad).sum())
+    torch.testing.assert_close((loss, nll), (ref, ref_nll))
+    scale = 0.37  # the trainer scales the summed loss (1 / tokens, the fp16 loss scale)
+    got = torch.autograd.grad(loss * scale, (features, weight))
+    want = torch.autograd.grad(ref * scale, (features, weight))
+    torch.testing.assert_close(got, want)
+    assert got[0][1, 2:].abs().max() == 0  # padding positions get no gradient
+
+    # Without gradients (evaluation) the sums are the same, and the NLL is never differentiable.
+    with torch.no_grad():
+        torch.testing.assert_close(output_loss(features, weight, target, eps, pad)[:2], (ref, ref_nll))
+    assert not nll.requires_grad
+
+    # Under bf16 autocast the projection runs in bf16 as the model's generator would, the softmax in fp32.
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss16, _, _ = output_loss(features, weight, target, eps, pad)
+        logits16 = F.linear(features, weight).float().view(-1, v)
+    ref16 = F.cross_entropy(logits16, target.view(-1), label_smoothing=eps, ignore_index=pad, reduction="sum")
+    torch.testing.assert_close(loss16, ref16, rtol=1e-3, atol=1e-2)
+    grad16 = torch.autograd.grad(loss16, weight)[0]
+    torch.testing.assert_close(grad16, want[1] / scale, rtol=0.05, atol=0.05)
+
+
+def test_the_model_features_are_what_the_generator_projects() -> None:
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=29, d_model=16, d_ff=32, n_heads=2, n_enc_layers=1, n_dec_layers=2, dropout=0.0)
+    model = Transformer(config).eval()
+    src, tgt = torch.randint(4, 29, (2, 5)), torch.randint(4, 29, (2, 4))
+    src_mask, tgt_mask = padding_mask(src, 0), target_mask(tgt, 0)
+    features = model(src, tgt, src_mask, tgt_mask, features_only=True)
+    assert features.shape == (2, 4, 16)
+    torch.testing.assert_close(model.generator(features), model(src, tgt, src_mask, tgt_mask))
+
+
+def test_cpu_dropout_keeps_the_rate_the_scale_and_the_gradient() -> None:
+    torch.manual_seed(0)
+    drop = Dropout(0.1)
+    x = torch.ones(1000, 1000, requires_grad=True)
+    y = drop(x)
+    kept = y != 0
+    assert abs(1 - float(kept.float().mean()) - 0.1) < 0.002  # 1M draws: the standard error is 0.0003
+    torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / 0.9))  # survivors scaled by 1 / (1 - p)
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(grad, kept.float() / 0.9)  # the gradient goes through the same mask
+    bf16 = drop(torch.ones(100, 100, dtype=torch.bfloat16))
+    assert bf16.dtype == torch.bfloat16
+    drop.eval()
+    assert torch.equal(drop(x), x)  # evaluation: the identity
+    assert torch.equal(Dropout(0.0).train()(x), x)
+    assert float(Dropout(1.0).train()(x).abs().sum()) == 0
 
 
 def test_label_smoothed_loss_uses_its_pad_id() -> None:

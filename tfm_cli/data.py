@@ -4,7 +4,9 @@ The pipeline is: `read_pairs` streams (line_no, src, tgt) from a corpus file (or
 `encode_corpus` turns them into one compact `TokenizedCorpus` (flat id buffers + offsets), `token_batches`
 groups indices into batches of about `max_tokens` tokens per side, sorted by length like fairseq, and
 `make_batch` pads them into a `Batch` (Annotated Transformer: src, tgt_in, tgt_out and their masks).
-`BatchStream` repeats this epoch after epoch and can resume at the exact next batch.
+`BatchStream` repeats this epoch after epoch and can resume at the exact next batch; it pads straight from the
+corpus's id buffers with tensor operations (`corpus_batch`), the same batches as `make_batch` at a fraction of
+the host time. `tfm_cli.batches.Prefetcher` builds them ahead of the training step, on a background thread.
 
 A corpus spec is one of:
   - "path/to/corpus.tsv[.gz]": source TAB target per line; columns after the second are ignored;
@@ -302,6 +304,7 @@ class TokenizedCorpus:
         )
         self.src_lengths = _diff(src_offsets)
         self.tgt_lengths = _diff(tgt_offsets)
+        self._views: tuple[torch.Tensor, ...] | None = None  # see id_tensors()
 
     @classmethod
     def from_sequences(
@@ -335,6 +338,16 @@ class TokenizedCorpus:
         tensors = (self.src_lengths, self.tgt_lengths)
         return sum(a.itemsize * len(a) for a in arrays) + sum(t.numel() * t.element_size() for t in tensors)
 
+    def id_tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(src_ids, src_starts, tgt_ids, tgt_starts): the flat id buffers as 1-D tensors (uint16 or int32) and
+        where each pair's ids start in them (int64, N). Views of the buffers, not copies."""
+        if self._views is None:
+            self._views = (
+                *_ids_and_starts(self._src_ids, self._src_offsets),
+                *_ids_and_starts(self._tgt_ids, self._tgt_offsets),
+            )
+        return self._views
+
     def _slice(self, ids: array, offsets: array, i: int) -> list[int]:
         n = len(self)
         if not -n <= i < n:
@@ -353,6 +366,12 @@ def _id_typecode(vocab_size: int) -> str:
 def _append(ids: array, offsets: array, seq: Sequence[int]) -> None:
     ids.extend(seq)
     offsets.append(len(ids))
+
+
+def _ids_and_starts(ids: array, offsets: array) -> tuple[torch.Tensor, torch.Tensor]:
+    dtype = {"H": torch.uint16, "i": torch.int32}[ids.typecode]
+    flat = torch.frombuffer(ids, dtype=dtype) if len(ids) else torch.zeros(1, dtype=dtype)  # no empty buffers
+    return flat, torch.frombuffer(offsets, dtype=torch.int64)[:-1]
 
 
 def _diff(offsets: array) -> torch.Tensor:
@@ -458,9 +477,47 @@ class Batch:
             indices=list(self.indices),
         )
 
+    def pin_memory(self) -> Batch:
+        """A copy with every tensor in pinned (page-locked) host memory, so that `.to("cuda", non_blocking=True)`
+        is an asynchronous copy that overlaps the GPU's work. Needs CUDA."""
 
-def _pad(seqs: list[list[int]], pad_id: int) -> torch.Tensor:
-    width = max(len(s) for s in seqs)
+        def pin(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.pin_memory()
+
+        return replace(
+            self,
+            src=pin(self.src),
+            tgt_in=pin(self.tgt_in),
+            tgt_out=pin(self.tgt_out),
+            src_mask=pin(self.src_mask),
+            tgt_mask=pin(self.tgt_mask),
+            indices=list(self.indices),
+        )
+
+
+# On CUDA the padded lengths S and T of training batches are rounded up to a multiple of this. A batch shape
+# the GPU has not met before costs kernel selection and planning on its first step; rounding leaves far fewer
+# shapes (the tiny recipe's first 200 batches: 13 (S, T) pairs instead of 99, 48 (B, S, T) shapes instead of
+# 100, B still varying) for more padded positions (there 28% of them instead of 3%). The extra positions are
+# masked like all padding, so the loss is unchanged up to float rounding; dropout draws its masks over the
+# padded shape, so the random masks (not their distribution) differ from unrounded batches. The CPU plans
+# nothing per shape worth that compute, so CPU batches (and their bit-exact resume) are not rounded. On CUDA it
+# is off (1) until a GPU shows that the shapes saved pay for the positions added (about 12% more for the base
+# recipe's sentences, 34% for the quickstart's): `make_batch(..., pad_multiple=8)` and BatchStream take it.
+CUDA_PAD_MULTIPLE = 1
+
+
+def pad_multiple_for(device: torch.device | str) -> int:
+    """The multiple that training batches' lengths are padded to on `device`: CUDA_PAD_MULTIPLE on CUDA, else 1."""
+    return CUDA_PAD_MULTIPLE if torch.device(device).type == "cuda" else 1
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _pad(seqs: list[list[int]], pad_id: int, multiple: int = 1) -> torch.Tensor:
+    width = _round_up(max(len(s) for s in seqs), multiple)
     return torch.tensor([s + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.long)
 
 
@@ -471,8 +528,11 @@ def make_batch(
     bos_id: int,
     eos_id: int,
     indices: Sequence[int] | None = None,
+    pad_multiple: int = 1,
 ) -> Batch:
     """Pad token sequences (without specials) into a Batch; `tgt_seqs=None` for translation.
+
+    `pad_multiple` rounds the padded lengths S and T up to a multiple of it (see `pad_multiple_for`).
 
     Raises:
         ValueError: no sequences, or source and target counts differ.
@@ -481,24 +541,68 @@ def make_batch(
         raise ValueError("make_batch needs at least one sequence")
     if tgt_seqs is not None and len(tgt_seqs) != len(src_seqs):
         raise ValueError(f"{len(src_seqs)} source but {len(tgt_seqs)} target sequences")
-    src = _pad([list(s) + [eos_id] for s in src_seqs], pad_id)  # (B, S)
-    tgt_in = tgt_out = tgt_mask = None
-    n_tgt = 0
+    src = _pad([list(s) + [eos_id] for s in src_seqs], pad_id, pad_multiple)  # (B, S)
+    tgt_in = tgt_out = None
     if tgt_seqs is not None:
-        tgt_in = _pad([[bos_id, *t] for t in tgt_seqs], pad_id)  # (B, T)
-        tgt_out = _pad([[*t, eos_id] for t in tgt_seqs], pad_id)  # (B, T)
-        tgt_mask = target_mask(tgt_in, pad_id)  # (B, 1, T, T)
-        n_tgt = int((tgt_out != pad_id).sum())
+        tgt_in = _pad([[bos_id, *t] for t in tgt_seqs], pad_id, pad_multiple)  # (B, T)
+        tgt_out = _pad([[*t, eos_id] for t in tgt_seqs], pad_id, pad_multiple)  # (B, T)
+    return _batch(src, tgt_in, tgt_out, pad_id, list(indices) if indices is not None else list(range(len(src_seqs))))
+
+
+def _batch(
+    src: torch.Tensor, tgt_in: torch.Tensor | None, tgt_out: torch.Tensor | None, pad_id: int, indices: list[int]
+) -> Batch:
+    """A Batch around padded id tensors: the masks and token counts added."""
     return Batch(
         src=src,
         tgt_in=tgt_in,
         tgt_out=tgt_out,
         src_mask=padding_mask(src, pad_id),  # (B, 1, 1, S)
-        tgt_mask=tgt_mask,
+        tgt_mask=None if tgt_in is None else target_mask(tgt_in, pad_id),  # (B, 1, T, T)
         n_src_tokens=int((src != pad_id).sum()),
-        n_tgt_tokens=n_tgt,
-        indices=list(indices) if indices is not None else list(range(len(src_seqs))),
+        n_tgt_tokens=0 if tgt_out is None else int((tgt_out != pad_id).sum()),
+        indices=indices,
     )
+
+
+def corpus_batch(
+    corpus: TokenizedCorpus, indices: Sequence[int], pad_id: int, bos_id: int, eos_id: int, pad_multiple: int = 1
+) -> Batch:
+    """The training Batch of pairs `indices` of `corpus`: equal to `make_batch` on their ids, tensor for tensor.
+
+    The ids are gathered from the corpus's flat buffers with tensor indexing rather than padded in Python lists:
+    a batch of thousands of sentences takes a millisecond or two instead of tens of milliseconds, and the work
+    runs outside the GIL, so a prefetching thread does not hold up the training thread.
+    """
+    if len(indices) == 0:
+        raise ValueError("corpus_batch needs at least one pair")
+    rows = torch.tensor(list(indices), dtype=torch.long)
+    src_ids, src_starts, tgt_ids, tgt_starts = corpus.id_tensors()
+    src_len, tgt_len = corpus.src_lengths[rows], corpus.tgt_lengths[rows]  # (B,) without specials
+    src_width = _round_up(int(src_len.max()) + 1, pad_multiple)  # + EOS
+    tgt_width = _round_up(int(tgt_len.max()) + 1, pad_multiple)  # + BOS on tgt_in, + EOS on tgt_out
+    src = _gather_rows(src_ids, src_starts[rows], src_len, src_width, pad_id, after=eos_id)  # (B, S)
+    tgt_in = _gather_rows(tgt_ids, tgt_starts[rows], tgt_len, tgt_width, pad_id, before=bos_id)  # (B, T)
+    tgt_out = _gather_rows(tgt_ids, tgt_starts[rows], tgt_len, tgt_width, pad_id, after=eos_id)  # (B, T)
+    return _batch(src, tgt_in, tgt_out, pad_id, list(indices))
+
+
+def _gather_rows(
+    flat: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, width: int, pad_id: int,
+    before: int | None = None, after: int | None = None,
+) -> torch.Tensor:
+    """(B, width) long: row b holds `before` (if given), flat[starts[b] : starts[b] + lengths[b]], `after` (if
+    given), then `pad_id` up to `width`."""
+    shift = int(before is not None)
+    pos = torch.arange(width) - shift  # (W,) each column's index within its sentence
+    inside = (pos >= 0) & (pos < lengths[:, None])  # (B, W)
+    where = (starts[:, None] + pos).clamp_(0, flat.numel() - 1)  # (B, W); outside the sentence: any valid index
+    rows = torch.where(inside, flat[where].long(), pad_id)
+    if before is not None:
+        rows[:, 0] = before
+    if after is not None:
+        rows[torch.arange(rows.size(0)), lengths + shift] = after
+    return rows
 
 
 def _lengths_list(lengths: torch.Tensor | Sequence[int]) -> list[int]:
@@ -580,6 +684,7 @@ class BatchStream:
         eos_id: int,
         rank: int = 0,
         world_size: int = 1,
+        pad_multiple: int = 1,
     ) -> None:
         if len(corpus) == 0:
             raise TfmError(
@@ -587,11 +692,14 @@ class BatchStream:
             )
         if max_tokens < 1:
             raise TfmError(f"max_tokens={max_tokens} must be positive (try 4096)")
+        if pad_multiple < 1:
+            raise ValueError(f"pad_multiple={pad_multiple} must be at least 1")
         self.corpus = corpus
         self.max_tokens = max_tokens
         self.seed = seed
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.rank, self.world_size = rank, world_size
+        self.pad_multiple = pad_multiple  # padded lengths are rounded up to a multiple of it (pad_multiple_for)
         self.epoch = 1
         self.position = 0
         self._cache: tuple[int, list[list[int]]] | None = None
@@ -624,10 +732,7 @@ class BatchStream:
             yield self._make(indices) if self.world_size == 1 else self.shard(indices)
 
     def _make(self, indices: list[int]) -> Batch:
-        c = self.corpus
-        return make_batch(
-            [c.src(i) for i in indices], [c.tgt(i) for i in indices], self.pad_id, self.bos_id, self.eos_id, indices
-        )
+        return corpus_batch(self.corpus, indices, self.pad_id, self.bos_id, self.eos_id, self.pad_multiple)
 
     def shard(self, indices: list[int]) -> Batch:
         """This rank's share of the global batch `indices`: every `world_size`-th sentence from the `rank`-th.

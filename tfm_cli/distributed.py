@@ -105,12 +105,20 @@ class Distributed:
         dist.broadcast_object_list(box, src=0, device=self.device)
         return box[0]
 
-    def sum(self, values: Sequence[float]) -> list[float]:
-        """Each of `values` summed over the ranks (float64), on every rank. A NaN anywhere is a NaN everywhere."""
-        if not self.enabled:
+    def sum(self, values: Sequence[float] | torch.Tensor) -> list[float]:
+        """Each of `values` summed over the ranks (float64), on every rank. A NaN anywhere is a NaN everywhere.
+
+        `values` may be a 1-D tensor on this rank's device (the trainer's loss sums): it is reduced where it is,
+        and read back to the host once, with the result.
+        """
+        if isinstance(values, torch.Tensor):
+            t = values.detach().to(self.device, torch.float64, copy=True)
+        elif not self.enabled:
             return list(values)
-        t = torch.tensor(list(values), dtype=torch.float64, device=self.device)
-        dist.all_reduce(t)
+        else:
+            t = torch.tensor(list(values), dtype=torch.float64, device=self.device)
+        if self.enabled:
+            dist.all_reduce(t)
         return t.tolist()
 
     def gather(self, value: Any) -> list[Any]:

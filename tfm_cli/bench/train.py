@@ -37,7 +37,7 @@ from tfm_cli.bench.common import (
     summarize,
     synchronize,
 )
-from tfm_cli.data import Batch, BatchStream, encode_corpus
+from tfm_cli.data import Batch, BatchStream, encode_corpus, pad_multiple_for
 from tfm_cli.model import ModelConfig
 from tfm_cli.recipe import Recipe, model_config
 from tfm_cli.runtime import autocast, resolve_precision, tune_cpu_allocator
@@ -69,12 +69,18 @@ def batch_figures(batches: list[Batch], config: ModelConfig) -> dict[str, float]
     return {"tgt_tokens": tokens, "flops": flops, "padding_share": 1 - real / padded if padded else 0.0}
 
 
-def prepare(recipe: Recipe, tokenizer: Tokenizer, n_groups: int) -> tuple[ModelConfig, list[list[Batch]]]:
-    """The model config and the first `n_groups` optimizer steps' batches, exactly as the trainer draws them."""
+def prepare(
+    recipe: Recipe, tokenizer: Tokenizer, n_groups: int, device: torch.device | None = None
+) -> tuple[ModelConfig, list[list[Batch]]]:
+    """The model config and the first `n_groups` optimizer steps' batches, exactly as the trainer draws them
+    (padded as the trainer pads them for `device`)."""
     t = recipe.train
     corpus = encode_corpus(recipe.data.train, tokenizer, recipe.data.max_len)
     config = model_config(recipe, tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
-    stream = BatchStream(corpus, t.max_tokens, t.seed, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+    stream = BatchStream(
+        corpus, t.max_tokens, t.seed, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id,
+        pad_multiple=pad_multiple_for(device) if device is not None else 1,
+    )
     batches = iter(stream)
     groups = [[next(batches) for _ in range(t.accum_steps)] for _ in range(n_groups)]
     return config, groups
@@ -180,7 +186,7 @@ def bench_train(
     precision = resolve_precision(recipe.train.precision, device)
     if device.type == "cpu":
         tune_cpu_allocator()  # as the trainer does, so that both phases run on the same allocator settings
-    config, groups = prepare(recipe, tokenizer, warmup + steps)
+    config, groups = prepare(recipe, tokenizer, warmup + steps, device)
     timed = [b for group in groups[warmup:] for b in group]
     figures = batch_figures(timed, config)
     peak = matmul_peak(device, precision)
