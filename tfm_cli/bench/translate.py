@@ -19,7 +19,7 @@ import torch
 
 from tfm_cli.bench.common import environment, percentile, summarize, synchronize
 from tfm_cli.bench.peers import Translate
-from tfm_cli.decoding import translate_ids
+from tfm_cli.decoding import TorchEngine, translate_ids
 from tfm_cli.model import Transformer
 from tfm_cli.runtime import autocast
 
@@ -83,10 +83,11 @@ def bench_translate(
         from tfm_cli.quantization import quantize_int8
 
         tfm_model = quantize_int8(model)
+    engines_by_cache = {cache: TorchEngine(tfm_model, cache) for cache in (True, False)}  # built once, as Translator does
 
     def tfm(batch: list[list[int]], mode: str, use_cache: bool) -> list[int]:
         hyps = translate_ids(
-            tfm_model, batch, beam_size=beam, alpha=0.6, max_len_offset=out_len - src_len, min_len=out_len,
+            engines_by_cache[use_cache], batch, beam_size=beam, alpha=0.6, max_len_offset=out_len - src_len, min_len=out_len,
             max_tokens=10**9, greedy=mode == "greedy", autocast=amp, use_cache=use_cache,
         )
         return [len(h[0].tokens) for h in hyps]
