@@ -123,7 +123,7 @@ _tfm() {
                     ;;
                 translate)
                     case $prev in
-                        --precision) COMPREPLY=( $(compgen -W "auto bf16 fp16 fp32" -- "$cur") ); return 0 ;;
+                        --precision) COMPREPLY=( $(compgen -W "auto bf16 fp16 fp32 int8" -- "$cur") ); return 0 ;;
                         --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
                         --baseline|--model|--recipe|-m) _tfm_files; return 0 ;;
                         --batch-sizes|--beam|--out-len|--sentences|--src-len|--tolerance) COMPREPLY=(); return 0 ;;
@@ -199,7 +199,7 @@ _tfm() {
             ;;
         translate)
             case $prev in
-                --precision) COMPREPLY=( $(compgen -W "auto bf16 fp16 fp32" -- "$cur") ); return 0 ;;
+                --precision) COMPREPLY=( $(compgen -W "auto bf16 fp16 fp32 int8" -- "$cur") ); return 0 ;;
                 --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
                 --engine) COMPREPLY=( $(compgen -W "auto onnxruntime torch" -- "$cur") ); return 0 ;;
                 --model|--output|--reference|--score|-m|-r) _tfm_files; return 0 ;;

@@ -109,7 +109,7 @@ _tfm_bench_translate() {
         '--json[Print the result as one JSON document.]' \
         '(--model -m)'{--model,-m}'[A trained run or .safetensors file (default\: random weights of --recipe'\''s shape).]:model:_files' \
         '--out-len[Tokens every output is forced to (min = max length).]:out len: ' \
-        '--precision[auto (bf16 on CUDA and CPUs with native bf16, else fp32), fp32, bf16 or fp16.]:precision:(auto bf16 fp16 fp32)' \
+        '--precision[auto (bf16 on CUDA and CPUs with native bf16, else fp32), fp32, bf16, fp16, or int8 (CPU\: int8 li...]:precision:(auto bf16 fp16 fp32 int8)' \
         '--recipe[Random weights with this recipe'\''s model shape and vocabulary size.]:recipe:_files' \
         '--sentences[Sources translated per configuration.]:sentences: ' \
         '--src-len[Tokens per source.]:src len: ' \
@@ -225,7 +225,7 @@ _tfm_translate() {
         '(--model -m)'{--model,-m}'[Run directory, .safetensors checkpoint or ONNX export directory (default\: the most recent run und...]:model:_files' \
         '(--n-best -n)'{--n-best,-n}'[Print the K best translations of each input, with scores.]:n best: ' \
         '--output[When scoring, also write the translations to this file.]:output:_files' \
-        '--precision[auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, fp16 (CUDA only), or int...]:precision:(auto bf16 fp16 fp32)' \
+        '--precision[auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, fp16 (CUDA only), or int...]:precision:(auto bf16 fp16 fp32 int8)' \
         '(--reference -r)'{--reference,-r}'[Reference translations, one per input line\: print BLEU and chrF instead of translations.]:reference:_files' \
         '*--score[Score on a TSV (source TAB reference), or give --score SRC --score REF\: print BLEU and chrF.]:score:_files' \
         '1:text: '

@@ -34,7 +34,7 @@ FILES = ("tfm.bash", "tfm.zsh", "tfm.fish")
 # `implementations()`; importing them here would load torch just to generate text).
 _OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "--device": ("auto", "cpu", "cuda"),
-    "--precision": ("auto", "fp32", "bf16", "fp16"),
+    "--precision": ("auto", "fp32", "bf16", "fp16", "int8"),  # translate and bench translate: + int8 (CPU)
     "--dtype": ("fp32", "bf16", "fp16"),
     "--format": ("release", "onnx", "huggingface"),  # tfm export (tfm_cli.cli.export.FORMATS)
     "--mask": ("none", "padding", "causal"),
