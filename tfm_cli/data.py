@@ -461,38 +461,20 @@ class Batch:
     indices: list[int]
     step_tgt_tokens: int | None = None
 
+    def _map(self, fn) -> Batch:
+        """A copy with `fn` applied to every tensor (None stays None)."""
+        tensors = {name: getattr(self, name) for name in ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask")}
+        moved = {name: None if t is None else fn(t) for name, t in tensors.items()}
+        return replace(self, **moved, indices=list(self.indices))
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         """A copy with every tensor on `device`."""
-
-        def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.to(device, non_blocking=non_blocking)
-
-        return replace(
-            self,
-            src=move(self.src),
-            tgt_in=move(self.tgt_in),
-            tgt_out=move(self.tgt_out),
-            src_mask=move(self.src_mask),
-            tgt_mask=move(self.tgt_mask),
-            indices=list(self.indices),
-        )
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> Batch:
         """A copy with every tensor in pinned (page-locked) host memory, so that `.to("cuda", non_blocking=True)`
         is an asynchronous copy that overlaps the GPU's work. Needs CUDA."""
-
-        def pin(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.pin_memory()
-
-        return replace(
-            self,
-            src=pin(self.src),
-            tgt_in=pin(self.tgt_in),
-            tgt_out=pin(self.tgt_out),
-            src_mask=pin(self.src_mask),
-            tgt_mask=pin(self.tgt_mask),
-            indices=list(self.indices),
-        )
+        return self._map(lambda t: t.pin_memory())
 
 
 # On CUDA the padded lengths S and T of training batches are rounded up to a multiple of this. A batch shape
