@@ -282,3 +282,11 @@ def test_search_without_the_cache_gives_the_same_hypotheses(greedy: bool) -> Non
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
     assert len({tuple(a[0].tokens) for a in cached}) > 1
+
+
+def test_an_empty_batch_gives_no_hypotheses() -> None:
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=20, d_model=8, d_ff=16, n_heads=2, n_enc_layers=1, n_dec_layers=1)).eval()
+    src = torch.zeros(0, 3, dtype=torch.long)
+    mask = torch.zeros(0, 1, 1, 3, dtype=torch.bool)
+    assert beam_search(model, src, mask) == [] and greedy_search(model, src, mask) == []

@@ -204,6 +204,8 @@ def greedy_search(
     engine = as_engine(model, use_cache)
     cfg = engine.config
     batch, device = src.size(0), src.device
+    if batch == 0:
+        return []
     max_len = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)
     state = engine.start(src, src_mask, 1)
     # The books are tensors indexed by sentence, read once at the end: no per-sentence Python at each step.
@@ -264,6 +266,8 @@ def beam_search(
     cfg = engine.config
     k = beam_size
     n, device = src.size(0), src.device
+    if n == 0:
+        return []
     max_len = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)  # (n,)
     width = int(max_len.max()) + 1
     # The first step has one hypothesis per sentence (BOS): it runs on n rows, and its K best tokens then
