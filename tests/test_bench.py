@@ -312,6 +312,8 @@ def test_int8_runs_every_engine_in_int8(recipe: Path) -> None:
         "--json",
     ).stdout)
     assert result["settings"]["precision"] == "int8"
+    bad = tfm("bench", "translate", "--recipe", str(recipe), "--precision", "int9", check=False)
+    assert bad.returncode == 2 and "'int9' is not one of: auto, fp32, bf16, fp16, int8" in bad.stderr
     engines = {r["engine"] for r in result["records"]}
     assert engines == ({"tfm", "hf-marian", "ct2"} if has_module("ctranslate2") else {"tfm", "hf-marian"})
     if has_module("ctranslate2"):

@@ -319,6 +319,7 @@ def translate(
       tfm bench translate --model runs/tiny --batch-sizes 1,16 --json > translate.json
     """
     from tfm_cli.bench.translate import bench_translate
+    from tfm_cli.cli.translate import PRECISIONS as TRANSLATE_PRECISIONS
     from tfm_cli.runtime import resolve_device, resolve_precision
     from tfm_cli.translator import Translator
 
@@ -328,6 +329,8 @@ def translate(
         raise typer.BadParameter("give a trained model (--model RUN) or a recipe for random weights (--recipe FILE)", param_hint="--model")
     if out_len < src_len:
         raise typer.BadParameter(f"--out-len {out_len} must be >= --src-len {src_len} (outputs may be at most source length + offset)", param_hint="--out-len")
+    if precision not in TRANSLATE_PRECISIONS:
+        raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(TRANSLATE_PRECISIONS)}", param_hint="--precision")
     gate_inputs = _gate_inputs(baseline, tolerance, "translate")
     torch_device = resolve_device(device)
     if model is not None:
