@@ -23,6 +23,7 @@ from torch import nn
 
 from tfm_cli.model import KVCache, ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask
+from tfm_cli.packing import packed_view
 
 
 @dataclass
@@ -110,26 +111,32 @@ class TorchState:
 
 
 class TorchEngine:
-    """The search's view of a PyTorch `Transformer`: over the K/V cache, or recomputing every prefix."""
+    """The search's view of a PyTorch `Transformer`: over the K/V cache, or recomputing every prefix.
+
+    On the CPU it decodes through `packing.packed_view(model)`: the same parameters, with linear layers that run
+    oneDNN's kernels on weights packed once (faster for the few rows of a decoding step, the same function).
+    The packed weights and the output projection below are copies taken here: build a new engine after changing
+    the weights. `model` stays the model given.
+    """
 
     def __init__(self, model: Transformer, use_cache: bool = True) -> None:
         self.model, self.use_cache = model, use_cache
         self.config = model.config
         self.device = next(model.parameters()).device
-        # The output projection of a step as x @ W^T with W^T stored contiguous, a copy taken here (so build a
-        # new engine after changing the weights): for the few rows of a decoding step MKL's kernel for that
-        # layout is faster than F.linear's and gives the same numbers bit for bit (measured, V = 8,000,
-        # d_model = 256, 2 threads of a 2-core AVX-512 CPU: 4 rows 0.74 vs 1.21 ms, 128 rows 3.9 vs 4.3 ms).
-        # (int8 models keep their quantized generator.)
-        generator = model.generator
+        self.net = packed_view(model)  # what runs: `model` itself off the CPU or where oneDNN is missing
+        # Elsewhere, the output projection of a step as x @ W^T with W^T stored contiguous: for the few rows of a
+        # decoding step MKL's kernel for that layout is faster than F.linear's and gives the same numbers bit for
+        # bit (measured, V = 8,000, d_model = 256, 2 threads of a 2-core AVX-512 CPU: 4 rows 0.74 vs 1.21 ms).
+        # (Packed and int8 generators are called as they are.)
+        generator = self.net.generator
         self.output_t = generator.weight.detach().t().contiguous() if type(generator) is nn.Linear else None  # (D, V)
 
     def start(self, src: torch.Tensor, src_mask: torch.Tensor, beams: int) -> TorchState:
-        memory = self.model.encode(src, src_mask)  # (B, S, D)
+        memory = self.net.encode(src, src_mask)  # (B, S, D)
         if beams > 1:
             memory, src_mask = memory.repeat_interleave(beams, dim=0), src_mask.repeat_interleave(beams, dim=0)
         rows = memory.size(0)
-        cache = self.model.new_cache() if self.use_cache else Recompute(rows, src.device)
+        cache = self.net.new_cache() if self.use_cache else Recompute(rows, src.device)
         return TorchState(memory, src_mask, cache)
 
     def step(self, last: torch.Tensor, state: TorchState) -> torch.Tensor:
@@ -137,10 +144,10 @@ class TorchEngine:
         if isinstance(cache, Recompute):
             cache.prefix = torch.cat([cache.prefix, last[:, None]], dim=1)
             tgt_mask = causal_mask(cache.prefix.size(1), last.device)
-            return self.model.decode(cache.prefix, state.memory, state.src_mask, tgt_mask)[:, -1]
-        features = self.model.decode(last[:, None], state.memory, state.src_mask, None, cache, features_only=True)
+            return self.net.decode(cache.prefix, state.memory, state.src_mask, tgt_mask)[:, -1]
+        features = self.net.decode(last[:, None], state.memory, state.src_mask, None, cache, features_only=True)
         if self.output_t is None:
-            return self.model.generator(features[:, -1])
+            return self.net.generator(features[:, -1])
         return features[:, -1] @ self.output_t  # (B, V)
 
 

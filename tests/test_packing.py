@@ -1,0 +1,99 @@
+"""Prepacked linear layers for CPU decoding (tfm_cli/packing.py) against `nn.Linear` and the plain search."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tfm_cli import packing
+from tfm_cli.decoding import TorchEngine, translate_ids
+from tfm_cli.model import ModelConfig, Transformer
+from tfm_cli.packing import PackedLinear, packed_view
+
+needs_onednn = pytest.mark.skipif(not packing.packing_available(), reason="this PyTorch build has no oneDNN kernels")
+
+
+def small_model(seed: int = 0, **overrides) -> Transformer:
+    values = dict(vocab_size=40, d_model=32, d_ff=64, n_heads=4, n_enc_layers=2, n_dec_layers=2, dropout=0.0,
+                  max_positions=64)
+    values.update(overrides)
+    torch.manual_seed(seed)
+    return Transformer(ModelConfig(**values)).eval()
+
+
+@needs_onednn
+def test_packed_linear_computes_what_the_linear_layer_computes() -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 80)
+    packed = PackedLinear(linear)
+    x = torch.randn(3, 7, 48)
+    inputs = [x, x.transpose(0, 1), x[:, 2], torch.randn(3, 7, 96)[..., ::2], torch.randn(0, 48)]
+    with torch.no_grad():
+        for v in inputs:
+            got, want = packed(v), linear(v)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        # bf16 autocast, forced whatever the CPU: packed bf16 where oneDNN runs it natively, F.linear otherwise
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got, want = packed(x), linear(x)
+        assert got.dtype == want.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+@needs_onednn
+def test_with_gradients_it_is_the_linear_layer_and_trains_the_shared_weight() -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(16, 8)
+    packed = PackedLinear(linear)
+    assert packed.weight is linear.weight and packed.bias is linear.bias
+    x = torch.randn(4, 16)
+    packed(x).square().sum().backward()
+    got = (linear.weight.grad.clone(), linear.bias.grad.clone())
+    linear.zero_grad()
+    linear(x).square().sum().backward()
+    assert torch.equal(got[0], linear.weight.grad) and torch.equal(got[1], linear.bias.grad)
+
+
+@needs_onednn
+def test_the_view_shares_parameters_and_leaves_the_model_as_it_was() -> None:
+    model = small_model()
+    view = packed_view(model)
+    assert view is not model
+    assert all(type(m) is not PackedLinear for m in model.modules())
+    linears = [n for n, m in model.named_modules() if type(m) is nn.Linear]
+    assert linears and all(isinstance(dict(view.named_modules())[n], PackedLinear) for n in linears)
+    # the same tensors, not copies: tied embeddings stay tied, and the state dict is the model's
+    assert {id(p) for p in view.parameters()} == {id(p) for p in model.parameters()}
+    assert view.generator.weight is view.tgt_embed.token.weight is model.src_embed.token.weight
+    assert view.state_dict().keys() == model.state_dict().keys()
+    src = torch.tensor([[5, 6, 7, 2]])
+    tgt = torch.tensor([[1, 8, 9]])
+    with torch.no_grad():
+        torch.testing.assert_close(view(src, tgt, None, None), model(src, tgt, None, None), rtol=1e-5, atol=1e-5)
+
+
+def test_nothing_to_pack_gives_the_model_back(monkeypatch) -> None:
+    model = small_model()
+    monkeypatch.setattr(packing, "packing_available", lambda: False)
+    assert packed_view(model) is model
+    assert TorchEngine(model).net is model
+
+
+@needs_onednn
+@pytest.mark.parametrize("greedy", [False, True])
+def test_packed_decoding_translates_like_the_plain_model(greedy: bool, monkeypatch) -> None:
+    model = small_model(seed=3, vocab_size=60)
+    g = torch.Generator().manual_seed(1)
+    sequences = [torch.randint(3, 60, (n,), generator=g).tolist() for n in (1, 4, 9, 13, 6, 2, 17, 8)]
+    engine = TorchEngine(model)
+    assert engine.net is not model and engine.model is model
+    packed = translate_ids(engine, sequences, greedy=greedy, n_best=1 if greedy else 3, max_len_offset=10)
+    monkeypatch.setattr(packing, "packing_available", lambda: False)
+    plain_engine = TorchEngine(model)
+    assert plain_engine.net is model
+    plain = translate_ids(plain_engine, sequences, greedy=greedy, n_best=1 if greedy else 3, max_len_offset=10)
+    assert [[h.tokens for h in hs] for hs in packed] == [[h.tokens for h in hs] for hs in plain]
+    for hs, ps in zip(packed, plain, strict=True):
+        for h, p in zip(hs, ps, strict=True):
+            assert h.score == pytest.approx(p.score, abs=1e-4)
