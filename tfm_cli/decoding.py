@@ -189,7 +189,7 @@ def _hypotheses(tokens: torch.Tensor, lengths: torch.Tensor, log_probs: torch.Te
     return out
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_search(
     model: Transformer | Engine,
     src: torch.Tensor,
@@ -241,7 +241,7 @@ def greedy_search(
     return [[h] for h in _hypotheses(tokens, lengths, totals, alpha)]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def beam_search(
     model: Transformer | Engine,
     src: torch.Tensor,
@@ -359,7 +359,7 @@ def length_sorted_batches(lengths: list[int], max_tokens: int) -> list[list[int]
     return batches
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def translate_ids(
     model: Transformer | Engine,
     sequences: list[list[int]],
