@@ -30,7 +30,7 @@ from tfm_cli.recipe import TrainRecipe
 from tfm_cli.training import output_loss, setup_model, train_step
 
 PAD, BOS, EOS = 0, 1, 2
-FIELDS = ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask")
+FIELDS = ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask", "tgt_keep")
 
 
 def _corpus(n: int = 300, vocab: int = 50, seed: int = 0, big_vocab: bool = False) -> TokenizedCorpus:
@@ -76,6 +76,24 @@ def test_corpus_batch_equals_make_batch(big_vocab: bool, multiple: int) -> None:
         )
         assert _equal(fast, slow)
         assert fast.src.dtype == torch.long and fast.src.size(1) % multiple == 0 and fast.tgt_in.size(1) % multiple == 0
+
+
+def test_the_non_pad_positions_are_found_when_the_batch_is_built() -> None:
+    """`Batch.tgt_keep` (host-computed, so the loss needs no boolean mask on the GPU) names exactly the target
+    tokens, and the loss over them is the loss over the mask, bit for bit."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=50, d_model=32, d_ff=64, n_heads=4, n_enc_layers=1, n_dec_layers=1))
+    corpus = _corpus()
+    for multiple in (1, 8):
+        b = corpus_batch(corpus, list(range(0, 40, 3)), PAD, BOS, EOS, multiple)
+        flat = b.tgt_out.reshape(-1)
+        assert b.tgt_keep.tolist() == [i for i, token in enumerate(flat.tolist()) if token != PAD]
+        assert b.tgt_keep.numel() == b.n_tgt_tokens
+        features = model(b.src, b.tgt_in, b.src_mask, b.tgt_mask, features_only=True)
+        with_keep = output_loss(features, model.generator.weight, b.tgt_out, 0.1, PAD, b.tgt_keep)
+        without = output_loss(features, model.generator.weight, b.tgt_out, 0.1, PAD)
+        assert with_keep[2] == without[2] == b.n_tgt_tokens
+        assert torch.equal(with_keep[0], without[0]) and torch.equal(with_keep[1], without[1])
 
 
 def test_pad_multiple_rounds_lengths_on_cuda_only() -> None:

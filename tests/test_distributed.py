@@ -34,7 +34,14 @@ from tfm_cli.distributed import (
 )
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.recipe import TrainRecipe
-from tfm_cli.training import _restore_rng, _rng_state, label_smoothed_loss, step_tokens, train_step
+from tfm_cli.training import (
+    _restore_rng,
+    _rng_state,
+    label_smoothed_loss,
+    output_loss,
+    step_tokens,
+    train_step,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
@@ -150,6 +157,11 @@ def test_an_idle_share_adds_nothing_but_joins_the_backward() -> None:
     loss.backward()
     assert (loss.item(), nll.item(), n) == (0.0, 0.0, 0)
     assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+    # the trainer's path: projection and loss over the (here no) non-pad positions found with the batch
+    assert share.tgt_keep.numel() == 0
+    features = model(share.src, share.tgt_in, share.src_mask, share.tgt_mask, features_only=True)
+    loss, nll, n = output_loss(features, model.generator.weight, share.tgt_out, 0.1, 0, share.tgt_keep)
+    assert (loss.item(), nll.item(), n) == (0.0, 0.0, 0)
 
 
 def test_each_rank_resumes_its_own_random_state() -> None:

@@ -446,6 +446,8 @@ class Batch:
     tgt_out  (B, T) long  target ids + EOS (what the decoder must predict), right-padded; None when translating
     src_mask (B, 1, 1, S) bool, True = real key; tgt_mask (B, 1, T, T) bool, causal and padding
     n_src_tokens, n_tgt_tokens: real (non-pad) tokens in src and in tgt_out
+    tgt_keep (n_tgt_tokens,) long: the flat positions of tgt_out that are not padding, found on the host when the
+        batch is built, so that the loss picks them on the GPU with no host synchronisation; None when translating
     indices: corpus index of each row
     step_tgt_tokens: in multi-process training, where this batch is one rank's share of a global batch, the
         target tokens of the whole global batch (what the loss is divided by); None for a whole batch
@@ -460,10 +462,12 @@ class Batch:
     n_tgt_tokens: int
     indices: list[int]
     step_tgt_tokens: int | None = None
+    tgt_keep: torch.Tensor | None = None
 
     def _map(self, fn) -> Batch:
         """A copy with `fn` applied to every tensor (None stays None)."""
-        tensors = {name: getattr(self, name) for name in ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask")}
+        names = ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask", "tgt_keep")
+        tensors = {name: getattr(self, name) for name in names}
         moved = {name: None if t is None else fn(t) for name, t in tensors.items()}
         return replace(self, **moved, indices=list(self.indices))
 
@@ -544,7 +548,13 @@ def _batch(
         n_src_tokens=int((src != pad_id).sum()),
         n_tgt_tokens=0 if tgt_out is None else int((tgt_out != pad_id).sum()),
         indices=indices,
+        tgt_keep=None if tgt_out is None else non_pad_positions(tgt_out, pad_id),
     )
+
+
+def non_pad_positions(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """(N,) long: the positions in `ids.reshape(-1)` that are not `pad_id`, in order."""
+    return (ids.reshape(-1) != pad_id).nonzero().squeeze(1)
 
 
 def corpus_batch(
@@ -731,7 +741,8 @@ class BatchStream:
             return replace(self._make(share), step_tgt_tokens=total)
         idle = self._make(indices[:1])
         return replace(
-            idle, tgt_out=torch.full_like(idle.tgt_out, self.pad_id), n_tgt_tokens=0, indices=[], step_tgt_tokens=total
+            idle, tgt_out=torch.full_like(idle.tgt_out, self.pad_id), n_tgt_tokens=0, indices=[], step_tgt_tokens=total,
+            tgt_keep=idle.tgt_keep[:0],
         )
 
     def state_dict(self) -> dict[str, int]:

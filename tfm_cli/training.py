@@ -154,7 +154,8 @@ class _ChunkedOutputLoss(torch.autograd.Function):
 
 
 def output_loss(
-    features: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, smoothing: float, pad_id: int
+    features: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, smoothing: float, pad_id: int,
+    keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """`label_smoothed_loss(features @ weight^T, target, ...)` without materialising the logits.
 
@@ -165,12 +166,16 @@ def output_loss(
     Args:
         features: (B, T, D) decoder output, `model(..., features_only=True)`; weight: (V, D) the output
             projection (`model.generator.weight`, tied with the embeddings); target: (B, T) ids.
+        keep: the flat positions of `target` that are not padding (`Batch.tgt_keep`), if known: selecting them
+            by index needs no host synchronisation on CUDA, where a boolean mask does (its size is data-dependent).
 
     Returns:
         (loss_sum, nll_sum, n_tokens), as `label_smoothed_loss`.
     """
-    keep = (target != pad_id).reshape(-1)
-    hidden, target = features.reshape(-1, features.size(-1))[keep], target.reshape(-1)[keep]
+    if keep is None:
+        keep = (target != pad_id).reshape(-1).nonzero().squeeze(1)
+    hidden = features.reshape(-1, features.size(-1)).index_select(0, keep)
+    target = target.reshape(-1).index_select(0, keep)
     device = features.device.type
     if torch.is_autocast_enabled(device):
         hidden = hidden.to(torch.get_autocast_dtype(device))
@@ -255,7 +260,7 @@ def dev_loss(model: Transformer, dev: DevSet, max_tokens: int, smoothing: float,
         ).to(device)
         with amp():
             features = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask, features_only=True)
-            loss, nll, n = output_loss(features, model.generator.weight, batch.tgt_out, smoothing, cfg.pad_id)
+            loss, nll, n = output_loss(features, model.generator.weight, batch.tgt_out, smoothing, cfg.pad_id, batch.tgt_keep)
         loss_sum, nll_sum, n_tokens = loss_sum + float(loss), nll_sum + float(nll), n_tokens + n
     return {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens, "ppl": math.exp(min(nll_sum / n_tokens, 50))}
 
@@ -346,7 +351,9 @@ def train_step(
             with amp():
                 if fused:  # output projection and loss in chunks: no (tokens x vocabulary) logits
                     features = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask, features_only=True)
-                    loss, nll, _ = output_loss(features, inner.generator.weight, batch.tgt_out, t.label_smoothing, pad_id)
+                    loss, nll, _ = output_loss(
+                        features, inner.generator.weight, batch.tgt_out, t.label_smoothing, pad_id, batch.tgt_keep
+                    )
                 else:
                     logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
                     loss, nll, _ = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing, pad_id)
