@@ -131,6 +131,8 @@ def test_train_json(recipe: Path) -> None:
     s = result["summary"]
     assert 0 <= s["padding_share"] < 1 and s["flops_per_tgt_token"] > 0 and s["tgt_tokens_per_step"] > 0
     assert s["trainer_vs_model_step"] == pytest.approx(phases["trainer"]["tgt_tokens_per_s"] / phases["model step"]["tgt_tokens_per_s"])
+    # the trainer measured its own wait for batches: a share of its step time, and in the summary
+    assert 0 < phases["trainer"]["data_wait_share"] < 1 and s["trainer_data_wait_share"] == phases["trainer"]["data_wait_share"]
 
 
 def test_train_flops_match_torch_flop_counter() -> None:

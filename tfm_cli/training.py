@@ -697,7 +697,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dis
     cuda = device.type == "cuda"
     batches = Prefetcher(stream, t.accum_steps, depth=PREFETCH_GROUPS if cuda else 0, pin_memory=cuda, device=device)
     events.start(step, t.max_steps)
-    window_tokens, window_start, window_loss, window_nll = 0, time.perf_counter(), 0.0, 0.0
+    window_tokens, window_start, window_loss, window_nll, window_wait = 0, time.perf_counter(), 0.0, 0.0, 0.0
     interrupted = False
     stopped = ""
     last_saved = step
@@ -708,7 +708,9 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dis
     try:
         while step < t.max_steps:
             stream_state = batches.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
+            waited = time.perf_counter()
             group = next(batches)  # t.accum_steps batches
+            window_wait += time.perf_counter() - waited  # the data path's cost to this thread
             n_tokens = step_tokens(group)
             lr = inverse_sqrt_lr(step + 1, config.d_model, t.warmup_steps, t.lr_factor)
             step_loss, step_nll = train_step(step_model, optimizer, scaler, group, lr, t, amp, device, dist)
@@ -735,6 +737,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dis
                     "step": step, "epoch": batches.epoch, "loss": window_loss / window_tokens,
                     "ppl": math.exp(min(window_nll / window_tokens, 50)), "lr": lr,
                     "tgt_tokens_per_s": window_tokens / elapsed, "elapsed_s": time.perf_counter() - started,
+                    "data_wait_s": window_wait,  # of the window's wall time, spent waiting for the next batches
                 }
                 if skipped:
                     metrics["skipped_steps"] = skipped
@@ -743,7 +746,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dis
                 warning = rising.update(metrics["loss"], lr)
                 if warning:
                     events.message(warning)
-                window_tokens, window_start, window_loss, window_nll = 0, time.perf_counter(), 0.0, 0.0
+                window_tokens, window_start, window_loss, window_nll, window_wait = 0, time.perf_counter(), 0.0, 0.0, 0.0
             events.step(step, metrics)
             if device.type == "cpu" and step % TRIM_EVERY == 0:
                 release_cpu_memory()

@@ -9,7 +9,8 @@ same seeded `BatchStream` the trainer uses, so the first `warmup` optimizer step
               the batches twice and times the second pass, so that it meets no batch shape for the first time
               (the trainer, which runs after it, would otherwise be favoured by the kernels it left planned)
   trainer     `training.train` itself into a scratch run directory (batch building, host-to-device copies,
-              logging, allocator trims: everything), timed between the trainer's own step events
+              logging, allocator trims: everything), timed between the trainer's own step events; it also
+              reports the share of its step time spent waiting for the next batches (`data_wait_share`)
 
 The gap between the two is the data path's cost. FLOPs per target token use the analytic count of the model's
 matrix products with padding excluded (multiply-add = 2): forward = N_enc [S(8d^2 + 4 d d_ff) + 4 S^2 d]
@@ -134,6 +135,7 @@ class _StepClock(TrainEvents):
 
     def __init__(self, total: int, progress: Progress | None) -> None:
         self.times: dict[int, float] = {}
+        self.waits: dict[int, float] = {}  # step -> seconds the trainer waited for that step's batches
         self.total, self.progress = total, progress
 
     def start(self, step: int, max_steps: int) -> None:
@@ -141,6 +143,8 @@ class _StepClock(TrainEvents):
 
     def step(self, step: int, metrics: dict[str, Any]) -> None:
         self.times[step] = time.perf_counter()
+        if "data_wait_s" in metrics:
+            self.waits[step] = metrics["data_wait_s"]
         if self.progress is not None:
             self.progress("trainer", step, self.total)
 
@@ -149,9 +153,13 @@ def bench_trainer(
     recipe: Recipe, tokenizer: Tokenizer, device: torch.device, warmup: int, steps: int,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """`training.train` itself for warmup + steps optimizer steps into a scratch run (no dev set, no eval)."""
+    """`training.train` itself for warmup + steps optimizer steps into a scratch run (no dev set, no eval).
+
+    It logs every step, so that the time it waited for each step's batches (`data_wait_s`) is known per step.
+    """
     t = dataclasses.replace(
-        recipe.train, max_steps=warmup + steps, save_every=10**9, eval_every=0, keep_last=1, average_last=1
+        recipe.train, max_steps=warmup + steps, save_every=10**9, eval_every=0, keep_last=1, average_last=1,
+        log_every=1,
     )
     scratch = Path(tempfile.mkdtemp(prefix="tfm-bench-train-"))
     try:
@@ -163,8 +171,11 @@ def bench_trainer(
         memory = peak_memory_mb(device)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    per_step = [clock.times[i] - clock.times[i - 1] for i in range(warmup + 1, warmup + steps + 1)]
-    return {"step_times": per_step, **memory}
+    timed = range(warmup + 1, warmup + steps + 1)
+    per_step = [clock.times[i] - clock.times[i - 1] for i in timed]
+    # The data path's direct cost: the share of the trainer's step time spent waiting for batches
+    waited = sum(clock.waits.get(i, 0.0) for i in timed)
+    return {"step_times": per_step, "data_wait_share": waited / sum(per_step), **memory}
 
 
 def bench_train(
@@ -224,6 +235,7 @@ def bench_train(
     }
     if "trainer" in by_phase:
         summary["trainer_vs_model_step"] = by_phase["trainer"]["tgt_tokens_per_s"] / by_phase["model step"]["tgt_tokens_per_s"]
+        summary["trainer_data_wait_share"] = by_phase["trainer"]["data_wait_share"]
     if "hf-marian step" in by_phase:
         summary["model_step_vs_hf_marian"] = (
             by_phase["model step"]["tgt_tokens_per_s"] / by_phase["hf-marian step"]["tgt_tokens_per_s"]
