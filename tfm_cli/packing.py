@@ -16,8 +16,8 @@ bf16, with greedy and beam search.
 
 `packed_view(model)` is what `decoding.TorchEngine` decodes with on the CPU: the same parameters (not copied),
 and linear layers that read a packed copy of their weight when no gradient is wanted. With gradients enabled
-they are plain `F.linear` over the live parameters, so the view can never train on a stale copy; a view is
-built from the weights as they are, so build a new one after changing them.
+they are plain `F.linear` over the live parameters, so the view can never train on a stale copy; a packed copy
+is taken from the weights as they are at its first use, so build a new view after changing them.
 """
 
 from __future__ import annotations
@@ -39,8 +39,17 @@ def packing_available() -> bool:
         return False
 
 
+def _bf16_supported() -> bool:
+    """Whether oneDNN runs bf16 natively on this CPU (AVX512-BF16, AMX); elsewhere bf16 stays with F.linear."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 class PackedLinear(nn.Module):
-    """`nn.Linear` whose weight is reordered once for oneDNN, per compute dtype (fp32; bf16 under autocast).
+    """`nn.Linear` whose weight is reordered for oneDNN once per compute dtype, when first needed (fp32; bf16
+    under autocast).
 
     Shares `weight` and `bias` with the layer it was made from. It runs the packed kernel only on the CPU without
     gradients; otherwise it is `F.linear`, and so is a dtype oneDNN cannot run here (bf16 without native support).
@@ -52,12 +61,11 @@ class PackedLinear(nn.Module):
         self.weight, self.bias = linear.weight, linear.bias
         # dtype -> (packed weight, bias in that dtype), or None where oneDNN cannot run the dtype
         self._packed: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor | None] | None] = {}
-        self._pack(torch.float32)
 
     def _pack(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         if dtype not in self._packed:
             packed = None
-            if dtype == torch.float32 or (dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+            if dtype == torch.float32 or (dtype == torch.bfloat16 and _bf16_supported()):
                 with torch.no_grad():
                     weight = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().to(dtype))
                     bias = None if self.bias is None else self.bias.detach().to(dtype)
