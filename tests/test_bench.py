@@ -133,6 +133,10 @@ def test_train_json(recipe: Path) -> None:
     assert s["trainer_vs_model_step"] == pytest.approx(phases["trainer"]["tgt_tokens_per_s"] / phases["model step"]["tgt_tokens_per_s"])
     # the trainer measured its own wait for batches: a share of its step time, and in the summary
     assert 0 < phases["trainer"]["data_wait_share"] < 1 and s["trainer_data_wait_share"] == phases["trainer"]["data_wait_share"]
+    # and the time inside its model step: a share of its wall time, which holds the wait besides
+    inside = phases["trainer"]["model_step_share"]
+    assert 0 < inside < 1 and inside + phases["trainer"]["data_wait_share"] <= 1
+    assert s["trainer_model_step_share"] == inside
 
 
 def test_train_flops_match_torch_flop_counter() -> None:

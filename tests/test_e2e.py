@@ -202,7 +202,7 @@ def test_metrics_and_summary(run: dict) -> None:
     assert [r["step"] for r in records if r["kind"] == "train"] == [10, 20, 30, 40]
     for r in records:  # each log window says how long the trainer waited for batches, within its wall time
         if r["kind"] == "train":
-            assert 0 <= r["data_wait_s"] < r["elapsed_s"]
+            assert 0 <= r["data_wait_s"] < r["elapsed_s"] and 0 < r["step_s"] < r["elapsed_s"]
     evals = [r for r in records if r["kind"] == "eval"]
     assert [r["step"] for r in evals] == [20] and evals[0]["sentences"] == 20
     final = [r for r in records if r["kind"] == "final"]

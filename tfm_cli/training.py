@@ -697,7 +697,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dis
     cuda = device.type == "cuda"
     batches = Prefetcher(stream, t.accum_steps, depth=PREFETCH_GROUPS if cuda else 0, pin_memory=cuda, device=device)
     events.start(step, t.max_steps)
-    window_tokens, window_start, window_loss, window_nll, window_wait = 0, time.perf_counter(), 0.0, 0.0, 0.0
+    window_tokens, window_start, window_loss, window_nll, window_wait, window_step = 0, time.perf_counter(), 0.0, 0.0, 0.0, 0.0
     interrupted = False
     stopped = ""
     last_saved = step
@@ -713,7 +713,9 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dis
             window_wait += time.perf_counter() - waited  # the data path's cost to this thread
             n_tokens = step_tokens(group)
             lr = inverse_sqrt_lr(step + 1, config.d_model, t.warmup_steps, t.lr_factor)
+            stepping = time.perf_counter()
             step_loss, step_nll = train_step(step_model, optimizer, scaler, group, lr, t, amp, device, dist)
+            window_step += time.perf_counter() - stepping  # the model step itself (it ends synchronised)
             step += 1
             stream_state = batches.state_dict()
             if math.isfinite(step_loss):
@@ -738,6 +740,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dis
                     "ppl": math.exp(min(window_nll / window_tokens, 50)), "lr": lr,
                     "tgt_tokens_per_s": window_tokens / elapsed, "elapsed_s": time.perf_counter() - started,
                     "data_wait_s": window_wait,  # of the window's wall time, spent waiting for the next batches
+                    "step_s": window_step,  # of the window's wall time, spent in the optimizer steps themselves
                 }
                 if skipped:
                     metrics["skipped_steps"] = skipped
@@ -746,7 +749,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dis
                 warning = rising.update(metrics["loss"], lr)
                 if warning:
                     events.message(warning)
-                window_tokens, window_start, window_loss, window_nll, window_wait = 0, time.perf_counter(), 0.0, 0.0, 0.0
+                window_tokens, window_start, window_loss, window_nll, window_wait, window_step = 0, time.perf_counter(), 0.0, 0.0, 0.0, 0.0
             events.step(step, metrics)
             if device.type == "cpu" and step % TRIM_EVERY == 0:
                 release_cpu_memory()

@@ -10,7 +10,8 @@ same seeded `BatchStream` the trainer uses, so the first `warmup` optimizer step
               (the trainer, which runs after it, would otherwise be favoured by the kernels it left planned)
   trainer     `training.train` itself into a scratch run directory (batch building, host-to-device copies,
               logging, allocator trims: everything), timed between the trainer's own step events; it also
-              reports the share of its step time spent waiting for the next batches (`data_wait_share`)
+              reports the shares of its wall time spent waiting for the next batches (`data_wait_share`) and
+              inside its model step (`model_step_share`: the trainer's throughput over its own step's)
 
 The gap between the two is the data path's cost. FLOPs per target token use the analytic count of the model's
 matrix products with padding excluded (multiply-add = 2): forward = N_enc [S(8d^2 + 4 d d_ff) + 4 S^2 d]
@@ -136,6 +137,7 @@ class _StepClock(TrainEvents):
     def __init__(self, total: int, progress: Progress | None) -> None:
         self.times: dict[int, float] = {}
         self.waits: dict[int, float] = {}  # step -> seconds the trainer waited for that step's batches
+        self.inside: dict[int, float] = {}  # step -> seconds inside that optimizer step (train_step)
         self.total, self.progress = total, progress
 
     def start(self, step: int, max_steps: int) -> None:
@@ -144,7 +146,7 @@ class _StepClock(TrainEvents):
     def step(self, step: int, metrics: dict[str, Any]) -> None:
         self.times[step] = time.perf_counter()
         if "data_wait_s" in metrics:
-            self.waits[step] = metrics["data_wait_s"]
+            self.waits[step], self.inside[step] = metrics["data_wait_s"], metrics["step_s"]
         if self.progress is not None:
             self.progress("trainer", step, self.total)
 
@@ -155,7 +157,9 @@ def bench_trainer(
 ) -> dict[str, Any]:
     """`training.train` itself for warmup + steps optimizer steps into a scratch run (no dev set, no eval).
 
-    It logs every step, so that the time it waited for each step's batches (`data_wait_s`) is known per step.
+    It logs every step, so that the time it waited for each step's batches (`data_wait_s`) and the time inside
+    the step itself (`step_s`) are known per step: their shares of the trainer's wall time need no comparison
+    across phases, whose step times vary by tens of percent from run to run on a shared CPU.
     """
     t = dataclasses.replace(
         recipe.train, max_steps=warmup + steps, save_every=10**9, eval_every=0, keep_last=1, average_last=1,
@@ -173,9 +177,11 @@ def bench_trainer(
         shutil.rmtree(scratch, ignore_errors=True)
     timed = range(warmup + 1, warmup + steps + 1)
     per_step = [clock.times[i] - clock.times[i - 1] for i in timed]
-    # The data path's direct cost: the share of the trainer's step time spent waiting for batches
+    # The data path's direct cost, and all the trainer does besides its model step, as shares of its wall time
+    wall = sum(per_step)
     waited = sum(clock.waits.get(i, 0.0) for i in timed)
-    return {"step_times": per_step, "data_wait_share": waited / sum(per_step), **memory}
+    inside = sum(clock.inside.get(i, 0.0) for i in timed)
+    return {"step_times": per_step, "data_wait_share": waited / wall, "model_step_share": inside / wall, **memory}
 
 
 def bench_train(
@@ -236,6 +242,7 @@ def bench_train(
     if "trainer" in by_phase:
         summary["trainer_vs_model_step"] = by_phase["trainer"]["tgt_tokens_per_s"] / by_phase["model step"]["tgt_tokens_per_s"]
         summary["trainer_data_wait_share"] = by_phase["trainer"]["data_wait_share"]
+        summary["trainer_model_step_share"] = by_phase["trainer"]["model_step_share"]
     if "hf-marian step" in by_phase:
         summary["model_step_vs_hf_marian"] = (
             by_phase["model step"]["tgt_tokens_per_s"] / by_phase["hf-marian step"]["tgt_tokens_per_s"]
