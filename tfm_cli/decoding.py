@@ -115,8 +115,8 @@ class TorchEngine:
 
     On the CPU it decodes through `packing.packed_view(model)`: the same parameters, with linear layers that run
     oneDNN's kernels on weights packed once (faster for the few rows of a decoding step, the same function).
-    The packed weights and the output projection below are copies taken here: build a new engine after changing
-    the weights. `model` stays the model given.
+    The packed weights (taken at their first use) and the output projection below (taken here) are copies: build
+    a new engine after changing the weights. `model` stays the model given.
     """
 
     def __init__(self, model: Transformer, use_cache: bool = True) -> None:

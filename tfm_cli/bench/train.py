@@ -13,7 +13,8 @@ same seeded `BatchStream` the trainer uses, so the first `warmup` optimizer step
               reports the shares of its wall time spent waiting for the next batches (`data_wait_share`) and
               inside its model step (`model_step_share`: the trainer's throughput over its own step's)
 
-The gap between the two is the data path's cost. FLOPs per target token use the analytic count of the model's
+The gap between the two is the data path's cost plus the run-to-run spread of step times; the trainer's
+`model_step_share` measures the first alone. FLOPs per target token use the analytic count of the model's
 matrix products with padding excluded (multiply-add = 2): forward = N_enc [S(8d^2 + 4 d d_ff) + 4 S^2 d]
 + N_dec [T(12 d^2 + 4 d d_ff) + 4 S d^2 + 4 T^2 d + 4 T S d] + 2 T d V per sentence, training = 3 x forward.
 MFU is achieved FLOP/s over the measured matrix-multiply peak of this device in the training dtype.
