@@ -127,12 +127,24 @@ def test_cpu_dropout_keeps_the_rate_the_scale_and_the_gradient() -> None:
     torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / 0.9))  # survivors scaled by 1 / (1 - p)
     (grad,) = torch.autograd.grad(y.sum(), x)
     torch.testing.assert_close(grad, kept.float() / 0.9)  # the gradient goes through the same mask
+    lanes = kept.view(-1, 4).float().mean(dim=0)  # four 16-bit draws share each 64-bit one: each lane is fair
+    assert float((1 - lanes - 0.1).abs().max()) < 0.003
+    both = (~kept[:, :-1] & ~kept[:, 1:]).float().mean()  # neighbours drop independently: p^2
+    assert abs(float(both) - 0.01) < 0.001
     bf16 = drop(torch.ones(100, 100, dtype=torch.bfloat16))
     assert bf16.dtype == torch.bfloat16
     drop.eval()
     assert torch.equal(drop(x), x)  # evaluation: the identity
     assert torch.equal(Dropout(0.0).train()(x), x)
     assert float(Dropout(1.0).train()(x).detach().abs().sum()) == 0
+
+
+@pytest.mark.parametrize("p", [0.3, 0.5, 0.9])
+def test_cpu_dropout_is_unbiased_at_other_rates(p: float) -> None:
+    torch.manual_seed(1)
+    y = Dropout(p).train()(torch.ones(2000, 1000))
+    assert abs(float((y == 0).float().mean()) - p) < 0.002  # 2M draws: the standard error is at most 0.00035
+    assert abs(float(y.mean()) - 1.0) < 0.01  # E[y] = x: the scale matches the rate drawn
 
 
 def test_label_smoothed_loss_uses_its_pad_id() -> None:

@@ -127,13 +127,18 @@ class _ChunkedOutputLoss(torch.autograd.Function):
             for start in range(0, n, rows):
                 h, t = hidden[start : start + rows], target[start : start + rows]
                 logits = (h @ w.t()).float()  # (R, V)
-                lse = logits.logsumexp(dim=-1)  # (R,)
-                chunk_nll = lse - logits.gather(1, t[:, None]).squeeze(1)
-                uniform = lse - logits.mean(dim=-1)  # cross-entropy against the uniform distribution
+                logits -= logits.amax(dim=-1, keepdim=True)  # shifted: the largest is 0, exp cannot overflow
+                target_logit = logits.gather(1, t[:, None]).squeeze(1)
+                mean_logit = logits.mean(dim=-1)
+                probs = logits.exp_()  # one exp per logit, for the log-sum-exp and the gradient alike
+                total = probs.sum(dim=-1)  # (R,)
+                lse = total.log()  # log-sum-exp of the shifted logits
+                chunk_nll = lse - target_logit
+                uniform = lse - mean_logit  # cross-entropy against the uniform distribution
                 loss += ((1.0 - smoothing) * chunk_nll + smoothing * uniform).sum()
                 nll += chunk_nll.sum()
                 if want_h or want_w:
-                    grad = logits.sub_(lse[:, None]).exp_().sub_(smoothing / vocab)  # softmax - eps / V
+                    grad = probs.div_(total[:, None]).sub_(smoothing / vocab)  # softmax - eps / V
                     grad[torch.arange(t.numel(), device=t.device), t] -= 1.0 - smoothing
                     grad = grad.to(dtype)
                     if want_h:
