@@ -42,7 +42,7 @@ from safetensors.torch import load_file, save_file
 
 from tfm_cli.checkpoint import FINAL, checkpoint_path, load_model, read_metadata, save_weights, weights_state
 from tfm_cli.data import read_pairs
-from tfm_cli.errors import CheckpointError, CorpusError, TfmError
+from tfm_cli.errors import CheckpointError, CorpusError, RecipeError, TfmError
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.tokenizer import train_tokenizer
 
@@ -525,3 +525,123 @@ def test_a_start_on_a_bad_corpus_leaves_no_run_behind(root: Path, run: Path, tmp
         proc = tfm("train", str(recipe(tmp_path, str(bad))), *extra, "--out", str(out), "--device", "cpu", check=False)
         error_line(proc, str(bad))
         assert not out.exists(), sorted(p.name for p in out.iterdir())
+
+
+# ---- held-out cases: outputs that would destroy inputs, unwritable places, CR line ends, bounds, resume -------
+
+
+@pytest.fixture(scope="module")
+def trained(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real 10-step run (checkpoints with their trainer states), trained in-process."""
+    from tfm_cli.training import train
+
+    out = tmp_path_factory.mktemp("trained") / "run"
+    train(root / "recipe.yaml", out, device="cpu")
+    return out
+
+
+def test_resume_refuses_another_architecture_before_touching_the_run(trained: Path, tmp_path: Path) -> None:
+    run = Path(shutil.copytree(trained, tmp_path / "run"))
+    before = snapshot(run)
+    # a shape change, and one that keeps every shape (the weights would silently mean something else)
+    for override, named in (("model.d_model=64", "model.d_model 32 -> 64"), ("model.n_heads=1", "model.n_heads 2 -> 1")):
+        proc = tfm("train", "--resume", str(run), override, "train.max_steps=12", "--device", "cpu", check=False)
+        error_line(proc, "--resume cannot change the model", named)
+        assert snapshot(run) == before  # recipe.yaml and config.json untouched: a plain resume still works
+    proc = tfm("train", "--resume", str(run), "train.max_steps=5", "--device", "cpu", check=False)
+    error_line(proc, "already at step 10", "train.max_steps=5")
+    assert snapshot(run) == before
+    # training-only settings may change on resume
+    tfm("train", "--resume", str(run), "model.dropout=0.2", "train.max_steps=11", "--device", "cpu")
+    assert json.loads((run / "config.json").read_text())["dropout"] == 0.2
+
+
+def test_tokenize_out_never_replaces_an_input_or_a_foreign_file(root: Path, tmp_path: Path) -> None:
+    corpus = Path(shutil.copy(root / "train.tsv", tmp_path / "corpus.tsv"))
+    kept = corpus.read_bytes()
+    error_line(tfm("tokenize", "--corpus", str(corpus), "--out", str(corpus), check=False), "--out", "is also an input")
+    notes = write(tmp_path / "notes.txt", "my notes\n")
+    error_line(tfm("tokenize", "--corpus", str(corpus), "--out", str(notes), check=False), "not a tokenizer.json")
+    error_line(tfm("tokenize", "--corpus", str(corpus), "--out", str(tmp_path), check=False), "is a directory")
+    error_line(tfm("tokenize", "--corpus", str(corpus), "--out", str(notes / "tok.json"), check=False), "cannot be written")
+    assert corpus.read_bytes() == kept and notes.read_text() == "my notes\n"
+    tok = tmp_path / "tok.json"
+    for _ in range(2):  # a tokenizer it wrote may be replaced
+        tfm("tokenize", "--corpus", str(corpus), "--vocab-size", "400", "--out", str(tok))
+    assert json.loads(tok.read_text())["model"]["type"] == "BPE"
+
+
+def test_unwritable_outputs_are_refused_before_the_work(run: Path, root: Path, tmp_path: Path) -> None:
+    pairs = write(tmp_path / "pairs.tsv", _head(20))
+    blocker = write(tmp_path / "a-file", "x")  # a path under a file can never be created
+    proc = translate(run, "--score", str(pairs), "--output", str(blocker / "out.txt"))
+    error_line(proc, "--output", "cannot be written")
+    error_line(translate(run, "--score", str(pairs), "--output", str(pairs)), "--output", "is also an input")
+    error_line(translate(run, "--score", str(pairs), "--output", str(tmp_path)), "--output", "is a directory")
+    for option in ("--html", "--image"):
+        proc = tfm("inspect-attn", "--model", str(run), "--device", "cpu", "Je suis.", option, str(blocker / "x.png"), check=False)
+        error_line(proc, option, "cannot be written")
+    proc = tfm("export", str(run), "--format", "release", "--out", str(blocker / "export"), check=False)
+    error_line(proc, str(blocker / "export"), "cannot be written")
+    error_line(tfm("train", "--curves", str(blocker), check=False), str(blocker), "no metrics.jsonl")
+    assert pairs.read_text() == _head(20)
+
+
+def test_carriage_return_line_ends_are_not_read_as_one_line(run: Path, tmp_path: Path) -> None:
+    lines = _head(50).splitlines()
+    cr = write(tmp_path / "mac.tsv", "\r".join(lines) + "\r")
+    with pytest.raises(CorpusError) as caught:
+        list(read_pairs(str(cr)))
+    one_line(caught.value, "mac.tsv:1", "carriage return", "tr '\\r' '\\n'")
+    proc = tfm("tokenize", "--corpus", str(cr), "--out", str(tmp_path / "tok.json"), check=False)
+    error_line(proc, "mac.tsv:1", "carriage return")
+    error_line(translate(run, stdin=b"Bonjour.\rMerci.\rSalut.\r"), "stdin line 1", "carriage return")
+    crlf = write(tmp_path / "dos.tsv", "\r\n".join(lines) + "\r\n")  # Windows line ends are fine
+    assert [(s, t) for _, s, t in read_pairs(str(crlf))] == [tuple(line.split("\t")[:2]) for line in lines]
+    assert len(translate(run, stdin=b"Bonjour.\r\nMerci.\r\n").stdout.splitlines()) == 2
+
+
+def test_vocabulary_size_and_length_penalty_have_upper_bounds(run: Path, root: Path, tmp_path: Path) -> None:
+    from tfm_cli.recipe import load_recipe
+    from tfm_cli.translator import Translator
+
+    for override, key in (("tokenizer.vocab_size=10000000000", "tokenizer.vocab_size"), ("decode.alpha=1e308", "decode.alpha")):
+        with pytest.raises(RecipeError) as caught:
+            load_recipe(root / "recipe.yaml", [override])
+        (problem,) = caught.value.problems
+        assert problem.startswith(key) and "must be between" in problem, problem
+    with pytest.raises(TfmError, match="too large"):
+        train_tokenizer(["a b c"], vocab_size=10**10)  # the Rust trainer would abort the process
+    proc = tfm("tokenize", "--corpus", str(root / "train.tsv"), "--vocab-size", str(2**64), "--out", str(tmp_path / "t.json"), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "panicked" not in proc.stderr
+    assert translate(run, "--alpha", "1e308", "Bonjour.").returncode == 2
+    translator = Translator.load(run, device="cpu")
+    for alpha in (float("nan"), 1e308):
+        with pytest.raises(TfmError, match="between 0 and 10"):
+            translator.translate("Bonjour.", alpha=alpha)
+
+
+def test_dry_run_makes_the_checks_of_a_real_start(root: Path, tmp_path: Path) -> None:
+    blocker = write(tmp_path / "a-file", "x")
+    dry = ("train", str(root / "recipe.yaml"), "--dry-run")
+    error_line(tfm(*dry, "--out", str(blocker), check=False), str(blocker), "not a directory")
+    error_line(tfm(*dry, "--out", str(blocker / "run"), check=False), "cannot create the run directory")
+    error_line(tfm(*dry, "--device", "tpu", check=False), "tpu")
+    error_line(tfm(*dry, "data.max_len=1", check=False), "data.max_len", "at least 2")
+    dev = write(tmp_path / "dev.tsv", _head(5) + "no tab here\n")
+    error_line(tfm(*dry, f"data.dev={dev}", check=False), "dev.tsv:6", "no tab")
+    proc = tfm(*dry, "--out", str(tmp_path / "fresh"))
+    assert "3,000 in data.train" in proc.stdout and not (tmp_path / "fresh").exists()
+
+
+def test_inspect_attn_refuses_a_sentence_longer_than_the_model_takes_at_once(run: Path) -> None:
+    long = "le chat " * 200  # max_positions is 64 here
+    proc = tfm("inspect-attn", "--model", str(run), "--device", "cpu", long, check=False)
+    error_line(proc, "the sentence has", "at most 63")
+    assert "Warning" not in proc.stderr  # refused before a (truncated) translation was made
+
+
+def test_bench_translate_refuses_batches_larger_than_its_sentences(run: Path) -> None:
+    for sizes in ("1,8,32", "1,,2"):
+        proc = tfm("bench", "translate", "--model", str(run), "--sentences", "4", "--batch-sizes", sizes, check=False)
+        assert proc.returncode == 2 and "--batch-sizes" in proc.stderr and "Traceback" not in proc.stderr

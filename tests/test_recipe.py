@@ -172,8 +172,8 @@ def test_range_and_cross_field_rules():
         recipe_from_dict(data)
     got = problems_of(excinfo)
     expected = [
-        "tokenizer.vocab_size=100 must be at least 300: the byte fallback needs 256 byte tokens "
-        "+ 4 special tokens, plus room for merges",
+        "tokenizer.vocab_size=100 must be between 300 (the byte fallback needs 256 byte tokens + 4 special "
+        "tokens, plus room for merges) and 1,000,000; e.g. 8000 for a small corpus, 37000 for the paper's",
         "train.precision='fp8' must be one of: auto, fp32, bf16, fp16",
         "train.average_last=3 must be at most train.keep_last=2 (raise train.keep_last to 3)",
         "train.label_smoothing=1.0 must be in [0, 1) (the paper uses 0.1)",
@@ -241,8 +241,8 @@ def test_bool_rejected_for_int_and_float():
         )
     assert sorted(problems_of(excinfo)) == sorted(
         [
-            "train.max_steps=True must be an integer",
-            "train.lr_factor=False must be a number",
+            "train.max_steps=true must be an integer",
+            "train.lr_factor=false must be a number",
             "model.tie_embeddings=1 must be true or false",
         ]
     )
@@ -271,7 +271,7 @@ def test_corpus_paths():
     with pytest.raises(RecipeError) as excinfo:
         recipe_from_dict({"name": "x", "data": {"train": None, "dev": ["a", " "]}})
     assert problems_of(excinfo) == [
-        "data.train=None must be one TSV file path or a list of exactly 2 paths [source_file, target_file]",
+        "data.train=null (empty) must be one TSV file path or a list of exactly 2 paths [source_file, target_file]",
         "data.dev=['a', ' '] must name a file: a path may not be empty",
     ]
 

@@ -90,6 +90,9 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     src_ids = tok.encode(source)
     if not src_ids:
         raise TfmError("the sentence to inspect is empty", hint='give a sentence, e.g. tfm inspect-attn "Je suis étudiant."')
+    limit = cfg.max_positions - 1
+    if len(src_ids) > limit:  # before translating it: a truncated translation of it would be no view of it
+        raise TfmError(f"the sentence has {len(src_ids)} tokens; the model takes at most {limit}", hint="inspect a shorter sentence")
     if target is None:
         result = translator.translate(source, **decode)
         tgt_ids = [tok.piece_to_id(p) for p in result.tokens]
@@ -98,10 +101,8 @@ def attention_report(translator: Translator, source: str, target: str | None = N
         tgt_ids, target_text, forced = tok.encode(target), target, True
         if not tgt_ids:
             raise TfmError("--target is empty", hint="give the target sentence to teacher-force, or leave --target out")
-    limit = cfg.max_positions - 1
-    for name, ids in (("sentence", src_ids), ("target", tgt_ids)):
-        if len(ids) > limit:
-            raise TfmError(f"the {name} has {len(ids)} tokens; the model takes at most {limit}", hint="inspect a shorter sentence")
+    if len(tgt_ids) > limit:
+        raise TfmError(f"the target has {len(tgt_ids)} tokens; the model takes at most {limit}", hint="inspect a shorter sentence")
     device = translator.device
     src = torch.tensor([src_ids + [cfg.eos_id]], device=device)
     tgt_in = torch.tensor([[cfg.bos_id] + tgt_ids], device=device)

@@ -126,6 +126,8 @@ def _read_lines(path: Path, shown: str) -> Iterator[tuple[int, str]]:
                     raw = raw[:-1]
                 if (line_no == 1 or b"\x00" in raw) and (problem := _not_text(raw, line_no, path.name)):
                     raise CorpusError(f"{shown}:{line_no}: {problem}")
+                if b"\r" in raw:  # read as one line, it would silently glue many sentences together
+                    raise CorpusError(f"{shown}:{line_no}: {_carriage_return(path.name)}")
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as err:
@@ -152,6 +154,16 @@ def _read_lines(path: Path, shown: str) -> Iterator[tuple[int, str]]:
         raise CorpusError(
             f"{shown}: cannot read the file ({err}); is it a complete, uncompressed or gzip text file?"
         ) from err
+
+
+def _carriage_return(name: str) -> str:
+    """The problem of a line holding a carriage return that does not end it (CR-only line ends, old Mac style)."""
+    cat, fixed = "zcat" if name.endswith(".gz") else "cat", "fixed-" + name.removesuffix(".gz")
+    return (
+        "a carriage return (\\r) inside the line: if the file ends its lines with CR alone (old Mac style), convert "
+        f"them ({cat} {name} | tr '\\r' '\\n' > {fixed}); if they are stray characters in sentences, make them "
+        f"spaces ({cat} {name} | tr '\\r' ' ' > {fixed})"
+    )
 
 
 def _not_text(raw: bytes, line_no: int, name: str) -> str | None:

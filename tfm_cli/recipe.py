@@ -31,6 +31,8 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 PATIENCE_METRICS = ("bleu", "loss")  # dev metrics early stopping can watch
 # 256 byte tokens for the byte-level fallback + 4 specials (pad, bos, eos, unk), with some room for merges.
 MIN_VOCAB_SIZE = 300
+MAX_VOCAB_SIZE = 1_000_000  # the largest NMT vocabularies (NLLB, mBART) hold ~250k; tokenizers aborts far above
+MAX_ALPHA = 10.0  # GNMT's length penalty exponent: the paper uses 0.6, and ((5 + |Y|) / 6)^alpha must stay finite
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
 
 
@@ -219,9 +221,18 @@ def _convert(value: Any, kind: str) -> Any:
     return value
 
 
+def _yaml_text(value: Any) -> str:
+    """A value as it was written in YAML (null, true, 3, 'text'), not as Python shows it (None, True)."""
+    if value is None:
+        return "null (empty)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
 def _type_problem(key: str, value: Any, kind: str) -> str | None:
     """The problem line when `value` does not have the field's type, else None."""
-    bad = f"{key}={value!r}"
+    bad = f"{key}={_yaml_text(value)}"
     if kind == "int":
         return None if _is_int(value) else f"{bad} must be an integer"
     if kind == "float":
@@ -259,15 +270,15 @@ def _type_problem(key: str, value: Any, kind: str) -> str | None:
 _POSITIVE = (lambda v: v >= 1, "must be a positive integer")
 _NON_NEGATIVE = (lambda v: v >= 0, "must be >= 0")
 _RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
-    "data.max_len": _POSITIVE,
+    "data.max_len": (lambda v: v >= 2, "must be at least 2 (one token plus BOS/EOS)"),
     "tokenizer.path": (
         lambda v: v is None or v.strip() != "",
         "must be a tokenizer.json path, or null to train one",
     ),
     "tokenizer.vocab_size": (
-        lambda v: v >= MIN_VOCAB_SIZE,
-        f"must be at least {MIN_VOCAB_SIZE}: the byte fallback needs 256 byte tokens + 4 special tokens, "
-        "plus room for merges",
+        lambda v: MIN_VOCAB_SIZE <= v <= MAX_VOCAB_SIZE,
+        f"must be between {MIN_VOCAB_SIZE} (the byte fallback needs 256 byte tokens + 4 special tokens, plus room "
+        f"for merges) and {MAX_VOCAB_SIZE:,}; e.g. 8000 for a small corpus, 37000 for the paper's",
     ),
     "tokenizer.min_frequency": _POSITIVE,
     "train.max_tokens": _POSITIVE,
@@ -301,7 +312,10 @@ _RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "train.keep_last": _POSITIVE,
     "train.average_last": (lambda v: v >= 1, "must be a positive integer (1 = no averaging)"),
     "decode.beam": _POSITIVE,
-    "decode.alpha": (lambda v: v >= 0, "must be >= 0 (0 = no length penalty; the paper uses 0.6)"),
+    "decode.alpha": (
+        lambda v: 0 <= v <= MAX_ALPHA,
+        f"must be between 0 and {MAX_ALPHA:g} (0 = no length penalty; the paper uses 0.6)",
+    ),
     "decode.max_len_offset": _NON_NEGATIVE,
     "decode.min_len": _NON_NEGATIVE,
     "decode.max_tokens": _POSITIVE,

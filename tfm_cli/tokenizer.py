@@ -36,6 +36,7 @@ N_SPECIAL = len(SPECIAL_TOKENS)
 N_BYTES = 256
 FIRST_PIECE_ID = N_SPECIAL + N_BYTES  # 260: the first learned BPE piece
 MIN_VOCAB_SIZE = 300
+MAX_VOCAB_SIZE = 1_000_000  # as recipe.MAX_VOCAB_SIZE: tokenizers' trainer aborts the process far above it
 METASPACE = "\u2581"  # "▁", sentencepiece's word-start mark
 
 # Every character Python's str.split() treats as whitespace (incl. U+00A0, U+202F, U+2009, tabs), plus "▁".
@@ -245,13 +246,15 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 
         The trained Tokenizer.
 
     Raises:
-        TfmError: `vocab_size` < 300, `min_frequency` < 1, or `texts` holds no non-empty sentence.
+        TfmError: `vocab_size` < 300 or > 1,000,000, `min_frequency` < 1, or `texts` holds no non-empty sentence.
     """
     if vocab_size < MIN_VOCAB_SIZE:
         raise TfmError(
             f"vocab_size={vocab_size} is too small: it must be at least {MIN_VOCAB_SIZE} "
             f"({N_SPECIAL} specials + {N_BYTES} byte tokens + some pieces); try 8000"
         )
+    if vocab_size > MAX_VOCAB_SIZE:
+        raise TfmError(f"vocab_size={vocab_size} is too large: it must be at most {MAX_VOCAB_SIZE:,}; try 8000 to 37000")
     if min_frequency < 1:
         raise TfmError(f"min_frequency={min_frequency} must be at least 1 (try 2)")
 

@@ -60,7 +60,15 @@ from tfm_cli.distributed import setup as setup_distributed
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError
 from tfm_cli.model import Transformer
 from tfm_cli.monitor import EarlyStopping, RisingLoss, TensorBoardLog, write_curves_png
-from tfm_cli.recipe import Recipe, dump_recipe, load_recipe, model_config, parse_duration, recipe_to_dict
+from tfm_cli.recipe import (
+    ModelRecipe,
+    Recipe,
+    dump_recipe,
+    load_recipe,
+    model_config,
+    parse_duration,
+    recipe_to_dict,
+)
 from tfm_cli.runtime import (
     autocast,
     release_cpu_memory,
@@ -475,12 +483,33 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
             f"{run_dir} already holds another run (its recipe.yaml differs from this one; it has no checkpoint yet)",
             hint="choose another --out, or delete that directory if its run is of no use",
         )
+    _check_place(run_dir)
     _check_corpora(recipe)
     if recipe.tokenizer.path and not Path(recipe.tokenizer.path).expanduser().is_file():
+        what = "is not a file" if Path(recipe.tokenizer.path).expanduser().exists() else "does not exist"
         raise TfmError(
-            f"tokenizer.path: {recipe.tokenizer.path} does not exist",
+            f"tokenizer.path: {recipe.tokenizer.path} {what}",
             hint="train one with `tfm tokenize`, or set tokenizer.path: null to train one with the run",
         )
+
+
+def _check_place(run_dir: Path) -> None:
+    """Fail when `run_dir` cannot become a run directory (a file is there, or its place is not writable),
+    without creating anything: the probe file is made and removed in the nearest folder that exists."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise TfmError(f"{run_dir} exists and is not a directory: it cannot hold the run", hint="choose another --out")
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(20, f"{existing} is not a directory")
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise TfmError(
+            f"cannot create the run directory {run_dir}: {err.strerror or err}", hint="choose another --out"
+        ) from None
 
 
 def _same_recipe(path: Path, recipe: Recipe) -> bool:
@@ -499,6 +528,16 @@ def _check_corpora(recipe: Recipe) -> None:
                 resolve_corpus_path(path)
             except CorpusError as err:
                 raise CorpusError(f"{key}: {err}") from None
+
+
+def scan_corpora(recipe: Recipe) -> dict[str, int]:
+    """Read every line of the recipe's corpora as a start would (`tfm train --dry-run`): the number of sentence
+    pairs in data.train and data.dev; a CorpusError names the first bad file and line."""
+    counts = {}
+    for key, spec in (("data.train", recipe.data.train), ("data.dev", recipe.data.dev)):
+        if spec is not None:
+            counts[key] = sum(1 for _ in read_pairs(spec))
+    return counts
 
 
 def _with_absolute_paths(recipe: Recipe) -> Recipe:
@@ -632,6 +671,8 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dis
         if s.kept == 0:
             raise TfmError(f"no usable sentence pairs in {recipe.data.train}", hint="check data.train and data.max_len")
         dev = load_dev(recipe.data.dev, tokenizer, recipe.data.max_len) if recipe.data.dev and main else None
+        if resume:
+            _check_resumable(run_dir, weights, config, step, t.max_steps)
     except BaseException:
         if main and not had_tokenizer and not resume:  # take back what this start wrote (a tokenizer it trained)
             (run_dir / "tokenizer.json").unlink(missing_ok=True)
@@ -906,6 +947,33 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
     # On the CPU: the RNG states must stay CPU ByteTensors (map_location=cuda broke resume on GPUs), and
     # Optimizer.load_state_dict moves each state tensor to its parameter's device itself.
     return step, weights, load_trainer_state(state_path(weights))
+
+
+# Model settings that only act in training: a resume may change them; any other changes what the weights mean.
+_TRAINING_ONLY = ("dropout", "attn_dropout")
+_RECIPE_MODEL_KEYS = {f.name for f in dataclasses.fields(ModelRecipe)}
+
+
+def _check_resumable(run_dir: Path, weights: Path, config, step: int, max_steps: int) -> None:
+    """Refuse a resume, before anything in the run is rewritten, whose overrides change the model the checkpoint
+    holds (its shapes, or shape-preserving settings such as model.n_heads or model.norm that would change what
+    the weights compute), or whose train.max_steps is already behind the checkpoint."""
+    saved = json.loads(read_metadata(weights)["config"])
+    changed = [
+        f"{'model.' + k if k in _RECIPE_MODEL_KEYS else k} {saved.get(k)!r} -> {v!r}"
+        for k, v in config.to_dict().items()
+        if k not in _TRAINING_ONLY and k in saved and saved[k] != v
+    ]
+    if changed:
+        raise TfmError(
+            f"--resume cannot change the model of {run_dir} ({'; '.join(changed)}): {weights.name} holds the other one",
+            hint="drop those overrides to continue the run, or start a new run with them (--out)",
+        )
+    if step > max_steps:
+        raise TfmError(
+            f"{run_dir} is already at step {step}, past train.max_steps={max_steps}: there is nothing to train",
+            hint=f"raise train.max_steps above {step} to continue it (e.g. train.max_steps={2 * step})",
+        )
 
 
 def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int) -> TfmError:

@@ -37,6 +37,7 @@ from tfm_cli.checkpoint import load_model
 from tfm_cli.decoding import Engine, TorchEngine, translate_ids
 from tfm_cli.errors import TfmError
 from tfm_cli.model import Transformer
+from tfm_cli.recipe import MAX_ALPHA
 from tfm_cli.runtime import autocast, resolve_device, resolve_precision
 from tfm_cli.tokenizer import Tokenizer
 
@@ -89,7 +90,7 @@ class DecodeSettings:
         """Raise TfmError naming the first setting out of range."""
         rules = [
             (self.beam >= 1, f"beam={self.beam} must be >= 1"),
-            (self.alpha >= 0, f"alpha={self.alpha} must be >= 0"),
+            (0 <= self.alpha <= MAX_ALPHA, f"alpha={self.alpha} must be a number between 0 and {MAX_ALPHA:g}"),
             (self.max_len_offset >= 0, f"max_len_offset={self.max_len_offset} must be >= 0"),
             (self.min_len >= 0, f"min_len={self.min_len} must be >= 0"),
             (self.max_tokens >= 1, f"max_tokens={self.max_tokens} must be >= 1"),

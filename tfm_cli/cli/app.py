@@ -1,7 +1,9 @@
 """The `tfm` Typer app: one module per command, this file only wires them together and handles errors.
 
-Problems the user can fix (TfmError) become one red line and exit status 1; usage errors exit 2 (Click);
-anything else is a bug and keeps its traceback. TFM_DEBUG=1 shows the traceback of every error.
+Problems the user can fix (TfmError) become one red line and exit status 1; usage errors exit 2 (Click); so
+does an operating-system error about a named file (a disk that fills up, a path that turns unwritable while
+a command runs), which the commands check for up front where they can. Anything else is a bug and keeps its
+traceback. TFM_DEBUG=1 shows the traceback of every error.
 """
 
 from __future__ import annotations
@@ -60,4 +62,11 @@ def main() -> None:
         from tfm_cli.cli.common import report_error
 
         report_error(error)
+        sys.exit(1)
+    except OSError as error:
+        if os.environ.get("TFM_DEBUG") or not error.filename:
+            raise
+        from tfm_cli.cli.common import report_error
+
+        report_error(TfmError(f"{error.filename}: {error.strerror or error}", hint="check the path, its permissions and the free space"))
         sys.exit(1)

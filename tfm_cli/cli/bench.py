@@ -43,7 +43,7 @@ TRANSLATE_COMPARE_HELP = (
 
 def _ints(text: str, option: str) -> list[int]:
     try:
-        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+        values = [int(v) for v in text.replace(" ", "").split(",")]  # an empty item ("1,,2") is an error too
     except ValueError:
         raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint=option) from None
     if not values or min(values) < 1:
@@ -333,6 +333,11 @@ def translate(
         raise typer.BadParameter(f"--out-len {out_len} must be >= --src-len {src_len} (outputs may be at most source length + offset)", param_hint="--out-len")
     if precision not in TRANSLATE_PRECISIONS:
         raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(TRANSLATE_PRECISIONS)}", param_hint="--precision")
+    sizes = _ints(batch_sizes, "--batch-sizes")
+    if max(sizes) > sentences:
+        raise typer.BadParameter(
+            f"a batch of {max(sizes)} sentences needs --sentences {max(sizes)} or more (it is {sentences})", param_hint="--batch-sizes"
+        )
     gate_inputs = _gate_inputs(baseline, tolerance, "translate")
     torch_device = resolve_device(device)
     if model is not None:
@@ -344,7 +349,7 @@ def translate(
         try:
             result = bench_translate(
                 net, torch_device, precision if precision == "int8" else resolve_precision(precision, torch_device),
-                _ints(batch_sizes, "--batch-sizes"),
+                sizes,
                 sentences, src_len, out_len, modes, beam, (True, False) if no_cache else (True,), compare, progress,
             )
         except ValueError as error:

@@ -10,8 +10,10 @@ import contextlib
 import json
 import os
 import sys
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -91,6 +93,42 @@ def report_error(error: TfmError) -> None:
         err.print(_escape(line), soft_wrap=True)
     if error.hint:
         err.print(f"[dim]hint:[/dim] {_escape(error.hint)}", soft_wrap=True)
+
+
+def check_output_file(
+    path: Path,
+    option: str,
+    inputs: Sequence[Path | str] = (),
+    keeps: Callable[[Path], bool] | None = None,
+    what: str = "",
+) -> Path:
+    """Refuse, before any work is done, an output file that cannot be written or whose writing would destroy
+    something: a directory, one of the command's own inputs, or (with `keeps`) an existing file that `keeps`
+    does not recognise as a previous output of the same kind (`what` names that kind). Creates the missing
+    parent folders and probes them with a temporary file, so an unwritable place is said now, not after the work.
+    """
+    if path.is_dir():
+        raise TfmError(f"{option} {path} is a directory", hint=f"give {option} a file path, e.g. {path / 'out'}")
+    if path.exists():
+        for given in inputs:
+            if Path(given).exists() and path.resolve() == Path(given).resolve():
+                raise TfmError(
+                    f"{option} {path} is also an input of this command: writing it would destroy it",
+                    hint=f"give {option} another path",
+                )
+        if keeps is not None and not keeps(path):
+            raise TfmError(
+                f"{option} {path} already exists and is not {what}: it is left as it is",
+                hint=f"give {option} another path, or delete the file first",
+            )
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".tfm-write-check-"):
+            pass
+    except OSError as error:
+        raise TfmError(f"{option} {path} cannot be written: {error.strerror or error}", hint=f"give {option} a writable path") from None
+    return path
 
 
 @contextlib.contextmanager

@@ -15,7 +15,15 @@ from typing import Any
 
 import typer
 
-from tfm_cli.cli.common import DEVICE_HELP, fancy_stdout, info, out, print_json, print_table
+from tfm_cli.cli.common import (
+    DEVICE_HELP,
+    check_output_file,
+    fancy_stdout,
+    info,
+    out,
+    print_json,
+    print_table,
+)
 from tfm_cli.errors import TfmError
 
 KIND_NAMES = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "encoder-decoder cross-attention"}
@@ -67,6 +75,9 @@ def inspect_attn(
     if not sentence.strip():
         raise TfmError("the sentence to inspect is empty", hint='give a sentence, e.g. tfm inspect-attn "Je suis étudiant."')
 
+    for path, option in ((html, "--html"), (image, "--image")):
+        if path is not None:
+            check_output_file(path, option)
     translator = Translator.load(model, device=device, precision="fp32")
     if model is None:
         info(f"using {translator.path} (the most recent run; choose another with --model)")
@@ -137,7 +148,9 @@ def _layer(layer: int | None, layers: int, kind: str) -> int:
 def _head(head: str, heads: int) -> int | None:
     if head == "mean":
         return None
-    if not head.isdigit() or not 1 <= int(head) <= heads:
+    if not head.isdigit():
+        raise TfmError(f"--head {head!r} is not a head number", hint=f"use --head 1 to {heads}, or --head mean")
+    if not 1 <= int(head) <= heads:
         raise TfmError(f"--head {head} is out of range: the model has heads 1-{heads}", hint=f"use --head 1 to {heads}, or --head mean")
     return int(head) - 1
 

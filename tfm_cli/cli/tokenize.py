@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from tfm_cli.cli.common import JSON_HELP, info, print_json, print_table
+from tfm_cli.cli.common import JSON_HELP, check_output_file, info, print_json, print_table
 from tfm_cli.errors import TfmError
 
 
@@ -16,7 +16,7 @@ def tokenize(
     recipe: str = typer.Argument(None, help="Recipe YAML whose data.train and tokenizer settings to use.", show_default=False),
     overrides: list[str] = typer.Argument(None, help="Recipe overrides as dotted.key=value, e.g. tokenizer.vocab_size=8000.", show_default=False),
     corpus: list[str] = typer.Option(None, "--corpus", "-c", help="Train on this TSV (source TAB target), or give it twice: source file, target file.", show_default=False),
-    vocab_size: int = typer.Option(None, "--vocab-size", min=300, help="Vocabulary size (default: the recipe's, else 8000).", show_default=False),
+    vocab_size: int = typer.Option(None, "--vocab-size", min=300, max=1_000_000, help="Vocabulary size (default: the recipe's, else 8000).", show_default=False),
     min_frequency: int = typer.Option(None, "--min-frequency", min=1, help="Minimum count of a merge (default: the recipe's, else 2).", show_default=False),
     out: Path = typer.Option(None, "--out", "-o", help="Where to save tokenizer.json (default: runs/<recipe name>/tokenizer.json, or ./tokenizer.json).", show_default=False),
     tokenizer: Path = typer.Option(None, "--tokenizer", "-t", help="With --encode: a tokenizer.json or a run directory (default: the most recent run).", show_default=False),
@@ -107,6 +107,10 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
             hint="choose another --out, or train a new run",
         )
 
+    sources = [recipe] if recipe is not None else []
+    sources += [Path(c) for c in (spec if isinstance(spec, list) else [spec]) if not str(c).startswith("bundled:")]
+    check_output_file(target, "--out", inputs=sources, keeps=_is_tokenizer, what="a tokenizer.json")
+
     def texts():
         for _, src, tgt in read_pairs(spec):
             yield src
@@ -138,3 +142,14 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
             ("training time (s)", round(seconds, 2), ""),
         ],
     )
+
+
+def _is_tokenizer(path: Path) -> bool:
+    """Whether `path` holds a tokenizer (one `tfm tokenize` may replace)."""
+    from tfm_cli.tokenizer import Tokenizer
+
+    try:
+        Tokenizer.load(path)
+    except Exception:  # noqa: BLE001 - anything unreadable is not a tokenizer to replace
+        return False
+    return True

@@ -81,10 +81,12 @@ def train(
         run_dir = out if out is not None else Path("runs") / resolved.name
 
     if dry_run:
-        from tfm_cli.training import preflight
+        from tfm_cli.runtime import resolve_device
+        from tfm_cli.training import preflight, scan_corpora
 
+        resolve_device(device)
         preflight(resolved, Path(run_dir), resume is not None)  # every check a real start makes before writing
-        _dry_run(resolved, run_dir, json_out)
+        _dry_run(resolved, run_dir, json_out, scan_corpora(resolved))
         return
 
     if launch.asked:  # the same command, minus the launcher options, as N processes under torchrun
@@ -202,7 +204,7 @@ def _show_curves(run_dir: Path, json_out: bool) -> None:
 
     try:
         data = read_curves(run_dir)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise TfmError(
             f"{run_dir} has no metrics.jsonl: it is not a tfm run directory, or its training has not logged yet",
             hint="pass a run directory, e.g. runs/tiny",
@@ -225,8 +227,8 @@ def _print_curves(run_dir: Path, data: dict[str, Any] | None = None) -> None:
     print("\n".join(curves_lines(data if data is not None else read_curves(run_dir), width)))
 
 
-def _dry_run(recipe, run_dir: Path, json_out: bool) -> None:
-    """Resolved recipe, parameter count and tokens per step, without touching data or disk."""
+def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int]) -> None:
+    """Resolved recipe, parameter count, tokens per step and the corpora's sentence pairs; nothing is written."""
     import yaml
 
     from tfm_cli.model import Transformer
@@ -247,6 +249,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool) -> None:
         "parameters": model.num_parameters(),
         "vocab_size": vocab,
         "tokens_per_step": t.max_tokens * t.accum_steps,
+        "sentence_pairs": pairs,
         "note": "tokens_per_step is the most source (and target) tokens per optimizer step, padding included",
     }
     if json_out:
@@ -256,6 +259,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool) -> None:
     print(f"# run directory: {facts['run_dir']}")
     print(f"# parameters: {facts['parameters']:,} (vocabulary {vocab:,})")
     print(f"# tokens per step: up to {facts['tokens_per_step']:,} source + {facts['tokens_per_step']:,} target")
+    print("# sentence pairs: " + ", ".join(f"{n:,} in {key}" for key, n in pairs.items()))
 
 
 class _Progress:

@@ -13,7 +13,15 @@ from typing import Any, Literal
 
 import typer
 
-from tfm_cli.cli.common import DEVICE_HELP, info, print_json, print_table, progress_bar, route_warnings
+from tfm_cli.cli.common import (
+    DEVICE_HELP,
+    check_output_file,
+    info,
+    print_json,
+    print_table,
+    progress_bar,
+    route_warnings,
+)
 from tfm_cli.errors import TfmError
 
 CHUNK_LINES = 2000  # stdin is translated in chunks of this many lines, so huge inputs stream
@@ -25,7 +33,7 @@ def translate(
     text: str = typer.Argument(None, help="A sentence to translate. Without it, lines are read from stdin.", show_default=False),
     model: Path = typer.Option(None, "--model", "-m", help="Run directory, .safetensors checkpoint or ONNX export directory (default: the most recent run under runs/).", show_default=False),
     beam: int = typer.Option(None, "--beam", "-b", min=1, help="Beam size (default: the run's recipe, 4).", show_default=False),
-    alpha: float = typer.Option(None, "--alpha", min=0.0, help="GNMT length penalty (default: the run's recipe, 0.6).", show_default=False),
+    alpha: float = typer.Option(None, "--alpha", min=0.0, max=10.0, help="GNMT length penalty (default: the run's recipe, 0.6).", show_default=False),
     max_len: int = typer.Option(None, "--max-len", min=0, help="Output may be at most input length + this many tokens (default: 50).", show_default=False),
     greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding instead of beam search."),
     n_best: int = typer.Option(1, "--n-best", "-n", min=1, help="Print the K best translations of each input, with scores."),
@@ -57,6 +65,8 @@ def translate(
     """
     if greedy and n_best > 1:
         raise typer.BadParameter("--n-best needs beam search; drop --greedy", param_hint="--n-best")
+    if greedy and beam is not None:
+        raise typer.BadParameter(f"--greedy decodes without a beam; drop --beam {beam} (or --greedy)", param_hint="--beam")
     if beam is not None and n_best > beam:
         raise typer.BadParameter(f"--n-best {n_best} cannot exceed --beam {beam}", param_hint="--n-best")
     if score and (text is not None or reference is not None):
@@ -67,6 +77,8 @@ def translate(
         raise typer.BadParameter("--output is for scoring runs; redirect stdout otherwise", param_hint="--output")
     if precision not in PRECISIONS:
         raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(PRECISIONS)}", param_hint="--precision")
+    if output is not None:  # before the model loads and the sentences are translated
+        check_output_file(output, "--output", inputs=[*(score or []), *([reference] if reference else [])])
 
     if text is not None:
         try:
@@ -138,6 +150,11 @@ def _stdin_lines() -> Iterator[str]:
                 f"stdin line {number}: invalid UTF-8 at byte {e.start + 1}",
                 hint="re-encode the input as UTF-8, e.g. iconv -f latin1 -t utf-8",
             ) from None
+        if "\r" in text.removesuffix("\n").removesuffix("\r"):  # CR-only line ends would glue sentences together
+            raise TfmError(
+                f"stdin line {number}: a carriage return (\\r) inside the line: the input ends its lines with CR alone",
+                hint="convert the line ends, e.g. tr '\\r' '\\n' < input.txt | tfm translate",
+            )
         yield text.removeprefix("\ufeff") if number == 1 else text  # a byte-order mark is not part of the sentence
 
 

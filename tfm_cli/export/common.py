@@ -168,8 +168,11 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
         raise TfmError(f"{out} exists and is not a directory", hint="choose another --out directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise TfmError(f"{out} is not empty", hint="choose another --out directory, or add --force to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    except OSError as err:
+        raise TfmError(f"{out} cannot be written: {err.strerror or err}", hint="choose a writable --out directory") from None
     try:
         tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; an export is meant to be shared
         yield tmp
