@@ -3,6 +3,7 @@ equation 3 of the paper, and checkpoint save/load/average round trips (with a to
 
 from __future__ import annotations
 
+import copy
 import gzip
 import itertools
 import json
@@ -30,8 +31,9 @@ from tfm_cli.errors import CheckpointError
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.model.masks import padding_mask, target_mask
 from tfm_cli.model.transformer import Dropout
+from tfm_cli.recipe import TrainRecipe
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer
-from tfm_cli.training import inverse_sqrt_lr, label_smoothed_loss, output_loss
+from tfm_cli.training import _load_optimizer, inverse_sqrt_lr, label_smoothed_loss, output_loss, setup_model
 
 CORPUS = Path(__file__).resolve().parents[1] / "tfm_cli" / "corpora" / "tatoeba-fr-en" / "train.tsv.gz"
 
@@ -178,6 +180,64 @@ def test_inverse_sqrt_lr_matches_equation_3(d_model: int, warmup: int, factor: f
     rates = [inverse_sqrt_lr(s, d_model, warmup, factor) for s in steps]
     assert steps[max(range(len(rates)), key=rates.__getitem__)] == warmup
     assert max(rates) == pytest.approx(factor / math.sqrt(d_model * warmup), rel=1e-12)
+
+
+def test_adam_is_the_papers_update_and_takes_older_states() -> None:
+    """setup_model's Adam (fused on CPU) against equation-by-equation Adam (Kingma & Ba, Algorithm 1; section 5.3's
+    beta1 0.9, beta2 0.98, eps 1e-9); and a state saved by torch's default Adam (checkpoints of earlier
+    versions) continues in it as it would have in the default one, under the resuming recipe's settings."""
+    config = ModelConfig(vocab_size=40, d_model=16, d_ff=32, n_heads=2, n_enc_layers=1, n_dec_layers=1, dropout=0.0)
+    t = TrainRecipe()
+    torch.manual_seed(0)
+    model, optimizer, _ = setup_model(config, t, torch.device("cpu"), "fp32")
+    assert optimizer.defaults["fused"] or torch.__version__ < "2.4"  # the fused CPU kernel is what is checked
+    params = list(model.parameters())
+    reference = [p.detach().clone() for p in params]
+    m = [torch.zeros_like(p) for p in params]
+    v = [torch.zeros_like(p) for p in params]
+    (b1, b2), eps, lr = t.betas, t.eps, 1e-3
+    g = torch.Generator().manual_seed(1)
+    for step in range(1, 6):
+        grads = [torch.randn(p.shape, generator=g) * 10.0**-step for p in params]  # shrinking: eps and bias matter
+        for p, grad in zip(params, grads, strict=True):
+            p.grad = grad.clone()
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+        for i, grad in enumerate(grads):
+            m[i] = b1 * m[i] + (1 - b1) * grad
+            v[i] = b2 * v[i] + (1 - b2) * grad * grad
+            m_hat, v_hat = m[i] / (1 - b1**step), v[i] / (1 - b2**step)
+            reference[i] = reference[i] - lr * m_hat / (v_hat.sqrt() + eps)
+    for got, expected in zip(params, reference, strict=True):
+        torch.testing.assert_close(got.detach(), expected, rtol=1e-5, atol=1e-7)
+
+    # a state saved by torch's default multi-tensor Adam (the checkpoints of earlier versions) is continued by the
+    # fused one, under this start's settings (a resume may change train.eps), not the saving run's
+    old_model = copy.deepcopy(model)
+    old = torch.optim.Adam(old_model.parameters(), lr=lr, betas=tuple(t.betas), eps=t.eps, foreach=True)
+    for _ in range(2):
+        for p in old_model.parameters():
+            p.grad = torch.randn(p.shape, generator=g) * 1e-3
+        old.step()
+    saved = copy.deepcopy(old.state_dict())
+    t_new = TrainRecipe(eps=1e-6)
+    new_model, new, _ = setup_model(config, t_new, torch.device("cpu"), "fp32")
+    new_model.load_state_dict(old_model.state_dict())
+    _load_optimizer(new, saved)
+    assert new.param_groups[0]["eps"] == 1e-6 and new.param_groups[0]["fused"] == optimizer.defaults["fused"]
+    for group in old.param_groups:
+        group["eps"] = 1e-6
+    grads = [torch.randn(p.shape, generator=g) * 1e-3 for p in params]
+    for net, opt in ((old_model, old), (new_model, new)):
+        for p, grad in zip(net.parameters(), grads, strict=True):
+            p.grad = grad.clone()
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.step()
+    for a, b in zip(old_model.parameters(), new_model.parameters(), strict=True):
+        torch.testing.assert_close(b.detach(), a.detach(), rtol=1e-5, atol=1e-7)
+    assert new.state_dict()["state"][0]["step"] == 3
 
 
 # --- Checkpoints ------------------------------------------------------------------------------------------------

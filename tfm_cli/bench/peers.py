@@ -104,13 +104,11 @@ class _MarianAsTfm(nn.Module):
 def marian_train_step_times(recipe, config: ModelConfig, groups, device, precision: str, warmup: int, progress=None):
     """MarianMT's optimizer steps on the same batches through tfm's own `train_step`; first `warmup` untimed."""
     from tfm_cli.bench.train import time_steps
+    from tfm_cli.training import adam
 
     t = recipe.train
     model = _MarianAsTfm(marian_model(config), config).to(device)
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=1e-4, betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay,
-        **({"fused": True} if device.type == "cuda" else {}),
-    )
+    optimizer = adam(model.parameters(), t, device, lr=1e-4)  # tfm's own optimizer, fused as tfm's is
     scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
     return time_steps("hf-marian step", model, optimizer, scaler, recipe, groups, device, precision, warmup, progress)
 
