@@ -34,14 +34,8 @@ from tfm_cli.distributed import (
 )
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.recipe import TrainRecipe
-from tfm_cli.training import (
-    _restore_rng,
-    _rng_state,
-    label_smoothed_loss,
-    output_loss,
-    step_tokens,
-    train_step,
-)
+from tfm_cli.training import label_smoothed_loss, output_loss, step_tokens, train_step
+from tfm_cli.training.trainer import _restore_rng, _rng_state
 
 REPO = Path(__file__).resolve().parents[1]
 CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"

@@ -406,11 +406,12 @@ def test_unwritable_or_full_run_directory_is_reported_before_training(data: dict
     from collections import namedtuple
 
     import tfm_cli.training as training
+    import tfm_cli.training.checks as checks
     from tfm_cli import TfmError, load_recipe
 
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(training.shutil, "disk_usage", lambda path: usage(10**12, 10**12 - 1000, 1000))
-    assert training.shutil is shutil_module
+    monkeypatch.setattr(checks.shutil, "disk_usage", lambda path: usage(10**12, 10**12 - 1000, 1000))
+    assert checks.shutil is shutil_module
     run_dir = tmp_path / "full"
     with pytest.raises(TfmError, match=r"has 0.0 GiB free, but 3 checkpoints of this 0.\dM-parameter model"):
         training.train(load_recipe(data["recipe"]), run_dir, device="cpu")

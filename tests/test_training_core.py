@@ -33,7 +33,13 @@ from tfm_cli.model.masks import padding_mask, target_mask
 from tfm_cli.model.transformer import Dropout
 from tfm_cli.recipe import TrainRecipe
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer
-from tfm_cli.training import _load_optimizer, inverse_sqrt_lr, label_smoothed_loss, output_loss, setup_model
+from tfm_cli.training import (
+    inverse_sqrt_lr,
+    label_smoothed_loss,
+    load_optimizer_state,
+    output_loss,
+    setup_model,
+)
 
 CORPUS = Path(__file__).resolve().parents[1] / "tfm_cli" / "corpora" / "tatoeba-fr-en" / "train.tsv.gz"
 
@@ -225,7 +231,7 @@ def test_adam_is_the_papers_update_and_takes_older_states() -> None:
     t_new = TrainRecipe(eps=1e-6)
     new_model, new, _ = setup_model(config, t_new, torch.device("cpu"), "fp32")
     new_model.load_state_dict(old_model.state_dict())
-    _load_optimizer(new, saved)
+    load_optimizer_state(new, saved)
     assert new.param_groups[0]["eps"] == 1e-6 and new.param_groups[0]["fused"] == optimizer.defaults["fused"]
     for group in old.param_groups:
         group["eps"] = 1e-6

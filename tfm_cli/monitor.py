@@ -141,6 +141,12 @@ class RisingLoss:
         return None
 
 
+def append_metrics(run_dir: Path, record: dict[str, Any]) -> None:
+    """Add one record (a log window, an evaluation, the final scores) to the run's metrics.jsonl."""
+    with open(Path(run_dir) / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
 def read_curves(run_dir: Path) -> dict[str, Any]:
     """The curves of a run from its metrics.jsonl: {"train": [{step, loss, lr, ...}], "eval": [{step, loss, bleu,
     chrf, ...}], "final": {...} or None}. A resumed run's repeated steps keep their latest record.

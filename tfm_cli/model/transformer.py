@@ -292,7 +292,7 @@ class DecoderLayer(nn.Module):
 class Transformer(nn.Module):
     """Encoder-decoder Transformer: `encode(src) -> memory`, `decode(tgt, memory) -> logits`.
 
-    The loss is not here (see training.py); neither are search strategies (decoding.py).
+    The loss is not here (see training/loss.py); neither are search strategies (decoding.py).
     """
 
     def __init__(self, config: ModelConfig) -> None:

@@ -1,0 +1,184 @@
+"""What a start checks before it writes anything (`tfm train --dry-run` runs the same checks): the run directory,
+the corpora, the tokenizer, the disk, and for a resume, that the overrides leave the checkpoint's model as it is."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from tfm_cli.checkpoint import (
+    CHECKPOINTS,
+    FINAL,
+    checkpoint_steps,
+    read_metadata,
+)
+from tfm_cli.data import (
+    read_pairs,
+    resolve_corpus_path,
+)
+from tfm_cli.errors import CheckpointError, CorpusError, TfmError
+from tfm_cli.model import Transformer
+from tfm_cli.recipe import (
+    ModelRecipe,
+    Recipe,
+    load_recipe,
+    recipe_to_dict,
+)
+
+
+def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
+    """Everything a start checks before it writes anything (`tfm train --dry-run` runs it too).
+
+    Raises:
+        CheckpointError: `run_dir` already holds a trained run and this is not a resume.
+        CorpusError: a corpus file named by the recipe is missing; TfmError: tokenizer.path is missing.
+    """
+    prior = checkpoint_steps(run_dir)
+    if not resume and (prior or (run_dir / FINAL).is_file()):  # refuse before writing anything into the run
+        where = f"checkpoints up to step {prior[-1][0]}" if prior else f"a final {FINAL}"
+        raise CheckpointError(
+            f"{run_dir} already holds a trained run ({where})",
+            hint=f"continue it with `tfm train --resume {run_dir}`, or choose another --out",
+        )
+    old_recipe = run_dir / "recipe.yaml"
+    if not resume and not prior and old_recipe.is_file() and not _same_recipe(old_recipe, recipe):
+        raise CheckpointError(
+            f"{run_dir} already holds another run (its recipe.yaml differs from this one; it has no checkpoint yet)",
+            hint="choose another --out, or delete that directory if its run is of no use",
+        )
+    _check_place(run_dir)
+    _check_corpora(recipe)
+    if recipe.tokenizer.path and not Path(recipe.tokenizer.path).expanduser().is_file():
+        what = "is not a file" if Path(recipe.tokenizer.path).expanduser().exists() else "does not exist"
+        raise TfmError(
+            f"tokenizer.path: {recipe.tokenizer.path} {what}",
+            hint="train one with `tfm tokenize`, or set tokenizer.path: null to train one with the run",
+        )
+
+
+def _check_place(run_dir: Path) -> None:
+    """Fail when `run_dir` cannot become a run directory (a file is there, or its place is not writable),
+    without creating anything: the probe file is made and removed in the nearest folder that exists."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise TfmError(f"{run_dir} exists and is not a directory: it cannot hold the run", hint="choose another --out")
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(20, f"{existing} is not a directory")
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise TfmError(
+            f"cannot create the run directory {run_dir}: {err.strerror or err}", hint="choose another --out"
+        ) from None
+
+
+def _same_recipe(path: Path, recipe: Recipe) -> bool:
+    """Whether the run's recipe.yaml is what this start would write (a restart of the same run)."""
+    try:
+        return recipe_to_dict(load_recipe(path)) == recipe_to_dict(with_absolute_paths(recipe))
+    except TfmError:
+        return False
+
+
+def _check_corpora(recipe: Recipe) -> None:
+    """Fail before anything is written when a corpus file named by the recipe is missing."""
+    for key, spec in (("data.train", recipe.data.train), ("data.dev", recipe.data.dev)):
+        for path in [] if spec is None else [spec] if isinstance(spec, str) else spec:
+            try:
+                resolve_corpus_path(path)
+            except CorpusError as err:
+                raise CorpusError(f"{key}: {err}") from None
+
+
+def scan_corpora(recipe: Recipe) -> dict[str, int]:
+    """Read every line of the recipe's corpora as a start would (`tfm train --dry-run`): the number of sentence
+    pairs in data.train and data.dev; a CorpusError names the first bad file and line."""
+    counts = {}
+    for key, spec in (("data.train", recipe.data.train), ("data.dev", recipe.data.dev)):
+        if spec is not None:
+            counts[key] = sum(1 for _ in read_pairs(spec))
+    return counts
+
+
+def with_absolute_paths(recipe: Recipe) -> Recipe:
+    """The recipe with relative corpus and tokenizer paths made absolute (they are relative to the CWD)."""
+
+    def absolute(spec):
+        if spec is None:
+            return None
+        if isinstance(spec, list):
+            return [absolute(s) for s in spec]
+        return spec if spec.startswith("bundled:") else str(Path(spec).expanduser().resolve())
+
+    data = dataclasses.replace(recipe.data, train=absolute(recipe.data.train), dev=absolute(recipe.data.dev))
+    tokenizer = dataclasses.replace(recipe.tokenizer, path=absolute(recipe.tokenizer.path))
+    return dataclasses.replace(recipe, data=data, tokenizer=tokenizer)
+
+
+def check_room(run_dir: Path, config, t) -> None:
+    """Fail before training when checkpoints cannot be written into `run_dir`, or will not fit on its disk.
+
+    A checkpoint holds the fp32 weights and Adam's two moments (about 12 bytes a parameter); the run keeps
+    `keep_last` of them, plus the final model and the best one.
+    """
+    folder = run_dir / CHECKPOINTS
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as err:
+        raise TfmError(
+            f"cannot write checkpoints into {folder}: {err.strerror}", hint="choose another --out, or fix that folder's permissions"
+        ) from None
+    with torch.device("meta"):
+        params = Transformer(config).num_parameters()
+    need = params * 12 * (t.keep_last + 1) + params * 4 * 2
+    free = shutil.disk_usage(folder).free
+    if free < need:
+        raise TfmError(
+            f"{run_dir} has {free / 2**30:.1f} GiB free, but {t.keep_last} checkpoints of this "
+            f"{params / 1e6:.1f}M-parameter model and its final and best weights need about {need / 2**30:.1f} GiB",
+            hint="free some space, lower train.keep_last, or choose another --out",
+        )
+
+
+_TRAINING_ONLY = ("dropout", "attn_dropout")
+_RECIPE_MODEL_KEYS = {f.name for f in dataclasses.fields(ModelRecipe)}
+
+
+def check_resumable(run_dir: Path, weights: Path, config, step: int, max_steps: int) -> None:
+    """Refuse a resume, before anything in the run is rewritten, whose overrides change the model the checkpoint
+    holds (its shapes, or shape-preserving settings such as model.n_heads or model.norm that would change what
+    the weights compute), or whose train.max_steps is already behind the checkpoint."""
+    saved = json.loads(read_metadata(weights)["config"])
+    changed = [
+        f"{'model.' + k if k in _RECIPE_MODEL_KEYS else k} {saved.get(k)!r} -> {v!r}"
+        for k, v in config.to_dict().items()
+        if k not in _TRAINING_ONLY and k in saved and saved[k] != v
+    ]
+    if changed:
+        raise TfmError(
+            f"--resume cannot change the model of {run_dir} ({'; '.join(changed)}): {weights.name} holds the other one",
+            hint="drop those overrides to continue the run, or start a new run with them (--out)",
+        )
+    if step > max_steps:
+        raise TfmError(
+            f"{run_dir} is already at step {step}, past train.max_steps={max_steps}: there is nothing to train",
+            hint=f"raise train.max_steps above {step} to continue it (e.g. train.max_steps={2 * step})",
+        )
+
+
+def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
+    """The recipe a run was started with (its resolved recipe.yaml), with new overrides on top."""
+    path = Path(run_dir) / "recipe.yaml"
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: {run_dir} is not a tfm run directory", hint="pass the run's folder, e.g. runs/tiny")
+    return load_recipe(path, overrides)

@@ -1,0 +1,173 @@
+"""Evaluation: dev loss and perplexity, BLEU and chrF of beam-search output (sacrebleu), and the choice of the
+run's final model between the average of the last checkpoints (the paper, section 6.1) and the last one."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+
+from tfm_cli.checkpoint import (
+    FINAL,
+    average_checkpoints,
+    checkpoint_steps,
+    load_state,
+    save_weights,
+)
+from tfm_cli.data import (
+    make_batch,
+    read_pairs,
+    token_batches,
+)
+from tfm_cli.decoding import translate_ids
+from tfm_cli.errors import TfmError
+from tfm_cli.model import Transformer
+from tfm_cli.monitor import append_metrics
+from tfm_cli.recipe import (
+    Recipe,
+)
+from tfm_cli.tokenizer import Tokenizer
+from tfm_cli.training.loss import output_loss
+
+
+@dataclass
+class DevSet:
+    """The dev corpus: raw pairs for BLEU/chrF references and token ids for the loss."""
+
+    sources: list[str]
+    references: list[str]
+    src_ids: list[list[int]]
+    tgt_ids: list[list[int]]
+
+
+def load_dev(spec, tokenizer: Tokenizer, max_len: int) -> DevSet:
+    pairs = [(s, t) for _, s, t in read_pairs(spec) if s.strip() and t.strip()]
+    if not pairs:
+        raise TfmError(f"dev corpus {spec} has no usable sentence pairs")
+    sources = [s for s, _ in pairs]
+    references = [t for _, t in pairs]
+    # Sources longer than the model can take are cut (and count against BLEU); dev sets rarely have them.
+    src_ids = [ids[: max_len - 1] for ids in tokenizer.encode_batch(sources)]
+    tgt_ids = [ids[: max_len - 1] for ids in tokenizer.encode_batch(references)]
+    return DevSet(sources, references, src_ids, tgt_ids)
+
+
+@torch.no_grad()
+def dev_loss(model: Transformer, dev: DevSet, max_tokens: int, smoothing: float, amp) -> dict[str, float]:
+    """Teacher-forced loss and perplexity on the whole dev set."""
+    cfg = model.config
+    device = next(model.parameters()).device
+    src_len = torch.tensor([len(s) for s in dev.src_ids])
+    tgt_len = torch.tensor([len(t) for t in dev.tgt_ids])
+    loss_sum = nll_sum = 0.0
+    n_tokens = 0
+    for indices in token_batches(src_len, tgt_len, max_tokens, seed=0, epoch=0, shuffle=False):
+        batch = make_batch(
+            [dev.src_ids[i] for i in indices], [dev.tgt_ids[i] for i in indices],
+            cfg.pad_id, cfg.bos_id, cfg.eos_id, indices,
+        ).to(device)
+        with amp():
+            features = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask, features_only=True)
+            loss, nll, n = output_loss(features, model.generator.weight, batch.tgt_out, smoothing, cfg.pad_id, batch.tgt_keep)
+        loss_sum, nll_sum, n_tokens = loss_sum + float(loss), nll_sum + float(nll), n_tokens + n
+    return {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens, "ppl": math.exp(min(nll_sum / n_tokens, 50))}
+
+
+def score_translations(hypotheses: list[str], references: list[str]) -> dict[str, Any]:
+    """Corpus BLEU and chrF with sacrebleu (default 13a tokenisation), with their signatures."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    bleu, chrf = BLEU(), CHRF()
+    b = bleu.corpus_score(hypotheses, [references])
+    c = chrf.corpus_score(hypotheses, [references])
+    return {
+        "bleu": round(b.score, 2),
+        "chrf": round(c.score, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }
+
+
+def evaluate(
+    model: Transformer, tokenizer: Tokenizer, dev: DevSet, recipe: Recipe, amp, sentences: int = 0
+) -> dict[str, Any]:
+    """Dev loss and perplexity, then BLEU/chrF of beam-search output on the first `sentences` (0 = all)."""
+    was_training = model.training
+    model.eval()
+    metrics: dict[str, Any] = dev_loss(model, dev, recipe.train.max_tokens, recipe.train.label_smoothing, amp)
+    n = len(dev.sources) if sentences <= 0 else min(sentences, len(dev.sources))
+    d = recipe.decode
+    hyps = translate_ids(
+        model, dev.src_ids[:n], beam_size=d.beam, alpha=d.alpha, max_len_offset=d.max_len_offset,
+        max_tokens=d.max_tokens, autocast=amp, min_len=d.min_len,
+    )
+    outputs = tokenizer.decode_batch([h[0].tokens if h else [] for h in hyps])
+    metrics.update(score_translations(outputs, dev.references[:n]))
+    metrics["sentences"] = n
+    model.train(was_training)
+    return metrics
+
+
+def finish(
+    run_dir: Path, recipe: Recipe, model: Transformer, tokenizer: Tokenizer, dev, amp, events, board=None
+) -> dict:
+    """Write the run's final model and evaluate it on all of dev.
+
+    The paper averages the last checkpoints (section 6.1). Early in training, while the loss still falls fast,
+    that average can be far worse than the last checkpoint (a 900-step base run averaged to dev BLEU 0.7), so
+    with a dev set both are evaluated and the average is kept unless it scores lower BLEU. The choice and both
+    scores are returned under "final_model" (and land in summary.json and metrics.jsonl).
+    """
+    found = checkpoint_steps(run_dir)
+    last = [p for _, p in found[-recipe.train.average_last :]]
+    step = found[-1][0]
+    averaged = average_checkpoints(last)
+    if dev is None or len(last) == 1:
+        chosen, result, scores = ("average" if len(last) > 1 else "last"), {}, {}
+    else:
+        device = next(model.parameters()).device
+        load_state(model, {k: v.to(device) for k, v in load_file(str(last[-1])).items()}, last[-1])
+        last_scores = evaluate(model, tokenizer, dev, recipe, amp, 0)
+        load_state(model, {k: v.to(device) for k, v in averaged.items()}, run_dir / FINAL)
+        avg_scores = evaluate(model, tokenizer, dev, recipe, amp, 0)
+        chosen = "average" if avg_scores["bleu"] >= last_scores["bleu"] else "last"
+        scores = {"average": _brief(avg_scores), "last": _brief(last_scores)}
+        result = avg_scores if chosen == "average" else last_scores
+    names = [p.name for p in last]
+    if chosen == "average":
+        save_weights(run_dir / FINAL, averaged, model.config, tokenizer.sha256, step, averaged=names)
+        what = f"average of {len(last)} checkpoint(s) ({', '.join(names)})"
+    else:
+        save_weights(run_dir / FINAL, load_file(str(last[-1])), model.config, tokenizer.sha256, step, last=names[-1])
+        what = f"the last checkpoint ({names[-1]})"
+    if scores:
+        a, b = scores["average"], scores["last"]
+        why = "the paper's choice" if chosen == "average" else "the average scored lower"
+        events.message(
+            f"final model: {what}: {why} (dev BLEU: average {a['bleu']:.2f}, last checkpoint {b['bleu']:.2f}) -> {run_dir / FINAL}"
+        )
+    else:
+        events.message(f"final model: {what} -> {run_dir / FINAL}")
+    final_model = {"chosen": chosen, "checkpoints": names if chosen == "average" else names[-1:], **scores}
+    if dev is None:
+        return {"final_model": final_model}
+    if not scores:
+        device = next(model.parameters()).device
+        load_state(model, {k: v.to(device) for k, v in averaged.items()}, run_dir / FINAL)
+        result = evaluate(model, tokenizer, dev, recipe, amp, 0)
+    result = {**result, "final_model": final_model}
+    append_metrics(run_dir, {"kind": "final", "step": step, **result})
+    if board is not None:
+        board.evaluation(step, result, final=True)
+    events.evaluation(step, {**result, "final": True})
+    return result
+
+
+def _brief(scores: dict[str, Any]) -> dict[str, Any]:
+    return {k: scores[k] for k in ("bleu", "chrf", "loss", "ppl") if k in scores}
+
+

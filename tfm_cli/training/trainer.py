@@ -1,0 +1,605 @@
+"""The training loop: `train(recipe, run_dir, ...)` and the `Trainer` it runs (set up, step, evaluate, save).
+
+It goes recipe -> tokenizer -> token-bucketed batches -> model -> checkpoints, and reports through a
+`TrainEvents` object so that the CLI (rich progress) and tests (nothing) can both drive it. Resume is exact:
+optimizer, step, RNG states and data position are saved beside each checkpoint.
+
+Under torchrun the same `train()` runs as one rank of a DDP job (see `tfm_cli.distributed`): every rank builds
+the same global batches and trains on its share of each, the loss is normalised by the global batch's target
+tokens, and rank 0 alone evaluates, writes and reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from tfm_cli import __version__
+from tfm_cli.batches import PREFETCH_GROUPS, Prefetcher
+from tfm_cli.checkpoint import (
+    BEST,
+    atomic_write,
+    checkpoint_path,
+    checkpoint_steps,
+    load_state,
+    prune_checkpoints,
+    read_metadata,
+    save_weights,
+    state_path,
+    weights_state,
+)
+from tfm_cli.data import (
+    BatchStream,
+    TokenizedCorpus,
+    encode_corpus,
+    pad_multiple_for,
+    read_pairs,
+)
+from tfm_cli.distributed import Distributed
+from tfm_cli.distributed import setup as setup_distributed
+from tfm_cli.errors import CheckpointError, TfmError
+from tfm_cli.monitor import EarlyStopping, RisingLoss, TensorBoardLog, append_metrics, write_curves_png
+from tfm_cli.recipe import (
+    Recipe,
+    dump_recipe,
+    load_recipe,
+    model_config,
+    parse_duration,
+    recipe_to_dict,
+)
+from tfm_cli.runtime import (
+    autocast,
+    release_cpu_memory,
+    resolve_device,
+    resolve_precision,
+    tune_cpu_allocator,
+)
+from tfm_cli.tokenizer import Tokenizer, train_tokenizer
+from tfm_cli.training.checks import check_resumable, check_room, preflight, resume_recipe, with_absolute_paths
+from tfm_cli.training.evaluation import evaluate, finish, load_dev
+from tfm_cli.training.optim import inverse_sqrt_lr, load_optimizer_state
+from tfm_cli.training.step import setup_model, step_tokens, train_step
+
+TRIM_EVERY = 50  # CPU: steps between returning the heap's free pages to the kernel (see runtime.py)
+MAX_BAD_STEPS = 5  # this many NaN/infinite losses in a row stop the run (each one alone is skipped)
+
+
+class TrainEvents:
+    """What the trainer tells the outside world; the CLI overrides these, the defaults say nothing."""
+
+    def message(self, text: str) -> None:
+        """A one-line status message (tokenizer trained, corpus read, checkpoint saved...)."""
+
+    def start(self, step: int, max_steps: int) -> None:
+        """Training steps begin at `step` (0, or where a resumed run stopped)."""
+
+    def step(self, step: int, metrics: dict[str, Any]) -> None:
+        """After every optimizer step; `metrics` holds loss, lr, tokens/s when a log line was due."""
+
+    def evaluation(self, step: int, metrics: dict[str, Any]) -> None:
+        """After a dev-set evaluation."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int
+    interrupted: bool
+    final: dict[str, Any] = field(default_factory=dict)  # dev metrics of the final (averaged) model
+    seconds: float = 0.0
+    stopped: str = ""  # why training ended before train.max_steps (early stopping, time budget); "" if it reached it
+
+
+# --- The training loop ----------------------------------------------------------------------------------------
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _seed_rank(seed: int, dist: Distributed) -> None:
+    """Give each rank of a multi-process job its own dropout masks (rank 0 keeps a single process's stream)."""
+    if dist.rank > 0:
+        torch.manual_seed(seed + dist.rank)
+        random.seed(seed + dist.rank)
+
+
+def _restore_rng(state: dict[str, Any], dist: Distributed, seed: int) -> None:
+    """Each rank's RNG states as saved (`rng_ranks`); a run resumed with another number of processes cannot be
+    exact anyway: its ranks take rank 0's states and reseed as a fresh start would."""
+    ranks = state.get("rng_ranks") or [state["rng"]]
+    if len(ranks) == dist.world_size:
+        _set_rng_state(ranks[dist.rank])
+    else:
+        _set_rng_state(state["rng"])
+        _seed_rank(seed, dist)
+
+
+def _share_tokenizer(tokenizer: Tokenizer | None, dist: Distributed) -> Tokenizer:
+    """Rank 0's tokenizer on every rank, sent as its JSON text (other nodes need not see the run directory)."""
+    if not dist.enabled:
+        return tokenizer
+    from tokenizers import Tokenizer as HFTokenizer
+
+    text = dist.broadcast(tokenizer.backend.to_str() if tokenizer is not None else None)
+    return tokenizer if tokenizer is not None else Tokenizer(HFTokenizer.from_str(text), source="rank 0's tokenizer")
+
+
+def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents) -> Tokenizer:
+    """The run's tokenizer: kept from an earlier start, copied from tokenizer.path, or trained on the corpus."""
+    target = run_dir / "tokenizer.json"
+    if target.is_file():
+        return Tokenizer.load(target)
+    if recipe.tokenizer.path:
+        tokenizer = Tokenizer.load(recipe.tokenizer.path)
+        tokenizer.save(target)
+        events.message(f"tokenizer: {recipe.tokenizer.path} ({tokenizer.vocab_size} tokens)")
+        return tokenizer
+    started = time.perf_counter()
+
+    def texts() -> Iterator[str]:
+        for _, src, tgt in read_pairs(recipe.data.train):
+            yield src
+            yield tgt
+
+    tokenizer = train_tokenizer(texts(), recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency)
+    tokenizer.save(target)
+    events.message(
+        f"tokenizer: trained {tokenizer.vocab_size} tokens in {time.perf_counter() - started:.1f}s -> {target}"
+    )
+    return tokenizer
+
+
+def train(
+    recipe: Recipe | str | Path | None = None,
+    run_dir: str | Path | None = None,
+    device: str | torch.device = "auto",
+    resume: bool = False,
+    events: TrainEvents | None = None,
+) -> TrainResult:
+    """Train `recipe` into `run_dir`; with `resume`, continue from the newest checkpoint there.
+
+    Ctrl-C (KeyboardInterrupt) saves a checkpoint at the last completed step and returns with interrupted=True.
+
+    Started by torchrun (RANK, WORLD_SIZE and LOCAL_RANK set, more than one process), this process is one rank
+    of a DDP job: `recipe.train.max_tokens` is then the budget of the global batch that all ranks share, so a
+    recipe means the same on 1 or 8 GPUs; rank 0 alone writes the run and reports to `events`.
+
+    Args:
+        recipe: a `Recipe` (see `load_recipe`) or the path of a recipe YAML; with `resume` it may be None, and
+            the run's own recipe.yaml is used.
+        run_dir: where the run goes (default: runs/<recipe name>).
+        device: "auto" (CUDA when available), "cpu", "cuda", "cuda:N", or a torch.device. Under torchrun,
+            "cuda" means the GPU of this process's local rank.
+        resume: continue the run in `run_dir` from its newest checkpoint, exactly.
+        events: receives progress (messages, steps, evaluations); the default prints nothing.
+
+    Returns:
+        TrainResult: the run directory, the last step, whether it was interrupted, the final dev scores
+            (those only on rank 0).
+
+    Raises:
+        TfmError: a bad recipe, corpus or device, or a run directory that already holds a run (without resume).
+    """
+    if recipe is None:
+        if not (resume and run_dir is not None):
+            raise TfmError("train() needs a recipe, or resume=True with the run_dir to continue")
+        recipe = resume_recipe(Path(run_dir), [])
+    elif not isinstance(recipe, Recipe):
+        recipe = load_recipe(recipe)
+    run_dir = Path(run_dir) if run_dir is not None else Path("runs") / recipe.name
+    device = device if isinstance(device, torch.device) else resolve_device(device)
+    preflight(recipe, run_dir, resume)
+    dist = setup_distributed(device)  # one rank of a torchrun job, or a single process
+    events = (events or TrainEvents()) if dist.is_main else TrainEvents()  # rank 0 alone reports
+    try:
+        return _train(recipe, run_dir, resume, events, dist)
+    finally:
+        dist.cleanup()
+
+
+def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dist: Distributed) -> TrainResult:
+    """`train()` after the checks (on every rank; rank 0 writes)."""
+    trainer = Trainer(recipe, run_dir, resume, events, dist)
+    trainer.setup()
+    return trainer.fit()
+
+
+class Trainer:
+    """One run, in the order of the paper's section 5: `setup()` reads the data and builds the model and its
+    optimizer (or restores them from the newest checkpoint), `fit()` steps, logs, saves and evaluates until
+    train.max_steps, a stop (early stopping, the time budget, divergence) or Ctrl-C, then writes the final model.
+
+    The step itself is `train_step` (step.py), the batches come from `Prefetcher` (batches.py), the checks that
+    precede any write from checks.py; this class holds the run's state between them.
+    """
+
+    def __init__(self, recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dist: Distributed) -> None:
+        self.recipe, self.t, self.run_dir, self.resume = recipe, recipe.train, run_dir, resume
+        self.events, self.dist = events, dist
+        self.device, self.main = dist.device, dist.is_main
+        self.step = self.last_saved = 0
+        self.best_bleu = -1.0
+        self.early = EarlyStopping(self.t.patience, self.t.patience_metric)
+        self.started = time.perf_counter()
+
+    def log(self, record: dict[str, Any]) -> None:
+        """A record for metrics.jsonl (rank 0 writes it)."""
+        if self.main:
+            append_metrics(self.run_dir, record)
+
+    # --- set up -----------------------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Tokenizer, corpus, dev set, model, optimizer, batch stream; a resume restores them all exactly."""
+        t, run_dir, dist = self.t, self.run_dir, self.dist
+        weights, state = None, {}
+        if self.resume:  # read (and refuse) the trainer state before anything in the run is rewritten
+            self.step, weights, state = _resume_point(run_dir, self.events)
+        created = _make_run_dir(run_dir) if self.main else False
+        self.started = time.perf_counter()
+        if self.device.type == "cpu":
+            tune_cpu_allocator()
+        self.precision = resolve_precision(t.precision, self.device)
+        self.amp = lambda: autocast(self.device, self.precision)
+        torch.manual_seed(t.seed)
+        random.seed(t.seed)
+        corpus = self._read_inputs(created, weights)
+        if self.main:
+            self._write_run_files()
+
+        self.model, self.optimizer, self.scaler = setup_model(self.config, t, self.device, self.precision)
+        _seed_rank(t.seed, dist)
+        tok = self.tokenizer
+        self.stream = BatchStream(
+            corpus, t.max_tokens, t.seed, tok.pad_id, tok.bos_id, tok.eos_id, dist.rank, dist.world_size,
+            pad_multiple=pad_multiple_for(self.device),
+        )
+        if self.resume:
+            self._restore(weights, state)
+        if dist.enabled:
+            self.events.message(f"{dist.world_size} processes (DDP over {dist.device.type}): each trains on its share of every batch")
+        self.step_model = dist.wrap(self.model)  # DDP in a multi-process job; `model` stays what is saved and evaluated
+        # purges what a dead attempt logged past `step`
+        self.board = TensorBoardLog.open(run_dir, self.step) if self.main else TensorBoardLog(None)
+        if self.board.enabled and not self.resume:
+            self.board.recipe(yaml.safe_dump(recipe_to_dict(self.recipe), sort_keys=False, allow_unicode=True), self.step)
+
+    def _read_inputs(self, created: bool, weights: Path | None) -> TokenizedCorpus:
+        """The tokenizer, model config and dev set (kept on self) and the encoded training corpus (returned), all
+        read before the run's files are written: a bad corpus leaves the run as it was."""
+        recipe, run_dir, main = self.recipe, self.run_dir, self.main
+        had_tokenizer = (run_dir / "tokenizer.json").exists()
+        try:
+            prepared = _prepare_tokenizer(recipe, run_dir, self.events) if main else None
+            self.tokenizer = tok = _share_tokenizer(prepared, self.dist)
+            self.config = model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id)
+            read_start = time.perf_counter()
+            corpus = encode_corpus(recipe.data.train, tok, recipe.data.max_len)  # every rank encodes it all
+            s = corpus.stats
+            self.events.message(
+                f"train corpus: {s.kept:,} pairs kept of {s.read:,} read "
+                f"({s.skipped_empty:,} with an empty side and {s.skipped_long:,} longer than {recipe.data.max_len} tokens skipped) "
+                f"in {time.perf_counter() - read_start:.1f}s"
+            )
+            if s.kept == 0:
+                raise TfmError(f"no usable sentence pairs in {recipe.data.train}", hint="check data.train and data.max_len")
+            self.dev = load_dev(recipe.data.dev, tok, recipe.data.max_len) if recipe.data.dev and main else None
+            if self.resume:
+                check_resumable(run_dir, weights, self.config, self.step, self.t.max_steps)
+        except BaseException:
+            if main and not had_tokenizer and not self.resume:  # take back what this start wrote (a tokenizer it trained)
+                (run_dir / "tokenizer.json").unlink(missing_ok=True)
+            if main and created:
+                with contextlib.suppress(OSError):
+                    run_dir.rmdir()  # only when empty
+            raise
+        return corpus
+
+    def _write_run_files(self) -> None:
+        """recipe.yaml and config.json of the run (rank 0), once the disk is known to hold its checkpoints."""
+        run_dir, config = self.run_dir, self.config
+        check_room(run_dir, config, self.t)  # an unwritable or full run directory is said now, not after an hour
+        dump_recipe(with_absolute_paths(self.recipe), run_dir / "recipe.yaml")  # --resume works from any directory
+        atomic_write(run_dir / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(config.to_dict(), indent=2)))
+        if not self.resume:  # a fresh start (preflight let it in: nothing of another run is here) logs afresh
+            (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+
+    def _restore(self, weights: Path, state: dict[str, Any]) -> None:
+        """Weights, Adam's moments, loss scale, data position, RNG states and the evaluation history, as saved
+        (every rank loads the same checkpoint)."""
+        load_state(self.model, {k: v.to(self.device) for k, v in load_file(str(weights)).items()}, weights)
+        load_optimizer_state(self.optimizer, state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.stream.load_state_dict(state["stream"])
+        _restore_rng(state, self.dist, self.t.seed)
+        self.best_bleu = state.get("best_bleu", -1.0)
+        if "early_stopping" in state:
+            self.early.load_state_dict(state["early_stopping"])
+        self.events.message(f"resumed from {weights} at step {self.step}, epoch {self.stream.epoch}")
+
+    # --- train ------------------------------------------------------------------------------------------------
+
+    def fit(self) -> TrainResult:
+        """Train to train.max_steps or a stop; then average, evaluate and write the final model (rank 0)."""
+        t, dist = self.t, self.dist
+        self.model.train()
+        # The data path: each step's batches built ahead on a thread (pinned for asynchronous copies on CUDA). From
+        # here on the stream runs ahead of training: positions come from `batches.state_dict()`, the consumed ones.
+        # On CUDA the next groups are built on a thread while the GPU computes; on CPU the step already uses every
+        # core and building a batch costs under 1% of it, so a second thread only competes (measured: trainer /
+        # model step 0.90x with it, quickstart recipe, 2-core CPU): there each group is built when it is needed.
+        cuda = self.device.type == "cuda"
+        batches = Prefetcher(
+            self.stream, t.accum_steps, depth=PREFETCH_GROUPS if cuda else 0, pin_memory=cuda, device=self.device
+        )
+        self.events.start(self.step, t.max_steps)
+        self.last_saved = self.step
+        budget = parse_duration(t.max_time) if t.max_time else None  # seconds of this invocation, or no limit
+        window, rising = _Window(), RisingLoss()
+        skipped = bad_in_a_row = 0  # steps whose loss was NaN or infinite: in all, and in a row
+        stopped = ""
+        stream_state = batches.state_dict()
+        try:
+            while self.step < t.max_steps:
+                stream_state = batches.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
+                waited = time.perf_counter()
+                group = next(batches)  # t.accum_steps batches
+                window.waiting += time.perf_counter() - waited  # the data path's cost to this thread
+                lr = inverse_sqrt_lr(self.step + 1, self.config.d_model, t.warmup_steps, t.lr_factor)
+                stepping = time.perf_counter()
+                loss, nll = train_step(
+                    self.step_model, self.optimizer, self.scaler, group, lr, t, self.amp, self.device, dist
+                )
+                window.stepping += time.perf_counter() - stepping  # the model step itself (it ends synchronised)
+                self.step += 1
+                stream_state = batches.state_dict()
+                if math.isfinite(loss):
+                    bad_in_a_row = 0
+                    window.add(step_tokens(group), loss, nll)
+                else:  # the update was skipped; a few in a row mean the run has diverged
+                    skipped += 1
+                    bad_in_a_row += 1
+                    self.log({"kind": "skipped", "step": self.step, "loss": str(loss), "lr": lr})
+                    self.events.message(f"step {self.step}: the loss is {loss} at lr {lr:.3g}: update skipped ({skipped} so far)")
+                    if bad_in_a_row >= MAX_BAD_STEPS:
+                        self.board.close()
+                        raise _diverged(self.run_dir, self.step, lr, bad_in_a_row)
+
+                metrics: dict[str, Any] = {}
+                if (self.step % t.log_every == 0 or self.step == t.max_steps) and window.tokens:
+                    metrics = window.metrics(self.step, batches.epoch, lr, self.started)
+                    if skipped:
+                        metrics["skipped_steps"] = skipped
+                    self.log({"kind": "train", **metrics})
+                    self.board.train(self.step, metrics)
+                    warning = rising.update(metrics["loss"], lr)
+                    if warning:
+                        self.events.message(warning)
+                    window = _Window()
+                self.events.step(self.step, metrics)
+                if self.device.type == "cpu" and self.step % TRIM_EVERY == 0:
+                    release_cpu_memory()
+
+                if self.step % t.save_every == 0 or self.step == t.max_steps:
+                    self.save_checkpoint(stream_state)
+                evaluating = (
+                    bool(self.recipe.data.dev) and t.eval_every and self.step % t.eval_every == 0 and self.step < t.max_steps
+                )
+                if evaluating and self.main:  # rank 0 alone evaluates (the weights are the same on every rank)
+                    stopped = self.evaluate_dev()
+                if not stopped and budget is not None and time.perf_counter() - self.started >= budget:
+                    stopped = (
+                        f"time budget: train.max_time={t.max_time} used up at step {self.step} "
+                        f"of {t.max_steps} ({time.perf_counter() - self.started:,.0f}s)"
+                    )
+                if dist.enabled and (evaluating or budget is not None):
+                    stopped = dist.broadcast(stopped)  # rank 0 decides: only it evaluated, and the clocks differ
+                if stopped:  # end as a finished run would: checkpoint here, then average and evaluate
+                    if self.step > self.last_saved:
+                        self.save_checkpoint(stream_state)
+                    self.events.message(stopped)
+                    break
+        except KeyboardInterrupt:
+            return self._interrupted(stream_state)
+        finally:  # the end of training, an error or Ctrl-C: stop the prefetching thread
+            batches.close()
+        return self._finish(stopped)
+
+    def evaluate_dev(self) -> str:
+        """Rank 0's periodic dev evaluation: logged, the best weights kept as best.safetensors. Returns why the
+        run should stop (early stopping's patience ran out), or ""."""
+        result = evaluate(self.model, self.tokenizer, self.dev, self.recipe, self.amp, self.t.eval_sentences)
+        self.log({"kind": "eval", "step": self.step, **result})
+        self.board.evaluation(self.step, result)
+        self.events.evaluation(self.step, result)
+        if result["bleu"] > self.best_bleu:
+            self.best_bleu = result["bleu"]
+            save_weights(
+                self.run_dir / BEST, weights_state(self.model), self.config, self.tokenizer.sha256, self.step,
+                bleu=self.best_bleu,
+            )
+        return self.early.reason() if self.early.update(self.step, result) else ""
+
+    # --- save -------------------------------------------------------------------------------------------------
+
+    def save_checkpoint(self, stream_state: dict[str, int], every_rank: bool = True) -> Path:
+        """Checkpoint this step: weights (safetensors) and, beside them, the trainer state an exact resume needs.
+
+        Called on every rank at the same steps (each rank's RNG state is gathered), or, with every_rank=False
+        (Ctrl-C, where the ranks are not in step), on rank 0 alone.
+        """
+        dist = self.dist
+        rng = _rng_state()
+        rng_ranks = dist.gather(rng) if dist.enabled and every_rank else None
+        path = checkpoint_path(self.run_dir, self.step)
+        self.last_saved = self.step
+        if not self.main:
+            return path
+        save_weights(
+            path, weights_state(self.model), self.config, self.tokenizer.sha256, self.step, precision=self.precision
+        )
+        state = {
+            "step": self.step, "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
+            "stream": stream_state, "rng": rng, "best_bleu": self.best_bleu, "tfm_version": __version__,
+            "early_stopping": self.early.state_dict(),
+        }
+        if rng_ranks is not None:
+            state["rng_ranks"] = rng_ranks
+        atomic_write(state_path(path), lambda tmp: torch.save(state, tmp))
+        prune_checkpoints(self.run_dir, self.t.keep_last)
+        return path
+
+    def _interrupted(self, stream_state: dict[str, int]) -> TrainResult:
+        """Ctrl-C: keep the last completed step (rank 0 saves it alone) and say how to continue."""
+        self.optimizer.zero_grad(set_to_none=True)
+        resume = f"continue with `tfm train --resume {self.run_dir}`"
+        if self.step > self.last_saved and self.main:
+            path = self.save_checkpoint(stream_state, every_rank=False)
+            self.events.message(f"interrupted: saved {path}; {resume}")
+        else:
+            self.events.message(f"interrupted at step {self.step}; {resume}")
+        self.board.close()
+        return TrainResult(self.run_dir, self.step, True, seconds=time.perf_counter() - self.started)
+
+    def _finish(self, stopped: str) -> TrainResult:
+        """The final model (average or last checkpoint, see `finish`), summary.json and the curves (rank 0)."""
+        if not self.main:  # rank 0 writes the final model and the summary; the others are done
+            return TrainResult(self.run_dir, self.step, False, {}, time.perf_counter() - self.started, stopped)
+        run_dir, t = self.run_dir, self.t
+        final = finish(run_dir, self.recipe, self.model, self.tokenizer, self.dev, self.amp, self.events, self.board)
+        self.board.close()
+        result = TrainResult(run_dir, self.step, False, final, time.perf_counter() - self.started, stopped)
+        summary = {
+            "recipe": self.recipe.name, "steps": self.step, "parameters": self.model.num_parameters(),
+            "precision": self.precision, "device": str(self.device), "processes": self.dist.world_size,
+            "train_seconds": round(result.seconds, 1), "tfm_version": __version__, "dev": final,
+            "final_model": final.get("final_model"), "stopped": stopped or f"reached train.max_steps={t.max_steps}",
+        }
+        atomic_write(run_dir / "summary.json", lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=2)))
+        png = write_curves_png(run_dir)
+        if png is not None:
+            self.events.message(f"curves: {png}")
+        return result
+
+
+@dataclass
+class _Window:
+    """Sums over the steps since the last log line."""
+
+    start: float = field(default_factory=time.perf_counter)
+    tokens: int = 0
+    loss: float = 0.0
+    nll: float = 0.0
+    waiting: float = 0.0  # waiting for the next batches
+    stepping: float = 0.0  # inside the optimizer steps
+
+    def add(self, tokens: int, loss: float, nll: float) -> None:
+        self.tokens += tokens
+        self.loss += loss
+        self.nll += nll
+
+    def metrics(self, step: int, epoch: int, lr: float, started: float) -> dict[str, Any]:
+        """The log line's numbers (per target token; throughput over the window's wall time)."""
+        return {
+            "step": step, "epoch": epoch, "loss": self.loss / self.tokens,
+            "ppl": math.exp(min(self.nll / self.tokens, 50)), "lr": lr, "tgt_tokens_per_s": self.tokens / (time.perf_counter() - self.start),
+            "elapsed_s": time.perf_counter() - started,
+            "data_wait_s": self.waiting,  # of the window's wall time, spent waiting for the next batches
+            "step_s": self.stepping,  # of the window's wall time, spent in the optimizer steps themselves
+        }
+
+
+def _make_run_dir(run_dir: Path) -> bool:
+    """Create the run directory; whether this start created it (then an early failure removes it again)."""
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise TfmError(f"cannot create the run directory {run_dir}: {err.strerror}", hint="choose another --out") from None
+    return created
+
+
+def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[str, Any]]:
+    """The newest checkpoint that has its trainer state: (step, weights file, trainer state)."""
+    found = checkpoint_steps(run_dir)
+    if not found:
+        raise CheckpointError(f"{run_dir} has no checkpoint to resume from", hint="start it again without --resume")
+    # Weights are written before their trainer state: a run killed between the two leaves weights that
+    # cannot be resumed exactly, so resume from the newest checkpoint that has both.
+    complete = [(s, w) for s, w in found if state_path(w).is_file()]
+    if not complete:
+        raise CheckpointError(
+            f"{run_dir} has no checkpoint with its trainer state ({state_path(found[-1][1]).name} and older are missing)",
+            hint="an exact resume needs the .state.pt files; start the run again without --resume",
+        )
+    step, weights = complete[-1]
+    tok_path = run_dir / "tokenizer.json"
+    expected = read_metadata(weights).get("tokenizer_sha256")
+    if expected and tok_path.is_file() and Tokenizer.load(tok_path).sha256 != expected:
+        raise CheckpointError(
+            f"{tok_path} does not match {weights} (tokenizer hash differs): the run cannot continue with it",
+            hint="put back the tokenizer.json this run was trained with",
+        )
+    newer = [s for s, _ in found if s > step]
+    if newer:
+        events.message(
+            f"checkpoint(s) at step {', '.join(map(str, newer))} have no trainer state (the run stopped while "
+            f"saving): resuming from step {step}; they are rewritten when the run gets there"
+        )
+    # On the CPU: the RNG states must stay CPU ByteTensors (map_location=cuda broke resume on GPUs), and
+    # Optimizer.load_state_dict moves each state tensor to its parameter's device itself.
+    return step, weights, load_trainer_state(state_path(weights))
+
+
+def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int) -> TfmError:
+    """The error that stops a run whose loss stayed NaN or infinite; it names the last good checkpoint."""
+    found = [(s, w) for s, w in checkpoint_steps(run_dir) if state_path(w).is_file()]
+    kept = f"the last checkpoint ({found[-1][1].name}, step {found[-1][0]}) is intact" if found else "no checkpoint was saved yet"
+    return TfmError(
+        f"training stopped at step {step}: the loss was NaN or infinite {in_a_row} steps in a row at lr {lr:.3g}; {kept}",
+        hint=f"lower the learning rate (train.lr_factor) or lengthen train.warmup_steps, then `tfm train --resume {run_dir} train.lr_factor=...` or start again",
+    )
+
+
+def load_trainer_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's trainer state, read without executing code (`torch.load(weights_only=True)`).
+
+    Raises:
+        CheckpointError: in one line, for a file that is damaged or holds anything but tensors and plain data
+            (a pickle that would run code is refused, never executed).
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # UnpicklingError, RuntimeError, EOFError...: torch's text is many lines long
+        why = "is damaged" if isinstance(err, (EOFError, RuntimeError)) and "Unpickl" not in str(err) else "holds more than tensors and plain data (it could run code), so it was not loaded"
+        raise CheckpointError(
+            f"{path} {why}",
+            hint="delete it and its .safetensors to resume from the checkpoint before, or start the run again without --resume",
+        ) from None
+    if not isinstance(state, dict) or not {"optimizer", "scaler", "stream", "rng"} <= state.keys():
+        raise CheckpointError(f"{path} is not a tfm trainer state", hint="delete it and its .safetensors to resume from the checkpoint before")
+    return state
+
+
