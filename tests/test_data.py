@@ -127,6 +127,21 @@ def test_error_mismatched_line_counts(tmp_path: Path) -> None:
     assert len(list(read_pairs([src, tgt]))) == 10
 
 
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_an_empty_last_sentence_on_one_side_is_a_line(tmp_path: Path, side: str) -> None:
+    """Two files of 3 lines each (`wc -l`), the last sentence empty on one side: aligned, the empty pair yielded
+    (encode_corpus skips it); it was refused as "has 2 lines but ... has 3"."""
+    full, short = "Bonjour.\nMerci.\nSalut.\n", "Hello.\nThanks.\n\n"
+    src = write(tmp_path / "c.fr", short if side == "source" else full)
+    tgt = write(tmp_path / "c.en", full if side == "source" else short)
+    pairs = list(read_pairs([src, tgt]))
+    assert len(pairs) == 3 and pairs[2][0] == 3 and "" in pairs[2][1:]
+    write(tmp_path / "c.en", "Hello.\n\n\nNo counterpart.\n")  # blank lines before a sentence are lines too
+    write(tmp_path / "c.fr", full)
+    with pytest.raises(CorpusError, match=r"c\.fr has 3 lines but .*c\.en has 4: .*c\.en:4 has no counterpart"):
+        list(read_pairs([src, tgt]))
+
+
 def test_error_empty_corpus(tmp_path: Path) -> None:
     empty = write(tmp_path / "empty.tsv", "")
     with pytest.raises(CorpusError, match=r"empty\.tsv contains no sentence pairs"):

@@ -111,10 +111,11 @@ def _open_binary(path: Path) -> IO[bytes]:
     return f
 
 
-def _read_lines(path: Path, shown: str) -> Iterator[tuple[int, str]]:
+def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterator[tuple[int, str]]:
     """Yield (line_no, text) with the newline (and a CR before it) stripped, decoded as strict UTF-8.
 
-    Blank lines at the very end of the file are dropped; blank lines elsewhere are yielded as "".
+    Blank lines at the very end of the file are dropped unless `trailing_blanks`; blank lines elsewhere are
+    yielded as "".
     """
     pending_blank: list[int] = []
     try:
@@ -150,6 +151,9 @@ def _read_lines(path: Path, shown: str) -> Iterator[tuple[int, str]]:
                     yield blank, ""
                 pending_blank.clear()
                 yield line_no, text
+            if trailing_blanks:
+                for blank in pending_blank:
+                    yield blank, ""
     except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
         raise CorpusError(
             f"{shown}: cannot read the file ({err}); is it a complete, uncompressed or gzip text file?"
@@ -249,7 +253,10 @@ def _read_tsv(path: Path, shown: str) -> Iterator[Pair]:
 
 
 def _read_parallel(src_path: Path, src_shown: str, tgt_path: Path, tgt_shown: str) -> Iterator[Pair]:
-    src_lines, tgt_lines = _read_lines(src_path, src_shown), _read_lines(tgt_path, tgt_shown)
+    # Blank lines at the end are read as lines: a last sentence may be empty on one side (a pair skipped like
+    # any other with an empty side), so "a\nb\nc\n" and "x\ny\n\n" are aligned, as `wc -l` says.
+    src_lines = _read_lines(src_path, src_shown, trailing_blanks=True)
+    tgt_lines = _read_lines(tgt_path, tgt_shown, trailing_blanks=True)
     n = full = 0  # lines, and lines with text on both sides
     while True:
         src_item, tgt_item = next(src_lines, None), next(tgt_lines, None)
@@ -258,10 +265,16 @@ def _read_parallel(src_path: Path, src_shown: str, tgt_path: Path, tgt_shown: st
         n += 1
         full += bool(src_item[1].strip() and tgt_item[1].strip())
         yield src_item[0], src_item[1], tgt_item[1]
-    if src_item is not None or tgt_item is not None:
-        # One file ended first: count the rest of the other one (still streaming) for the message.
-        n_src = n + (src_item is not None) + sum(1 for _ in src_lines)
-        n_tgt = n + (tgt_item is not None) + sum(1 for _ in tgt_lines)
+    first = src_item if src_item is not None else tgt_item
+    if first is not None:
+        # One file ended first: count the rest of the other one (still streaming). Blank lines alone there are
+        # the end of that file (an editor's extra newline), not sentences without a counterpart.
+        extra, text_left = 1, bool(first[1])
+        for _, text in src_lines if src_item is not None else tgt_lines:
+            extra, text_left = extra + 1, text_left or bool(text)
+    if first is not None and text_left:
+        n_src = n + (extra if src_item is not None else 0)
+        n_tgt = n + (extra if tgt_item is not None else 0)
         longer = src_shown if n_src > n_tgt else tgt_shown
         raise CorpusError(
             f"{src_shown} has {n_src} lines but {tgt_shown} has {n_tgt}: the source and target files must be "
