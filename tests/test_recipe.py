@@ -369,6 +369,19 @@ def test_duplicate_key_is_an_error(tmp_path):
     ]
 
 
+def test_anchors_aliases_and_merge_keys_are_yaml(tmp_path):
+    """`<<: *anchor` (YAML's merge key, which PyYAML's safe loader reads) was refused as 'invalid YAML ... could
+    not determine a constructor for the tag merge'; keys beside it override the merged ones."""
+    text = (
+        "name: x\nmodel: {d_model: &w 256, d_ff: 1024, n_heads: 4}\n"
+        "train:\n  <<: {max_steps: 3, warmup_steps: 2, eval_every: *w}\n  max_steps: 7\n  save_every: *w\n"
+    )
+    recipe = load_recipe(write(tmp_path, text))
+    assert (recipe.train.max_steps, recipe.train.warmup_steps, recipe.train.eval_every, recipe.train.save_every) == (7, 2, 256, 256)
+    with pytest.raises(RecipeError, match="duplicate key 'max_steps'"):  # two explicit keys are still refused
+        load_recipe(write(tmp_path, text + "  max_steps: 8\n"))
+
+
 def test_missing_file_is_named(tmp_path):
     write(tmp_path, "name: x\n", name="base.yaml")
     with pytest.raises(TfmError) as excinfo:

@@ -640,6 +640,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged by the base constructor, and
+                continue  # the keys written beside it override the merged ones (they are not duplicates)
             key = self.construct_object(key_node, deep=deep)
             try:
                 duplicate = key in seen
