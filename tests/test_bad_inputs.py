@@ -243,8 +243,10 @@ def test_wrong_type_is_named(tmp_path: Path, text: str, expected: str) -> None:
         ("name: bad\nmodel:\n  dropout: -0.1\n", "model.dropout=-0.1 must be a number in [0, 1)"),
         ("name: bad\nmodel:\n  d_model: 500\n  n_heads: 8\n", "model.d_model=500 must be divisible by model.n_heads=8 (try 496"),
         ("name: bad\ntrain:\n  warmup_steps: 0\n", "train.warmup_steps=0 must be >= 1 (the schedule divides by it"),
+        # torch.manual_seed raised an OverflowError (a traceback) after the tokenizer was trained
+        ("name: bad\ntrain:\n  seed: 99999999999999999999999\n", "train.seed=99999999999999999999999 must be at most 9,223,372,036,854,775,807"),
     ],
-    ids=["negative-dropout", "d_model-by-heads", "warmup-0"],
+    ids=["negative-dropout", "d_model-by-heads", "warmup-0", "seed-beyond-64-bits"],
 )
 def test_value_out_of_range_is_named(tmp_path: Path, text: str, expected: str) -> None:
     _bad_recipe(tmp_path, text, expected)

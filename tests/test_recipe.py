@@ -190,6 +190,17 @@ def test_range_and_cross_field_rules():
     assert sorted(got) == sorted(expected)
 
 
+def test_integers_beyond_64_bits_are_refused():
+    """A warmup of 10**400 steps raised OverflowError in the schedule, a seed of 2**64 one in torch.manual_seed."""
+    big = 10**400
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({"name": "x", "train": {"warmup_steps": big, "seed": 2**64, "max_steps": 2**63 - 1}})
+    assert problems_of(excinfo) == [
+        f"train.warmup_steps={big!r} must be at most 9,223,372,036,854,775,807 (a 64-bit integer)",
+        "train.seed=18446744073709551616 must be at most 9,223,372,036,854,775,807 (a 64-bit integer)",
+    ]
+
+
 def test_model_shape_problems_come_from_config_problems():
     with pytest.raises(RecipeError) as excinfo:
         recipe_from_dict({"name": "x", "model": {"n_heads": 0, "norm": "mid", "dropout": 1.5}})

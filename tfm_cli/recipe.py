@@ -33,6 +33,7 @@ PATIENCE_METRICS = ("bleu", "loss")  # dev metrics early stopping can watch
 MIN_VOCAB_SIZE = 300
 MAX_VOCAB_SIZE = 1_000_000  # the largest NMT vocabularies (NLLB, mBART) hold ~250k; tokenizers aborts far above
 MAX_ALPHA = 10.0  # GNMT's length penalty exponent: the paper uses 0.6, and ((5 + |Y|) / 6)^alpha must stay finite
+MAX_INT = 2**63 - 1  # the largest 64-bit integer: what torch and the trainer state hold
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
 
 
@@ -234,7 +235,10 @@ def _type_problem(key: str, value: Any, kind: str) -> str | None:
     """The problem line when `value` does not have the field's type, else None."""
     bad = f"{key}={_yaml_text(value)}"
     if kind == "int":
-        return None if _is_int(value) else f"{bad} must be an integer"
+        if not _is_int(value):
+            return f"{bad} must be an integer"
+        # torch takes seeds, steps and sizes as 64-bit integers (a larger seed raised an OverflowError)
+        return None if value <= MAX_INT else f"{bad} must be at most {MAX_INT:,} (a 64-bit integer)"
     if kind == "float":
         if not _is_number(value):
             return f"{bad} must be a number"
