@@ -647,3 +647,26 @@ def test_bench_translate_refuses_batches_larger_than_its_sentences(run: Path) ->
     for sizes in ("1,8,32", "1,,2"):
         proc = tfm("bench", "translate", "--model", str(run), "--sentences", "4", "--batch-sizes", sizes, check=False)
         assert proc.returncode == 2 and "--batch-sizes" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_model_too_large_to_build_is_one_line(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """model.d_model=10**12 passed the recipe checks, then torch could not size its weights: a RuntimeError
+    traceback from --dry-run and from a start (after the tokenizer was trained). A model the memory cannot hold
+    is said the same way, before the run's recipe.yaml and config.json are written."""
+    out = tmp_path / "out"
+    for extra in (["--dry-run"], ["--device", "cpu"]):
+        proc = tfm("train", str(root / "recipe.yaml"), "model.d_model=1000000000000", "--out", str(out), *extra, check=False)
+        error_line(proc, "the model (model.d_model=1000000000000", "cannot be built")
+        assert not (out / "recipe.yaml").exists()
+    import tfm_cli.training as training
+    from tfm_cli.recipe import load_recipe
+
+    class NoMemory(Transformer):
+        def to(self, *args, **kwargs):
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 800000000000 bytes")
+
+    monkeypatch.setattr(training, "Transformer", NoMemory)
+    with pytest.raises(TfmError) as caught:
+        training.train(load_recipe(root / "recipe.yaml"), tmp_path / "run", device="cpu")
+    one_line(caught.value, "cannot be built on cpu", "can't allocate memory")
+    assert not (tmp_path / "run" / "recipe.yaml").exists()

@@ -231,22 +231,19 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int]) -> No
     """Resolved recipe, parameter count, tokens per step and the corpora's sentence pairs; nothing is written."""
     import yaml
 
-    from tfm_cli.model import Transformer
     from tfm_cli.recipe import model_config, recipe_to_dict
     from tfm_cli.tokenizer import Tokenizer
+    from tfm_cli.training import parameter_count
 
     vocab = recipe.tokenizer.vocab_size
     tok_path = Path(recipe.tokenizer.path) if recipe.tokenizer.path else run_dir / "tokenizer.json"
     if tok_path.is_file():
         vocab = Tokenizer.load(tok_path).vocab_size
-    import torch
-
-    with torch.device("meta"):  # shapes only: no memory is allocated
-        model = Transformer(model_config(recipe, vocab, 0, 1, 2))
+    parameters = parameter_count(model_config(recipe, vocab, 0, 1, 2))  # shapes only: no memory is allocated
     t = recipe.train
     facts = {
         "run_dir": str(run_dir),
-        "parameters": model.num_parameters(),
+        "parameters": parameters,
         "vocab_size": vocab,
         "tokens_per_step": t.max_tokens * t.accum_steps,
         "sentence_pairs": pairs,

@@ -9,8 +9,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import torch
-
 from tfm_cli.checkpoint import (
     CHECKPOINTS,
     FINAL,
@@ -22,13 +20,13 @@ from tfm_cli.data import (
     resolve_corpus_path,
 )
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError
-from tfm_cli.model import Transformer
 from tfm_cli.recipe import (
     ModelRecipe,
     Recipe,
     load_recipe,
     recipe_to_dict,
 )
+from tfm_cli.training.step import parameter_count
 
 
 def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
@@ -138,8 +136,7 @@ def check_room(run_dir: Path, config, t) -> None:
         raise TfmError(
             f"cannot write checkpoints into {folder}: {err.strerror}", hint="choose another --out, or fix that folder's permissions"
         ) from None
-    with torch.device("meta"):
-        params = Transformer(config).num_parameters()
+    params = parameter_count(config)
     need = params * 12 * (t.keep_last + 1) + params * 4 * 2
     free = shutil.disk_usage(folder).free
     if free < need:

@@ -3,14 +3,42 @@ trainer and `tfm bench train`, which times exactly this function as "the model s
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 
 from tfm_cli.distributed import Distributed, sync_gradients
+from tfm_cli.errors import TfmError
 from tfm_cli.model import Transformer
 from tfm_cli.training.loss import label_smoothed_loss, output_loss
 from tfm_cli.training.optim import adam, inverse_sqrt_lr
+
+
+def _build_model(config, device: torch.device | str) -> Transformer:
+    """`Transformer(config)` on `device` ("meta": shapes only), or a TfmError when its tensors cannot be made
+    (too large for the memory, or for torch to size at all, e.g. model.d_model=10**12)."""
+    try:
+        with torch.device("meta") if str(device) == "meta" else contextlib.nullcontext():
+            model = Transformer(config)
+        return model if str(device) == "meta" else model.to(device)
+    except (RuntimeError, MemoryError) as err:  # torch.OutOfMemoryError is a RuntimeError
+        why = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise TfmError(
+            f"the model (model.d_model={config.d_model}, model.d_ff={config.d_ff}, "
+            f"model.max_positions={config.max_positions}, vocabulary {config.vocab_size}) cannot be built on "
+            f"{'this machine' if str(device) == 'meta' else device}: {why}",
+            hint="lower model.d_model, model.d_ff, the layer counts or model.max_positions",
+        ) from None
+
+
+def parameter_count(config) -> int:
+    """The number of parameters of `Transformer(config)`, counted on the meta device (no memory is allocated).
+
+    Raises:
+        TfmError: the model's tensors are too large for torch to size.
+    """
+    return _build_model(config, "meta").num_parameters()
 
 
 def setup_model(config, t, device: torch.device, precision: str):
@@ -18,8 +46,11 @@ def setup_model(config, t, device: torch.device, precision: str):
 
     Args:
         config: the ModelConfig; t: the recipe's `train` section; precision: "fp32", "bf16" or "fp16".
+
+    Raises:
+        TfmError: the model does not fit in the memory of `device`.
     """
-    model = Transformer(config).to(device)
+    model = _build_model(config, device)
     optimizer = adam(model.parameters(), t, device, inverse_sqrt_lr(1, config.d_model, t.warmup_steps, t.lr_factor))
     scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
     return model, optimizer, scaler

@@ -266,10 +266,12 @@ class Trainer:
         torch.manual_seed(t.seed)
         random.seed(t.seed)
         corpus = self._read_inputs(created, weights)
+        if self.main:  # an unwritable or full run directory is said now, not after an hour
+            check_room(run_dir, self.config, t)
+        # a model too large for the memory is said before the run's files are written
+        self.model, self.optimizer, self.scaler = setup_model(self.config, t, self.device, self.precision)
         if self.main:
             self._write_run_files()
-
-        self.model, self.optimizer, self.scaler = setup_model(self.config, t, self.device, self.precision)
         _seed_rank(t.seed, dist)
         tok = self.tokenizer
         self.stream = BatchStream(
@@ -318,9 +320,8 @@ class Trainer:
         return corpus
 
     def _write_run_files(self) -> None:
-        """recipe.yaml and config.json of the run (rank 0), once the disk is known to hold its checkpoints."""
+        """recipe.yaml and config.json of the run (rank 0), once its checkpoints and model are known to fit."""
         run_dir, config = self.run_dir, self.config
-        check_room(run_dir, config, self.t)  # an unwritable or full run directory is said now, not after an hour
         dump_recipe(with_absolute_paths(self.recipe), run_dir / "recipe.yaml")  # --resume works from any directory
         atomic_write(run_dir / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(config.to_dict(), indent=2)))
         if not self.resume:  # a fresh start (preflight let it in: nothing of another run is here) logs afresh
