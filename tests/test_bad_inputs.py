@@ -670,3 +670,31 @@ def test_a_model_too_large_to_build_is_one_line(root: Path, tmp_path: Path, monk
         training.train(load_recipe(root / "recipe.yaml"), tmp_path / "run", device="cpu")
     one_line(caught.value, "cannot be built on cpu", "can't allocate memory")
     assert not (tmp_path / "run" / "recipe.yaml").exists()
+
+
+def test_tokenizer_path_is_the_tokenizer_the_run_trains_with(root: Path, run: Path, tmp_path: Path) -> None:
+    """tokenizer.path: `~` is expanded by a start as by --dry-run (it was 'does not exist' after a dry run passed);
+    a tokenizer.json that `tfm tokenize` left in the run directory no longer wins silently over it; and a resume
+    reads the run's own copy, not the file tokenizer.path named (it was refused once that file had moved)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(run / "tokenizer.json", home / "tok.json")
+    out = tmp_path / "out"
+    start = ("train", str(root / "recipe.yaml"), "tokenizer.path=~/tok.json", "train.max_steps=2", "train.save_every=2")
+    env = {"HOME": str(home)}
+    tfm(*start, "--out", str(out), "--device", "cpu", env_extra=env)
+    assert (out / "tokenizer.json").read_bytes() == (run / "tokenizer.json").read_bytes()
+    (home / "tok.json").unlink()  # the run has its own copy
+    tfm("train", "--resume", str(out), "train.max_steps=3", "--device", "cpu", env_extra=env)
+    # another tokenizer already in the run directory (here: one `tfm tokenize` wrote)
+    shutil.copy(run / "tokenizer.json", home / "tok.json")
+    other = tmp_path / "other"
+    tfm("tokenize", "--corpus", str(root / "train.tsv"), "--vocab-size", "300", "--out", str(other / "tokenizer.json"))
+    before = snapshot(other)
+    for extra in (["--dry-run"], ["--device", "cpu"]):
+        proc = tfm(*start, "--out", str(other), *extra, env_extra=env, check=False)
+        error_line(proc, f"{other / 'tokenizer.json'} (left by `tfm tokenize` or an earlier start) is not tokenizer.path ~/tok.json")
+        assert snapshot(other) == before
+    # without tokenizer.path the run's tokenizer is used, and the log says so
+    proc = tfm("train", str(root / "recipe.yaml"), "train.max_steps=1", "--out", str(other), "--device", "cpu")
+    assert f"tokenizer: {other / 'tokenizer.json'} (" in proc.stderr and "not trained again" in proc.stderr

@@ -236,7 +236,9 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int]) -> No
     from tfm_cli.training import parameter_count
 
     vocab = recipe.tokenizer.vocab_size
-    tok_path = Path(recipe.tokenizer.path) if recipe.tokenizer.path else run_dir / "tokenizer.json"
+    tok_path = Path(run_dir) / "tokenizer.json"  # what a start uses first (preflight refused one that differs from tokenizer.path)
+    if not tok_path.is_file() and recipe.tokenizer.path:
+        tok_path = Path(recipe.tokenizer.path).expanduser()
     if tok_path.is_file():
         vocab = Tokenizer.load(tok_path).vocab_size
     parameters = parameter_count(model_config(recipe, vocab, 0, 1, 2))  # shapes only: no memory is allocated

@@ -26,6 +26,7 @@ from tfm_cli.recipe import (
     load_recipe,
     recipe_to_dict,
 )
+from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training.step import parameter_count
 
 
@@ -34,7 +35,8 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
 
     Raises:
         CheckpointError: `run_dir` already holds a trained run and this is not a resume.
-        CorpusError: a corpus file named by the recipe is missing; TfmError: tokenizer.path is missing.
+        CorpusError: a corpus file named by the recipe is missing; TfmError: tokenizer.path is missing, or a fresh
+            start's run directory already holds another tokenizer.
     """
     prior = checkpoint_steps(run_dir)
     if not resume and (prior or (run_dir / FINAL).is_file()):  # refuse before writing anything into the run
@@ -51,11 +53,20 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
         )
     _check_place(run_dir)
     _check_corpora(recipe)
-    if recipe.tokenizer.path and not Path(recipe.tokenizer.path).expanduser().is_file():
-        what = "is not a file" if Path(recipe.tokenizer.path).expanduser().exists() else "does not exist"
+    own = run_dir / "tokenizer.json"
+    # a run keeps its own copy of tokenizer.path: a resume does not read that file again
+    wanted = Path(recipe.tokenizer.path).expanduser() if recipe.tokenizer.path and not (resume and own.is_file()) else None
+    if wanted is not None and not wanted.is_file():
+        what = "is not a file" if wanted.exists() else "does not exist"
         raise TfmError(
             f"tokenizer.path: {recipe.tokenizer.path} {what}",
             hint="train one with `tfm tokenize`, or set tokenizer.path: null to train one with the run",
+        )
+    if wanted is not None and own.is_file() and Tokenizer.load(own).sha256 != Tokenizer.load(wanted).sha256:
+        raise TfmError(
+            f"{own} (left by `tfm tokenize` or an earlier start) is not tokenizer.path {recipe.tokenizer.path}: "
+            "the run would train with the tokenizer already in its directory",
+            hint=f"delete {own} to train with tokenizer.path, or choose another --out",
         )
 
 

@@ -146,13 +146,24 @@ def _share_tokenizer(tokenizer: Tokenizer | None, dist: Distributed) -> Tokenize
     return tokenizer if tokenizer is not None else Tokenizer(HFTokenizer.from_str(text), source="rank 0's tokenizer")
 
 
-def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents) -> Tokenizer:
-    """The run's tokenizer: kept from an earlier start, copied from tokenizer.path, or trained on the corpus."""
+def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents, resume: bool = False) -> Tokenizer:
+    """The run's tokenizer: its own (a resume, or one that `tfm tokenize` or an earlier start left in the run
+    directory; `preflight` refused one that is not tokenizer.path), copied from tokenizer.path, or trained on
+    the corpus."""
     target = run_dir / "tokenizer.json"
     if target.is_file():
-        return Tokenizer.load(target)
+        tokenizer = Tokenizer.load(target)
+        if not resume and recipe.tokenizer.path:  # the same tokenizer (preflight compared them)
+            events.message(f"tokenizer: {recipe.tokenizer.path} ({tokenizer.vocab_size} tokens)")
+        elif not resume:  # said, since the recipe's tokenizer settings go unused
+            events.message(
+                f"tokenizer: {target} ({tokenizer.vocab_size} tokens), already in the run directory (from `tfm "
+                "tokenize` or an earlier start), not trained again: delete it to train one with tokenizer.vocab_size "
+                f"{recipe.tokenizer.vocab_size} and tokenizer.min_frequency {recipe.tokenizer.min_frequency}"
+            )
+        return tokenizer
     if recipe.tokenizer.path:
-        tokenizer = Tokenizer.load(recipe.tokenizer.path)
+        tokenizer = Tokenizer.load(Path(recipe.tokenizer.path).expanduser())
         tokenizer.save(target)
         events.message(f"tokenizer: {recipe.tokenizer.path} ({tokenizer.vocab_size} tokens)")
         return tokenizer
@@ -294,7 +305,7 @@ class Trainer:
         recipe, run_dir, main = self.recipe, self.run_dir, self.main
         had_tokenizer = (run_dir / "tokenizer.json").exists()
         try:
-            prepared = _prepare_tokenizer(recipe, run_dir, self.events) if main else None
+            prepared = _prepare_tokenizer(recipe, run_dir, self.events, self.resume) if main else None
             self.tokenizer = tok = _share_tokenizer(prepared, self.dist)
             self.config = model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id)
             read_start = time.perf_counter()
