@@ -698,3 +698,18 @@ def test_tokenizer_path_is_the_tokenizer_the_run_trains_with(root: Path, run: Pa
     # without tokenizer.path the run's tokenizer is used, and the log says so
     proc = tfm("train", str(root / "recipe.yaml"), "train.max_steps=1", "--out", str(other), "--device", "cpu")
     assert f"tokenizer: {other / 'tokenizer.json'} (" in proc.stderr and "not trained again" in proc.stderr
+
+
+def test_a_run_that_cannot_resume_points_to_a_command_that_works(trained: Path, tmp_path: Path) -> None:
+    """Checkpoints without their trainer states: the resume said 'start the run again without --resume', and that
+    start said 'continue it with tfm train --resume' (a loop). The hint now names a start that is accepted."""
+    run = Path(shutil.copytree(trained, tmp_path / "run"))
+    for state in (run / "checkpoints").glob("*.state.pt"):
+        state.unlink()
+    before = snapshot(run)
+    proc = tfm("train", "--resume", str(run), "train.max_steps=12", "--device", "cpu", check=False)
+    error_line(proc, "has no checkpoint with its trainer state")
+    assert f"hint: an exact resume needs the .state.pt files; start a new run from its recipe: tfm train {run / 'recipe.yaml'} --out NEW_DIR" in proc.stderr
+    error_line(tfm("train", str(run / "recipe.yaml"), "--out", str(run), "--dry-run", check=False), "already holds a trained run")
+    tfm("train", str(run / "recipe.yaml"), "--out", str(tmp_path / "new"), "--dry-run")
+    assert snapshot(run) == before

@@ -29,6 +29,7 @@ from tfm_cli import __version__
 from tfm_cli.batches import PREFETCH_GROUPS, Prefetcher
 from tfm_cli.checkpoint import (
     BEST,
+    FINAL,
     atomic_write,
     checkpoint_path,
     checkpoint_steps,
@@ -556,15 +557,18 @@ def _make_run_dir(run_dir: Path) -> bool:
 def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[str, Any]]:
     """The newest checkpoint that has its trainer state: (step, weights file, trainer state)."""
     found = checkpoint_steps(run_dir)
+    # A start into run_dir is refused once it holds checkpoints or a final model: then the way on is a new run.
+    anew = f"start a new run from its recipe: tfm train {run_dir / 'recipe.yaml'} --out NEW_DIR"
     if not found:
-        raise CheckpointError(f"{run_dir} has no checkpoint to resume from", hint="start it again without --resume")
+        hint = anew if (run_dir / FINAL).is_file() else "start it again without --resume"
+        raise CheckpointError(f"{run_dir} has no checkpoint to resume from", hint=hint)
     # Weights are written before their trainer state: a run killed between the two leaves weights that
     # cannot be resumed exactly, so resume from the newest checkpoint that has both.
     complete = [(s, w) for s, w in found if state_path(w).is_file()]
     if not complete:
         raise CheckpointError(
             f"{run_dir} has no checkpoint with its trainer state ({state_path(found[-1][1]).name} and older are missing)",
-            hint="an exact resume needs the .state.pt files; start the run again without --resume",
+            hint=f"an exact resume needs the .state.pt files; {anew}",
         )
     step, weights = complete[-1]
     tok_path = run_dir / "tokenizer.json"
@@ -608,7 +612,7 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
         why = "is damaged" if isinstance(err, (EOFError, RuntimeError)) and "Unpickl" not in str(err) else "holds more than tensors and plain data (it could run code), so it was not loaded"
         raise CheckpointError(
             f"{path} {why}",
-            hint="delete it and its .safetensors to resume from the checkpoint before, or start the run again without --resume",
+            hint="delete it and its .safetensors to resume from the checkpoint before, or start a new run (--out)",
         ) from None
     if not isinstance(state, dict) or not {"optimizer", "scaler", "stream", "rng"} <= state.keys():
         raise CheckpointError(f"{path} is not a tfm trainer state", hint="delete it and its .safetensors to resume from the checkpoint before")
