@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import inspect
 import itertools
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -125,6 +126,16 @@ def test_error_mismatched_line_counts(tmp_path: Path) -> None:
     # the trailing blank line is not a line of its own
     write(tmp_path / "t.txt", "".join(f"t{i}\n" for i in range(10)) + "\n")
     assert len(list(read_pairs([src, tgt]))) == 10
+
+
+def test_a_pipe_or_a_directory_is_named_as_such(tmp_path: Path) -> None:
+    """`--corpus /dev/stdin` or `<(zcat c.tsv.gz)` was 'is not a file (a directory?)'."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(CorpusError, match=r"pipe is a pipe or a device, not a file: a corpus is read more than once"):
+        read_pairs(fifo)
+    with pytest.raises(CorpusError, match=r"is not a file but a directory: give the path of a \.tsv or \.txt file"):
+        read_pairs([tmp_path, fifo])
 
 
 @pytest.mark.parametrize("side", ["source", "target"])

@@ -94,9 +94,12 @@ def resolve_corpus_path(spec: str | os.PathLike) -> Path:
             f"corpus file {text} does not exist: check the path (data.train / data.dev in the recipe, "
             "or the path you gave), or use a bundled corpus such as bundled:tatoeba-fr-en/train.tsv.gz"
         )
-    if not path.is_file():
+    if path.is_dir():
+        raise CorpusError(f"corpus file {text} is not a file but a directory: give the path of a .tsv or .txt file")
+    if not path.is_file():  # a pipe (/dev/stdin, <(zcat ...)) or a device: it could be read only once
         raise CorpusError(
-            f"corpus file {text} is not a file (a directory?): give the path of a .tsv or .txt file"
+            f"corpus file {text} is a pipe or a device, not a file: a corpus is read more than once, "
+            "so save it to a file first (gzip it if it is large: tfm reads .gz as a stream)"
         )
     return path
 
