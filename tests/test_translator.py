@@ -6,6 +6,7 @@ Translator does with a model, not about translation quality (test_e2e.py compare
 
 from __future__ import annotations
 
+import copy
 import gzip
 import itertools
 import json
@@ -126,6 +127,28 @@ def test_results_pickle_with_their_n_best(translator: Translator) -> None:
     back = pickle.loads(pickle.dumps(result))
     assert back == result and back.score == result.score and back.tokens == result.tokens
     assert [h.text for h in back.nbest] == [h.text for h in result.nbest] and back.nbest[0] is back
+
+
+def test_a_translation_is_one_line_whatever_byte_tokens_the_model_emits(parts, tmp_path: Path) -> None:
+    """An undertrained model can emit the byte tokens of a newline, CR or tab (byte fallback decodes them as
+    such): each translation must still be one line of normalised text, so that output line i is input line i."""
+    model, tok = parts
+    baseline = Translator(model, tok, DecodeSettings(max_len_offset=6)).translate(SOURCES)
+    common = max((t for r in baseline for t in r.tokens), key=lambda t: sum(r.tokens.count(t) for r in baseline))
+    swapped = copy.deepcopy(model)
+    with torch.no_grad():  # the model's favourite output piece and the newline byte trade places
+        a, b = tok.piece_to_id(common), tok.piece_to_id("<0x0A>")
+        swapped.generator.weight[[a, b]] = swapped.generator.weight[[b, a]].clone()
+    results = Translator(swapped, tok, DecodeSettings(max_len_offset=6)).translate(SOURCES, n_best=2)
+    assert any("<0x0A>" in h.tokens for r in results for h in r.nbest)  # the case is really exercised
+    for r in results:
+        for h in r.nbest:
+            assert h.text == tok.normalize(h.text) and "\n" not in h.text, repr(h.text)
+    run = _run_dir(tmp_path / "run", (swapped, tok), "  max_len_offset: 6\n")
+    stdin = "".join(f"{s}\n" for s in SOURCES)
+    assert len(tfm("translate", "--model", str(run), stdin=stdin).stdout.splitlines()) == len(SOURCES)
+    lines = tfm("translate", "--model", str(run), "--n-best", "2", stdin=stdin).stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == [str(i // 2 + 1) for i in range(2 * len(SOURCES))]
 
 
 def test_translate_rejects_non_strings(translator: Translator) -> None:
