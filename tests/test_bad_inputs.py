@@ -442,6 +442,20 @@ def test_utf16_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "iconv -f utf-16 -t utf-8" in err.value.hint
 
 
+def test_scoring_nothing_is_an_error_not_a_traceback(run: Path, tmp_path: Path) -> None:
+    """Empty stdin and an empty reference file agree on their 0 lines, but there is no BLEU of nothing (sacrebleu
+    raised IndexError)."""
+    from tfm_cli.translator import Translator
+
+    empty = write(tmp_path / "empty.en", "")
+    proc = translate(run, "--reference", str(empty), stdin=b"")
+    error_line(proc, "nothing to score")
+    assert proc.stdout == ""
+    with pytest.raises(TfmError) as caught:
+        Translator.load(run, device="cpu").score([], [])
+    one_line(caught.value, "nothing to score")
+
+
 def test_sentence_argument_that_is_not_utf8(run: Path) -> None:
     proc = translate(run, "caf\udce9")  # the byte 0xe9 on the command line (Python's surrogate escape); was a traceback
     error_line(proc, "the sentence to translate is not valid UTF-8")

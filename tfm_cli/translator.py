@@ -349,10 +349,15 @@ class Translator:
 
         Returns:
             {"sentences", "bleu", "chrf", "bleu_signature", "chrf_signature", "translations"}.
+
+        Raises:
+            TfmError: no sentences at all, or not one reference per source.
         """
         from tfm_cli.training import score_translations
 
         sources, references = list(sources), list(references)
+        if not sources and not references:  # sacrebleu has no score for an empty corpus (it raised IndexError)
+            raise TfmError("nothing to score: no source sentences and no references", hint="give at least one sentence")
         if len(sources) != len(references):
             raise TfmError(
                 f"{len(references)} references for {len(sources)} sources",
