@@ -637,6 +637,20 @@ def test_vocabulary_size_and_length_penalty_have_upper_bounds(run: Path, root: P
             translator.translate("Bonjour.", alpha=alpha)
 
 
+def test_a_huge_maximum_length_offset_means_no_limit_but_the_model_s(run: Path) -> None:
+    """--max-len 2**63 - 1 overflowed int64 and cut every output to one token; a larger one was a traceback."""
+    from tfm_cli.translator import Translator
+
+    translator = Translator.load(run, device="cpu")
+    sources = ["Bonjour.", "Je suis étudiant.", "Il fait beau aujourd'hui."]
+    want = [r.tokens for r in translator.translate(sources, max_len_offset=1000, min_len=40)]
+    assert all(len(tokens) == 63 for tokens in want)  # every output runs to the model's own maximum
+    for offset in (2**63 - 1, 2**64, 10**30):
+        assert [r.tokens for r in translator.translate(sources, max_len_offset=offset, min_len=40)] == want
+    proc = translate(run, "--max-len", str(10**30), "--greedy", "Bonjour.")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and len(proc.stdout.splitlines()) == 1, proc.stderr
+
+
 def test_dry_run_makes_the_checks_of_a_real_start(root: Path, tmp_path: Path) -> None:
     blocker = write(tmp_path / "a-file", "x")
     dry = ("train", str(root / "recipe.yaml"), "--dry-run")

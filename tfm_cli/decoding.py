@@ -46,6 +46,7 @@ def max_output_lengths(src_mask: torch.Tensor, offset: int, limit: int) -> torch
     The source length excludes the EOS appended to every source; `src_mask` is (B, 1, 1, S).
     """
     src_len = src_mask.reshape(src_mask.size(0), -1).sum(dim=1) - 1
+    offset = min(offset, limit)  # a huge offset would overflow int64 (wrapping to a length of 1) or not convert at all
     return (src_len + offset).clamp(min=1, max=limit)
 
 
