@@ -651,6 +651,24 @@ def test_a_huge_maximum_length_offset_means_no_limit_but_the_model_s(run: Path) 
     assert proc.returncode == 0 and "Traceback" not in proc.stderr and len(proc.stdout.splitlines()) == 1, proc.stderr
 
 
+def test_a_beam_wider_than_the_vocabulary_is_refused(run: Path) -> None:
+    """--beam 10**20 was a torch overflow traceback, --beam 10**8 an allocation of 43 GB; the vocabulary (400
+    tokens here) is the widest beam that can be filled. The widest one still translates."""
+    from tfm_cli.translator import Translator
+
+    for beam in (401, 10**8, 10**20):
+        error_line(translate(run, "--beam", str(beam), "Bonjour."), f"beam={beam} is wider than the model's vocabulary (400 tokens)")
+    proc = tfm("bench", "translate", "--model", str(run), "--beam", str(10**20), "--beam-only", "--cache-only",
+               "--batch-sizes", "1", "--sentences", "1", check=False)
+    error_line(proc, "is wider than the model's vocabulary")
+    with pytest.raises(TfmError, match="wider than the model's vocabulary"):
+        Translator.load(run, device="cpu", beam=10**20)
+    translator = Translator.load(run, device="cpu")
+    with pytest.raises(TfmError, match="wider than the model's vocabulary"):
+        translator.translate("Bonjour.", beam=401)
+    assert translator.translate(["Bonjour.", "Merci."], beam=400, max_len_offset=2)[1].source == "Merci."
+
+
 def test_dry_run_makes_the_checks_of_a_real_start(root: Path, tmp_path: Path) -> None:
     blocker = write(tmp_path / "a-file", "x")
     dry = ("train", str(root / "recipe.yaml"), "--dry-run")

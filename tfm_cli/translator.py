@@ -221,6 +221,7 @@ class Translator:
             )
         self.settings = settings if settings is not None else DecodeSettings()
         self.settings.check()
+        self._check_beam(self.settings)
         # Room for the end-of-sentence token appended to every source.
         self.max_source_tokens = config.max_positions - 1
 
@@ -371,6 +372,7 @@ class Translator:
         self, lines: list[str], first_line: int, decode: DecodeSettings, progress: Callable[[int], None] | None
     ) -> list[Translation]:
         """Tokenise, cut what the model cannot take, search, detokenise; `first_line` numbers the warnings."""
+        self._check_beam(decode)
         ids = self.tokenizer.encode_batch(lines)
         limit = self.max_source_tokens
         truncated = [len(seq) > limit for seq in ids]
@@ -408,6 +410,16 @@ class Translator:
             best.nbest = nbest
             results.append(best)
         return results
+
+    def _check_beam(self, decode: DecodeSettings) -> None:
+        """A beam wider than the vocabulary cannot be filled (its first step has one candidate per token), and a
+        huge one failed deep in torch (an integer overflow, or an allocation of terabytes)."""
+        vocab = self.engine.config.vocab_size
+        if not decode.greedy and decode.beam > vocab:
+            raise TfmError(
+                f"decode setting beam={decode.beam} is wider than the model's vocabulary ({vocab:,} tokens)",
+                hint=f"use a beam of at most {vocab:,} (the paper's is 4)",
+            )
 
     def __repr__(self) -> str:
         where = self.path if self.path is not None else "<in memory>"

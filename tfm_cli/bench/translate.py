@@ -65,7 +65,7 @@ def bench_translate(
     `settings.peers`, their versions also in the environment.
 
     Raises:
-        ValueError: lengths the model cannot hold, or an unknown mode.
+        ValueError: lengths the model cannot hold, a beam wider than the vocabulary, or an unknown mode.
         TfmError: `compare` without transformers installed.
     """
     if out_len < src_len:
@@ -75,6 +75,8 @@ def bench_translate(
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise ValueError(f"unknown mode(s) {bad}; use {MODES}")
+    if "beam" in modes and beam > model.config.vocab_size:  # as the Translator: a huge beam failed deep in torch
+        raise ValueError(f"beam={beam} is wider than the model's vocabulary ({model.config.vocab_size:,} tokens)")
     model = model.to(device).eval()
     sources = random_sources(model, sentences, src_len)
     amp = (lambda: autocast(device, precision)) if precision not in ("fp32", "int8") else None
