@@ -164,3 +164,43 @@ def test_pre_norm_learned_positions_untied_model(trained, tmp_path: Path) -> Non
     got = Translator.load(tmp_path / "onnx").translate(trained["sources"][:30], n_best=2)
     assert [[h.tokens for h in g.nbest] for g in got] == [[h.tokens for h in w.nbest] for w in want]
     assert max(abs(a.score - b.score) for g, w in zip(got, want, strict=True) for a, b in zip(g.nbest, w.nbest, strict=True)) <= 1e-4
+
+
+def test_a_damaged_or_mismatched_graph_is_refused_at_load(trained, exported, tmp_path: Path) -> None:
+    """A truncated graph, a config.json edited to another shape, a graph of another export put beside the others:
+    each was a traceback (InvalidProtobuf at load, or a failure in the middle of the search); now one line."""
+    other = tmp_path / "other"  # another model's export, for its encoder.onnx
+    tok = Translator.load(trained["dir"], device="cpu").tokenizer
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=tok.vocab_size, d_model=32, d_ff=64, n_heads=2, n_enc_layers=1, n_dec_layers=1, max_positions=40)
+    run = tmp_path / "run"
+    run.mkdir()
+    tok.save(run / "tokenizer.json")
+    save_weights(run / FINAL, weights_state(Transformer(config)), config, tok.sha256, 5)
+    assert run_export("onnx", run, other, verify_lines=5).ok
+
+    def damaged(name: str, damage) -> Path:
+        copy = Path(shutil.copytree(exported[0], tmp_path / name))
+        damage(copy)
+        return copy
+
+    def truncate(copy: Path) -> None:
+        data = (copy / "decoder.onnx").read_bytes()
+        (copy / "decoder.onnx").write_bytes(data[: len(data) // 3])
+
+    def edit_config(copy: Path) -> None:
+        values = json.loads((copy / "config.json").read_text())
+        (copy / "config.json").write_text(json.dumps({**values, "n_heads": values["n_heads"] * 2}))
+
+    cases = [
+        (damaged("truncated", truncate), "decoder.onnx is not a readable ONNX graph, or is truncated or corrupt"),
+        (damaged("edited", edit_config), "encoder.onnx was exported from another model than its config.json describes (n_heads"),
+        (damaged("mixed", lambda c: shutil.copy(other / "encoder.onnx", c)), "encoder.onnx was exported from another model"),
+    ]
+    for folder, message in cases:
+        with pytest.raises(TfmError) as caught:
+            Translator.load(folder)
+        assert message in str(caught.value) and "\n" not in str(caught.value)
+        proc = tfm("translate", "--model", str(folder), "Je suis étudiant.", check=False)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith("Error: ") and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 2

@@ -416,7 +416,7 @@ class OnnxEngine:
         options.inter_op_num_threads = 1
         options.log_severity_level = 3  # errors only: no notes on stderr about node placement
         providers = _providers(ort, device)
-        sessions = [ort.InferenceSession(str(directory / name), options, providers=providers) for name in GRAPHS]
+        sessions = [_session(ort, directory / name, options, providers, config) for name in GRAPHS]
         return cls(*sessions, config)
 
     def encode(self, src: torch.Tensor) -> list[torch.Tensor]:
@@ -450,6 +450,37 @@ class OnnxEngine:
 
     def __repr__(self) -> str:
         return f"OnnxEngine({', '.join(self.providers)})"
+
+
+def _session(ort, path: Path, options, providers: list, config: ModelConfig):
+    """An onnxruntime session of one graph, refused in one line when the file is damaged or was exported from
+    another model than `config` (the config each graph carries in its metadata): either would fail, or translate
+    wrongly, only in the middle of a search."""
+    try:
+        session = ort.InferenceSession(str(path), options, providers=providers)
+    except Exception as err:  # onnxruntime's own types (InvalidProtobuf, InvalidGraph, Fail, ...) derive from Exception
+        if not type(err).__module__.startswith("onnxruntime"):
+            raise
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CheckpointError(
+            f"{path} is not a readable ONNX graph, or is truncated or corrupt ({reason})",
+            hint="copy the export again, or export again with `tfm export RUN --format onnx`",
+        ) from None
+    recorded = session.get_modelmeta().custom_metadata_map.get("config")
+    if recorded is not None:
+        try:
+            theirs = json.loads(recorded)
+        except ValueError:
+            theirs = {}
+        ours = config.to_dict()
+        differ = [f"{k} {theirs.get(k)} in the graph, {v} in config.json" for k, v in ours.items() if theirs.get(k) != v]
+        if differ:
+            more = f" and {len(differ) - 2} more" if len(differ) > 2 else ""
+            raise CheckpointError(
+                f"{path} was exported from another model than its config.json describes ({'; '.join(differ[:2])}{more})",
+                hint="put back the export's own files together, or export again with `tfm export RUN --format onnx`",
+            )
+    return session
 
 
 def _array(tensor: torch.Tensor):
