@@ -154,6 +154,17 @@ def test_a_translation_is_one_line_whatever_byte_tokens_the_model_emits(parts, t
 def test_translate_rejects_non_strings(translator: Translator) -> None:
     with pytest.raises(TypeError, match="item 1 is int"):
         translator.translate(["Bonjour.", 3])
+    for given in (b"Bonjour.", None, 3):  # bytes read as a list of ints ("item 0 is int"); None "is not iterable"
+        with pytest.raises(TypeError, match=f"takes a string or a list of strings, not {type(given).__name__}"):
+            translator.translate(given)
+
+
+def test_stream_rejects_a_string_and_lines_that_are_not_text(translator: Translator) -> None:
+    """A string is iterable: each of its characters was translated as a line, silently."""
+    with pytest.raises(TypeError, match="not a str; for one sentence use translate()"):
+        list(translator.translate_stream("Bonjour.\nMerci.\n"))
+    with pytest.raises(TypeError, match="line 2 is bytes"):
+        list(translator.translate_stream(["Bonjour.\n", b"Merci.\n"]))  # a file opened in binary mode
 
 
 def test_greedy_equals_beam_one(translator: Translator) -> None:

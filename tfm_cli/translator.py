@@ -114,6 +114,13 @@ class DecodeSettings:
         return cls(d.beam, d.alpha, d.max_len_offset, d.min_len, d.max_tokens)
 
 
+def _line(line: Any, number: int) -> str:
+    """One line of `translate_stream`'s input without its line end."""
+    if not isinstance(line, str):
+        raise TypeError(f"translate_stream() takes lines of text; line {number} is {type(line).__name__}")
+    return line.rstrip("\r\n")
+
+
 class Translation(str):
     """One translation: the text itself (a `str`, so it prints and compares as text) with what came with it.
 
@@ -317,6 +324,8 @@ class Translator:
         """
         if isinstance(text, str):
             return self._translate_lines([text], 1, self.settings.updated(**settings), progress)[0]
+        if isinstance(text, (bytes, bytearray)) or not isinstance(text, Iterable):  # bytes would read as ints
+            raise TypeError(f"translate() takes a string or a list of strings, not {type(text).__name__}")
         lines = list(text)
         bad = next((i for i, line in enumerate(lines) if not isinstance(line, str)), None)
         if bad is not None:
@@ -338,8 +347,13 @@ class Translator:
         """
         if chunk_lines < 1:
             raise ValueError(f"chunk_lines must be >= 1, got {chunk_lines}")
+        if isinstance(lines, (str, bytes, bytearray)):  # iterated, it would translate each character as a line
+            raise TypeError(
+                f"translate_stream() takes an iterable of lines (a file, a list), not a {type(lines).__name__}; "
+                "for one sentence use translate(), for a text with newlines translate(text.splitlines())"
+            )
         decode = self.settings.updated(**settings)
-        source = (line.rstrip("\r\n") for line in lines)
+        source = (_line(line, number) for number, line in enumerate(lines, start=1))
         first = 1
         while chunk := list(itertools.islice(source, chunk_lines)):
             yield from self._translate_lines(chunk, first, decode, progress)
