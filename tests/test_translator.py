@@ -11,11 +11,13 @@ import gzip
 import itertools
 import json
 import pickle
+import re
 import subprocess
 import sys
 import warnings
 from pathlib import Path
 
+import numpy
 import pytest
 import torch
 from clitools import tfm
@@ -264,6 +266,15 @@ def test_bad_settings_are_errors(translator: Translator, parts, tmp_path: Path) 
         translator.translate("x", greedy=True, n_best=2)
     with pytest.raises(TypeError, match="unknown decode setting.*bean"):
         translator.translate("x", bean=3)
+    # wrong types were torch's errors from deep inside the search ("zeros(): argument 'size' ...", "topk(): ...")
+    for given, message in (
+        (dict(beam=2.5), "beam=2.5 must be an integer"), (dict(beam="4"), "beam='4' must be an integer"),
+        (dict(beam=True), "beam=True must be an integer"), (dict(n_best=1.5), "n_best=1.5 must be an integer"),
+        (dict(alpha="0.6"), "alpha='0.6' must be a number"),
+    ):
+        with pytest.raises(TfmError, match=re.escape(message)):
+            translator.translate("Bonjour.", **given)
+    assert translator.translate("Bonjour.", beam=numpy.int64(2), alpha=1) == translator.translate("Bonjour.", beam=2, alpha=1.0)
     run = _run_dir(tmp_path / "run", parts, None)
     with pytest.raises(TfmError, match="fp16 needs a CUDA device"):
         Translator.load(run, device="cpu", precision="fp16")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import numbers
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -87,7 +88,13 @@ class DecodeSettings:
         return settings
 
     def check(self) -> None:
-        """Raise TfmError naming the first setting out of range."""
+        """Raise TfmError naming the first setting of the wrong type or out of range."""
+        for name in ("beam", "max_len_offset", "min_len", "max_tokens", "n_best"):  # 2.5 or "4" failed deep in torch
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                raise TfmError(f"decode setting {name}={value!r} must be an integer", hint="see `tfm translate --help` for each setting")
+        if not isinstance(self.alpha, numbers.Real) or isinstance(self.alpha, bool):
+            raise TfmError(f"decode setting alpha={self.alpha!r} must be a number", hint="see `tfm translate --help` for each setting")
         rules = [
             (self.beam >= 1, f"beam={self.beam} must be >= 1"),
             (0 <= self.alpha <= MAX_ALPHA, f"alpha={self.alpha} must be a number between 0 and {MAX_ALPHA:g}"),
