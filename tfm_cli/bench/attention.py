@@ -95,10 +95,14 @@ def attention_flops(batch: int, heads: int, length: int, d_k: int, mask: str, ba
     return flops * (3 if backward else 1)
 
 
-def _needs_bytes(impl: str, batch: int, heads: int, length: int, d_k: int, dtype: str, backward: bool) -> int:
-    """A rough upper bound of the memory one call needs: scores, mask fill, softmax (and their gradients)."""
+def _needs_bytes(
+    impl: str, batch: int, heads: int, length: int, d_k: int, dtype: str, backward: bool, mask: str = "none"
+) -> int:
+    """A rough upper bound of the memory one call needs: its inputs and mask, and for the implementations that
+    materialise L x L, scores, mask fill, softmax (and their gradients)."""
     element = torch.tensor([], dtype=DTYPES[dtype]).element_size()
     qkv = 4 * batch * heads * length * d_k * element * (2 if backward else 1)
+    qkv += length * length if mask == "causal" else batch * length  # the boolean mask
     if impl not in MATERIALISES:
         return qkv
     matrix = batch * heads * length * length * max(element, 4)
@@ -136,17 +140,19 @@ def bench_attention(
     generator = torch.Generator(device="cpu").manual_seed(0)
     for mask_kind, length, pass_name in _grid(masks, lengths, passes):
         backward = pass_name == "forward+backward"
-        shape = (batch, heads, length, d_k)
-        q, k, v = (torch.randn(shape, generator=generator).to(device, DTYPES[dtype]) for _ in range(3))
-        mask = make_mask(mask_kind, batch, length, device)
-        reference = _reference(q, k, v, mask, batch, heads, length, d_k, budget)
+        needs = {impl: _needs_bytes(impl, batch, heads, length, d_k, dtype, backward, mask_kind) for impl in impls}
+        if any(need <= budget for need in needs.values()):  # else not even the inputs fit: every one is skipped
+            shape = (batch, heads, length, d_k)
+            q, k, v = (torch.randn(shape, generator=generator).to(device, DTYPES[dtype]) for _ in range(3))
+            mask = make_mask(mask_kind, batch, length, device)
+            reference = _reference(q, k, v, mask, batch, heads, length, d_k, budget)
         for impl in impls:
             record: dict[str, Any] = {
                 "id": f"attention/{impl}/{mask_kind}/{pass_name}/L={length}",
                 "impl": impl, "mask": mask_kind, "pass": pass_name, "length": length,
                 "lxl_matrix_mb": batch * heads * length * length * element / 2**20 if impl in MATERIALISES else 0.0,
             }
-            need = _needs_bytes(impl, batch, heads, length, d_k, dtype, backward)
+            need = needs[impl]
             if need > budget:
                 record.update(status="skipped", reason=f"needs ~{need / 2**30:.1f} GiB of {budget / 2**30:.1f} GiB")
             else:
