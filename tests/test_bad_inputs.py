@@ -603,6 +603,24 @@ def test_unwritable_outputs_are_refused_before_the_work(run: Path, root: Path, t
     assert pairs.read_text() == _head(20)
 
 
+def test_outputs_never_replace_the_model_they_come_from(copy: Path, tmp_path: Path) -> None:
+    """`--output RUN/model.safetensors` wrote the translations over the weights (the run could not translate any
+    more); the model's own files are inputs of the command, like the corpus files."""
+    pairs = write(tmp_path / "pairs.tsv", _head(5))
+    before = snapshot(copy)
+    for model, target in (
+        (copy, copy / "model.safetensors"), (copy, copy / "tokenizer.json"), (copy, copy / "recipe.yaml"),
+        (copy / "model.safetensors", copy / "tokenizer.json"),
+    ):
+        error_line(translate(model, "--score", str(pairs), "--output", str(target)), "--output", "is also an input")
+    for option in ("--html", "--image"):
+        proc = tfm("inspect-attn", "--model", str(copy), "--device", "cpu", "Je suis.", option, str(copy / "model.safetensors"), check=False)
+        error_line(proc, option, "is also an input")
+    assert snapshot(copy) == before
+    translate(copy, "--score", str(pairs), "--output", str(copy / "hyp.en"))  # beside the model is fine
+    assert len((copy / "hyp.en").read_text(encoding="utf-8").splitlines()) == 5
+
+
 def test_carriage_return_line_ends_are_not_read_as_one_line(run: Path, tmp_path: Path) -> None:
     lines = _head(50).splitlines()
     cr = write(tmp_path / "mac.tsv", "\r".join(lines) + "\r")

@@ -223,6 +223,7 @@ class Translator:
         self.tokenizer = tokenizer
         self.device = engine.device
         self.path, self.step = path, step
+        self.files: list[Path] = []  # what `load` read (weights, tokenizer, recipe): outputs must not replace them
         if isinstance(engine, TorchEngine):
             # int8: the weights are quantized (above) and the search runs without autocast
             self.precision = "int8" if precision == "int8" else resolve_precision(precision, self.device)
@@ -298,7 +299,9 @@ class Translator:
 
             export = load_onnx(model, device)
             defaults = DecodeSettings.from_run(export.path).updated(**settings)
-            return cls(export.engine, export.tokenizer, defaults, precision, export.path, export.step)
+            translator = cls(export.engine, export.tokenizer, defaults, precision, export.path, export.step)
+            translator.files = sorted(p for p in export.path.iterdir() if p.is_file())
+            return translator
         if model is not None and is_onnx_export(model):
             raise TfmError(
                 f"{model} is an ONNX export: it holds no PyTorch weights for the torch engine",
@@ -307,7 +310,9 @@ class Translator:
         torch_device = device if isinstance(device, torch.device) else resolve_device(device)
         loaded = load_model(model, torch_device, runs_root)
         defaults = DecodeSettings.from_run(loaded.run_dir).updated(**settings)
-        return cls(loaded.model, loaded.tokenizer, defaults, precision, loaded.path, loaded.step)
+        translator = cls(loaded.model, loaded.tokenizer, defaults, precision, loaded.path, loaded.step)
+        translator.files = [loaded.path, loaded.run_dir / "tokenizer.json", loaded.run_dir / "recipe.yaml"]
+        return translator
 
     # --- translating ------------------------------------------------------------------------------------------
 

@@ -81,6 +81,9 @@ def inspect_attn(
     translator = Translator.load(model, device=device, precision="fp32")
     if model is None:
         info(f"using {translator.path} (the most recent run; choose another with --model)")
+    for path, option in ((html, "--html"), (image, "--image")):
+        if path is not None:  # again, now that the model's own files are known: they are inputs too
+            check_output_file(path, option, inputs=translator.files)
     report = attention_report(translator, sentence, target)
     shown = merge_words(report) if words else report
     if token is not None:

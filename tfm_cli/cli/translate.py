@@ -94,6 +94,8 @@ def translate(
     translator = Translator.load(model, engine=engine, device=device, precision=precision)
     if model is None:
         info(f"using {translator.path} (the most recent run; choose another with --model)")
+    if output is not None:  # again, now that the model's own files are known: they are inputs too
+        check_output_file(output, "--output", inputs=[*(score or []), *([reference] if reference else []), *translator.files])
     if n_best > translator.settings.beam and not greedy:
         raise typer.BadParameter(f"--n-best {n_best} cannot exceed the beam size {translator.settings.beam}", param_hint="--n-best")
     settings = dict(
