@@ -512,6 +512,25 @@ def test_train_into_a_directory_holding_a_final_model_is_refused(root: Path, run
     assert f"tfm train --resume {target}" in proc.stderr and snapshot(target) == before
 
 
+@pytest.mark.parametrize("name", ["config.json", "metrics.jsonl", "summary.json"])
+def test_train_into_a_folder_with_files_it_would_overwrite_is_refused(root: Path, tmp_path: Path, name: str) -> None:
+    """`--out .` in a project that has its own config.json (or metrics.jsonl, summary.json), with no tfm
+    recipe.yaml there: a start would overwrite or delete that file, so it is refused and the folder is untouched;
+    a folder holding only other files, or only a tokenizer from `tfm tokenize`, is still a fine place for a run."""
+    target = tmp_path / "project"
+    target.mkdir()
+    (target / name).write_text('{"theirs": true}\n')
+    (target / "notes.txt").write_text("keep me\n")
+    before = snapshot(target)
+    for extra in ([], ["--dry-run"]):
+        proc = tfm("train", str(root / "recipe.yaml"), "--out", str(target), "--device", "cpu", *extra, check=False)
+        error_line(proc, f"{target} is not a tfm run directory but holds {name}, which a start would overwrite")
+        assert snapshot(target) == before
+    (target / name).unlink()
+    proc = tfm("train", str(root / "recipe.yaml"), "--out", str(target), "--device", "cpu", "--dry-run", check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_tokenize_into_a_run_is_refused(root: Path, copy: Path) -> None:
     before = snapshot(copy)
     proc = tfm("tokenize", str(root / "recipe.yaml"), "--out", str(copy / "tokenizer.json"), check=False)

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from tfm_cli.checkpoint import (
+    BEST,
     CHECKPOINTS,
     FINAL,
     checkpoint_steps,
@@ -20,6 +21,7 @@ from tfm_cli.data import (
     resolve_corpus_path,
 )
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError
+from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.recipe import (
     ModelRecipe,
     Recipe,
@@ -51,6 +53,8 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
             f"{run_dir} already holds another run (its recipe.yaml differs from this one; it has no checkpoint yet)",
             hint="choose another --out, or delete that directory if its run is of no use",
         )
+    if not resume and not old_recipe.is_file():
+        _check_foreign_files(run_dir)
     _check_place(run_dir)
     _check_corpora(recipe)
     own = run_dir / "tokenizer.json"
@@ -67,6 +71,22 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
             f"{own} (left by `tfm tokenize` or an earlier start) is not tokenizer.path {recipe.tokenizer.path}: "
             "the run would train with the tokenizer already in its directory",
             hint=f"delete {own} to train with tokenizer.path, or choose another --out",
+        )
+
+
+# What a start writes over or deletes in its run directory (besides checkpoints/ and the final model, which the
+# checks above already guard); tokenizer.json is not here: `tfm tokenize` puts one there for the run to use.
+_RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", BEST, CURVES_PNG, TENSORBOARD_DIR)
+
+
+def _check_foreign_files(run_dir: Path) -> None:
+    """Refuse a fresh start into a folder that is not a tfm run (no recipe.yaml) but holds a file the run would
+    overwrite or delete: `--out .` in a project with its own config.json must not lose it."""
+    clash = [name for name in _RUN_FILES if (run_dir / name).exists()]
+    if clash:
+        raise CheckpointError(
+            f"{run_dir} is not a tfm run directory but holds {', '.join(clash)}, which a start would overwrite",
+            hint="choose another --out (a new or empty folder)",
         )
 
 
