@@ -748,7 +748,7 @@ def test_a_model_too_large_to_build_is_one_line(root: Path, tmp_path: Path, monk
         def to(self, *args, **kwargs):
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 800000000000 bytes")
 
-    monkeypatch.setattr(training, "Transformer", NoMemory)
+    monkeypatch.setattr(training.step, "Transformer", NoMemory)  # where the trainer builds its model
     with pytest.raises(TfmError) as caught:
         training.train(load_recipe(root / "recipe.yaml"), tmp_path / "run", device="cpu")
     one_line(caught.value, "cannot be built on cpu", "can't allocate memory")
