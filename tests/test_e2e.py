@@ -476,7 +476,12 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(data: dict[str, Path], r
     env.update({"NO_COLOR": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     args = [str(data["recipe"]), "train.max_steps=100000", "train.log_every=5", "train.save_every=100000",
             "train.eval_every=0", "--out", str(run_dir), "--device", "cpu"]
-    proc = subprocess.Popen([str(TFM), "train", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Ctrl-C as a terminal delivers it: a shell that starts a job in the background (`cmd &` without job control,
+    # as a CI wrapper may) sets SIGINT to "ignore", which Python and this child would inherit and obey.
+    proc = subprocess.Popen(
+        [str(TFM), "train", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     metrics = run_dir / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics.is_file() and metrics.read_text(encoding="utf-8").strip()):
