@@ -783,6 +783,18 @@ def test_tokenizer_path_is_the_tokenizer_the_run_trains_with(root: Path, run: Pa
     assert f"tokenizer: {other / 'tokenizer.json'} (" in proc.stderr and "not trained again" in proc.stderr
 
 
+def test_a_beam_wider_than_the_tokenizer_is_refused_before_anything_is_written(root: Path, run: Path, tmp_path: Path) -> None:
+    """tokenizer.path names a 400-token tokenizer, decode.beam=1000 passes the recipe's own check (vocab_size
+    2000): the start says so before its first step (with a dev set it trained to the end, then failed in the
+    final evaluation)."""
+    out = tmp_path / "out"
+    proc = tfm("train", str(root / "recipe.yaml"), f"tokenizer.path={run / 'tokenizer.json'}",
+               "tokenizer.vocab_size=2000", "decode.beam=1000",
+               "--out", str(out), "--device", "cpu", check=False)
+    error_line(proc, "decode.beam=1000 is wider than the tokenizer's vocabulary (400 tokens)")
+    assert not out.exists()
+
+
 def test_a_run_that_cannot_resume_points_to_a_command_that_works(trained: Path, tmp_path: Path) -> None:
     """Checkpoints without their trainer states: the resume said 'start the run again without --resume', and that
     start said 'continue it with tfm train --resume' (a loop). The hint now names a start that is accepted."""

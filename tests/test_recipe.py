@@ -190,6 +190,17 @@ def test_range_and_cross_field_rules():
     assert sorted(got) == sorted(expected)
 
 
+def test_a_beam_wider_than_the_vocabulary_is_refused_before_training():
+    """The dev evaluation at the end could not fill it: said at load, not after the whole run trained."""
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({"name": "x", "tokenizer": {"vocab_size": 300}, "decode": {"beam": 301}})
+    assert problems_of(excinfo) == [
+        "decode.beam=301 is wider than tokenizer.vocab_size=300: a beam holds at most one hypothesis per token "
+        "(the paper's beam is 4); lower decode.beam"
+    ]
+    recipe_from_dict({"name": "x", "tokenizer": {"vocab_size": 300}, "decode": {"beam": 300}})  # the widest
+
+
 def test_integers_beyond_64_bits_are_refused():
     """A warmup of 10**400 steps raised OverflowError in the schedule, a seed of 2**64 one in torch.manual_seed."""
     big = 10**400

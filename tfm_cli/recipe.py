@@ -426,6 +426,12 @@ def _validate(recipe: Recipe, skip: set[str]) -> list[str]:
                 f"train.patience={patience} needs periodic evaluation, but train.eval_every=0 evaluates only at "
                 "the end (set train.eval_every, e.g. to train.save_every, or train.patience=0)"
             )
+    beam, vocab = good.get("decode.beam"), good.get("tokenizer.vocab_size")
+    if beam is not None and vocab is not None and beam > vocab:  # the dev evaluation would fail after training
+        problems.append(
+            f"decode.beam={beam} is wider than tokenizer.vocab_size={vocab}: a beam holds at most one hypothesis "
+            "per token (the paper's beam is 4); lower decode.beam"
+        )
     max_tokens = good.get("train.max_tokens")
     if max_len is not None and max_tokens is not None and max_len > max_tokens:
         problems.append(

@@ -309,6 +309,12 @@ class Trainer:
             prepared = _prepare_tokenizer(recipe, run_dir, self.events, self.resume) if main else None
             self.tokenizer = tok = _share_tokenizer(prepared, self.dist)
             self.config = model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id)
+            if recipe.decode.beam > tok.vocab_size:  # a tokenizer may hold fewer tokens than its vocab_size asked for
+                raise TfmError(
+                    f"decode.beam={recipe.decode.beam} is wider than the tokenizer's vocabulary ({tok.vocab_size:,} "
+                    "tokens): the dev evaluation could not fill the beam",
+                    hint=f"lower decode.beam (at most {tok.vocab_size:,}; the paper's is 4)",
+                )
             read_start = time.perf_counter()
             corpus = encode_corpus(recipe.data.train, tok, recipe.data.max_len)  # every rank encodes it all
             s = corpus.stats
