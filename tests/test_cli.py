@@ -661,3 +661,31 @@ def test_override_keys_match_recipe_schema() -> None:
     bash = (REPO / "completions" / "tfm.bash").read_text(encoding="utf-8")
     for key in recipe_keys():
         assert f"{key}=" in bash, key
+
+
+def test_stop_signals_stop_once_and_leave_other_handlers_alone() -> None:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt (the trainer's save-and-return path) once: a second one, while
+    the checkpoint is saved, is recorded but interrupts nothing; an ignored SIGHUP (nohup) stays ignored; the
+    previous handlers come back afterwards."""
+    import signal
+
+    from tfm_cli.cli.train import _interrupted_status, stop_signals
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+    try:
+        with pytest.raises(KeyboardInterrupt), stop_signals() as received:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100):  # the handler runs between bytecodes of the main thread
+                pass
+        assert received == [signal.SIGTERM]
+        with stop_signals() as received:
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            received.append(signal.SIGTERM)  # as if a first one had arrived
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100):
+                pass
+        assert received == [signal.SIGTERM, signal.SIGTERM]
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        assert _interrupted_status([signal.SIGTERM]) == 143 and _interrupted_status([]) == 130
+    finally:
+        signal.signal(signal.SIGHUP, before)

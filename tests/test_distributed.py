@@ -96,7 +96,7 @@ def test_torchrun_environment() -> None:
 def test_torchrun_command() -> None:
     one_node = torchrun_command(["train", "r.yaml"], 2)
     assert one_node[1:] == [
-        "-m", "torch.distributed.run", "--nproc-per-node=2", "--nnodes=1", "--standalone", "-m", "tfm_cli", "train", "r.yaml",
+        "-m", "tfm_cli.torchrun", "--nproc-per-node=2", "--nnodes=1", "--standalone", "-m", "tfm_cli", "train", "r.yaml",
     ]
     nodes = torchrun_command(["train"], 8, nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=29501)
     assert "--node-rank=1" in nodes and "--master-addr=10.0.0.1" in nodes and "--master-port=29501" in nodes
@@ -348,3 +348,57 @@ def test_a_two_process_run_resumes_exactly(data: dict[str, Path], pair: dict) ->
     resumed, straight = _weights(run, STEPS), _weights(pair["two"], STEPS)
     assert all(torch.equal(resumed[k], straight[k]) for k in straight)
     assert [r["step"] for r in _records(run) if r["kind"] == "train"] == [3, 6, 9, 12]
+
+
+def test_the_launcher_passes_on_a_worker_s_exit_status_without_torchrun_s_traceback(tmp_path: Path) -> None:
+    """A worker that fails has said why (tfm's one line); torchrun's ChildFailedError traceback is not added."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "fails.py"
+    script.write_text("import sys\nprint('Error: what went wrong', file=sys.stderr)\nsys.exit(3)\n", encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfm_cli.torchrun", "--nproc-per-node=1", "--standalone", str(script)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert "Error: what went wrong" in proc.stderr
+    assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr
+
+
+def test_sigterm_to_the_launcher_saves_a_checkpoint(data: dict[str, Path]) -> None:
+    """SIGTERM to `tfm train --nproc-per-node 2` (a scheduler's notice, `kill`): passed on through torchrun to
+    the workers, rank 0 saves the last completed step, exit 143, no traceback; the run resumes."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from clitools import TFM
+
+    out = data["root"] / "terminated"
+    out.mkdir()
+    shutil.copy(data["tokenizer"], out / "tokenizer.json")
+    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
+    env.update({"NO_COLOR": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        [str(TFM), "train", str(data["recipe"]), "train.max_steps=100000", "train.save_every=100000",
+         "train.eval_every=0", "--out", str(out), "--device", "cpu", "--nproc-per-node", "2"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 180
+    while not (metrics.is_file() and metrics.read_text(encoding="utf-8").strip()):
+        assert proc.poll() is None, proc.communicate()[1].decode()
+        assert time.monotonic() < deadline, "training never logged a step"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    stderr = stderr.decode("utf-8")
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr and "stopped by SIGTERM" in stderr and "--resume" in stderr
+    saved = sorted((out / "checkpoints").glob("step-*.state.pt"))
+    assert len(saved) == 1
+    step = int(saved[0].name.split("-")[1].split(".")[0])
+    tfm("train", "--resume", str(out), f"train.max_steps={step + 2}", "--device", "cpu", "--nproc-per-node", "2")
+    assert json.loads(metrics.read_text(encoding="utf-8").splitlines()[-1])["step"] == step + 2

@@ -464,12 +464,14 @@ def test_refused_train_leaves_every_file_untouched(refused: dict) -> None:
     assert not changed, f"a refused tfm train changed {changed}"
 
 
-def test_ctrl_c_saves_a_checkpoint_and_resume_continues(data: dict[str, Path], run: dict) -> None:
-    """SIGINT mid-training: exit 130, a checkpoint at the last completed step, then --resume carries on."""
+@pytest.mark.parametrize("signame, status", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_saves_a_checkpoint_and_resume_continues(data: dict[str, Path], run: dict, signame: str, status: int) -> None:
+    """SIGINT (Ctrl-C) or SIGTERM (a scheduler's notice, `kill`) mid-training: exit 128 + the signal, a checkpoint
+    at the last completed step, then --resume carries on."""
     import signal
     import time
 
-    run_dir = data["root"] / "interrupted"
+    run_dir = data["root"] / f"interrupted-{signame}"
     run_dir.mkdir()
     shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
     env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
@@ -488,10 +490,10 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(data: dict[str, Path], r
         assert proc.poll() is None, proc.communicate()[1].decode()
         assert time.monotonic() < deadline, "training never logged a step"
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, signame))
     _, stderr = proc.communicate(timeout=120)
     stderr = stderr.decode("utf-8")
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == status, stderr
     assert "Traceback" not in stderr
     assert "--resume" in stderr
     saved = sorted((run_dir / "checkpoints").glob("step-*.safetensors"))

@@ -188,13 +188,14 @@ def torchrun_command(
     master_port: int | None = None,
     rdzv_endpoint: str | None = None,
 ) -> list[str]:
-    """The command line that runs `python -m tfm_cli ARGS` as `nproc_per_node` processes on this node.
+    """The command line that runs `python -m tfm_cli ARGS` as `nproc_per_node` processes on this node, under
+    torchrun (`tfm_cli.torchrun`: torchrun without its traceback after a worker's error or a stop signal).
 
     One node without an address or port is `--standalone` (torchrun picks a free port, so two jobs on one
     machine do not collide). Several nodes meet either at node 0's `master_addr:master_port` (each node with
     its `node_rank`) or at a c10d rendezvous endpoint (node ranks are then assigned).
     """
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}", f"--nnodes={nnodes}"]
+    cmd = [sys.executable, "-m", "tfm_cli.torchrun", f"--nproc-per-node={nproc_per_node}", f"--nnodes={nnodes}"]
     if rdzv_endpoint:
         cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}"]
         if node_rank is not None:

@@ -6,9 +6,12 @@ torchrun, it runs as one rank of the job (`tfm_cli.distributed`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,16 +109,20 @@ def train(
     torch_device = resolve_device(device)
     precision = resolve_precision(resolved.train.precision, torch_device)
     if rank != 0:  # one rank of a torchrun job: rank 0 prints progress and the result
-        result = run_training(resolved, run_dir, torch_device, resume=resume is not None)
-        raise typer.Exit(130 if result.interrupted else 0)
+        with stop_signals() as received:
+            result = run_training(resolved, run_dir, torch_device, resume=resume is not None)
+        raise typer.Exit(_interrupted_status(received) if result.interrupted else 0)
     info(f"tfm train: recipe {resolved.name} -> {run_dir} on {torch_device} ({precision})")
     events = _Progress(resolved.train.max_steps, resolved.train.log_every)
     try:
-        result = run_training(resolved, run_dir, torch_device, resume=resume is not None, events=events)
+        with stop_signals() as received:
+            result = run_training(resolved, run_dir, torch_device, resume=resume is not None, events=events)
     finally:
         events.close()
     if result.interrupted:
-        raise typer.Exit(130)
+        if received:
+            info(f"tfm train: stopped by {signal.Signals(received[0]).name}")
+        raise typer.Exit(_interrupted_status(received))
     final = result.final
     summary: dict[str, Any] = {
         "run_dir": str(result.run_dir), "steps": result.step, "wall_seconds": round(result.seconds, 1),
@@ -132,6 +139,41 @@ def train(
             info(f"sacrebleu: {final['bleu_signature']} | {final['chrf_signature']}")
         _print_curves(result.run_dir)
     info(f"next: tfm translate --model {result.run_dir} \"Je suis étudiant.\"")
+
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[list[int]]:
+    """SIGTERM (a batch scheduler's notice before it kills a job, `kill`, `docker stop`) and SIGHUP (the
+    terminal closed) stop training the way Ctrl-C does: the trainer saves the last completed step and returns.
+
+    Yields the list of the signals received (the first one decides the exit status). A signal whose handling
+    is not the default (`nohup` ignores SIGHUP, a caller installed its own) is left alone; a second signal
+    while the checkpoint is being saved is ignored, so the save completes.
+    """
+    received: list[int] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            raise KeyboardInterrupt
+
+    previous = {}
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, stop)
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupted_status(received: list[int]) -> int:
+    """128 + the signal, as a shell reports a process it ended: 130 for Ctrl-C, 143 for SIGTERM."""
+    return 128 + (received[0] if received else signal.SIGINT)
 
 
 class _Launch:
@@ -181,11 +223,22 @@ class _Launch:
         )
         info(f"tfm train: {self.nproc} process(es) on this node, {self.nnodes} node(s): {' '.join(cmd[1:])}")
         proc = subprocess.Popen(cmd, env=env)
+        forwarded: list[int] = []
+
+        def forward(signum: int, frame: Any) -> None:  # torchrun passes it on to the ranks, which stop and save
+            forwarded.append(signum)
+            proc.send_signal(signum)
+
+        previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS if signal.getsignal(sig) is signal.SIG_DFL}
         try:
-            return proc.wait()
+            status = proc.wait()
         except KeyboardInterrupt:  # torchrun passes Ctrl-C on to the ranks: wait while rank 0 saves
             proc.wait()
             return 130
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return 128 + forwarded[0] if forwarded else status
 
 
 def _describe(final_model: dict[str, Any]) -> str:

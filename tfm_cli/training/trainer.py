@@ -473,8 +473,8 @@ class Trainer:
         rng = _rng_state()
         rng_ranks = dist.gather(rng) if dist.enabled and every_rank else None
         path = checkpoint_path(self.run_dir, self.step)
-        self.last_saved = self.step
         if not self.main:
+            self.last_saved = self.step
             return path
         save_weights(
             path, weights_state(self.model), self.config, self.tokenizer.sha256, self.step, precision=self.precision
@@ -487,6 +487,7 @@ class Trainer:
         if rng_ranks is not None:
             state["rng_ranks"] = rng_ranks
         atomic_write(state_path(path), lambda tmp: torch.save(state, tmp))
+        self.last_saved = self.step  # only now: Ctrl-C in the middle of a save saves again in `_interrupted`
         prune_checkpoints(self.run_dir, self.t.keep_last)
         return path
 

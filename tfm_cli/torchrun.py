@@ -1,0 +1,32 @@
+"""`python -m tfm_cli.torchrun ARGS`: torchrun (`torch.distributed.run`), as `tfm train --nproc-per-node` starts it.
+
+The same launcher with the same options, quieter where tfm has already spoken: a worker that failed has printed
+its one-line error, and a stop signal (Ctrl-C, SIGTERM) reaches the workers, which save a checkpoint and say so;
+torchrun's own traceback after either would bury that line. The exit status is the first failed worker's, or
+128 + the signal.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run torchrun on `argv` (its options, then `-m tfm_cli train ...`); the exit status."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
+    try:
+        torchrun(list(argv))
+    except SignalException as stop:  # the workers were sent the same signal and have saved
+        return 128 + int(stop.sigval)
+    except ChildFailedError as failed:
+        code = failed.get_first_failure()[1].exitcode
+        return code if code > 0 else 128 - code if code < 0 else 1  # a negative code: killed by signal -code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
