@@ -456,6 +456,17 @@ def test_scoring_nothing_is_an_error_not_a_traceback(run: Path, tmp_path: Path) 
     one_line(caught.value, "nothing to score")
 
 
+def test_blank_lines_at_the_end_count_alike_on_stdin_and_in_the_reference(run: Path, tmp_path: Path) -> None:
+    """A reference file's blank lines at the end were dropped while stdin's were kept: two files of 3 lines
+    each ("a", "b", "") were "ref has 2 lines but the input has 3". Blank lines inside stay aligned."""
+    ref = write(tmp_path / "ref.en", "a house\n\nthe cat\n\n")
+    proc = translate(run, "--reference", str(ref), "--json", stdin="une maison\n\nle chat\n\n\n")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["sentences"] == 3
+    proc = translate(run, "--reference", str(ref), stdin="une maison\nle chat\n\n")
+    error_line(proc, "ref.en has 3 lines but the input has 2 (blank lines at the end of either are not counted)")
+
+
 def test_sentence_argument_that_is_not_utf8(run: Path) -> None:
     proc = translate(run, "caf\udce9")  # the byte 0xe9 on the command line (Python's surrogate escape); was a traceback
     error_line(proc, "the sentence to translate is not valid UTF-8")

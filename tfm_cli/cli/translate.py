@@ -170,11 +170,14 @@ def _score(translator, settings: dict[str, Any], text, score, reference, output,
         sources, references, what = [s for s, _ in pairs], [t for _, t in pairs], " ".join(map(str, score))
     else:
         sources = [text] if text is not None else [line.rstrip("\r\n") for line in _stdin_lines()]
+        while sources and not sources[-1]:  # blank lines at the end, as read_lines drops the references'
+            sources.pop()
         references = read_lines(reference)
         what = str(reference)
         if len(references) != len(sources):
             raise TfmError(
-                f"{reference} has {len(references)} lines but the input has {len(sources)}",
+                f"{reference} has {len(references)} lines but the input has {len(sources)} "
+                "(blank lines at the end of either are not counted)",
                 hint="give one reference line per input line",
             )
     with progress_bar("translate", total=len(sources)) as advance:
