@@ -743,6 +743,18 @@ def test_bench_translate_refuses_batches_larger_than_its_sentences(run: Path) ->
         assert proc.returncode == 2 and "--batch-sizes" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--sentences", str(10**20), "--batch-sizes", "1"], "lower --sentences"),  # was a 16 TB allocation traceback
+        (["--sentences", str(10**7), "--batch-sizes", str(10**7)], "lower --batch-sizes"),
+    ],
+)
+def test_bench_translate_refuses_what_could_not_fit_in_memory(run: Path, args: list[str], expected: str) -> None:
+    proc = tfm("bench", "translate", "--model", str(run), "--device", "cpu", *args, check=False)
+    error_line(proc, "more than the", expected)
+
+
 def test_a_model_too_large_to_build_is_one_line(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """model.d_model=10**12 passed the recipe checks, then torch could not size its weights: a RuntimeError
     traceback from --dry-run and from a start (after the tokenizer was trained). A model the memory cannot hold

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from tfm_cli.bench.common import environment, percentile, summarize, synchronize
+from tfm_cli.bench.common import environment, memory_budget_bytes, percentile, summarize, synchronize
 from tfm_cli.bench.peers import Translate
 from tfm_cli.decoding import TorchEngine, translate_ids
 from tfm_cli.model import Transformer
@@ -36,6 +36,36 @@ def random_sources(model: Transformer, count: int, length: int, seed: int = 0) -
         raise ValueError(f"vocabulary of {cfg.vocab_size} has no ordinary tokens")
     g = torch.Generator().manual_seed(seed)
     return torch.randint(low, cfg.vocab_size, (count, length), generator=g).tolist()
+
+
+SOURCE_TOKEN_BYTES = 44  # a source token held as a Python int in a list (and, briefly, in an int64 tensor)
+
+
+def _check_memory(
+    model: Transformer, device: torch.device, sentences: int, src_len: int, out_len: int, batch_sizes: Sequence[int],
+    rows_per_sentence: int,
+) -> None:
+    """Refuse, before any work, sources or a batch that could not fit (it was an allocation failure deep in torch,
+    or an integer overflow): a rough upper bound of the sources held in memory, and per batch of the search's
+    K/V cache, encoder output and fp32 scores over the vocabulary (twice: logits and log-probabilities)."""
+    budget = memory_budget_bytes(device)
+    gib = 2**30
+    held = sentences * src_len * SOURCE_TOKEN_BYTES
+    if held > budget:
+        raise ValueError(
+            f"{sentences:,} sources of {src_len} tokens need ~{held / gib:,.1f} GiB of memory, more than the "
+            f"{budget / gib:,.1f} GiB a benchmark may use here; lower --sentences"
+        )
+    cfg = model.config
+    for size in batch_sizes:
+        rows = size * rows_per_sentence
+        cache = 2 * cfg.n_dec_layers * rows * (out_len + 1 + src_len) * cfg.d_model
+        need = 4 * (cache + size * src_len * cfg.d_model * 2 + 2 * rows * cfg.vocab_size)
+        if need > budget:
+            raise ValueError(
+                f"a batch of {size:,} sentences ({rows:,} hypotheses) needs ~{need / gib:,.1f} GiB for its K/V cache and "
+                f"scores, more than the {budget / gib:,.1f} GiB a benchmark may use here; lower --batch-sizes"
+            )
 
 
 def bench_translate(
@@ -77,6 +107,7 @@ def bench_translate(
         raise ValueError(f"unknown mode(s) {bad}; use {MODES}")
     if "beam" in modes and beam > model.config.vocab_size:  # as the Translator: a huge beam failed deep in torch
         raise ValueError(f"beam={beam} is wider than the model's vocabulary ({model.config.vocab_size:,} tokens)")
+    _check_memory(model, device, sentences, src_len, out_len, batch_sizes, beam if "beam" in modes else 1)
     model = model.to(device).eval()
     sources = random_sources(model, sentences, src_len)
     amp = (lambda: autocast(device, precision)) if precision not in ("fp32", "int8") else None
