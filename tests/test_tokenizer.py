@@ -75,6 +75,17 @@ def test_normalize(tok: Tokenizer) -> None:
     assert tok.encode("   ") == []
 
 
+def test_detokenize_gives_one_normalised_line_whatever_the_ids(tok: Tokenizer) -> None:
+    """A model may emit any ids: the byte tokens of a newline or tab, or of a decomposed accent. `decode` gives
+    those bytes back; `detokenize` (what translations and dev scores read) gives the text `encode` would read."""
+    piece = tok.piece_to_id
+    ids = [*tok.encode("Il"), piece("<0x0A>"), piece("<0x09>"), *tok.encode("est"), piece("▁"), piece("<0x65>"),
+           piece("<0xCC>"), piece("<0x81>")]
+    assert tok.decode(ids) == "Il\n\t est e\u0301"
+    assert tok.detokenize(ids) == "Il est é" == tok.normalize(tok.decode(ids))
+    assert tok.detokenize([tok.bos_id, tok.eos_id]) == ""
+
+
 def test_pieces_read_well_and_unseen_characters_fall_back_to_bytes(tok: Tokenizer) -> None:
     assert tok.pieces("Je suis")[0] == "▁Je"
     assert tok.pieces("😀") == ["▁", "<0xF0>", "<0x9F>", "<0x98>", "<0x80>"]

@@ -6,6 +6,7 @@ Translator does with a model, not about translation quality (test_e2e.py compare
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gzip
 import itertools
@@ -151,6 +152,20 @@ def test_a_translation_is_one_line_whatever_byte_tokens_the_model_emits(parts, t
     assert len(tfm("translate", "--model", str(run), stdin=stdin).stdout.splitlines()) == len(SOURCES)
     lines = tfm("translate", "--model", str(run), "--n-best", "2", stdin=stdin).stdout.splitlines()
     assert [line.split("\t")[0] for line in lines] == [str(i // 2 + 1) for i in range(2 * len(SOURCES))]
+    # the dev scores during training read the same text: references that are the translations score chrF 100
+    # (BLEU would be 0: these garbage outputs have no 4-grams)
+    from tfm_cli.recipe import recipe_from_dict
+    from tfm_cli.training.evaluation import evaluate, load_dev
+
+    short = [s for s in SOURCES if s.strip() and len(tok.encode(s)) <= 10]  # no cutting, on either path
+    alone = Translator(swapped, tok, DecodeSettings(max_len_offset=6)).translate(short)
+    pairs = [(r.source, r.text) for r in alone]
+    assert any("<0x0A>" in r.tokens for r in alone)  # the newline byte is in what is scored
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    recipe = recipe_from_dict({"name": "x", "decode": {"max_len_offset": 6}})
+    scores = evaluate(swapped, tok, load_dev(str(dev), tok, 12), recipe, contextlib.nullcontext)
+    assert scores["chrf"] == 100.0 and scores["sentences"] == len(pairs), (pairs, scores)
 
 
 def test_translate_rejects_non_strings(translator: Translator) -> None:

@@ -186,6 +186,12 @@ class Tokenizer:
         clean = [[int(i) for i in ids if int(i) not in drop] for ids in batch]
         return self._tk.decode_batch(clean, skip_special_tokens=False)
 
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """The text of a translation: `decode`, then the normaliser (whitespace runs -> one space, ends stripped).
+        A model can emit the byte tokens of a newline, tab or CR; the text stays one line, and stays what
+        `encode` would read back. Used for `tfm translate` output and for the dev scores during training alike."""
+        return self.normalize(self.decode(ids))
+
     def pieces(self, text: str) -> list[str]:
         """The subword strings of `text` (byte-fallback pieces show as `<0xF0>`)."""
         return self._tk.encode(text, add_special_tokens=False).tokens

@@ -421,11 +421,9 @@ class Translator:
         by_line = dict(zip(todo, hyps, strict=True))
         results = []
         for i, line in enumerate(lines):
-            # The text goes through the tokenizer's normaliser (whitespace runs -> one space): a model can emit the
-            # byte tokens of a newline, tab or CR, which would split one translation over several output lines.
-            nbest = [
+            nbest = [  # detokenize: one line of text, even where the model emitted the byte tokens of a newline
                 Translation(
-                    self.tokenizer.normalize(self.tokenizer.decode(h.tokens)), line, h.score, h.log_prob,
+                    self.tokenizer.detokenize(h.tokens), line, h.score, h.log_prob,
                     [self.tokenizer.id_to_piece(t) for t in h.tokens], truncated=truncated[i],
                 )
                 for h in by_line.get(i, [])

@@ -105,7 +105,7 @@ def evaluate(
         model, dev.src_ids[:n], beam_size=d.beam, alpha=d.alpha, max_len_offset=d.max_len_offset,
         max_tokens=d.max_tokens, autocast=amp, min_len=d.min_len,
     )
-    outputs = tokenizer.decode_batch([h[0].tokens if h else [] for h in hyps])
+    outputs = [tokenizer.detokenize(h[0].tokens if h else []) for h in hyps]  # the text `tfm translate` prints
     metrics.update(score_translations(outputs, dev.references[:n]))
     metrics["sentences"] = n
     model.train(was_training)
