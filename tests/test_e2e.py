@@ -507,6 +507,30 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(data: dict[str, Path], r
     assert (run_dir / "model.safetensors").is_file()
 
 
+def test_sigterm_while_setting_up_says_there_is_nothing_to_resume(data: dict[str, Path], run: dict) -> None:
+    """SIGTERM while the start reads the whole bundled corpus (seconds, before any step): exit 143, one line that
+    says so, no traceback, nothing of the run left but the tokenizer it was given; the same start then works."""
+    import signal
+
+    run_dir = data["root"] / "set-up-interrupted"
+    run_dir.mkdir()
+    shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
+    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
+    env.update({"NO_COLOR": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    args = [str(data["recipe"]), "data.train=bundled:tatoeba-fr-en/train.tsv.gz", "--out", str(run_dir), "--device", "cpu"]
+    proc = subprocess.Popen([str(TFM), "train", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stderr.readline().decode("utf-8")  # printed before the corpus is read (162k pairs: seconds)
+    assert first.startswith("tfm train: recipe"), first
+    proc.send_signal(signal.SIGTERM)
+    _, rest = proc.communicate(timeout=120)
+    stderr = first + rest.decode("utf-8")
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr and "Aborted" not in stderr
+    assert "stopped by SIGTERM before the first checkpoint; nothing to resume: start again" in stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == ["tokenizer.json"]
+    tfm("train", str(data["recipe"]), "train.max_steps=2", "train.save_every=2", "--out", str(run_dir), "--device", "cpu")
+
+
 def test_train_reports_the_corpus_it_read(run: dict) -> None:
     """The kept/skipped counts reach the user (3000 pairs, none empty, none over data.max_len=32)."""
     assert "train corpus: 3,000 pairs kept of 3,000 read (0 with an empty side and 0 longer than 32" in run["train"].stderr

@@ -108,17 +108,21 @@ def train(
     rank = (torchrun_env() or (0, 0, 1))[0]
     torch_device = resolve_device(device)
     precision = resolve_precision(resolved.train.precision, torch_device)
-    if rank != 0:  # one rank of a torchrun job: rank 0 prints progress and the result
-        with stop_signals() as received:
-            result = run_training(resolved, run_dir, torch_device, resume=resume is not None)
-        raise typer.Exit(_interrupted_status(received) if result.interrupted else 0)
-    info(f"tfm train: recipe {resolved.name} -> {run_dir} on {torch_device} ({precision})")
-    events = _Progress(resolved.train.max_steps, resolved.train.log_every)
-    try:
-        with stop_signals() as received:
-            result = run_training(resolved, run_dir, torch_device, resume=resume is not None, events=events)
-    finally:
-        events.close()
+    with stop_signals() as received:
+        try:
+            if rank != 0:  # one rank of a torchrun job: rank 0 prints progress and the result
+                result = run_training(resolved, run_dir, torch_device, resume=resume is not None)
+                raise typer.Exit(_interrupted_status(received) if result.interrupted else 0)
+            info(f"tfm train: recipe {resolved.name} -> {run_dir} on {torch_device} ({precision})")
+            events = _Progress(resolved.train.max_steps, resolved.train.log_every)
+            try:
+                result = run_training(resolved, run_dir, torch_device, resume=resume is not None, events=events)
+            finally:
+                events.close()
+        except KeyboardInterrupt:  # outside the training loop: while setting up, or writing the final model
+            if rank != 0:
+                raise typer.Exit(_interrupted_status(received)) from None
+            _interrupted_outside_the_loop(Path(run_dir), received)
     if result.interrupted:
         if received:
             info(f"tfm train: stopped by {signal.Signals(received[0]).name}")
@@ -174,6 +178,21 @@ def stop_signals() -> Iterator[list[int]]:
 def _interrupted_status(received: list[int]) -> int:
     """128 + the signal, as a shell reports a process it ended: 130 for Ctrl-C, 143 for SIGTERM."""
     return 128 + (received[0] if received else signal.SIGINT)
+
+
+def _interrupted_outside_the_loop(run_dir: Path, received: list[int]) -> None:
+    """Ctrl-C or a stop signal before the first step or while the final model was written: every file is written
+    under a temporary name and renamed, so what is there is whole; say what to run next, and exit 128 + signal."""
+    from tfm_cli.checkpoint import checkpoint_steps
+
+    why = signal.Signals(received[0]).name if received else "Ctrl-C"
+    steps = checkpoint_steps(run_dir) if run_dir.is_dir() else []
+    if steps:
+        info(f"tfm train: stopped by {why} outside a training step; its checkpoints (up to step {steps[-1][0]}) are "
+             f"intact; continue, or write the final model, with `tfm train --resume {run_dir}`")
+    else:
+        info(f"tfm train: stopped by {why} before the first checkpoint; nothing to resume: start again")
+    raise typer.Exit(_interrupted_status(received))
 
 
 class _Launch:
