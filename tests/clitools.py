@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 TFM = Path(sys.executable).parent / "tfm"  # the console script next to the interpreter running pytest
 
@@ -23,18 +26,47 @@ def tfm(
     One torch thread: the CI box has 2 shared cores, where torch's default thread pool spins against other
     jobs, and exact-resume comparisons need the same thread count anyway.
     """
-    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
-    env.update({"NO_COLOR": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env_extra or {})})
     data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
     proc = subprocess.run(
-        [str(TFM), *args], input=data if data is not None else b"", capture_output=True, env=env, cwd=cwd,
-        timeout=timeout,
+        [str(TFM), *args], input=data if data is not None else b"", capture_output=True, env=tfm_env(env_extra),
+        cwd=cwd, timeout=timeout,
     )
     proc.stdout, proc.stderr = proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
     if check:
         assert proc.returncode == 0, f"tfm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}"
         assert "Traceback" not in proc.stderr
     return proc
+
+
+def tfm_env(env_extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment `tfm` runs in here: plain output, one torch thread, no TFM_DEBUG."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
+    env.update({"NO_COLOR": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env_extra or {})})
+    return env
+
+
+def start_tfm(*args: str, **popen: Any) -> subprocess.Popen:
+    """`tfm ARGS` started and not waited for (a test that signals or kills it); stdout and stderr piped as bytes
+    unless `popen` says otherwise."""
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **popen}
+    return subprocess.Popen([str(TFM), *args], env=tfm_env(), **popen)
+
+
+def wait_until(
+    proc: subprocess.Popen, ready: Callable[[], bool], what: str, timeout: float = 120, every: float = 0.2
+) -> None:
+    """Poll `ready()` every `every` seconds until true; fail with the process's stderr if it ends first, or with
+    `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert proc.poll() is None, proc.communicate()[1].decode()
+        assert time.monotonic() < deadline, what
+        time.sleep(every)
+
+
+def has_lines(path: Path) -> Callable[[], bool]:
+    """A `ready` for `wait_until`: the run's metrics.jsonl (or any file) has a line."""
+    return lambda: path.is_file() and bool(path.read_text(encoding="utf-8").strip())
 
 
 def has_module(name: str) -> bool:

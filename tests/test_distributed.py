@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from clitools import tfm
+from clitools import has_lines, start_tfm, tfm, wait_until
 
 from tfm_cli.checkpoint import load_state
 from tfm_cli.data import BatchStream, TokenizedCorpus, make_batch
@@ -369,29 +369,15 @@ def test_the_launcher_passes_on_a_worker_s_exit_status_without_torchrun_s_traceb
 def test_sigterm_to_the_launcher_saves_a_checkpoint(data: dict[str, Path]) -> None:
     """SIGTERM to `tfm train --nproc-per-node 2` (a scheduler's notice, `kill`): passed on through torchrun to
     the workers, rank 0 saves the last completed step, exit 143, no traceback; the run resumes."""
-    import os
     import signal
-    import subprocess
-    import time
-
-    from clitools import TFM
 
     out = data["root"] / "terminated"
     out.mkdir()
     shutil.copy(data["tokenizer"], out / "tokenizer.json")
-    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
-    env.update({"NO_COLOR": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-    proc = subprocess.Popen(
-        [str(TFM), "train", str(data["recipe"]), "train.max_steps=100000", "train.save_every=100000",
-         "train.eval_every=0", "--out", str(out), "--device", "cpu", "--nproc-per-node", "2"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
+    proc = start_tfm("train", str(data["recipe"]), "train.max_steps=100000", "train.save_every=100000",
+                     "train.eval_every=0", "--out", str(out), "--device", "cpu", "--nproc-per-node", "2")
     metrics = out / "metrics.jsonl"
-    deadline = time.monotonic() + 180
-    while not (metrics.is_file() and metrics.read_text(encoding="utf-8").strip()):
-        assert proc.poll() is None, proc.communicate()[1].decode()
-        assert time.monotonic() < deadline, "training never logged a step"
-        time.sleep(0.2)
+    wait_until(proc, has_lines(metrics), "training never logged a step", timeout=180)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     stderr = stderr.decode("utf-8")

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clitools import TFM, tfm
+from clitools import has_lines, start_tfm, tfm, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -358,21 +358,14 @@ def test_kill_9_then_resume_is_bit_exact(data: dict[str, Path], run: dict) -> No
     """A real SIGKILL at an arbitrary moment after step 20's checkpoint, then --resume to step 40: the weights
     equal the uninterrupted run's step 40, bit for bit (fp32, CPU, one thread)."""
     import signal
-    import time
 
     run_dir = data["root"] / "killed"
     run_dir.mkdir()
     shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
-    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
-    env.update({"NO_COLOR": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-    args = [str(data["recipe"]), "train.max_steps=100000", "--out", str(run_dir), "--device", "cpu"]
-    proc = subprocess.Popen([str(TFM), "train", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = start_tfm("train", str(data["recipe"]), "train.max_steps=100000", "--out", str(run_dir), "--device", "cpu",
+                     stdout=subprocess.DEVNULL)
     state = run_dir / "checkpoints" / "step-00000020.state.pt"
-    deadline = time.monotonic() + 120
-    while not state.is_file():
-        assert proc.poll() is None, proc.communicate()[1].decode()
-        assert time.monotonic() < deadline, "training never saved step 20"
-        time.sleep(0.01)
+    wait_until(proc, state.is_file, "training never saved step 20", every=0.01)
     proc.send_signal(signal.SIGKILL)  # no handler runs: whatever was half-done stays half-done
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
@@ -469,27 +462,17 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(data: dict[str, Path], r
     """SIGINT (Ctrl-C) or SIGTERM (a scheduler's notice, `kill`) mid-training: exit 128 + the signal, a checkpoint
     at the last completed step, then --resume carries on."""
     import signal
-    import time
 
     run_dir = data["root"] / f"interrupted-{signame}"
     run_dir.mkdir()
     shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
-    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
-    env.update({"NO_COLOR": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     args = [str(data["recipe"]), "train.max_steps=100000", "train.log_every=5", "train.save_every=100000",
             "train.eval_every=0", "--out", str(run_dir), "--device", "cpu"]
     # Ctrl-C as a terminal delivers it: a shell that starts a job in the background (`cmd &` without job control,
     # as a CI wrapper may) sets SIGINT to "ignore", which Python and this child would inherit and obey.
-    proc = subprocess.Popen(
-        [str(TFM), "train", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = start_tfm("train", *args, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     metrics = run_dir / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while not (metrics.is_file() and metrics.read_text(encoding="utf-8").strip()):
-        assert proc.poll() is None, proc.communicate()[1].decode()
-        assert time.monotonic() < deadline, "training never logged a step"
-        time.sleep(0.2)
+    wait_until(proc, has_lines(metrics), "training never logged a step")
     proc.send_signal(getattr(signal, signame))
     _, stderr = proc.communicate(timeout=120)
     stderr = stderr.decode("utf-8")
@@ -515,10 +498,8 @@ def test_sigterm_while_setting_up_says_there_is_nothing_to_resume(data: dict[str
     run_dir = data["root"] / "set-up-interrupted"
     run_dir.mkdir()
     shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
-    env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
-    env.update({"NO_COLOR": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     args = [str(data["recipe"]), "data.train=bundled:tatoeba-fr-en/train.tsv.gz", "--out", str(run_dir), "--device", "cpu"]
-    proc = subprocess.Popen([str(TFM), "train", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_tfm("train", *args)
     first = proc.stderr.readline().decode("utf-8")  # printed before the corpus is read (162k pairs: seconds)
     assert first.startswith("tfm train: recipe"), first
     proc.send_signal(signal.SIGTERM)
