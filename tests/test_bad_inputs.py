@@ -831,3 +831,18 @@ def test_a_run_that_cannot_resume_points_to_a_command_that_works(trained: Path, 
     error_line(tfm("train", str(run / "recipe.yaml"), "--out", str(run), "--dry-run", check=False), "already holds a trained run")
     tfm("train", str(run / "recipe.yaml"), "--out", str(tmp_path / "new"), "--dry-run")
     assert snapshot(run) == before
+
+
+def test_tokenize_encode_without_tokenizer_finds_the_one_tokenize_wrote(root: Path, tmp_path: Path) -> None:
+    """`tfm tokenize RECIPE` then `tfm tokenize --encode TEXT`, the README's order: the second looked only for runs
+    with trained weights, so it failed with 'no trained model found' and a hint naming --model, an option
+    tokenize does not have. It now uses the newest runs/*/tokenizer.json, and says how to choose another."""
+    tfm("tokenize", "--corpus", str(root / "train.tsv"), "--vocab-size", "300", "--out", str(tmp_path / "runs" / "mine" / "tokenizer.json"))
+    proc = tfm("tokenize", "--encode", "Bonjour.", cwd=tmp_path)
+    assert proc.stdout.splitlines()[0] == "piece\tid"
+    assert f"using {Path('runs') / 'mine' / 'tokenizer.json'} (the most recent run" in proc.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = tfm("tokenize", "--encode", "Bonjour.", cwd=empty, check=False)
+    error_line(proc, "no tokenizer found under runs/")
+    assert "--tokenizer" in proc.stderr and "--model" not in proc.stderr

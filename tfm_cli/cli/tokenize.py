@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from tfm_cli.cli.common import JSON_HELP, check_output_file, info, print_json, print_table
-from tfm_cli.errors import TfmError
+from tfm_cli.errors import CheckpointError, TfmError
 
 
 def tokenize(
@@ -53,7 +53,16 @@ def _find_tokenizer(spec: Path | None):
         return Tokenizer.load(spec / "tokenizer.json")
     if spec is not None:
         raise TfmError(f"no tokenizer at {spec}", hint="give a tokenizer.json or a run directory that holds one")
-    path = run_dir_of(resolve_weights(None)) / "tokenizer.json"
+    try:
+        path = run_dir_of(resolve_weights(None)) / "tokenizer.json"
+    except CheckpointError:  # no trained run yet: the tokenizer `tfm tokenize RECIPE` wrote there still counts
+        found = sorted((p.stat().st_mtime, p) for p in Path("runs").glob("*/tokenizer.json") if p.is_file())
+        if not found:
+            raise TfmError(
+                "no tokenizer found under runs/",
+                hint="train one with `tfm tokenize recipes/tiny.yaml`, or pass --tokenizer FILE_OR_RUN_DIR",
+            ) from None
+        path = found[-1][1]
     info(f"using {path} (the most recent run; choose another with --tokenizer)")
     return Tokenizer.load(path)
 
