@@ -168,7 +168,7 @@ _tfm_inspect_attn() {
         '--json[Print tokens and every weight (kind, layer, head) as JSON.]' \
         '(--kind -k)'{--kind,-k}'[encoder, decoder or cross (default\: cross]:kind: ' \
         '(--layer -l)'{--layer,-l}'[Layer, from 1 (default\: the last).]:layer: ' \
-        '(--model -m)'{--model,-m}'[Run directory or .safetensors file (default\: the most recent run under runs/).]:model:_files' \
+        '(--model -m)'{--model,-m}'[Run directory, release directory or .safetensors file (default\: the most recent run under runs/).]:model:_files' \
         '--numbers[Print the weights (in %) in the heatmap cells.]' \
         '--summary[Statistics of every head\: entropy, maximum, share on </s> and punctuation, distance from the diag...]' \
         '(--target -t)'{--target,-t}'[Inspect this target (teacher-forced) instead of the model'\''s translation.]:target: ' \
@@ -220,9 +220,9 @@ _tfm_translate() {
         '--greedy[Greedy decoding instead of beam search.]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[One JSON object per input line\: source, translation, score, tokens.]' \
-        '--max-len[Output may be at most input length + this many tokens (default\: 50).]:max len: ' \
+        '--max-len[Output may be at most input length + this many tokens (default\: the run'\''s recipe, 50).]:max len: ' \
         '--min-len[No end of sentence before this many output tokens (default\: the run'\''s recipe, 0).]:min len: ' \
-        '(--model -m)'{--model,-m}'[Run directory, .safetensors checkpoint or ONNX export directory (default\: the most recent run und...]:model:_files' \
+        '(--model -m)'{--model,-m}'[Run directory, .safetensors checkpoint, release or ONNX export directory (default\: the most recen...]:model:_files' \
         '(--n-best -n)'{--n-best,-n}'[Print the K best translations of each input, with scores.]:n best: ' \
         '--output[When scoring, also write the translations to this file.]:output:_files' \
         '--precision[auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, fp16 (CUDA only), or int...]:precision:(auto bf16 fp16 fp32 int8)' \
