@@ -590,12 +590,24 @@ def test_resume_refuses_another_architecture_before_touching_the_run(trained: Pa
     run = Path(shutil.copytree(trained, tmp_path / "run"))
     before = snapshot(run)
     # a shape change, and one that keeps every shape (the weights would silently mean something else)
-    for override, named in (("model.d_model=64", "model.d_model 32 -> 64"), ("model.n_heads=1", "model.n_heads 2 -> 1")):
-        proc = tfm("train", "--resume", str(run), override, "train.max_steps=12", "--device", "cpu", check=False)
-        error_line(proc, "--resume cannot change the model", named)
-        assert snapshot(run) == before  # recipe.yaml and config.json untouched: a plain resume still works
-    proc = tfm("train", "--resume", str(run), "train.max_steps=5", "--device", "cpu", check=False)
-    error_line(proc, "already at step 10", "train.max_steps=5")
+    # --dry-run makes the same checks (it passed all of these with exit 0)
+    for extra in ([], ["--dry-run"]):
+        for override, named in (("model.d_model=64", "model.d_model 32 -> 64"), ("model.n_heads=1", "model.n_heads 2 -> 1")):
+            proc = tfm("train", "--resume", str(run), override, "train.max_steps=12", "--device", "cpu", *extra, check=False)
+            error_line(proc, "--resume cannot change the model", named)
+            assert snapshot(run) == before  # recipe.yaml and config.json untouched: a plain resume still works
+        proc = tfm("train", "--resume", str(run), "train.max_steps=5", "--device", "cpu", *extra, check=False)
+        error_line(proc, "already at step 10", "train.max_steps=5")
+        assert snapshot(run) == before
+    proc = tfm("train", "--resume", str(run), "train.max_steps=12", "--dry-run", "--json")
+    assert json.loads(proc.stdout)["resumes_at_step"] == 10
+    # without its tokenizer a resume would train or copy another one: refused, dry run or not
+    moved = Path(shutil.move(run / "tokenizer.json", tmp_path / "tokenizer.json"))
+    for extra in ([], ["--dry-run"]):
+        proc = tfm("train", "--resume", str(run), "train.max_steps=12", "--device", "cpu", *extra, check=False)
+        error_line(proc, "tokenizer.json is missing")
+        assert not (run / "tokenizer.json").exists()
+    shutil.move(moved, run / "tokenizer.json")
     assert snapshot(run) == before
     # training-only settings may change on resume
     tfm("train", "--resume", str(run), "model.dropout=0.2", "train.max_steps=11", "--device", "cpu")

@@ -85,11 +85,12 @@ def train(
 
     if dry_run:
         from tfm_cli.runtime import resolve_device
-        from tfm_cli.training import preflight, scan_corpora
+        from tfm_cli.training import check_resume, preflight, scan_corpora
 
         resolve_device(device)
         preflight(resolved, Path(run_dir), resume is not None)  # every check a real start makes before writing
-        _dry_run(resolved, run_dir, json_out, scan_corpora(resolved))
+        resumes_at = check_resume(resolved, Path(run_dir)) if resume is not None else None  # and a resume's
+        _dry_run(resolved, run_dir, json_out, scan_corpora(resolved), resumes_at)
         return
 
     if launch.asked:  # the same command, minus the launcher options, as N processes under torchrun
@@ -299,8 +300,9 @@ def _print_curves(run_dir: Path, data: dict[str, Any] | None = None) -> None:
     print("\n".join(curves_lines(data if data is not None else read_curves(run_dir), width)))
 
 
-def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int]) -> None:
-    """Resolved recipe, parameter count, tokens per step and the corpora's sentence pairs; nothing is written."""
+def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resumes_at: int | None = None) -> None:
+    """Resolved recipe, parameter count, tokens per step, the corpora's sentence pairs and, for a resume, the
+    step it continues from; nothing is written."""
     import yaml
 
     from tfm_cli.recipe import model_config, recipe_to_dict
@@ -321,6 +323,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int]) -> No
         "vocab_size": vocab,
         "tokens_per_step": t.max_tokens * t.accum_steps,
         "sentence_pairs": pairs,
+        **({"resumes_at_step": resumes_at} if resumes_at is not None else {}),
         "note": "tokens_per_step is the most source (and target) tokens per optimizer step, padding included",
     }
     if json_out:
@@ -331,6 +334,8 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int]) -> No
     print(f"# parameters: {facts['parameters']:,} (vocabulary {vocab:,})")
     print(f"# tokens per step: up to {facts['tokens_per_step']:,} source + {facts['tokens_per_step']:,} target")
     print("# sentence pairs: " + ", ".join(f"{n:,} in {key}" for key, n in pairs.items()))
+    if resumes_at is not None:
+        print(f"# resumes from step {resumes_at:,} to train.max_steps={recipe.train.max_steps:,}")
 
 
 class _Progress:

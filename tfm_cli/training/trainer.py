@@ -561,6 +561,17 @@ def _make_run_dir(run_dir: Path) -> bool:
     return created
 
 
+def check_resume(recipe: Recipe, run_dir: Path) -> int:
+    """What a resume checks before it writes (`tfm train --resume RUN --dry-run`): a checkpoint with its trainer
+    state (read safely), the run's tokenizer matching it, and overrides that keep the checkpoint's model and a
+    train.max_steps not behind it. Returns the step the run would continue from."""
+    step, weights, _ = _resume_point(run_dir, TrainEvents())
+    tok = Tokenizer.load(run_dir / "tokenizer.json")
+    check_resumable(run_dir, weights, model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id), step,
+                    recipe.train.max_steps)
+    return step
+
+
 def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[str, Any]]:
     """The newest checkpoint that has its trainer state: (step, weights file, trainer state)."""
     found = checkpoint_steps(run_dir)
@@ -579,8 +590,13 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
         )
     step, weights = complete[-1]
     tok_path = run_dir / "tokenizer.json"
+    if not tok_path.is_file():  # else a start would train or copy a tokenizer, which need not be the run's
+        raise CheckpointError(
+            f"{tok_path} is missing: the run cannot continue without the tokenizer it was trained with",
+            hint="put back the tokenizer.json this run was trained with",
+        )
     expected = read_metadata(weights).get("tokenizer_sha256")
-    if expected and tok_path.is_file() and Tokenizer.load(tok_path).sha256 != expected:
+    if expected and Tokenizer.load(tok_path).sha256 != expected:
         raise CheckpointError(
             f"{tok_path} does not match {weights} (tokenizer hash differs): the run cannot continue with it",
             hint="put back the tokenizer.json this run was trained with",
