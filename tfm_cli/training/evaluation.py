@@ -129,6 +129,10 @@ def finish(
     if dev is None or len(last) == 1:
         chosen, result, scores = ("average" if len(last) > 1 else "last"), {}, {}
     else:
+        events.message(  # minutes for a big dev set on a CPU: said, so a quiet log does not look hung
+            f"final model: evaluating the average of {len(last)} checkpoints and the last one on all "
+            f"{len(dev.sources):,} dev sentences (beam {recipe.decode.beam})"
+        )
         device = next(model.parameters()).device
         load_state(model, {k: v.to(device) for k, v in load_file(str(last[-1])).items()}, last[-1])
         last_scores = evaluate(model, tokenizer, dev, recipe, amp, 0)
@@ -156,6 +160,7 @@ def finish(
     if dev is None:
         return {"final_model": final_model}
     if not scores:
+        events.message(f"final model: evaluating it on all {len(dev.sources):,} dev sentences (beam {recipe.decode.beam})")
         device = next(model.parameters()).device
         load_state(model, {k: v.to(device) for k, v in averaged.items()}, run_dir / FINAL)
         result = evaluate(model, tokenizer, dev, recipe, amp, 0)
