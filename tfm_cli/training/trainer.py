@@ -255,6 +255,7 @@ class Trainer:
         self.best_bleu = -1.0
         self.early = EarlyStopping(self.t.patience, self.t.patience_metric)
         self.started = time.perf_counter()
+        self.earlier_seconds = 0.0  # training time of the sessions before a resume, up to its checkpoint
 
     def log(self, record: dict[str, Any]) -> None:
         """A record for metrics.jsonl (rank 0 writes it)."""
@@ -354,6 +355,7 @@ class Trainer:
         self.stream.load_state_dict(state["stream"])
         _restore_rng(state, self.dist, self.t.seed)
         self.best_bleu = state.get("best_bleu", -1.0)
+        self.earlier_seconds = float(state.get("train_seconds", 0.0))
         if "early_stopping" in state:
             self.early.load_state_dict(state["early_stopping"])
         self.events.message(f"resumed from {weights} at step {self.step}, epoch {self.stream.epoch}")
@@ -483,6 +485,7 @@ class Trainer:
             "step": self.step, "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
             "stream": stream_state, "rng": rng, "best_bleu": self.best_bleu, "tfm_version": __version__,
             "early_stopping": self.early.state_dict(),
+            "train_seconds": self.earlier_seconds + time.perf_counter() - self.started,
         }
         if rng_ranks is not None:
             state["rng_ranks"] = rng_ranks
@@ -514,7 +517,9 @@ class Trainer:
         summary = {
             "recipe": self.recipe.name, "steps": self.step, "parameters": self.model.num_parameters(),
             "precision": self.precision, "device": str(self.device), "processes": self.dist.world_size,
-            "train_seconds": round(result.seconds, 1), "tfm_version": __version__, "dev": final,
+            # all sessions (those before a resume up to the checkpoint it continued from), and this one
+            "train_seconds": round(self.earlier_seconds + result.seconds, 1), "session_seconds": round(result.seconds, 1),
+            "tfm_version": __version__, "dev": final,
             "final_model": final.get("final_model"), "stopped": stopped or f"reached train.max_steps={t.max_steps}",
         }
         atomic_write(run_dir / "summary.json", lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=2)))
