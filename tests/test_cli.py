@@ -174,6 +174,17 @@ def test_corpus_errors_name_file_and_line(tmp_path: Path, content: bytes, fragme
     assert not (tmp_path / "tok.json").exists()
 
 
+def test_tokenize_says_when_the_corpus_gives_fewer_tokens_than_asked(tmp_path: Path) -> None:
+    """A small corpus cannot fill a large vocabulary: the count is said, not left to be found in the table."""
+    out = tmp_path / "tok.json"
+    proc = tfm("tokenize", "--corpus", "bundled:tatoeba-fr-en/dev.tsv.gz", "--vocab-size", "100000", "--out", str(out), "--json")
+    size = json.loads(proc.stdout)["vocab_size"]
+    assert size < 100000
+    assert f"note: {size:,} tokens, fewer than the 100,000 asked" in proc.stderr
+    proc = tfm("tokenize", "--corpus", "bundled:tatoeba-fr-en/dev.tsv.gz", "--vocab-size", "1000", "--out", str(out))
+    assert "fewer than" not in proc.stderr
+
+
 def test_mismatched_parallel_files(tmp_path: Path) -> None:
     src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
     src.write_text("un\ndeux\ntrois\n", encoding="utf-8")

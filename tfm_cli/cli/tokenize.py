@@ -130,6 +130,12 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     seconds = time.perf_counter() - started
     tok.save(target)
     info(f"saved {target} ({tok.vocab_size:,} tokens, trained in {seconds:.1f}s); measuring the corpus...")
+    if tok.vocab_size < settings["vocab_size"]:  # said, not left for the user to notice in the table
+        info(
+            f"note: {tok.vocab_size:,} tokens, fewer than the {settings['vocab_size']:,} asked: the corpus has no more "
+            f"pairs of pieces seen at least {settings['min_frequency']} times (a larger corpus, or a lower "
+            "--min-frequency, gives more)"
+        )
     stats = tokenizer_stats(tok, ((s, t) for _, s, t in read_pairs(spec)))
     report = {"tokenizer": str(target), "corpus": spec, "train_seconds": round(seconds, 2), **stats}
     if json_out:
