@@ -291,6 +291,14 @@ def test_translate_long_input_warns(run: dict) -> None:
 def test_score_tsv(run: dict, data: dict[str, Path]) -> None:
     report = json.loads(_translate(run, "--score", str(data["dev"]), "--json").stdout)
     assert report["sentences"] == 50
+    assert report["sources"] == report["references"] == str(data["dev"])  # the TSV holds both
+    pairs = [line.split("\t") for line in data["dev"].read_text(encoding="utf-8").splitlines()]
+    src, ref = data["root"] / "score.fr", data["root"] / "score.en"
+    src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    ref.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    apart = json.loads(_translate(run, "--score", str(src), "--score", str(ref), "--json").stdout)
+    assert apart["sources"] == str(src) and apart["references"] == str(ref)
+    assert (apart["bleu"], apart["chrf"], apart["sentences"]) == (report["bleu"], report["chrf"], 50)
     assert isinstance(report["bleu"], (int, float)) and isinstance(report["chrf"], (int, float))
     assert 0 <= report["bleu"] <= 100 and 0 <= report["chrf"] <= 100
     assert report["bleu_signature"].startswith("nrefs:1|") and "version:" in report["bleu_signature"]
@@ -313,6 +321,7 @@ def test_score_reference_with_stdin(run: dict, data: dict[str, Path]) -> None:
     )
     report = json.loads(proc.stdout)
     assert report["sentences"] == 5 and "bleu" in report and "chrf" in report
+    assert report["sources"] == "stdin" and report["references"] == str(reference)
     assert len(output.read_text(encoding="utf-8").splitlines()) == 5
 
 

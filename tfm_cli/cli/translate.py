@@ -168,12 +168,14 @@ def _score(translator, settings: dict[str, Any], text, score, reference, output,
         spec = str(score[0]) if len(score) == 1 else [str(p) for p in score]
         pairs = [(s, t) for _, s, t in read_pairs(spec)]
         sources, references, what = [s for s, _ in pairs], [t for _, t in pairs], " ".join(map(str, score))
+        files = {"sources": str(score[0]), "references": str(score[-1])}  # a TSV holds both
     else:
         sources = [text] if text is not None else [line.rstrip("\r\n") for line in _stdin_lines()]
         while sources and not sources[-1]:  # blank lines at the end, as read_lines drops the references'
             sources.pop()
         references = read_lines(reference)
         what = str(reference)
+        files = {"sources": "TEXT" if text is not None else "stdin", "references": what}
         if len(references) != len(sources):
             raise TfmError(
                 f"{reference} has {len(references)} lines but the input has {len(sources)} "
@@ -185,7 +187,7 @@ def _score(translator, settings: dict[str, Any], text, score, reference, output,
     translations = report.pop("translations")
     if output is not None:
         output.write_text("".join(t.text + "\n" for t in translations), encoding="utf-8")
-    report = {"references": what, "model": str(translator.path), **report}
+    report = {**files, "model": str(translator.path), **report}
     if json_out:
         print_json(report)
         return
