@@ -233,7 +233,7 @@ def test_gate_library() -> None:
     missing = copy.deepcopy(base)
     del missing["records"][1]
     assert compare(missing, base, 0.1)["only_in_baseline"] == ["translate/tfm/greedy/cache/batch=8"]
-    with pytest.raises(TfmError, match="baseline is a translate benchmark"):
+    with pytest.raises(TfmError, match="baseline is a benchmark of translate"):
         compare({**base, "kind": "train"}, base, 0.1)
     assert parse_tolerance("10%") == pytest.approx(0.1) and parse_tolerance("0.25") == 0.25
     with pytest.raises(TfmError, match="not a number"):
@@ -267,7 +267,7 @@ def test_gate_through_the_cli(tmp_path: Path) -> None:
     assert wrong.returncode == 1 and "--tolerance 'lots' is not a number" in wrong.stderr
     (tmp_path / "translate.json").write_text(json.dumps({**generous, "kind": "translate"}))
     other = tfm(*slow, "--baseline", str(tmp_path / "translate.json"), check=False, timeout=60)
-    assert other.returncode == 1 and "is a translate benchmark, this is attention" in other.stderr
+    assert other.returncode == 1 and "is a benchmark of translate, this is one of attention" in other.stderr
     (tmp_path / "bad.json").write_text("{not json")
     bad = tfm(*args, "--baseline", str(tmp_path / "bad.json"), check=False)
     assert bad.returncode == 1 and "bad.json is not a JSON file" in bad.stderr

@@ -60,7 +60,7 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float)
     kind = current["kind"]
     if baseline["kind"] != kind:
         raise TfmError(
-            f"the baseline is a {baseline['kind']} benchmark, this is {kind}",
+            f"the baseline is a benchmark of {baseline['kind']}, this is one of {kind}",
             hint=f"compare with a baseline written by `tfm bench {kind} --json`",
         )
     old = {r["id"]: r for r in baseline["records"]}

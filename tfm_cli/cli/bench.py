@@ -71,7 +71,8 @@ def _progress() -> Iterator[Any]:
 def _environment_line(env: dict[str, Any]) -> str:
     bf16 = "native bf16" if env["cpu_native_bf16"] else "no native bf16"
     where = env["device_name"] if env["device"].startswith("cuda") else f"{env['device_name']} ({env['cpu_capability']}, {bf16})"
-    return f"{where}, {env['threads']} threads, {env['dtype']}, torch {env['torch']}, tfm {env['tfm']}"
+    threads = f"{env['threads']} thread{'s' if env['threads'] != 1 else ''}"
+    return f"{where}, {threads}, {env['dtype']}, torch {env['torch']}, tfm {env['tfm']}"
 
 
 def _gate_inputs(baseline: Path | None, tolerance: str, kind: str) -> tuple[dict[str, Any], float] | None:
@@ -83,7 +84,7 @@ def _gate_inputs(baseline: Path | None, tolerance: str, kind: str) -> tuple[dict
     data, share = load_baseline(baseline), parse_tolerance(tolerance)
     if data["kind"] != kind:
         raise TfmError(
-            f"baseline {baseline} is a {data['kind']} benchmark, this is {kind}",
+            f"baseline {baseline} is a benchmark of {data['kind']}, this is one of {kind}",
             hint=f"compare with a baseline written by `tfm bench {kind} --json`",
         )
     return data, share
@@ -389,7 +390,10 @@ def _render_translate(result: dict[str, Any]) -> None:
                     [(r["against"], r["mode"], r["batch_size"], f"{r['ratio']:.2f}x") for r in ratios])
     for name, peer in s.get("peers", {}).items():
         what = {"hf-marian": "transformers", "ct2": "CTranslate2"}.get(name, name)
-        extra = f", {peer['compute_type']}, {peer['intra_threads']} threads" if "compute_type" in peer else ""
+        extra = (
+            f", {peer['compute_type']}, {peer['intra_threads']} thread{'s' if peer['intra_threads'] != 1 else ''}"
+            if "compute_type" in peer else ""
+        )
         info(f"{name}: {what} {peer['version']}{extra}, weights: {peer['weights']}")
     for note in result["summary"].get("notes", []):
         warn(note)
