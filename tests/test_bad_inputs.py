@@ -549,6 +549,21 @@ def test_tokenize_into_a_run_is_refused(root: Path, copy: Path) -> None:
     assert snapshot(copy) == before
 
 
+def test_tokenize_into_a_run_before_its_first_checkpoint_is_refused(root: Path, run: Path, tmp_path: Path) -> None:
+    """A run that `tfm train` started (recipe.yaml, config.json, its tokenizer) but that has no checkpoint yet, as
+    while it trains its first steps: `tfm tokenize RECIPE` (the same default runs/NAME/tokenizer.json) replaced its
+    tokenizer, and every checkpoint the training then wrote no longer matched its run's tokenizer.json."""
+    target = tmp_path / "started"
+    target.mkdir()
+    for name in ("recipe.yaml", "tokenizer.json"):
+        shutil.copy(run / name, target / name)
+    write(target / "config.json", json.dumps(load_model(run, "cpu").model.config.to_dict()))
+    before = snapshot(target)
+    proc = tfm("tokenize", str(root / "recipe.yaml"), "tokenizer.vocab_size=300", "--out", str(target / "tokenizer.json"), check=False)
+    error_line(proc, f"{target} holds a model's recipe.yaml and config.json", "replacing tokenizer.json would break it")
+    assert snapshot(target) == before
+
+
 def test_a_directory_holding_another_unfinished_run_is_refused(root: Path, run: Path, tmp_path: Path) -> None:
     """Another run that stopped before its first checkpoint: a start would take over its tokenizer (whatever the
     new recipe asks for), rewrite its recipe.yaml and config.json and append to its metrics.jsonl."""

@@ -115,6 +115,14 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
             f"{run_dir} already holds a trained model: replacing {target.name} would break it",
             hint="choose another --out, or train a new run",
         )
+    if target.name == "tokenizer.json" and (run_dir / "recipe.yaml").is_file() and (run_dir / "config.json").is_file():
+        # a start wrote these (its model, training now or to be restarted, is built on the tokenizer already
+        # there), or an export that has no model.safetensors (onnx): either way the tokenizer is the model's
+        raise TfmError(
+            f"{run_dir} holds a model's recipe.yaml and config.json (a run that `tfm train` started, or an export): "
+            f"replacing {target.name} would break it",
+            hint=f"choose another --out, or delete {run_dir} if its run is of no use",
+        )
 
     sources = [recipe] if recipe is not None else []
     sources += [Path(c) for c in (spec if isinstance(spec, list) else [spec]) if not str(c).startswith("bundled:")]
