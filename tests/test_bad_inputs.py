@@ -873,3 +873,12 @@ def test_tokenize_encode_without_tokenizer_finds_the_one_tokenize_wrote(root: Pa
     proc = tfm("tokenize", "--encode", "Bonjour.", cwd=empty, check=False)
     error_line(proc, "no tokenizer found under runs/")
     assert "--tokenizer" in proc.stderr and "--model" not in proc.stderr
+
+
+def test_inspect_attn_unicode_digits_are_not_numbers(run: Path) -> None:
+    """'²' is a digit to str.isdigit but not to int(): `--head ²` and `--token ²` were ValueError tracebacks, and
+    `--head ١` (an Arabic-Indic one) silently chose head 1."""
+    base = ("inspect-attn", "--model", str(run), "--device", "cpu", "Je suis étudiant.")
+    for head in ("²", "١"):
+        error_line(tfm(*base, "--head", head, check=False), f"--head {head!r} is not a head number")
+    error_line(tfm(*base, "--token", "²", check=False), "--token '²' is in neither the source nor the target")

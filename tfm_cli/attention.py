@@ -209,7 +209,7 @@ def _parts(token: str) -> list[str]:
 def find_token(tokens: list[str], query: str) -> int:
     """The position of `query` in `tokens`: a 1-based index ("3"), the token's text, or a word inside it
     ("il" finds "▁qu'il"); the first match wins. TfmError listing the tokens when nothing matches."""
-    if query.isdigit():
+    if query.isascii() and query.isdigit():  # not '²' (a digit to str.isdigit that int() cannot read): text
         index = int(query) - 1
         if 0 <= index < len(tokens):
             return index

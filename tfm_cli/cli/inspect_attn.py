@@ -151,7 +151,7 @@ def _layer(layer: int | None, layers: int, kind: str) -> int:
 def _head(head: str, heads: int) -> int | None:
     if head == "mean":
         return None
-    if not head.isdigit():
+    if not (head.isascii() and head.isdigit()):  # '²' and '١' are digits to str.isdigit, and int('²') fails
         raise TfmError(f"--head {head!r} is not a head number", hint=f"use --head 1 to {heads}, or --head mean")
     if not 1 <= int(head) <= heads:
         raise TfmError(f"--head {head} is out of range: the model has heads 1-{heads}", hint=f"use --head 1 to {heads}, or --head mean")
