@@ -882,3 +882,19 @@ def test_inspect_attn_unicode_digits_are_not_numbers(run: Path) -> None:
     for head in ("²", "١"):
         error_line(tfm(*base, "--head", head, check=False), f"--head {head!r} is not a head number")
     error_line(tfm(*base, "--token", "²", check=False), "--token '²' is in neither the source nor the target")
+
+
+def test_outputs_never_replace_what_the_run_saved(copy: Path, tmp_path: Path) -> None:
+    """`--html RUN/metrics.jsonl` wrote the page over the run's training log (and --output over a checkpoint, the
+    best model or the summary): only the weights, tokenizer and recipe the model was loaded from were refused."""
+    pairs = write(tmp_path / "pairs.tsv", _head(5))
+    write(copy / "metrics.jsonl", '{"kind": "train", "step": 10, "loss": 6.0}\n')
+    write(copy / "summary.json", '{"steps": 10}\n')
+    shutil.copy(copy / "model.safetensors", copy / "best.safetensors")
+    before = snapshot(copy)
+    saved = ["metrics.jsonl", "summary.json", "best.safetensors", "checkpoints/step-00000010.safetensors"]
+    for name in saved:
+        proc = tfm("inspect-attn", "--model", str(copy), "--device", "cpu", "Je suis.", "--html", str(copy / name), check=False)
+        error_line(proc, "--html", "is also an input")
+        error_line(translate(copy / "model.safetensors", "--score", str(pairs), "--output", str(copy / name)), "--output", "is also an input")
+    assert snapshot(copy) == before

@@ -34,10 +34,12 @@ from typing import Any
 
 import torch
 
-from tfm_cli.checkpoint import load_model
+from tfm_cli.checkpoint import BEST, CHECKPOINTS, FINAL, load_model
 from tfm_cli.decoding import Engine, TorchEngine, translate_ids
 from tfm_cli.errors import TfmError
+from tfm_cli.export.common import EXPORT_INFO
 from tfm_cli.model import Transformer
+from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.recipe import MAX_ALPHA
 from tfm_cli.runtime import autocast, resolve_device, resolve_precision
 from tfm_cli.tokenizer import Tokenizer
@@ -179,6 +181,20 @@ class Translation(str):
         return f"Translation({self.text!r}, score={self.score:.4f})"
 
 
+def _run_files(run_dir: Path) -> list[Path]:
+    """The files of the run (or release) a model was loaded from that an output must not replace: what it was
+    loaded with, and what the run saved beside it (other weights, checkpoints, metrics, summary, curves; a
+    release's model card)."""
+    names = ("tokenizer.json", "recipe.yaml", "config.json", FINAL, BEST, "metrics.jsonl", "summary.json", CURVES_PNG)
+    files = [run_dir / name for name in names]
+    if (run_dir / EXPORT_INFO).is_file():  # a release: its model card and its record of the export
+        files += [run_dir / EXPORT_INFO, run_dir / "README.md"]
+    for folder in (CHECKPOINTS, TENSORBOARD_DIR):
+        if (run_dir / folder).is_dir():
+            files += sorted(p for p in (run_dir / folder).rglob("*") if p.is_file())
+    return files
+
+
 class Translator:
     """A loaded model and tokenizer that translate text, in order, with the paper's beam search by default.
 
@@ -311,7 +327,7 @@ class Translator:
         loaded = load_model(model, torch_device, runs_root)
         defaults = DecodeSettings.from_run(loaded.run_dir).updated(**settings)
         translator = cls(loaded.model, loaded.tokenizer, defaults, precision, loaded.path, loaded.step)
-        translator.files = [loaded.path, loaded.run_dir / "tokenizer.json", loaded.run_dir / "recipe.yaml"]
+        translator.files = [loaded.path, *_run_files(loaded.run_dir)]
         return translator
 
     # --- translating ------------------------------------------------------------------------------------------
