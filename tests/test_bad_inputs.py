@@ -898,3 +898,13 @@ def test_outputs_never_replace_what_the_run_saved(copy: Path, tmp_path: Path) ->
         error_line(proc, "--html", "is also an input")
         error_line(translate(copy / "model.safetensors", "--score", str(pairs), "--output", str(copy / name)), "--output", "is also an input")
     assert snapshot(copy) == before
+
+
+def test_export_never_replaces_a_folder_of_the_run(copy: Path) -> None:
+    """`tfm export RUN --out RUN/checkpoints` said 'is not empty; add --force', and with --force the release took
+    the place of the run's checkpoints and trainer states (no resume any more)."""
+    before = snapshot(copy)
+    for extra in ([], ["--force"]):
+        proc = tfm("export", str(copy), "--format", "release", "--out", str(copy / "checkpoints"), "--verify-lines", "2", *extra, check=False)
+        error_line(proc, f"{copy / 'checkpoints'} is part of the run being exported", "would delete the run's files")
+    assert snapshot(copy) == before

@@ -164,6 +164,12 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
         p = Path(path).resolve()
         if resolved == p or p.is_relative_to(resolved):
             raise TfmError(f"{out} holds the model being exported", hint="choose another --out directory")
+        if resolved.is_relative_to(p) and out.exists() and (not out.is_dir() or any(out.iterdir())):
+            # e.g. RUN/checkpoints: --force would delete the run's checkpoints and trainer states
+            raise TfmError(
+                f"{out} is part of the run being exported ({path}): replacing it would delete the run's files",
+                hint="choose an --out outside the run, e.g. exports/NAME",
+            )
     if out.exists() and not out.is_dir():
         raise TfmError(f"{out} exists and is not a directory", hint="choose another --out directory")
     if out.is_dir() and any(out.iterdir()) and not force:
