@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from tfm_cli import TfmError, Translator
-from tfm_cli.checkpoint import FINAL, save_weights, weights_state
+from tfm_cli.checkpoint import FINAL, load_model, save_weights, weights_state
 from tfm_cli.export import huggingface as hf_export
 from tfm_cli.export import run_export
 from tfm_cli.model import ModelConfig, Transformer
@@ -144,7 +144,8 @@ def test_ctranslate2_round_trip(exported, reference, tmp_path):
     translator = ctranslate2.Translator(str(ct2_dir), device="cpu", intra_threads=1)
     tokens = [tok.convert_ids_to_tokens(ids) for ids in tok(reference["sources"]).input_ids]
     results = translator.translate_batch(
-        tokens, beam_size=1, max_decoding_length=limit + 1, suppress_sequences=[[RENAMED_PAD], ["<s>"]]
+        tokens, beam_size=1, max_decoding_length=limit + 1, suppress_sequences=[[RENAMED_PAD], ["<s>"]],
+        min_decoding_length=0,
     )
     got = [tok.decode(tok.convert_tokens_to_ids(r.hypotheses[0])[:limit], skip_special_tokens=True) for r in results]
     assert got == reference["greedy"]
@@ -197,6 +198,27 @@ def test_foreign_tokenizer_is_refused(tmp_path, trained, small_tokenizer):
     with pytest.raises(TfmError, match="tokenizer"):
         run_export("huggingface", run, tmp_path / "out")
 
+
+
+def test_a_model_that_ends_at_once_passes_the_ctranslate2_check(tmp_path, small_tokenizer):
+    """A model whose first output is </s> (early in training, or for some sentences): tfm's translation is empty,
+    and CTranslate2's translate_batch, whose min_decoding_length is 1 unless told otherwise, gave '.' instead, so
+    a correct export failed its check ('please report it')."""
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install ctranslate2)")
+    run = _small_run(tmp_path / "run", small_tokenizer)
+    weights = run / FINAL
+    model = load_model(run).model
+    cfg = model.config
+    with torch.no_grad():  # every decoder output is a large multiple of the </s> embedding: </s> always wins
+        emb = model.src_embed.token.weight
+        emb[cfg.eos_id] *= 1 + emb.norm(dim=1).max() / emb[cfg.eos_id].norm()
+        model.decoder_layers[-1].sub_ffn.norm.weight.zero_()
+        model.decoder_layers[-1].sub_ffn.norm.bias.copy_(10 * emb[cfg.eos_id])
+    save_weights(weights, weights_state(model), cfg, small_tokenizer.sha256, 1)
+    assert Translator.load(run, device="cpu", precision="fp32").translate("Je suis étudiant.", greedy=True) == ""
+    result = run_export("huggingface", run, tmp_path / "hf", verify_lines=10)
+    ct2 = [c for c in result.checks if "CTranslate2" in c.name]
+    assert result.ok and len(ct2) == 1 and ct2[0].value.startswith("10/10 identical"), result.checks
 
 # --- the mapping on random models ----------------------------------------------------------------------------
 

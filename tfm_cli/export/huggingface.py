@@ -384,7 +384,8 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
         f"Python: MarianMTModel.from_pretrained('{out}'), AutoTokenizer.from_pretrained('{out}'), then "
         "model.generate(**tokenizer(sentences, return_tensors='pt', padding=True))",
         "CTranslate2: ct2-transformers-converter --model DIR --output_dir DIR-ct2, then "
-        "ctranslate2.Translator('DIR-ct2').translate_batch(tokens, suppress_sequences=[['<tfm_pad>'], ['<s>']]) "
+        "ctranslate2.Translator('DIR-ct2').translate_batch(tokens, suppress_sequences=[['<tfm_pad>'], ['<s>']], "
+        "min_decoding_length=0) "
         "with tokens = tokenizer.convert_ids_to_tokens(tokenizer(sentence).input_ids)",
         "commands: tfm export RUN --format huggingface --out DIR; "
         "ct2-transformers-converter --model DIR --output_dir DIR-ct2",
@@ -508,6 +509,7 @@ def _check_ctranslate2(
             part = slice(chunk, chunk + _BATCH)
             results = translator.translate_batch(
                 tokens[part], beam_size=1, max_decoding_length=max(limits[part]) + 1, suppress_sequences=ban,
+                min_decoding_length=0,  # its default is 1: tfm (min_len 0) may end at once with an empty translation
             )
             for result, limit in zip(results, limits[part], strict=True):
                 out_ids = hf_tokenizer.convert_tokens_to_ids(result.hypotheses[0])
@@ -616,5 +618,6 @@ Vocabulary: tfm's ids, with id 0 renamed `{RENAMED_PAD}` (unused) and `{EXPORT_P
 the decoder's start token (zero embedding, as in OPUS-MT); tfm's `<s>` embedding is folded into decoder position 0.
 
 CTranslate2: `ct2-transformers-converter --model DIR --output_dir DIR-ct2`; pass
-`suppress_sequences=[["{RENAMED_PAD}"], ["<s>"]]` to `translate_batch` to forbid what tfm's search forbids.
+`suppress_sequences=[["{RENAMED_PAD}"], ["<s>"]]` to `translate_batch` to forbid what tfm's search forbids, and
+`min_decoding_length=0` (its default is 1) to allow what it allows: an empty translation.
 """
