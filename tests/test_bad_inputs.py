@@ -908,3 +908,17 @@ def test_export_never_replaces_a_folder_of_the_run(copy: Path) -> None:
         proc = tfm("export", str(copy), "--format", "release", "--out", str(copy / "checkpoints"), "--verify-lines", "2", *extra, check=False)
         error_line(proc, f"{copy / 'checkpoints'} is part of the run being exported", "would delete the run's files")
     assert snapshot(copy) == before
+
+
+def test_a_hugging_face_export_is_named_as_one(copy: Path) -> None:
+    """`tfm translate --model EXPORT` on a `tfm export --format huggingface` directory said 'has no tfm metadata;
+    was it written by tfm train?', which says neither what the directory is nor what to do with it."""
+    weights = copy / "model.safetensors"
+    save_file(load_file(str(weights)), str(weights), metadata={"format": "pt"})  # as save_pretrained writes it
+    write(copy / "generation_config.json", '{"decoder_start_token_id": 400}\n')
+    before = snapshot(copy)
+    for command in (("translate", "Bonjour."), ("inspect-attn", "Bonjour.")):
+        proc = tfm(command[0], "--model", str(copy), "--device", "cpu", *command[1:], check=False)
+        error_line(proc, f"{weights} is a Hugging Face transformers model")
+        assert "hint: load it with transformers (MarianMTModel.from_pretrained)" in proc.stderr
+    assert snapshot(copy) == before

@@ -102,6 +102,11 @@ def read_metadata(path: Path) -> dict[str, str]:
             "or use another checkpoint of the run (checkpoints/step-*.safetensors)",
         ) from None
     if metadata.get("format") != "tfm" or "config" not in metadata:
+        if (Path(path).parent / "generation_config.json").is_file():  # transformers' save_pretrained wrote it
+            raise CheckpointError(
+                f"{path} is a Hugging Face transformers model (e.g. a `tfm export --format huggingface`), not tfm's",
+                hint="load it with transformers (MarianMTModel.from_pretrained), or give tfm the run it was exported from",
+            )
         raise CheckpointError(f"{path} has no tfm metadata (config, tokenizer hash)", hint="was it written by tfm train?")
     return metadata
 
