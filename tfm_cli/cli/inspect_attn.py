@@ -92,6 +92,12 @@ def inspect_attn(
     layers = shown.n_layers["encoder" if kind == "encoder" else "decoder"]
     layer_index = _layer(layer, layers, kind)
     head_index = _head(head, shown.n_heads)
+    decoder_layers = shown.n_layers["decoder"]
+    if align and layer is not None and layer > decoder_layers:  # --align reads cross-attention, whatever --kind says
+        raise TfmError(
+            f"--layer {layer} is out of range for --align: it reads cross-attention, and the decoder has layers 1-{decoder_layers}",
+            hint=f"use --layer 1 to {decoder_layers} with --align",
+        )
 
     if html is not None:
         from tfm_cli.cli.views.page import write_html
@@ -102,7 +108,8 @@ def inspect_attn(
 
         info(f"wrote {write_image(shown.to_dict(), image, kind, layer_index if layer is not None else None, head_index)}")
     if json_out:
-        print_json(_json(report, shown, kind, layer_index, head_index, token, query if token else None, explain_head))
+        aligned = (None if layer is None else layer - 1, head_index) if align else (None, None)  # else the default
+        print_json(_json(report, shown, kind, layer_index, head_index, token, query if token else None, explain_head, aligned))
         return
     _header(shown)
     if summary:
@@ -158,12 +165,12 @@ def _head(head: str, heads: int) -> int | None:
     return int(head) - 1
 
 
-def _json(report, shown, kind, layer, head, token, query, explain_head) -> dict[str, Any]:
+def _json(report, shown, kind, layer, head, token, query, explain_head, aligned) -> dict[str, Any]:
     from tfm_cli.attention import alignment, explain, focus, head_summary
 
     data = shown.to_dict()
     data["summary"] = head_summary(shown)
-    data["alignment"] = " ".join(f"{i}-{j}" for i, j in alignment(report))
+    data["alignment"] = " ".join(f"{i}-{j}" for i, j in alignment(report, *aligned))  # --align: its --layer, --head
     if token is not None:
         data["focus"] = focus(shown, kind, query)
         if explain_head:
