@@ -211,3 +211,23 @@ def test_saved_json_has_no_added_tokens(tok: Tokenizer, tmp_path: Path) -> None:
     assert spec["added_tokens"] == []
     assert spec["model"]["byte_fallback"] is True
     assert tok.bos_id not in tok.encode("<s>")
+
+
+def test_vocab_size_is_an_upper_bound_even_for_a_large_alphabet(tmp_path: Path) -> None:
+    """BPE keeps every character it sees: 1,000 sentences of random CJK characters asked for 300 tokens gave a
+    vocabulary of ~9,000 (and a model to match), silently. The rarest characters are now spelled in bytes."""
+    import random
+
+    rng = random.Random(0)
+    texts = ["".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(10)) for _ in range(1000)]
+    for size in (300, 1000):
+        tok = train_tokenizer(texts, vocab_size=size, min_frequency=1)
+        assert tok.vocab_size == size
+        assert all(tok.decode(tok.encode(t)) == t for t in texts[:50])
+    corpus = tmp_path / "cjk.tsv"
+    corpus.write_text("".join(f"{a}\t{b}\n" for a, b in zip(texts[::2], texts[1::2], strict=True)), encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfm_cli", "tokenize", "--corpus", str(corpus), "--vocab-size", "300", "--out",
+         str(tmp_path / "tok.json"), "--json"], capture_output=True, text=True, check=True,
+    )
+    assert json.loads(proc.stdout)["vocab_size"] == 300 and json.loads(proc.stdout)["unk_share"] == 0.0

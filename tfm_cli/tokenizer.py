@@ -269,6 +269,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 
     hf.pre_tokenizer = _pre_tokenizer()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - N_BYTES,  # the byte tokens are inserted afterwards
+        # BPE keeps every character of the corpus in its vocabulary, beyond vocab_size when there are more (a CJK
+        # corpus asked for 300 gave 8,262): keep the most frequent ones; the others are spelled with byte tokens
+        limit_alphabet=vocab_size - N_BYTES - N_SPECIAL,
         min_frequency=min_frequency,
         special_tokens=list(SPECIAL_TOKENS),
         show_progress=False,
