@@ -404,6 +404,23 @@ def test_anchors_aliases_and_merge_keys_are_yaml(tmp_path):
         load_recipe(write(tmp_path, text + "  max_steps: 8\n"))
 
 
+
+def test_a_huge_value_is_shown_shortened(tmp_path):
+    """Nine YAML aliases nested nine deep (a 'billion laughs' recipe) stand for 9**9 strings: the error line printed
+    the whole list (gigabytes, and the command never ended); a list of 100,000 betas printed every one."""
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    text = "\n".join(lines) + "\nname: x\nmodel:\n  d_model: *i\ntrain:\n  betas: [" + ", ".join(["0.5"] * 100000) + "]\n"
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(write(tmp_path, text))
+    problems = [p for p in problems_of(excinfo) if "is not a recipe key" not in p]
+    assert problems == [
+        "model.d_model=[[...], [...], [...], [...], [...], [...], ...] must be an integer",
+        "train.betas=[0.5, 0.5, 0.5, 0.5, 0.5, 0.5, ...] must be two numbers in [0, 1), e.g. [0.9, 0.98]",
+    ]
+
+
 def test_missing_file_is_named(tmp_path):
     write(tmp_path, "name: x\n", name="base.yaml")
     with pytest.raises(TfmError) as excinfo:

@@ -15,6 +15,7 @@ import dataclasses
 import difflib
 import math
 import re
+import reprlib
 import types
 import typing
 from collections.abc import Sequence
@@ -222,13 +223,22 @@ def _convert(value: Any, kind: str) -> Any:
     return value
 
 
+_REPR = reprlib.Repr()  # (keyword arguments need Python 3.12)
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 1, 6, 6, 80, 80, 5000
+
+
+def _shown(value: Any) -> str:
+    """repr(value), shortened: a huge list (or a YAML alias bomb, 9^9 strings) would make one endless error line."""
+    return _REPR.repr(value)
+
+
 def _yaml_text(value: Any) -> str:
     """A value as it was written in YAML (null, true, 3, 'text'), not as Python shows it (None, True)."""
     if value is None:
         return "null (empty)"
     if isinstance(value, bool):
         return "true" if value else "false"
-    return repr(value)
+    return _shown(value)
 
 
 def _type_problem(key: str, value: Any, kind: str) -> str | None:
@@ -342,7 +352,7 @@ def parse_duration(text: str) -> float | None:
 def _path_problem(key: str, value: Any) -> str | None:
     paths = value if isinstance(value, list) else [value]
     if any(p is not None and not p.strip() for p in paths):
-        return f"{key}={value!r} must name a file: a path may not be empty"
+        return f"{key}={_shown(value)} must name a file: a path may not be empty"
     return None
 
 
@@ -386,7 +396,7 @@ def _validate(recipe: Recipe, skip: set[str]) -> list[str]:
             if problem is None and key in _RULES:
                 ok, rule = _RULES[key]
                 if not ok(value):
-                    problem = f"{key}={value!r} {rule}"
+                    problem = f"{key}={_shown(value)} {rule}"
             if problem:
                 problems.append(problem)
             else:
