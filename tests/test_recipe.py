@@ -421,6 +421,22 @@ def test_a_huge_value_is_shown_shortened(tmp_path):
     ]
 
 
+
+def test_a_number_too_long_to_read_is_named(tmp_path):
+    """An integer of 5,000 digits in a recipe or an override: PyYAML's int() raised a ValueError (Python reads at
+    most 4,300 digits), a traceback."""
+    big = "9" * 5000
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(write(tmp_path, f"name: x\ntrain:\n  max_steps: {big}\n"))
+    [problem] = problems_of(excinfo)
+    assert problem.startswith("invalid YAML at line 3: a number too long to read (") and len(problem) < 200
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(write(tmp_path, "name: x\n"), [f"train.max_steps={big}"])
+    [problem] = problems_of(excinfo)
+    assert problem.startswith("override 'train.max_steps=999") and "has a number too long to read (" in problem
+    assert len(problem) < 250
+
+
 def test_missing_file_is_named(tmp_path):
     write(tmp_path, "name: x\n", name="base.yaml")
     with pytest.raises(TfmError) as excinfo:

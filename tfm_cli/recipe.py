@@ -535,7 +535,11 @@ def parse_override(text: str) -> tuple[str, Any]:
     except yaml.YAMLError as err:
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise RecipeError(
-            "override", [f"override {text!r} has a value that is not valid YAML ({problem}); quote it"]
+            "override", [f"override {_shown(text)} has a value that is not valid YAML ({problem}); quote it"]
+        ) from None
+    except ValueError as err:  # an integer of more digits than int() reads (4,300)
+        raise RecipeError(
+            "override", [f"override {_shown(text)} has a number too long to read ({str(err).split(';')[0]})"]
         ) from None
     return key, value
 
@@ -728,6 +732,10 @@ def _read_yaml(path: Path, source: str) -> Any:
         ) from None
     except yaml.YAMLError as err:
         raise RecipeError(source, [f"invalid YAML: {str(err).splitlines()[0]}"]) from None
+    except ValueError as err:  # an integer of more digits than int() reads (4,300), e.g. max_steps: 999...9
+        long = re.search(r"[0-9_]{4300,}", text)
+        where = f" at line {text.count(chr(10), 0, long.start()) + 1}" if long else ""
+        raise RecipeError(source, [f"invalid YAML{where}: a number too long to read ({str(err).split(';')[0]})"]) from None
 
 
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
