@@ -946,3 +946,11 @@ def test_inspect_attn_align_reads_its_layer_from_the_decoder(run: Path, tmp_path
     chosen, default = alignment(report, 1, 0), alignment(report)
     assert chosen != default  # else this model could not tell them apart
     assert data["alignment"] == " ".join(f"{i}-{j}" for i, j in chosen)
+
+
+def test_inspect_attn_numbers_too_long_to_read(run: Path) -> None:
+    """`--head` and `--token` of 5,000 digits: int() reads at most 4,300 and raised a ValueError traceback."""
+    base = ("inspect-attn", "--model", str(run), "--device", "cpu", "Je suis étudiant.")
+    big = "9" * 5000
+    error_line(tfm(*base, "--head", big, check=False), "is out of range: the model has heads 1-2")
+    error_line(tfm(*base, "--token", big, check=False), "is in neither the source nor the target")

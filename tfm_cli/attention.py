@@ -210,7 +210,8 @@ def find_token(tokens: list[str], query: str) -> int:
     """The position of `query` in `tokens`: a 1-based index ("3"), the token's text, or a word inside it
     ("il" finds "▁qu'il"); the first match wins. TfmError listing the tokens when nothing matches."""
     if query.isascii() and query.isdigit():  # not '²' (a digit to str.isdigit that int() cannot read): text
-        index = int(query) - 1
+        digits = query.lstrip("0")
+        index = (int(digits or "0") if len(digits) <= 18 else 0) - 1  # longer is out of range (int() reads 4,300 digits)
         if 0 <= index < len(tokens):
             return index
         raise TfmError(f"--token {query} is out of range: the tokens are numbered 1-{len(tokens)}", hint=_listing(tokens))

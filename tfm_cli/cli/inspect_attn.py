@@ -160,9 +160,11 @@ def _head(head: str, heads: int) -> int | None:
         return None
     if not (head.isascii() and head.isdigit()):  # '²' and '١' are digits to str.isdigit, and int('²') fails
         raise TfmError(f"--head {head!r} is not a head number", hint=f"use --head 1 to {heads}, or --head mean")
-    if not 1 <= int(head) <= heads:
+    digits = head.lstrip("0")
+    number = int(digits or "0") if len(digits) <= 18 else 0  # longer is out of range (int() reads 4,300 digits at most)
+    if not 1 <= number <= heads:
         raise TfmError(f"--head {head} is out of range: the model has heads 1-{heads}", hint=f"use --head 1 to {heads}, or --head mean")
-    return int(head) - 1
+    return number - 1
 
 
 def _json(report, shown, kind, layer, head, token, query, explain_head, aligned) -> dict[str, Any]:
