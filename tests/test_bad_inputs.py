@@ -954,3 +954,13 @@ def test_inspect_attn_numbers_too_long_to_read(run: Path) -> None:
     big = "9" * 5000
     error_line(tfm(*base, "--head", big, check=False), "is out of range: the model has heads 1-2")
     error_line(tfm(*base, "--token", big, check=False), "is in neither the source nor the target")
+
+
+def test_dry_run_refuses_a_run_directory_name_too_long_to_create(root: Path, tmp_path: Path) -> None:
+    """name: of 300 letters (the recipe allows any length): --dry-run passed, and the start it vouched for then
+    failed with 'cannot create the run directory ...: File name too long'."""
+    long_name = "a" * 300
+    for out in ([], ["--out", str(tmp_path / "runs" / long_name / "x")]):
+        proc = tfm("train", str(root / "recipe.yaml"), f"name={long_name}", *out, "--dry-run", "--device", "cpu", cwd=tmp_path, check=False)
+        error_line(proc, "cannot create the run directory", "File name too long")
+    assert list(tmp_path.iterdir()) == []

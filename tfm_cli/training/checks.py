@@ -4,7 +4,9 @@ the corpora, the tokenizer, the disk, and for a resume, that the overrides leave
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -103,6 +105,12 @@ def _check_place(run_dir: Path) -> None:
             raise NotADirectoryError(20, f"{existing} is not a directory")
         with tempfile.TemporaryFile(dir=existing):
             pass
+        limit = os.pathconf(existing, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
+        missing = run_dir
+        while missing != existing:  # the folders a start would create: a name too long fails only at mkdir
+            if len(os.fsencode(missing.name)) > limit:
+                raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+            missing = missing.parent
     except OSError as err:
         raise TfmError(
             f"cannot create the run directory {run_dir}: {err.strerror or err}", hint="choose another --out"
