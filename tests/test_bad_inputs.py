@@ -964,3 +964,24 @@ def test_dry_run_refuses_a_run_directory_name_too_long_to_create(root: Path, tmp
         proc = tfm("train", str(root / "recipe.yaml"), f"name={long_name}", *out, "--dry-run", "--device", "cpu", cwd=tmp_path, check=False)
         error_line(proc, "cannot create the run directory", "File name too long")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_inspect_attn_image_labels_are_text_not_mathtext(tmp_path: Path) -> None:
+    """matplotlib reads a label between dollar signs as mathtext: the word '$$' (--words) was a ParseException
+    traceback, and '$x$' came out in italics without its dollars."""
+    pytest.importorskip("matplotlib", reason="--image needs the plot extra")
+    model = tmp_path / "dollars"
+    model.mkdir()
+    tok = train_tokenizer(_texts(300) + ["Ça coûte 5 $.", "$ et $$ et $x$"] * 20, vocab_size=400)
+    tok.save(model / "tokenizer.json")
+    config = ModelConfig(
+        vocab_size=tok.vocab_size, d_model=16, d_ff=32, n_heads=2, n_enc_layers=1, n_dec_layers=1,
+        max_positions=32, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id,
+    )
+    torch.manual_seed(0)
+    save_weights(model / FINAL, weights_state(Transformer(config)), config, tok.sha256, 1)
+    image = tmp_path / "heat.svg"
+    proc = tfm("inspect-attn", "--model", str(model), "--device", "cpu", "Ça coûte $$ ou $x$.", "--words", "--kind",
+               "encoder", "--image", str(image), check=False)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "$$" in image.read_text(encoding="utf-8")  # the label's text (matplotlib's SVG keeps it)

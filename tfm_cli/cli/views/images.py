@@ -84,9 +84,10 @@ def write_image(report: dict[str, Any], path: Path, kind: str, layer: int | None
     image = None
     for ax, index in zip(axes.flat, layers, strict=False):
         image = ax.imshow(maps[index], cmap=cmap, vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
+        # parse_math=False: a token or word such as "$$" is text, not mathtext (a ParseException, or "$x$" in italics)
         ax.set_xticks(range(len(keys)), [_short(t) for t in keys], rotation=60, ha="right",
-                      rotation_mode="anchor", fontsize=8)
-        ax.set_yticks(range(len(queries)), [_short(t) for t in queries], fontsize=8)
+                      rotation_mode="anchor", fontsize=8, parse_math=False)
+        ax.set_yticks(range(len(queries)), [_short(t) for t in queries], fontsize=8, parse_math=False)
         ax.set_xlabel(f"key ({k_name})", fontsize=8, color="#5b6575")
         ax.set_ylabel(f"query ({q_name})", fontsize=8, color="#5b6575")
         ax.tick_params(length=0)
