@@ -451,6 +451,15 @@ def test_plain_table_when_piped_or_no_color(random_run: Path) -> None:
     assert "piece\tid" in plain
 
 
+
+def test_a_terminal_table_shows_the_users_text_as_text(random_run: Path) -> None:
+    """Rich reads "[bold]" in a table's title or cells as a style and "[/]" as a closing tag: at a terminal,
+    `tfm tokenize --encode '[/] x'` (the text is in the title) was a MarkupError traceback."""
+    args = ["tokenize", "--tokenizer", str(random_run / "tokenizer.json"), "--encode", "[/] [bold]x"]
+    fancy = _run_on_tty(args, **_env(NO_COLOR=None))
+    assert BOX & set(fancy) and "'[/] [bold]x': " in fancy, fancy
+
+
 # ---- shell completion scripts --------------------------------------------------------------------------------
 
 

@@ -41,11 +41,13 @@ def fancy_stderr() -> bool:
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A table on stdout: rich when at a terminal, else a header line and tab-separated rows."""
     if fancy_stdout():
-        table = Table(title=title, title_justify="left")
+        # escaped: titles and cells hold the user's text (a sentence, a token, a path), where rich would read
+        # "[bold]" as style and "[/]" as a MarkupError traceback
+        table = Table(title=_escape(title), title_justify="left")
         for i, column in enumerate(columns):
-            table.add_column(column, justify="left" if i == 0 else "right")
+            table.add_column(_escape(column), justify="left" if i == 0 else "right")
         for row in rows:
-            table.add_row(*(_cell(v, human=True) for v in row))
+            table.add_row(*(_escape(_cell(v, human=True)) for v in row))
         out.print(table)
         return
     print("\t".join(columns))
