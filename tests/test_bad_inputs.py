@@ -985,3 +985,17 @@ def test_inspect_attn_image_labels_are_text_not_mathtext(tmp_path: Path) -> None
                "encoder", "--image", str(image), check=False)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "$$" in image.read_text(encoding="utf-8")  # the label's text (matplotlib's SVG keeps it)
+
+
+def test_export_never_replaces_the_current_directory(run: Path, tmp_path: Path) -> None:
+    """`tfm export RUN --out . --force` in a folder of one's own: the rename failed ('.: Device or resource busy')
+    and left an empty `..XXXX.old` folder behind; with the folder's absolute path it would have replaced it, and
+    everything in it, with the export."""
+    here = tmp_path / "work"
+    (here / "sub").mkdir(parents=True)
+    write(here / "mine.txt", "keep me\n")
+    before = snapshot(here)
+    for out, cwd in ((".", here), ("..", here / "sub"), (str(here), here)):
+        proc = tfm("export", str(run), "--format", "release", "--out", out, "--force", "--verify-lines", "2", cwd=cwd, check=False)
+        error_line(proc, "is the current directory, or holds it")
+    assert snapshot(here) == before and sorted(p.name for p in here.iterdir()) == ["mine.txt", "sub"]

@@ -174,6 +174,9 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
         raise TfmError(f"{out} exists and is not a directory", hint="choose another --out directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise TfmError(f"{out} is not empty", hint="choose another --out directory, or add --force to replace it")
+    if out.is_dir() and Path.cwd().resolve().is_relative_to(resolved):
+        # `--out . --force` would replace the folder the user works in (and everything in it) with the export
+        raise TfmError(f"{out} is the current directory, or holds it", hint="choose another --out directory")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
@@ -188,8 +191,14 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
                 path.chmod(mode)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-            out.rename(old / out.name)
-            tmp.rename(out)
+            try:
+                out.rename(old / out.name)
+                tmp.rename(out)
+            except BaseException:
+                if (old / out.name).exists() and not out.exists():
+                    (old / out.name).rename(out)  # put the previous export back
+                shutil.rmtree(old, ignore_errors=True)
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             tmp.rename(out)
