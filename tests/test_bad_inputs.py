@@ -785,12 +785,13 @@ def test_bench_translate_refuses_what_could_not_fit_in_memory(run: Path, args: l
 def test_a_model_too_large_to_build_is_one_line(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """model.d_model=10**12 passed the recipe checks, then torch could not size its weights: a RuntimeError
     traceback from --dry-run and from a start (after the tokenizer was trained). A model the memory cannot hold
-    is said the same way, before the run's recipe.yaml and config.json are written."""
+    is said the same way, before the run's recipe.yaml and config.json are written, and what the start wrote before
+    (its tokenizer, checkpoints/) is taken back."""
     out = tmp_path / "out"
     for extra in (["--dry-run"], ["--device", "cpu"]):
         proc = tfm("train", str(root / "recipe.yaml"), "model.d_model=1000000000000", "--out", str(out), *extra, check=False)
         error_line(proc, "the model (model.d_model=1000000000000", "cannot be built")
-        assert not (out / "recipe.yaml").exists()
+        assert not out.exists()  # the tokenizer and checkpoints/ the start made are taken back (they were left)
     import tfm_cli.training as training
     from tfm_cli.recipe import load_recipe
 
@@ -802,7 +803,7 @@ def test_a_model_too_large_to_build_is_one_line(root: Path, tmp_path: Path, monk
     with pytest.raises(TfmError) as caught:
         training.train(load_recipe(root / "recipe.yaml"), tmp_path / "run", device="cpu")
     one_line(caught.value, "cannot be built on cpu", "can't allocate memory")
-    assert not (tmp_path / "run" / "recipe.yaml").exists()
+    assert not (tmp_path / "run").exists()
 
 
 def test_tokenizer_path_is_the_tokenizer_the_run_trains_with(root: Path, run: Path, tmp_path: Path) -> None:

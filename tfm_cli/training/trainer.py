@@ -29,6 +29,7 @@ from tfm_cli import __version__
 from tfm_cli.batches import PREFETCH_GROUPS, Prefetcher
 from tfm_cli.checkpoint import (
     BEST,
+    CHECKPOINTS,
     FINAL,
     atomic_write,
     checkpoint_path,
@@ -278,11 +279,24 @@ class Trainer:
         self.amp = lambda: autocast(self.device, self.precision)
         torch.manual_seed(t.seed)
         random.seed(t.seed)
+        had_tokenizer = (run_dir / "tokenizer.json").exists()
         corpus = self._read_inputs(created, weights)
-        if self.main:  # an unwritable or full run directory is said now, not after an hour
-            check_room(run_dir, self.config, t)
-        # a model too large for the memory is said before the run's files are written
-        self.model, self.optimizer, self.scaler = setup_model(self.config, t, self.device, self.precision)
+        had_checkpoints = (run_dir / CHECKPOINTS).exists()
+        try:
+            if self.main:  # an unwritable or full run directory is said now, not after an hour
+                check_room(run_dir, self.config, t)
+            # a model too large for the memory is said before the run's files are written
+            self.model, self.optimizer, self.scaler = setup_model(self.config, t, self.device, self.precision)
+        except BaseException:
+            if self.main and not self.resume:  # take back what this start wrote: its tokenizer, checkpoints/
+                if not had_tokenizer:
+                    (run_dir / "tokenizer.json").unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    if not had_checkpoints:
+                        (run_dir / CHECKPOINTS).rmdir()  # only when empty
+                    if created:
+                        run_dir.rmdir()
+            raise
         if self.main:
             self._write_run_files()
         _seed_rank(t.seed, dist)
