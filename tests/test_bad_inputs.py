@@ -1000,3 +1000,25 @@ def test_export_never_replaces_the_current_directory(run: Path, tmp_path: Path) 
         proc = tfm("export", str(run), "--format", "release", "--out", out, "--force", "--verify-lines", "2", cwd=cwd, check=False)
         error_line(proc, "is the current directory, or holds it")
     assert snapshot(here) == before and sorted(p.name for p in here.iterdir()) == ["mine.txt", "sub"]
+
+
+def test_an_export_is_not_a_run_directory(root: Path, run: Path, tmp_path: Path) -> None:
+    """An ONNX export holds recipe.yaml, config.json and tokenizer.json but no checkpoint: `tfm train --resume
+    EXPORT` said 'start it again without --resume', and `tfm train EXPORT/recipe.yaml --out EXPORT` then passed
+    as a restart of the same run and trained into the export (checkpoints, a model.safetensors beside its graphs)."""
+    from tfm_cli.recipe import dump_recipe, load_recipe
+    from tfm_cli.training.checks import with_absolute_paths
+
+    export = tmp_path / "export-onnx"
+    export.mkdir()
+    dump_recipe(with_absolute_paths(load_recipe(root / "recipe.yaml")), export / "recipe.yaml")
+    shutil.copy(run / "tokenizer.json", export / "tokenizer.json")
+    write(export / "config.json", json.dumps(load_model(run, "cpu").model.config.to_dict()))
+    write(export / "tfm-export.json", '{"format": "onnx"}\n')
+    write(export / "encoder.onnx", b"graph")
+    before = snapshot(export)
+    for args in (["--resume", str(export)], [str(export / "recipe.yaml"), "--out", str(export), "--dry-run"],
+                 [str(export / "recipe.yaml"), "--out", str(export)]):
+        proc = tfm("train", *args, "train.max_steps=1", "--device", "cpu", check=False)
+        error_line(proc, f"{export} is an export written by `tfm export` (it holds tfm-export.json), not a run directory")
+        assert snapshot(export) == before

@@ -23,6 +23,7 @@ from tfm_cli.data import (
     resolve_corpus_path,
 )
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError
+from tfm_cli.export.common import EXPORT_INFO
 from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.recipe import (
     ModelRecipe,
@@ -42,6 +43,11 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
         CorpusError: a corpus file named by the recipe is missing; TfmError: tokenizer.path is missing, or a fresh
             start's run directory already holds another tokenizer.
     """
+    if (run_dir / EXPORT_INFO).is_file():  # an ONNX export holds recipe.yaml and config.json but no checkpoint
+        raise CheckpointError(
+            f"{run_dir} is an export written by `tfm export` (it holds {EXPORT_INFO}), not a run directory",
+            hint=f"train from its recipe into a new folder: tfm train {run_dir / 'recipe.yaml'} --out NEW_DIR",
+        )
     prior = checkpoint_steps(run_dir)
     if not resume and (prior or (run_dir / FINAL).is_file()):  # refuse before writing anything into the run
         where = f"checkpoints up to step {prior[-1][0]}" if prior else f"a final {FINAL}"
