@@ -1022,3 +1022,21 @@ def test_an_export_is_not_a_run_directory(root: Path, run: Path, tmp_path: Path)
         proc = tfm("train", *args, "train.max_steps=1", "--device", "cpu", check=False)
         error_line(proc, f"{export} is an export written by `tfm export` (it holds tfm-export.json), not a run directory")
         assert snapshot(export) == before
+
+
+def test_release_export_of_a_model_with_a_short_position_table(run: Path, tmp_path: Path) -> None:
+    """A model of max_positions 16: the release's logit check built a random batch of 17 source positions (a
+    ValueError traceback), and each verify sentence longer than the model takes printed two raw Python
+    `InputTruncatedWarning` lines."""
+    model = tmp_path / "short"
+    model.mkdir()
+    shutil.copy(run / "tokenizer.json", model / "tokenizer.json")
+    tok_sha = read_metadata(run / FINAL)["tokenizer_sha256"]
+    config = ModelConfig.from_dict({**json.loads(read_metadata(run / FINAL)["config"]), "max_positions": 16})
+    torch.manual_seed(0)
+    save_weights(model / FINAL, weights_state(Transformer(config)), config, tok_sha, 1)
+    out = tmp_path / "release"
+    proc = tfm("export", str(model), "--format", "release", "--out", str(out), "--verify-lines", "30", check=False)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "Warning" not in proc.stderr and "were cut to it for the checks" in proc.stderr, proc.stderr
+    assert (out / FINAL).is_file()
