@@ -37,6 +37,7 @@ from tfm_cli.tokenizer import Tokenizer
 
 FINAL = "model.safetensors"
 BEST = "best.safetensors"
+EXPORT_INFO = "tfm-export.json"  # written into every export (tfm_cli.export): format, source weights, tfm version, checks
 CHECKPOINTS = "checkpoints"
 _STEP_FILE = re.compile(r"step-(\d+)\.safetensors$")
 

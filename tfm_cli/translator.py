@@ -34,10 +34,9 @@ from typing import Any
 
 import torch
 
-from tfm_cli.checkpoint import BEST, CHECKPOINTS, FINAL, load_model
+from tfm_cli.checkpoint import BEST, CHECKPOINTS, EXPORT_INFO, FINAL, load_model
 from tfm_cli.decoding import Engine, TorchEngine, translate_ids
 from tfm_cli.errors import TfmError
-from tfm_cli.export.common import EXPORT_INFO
 from tfm_cli.model import Transformer
 from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.recipe import MAX_ALPHA

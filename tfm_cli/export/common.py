@@ -19,10 +19,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tfm_cli.checkpoint import EXPORT_INFO as EXPORT_INFO  # tfm-export.json, kept with the run's file names
 from tfm_cli.checkpoint import current_umask
 from tfm_cli.errors import TfmError
-
-EXPORT_INFO = "tfm-export.json"  # written into every export: format, source weights, tfm version, checks
 
 
 @dataclass

@@ -14,6 +14,7 @@ from pathlib import Path
 from tfm_cli.checkpoint import (
     BEST,
     CHECKPOINTS,
+    EXPORT_INFO,
     FINAL,
     checkpoint_steps,
     read_metadata,
@@ -23,7 +24,6 @@ from tfm_cli.data import (
     resolve_corpus_path,
 )
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError
-from tfm_cli.export.common import EXPORT_INFO
 from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.recipe import (
     ModelRecipe,
