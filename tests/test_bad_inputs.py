@@ -839,11 +839,12 @@ def test_a_beam_wider_than_the_tokenizer_is_refused_before_anything_is_written(r
     2000): the start says so before its first step (with a dev set it trained to the end, then failed in the
     final evaluation)."""
     out = tmp_path / "out"
-    proc = tfm("train", str(root / "recipe.yaml"), f"tokenizer.path={run / 'tokenizer.json'}",
-               "tokenizer.vocab_size=2000", "decode.beam=1000",
-               "--out", str(out), "--device", "cpu", check=False)
-    error_line(proc, "decode.beam=1000 is wider than the tokenizer's vocabulary (400 tokens)")
-    assert not out.exists()
+    for extra in (["--dry-run"], []):  # the dry run says it too
+        proc = tfm("train", str(root / "recipe.yaml"), f"tokenizer.path={run / 'tokenizer.json'}",
+                   "tokenizer.vocab_size=2000", "decode.beam=1000", "--out", str(out), "--device", "cpu", *extra,
+                   check=False)
+        error_line(proc, "decode.beam=1000 is wider than the tokenizer's vocabulary (400 tokens)")
+        assert not out.exists()
 
 
 def test_a_run_that_cannot_resume_points_to_a_command_that_works(trained: Path, tmp_path: Path) -> None:

@@ -80,6 +80,20 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
             "the run would train with the tokenizer already in its directory",
             hint=f"delete {own} to train with tokenizer.path, or choose another --out",
         )
+    given = own if own.is_file() else wanted  # the tokenizer the run will use, when it is not trained by the start
+    if given is not None:
+        check_beam(recipe, Tokenizer.load(given).vocab_size)
+
+
+def check_beam(recipe: Recipe, vocab_size: int) -> None:
+    """A decode.beam wider than the tokenizer's vocabulary: the dev evaluation could not fill it. (The recipe
+    rule compares it with tokenizer.vocab_size; the tokenizer used may hold fewer tokens.)"""
+    if recipe.decode.beam > vocab_size:
+        raise TfmError(
+            f"decode.beam={recipe.decode.beam} is wider than the tokenizer's vocabulary ({vocab_size:,} tokens): the "
+            "dev evaluation could not fill the beam",
+            hint=f"lower decode.beam (at most {vocab_size:,}; the paper's is 4)",
+        )
 
 
 # What a start writes over or deletes in its run directory (besides checkpoints/ and the final model, which the

@@ -68,7 +68,14 @@ from tfm_cli.runtime import (
     tune_cpu_allocator,
 )
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer
-from tfm_cli.training.checks import check_resumable, check_room, preflight, resume_recipe, with_absolute_paths
+from tfm_cli.training.checks import (
+    check_beam,
+    check_resumable,
+    check_room,
+    preflight,
+    resume_recipe,
+    with_absolute_paths,
+)
 from tfm_cli.training.evaluation import evaluate, finish, load_dev
 from tfm_cli.training.optim import inverse_sqrt_lr, load_optimizer_state
 from tfm_cli.training.step import setup_model, step_tokens, train_step
@@ -324,12 +331,7 @@ class Trainer:
             prepared = _prepare_tokenizer(recipe, run_dir, self.events, self.resume) if main else None
             self.tokenizer = tok = _share_tokenizer(prepared, self.dist)
             self.config = model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id)
-            if recipe.decode.beam > tok.vocab_size:  # a tokenizer may hold fewer tokens than its vocab_size asked for
-                raise TfmError(
-                    f"decode.beam={recipe.decode.beam} is wider than the tokenizer's vocabulary ({tok.vocab_size:,} "
-                    "tokens): the dev evaluation could not fill the beam",
-                    hint=f"lower decode.beam (at most {tok.vocab_size:,}; the paper's is 4)",
-                )
+            check_beam(recipe, tok.vocab_size)  # a tokenizer trained here may hold fewer tokens than asked for
             read_start = time.perf_counter()
             corpus = encode_corpus(recipe.data.train, tok, recipe.data.max_len)  # every rank encodes it all
             s = corpus.stats
