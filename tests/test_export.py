@@ -70,13 +70,15 @@ def test_release_refuses_a_tokenizer_that_is_not_its_own(release: Path, trained,
 
 
 def test_half_precision_release_is_smaller_and_reports_what_changed(trained, tmp_path: Path) -> None:
-    result = run_export("release", trained["dir"], tmp_path / "fp16", dtype="fp16", verify_lines=40)
+    out = tmp_path / "my exports" / "fp16"  # a space: the note's command quotes it, to be pasted as it is
+    result = run_export("release", trained["dir"], out, dtype="fp16", verify_lines=40)
+    assert f"translate with: tfm translate --model '{out}'" in result.notes
     full = (trained["dir"] / "model.safetensors").stat().st_size
-    assert (tmp_path / "fp16" / "model.safetensors").stat().st_size < 0.6 * full
+    assert (out / "model.safetensors").stat().st_size < 0.6 * full
     logits, translations = result.checks
     assert 0 < float(logits.value) < 1.0 and "fp16" in logits.limit  # rounded weights: small, non-zero
     assert translations.value.split("/")[1].startswith("40 identical")
-    t = Translator.load(tmp_path / "fp16", device="cpu", precision="fp32")
+    t = Translator.load(out, device="cpu", precision="fp32")
     assert isinstance(t.translate("Je suis étudiant."), str)
 
 

@@ -7,6 +7,9 @@ and exit status 1; any other exception is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import os
+import shlex
+
 
 class TfmError(Exception):
     """A problem the user can fix. `str(err)` is the one-line message; `hint` says what to do."""
@@ -37,3 +40,9 @@ class CorpusError(TfmError):
 
 class CheckpointError(TfmError):
     """A run directory or checkpoint that is missing, incomplete or inconsistent."""
+
+
+def shell_word(path: str | os.PathLike) -> str:
+    """`path` as it must be typed in a command a message suggests: quoted when it holds spaces or shell characters
+    (`tfm translate --model 'my runs/tiny'`), as is otherwise."""
+    return shlex.quote(os.fspath(path))

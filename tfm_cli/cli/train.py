@@ -18,6 +18,7 @@ from typing import Any
 import typer
 
 from tfm_cli.cli.common import DEVICE_HELP, JSON_HELP, err, fancy_stderr, info, print_json, print_table
+from tfm_cli.errors import shell_word
 
 _DIST = "Several processes or machines (torchrun, DDP)"
 
@@ -143,7 +144,7 @@ def train(
         if "bleu_signature" in final:
             info(f"sacrebleu: {final['bleu_signature']} | {final['chrf_signature']}")
         _print_curves(result.run_dir)
-    info(f"next: tfm translate --model {result.run_dir} \"Je suis étudiant.\"")
+    info(f"next: tfm translate --model {shell_word(result.run_dir)} \"Je suis étudiant.\"")
 
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -190,7 +191,7 @@ def _interrupted_outside_the_loop(run_dir: Path, received: list[int]) -> None:
     steps = checkpoint_steps(run_dir) if run_dir.is_dir() else []
     if steps:
         info(f"tfm train: stopped by {why} outside a training step; its checkpoints (up to step {steps[-1][0]}) are "
-             f"intact; continue, or write the final model, with `tfm train --resume {run_dir}`")
+             f"intact; continue, or write the final model, with `tfm train --resume {shell_word(run_dir)}`")
     else:
         info(f"tfm train: stopped by {why} before the first checkpoint; nothing to resume: start again")
     raise typer.Exit(_interrupted_status(received))

@@ -39,7 +39,7 @@ from torch import nn
 
 from tfm_cli import __version__
 from tfm_cli.checkpoint import LoadedModel
-from tfm_cli.errors import CheckpointError, TfmError
+from tfm_cli.errors import CheckpointError, TfmError, shell_word
 from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff, require
 from tfm_cli.model import KVCache, LayerCache, ModelConfig, Transformer
 from tfm_cli.model.masks import padding_mask
@@ -239,7 +239,7 @@ def export_onnx(loaded: LoadedModel, out: Path, sources: list[str], opset: int |
         format="onnx", path=out, source=loaded.path, files=files, checks=checks,
         notes=[
             f"encoder.onnx + decoder.onnx: {size:.1f} MiB, fp32, opset {opset}, written in {written:.1f} s",
-            f"translate with onnxruntime: tfm translate --model {out} (engine auto picks onnxruntime for it)",
+            f"translate with onnxruntime: tfm translate --model {shell_word(out)} (engine auto picks onnxruntime for it)",
             f"Python: Translator.load({str(out)!r}), or OnnxEngine.open(...) for the searches in tfm_cli.decoding",
         ],
     )

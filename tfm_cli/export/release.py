@@ -24,7 +24,7 @@ import torch
 
 from tfm_cli import __version__
 from tfm_cli.checkpoint import FINAL, LoadedModel, save_weights, weights_state
-from tfm_cli.errors import TfmError
+from tfm_cli.errors import TfmError, shell_word
 from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -78,7 +78,7 @@ def export_release(loaded: LoadedModel, out: Path, sources: list[str], dtype: st
     (out / "README.md").write_text(_model_card(loaded, dtype, scores, example), encoding="utf-8")
     files.append("README.md")
     size = (out / FINAL).stat().st_size
-    notes = [f"model.safetensors: {size / 2**20:,.1f} MiB ({dtype})", f"translate with: tfm translate --model {out}"]
+    notes = [f"model.safetensors: {size / 2**20:,.1f} MiB ({dtype})", f"translate with: tfm translate --model {shell_word(out)}"]
     if cut:
         notes.append(f"{cut} dev sentences longer than the model takes ({limit} tokens) were cut to it for the checks")
     return ExportResult("release", out, loaded.path, files, checks, notes=notes)

@@ -23,7 +23,7 @@ from tfm_cli.data import (
     read_pairs,
     resolve_corpus_path,
 )
-from tfm_cli.errors import CheckpointError, CorpusError, TfmError
+from tfm_cli.errors import CheckpointError, CorpusError, TfmError, shell_word
 from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.recipe import (
     ModelRecipe,
@@ -53,7 +53,7 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
         where = f"checkpoints up to step {prior[-1][0]}" if prior else f"a final {FINAL}"
         raise CheckpointError(
             f"{run_dir} already holds a trained run ({where})",
-            hint=f"continue it with `tfm train --resume {run_dir}`, or choose another --out",
+            hint=f"continue it with `tfm train --resume {shell_word(run_dir)}`, or choose another --out",
         )
     old_recipe = run_dir / "recipe.yaml"
     if not resume and not prior and old_recipe.is_file() and not _same_recipe(old_recipe, recipe):

@@ -50,7 +50,7 @@ from tfm_cli.data import (
 )
 from tfm_cli.distributed import Distributed
 from tfm_cli.distributed import setup as setup_distributed
-from tfm_cli.errors import CheckpointError, TfmError
+from tfm_cli.errors import CheckpointError, TfmError, shell_word
 from tfm_cli.monitor import EarlyStopping, RisingLoss, TensorBoardLog, append_metrics, write_curves_png
 from tfm_cli.recipe import (
     Recipe,
@@ -513,7 +513,7 @@ class Trainer:
     def _interrupted(self, stream_state: dict[str, int]) -> TrainResult:
         """Ctrl-C: keep the last completed step (rank 0 saves it alone) and say how to continue."""
         self.optimizer.zero_grad(set_to_none=True)
-        resume = f"continue with `tfm train --resume {self.run_dir}`"
+        resume = f"continue with `tfm train --resume {shell_word(self.run_dir)}`"
         if self.step > self.last_saved and self.main:
             path = self.save_checkpoint(stream_state, every_rank=False)
             self.events.message(f"interrupted: saved {path}; {resume}")
@@ -639,7 +639,7 @@ def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int) -> TfmError:
     kept = f"the last checkpoint ({found[-1][1].name}, step {found[-1][0]}) is intact" if found else "no checkpoint was saved yet"
     return TfmError(
         f"training stopped at step {step}: the loss was NaN or infinite {in_a_row} steps in a row at lr {lr:.3g}; {kept}",
-        hint=f"lower the learning rate (train.lr_factor) or lengthen train.warmup_steps, then `tfm train --resume {run_dir} train.lr_factor=...` or start again",
+        hint=f"lower the learning rate (train.lr_factor) or lengthen train.warmup_steps, then `tfm train --resume {shell_word(run_dir)} train.lr_factor=...` or start again",
     )
 
 
