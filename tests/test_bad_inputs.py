@@ -955,7 +955,11 @@ def test_inspect_attn_numbers_too_long_to_read(run: Path) -> None:
     base = ("inspect-attn", "--model", str(run), "--device", "cpu", "Je suis étudiant.")
     big = "9" * 5000
     error_line(tfm(*base, "--head", big, check=False), "is out of range: the model has heads 1-2")
-    error_line(tfm(*base, "--token", big, check=False), "is in neither the source nor the target")
+    line = error_line(tfm(*base, "--token", big, check=False), "--token 99999999... (5,000 digits) is out of range")
+    assert len(line) < 200
+    # a position in neither sentence says so (it said "'0' is in neither the source nor the target")
+    for position in ("0", "999"):
+        error_line(tfm(*base, "--token", position, check=False), f"--token {position} is out of range: the source's tokens are numbered 1-")
 
 
 def test_dry_run_refuses_a_run_directory_name_too_long_to_create(root: Path, tmp_path: Path) -> None:

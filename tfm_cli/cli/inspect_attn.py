@@ -140,6 +140,13 @@ def _locate(report, kind: str | None, token: str) -> tuple[str, int]:
     try:
         return "cross", find_token(report.tgt_tokens, token)
     except TfmError:
+        if token.isascii() and token.isdigit():  # a position in neither
+            raise TfmError(
+                f"--token {token if len(token) <= 20 else f'{token[:8]}... ({len(token):,} digits)'} is out of range: "
+                f"the source's tokens are numbered 1-{len(report.src_tokens)}, "
+                f"the target's 1-{len(report.tgt_tokens)}",
+                hint=f"source tokens: {' '.join(report.src_tokens)} | target tokens: {' '.join(report.tgt_tokens)}",
+            ) from None
         raise TfmError(
             f"--token {token!r} is in neither the source nor the target",
             hint=f"source tokens: {' '.join(report.src_tokens)} | target tokens: {' '.join(report.tgt_tokens)}",
