@@ -279,6 +279,20 @@ def test_string_fields_reject_numbers():
     ]
 
 
+def test_dates_and_keys_that_yaml_reads_as_other_types_are_shown_as_written(tmp_path):
+    """YAML reads `name: 2024-01-01` as a date and `null:` / `true:` keys as None / True: the problem lines showed
+    Python's spelling ("name=datetime.date(2024, 1, 1)", "model.None is not a recipe key")."""
+    path = tmp_path / "r.yaml"
+    path.write_text("name: 2024-01-01\nmodel:\n  null: 3\ntrue: 1\n", encoding="utf-8")
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(path)
+    got = problems_of(excinfo)
+    assert "name=2024-01-01 (a date to YAML) must be a string (put it in quotes)" in got
+    assert any(p.startswith("model.null is not a recipe key") for p in got)
+    assert any(p.startswith("true is not a recipe key") for p in got)
+    assert not any("datetime" in p or "None" in p or "True" in p for p in got), got
+
+
 def test_corpus_paths():
     ok = recipe_from_dict({"name": "x", "data": {"train": ["a.fr", "a.en"], "dev": None}})
     assert ok.data == DataRecipe(train=["a.fr", "a.en"], dev=None)

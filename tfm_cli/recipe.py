@@ -12,6 +12,7 @@ Corpus paths are only checked to be non-empty strings here; the data layer resol
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import difflib
 import math
 import re
@@ -233,12 +234,20 @@ def _shown(value: Any) -> str:
 
 
 def _yaml_text(value: Any) -> str:
-    """A value as it was written in YAML (null, true, 3, 'text'), not as Python shows it (None, True)."""
+    """A value as it was written in YAML (null, true, 3, 'text', 2024-01-01), not as Python shows it (None, True,
+    datetime.date(2024, 1, 1))."""
     if value is None:
         return "null (empty)"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return f"{value.isoformat()} (a date to YAML)"
     return _shown(value)
+
+
+def _key_text(key: Any) -> str:
+    """A mapping key as it was written: YAML reads `null:`, `true:`, `3:` or `2024-01-01:` as other types."""
+    return key if isinstance(key, str) else _yaml_text(key).replace("null (empty)", "null")
 
 
 def _type_problem(key: str, value: Any, kind: str) -> str | None:
@@ -258,7 +267,7 @@ def _type_problem(key: str, value: Any, kind: str) -> str | None:
     if kind in ("str", "str?"):
         if isinstance(value, str) or (kind == "str?" and value is None):
             return None
-        quote = " (put it in quotes)" if isinstance(value, (bool, int, float)) else ""
+        quote = " (put it in quotes)" if isinstance(value, (bool, int, float, datetime.date)) else ""
         return f"{bad} must be a string{' or null' if kind == 'str?' else ''}{quote}"
     if kind in ("path", "path?"):
         if isinstance(value, str) or (kind == "path?" and value is None):
@@ -593,7 +602,7 @@ def _build(data: Any, overrides: Sequence[str]) -> tuple[Recipe | None, list[str
         if key in SCALARS:
             raw[key] = value
         else:
-            problems.append(_unknown_key(str(key)))
+            problems.append(_unknown_key(_key_text(key)))
     for section, cls in SECTIONS.items():
         value = data.get(section)
         if value is None:  # absent, or `model:` with nothing under it: all defaults
@@ -605,7 +614,7 @@ def _build(data: Any, overrides: Sequence[str]) -> tuple[Recipe | None, list[str
                 if key in names:
                     sections[section][key] = v
                 else:
-                    problems.append(_unknown_key(f"{section}.{key}"))
+                    problems.append(_unknown_key(f"{section}.{_key_text(key)}"))
         else:
             problems.append(f"{section} must be a mapping of keys, not {_a(value)}")
             sections[section] = None
