@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -166,15 +166,19 @@ def stop_signals() -> Iterator[list[int]]:
         if len(received) == 1:
             raise KeyboardInterrupt
 
-    previous = {}
-    for sig in STOP_SIGNALS:
-        if signal.getsignal(sig) is signal.SIG_DFL:
-            previous[sig] = signal.signal(sig, stop)
-    try:
+    with _handling_stop_signals(stop):
         yield received
+
+
+@contextlib.contextmanager
+def _handling_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """`handler` for each of STOP_SIGNALS whose handling is the default, the previous handling restored after."""
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS if signal.getsignal(sig) is signal.SIG_DFL}
+    try:
+        yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, before in previous.items():
+            signal.signal(sig, before)
 
 
 def _interrupted_status(received: list[int]) -> int:
@@ -250,16 +254,13 @@ class _Launch:
             forwarded.append(signum)
             proc.send_signal(signum)
 
-        previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS if signal.getsignal(sig) is signal.SIG_DFL}
-        try:
-            status = proc.wait()
-        except KeyboardInterrupt:  # torchrun passes Ctrl-C on to the ranks: wait while rank 0 saves
-            proc.wait()
-            return 130
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        return 128 + forwarded[0] if forwarded else status
+        with _handling_stop_signals(forward):
+            try:
+                status = proc.wait()
+            except KeyboardInterrupt:  # torchrun passes Ctrl-C on to the ranks: wait while rank 0 saves
+                proc.wait()
+                return _interrupted_status([])
+        return _interrupted_status(forwarded) if forwarded else status
 
 
 def _describe(final_model: dict[str, Any]) -> str:
