@@ -13,10 +13,14 @@ which Adam (eps 1e-9) turns into full-size steps in any run. They change no outp
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import itertools
 import json
+import os
 import shutil
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -167,6 +171,70 @@ def test_each_rank_resumes_its_own_random_state() -> None:
     assert torch.equal(torch.get_rng_state(), second["torch"])
     _restore_rng({"rng": first}, Distributed(), seed=0)  # a single-process run's state, as before
     assert torch.equal(torch.get_rng_state(), first["torch"])
+
+
+class _OtherRank:
+    """A stand-in for a 2-process job's collectives: `sum` adds what the other rank sends (it was told to stop by
+    `signal`, or by nothing)."""
+
+    enabled = True
+
+    def __init__(self, told_by: int | None = None) -> None:
+        self.told_by = told_by
+
+    def sum(self, values: list[float]) -> list[float]:
+        from tfm_cli.training.stopping import HELD
+
+        return [v + float(sig == self.told_by) for v, sig in zip(values, HELD, strict=True)]
+
+
+def _signal_self(signum: int) -> None:
+    os.kill(os.getpid(), signum)
+    for _ in range(1000):  # the handler runs between bytecodes of the main thread
+        pass
+
+
+def test_held_stops_stop_every_rank_at_the_same_point() -> None:
+    """Under `tfm train`'s stop_signals, in a multi-process job: a signal is noted, not raised, until `check` (the
+    same point on every rank), where a stop any rank was told of raises KeyboardInterrupt through tfm train's
+    handler (which records the signal for the exit status); later signals are ignored while the step is saved; a
+    signal in an `interruptible` block ends that block at once; one after the last check is delivered at the end;
+    a single process is left as it was."""
+    from tfm_cli.cli.train import stop_signals
+    from tfm_cli.training.stopping import HeldStops
+
+    with stop_signals() as received, HeldStops(_OtherRank()) as stops:
+        stops.check()  # nobody was told: nothing happens
+        _signal_self(signal.SIGTERM)  # arrives mid-step: noted only
+        assert stops.received == [signal.SIGTERM] and received == []
+        with pytest.raises(KeyboardInterrupt):
+            stops.check()
+        assert received == [signal.SIGTERM] and stops.agreed
+        _signal_self(signal.SIGINT)  # torchrun passes Ctrl-C on again while the checkpoint is saved: ignored
+
+    with stop_signals() as received, HeldStops(_OtherRank(told_by=signal.SIGTERM)) as stops:
+        with pytest.raises(KeyboardInterrupt):
+            stops.check()  # only the other rank was told: this one stops too, for the same reason
+        assert received == [signal.SIGTERM]
+
+    with stop_signals() as received, HeldStops(_OtherRank()) as stops:
+        reached = []
+        with stops.interruptible():  # rank 0's evaluation, which the other ranks wait for
+            _signal_self(signal.SIGHUP)
+            reached.append("the rest of the evaluation")
+        assert reached == [] and received == []
+        with pytest.raises(KeyboardInterrupt):
+            stops.check()
+        assert received == [signal.SIGHUP]
+
+    with pytest.raises(KeyboardInterrupt), stop_signals() as received, HeldStops(_OtherRank()):
+        _signal_self(signal.SIGTERM)  # after the last step's check: delivered as the loop ends
+    assert received == [signal.SIGTERM]
+
+    with stop_signals(), HeldStops(Distributed()) as stops:  # one process: Ctrl-C and SIGTERM raise at once
+        assert not stops.previous and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        stops.check()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def test_bad_launcher_options_get_one_line(tmp_path: Path) -> None:
@@ -352,7 +420,6 @@ def test_a_two_process_run_resumes_exactly(data: dict[str, Path], pair: dict) ->
 
 def test_the_launcher_passes_on_a_worker_s_exit_status_without_torchrun_s_traceback(tmp_path: Path) -> None:
     """A worker that fails has said why (tfm's one line); torchrun's ChildFailedError traceback is not added."""
-    import subprocess
     import sys
 
     script = tmp_path / "fails.py"
@@ -366,25 +433,74 @@ def test_the_launcher_passes_on_a_worker_s_exit_status_without_torchrun_s_traceb
     assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr
 
 
-def test_sigterm_to_the_launcher_saves_a_checkpoint(data: dict[str, Path]) -> None:
-    """SIGTERM to `tfm train --nproc-per-node 2` (a scheduler's notice, `kill`): passed on through torchrun to
-    the workers, rank 0 saves the last completed step, exit 143, no traceback; the run resumes."""
-    import signal
-
-    out = data["root"] / "terminated"
+def _start_two_processes(data: dict[str, Path], name: str) -> tuple[subprocess.Popen, Path]:
+    """`tfm train --nproc-per-node 2` of the test recipe started with no end in sight, once it has logged a step."""
+    out = data["root"] / name
     out.mkdir()
     shutil.copy(data["tokenizer"], out / "tokenizer.json")
     proc = start_tfm("train", str(data["recipe"]), "train.max_steps=100000", "train.save_every=100000",
                      "train.eval_every=0", "--out", str(out), "--device", "cpu", "--nproc-per-node", "2")
-    metrics = out / "metrics.jsonl"
-    wait_until(proc, has_lines(metrics), "training never logged a step", timeout=180)
+    wait_until(proc, has_lines(out / "metrics.jsonl"), "training never logged a step", timeout=180)
+    return proc, out
+
+
+def _saved_by_every_rank(out: Path) -> int:
+    """The step of the run's one checkpoint, after checking that every rank took part in saving it (the state
+    holds both ranks' random states, as at a scheduled save: the resume is exact)."""
+    saved = sorted((out / "checkpoints").glob("step-*.state.pt"))
+    assert len(saved) == 1
+    assert len(torch.load(saved[0], weights_only=True)["rng_ranks"]) == 2
+    return int(saved[0].name.split("-")[1].split(".")[0])
+
+
+def test_sigterm_to_the_launcher_saves_a_checkpoint(data: dict[str, Path]) -> None:
+    """SIGTERM to `tfm train --nproc-per-node 2` (a scheduler's notice, `kill`): passed on through torchrun to
+    the workers, which stop after the same step and save it, exit 143, no traceback; the resumed run's weights
+    are those of a straight run, bit for bit."""
+    proc, out = _start_two_processes(data, "terminated")
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     stderr = stderr.decode("utf-8")
     assert proc.returncode == 143, stderr
     assert "Traceback" not in stderr and "stopped by SIGTERM" in stderr and "--resume" in stderr
-    saved = sorted((out / "checkpoints").glob("step-*.state.pt"))
-    assert len(saved) == 1
-    step = int(saved[0].name.split("-")[1].split(".")[0])
-    tfm("train", "--resume", str(out), f"train.max_steps={step + 2}", "--device", "cpu", "--nproc-per-node", "2")
-    assert json.loads(metrics.read_text(encoding="utf-8").splitlines()[-1])["step"] == step + 2
+    step = _saved_by_every_rank(out)
+    _train(data, out.name, f"train.max_steps={step + 2}", processes=2, resume=True)
+    straight, _ = _train(data, "not-terminated", f"train.max_steps={step + 2}", processes=2)
+    resumed, expected = _weights(out, step + 2), _weights(straight, step + 2)
+    assert all(torch.equal(resumed[k], expected[k]) for k in expected)
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="finds the rank's process through /proc (Linux)")
+def test_a_stop_signal_to_one_rank_stops_every_rank_after_the_same_step(data: dict[str, Path]) -> None:
+    """SIGTERM to rank 1 alone (a signal that reaches the workers one by one, at different moments): the ranks
+    agree at the end of a step and all stop after it, instead of rank 1 leaving rank 0 waiting in a collective;
+    rank 0 says why and saves the step with every rank, exit 143, no traceback."""
+    proc, out = _start_two_processes(data, "one-rank")
+    os.kill(_worker(proc.pid, rank=1), signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    stderr = stderr.decode("utf-8")
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr and "stopped by SIGTERM" in stderr and "interrupted: saved" in stderr
+    _saved_by_every_rank(out)
+
+
+def _worker(launcher: int, rank: int) -> int:
+    """The process id of torchrun's worker `rank` among the launcher's descendants."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (command)": state, parent pid, ...
+            parents[int(stat.parent.name)] = int(fields[1])
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == launcher:
+                return True
+        return False
+
+    for pid in filter(descends, parents):
+        with contextlib.suppress(OSError):
+            if f"RANK={rank}".encode() in (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0"):
+                return pid
+    raise AssertionError(f"no worker of rank {rank} under process {launcher}")

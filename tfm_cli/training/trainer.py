@@ -79,6 +79,7 @@ from tfm_cli.training.checks import (
 from tfm_cli.training.evaluation import evaluate, finish, load_dev
 from tfm_cli.training.optim import inverse_sqrt_lr, load_optimizer_state
 from tfm_cli.training.step import setup_model, step_tokens, train_step
+from tfm_cli.training.stopping import HeldStops
 
 TRIM_EVERY = 50  # CPU: steps between returning the heap's free pages to the kernel (see runtime.py)
 MAX_BAD_STEPS = 5  # this many NaN/infinite losses in a row stop the run (each one alone is skipped)
@@ -201,6 +202,7 @@ def train(
     """Train `recipe` into `run_dir`; with `resume`, continue from the newest checkpoint there.
 
     Ctrl-C (KeyboardInterrupt) saves a checkpoint at the last completed step and returns with interrupted=True.
+    In a multi-process job a Ctrl-C or stop signal to any rank stops every rank after the same step (`HeldStops`).
 
     Started by torchrun (RANK, WORLD_SIZE and LOCAL_RANK set, more than one process), this process is one rank
     of a DDP job: `recipe.train.max_tokens` is then the budget of the global batch that all ranks share, so a
@@ -398,70 +400,73 @@ class Trainer:
         skipped = bad_in_a_row = 0  # steps whose loss was NaN or infinite: in all, and in a row
         stopped = ""
         stream_state = batches.state_dict()
-        try:
-            while self.step < t.max_steps:
-                stream_state = batches.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
-                waited = time.perf_counter()
-                group = next(batches)  # t.accum_steps batches
-                window.waiting += time.perf_counter() - waited  # the data path's cost to this thread
-                lr = inverse_sqrt_lr(self.step + 1, self.config.d_model, t.warmup_steps, t.lr_factor)
-                stepping = time.perf_counter()
-                loss, nll = train_step(
-                    self.step_model, self.optimizer, self.scaler, group, lr, t, self.amp, self.device, dist
-                )
-                window.stepping += time.perf_counter() - stepping  # the model step itself (it ends synchronised)
-                self.step += 1
-                stream_state = batches.state_dict()
-                if math.isfinite(loss):
-                    bad_in_a_row = 0
-                    window.add(step_tokens(group), loss, nll)
-                else:  # the update was skipped; a few in a row mean the run has diverged
-                    skipped += 1
-                    bad_in_a_row += 1
-                    self.log({"kind": "skipped", "step": self.step, "loss": str(loss), "lr": lr})
-                    self.events.message(f"step {self.step}: the loss is {loss} at lr {lr:.3g}: update skipped ({skipped} so far)")
-                    if bad_in_a_row >= MAX_BAD_STEPS:
-                        self.board.close()
-                        raise _diverged(self.run_dir, self.step, lr, bad_in_a_row)
-
-                metrics: dict[str, Any] = {}
-                if (self.step % t.log_every == 0 or self.step == t.max_steps) and window.tokens:
-                    metrics = window.metrics(self.step, batches.epoch, lr, self.started)
-                    if skipped:
-                        metrics["skipped_steps"] = skipped
-                    self.log({"kind": "train", **metrics})
-                    self.board.train(self.step, metrics)
-                    warning = rising.update(metrics["loss"], lr)
-                    if warning:
-                        self.events.message(warning)
-                    window = _Window()
-                self.events.step(self.step, metrics)
-                if self.device.type == "cpu" and self.step % TRIM_EVERY == 0:
-                    release_cpu_memory()
-
-                if self.step % t.save_every == 0 or self.step == t.max_steps:
-                    self.save_checkpoint(stream_state)
-                evaluating = (
-                    bool(self.recipe.data.dev) and t.eval_every and self.step % t.eval_every == 0 and self.step < t.max_steps
-                )
-                if evaluating and self.main:  # rank 0 alone evaluates (the weights are the same on every rank)
-                    stopped = self.evaluate_dev()
-                if not stopped and budget is not None and time.perf_counter() - self.started >= budget:
-                    stopped = (
-                        f"time budget: train.max_time={t.max_time} used up at step {self.step} "
-                        f"of {t.max_steps} ({time.perf_counter() - self.started:,.0f}s)"
+        # the prefetching thread stopped at the end of training, an error or Ctrl-C; with several processes a stop
+        # signal stops every rank after the same step
+        with batches, HeldStops(dist) as stops:
+            try:
+                while self.step < t.max_steps:
+                    stream_state = batches.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
+                    waited = time.perf_counter()
+                    group = next(batches)  # t.accum_steps batches
+                    window.waiting += time.perf_counter() - waited  # the data path's cost to this thread
+                    lr = inverse_sqrt_lr(self.step + 1, self.config.d_model, t.warmup_steps, t.lr_factor)
+                    stepping = time.perf_counter()
+                    loss, nll = train_step(
+                        self.step_model, self.optimizer, self.scaler, group, lr, t, self.amp, self.device, dist
                     )
-                if dist.enabled and (evaluating or budget is not None):
-                    stopped = dist.broadcast(stopped)  # rank 0 decides: only it evaluated, and the clocks differ
-                if stopped:  # end as a finished run would: checkpoint here, then average and evaluate
-                    if self.step > self.last_saved:
+                    window.stepping += time.perf_counter() - stepping  # the model step itself (it ends synchronised)
+                    self.step += 1
+                    stream_state = batches.state_dict()
+                    if math.isfinite(loss):
+                        bad_in_a_row = 0
+                        window.add(step_tokens(group), loss, nll)
+                    else:  # the update was skipped; a few in a row mean the run has diverged
+                        skipped += 1
+                        bad_in_a_row += 1
+                        self.log({"kind": "skipped", "step": self.step, "loss": str(loss), "lr": lr})
+                        self.events.message(f"step {self.step}: the loss is {loss} at lr {lr:.3g}: update skipped ({skipped} so far)")
+                        if bad_in_a_row >= MAX_BAD_STEPS:
+                            self.board.close()
+                            raise _diverged(self.run_dir, self.step, lr, bad_in_a_row)
+
+                    metrics: dict[str, Any] = {}
+                    if (self.step % t.log_every == 0 or self.step == t.max_steps) and window.tokens:
+                        metrics = window.metrics(self.step, batches.epoch, lr, self.started)
+                        if skipped:
+                            metrics["skipped_steps"] = skipped
+                        self.log({"kind": "train", **metrics})
+                        self.board.train(self.step, metrics)
+                        warning = rising.update(metrics["loss"], lr)
+                        if warning:
+                            self.events.message(warning)
+                        window = _Window()
+                    self.events.step(self.step, metrics)
+                    if self.device.type == "cpu" and self.step % TRIM_EVERY == 0:
+                        release_cpu_memory()
+
+                    if self.step % t.save_every == 0 or self.step == t.max_steps:
                         self.save_checkpoint(stream_state)
-                    self.events.message(stopped)
-                    break
-        except KeyboardInterrupt:
-            return self._interrupted(stream_state)
-        finally:  # the end of training, an error or Ctrl-C: stop the prefetching thread
-            batches.close()
+                    evaluating = (
+                        bool(self.recipe.data.dev) and t.eval_every and self.step % t.eval_every == 0 and self.step < t.max_steps
+                    )
+                    if evaluating and self.main and not stops.received:  # rank 0 alone (the weights are the same)
+                        with stops.interruptible():
+                            stopped = self.evaluate_dev()
+                    if not stopped and budget is not None and time.perf_counter() - self.started >= budget:
+                        stopped = (
+                            f"time budget: train.max_time={t.max_time} used up at step {self.step} "
+                            f"of {t.max_steps} ({time.perf_counter() - self.started:,.0f}s)"
+                        )
+                    if dist.enabled and (evaluating or budget is not None):
+                        stopped = dist.broadcast(stopped)  # rank 0 decides: only it evaluated, and the clocks differ
+                    stops.check()  # a stop signal to any rank: KeyboardInterrupt on every rank, here
+                    if stopped:  # end as a finished run would: checkpoint here, then average and evaluate
+                        if self.step > self.last_saved:
+                            self.save_checkpoint(stream_state)
+                        self.events.message(stopped)
+                        break
+            except KeyboardInterrupt:
+                return self._interrupted(stream_state, together=stops.agreed)
         return self._finish(stopped)
 
     def evaluate_dev(self) -> str:
@@ -510,12 +515,13 @@ class Trainer:
         prune_checkpoints(self.run_dir, self.t.keep_last)
         return path
 
-    def _interrupted(self, stream_state: dict[str, int]) -> TrainResult:
-        """Ctrl-C: keep the last completed step (rank 0 saves it alone) and say how to continue."""
+    def _interrupted(self, stream_state: dict[str, int], together: bool = False) -> TrainResult:
+        """Ctrl-C: keep the last completed step and say how to continue. With `together` (the ranks agreed to stop,
+        see `HeldStops`) every rank is at this step and takes part in the save; otherwise rank 0 saves alone."""
         self.optimizer.zero_grad(set_to_none=True)
         resume = f"continue with `tfm train --resume {shell_word(self.run_dir)}`"
-        if self.step > self.last_saved and self.main:
-            path = self.save_checkpoint(stream_state, every_rank=False)
+        if self.step > self.last_saved and (self.main or together):
+            path = self.save_checkpoint(stream_state, every_rank=together)
             self.events.message(f"interrupted: saved {path}; {resume}")
         else:
             self.events.message(f"interrupted at step {self.step}; {resume}")
