@@ -102,9 +102,11 @@ def test_attention_json_and_correctness() -> None:
 def test_attention_table_when_piped() -> None:
     proc = tfm("bench", "attention", "--lengths", "16,32", "--batch", "1", "--heads", "1", "--d-k", "8",
                "--repeat", "1", "--forward-only", "--impl", "naive", "--impl", "tfm", "--device", "cpu")
-    lines = proc.stdout.splitlines()
+    times, rates = proc.stdout.split("\n\n")  # two tables, a blank line between them
+    lines = times.splitlines()
     assert lines[0].split("\t") == ["impl", "mask", "pass", "L=16", "L=32", "exponent"]
-    assert [line.split("\t")[0] for line in lines[1:3]] == ["naive", "tfm"]
+    assert [line.split("\t")[0] for line in lines[1:]] == ["naive", "tfm"]
+    assert rates.splitlines()[0].split("\t")[:5] == ["impl", "mask", "pass", "L", "GFLOP/s"]
     assert "measured on" in proc.stderr and " thread" in proc.stderr  # "1 thread", "2 threads"
 
 

@@ -38,8 +38,13 @@ def fancy_stderr() -> bool:
     return sys.stderr.isatty() and "NO_COLOR" not in os.environ
 
 
+_piped_tables = 0  # tables this process has written as tab-separated text
+
+
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A table on stdout: rich when at a terminal, else a header line and tab-separated rows."""
+    """A table on stdout: rich when at a terminal, else a header line and tab-separated rows (a blank line between
+    two such tables, so that a reader can tell where the next header is)."""
+    global _piped_tables
     if fancy_stdout():
         # escaped: titles and cells hold the user's text (a sentence, a token, a path), where rich would read
         # "[bold]" as style and "[/]" as a MarkupError traceback
@@ -50,6 +55,9 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
             table.add_row(*(_escape(_cell(v, human=True)) for v in row))
         out.print(table)
         return
+    if _piped_tables:
+        print()
+    _piped_tables += 1
     print("\t".join(columns))
     for row in rows:
         print("\t".join(_cell(v, human=False) for v in row))
