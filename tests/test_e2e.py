@@ -325,6 +325,37 @@ def test_score_reference_with_stdin(run: dict, data: dict[str, Path]) -> None:
     assert len(output.read_text(encoding="utf-8").splitlines()) == 5
 
 
+def _fifo(path: Path, data: bytes) -> Path:
+    """A named pipe at `path` that a thread fills with `data` once a reader opens it (as bash's `<(...)`)."""
+    import threading
+
+    os.mkfifo(path)
+
+    def fill() -> None:
+        with open(path, "wb") as f:
+            f.write(data)
+
+    threading.Thread(target=fill, daemon=True).start()
+    return path
+
+
+def test_references_and_score_files_may_be_pipes(run: dict, data: dict[str, Path]) -> None:
+    """Read once, references and `--score` files may be pipes (`--reference <(cut -f2 test.tsv)`), gzip or not:
+    the scores are those of the same text in files. Training corpora, read more than once, still refuse one."""
+    pairs = [line.split("\t") for line in data["dev"].read_text(encoding="utf-8").splitlines()[:5]]
+    sources, references = "".join(s + "\n" for s, _ in pairs), "".join(t + "\n" for _, t in pairs)
+    root = data["root"]
+    (root / "src.txt").write_text(sources, encoding="utf-8")
+    (root / "ref.txt").write_text(references, encoding="utf-8")
+    expected = json.loads(_translate(run, "--score", str(root / "src.txt"), "--score", str(root / "ref.txt"), "--json").stdout)
+    piped = _fifo(root / "ref.pipe", gzip.compress(references.encode("utf-8")))
+    report = json.loads(_translate(run, "--reference", str(piped), "--json", stdin=sources).stdout)
+    assert (report["bleu"], report["chrf"], report["sentences"]) == (expected["bleu"], expected["chrf"], 5)
+    src, ref = _fifo(root / "src.pipe", sources.encode("utf-8")), _fifo(root / "ref2.pipe", references.encode("utf-8"))
+    report = json.loads(_translate(run, "--score", str(src), "--score", str(ref), "--json").stdout)
+    assert (report["bleu"], report["chrf"], report["sentences"]) == (expected["bleu"], expected["chrf"], 5)
+
+
 # ---- resume --------------------------------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ Gzip is detected by its magic bytes, not by the file name.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import random
@@ -66,8 +67,10 @@ def bundled_dir() -> Path:
     return Path(str(files("tfm_cli"))) / "corpora"
 
 
-def resolve_corpus_path(spec: str | os.PathLike) -> Path:
+def resolve_corpus_path(spec: str | os.PathLike, once: bool = False) -> Path:
     """Turn one corpus file spec into an existing path; `bundled:NAME/FILE` resolves inside the package.
+
+    A pipe (`<(cut -f2 dev.tsv)`, /dev/stdin) is refused unless the caller reads the file only `once`.
 
     Raises:
         CorpusError: the file does not exist (the message names it and says what to check).
@@ -96,7 +99,7 @@ def resolve_corpus_path(spec: str | os.PathLike) -> Path:
         )
     if path.is_dir():
         raise CorpusError(f"corpus file {text} is not a file but a directory: give the path of a .tsv or .txt file")
-    if not path.is_file():  # a pipe (/dev/stdin, <(zcat ...)) or a device: it could be read only once
+    if not path.is_file() and not once:  # a pipe (/dev/stdin, <(zcat ...)) or a device: it can be read only once
         raise CorpusError(
             f"corpus file {text} is a pipe or a device, not a file: a corpus is read more than once, "
             "so save it to a file first (gzip it if it is large: tfm reads .gz as a stream)"
@@ -104,14 +107,16 @@ def resolve_corpus_path(spec: str | os.PathLike) -> Path:
     return path
 
 
-def _open_binary(path: Path) -> IO[bytes]:
-    """Open a corpus file for binary line reading, gunzipping it if it starts with the gzip magic bytes."""
-    f = open(path, "rb")
-    if f.read(2) == GZIP_MAGIC:
-        f.close()
-        return gzip.open(path, "rb")
-    f.seek(0)
-    return f
+@contextlib.contextmanager
+def _open_binary(path: Path) -> Iterator[IO[bytes]]:
+    """A corpus file opened for binary line reading, gunzipped if it starts with the gzip magic bytes (looked at
+    without reading them, so that a pipe works too)."""
+    with open(path, "rb") as f:
+        if f.peek(2)[:2] == GZIP_MAGIC:
+            with gzip.GzipFile(fileobj=f, mode="rb") as unzipped:
+                yield unzipped
+        else:
+            yield f
 
 
 def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterator[tuple[int, str]]:
@@ -137,7 +142,9 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterat
                 except UnicodeDecodeError as err:
                     name = path.name
                     fix = (
-                        f"zcat {name} | iconv -f latin1 -t utf-8 | gzip > utf8-{name}"
+                        "pipe it through iconv -f latin1 -t utf-8"
+                        if not path.is_file()
+                        else f"zcat {name} | iconv -f latin1 -t utf-8 | gzip > utf8-{name}"
                         if isinstance(f, gzip.GzipFile)
                         else f"iconv -f latin1 -t utf-8 {name} > utf8-{name}"
                     )
@@ -190,12 +197,12 @@ def _not_text(raw: bytes, line_no: int, name: str) -> str | None:
 
 
 def read_lines(spec: str | os.PathLike) -> list[str]:
-    """All lines of one text file (plain or gzip, strict UTF-8), e.g. reference translations.
+    """All lines of one text file (plain or gzip, strict UTF-8; a pipe too), e.g. reference translations.
 
     Raises:
         CorpusError: the file is missing or unreadable, or a line is not valid UTF-8 (file and line named).
     """
-    path = resolve_corpus_path(spec)
+    path = resolve_corpus_path(spec, once=True)
     return [text for _, text in _read_lines(path, _shown(spec, path))]
 
 
@@ -204,13 +211,14 @@ def _shown(spec: str | os.PathLike, path: Path) -> str:
     return text if text.startswith(BUNDLED_PREFIX) else str(path)
 
 
-def read_pairs(spec: CorpusSpec) -> Iterator[Pair]:
+def read_pairs(spec: CorpusSpec, once: bool = False) -> Iterator[Pair]:
     """Stream the sentence pairs of a corpus, line by line (nothing is held in memory).
 
     The files are checked for existence at once; their lines are read lazily as the stream is consumed.
 
     Args:
         spec: a TSV path, `bundled:NAME/FILE`, or a list/tuple [source_file, target_file].
+        once: the caller reads the corpus once (scoring), so a pipe will do; training reads it more than once.
 
     Returns:
         A generator of (line_no, src, tgt), line_no 1-based. A pair with an empty side is yielded as is
@@ -222,10 +230,10 @@ def read_pairs(spec: CorpusSpec) -> Iterator[Pair]:
         TfmError: `spec` is neither a path nor a pair of paths.
     """
     if isinstance(spec, (str, os.PathLike)):
-        path = resolve_corpus_path(spec)
+        path = resolve_corpus_path(spec, once)
         return _read_tsv(path, _shown(spec, path))
     if isinstance(spec, (list, tuple)) and len(spec) == 2:
-        src_path, tgt_path = resolve_corpus_path(spec[0]), resolve_corpus_path(spec[1])
+        src_path, tgt_path = resolve_corpus_path(spec[0], once), resolve_corpus_path(spec[1], once)
         return _read_parallel(src_path, _shown(spec[0], src_path), tgt_path, _shown(spec[1], tgt_path))
     raise TfmError(
         f"corpus {spec!r} is not a corpus spec: give a TSV file path (source<TAB>target per line) "

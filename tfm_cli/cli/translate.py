@@ -166,7 +166,7 @@ def _score(translator, settings: dict[str, Any], text, score, reference, output,
 
     if score:
         spec = str(score[0]) if len(score) == 1 else [str(p) for p in score]
-        pairs = [(s, t) for _, s, t in read_pairs(spec)]
+        pairs = [(s, t) for _, s, t in read_pairs(spec, once=True)]
         sources, references, what = [s for s, _ in pairs], [t for _, t in pairs], " ".join(map(str, score))
         files = {"sources": str(score[0]), "references": str(score[-1])}  # a TSV holds both
     else:
