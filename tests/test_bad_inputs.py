@@ -806,6 +806,22 @@ def test_a_model_too_large_to_build_is_one_line(root: Path, tmp_path: Path, monk
     assert not (tmp_path / "run").exists()
 
 
+def test_ctrl_c_while_the_model_is_built_is_ctrl_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop signal while torch defines a class on first use reaches the model builder as Python 3.11's
+    "RuntimeError: Error calling __set_name__" around the KeyboardInterrupt; it was reported as "the model ...
+    cannot be built on this machine" (seen once in 14 SIGTERMs to a 2-process start). It stays an interruption."""
+    import tfm_cli.training as training
+    from tfm_cli.model import ModelConfig
+
+    class Interrupted(Transformer):
+        def __init__(self, config) -> None:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance") from KeyboardInterrupt()
+
+    monkeypatch.setattr(training.step, "Transformer", Interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        training.step.parameter_count(ModelConfig(vocab_size=32, d_model=16, d_ff=32, n_heads=2))
+
+
 def test_tokenizer_path_is_the_tokenizer_the_run_trains_with(root: Path, run: Path, tmp_path: Path) -> None:
     """tokenizer.path: `~` is expanded by a start as by --dry-run (it was 'does not exist' after a dry run passed);
     a tokenizer.json that `tfm tokenize` left in the run directory no longer wins silently over it; and a resume

@@ -23,6 +23,8 @@ def _build_model(config, device: torch.device | str) -> Transformer:
             model = Transformer(config)
         return model if str(device) == "meta" else model.to(device)
     except (RuntimeError, MemoryError) as err:  # torch.OutOfMemoryError is a RuntimeError
+        if isinstance(err.__cause__, KeyboardInterrupt):  # Ctrl-C in a class that torch defines on first use,
+            raise err.__cause__ from None  # which Python wraps in "RuntimeError: Error calling __set_name__"
         why = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise TfmError(
             f"the model (model.d_model={config.d_model}, model.d_ff={config.d_ff}, "
