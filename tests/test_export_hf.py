@@ -26,6 +26,7 @@ from tfm_cli import TfmError, Translator
 from tfm_cli.checkpoint import FINAL, load_model, save_weights, weights_state
 from tfm_cli.export import huggingface as hf_export
 from tfm_cli.export import run_export
+from tfm_cli.export.common import agreement
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask
 from tfm_cli.model.transformer import sinusoidal_table
@@ -167,10 +168,8 @@ def small_tokenizer():
 
 def _small_run(root: Path, tokenizer, **config) -> Path:
     torch.manual_seed(0)
-    cfg = ModelConfig(
-        vocab_size=tokenizer.vocab_size, d_model=16, d_ff=32, n_heads=2, n_enc_layers=1, n_dec_layers=1,
-        max_positions=24, dropout=0.0, **config,
-    )
+    sizes = {"d_model": 16, "d_ff": 32, "n_heads": 2, "n_enc_layers": 1, "n_dec_layers": 1, "max_positions": 24}
+    cfg = ModelConfig(vocab_size=tokenizer.vocab_size, dropout=0.0, **{**sizes, **config})
     root.mkdir(parents=True)
     tokenizer.save(root / "tokenizer.json")
     save_weights(root / FINAL, weights_state(Transformer(cfg)), cfg, tokenizer.sha256, 1)
@@ -219,6 +218,26 @@ def test_a_model_that_ends_at_once_passes_the_ctranslate2_check(tmp_path, small_
     result = run_export("huggingface", run, tmp_path / "hf", verify_lines=10)
     ct2 = [c for c in result.checks if "CTranslate2" in c.name]
     assert result.ok and len(ct2) == 1 and ct2[0].value.startswith("10/10 identical"), result.checks
+
+def test_a_model_too_short_for_every_dev_sentence_is_checked_on_made_up_ones(tmp_path, small_tokenizer):
+    """max_positions 8 and a dev set whose every sentence is longer: the translation checks ran on no sentence
+    and passed ('0/0 identical ... ok'). They now run on made-up sentences that fit, and say so."""
+    run = _small_run(tmp_path / "run", small_tokenizer, max_positions=8)
+    dev = tmp_path / "dev.tsv"
+    long = [s for s in _texts(300)[::2] if len(small_tokenizer.encode(s)) > 7][:10]
+    dev.write_text("".join(f"{s}\tx\n" for s in long), encoding="utf-8")
+    (run / "recipe.yaml").write_text(f"name: short\ndata:\n  train: {dev}\n  dev: {dev}\n", encoding="utf-8")
+    result = run_export("huggingface", run, tmp_path / "hf", verify_lines=10)
+    translations = [c for c in result.checks if c.name.startswith("greedy translations")]
+    assert result.ok and translations and all("made-up sentences" in c.name for c in translations), result.checks
+    assert all(not c.value.startswith("0/") for c in result.checks if "identical" in c.value), result.checks
+    assert any("10 empty or over-long dev sentences left out" in note and "made-up" in note for note in result.notes)
+
+
+def test_an_agreement_over_nothing_fails():
+    assert not agreement("translations (0 sentences)", [], []).ok
+    assert agreement("translations (1 sentence)", ["a"], ["a"]).ok
+
 
 # --- the mapping on random models ----------------------------------------------------------------------------
 

@@ -53,7 +53,7 @@ def export(
     from tfm_cli.export import ExportCheckError, run_export
 
     options = {"dtype": dtype} if fmt == "release" else {"opset": opset} if fmt == "onnx" else {}
-    info(f"exporting {model or 'the most recent run'} as {fmt} (checking on {verify_lines or 'all'} dev sentences)")
+    info(f"exporting {model or 'the most recent run'} as {fmt} (checking on {f'up to {verify_lines}' if verify_lines else 'all'} dev sentences)")
     try:
         result = run_export(fmt, model, out, force=force, verify_lines=verify_lines, **options)
     except ExportCheckError as error:

@@ -102,7 +102,7 @@ def agreement(name: str, expected: Sequence[str], got: Sequence[str], minimum: f
     if first is not None:
         value += f" (first difference: line {first + 1}: {_short(expected[first])!r} vs {_short(got[first])!r})"
     limit = "all identical" if minimum >= 1.0 else f">= {minimum:.0%} identical"
-    return Check(name, value, same >= minimum * n, limit)
+    return Check(name, value, n > 0 and same >= minimum * n, limit)  # nothing compared is nothing checked
 
 
 def _short(text: str, width: int = 60) -> str:
@@ -136,15 +136,21 @@ def probe_sources(run_dir: Path | None, n: int, tokenizer=None) -> list[str]:
                     return lines
     if tokenizer is None:
         raise TfmError(f"no sentences to verify on: {recipe_file} names no readable corpus")
+    return pseudo_sentences(tokenizer, n if n > 0 else 200)
+
+
+def pseudo_sentences(tokenizer, count: int, longest: int = 20) -> list[str]:
+    """`count` pseudo-sentences of 3 to `longest` learned pieces (fewer if `longest` is below 3), decoded from a
+    fixed random sequence of token ids: they exercise an export's graphs as well as real sentences do."""
     import random
 
     from tfm_cli.tokenizer import FIRST_PIECE_ID  # learned pieces: no specials, no lone bytes
 
     rng = random.Random(0)
-    count = n if n > 0 else 200
     high = max(tokenizer.vocab_size, FIRST_PIECE_ID + 1)
+    longest = max(1, longest)
     return [
-        tokenizer.decode([rng.randrange(FIRST_PIECE_ID, high) for _ in range(rng.randint(3, 20))])
+        tokenizer.decode([rng.randrange(FIRST_PIECE_ID, high) for _ in range(rng.randint(min(3, longest), longest))])
         for _ in range(count)
     ]
 

@@ -71,7 +71,7 @@ import torch
 
 from tfm_cli.checkpoint import LoadedModel
 from tfm_cli.errors import TfmError
-from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff, require
+from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff, pseudo_sentences, require
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask
 from tfm_cli.model.transformer import sinusoidal_table
@@ -373,12 +373,17 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
         hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     checks = _check_logits(model, hf_model)
     ids, kept = _encodable(tokenizer, sources, config.max_positions - 1)
+    left_out, made_up = len(sources) - len(kept), not kept
+    if made_up:  # every dev sentence is longer than the model takes (a small max_positions): made-up ones that fit
+        sources = pseudo_sentences(tokenizer, len(sources), longest=min(20, (config.max_positions - 1) // 2))
+        ids, kept = _encodable(tokenizer, sources, config.max_positions - 1)
     texts = [sources[i] for i in kept]
     limits = [max(1, min(len(seq) + settings.max_len_offset, config.max_positions - 1)) for seq in ids]
     checks.append(_check_tokenizer(hf_tokenizer, texts, ids, config.eos_id))
     expected = _tfm_greedy(model, tokenizer, ids, settings.max_len_offset)
     got = _hf_greedy(hf_model, hf_tokenizer, texts, limits, config.eos_id)
-    checks.append(agreement(f"greedy translations, transformers generate vs tfm ({len(texts)} dev sentences)", expected, got))
+    what = f"{len(texts)} {'made-up' if made_up else 'dev'} sentences"
+    checks.append(agreement(f"greedy translations, transformers generate vs tfm ({what})", expected, got))
 
     notes = [
         f"Python: MarianMTModel.from_pretrained('{out}'), AutoTokenizer.from_pretrained('{out}'), then "
@@ -392,12 +397,15 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
         "greedy decoding reproduces tfm's; beam search may differ in a few sentences: transformers divides by "
         f"length^{settings.alpha:g}, tfm by the GNMT penalty ((5 + length) / 6)^{settings.alpha:g}",
     ]
-    if len(kept) < len(sources):
-        notes.append(f"{len(sources) - len(kept)} empty or over-long dev sentences left out of the checks")
+    if left_out:
+        notes.append(
+            f"{left_out} empty or over-long dev sentences left out of the checks"
+            + (f"; none was left, so they ran on {len(texts)} made-up sentences of learned pieces" if made_up else "")
+        )
     if importlib.util.find_spec("ctranslate2") is None:
         notes.append("ctranslate2 is not installed: the CTranslate2 conversion was not checked (pip install ctranslate2)")
     else:
-        checks.append(_check_ctranslate2(out, hf_tokenizer, texts, limits, config, expected))
+        checks.append(_check_ctranslate2(out, hf_tokenizer, texts, limits, config, expected, what))
     files = sorted(p.name for p in out.iterdir() if p.is_file())
     return ExportResult("huggingface", out, loaded.path, files, checks, notes)
 
@@ -491,9 +499,10 @@ def _check_tokenizer(hf_tokenizer, texts: list[str], ids: list[list[int]], eos_i
 
 
 def _check_ctranslate2(
-    out: Path, hf_tokenizer, texts: list[str], limits: list[int], config: ModelConfig, expected: list[str]
+    out: Path, hf_tokenizer, texts: list[str], limits: list[int], config: ModelConfig, expected: list[str], what: str
 ) -> Check:
-    """Convert the directory with CTranslate2's converter (into a temporary directory), translate greedily on CPU."""
+    """Convert the directory with CTranslate2's converter (into a temporary directory), translate greedily on CPU;
+    `what` names the sentences in the check's name."""
     import ctranslate2
 
     name = f"greedy translations, CTranslate2 {ctranslate2.__version__} (converted from the export) vs tfm"
@@ -515,7 +524,7 @@ def _check_ctranslate2(
                 out_ids = hf_tokenizer.convert_tokens_to_ids(result.hypotheses[0])
                 got.append(hf_tokenizer.decode(_cut(out_ids, config.eos_id, limit), skip_special_tokens=True))
         del translator
-    return agreement(f"{name} ({len(texts)} dev sentences)", expected, got)
+    return agreement(f"{name} ({what})", expected, got)
 
 
 def _encodable(tokenizer: Tokenizer, sources: list[str], limit: int) -> tuple[list[list[int]], list[int]]:
