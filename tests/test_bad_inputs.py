@@ -660,6 +660,20 @@ def test_unwritable_outputs_are_refused_before_the_work(run: Path, root: Path, t
     assert pairs.read_text() == _head(20)
 
 
+def test_a_failed_command_leaves_no_output_folder_behind(run: Path, tmp_path: Path) -> None:
+    """The output's missing folders are made when it is written, not while it is checked: a bad --model after a
+    good --html/--output left `new/` behind. A good command still makes them."""
+    pairs = write(tmp_path / "pairs.tsv", _head(5))
+    missing = str(tmp_path / "no-such-run")
+    proc = tfm("inspect-attn", "--model", missing, "Je suis.", "--html", str(tmp_path / "new" / "x.html"), check=False)
+    error_line(proc, "no-such-run", "does not exist")
+    error_line(translate(Path(missing), "--score", str(pairs), "--output", str(tmp_path / "new" / "out.txt")), "does not exist")
+    assert not (tmp_path / "new").exists()
+    proc = translate(run, "--score", str(pairs), "--output", str(tmp_path / "new" / "deeper" / "out.txt"))
+    assert proc.returncode == 0, proc.stderr
+    assert len((tmp_path / "new" / "deeper" / "out.txt").read_text(encoding="utf-8").splitlines()) == 5
+
+
 def test_outputs_never_replace_the_model_they_come_from(copy: Path, tmp_path: Path) -> None:
     """`--output RUN/model.safetensors` wrote the translations over the weights (the run could not translate any
     more); the model's own files are inputs of the command, like the corpus files."""

@@ -7,6 +7,7 @@ Tables are rich tables on a terminal, and plain tab-separated lines when stdout 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -114,8 +115,9 @@ def check_output_file(
 ) -> Path:
     """Refuse, before any work is done, an output file that cannot be written or whose writing would destroy
     something: a directory, one of the command's own inputs, or (with `keeps`) an existing file that `keeps`
-    does not recognise as a previous output of the same kind (`what` names that kind). Creates the missing
-    parent folders and probes them with a temporary file, so an unwritable place is said now, not after the work.
+    does not recognise as a previous output of the same kind (`what` names that kind). Probes the nearest existing
+    folder on the way with a temporary file, so an unwritable place is said now, not after the work; the missing
+    folders are left to the writer to create, so that a command that fails first leaves none behind.
     """
     if path.is_dir():
         raise TfmError(f"{option} {path} is a directory", hint=f"give {option} a file path, e.g. {path / 'out'}")
@@ -131,10 +133,13 @@ def check_output_file(
                 f"{option} {path} already exists and is not {what}: it is left as it is",
                 hint=f"give {option} another path, or delete the file first",
             )
-    parent = path.parent
+    existing = path.absolute().parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=".tfm-write-check-"):
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, f"{existing} is a file, not a folder")
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".tfm-write-check-"):
             pass
     except OSError as error:
         raise TfmError(f"{option} {path} cannot be written: {error.strerror or error}", hint=f"give {option} a writable path") from None

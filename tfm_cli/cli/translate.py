@@ -186,6 +186,7 @@ def _score(translator, settings: dict[str, Any], text, score, reference, output,
         report = translator.score(sources, references, progress=advance, **settings)
     translations = report.pop("translations")
     if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)  # checked to be possible before the work
         output.write_text("".join(t.text + "\n" for t in translations), encoding="utf-8")
     report = {**files, "model": str(translator.path), **report}
     if json_out:
