@@ -237,6 +237,14 @@ def test_held_stops_stop_every_rank_at_the_same_point() -> None:
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
+def test_a_lost_peer_is_told_from_other_errors() -> None:
+    from tfm_cli.distributed import lost_a_peer
+
+    gloo = "[../gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:56500: Connection reset by peer."
+    assert lost_a_peer(RuntimeError(gloo)) and lost_a_peer(RuntimeError("NCCL communicator was aborted on rank 1"))
+    assert not lost_a_peer(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) and not lost_a_peer(ValueError(gloo))
+
+
 def test_bad_launcher_options_get_one_line(tmp_path: Path) -> None:
     recipe = tmp_path / "r.yaml"
     recipe.write_text(RECIPE.format(train="bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
@@ -433,12 +441,12 @@ def test_the_launcher_passes_on_a_worker_s_exit_status_without_torchrun_s_traceb
     assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr
 
 
-def _start_two_processes(data: dict[str, Path], name: str) -> tuple[subprocess.Popen, Path]:
+def _start_two_processes(data: dict[str, Path], name: str, save_every: int = 100000) -> tuple[subprocess.Popen, Path]:
     """`tfm train --nproc-per-node 2` of the test recipe started with no end in sight, once it has logged a step."""
     out = data["root"] / name
     out.mkdir()
     shutil.copy(data["tokenizer"], out / "tokenizer.json")
-    proc = start_tfm("train", str(data["recipe"]), "train.max_steps=100000", "train.save_every=100000",
+    proc = start_tfm("train", str(data["recipe"]), "train.max_steps=100000", f"train.save_every={save_every}",
                      "train.eval_every=0", "--out", str(out), "--device", "cpu", "--nproc-per-node", "2")
     wait_until(proc, has_lines(out / "metrics.jsonl"), "training never logged a step", timeout=180)
     return proc, out
@@ -482,6 +490,20 @@ def test_a_stop_signal_to_one_rank_stops_every_rank_after_the_same_step(data: di
     assert proc.returncode == 143, stderr
     assert "Traceback" not in stderr and "stopped by SIGTERM" in stderr and "interrupted: saved" in stderr
     _saved_by_every_rank(out)
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="finds the rank's process through /proc (Linux)")
+def test_a_process_killed_mid_run_leaves_its_peer_one_line(data: dict[str, Path]) -> None:
+    """kill -9 of rank 1 (the out-of-memory killer, a lost machine): rank 0, waiting in a collective, got gloo's
+    'Connection reset by peer' traceback. It now says what happened, that the checkpoints are intact and how to
+    resume; the job's status is the killed process's (137)."""
+    proc, out = _start_two_processes(data, "killed", save_every=3)
+    os.kill(_worker(proc.pid, rank=1), signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=120)
+    stderr = stderr.decode("utf-8")
+    assert proc.returncode == 137, stderr
+    assert "Traceback" not in stderr and "process 0 of 2 lost contact with another process of the job" in stderr
+    assert "checkpoints (up to step" in stderr and f"tfm train --resume {out}" in stderr
 
 
 def _worker(launcher: int, rank: int) -> int:

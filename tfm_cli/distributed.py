@@ -169,6 +169,17 @@ def setup(device: torch.device) -> Distributed:
     return Distributed(rank, local_rank, world_size, device, owns)
 
 
+# What a collective raises when another process of the job has gone (killed, crashed, its machine lost): gloo's
+# "Connection reset by peer" / "Connection closed by peer", NCCL's aborted communicator.
+_LOST_PEER = ("by peer", "Connection reset", "Connection closed", "Broken pipe", "communicator was aborted", "remote process exited")
+
+
+def lost_a_peer(error: BaseException) -> bool:
+    """Whether `error` is a collective failing because another process of the job is gone."""
+    network = getattr(dist, "DistNetworkError", ())
+    return isinstance(error, network) or (isinstance(error, RuntimeError) and any(k in str(error) for k in _LOST_PEER))
+
+
 def sync_gradients(model: torch.nn.Module, sync: bool):
     """The context of one micro-batch's backward: DDP all-reduces gradients only when `sync` (the last one
     before an optimizer step); the others just accumulate locally (`no_sync`). A no-op for a plain model."""

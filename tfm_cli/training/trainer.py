@@ -48,7 +48,7 @@ from tfm_cli.data import (
     pad_multiple_for,
     read_pairs,
 )
-from tfm_cli.distributed import Distributed
+from tfm_cli.distributed import Distributed, lost_a_peer
 from tfm_cli.distributed import setup as setup_distributed
 from tfm_cli.errors import CheckpointError, TfmError, shell_word
 from tfm_cli.monitor import EarlyStopping, RisingLoss, TensorBoardLog, append_metrics, write_curves_png
@@ -467,6 +467,10 @@ class Trainer:
                         break
             except KeyboardInterrupt:
                 return self._interrupted(stream_state, together=stops.agreed)
+            except RuntimeError as error:
+                if dist.enabled and lost_a_peer(error):
+                    raise self._lost_a_peer() from error
+                raise
         return self._finish(stopped)
 
     def evaluate_dev(self) -> str:
@@ -527,6 +531,17 @@ class Trainer:
             self.events.message(f"interrupted at step {self.step}; {resume}")
         self.board.close()
         return TrainResult(self.run_dir, self.step, True, seconds=time.perf_counter() - self.started)
+
+    def _lost_a_peer(self) -> TfmError:
+        """Another process of the job is gone mid-step (killed, crashed, its machine lost): this one cannot go on.
+        Every checkpoint was saved with all ranks in step, so the newest one is whole."""
+        saved = checkpoint_steps(self.run_dir)
+        where = f"its checkpoints (up to step {saved[-1][0]}) are intact" if saved else "no checkpoint was saved yet"
+        return TfmError(
+            f"process {self.dist.rank} of {self.dist.world_size} lost contact with another process of the job at "
+            f"step {self.step + 1} (it stopped, or its machine did: its own output or torchrun's says why); {where}",
+            hint=f"continue with `tfm train --resume {shell_word(self.run_dir)}`" if saved else "start the run again",
+        )
 
     def _finish(self, stopped: str) -> TrainResult:
         """The final model (average or last checkpoint, see `finish`), summary.json and the curves (rank 0)."""
