@@ -538,8 +538,8 @@ class Trainer:
         saved = checkpoint_steps(self.run_dir)
         where = f"its checkpoints (up to step {saved[-1][0]}) are intact" if saved else "no checkpoint was saved yet"
         return TfmError(
-            f"process {self.dist.rank} of {self.dist.world_size} lost contact with another process of the job at "
-            f"step {self.step + 1} (it stopped, or its machine did: its own output or torchrun's says why); {where}",
+            f"process {self.dist.rank} of {self.dist.world_size} lost contact with another process of the job after "
+            f"step {self.step} (it stopped, or its machine did: its own output or torchrun's says why); {where}",
             hint=f"continue with `tfm train --resume {shell_word(self.run_dir)}`" if saved else "start the run again",
         )
 
