@@ -121,6 +121,24 @@ def test_a_failed_check_installs_nothing(trained, tmp_path: Path, monkeypatch) -
     assert [p.name for p in tmp_path.iterdir()] == ["old"]
 
 
+def test_an_out_under_a_file_is_named_and_a_failed_export_leaves_no_new_folders(trained, tmp_path: Path, monkeypatch) -> None:
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(a_file / "release"), check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"{a_file} is a file, not a folder" in proc.stderr and a_file.read_text() == "mine"
+
+    import tfm_cli.export.release as release_module
+
+    def broken(loaded, out, sources, **options):
+        raise TfmError("the export broke half-way")
+
+    monkeypatch.setattr(release_module, "export_release", broken)
+    with pytest.raises(TfmError, match="half-way"):
+        run_export("release", trained["dir"], tmp_path / "new" / "deeper" / "release", verify_lines=5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # neither new/ nor new/deeper/ is left
+
+
 def test_bad_options_and_missing_extras_get_one_line(trained, tmp_path: Path) -> None:
     proc = tfm("export", str(trained["dir"]), "--format", "tflite", check=False)
     assert proc.returncode == 2 and "release, onnx, huggingface" in proc.stderr

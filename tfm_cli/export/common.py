@@ -182,10 +182,17 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
     if out.is_dir() and Path.cwd().resolve().is_relative_to(resolved):
         # `--out . --force` would replace the folder the user works in (and everything in it) with the export
         raise TfmError(f"{out} is the current directory, or holds it", hint="choose another --out directory")
+    existing = out.absolute().parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise TfmError(f"{out} cannot be written: {existing} is a file, not a folder", hint="choose another --out directory")
+    made = [p for p in [out.absolute().parent, *out.absolute().parent.parents] if not p.exists()]
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     except OSError as err:
+        _remove_empty(made)
         raise TfmError(f"{out} cannot be written: {err.strerror or err}", hint="choose a writable --out directory") from None
     try:
         tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; an export is meant to be shared
@@ -209,4 +216,14 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
             tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(made)  # a failed export leaves no new folders behind either
         raise
+
+
+def _remove_empty(folders: Sequence[Path]) -> None:
+    """Remove the folders that staging created for `out` (deepest first), where they are still empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
