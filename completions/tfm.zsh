@@ -212,7 +212,7 @@ _tfm_train() {
 
 _tfm_translate() {
     _arguments -s -S \
-        '--alpha[GNMT length penalty (default\: the run'\''s recipe, 0.6).]:alpha: ' \
+        '--alpha[GNMT length penalty, 0 to 10 (default\: the run'\''s recipe, 0.6).]:alpha: ' \
         '--batch-tokens[Source tokens per batch (default\: the run'\''s recipe).]:batch tokens: ' \
         '(--beam -b)'{--beam,-b}'[Beam size (default\: the run'\''s recipe, 4).]:beam: ' \
         '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \

@@ -101,7 +101,10 @@ def test_one_sentence_gives_a_translation_that_is_a_string(translator: Translato
     assert result.source == "Je suis étudiant."
     assert result.tokens and translator.tokenizer.decode([translator.tokenizer.piece_to_id(p) for p in result.tokens]) == result
     assert result.nbest == [result] and result.score < 0 and result.log_prob < 0
-    assert result.to_dict() == {"source": "Je suis étudiant.", "translation": result.text, "score": result.score, "tokens": result.tokens}
+    assert result.to_dict() == {
+        "source": "Je suis étudiant.", "translation": result.text, "score": result.score, "tokens": result.tokens,
+        "truncated": False,
+    }
 
 
 def test_a_list_keeps_order_and_empty_lines(translator: Translator) -> None:

@@ -164,13 +164,30 @@ def word_groups(tokens: list[str]) -> list[list[int]]:
 
 
 def _word_text(tokens: list[str], group: list[int]) -> str:
-    text = "".join(tokens[i] for i in group)
+    """A word's text from its pieces; the byte-fallback pieces (`<0xD7><0xA9>`) of a character the vocabulary
+    lacks are read back as that character (`ש`), as the detokenizer does."""
+    pieces, raw = [], bytearray()
+    for i in group:
+        piece = tokens[i]
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            try:
+                raw.append(int(piece[3:5], 16))
+                continue
+            except ValueError:
+                pass
+        if raw:
+            pieces.append(raw.decode("utf-8", errors="replace"))
+            raw.clear()
+        pieces.append(piece)
+    if raw:
+        pieces.append(raw.decode("utf-8", errors="replace"))
+    text = "".join(pieces)
     return text if text in (BOS, EOS) else text.replace("▁", " ").strip() or text
 
 
 def merge_words(report: AttentionReport) -> AttentionReport:
     """The same report over words: weights summed over a word's key pieces, averaged over its query pieces,
-    so every row still sums to 1. (Byte-fallback pieces of a word join its text as the tokenizer wrote them.)"""
+    so every row still sums to 1. (Byte-fallback pieces of a word are read back as the characters they spell.)"""
     if report.word_level:
         return report
     src_g, tgt_g, in_g = word_groups(report.src_tokens), word_groups(report.tgt_tokens), word_groups(report.tgt_inputs)

@@ -18,9 +18,7 @@ so an interrupted write never leaves a truncated checkpoint behind.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +30,7 @@ from safetensors.torch import load_file, save_file
 
 from tfm_cli import __version__
 from tfm_cli.errors import CheckpointError
+from tfm_cli.files import atomic_write
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.tokenizer import Tokenizer
 
@@ -40,27 +39,6 @@ BEST = "best.safetensors"
 EXPORT_INFO = "tfm-export.json"  # written into every export (tfm_cli.export): format, source weights, tfm version, checks
 CHECKPOINTS = "checkpoints"
 _STEP_FILE = re.compile(r"step-(\d+)\.safetensors$")
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call `write(tmp_path)` then rename onto `path`, so readers see the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; the file should read like any other
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def current_umask() -> int:
-    """The process's file-creation mask (reading it means setting it, so set it straight back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def weights_state(model: Transformer) -> dict[str, torch.Tensor]:
@@ -195,6 +173,11 @@ def resolve_weights(spec: str | Path | None, runs_root: str | Path = "runs") -> 
     steps = checkpoint_steps(path)
     if steps:
         return steps[-1][1]
+    if path.is_dir() and (path / "model.bin").is_file():  # CTranslate2's converters write model.bin + config.json
+        raise CheckpointError(
+            f"{path} is a CTranslate2 model (model.bin), not tfm's",
+            hint="translate with it through ctranslate2.Translator, or give tfm the run it was converted from",
+        )
     raise CheckpointError(
         f"{path} holds no model ({FINAL}, {BEST} or {CHECKPOINTS}/step-*.safetensors)",
         hint="train into it with `tfm train RECIPE --out DIR`, or point --model at a run that finished a checkpoint",
@@ -225,7 +208,11 @@ def load_model(spec: str | Path | None, device: str | torch.device = "cpu", runs
     run_dir = run_dir_of(path)
     tok_path = run_dir / "tokenizer.json"
     if not tok_path.is_file():
-        raise CheckpointError(f"{tok_path} is missing: the model needs the tokenizer it was trained with")
+        raise CheckpointError(
+            f"{tok_path} is missing: {path} needs the tokenizer it was trained with",
+            hint=f"copy the run's tokenizer.json into {run_dir.absolute()} (a .safetensors file finds it in its own "
+            "folder; a checkpoint, in its run's folder)",
+        )
     tokenizer = Tokenizer.load(tok_path)
     expected = metadata.get("tokenizer_sha256")
     if expected and tokenizer.sha256 != expected:
@@ -271,6 +258,14 @@ def load_state(model: Transformer, state: dict[str, torch.Tensor], source: Path 
             raise CheckpointError(
                 f"{source} does not fit the model config: {name} is {_kind(tensor)}, the config needs {_kind(want)}",
                 hint=hint,
+            )
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            # such weights translate every sentence to an empty line (or score NaN), without any error
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(
+                f"{source}: {name} holds {bad:,} NaN or infinite value{'s' if bad != 1 else ''} of {tensor.numel():,}: "
+                "these weights are unusable (a damaged file, or a run that diverged)",
+                hint="use an earlier checkpoint (RUN/checkpoints/step-*.safetensors), or retrain, e.g. with a lower train.lr_factor",
             )
     missing, unexpected = model.load_state_dict(state, strict=False)
     really_missing = [

@@ -67,10 +67,12 @@ def bundled_dir() -> Path:
     return Path(str(files("tfm_cli"))) / "corpora"
 
 
-def resolve_corpus_path(spec: str | os.PathLike, once: bool = False) -> Path:
+def resolve_corpus_path(spec: str | os.PathLike, once: bool = False, option: str | None = None) -> Path:
     """Turn one corpus file spec into an existing path; `bundled:NAME/FILE` resolves inside the package.
 
     A pipe (`<(cut -f2 dev.tsv)`, /dev/stdin) is refused unless the caller reads the file only `once`.
+    `option` names the command-line option the path came from (e.g. "--reference"); otherwise it came from a
+    recipe or a corpus option, and the message says where to look for it there.
 
     Raises:
         CorpusError: the file does not exist (the message names it and says what to check).
@@ -92,6 +94,8 @@ def resolve_corpus_path(spec: str | os.PathLike, once: bool = False) -> Path:
             )
         return path
     path = Path(text).expanduser()
+    if not path.exists() and option is not None:
+        raise CorpusError(f"{option} {text} does not exist", hint=f"check the path given to {option}")
     if not path.exists():
         raise CorpusError(
             f"corpus file {text} does not exist: check the path (data.train / data.dev in the recipe, "
@@ -196,13 +200,14 @@ def _not_text(raw: bytes, line_no: int, name: str) -> str | None:
     return None
 
 
-def read_lines(spec: str | os.PathLike) -> list[str]:
-    """All lines of one text file (plain or gzip, strict UTF-8; a pipe too), e.g. reference translations.
+def read_lines(spec: str | os.PathLike, option: str | None = None) -> list[str]:
+    """All lines of one text file (plain or gzip, strict UTF-8; a pipe too), e.g. reference translations;
+    `option` names the command-line option that gave the path, for the messages.
 
     Raises:
         CorpusError: the file is missing or unreadable, or a line is not valid UTF-8 (file and line named).
     """
-    path = resolve_corpus_path(spec, once=True)
+    path = resolve_corpus_path(spec, once=True, option=option)
     return [text for _, text in _read_lines(path, _shown(spec, path))]
 
 
@@ -211,7 +216,7 @@ def _shown(spec: str | os.PathLike, path: Path) -> str:
     return text if text.startswith(BUNDLED_PREFIX) else str(path)
 
 
-def read_pairs(spec: CorpusSpec, once: bool = False) -> Iterator[Pair]:
+def read_pairs(spec: CorpusSpec, once: bool = False, option: str | None = None) -> Iterator[Pair]:
     """Stream the sentence pairs of a corpus, line by line (nothing is held in memory).
 
     The files are checked for existence at once; their lines are read lazily as the stream is consumed.
@@ -219,21 +224,22 @@ def read_pairs(spec: CorpusSpec, once: bool = False) -> Iterator[Pair]:
     Args:
         spec: a TSV path, `bundled:NAME/FILE`, or a list/tuple [source_file, target_file].
         once: the caller reads the corpus once (scoring), so a pipe will do; training reads it more than once.
+        option: the command-line option that gave the path(s) (e.g. "--score"), for the messages.
 
     Returns:
         A generator of (line_no, src, tgt), line_no 1-based. A pair with an empty side is yielded as is
         (`encode_corpus` skips and counts it).
 
     Raises:
-        CorpusError: a missing file (at the call), or while iterating: invalid UTF-8, a TSV line without a tab, source/target files with different
-            line counts, or no pair at all. The message names the file and line and says what to do.
+        CorpusError: a missing file (at the call), or while iterating: invalid UTF-8, a TSV line without a tab,
+            source/target files with different line counts, or no pair at all. The message names the file and line and says what to do.
         TfmError: `spec` is neither a path nor a pair of paths.
     """
     if isinstance(spec, (str, os.PathLike)):
-        path = resolve_corpus_path(spec, once)
+        path = resolve_corpus_path(spec, once, option)
         return _read_tsv(path, _shown(spec, path))
     if isinstance(spec, (list, tuple)) and len(spec) == 2:
-        src_path, tgt_path = resolve_corpus_path(spec[0], once), resolve_corpus_path(spec[1], once)
+        src_path, tgt_path = resolve_corpus_path(spec[0], once, option), resolve_corpus_path(spec[1], once, option)
         return _read_parallel(src_path, _shown(spec[0], src_path), tgt_path, _shown(spec[1], tgt_path))
     raise TfmError(
         f"corpus {spec!r} is not a corpus spec: give a TSV file path (source<TAB>target per line) "
@@ -244,7 +250,7 @@ def read_pairs(spec: CorpusSpec, once: bool = False) -> Iterator[Pair]:
 def _read_tsv(path: Path, shown: str) -> Iterator[Pair]:
     n = full = 0  # lines, and lines with text on both sides
     for line_no, text in _read_lines(path, shown):
-        parts = text.split("\t", 2)
+        parts = text.split("\t", 2)  # columns after the second (a Tatoeba/Anki attribution) are ignored
         if len(parts) < 2:
             what = "is blank" if not text else "has no tab"
             raise CorpusError(

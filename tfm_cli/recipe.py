@@ -19,6 +19,7 @@ import re
 import reprlib
 import types
 import typing
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -370,7 +371,8 @@ def _name_problem(name: str) -> str | None:
     if not name:
         return f"name={name!r} must be a non-empty run name ({where}), e.g. name: base"
     if not _NAME_RE.fullmatch(name) or name in (".", ".."):
-        fix = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "run"
+        ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()  # étude -> etude
+        fix = re.sub(r"[^A-Za-z0-9._-]+", "-", ascii_name).strip("-.") or "run"
         return f"name={name!r} may only use letters, digits, '.', '_' and '-' ({where}); try {fix!r}"
     return None
 
@@ -769,12 +771,17 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     return recipe_from_dict(data, source, overrides)
 
 
+def recipe_text(recipe: Recipe) -> str:
+    """The recipe as YAML (schema order) that `load_recipe` reads back to an equal `Recipe`."""
+    return yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False, allow_unicode=True, default_flow_style=None)
+
+
 def dump_recipe(recipe: Recipe, path: str | Path) -> None:
-    """Write the recipe as YAML (schema order) that `load_recipe` reads back to an equal `Recipe`."""
-    text = yaml.safe_dump(
-        recipe_to_dict(recipe), sort_keys=False, allow_unicode=True, default_flow_style=None
-    )
-    Path(path).write_text(text, encoding="utf-8")
+    """Write `recipe_text(recipe)` to `path`, whole or not at all (a full disk leaves the old file)."""
+    from tfm_cli.files import atomic_write
+
+    text = recipe_text(recipe)
+    atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def model_config(recipe: Recipe, vocab_size: int, pad_id: int, bos_id: int, eos_id: int) -> ModelConfig:

@@ -84,6 +84,11 @@ class DecodeSettings:
         unknown = sorted(set(given) - names)
         if unknown:
             raise TypeError(f"unknown decode setting(s): {', '.join(unknown)} (known: {', '.join(sorted(names))})")
+        if given.get("greedy") and given.get("beam") is not None:  # as the CLI refuses --greedy --beam K
+            raise TfmError(
+                f"decode setting beam={given['beam']!r} has no effect with greedy=True",
+                hint="give greedy=True or a beam size, not both",
+            )
         settings = dataclasses.replace(self, **{k: v for k, v in given.items() if v is not None})
         settings.check()
         return settings
@@ -96,6 +101,8 @@ class DecodeSettings:
                 raise TfmError(f"decode setting {name}={value!r} must be an integer", hint="see `tfm translate --help` for each setting")
         if not isinstance(self.alpha, numbers.Real) or isinstance(self.alpha, bool):
             raise TfmError(f"decode setting alpha={self.alpha!r} must be a number", hint="see `tfm translate --help` for each setting")
+        if not isinstance(self.greedy, bool):  # greedy="false" would be true
+            raise TfmError(f"decode setting greedy={self.greedy!r} must be True or False", hint="see `tfm translate --help` for each setting")
         rules = [
             (self.beam >= 1, f"beam={self.beam} must be >= 1"),
             (0 <= self.alpha <= MAX_ALPHA, f"alpha={self.alpha} must be a number between 0 and {MAX_ALPHA:g}"),
@@ -170,8 +177,11 @@ class Translation(str):
         return str.__str__(self)
 
     def to_dict(self, nbest: bool = False) -> dict[str, Any]:
-        """Plain data for JSON: source, translation, score, tokens (and the n-best list when asked)."""
-        record: dict[str, Any] = {"source": self.source, "translation": self.text, "score": self.score, "tokens": self.tokens}
+        """Plain data for JSON: source, translation, score, tokens, truncated (and the n-best list when asked)."""
+        record: dict[str, Any] = {
+            "source": self.source, "translation": self.text, "score": self.score, "tokens": self.tokens,
+            "truncated": self.truncated,
+        }
         if nbest:
             record["nbest"] = [{"translation": h.text, "score": h.score, "tokens": h.tokens} for h in self.nbest]
         return record
@@ -298,6 +308,10 @@ class Translator:
             TfmError: a missing or corrupt model, a tokenizer that does not match it, an engine that cannot run
                 what `model` holds, a bad device or setting.
         """
+        if model is not None and not isinstance(model, (str, Path)):
+            raise TypeError(f"Translator.load() takes a path (str or Path) or None, not {type(model).__name__}")
+        if not isinstance(device, (str, torch.device)):
+            raise TypeError(f"device must be a string such as 'cpu', 'cuda' or 'cuda:1', or a torch.device, not {type(device).__name__}")
         if engine not in ENGINES:
             raise TfmError(f"engine {engine!r} is unknown", hint=f"use one of: {', '.join(ENGINES)}")
         from tfm_cli.export.onnx import has_onnx_graphs, is_onnx_export
@@ -374,7 +388,7 @@ class Translator:
         """
         if chunk_lines < 1:
             raise ValueError(f"chunk_lines must be >= 1, got {chunk_lines}")
-        if isinstance(lines, (str, bytes, bytearray)):  # iterated, it would translate each character as a line
+        if isinstance(lines, (str, bytes, bytearray)) or not isinstance(lines, Iterable):  # iterated, it would translate each character as a line
             raise TypeError(
                 f"translate_stream() takes an iterable of lines (a file, a list), not a {type(lines).__name__}; "
                 "for one sentence use translate(), for a text with newlines translate(text.splitlines())"
@@ -397,7 +411,14 @@ class Translator:
         """
         from tfm_cli.training import score_translations
 
+        for name, given in (("sources", sources), ("references", references)):
+            if isinstance(given, (str, bytes, bytearray)) or not isinstance(given, Iterable):  # a str: one per character
+                raise TypeError(f"score() takes lists of sentences; {name} is a {type(given).__name__}")
         sources, references = list(sources), list(references)
+        for name, given in (("sources", sources), ("references", references)):
+            bad = next((i for i, line in enumerate(given) if not isinstance(line, str)), None)
+            if bad is not None:
+                raise TypeError(f"score() takes strings; {name} item {bad} is {type(given[bad]).__name__}")
         if not sources and not references:  # sacrebleu has no score for an empty corpus (it raised IndexError)
             raise TfmError("nothing to score: no source sentences and no references", hint="give at least one sentence")
         if len(sources) != len(references):
@@ -414,7 +435,19 @@ class Translator:
     ) -> list[Translation]:
         """Tokenise, cut what the model cannot take, search, detokenise; `first_line` numbers the warnings."""
         self._check_beam(decode)
-        ids = self.tokenizer.encode_batch(lines)
+        try:
+            ids = self.tokenizer.encode_batch(lines)
+        except TypeError:  # the tokenizer takes only text that UTF-8 can encode
+            for i, line in enumerate(lines):
+                try:
+                    line.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise TfmError(
+                        f"input line {first_line + i} is not valid text: {line[e.start]!r} at character "
+                        f"{e.start + 1} is a lone surrogate (undecodable bytes read with errors='surrogateescape'?)",
+                        hint="decode the input as UTF-8 strictly, or drop the bad characters",
+                    ) from None
+            raise
         limit = self.max_source_tokens
         truncated = [len(seq) > limit for seq in ids]
         for i, seq in enumerate(ids):

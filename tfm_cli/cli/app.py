@@ -8,6 +8,8 @@ traceback. TFM_DEBUG=1 shows the traceback of every error.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import sys
 
@@ -64,9 +66,17 @@ def main() -> None:
         report_error(error)
         sys.exit(1)
     except OSError as error:
-        if os.environ.get("TFM_DEBUG") or not error.filename:
+        if os.environ.get("TFM_DEBUG") or not (error.filename or error.errno in _WRITE_ERRNOS):
             raise
         from tfm_cli.cli.common import report_error
 
-        report_error(TfmError(f"{error.filename}: {error.strerror or error}", hint="check the path, its permissions and the free space"))
+        if error.filename:
+            report_error(TfmError(f"{error.filename}: {error.strerror or error}", hint="check the path, its permissions and the free space"))
+        else:  # the results on stdout (the files a command writes are named in their own errors)
+            with contextlib.suppress(OSError):  # or Python's final flush of stdout fails again, with a traceback
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            report_error(TfmError(f"writing the output failed: {error.strerror or error}", hint="check the free space where stdout goes"))
         sys.exit(1)
+
+
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}  # a disk that fills up, or fails

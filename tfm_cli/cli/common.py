@@ -10,6 +10,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import sys
 import tempfile
 import warnings
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -74,9 +76,24 @@ def _cell(value: Any, human: bool) -> str:
 
 
 def print_json(data: Any) -> None:
-    """One JSON document on stdout (UTF-8 kept readable)."""
-    sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+    """One JSON document on stdout (UTF-8 kept readable). NaN and infinities, which JSON has no words for
+    (Python would write the invalid `NaN`), are written as null."""
+    try:
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(data), ensure_ascii=False, allow_nan=False)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if data == data and abs(data) != float("inf") else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data
 
 
 def info(message: str) -> None:
@@ -106,33 +123,60 @@ def report_error(error: TfmError) -> None:
         err.print(f"[dim]hint:[/dim] {_escape(error.hint)}", soft_wrap=True)
 
 
+def file_path(example: str) -> Callable[[str], Path]:
+    """A typer `parser` for an option that names an output file: a path that ends with "/" (or is "." or
+    empty) names a folder, which Path() would quietly turn into a file name (`--out newdir/` wrote a file
+    called newdir). `example` is the file name the message suggests inside it."""
+
+    def parse(value: str) -> Path:
+        if not value or value.endswith(("/", os.sep)) or Path(value).name in ("", ".", ".."):
+            inside = os.path.join(value or ".", example)
+            raise typer.BadParameter(f"{value!r} names a folder, not a file: give a file path, e.g. {inside}")
+        return Path(value)
+
+    return parse
+
+
 def check_output_file(
     path: Path,
     option: str,
     inputs: Sequence[Path | str] = (),
     keeps: Callable[[Path], bool] | None = None,
     what: str = "",
+    reads_stdin: bool = False,
+    example: str = "out",
 ) -> Path:
     """Refuse, before any work is done, an output file that cannot be written or whose writing would destroy
     something: a directory, one of the command's own inputs, or (with `keeps`) an existing file that `keeps`
-    does not recognise as a previous output of the same kind (`what` names that kind). Probes the nearest existing
+    does not recognise as a previous output of the same kind (`what` names that kind). An input is the same file
+    by device and inode (a hard link, a symlink, another spelling of the path); with `reads_stdin`, the file
+    behind standard input (`< file`) is an input too. Probes the nearest existing
     folder on the way with a temporary file, so an unwritable place is said now, not after the work; the missing
     folders are left to the writer to create, so that a command that fails first leaves none behind.
     """
     if path.is_dir():
-        raise TfmError(f"{option} {path} is a directory", hint=f"give {option} a file path, e.g. {path / 'out'}")
+        raise TfmError(f"{option} {path} is a directory", hint=f"give {option} a file path, e.g. {path / example}")
     if path.exists():
         for given in inputs:
-            if Path(given).exists() and path.resolve() == Path(given).resolve():
+            if _same_file(path, Path(given)):
                 raise TfmError(
                     f"{option} {path} is also an input of this command: writing it would destroy it",
                     hint=f"give {option} another path",
                 )
+        if reads_stdin and _is_stdin(path):
+            raise TfmError(
+                f"{option} {path} is the file the input is read from (standard input): writing it would destroy it",
+                hint=f"give {option} another path",
+            )
         if keeps is not None and not keeps(path):
             raise TfmError(
                 f"{option} {path} already exists and is not {what}: it is left as it is",
                 hint=f"give {option} another path, or delete the file first",
             )
+    if path.exists() and not path.is_file():  # a device or a pipe (/dev/stdout, a FIFO) is written in place
+        if not os.access(path, os.W_OK):
+            raise TfmError(f"{option} {path} cannot be written: permission denied", hint=f"give {option} a writable path")
+        return path
     existing = path.absolute().parent
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -143,6 +187,61 @@ def check_output_file(
             pass
     except OSError as error:
         raise TfmError(f"{option} {path} cannot be written: {error.strerror or error}", hint=f"give {option} a writable path") from None
+    return path
+
+
+def check_utf8(text: str, what: str) -> str:
+    """`text` from the command line, refused when it is not valid UTF-8 (its bad bytes arrive as surrogate
+    escapes, which the tokenizer cannot take); `what` names it in the message."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise TfmError(
+            f"{what} is not valid UTF-8 (a bad byte at character {e.start + 1})",
+            hint="give UTF-8 text; check the terminal's encoding (e.g. LANG=C.UTF-8)",
+        ) from None
+    return text
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:  # b does not exist (or cannot be looked at): it is not an input to protect
+        return False
+
+
+def _is_stdin(path: Path) -> bool:
+    """True when standard input is a regular file and `path` is that file (by device and inode)."""
+    try:
+        stdin, target = os.fstat(0), path.stat()
+    except OSError:  # stdin closed, or path not there
+        return False
+    return stat.S_ISREG(stdin.st_mode) and (stdin.st_dev, stdin.st_ino) == (target.st_dev, target.st_ino)
+
+
+def write_output(path: Path, option: str, write: Callable[[str], object]) -> Path:
+    """Write a command's output file (`write(filename)` writes it) whole or not at all: into a temporary file
+    beside it, then renamed over it, so that a full disk or Ctrl-C leaves the previous file as it was. A device
+    or a pipe (/dev/stdout, a FIFO) and a symlink are written in place. Returns `path`.
+
+    Raises:
+        TfmError: the file could not be written (the message names it, and says that nothing was replaced).
+    """
+    path = Path(path)
+    in_place = path.is_symlink() or (path.exists() and not path.is_file())
+    try:
+        if in_place:
+            write(str(path))
+        else:
+            from tfm_cli.files import atomic_write
+
+            atomic_write(path, write)
+    except OSError as error:
+        kept = "" if in_place else ("; the file there is as it was" if path.exists() else "; nothing was written")
+        raise TfmError(
+            f"{option} {path} could not be written: {error.strerror or error}{kept}",
+            hint="check the free space and the permissions there, or give another path",
+        ) from None
     return path
 
 

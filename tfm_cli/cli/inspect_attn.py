@@ -18,7 +18,9 @@ import typer
 from tfm_cli.cli.common import (
     DEVICE_HELP,
     check_output_file,
+    check_utf8,
     fancy_stdout,
+    file_path,
     info,
     out,
     print_json,
@@ -44,8 +46,8 @@ def inspect_attn(
     words: bool = typer.Option(False, "--words", help="Merge subword pieces into words (keys summed, queries averaged)."),
     numbers: bool = typer.Option(False, "--numbers", help="Print the weights (in %) in the heatmap cells."),
     json_out: bool = typer.Option(False, "--json", help="Print tokens and every weight (kind, layer, head) as JSON."),
-    html: Path = typer.Option(None, "--html", help="Also write a self-contained HTML page to explore every head.", show_default=False),
-    image: Path = typer.Option(None, "--image", help="Also write the heatmap as an image (.png or .svg; needs the plot extra).", show_default=False),
+    html: Path = typer.Option(None, "--html", parser=file_path("attention.html"), metavar="<path>", help="Also write a self-contained HTML page to explore every head.", show_default=False),
+    image: Path = typer.Option(None, "--image", parser=file_path("attention.png"), metavar="<path>", help="Also write the heatmap as an image (.png or .svg; needs the plot extra).", show_default=False),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
     """Show what every attention head attends to when the model translates SENTENCE.
@@ -72,12 +74,17 @@ def inspect_attn(
         raise typer.BadParameter("--explain explains one query token: add --token", param_hint="--explain")
     if explain_head and words:
         raise typer.BadParameter("--explain works on subword pieces; drop --words", param_hint="--explain")
+    check_utf8(sentence, "the sentence to inspect")
+    if target is not None:
+        check_utf8(target, "--target")
     if not sentence.strip():
         raise TfmError("the sentence to inspect is empty", hint='give a sentence, e.g. tfm inspect-attn "Je suis étudiant."')
 
     for path, option in ((html, "--html"), (image, "--image")):
         if path is not None:
-            check_output_file(path, option)
+            check_output_file(path, option, example="attention" + (".html" if option == "--html" else ".png"))
+    if html is not None and image is not None and html.resolve() == image.resolve():  # one would replace the other
+        raise typer.BadParameter(f"--html and --image are the same file, {html}: give each its own", param_hint="--image")
     translator = Translator.load(model, device=device, precision="fp32")
     if model is None:
         info(f"using {translator.path} (the most recent run; choose another with --model)")

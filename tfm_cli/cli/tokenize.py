@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from tfm_cli.cli.common import JSON_HELP, check_output_file, info, print_json, print_table
+from tfm_cli.cli.common import JSON_HELP, check_output_file, file_path, info, print_json, print_table
 from tfm_cli.errors import CheckpointError, TfmError
 
 
@@ -18,7 +18,7 @@ def tokenize(
     corpus: list[str] = typer.Option(None, "--corpus", "-c", help="Train on this TSV (source TAB target), or give it twice: source file, target file.", show_default=False),
     vocab_size: int = typer.Option(None, "--vocab-size", min=300, max=1_000_000, help="Vocabulary size (default: the recipe's, else 8000).", show_default=False),
     min_frequency: int = typer.Option(None, "--min-frequency", min=1, help="Minimum count of a merge (default: the recipe's, else 2).", show_default=False),
-    out: Path = typer.Option(None, "--out", "-o", help="Where to save tokenizer.json (default: runs/<recipe name>/tokenizer.json, or ./tokenizer.json).", show_default=False),
+    out: Path = typer.Option(None, "--out", "-o", parser=file_path("tokenizer.json"), metavar="<path>", help="Where to save tokenizer.json (default: runs/<recipe name>/tokenizer.json, or ./tokenizer.json).", show_default=False),
     tokenizer: Path = typer.Option(None, "--tokenizer", "-t", help="With --encode: a tokenizer.json or a run directory (default: the most recent run).", show_default=False),
     encode: list[str] = typer.Option(None, "--encode", "-e", help="Show the pieces and ids of this text (repeatable) instead of training.", show_default=False),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -126,7 +126,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
 
     sources = [recipe] if recipe is not None else []
     sources += [Path(c) for c in (spec if isinstance(spec, list) else [spec]) if not str(c).startswith("bundled:")]
-    check_output_file(target, "--out", inputs=sources, keeps=_is_tokenizer, what="a tokenizer.json")
+    check_output_file(target, "--out", inputs=sources, keeps=_is_tokenizer, what="a tokenizer.json", example="tokenizer.json")
 
     def texts():
         for _, src, tgt in read_pairs(spec):

@@ -74,6 +74,12 @@ def train(
             recipe = None
         if recipe is not None:
             raise typer.BadParameter("give either RECIPE or --resume RUN_DIR, not both", param_hint="RECIPE")
+        if out is not None and out.absolute() != resume.absolute():  # a resume continues the run where it is
+            raise typer.BadParameter(
+                f"--resume continues {resume} in place; drop --out {out} (to train a new run from its recipe: "
+                f"tfm train {resume / 'recipe.yaml'} --out {out})",
+                param_hint="--out",
+            )
         from tfm_cli.training import resume_recipe
 
         resolved = resume_recipe(resume, overrides)
@@ -83,15 +89,21 @@ def train(
             raise typer.BadParameter("a recipe is required, e.g. `tfm train recipes/tiny.yaml`", param_hint="RECIPE")
         resolved = load_recipe(recipe, overrides)
         run_dir = out if out is not None else Path("runs") / resolved.name
+        from tfm_cli.training.checks import check_recipe_file
+
+        check_recipe_file(recipe, resolved, Path(run_dir))
 
     if dry_run:
         from tfm_cli.runtime import resolve_device
-        from tfm_cli.training import check_resume, preflight, scan_corpora
+        from tfm_cli.training import check_resume, check_start, preflight, scan_corpora
 
-        resolve_device(device)
+        torch_device = resolve_device(device)
         preflight(resolved, Path(run_dir), resume is not None)  # every check a real start makes before writing
-        resumes_at = check_resume(resolved, Path(run_dir)) if resume is not None else None  # and a resume's
-        _dry_run(resolved, run_dir, json_out, scan_corpora(resolved), resumes_at)
+        resumes_at = check_resume(resolved, Path(run_dir), torch_device) if resume is not None else None  # and a resume's
+        pairs = scan_corpora(resolved)
+        if resume is None:
+            check_start(resolved, Path(run_dir))
+        _dry_run(resolved, run_dir, json_out, pairs, resumes_at)
         return
 
     if launch.asked:  # the same command, minus the launcher options, as N processes under torchrun
@@ -122,10 +134,12 @@ def train(
             finally:
                 events.close()
         except KeyboardInterrupt:  # outside the training loop: while setting up, or writing the final model
+            _exiting()
             if rank != 0:
                 raise typer.Exit(_interrupted_status(received)) from None
             _interrupted_outside_the_loop(Path(run_dir), received)
     if result.interrupted:
+        _exiting()
         if received:
             info(f"tfm train: stopped by {signal.Signals(received[0]).name}")
         raise typer.Exit(_interrupted_status(received))
@@ -179,6 +193,12 @@ def _handling_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None
     finally:
         for sig, before in previous.items():
             signal.signal(sig, before)
+
+
+def _exiting() -> None:
+    """The run is stopped and saved, and the process is on its way out: a second Ctrl-C would only interrupt
+    Python's exit handlers (torch's among them) with a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _interrupted_status(received: list[int]) -> int:

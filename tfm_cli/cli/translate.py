@@ -16,11 +16,14 @@ import typer
 from tfm_cli.cli.common import (
     DEVICE_HELP,
     check_output_file,
+    check_utf8,
+    file_path,
     info,
     print_json,
     print_table,
     progress_bar,
     route_warnings,
+    write_output,
 )
 from tfm_cli.errors import TfmError
 
@@ -33,14 +36,14 @@ def translate(
     text: str = typer.Argument(None, help="A sentence to translate. Without it, lines are read from stdin.", show_default=False),
     model: Path = typer.Option(None, "--model", "-m", help="Run directory, .safetensors checkpoint, release or ONNX export directory (default: the most recent run under runs/).", show_default=False),
     beam: int = typer.Option(None, "--beam", "-b", min=1, help="Beam size (default: the run's recipe, 4).", show_default=False),
-    alpha: float = typer.Option(None, "--alpha", min=0.0, max=10.0, help="GNMT length penalty (default: the run's recipe, 0.6).", show_default=False),
+    alpha: float = typer.Option(None, "--alpha", callback=lambda v: _alpha(v), help="GNMT length penalty, 0 to 10 (default: the run's recipe, 0.6).", show_default=False),
     max_len: int = typer.Option(None, "--max-len", min=0, help="Output may be at most input length + this many tokens (default: the run's recipe, 50).", show_default=False),
     greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding instead of beam search."),
     n_best: int = typer.Option(1, "--n-best", "-n", min=1, help="Print the K best translations of each input, with scores."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per input line: source, translation, score, tokens."),
     reference: Path = typer.Option(None, "--reference", "-r", help="Reference translations, one per input line: print BLEU and chrF instead of translations.", show_default=False),
     score: list[Path] = typer.Option(None, "--score", help="Score on a TSV (source TAB reference), or give --score SRC --score REF: print BLEU and chrF.", show_default=False),
-    output: Path = typer.Option(None, "--output", help="When scoring, also write the translations to this file.", show_default=False),
+    output: Path = typer.Option(None, "--output", parser=file_path("translations.txt"), metavar="<path>", help="When scoring, also write the translations to this file.", show_default=False),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, fp16 (CUDA only), or int8 (CPU only: int8 linear layers, faster, translations close to fp32's)."),
     min_len: int = typer.Option(None, "--min-len", min=0, help="No end of sentence before this many output tokens (default: the run's recipe, 0).", show_default=False),
@@ -77,17 +80,14 @@ def translate(
         raise typer.BadParameter("--output is for scoring runs; redirect stdout otherwise", param_hint="--output")
     if precision not in PRECISIONS:
         raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(PRECISIONS)}", param_hint="--precision")
+    reads_stdin = text is None and not score
+    if reads_stdin and sys.stdin is None:  # started with stdin closed (<&-)
+        raise TfmError("standard input is closed: there is nothing to translate", hint="give a sentence, or pipe lines into stdin")
     if output is not None:  # before the model loads and the sentences are translated
-        check_output_file(output, "--output", inputs=[*(score or []), *([reference] if reference else [])])
+        check_output_file(output, "--output", inputs=[*(score or []), *([reference] if reference else [])], reads_stdin=reads_stdin)
 
     if text is not None:
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as e:  # bytes that are not UTF-8 arrive as surrogate escapes
-            raise TfmError(
-                f"the sentence to translate is not valid UTF-8 (a bad byte at character {e.start + 1})",
-                hint="give UTF-8 text; check the terminal's encoding (e.g. LANG=C.UTF-8)",
-            ) from None
+        check_utf8(text, "the sentence to translate")
 
     from tfm_cli.translator import Translator
 
@@ -95,7 +95,9 @@ def translate(
     if model is None:
         info(f"using {translator.path} (the most recent run; choose another with --model)")
     if output is not None:  # again, now that the model's own files are known: they are inputs too
-        check_output_file(output, "--output", inputs=[*(score or []), *([reference] if reference else []), *translator.files])
+        check_output_file(
+            output, "--output", inputs=[*(score or []), *([reference] if reference else []), *translator.files], reads_stdin=reads_stdin
+        )
     if n_best > translator.settings.beam and not greedy:
         raise typer.BadParameter(f"--n-best {n_best} cannot exceed the beam size {translator.settings.beam}", param_hint="--n-best")
     settings = dict(
@@ -119,6 +121,15 @@ def translate(
                 _emit(result, json_out, n_best, line_no)
                 if line_no % CHUNK_LINES == 0:
                     sys.stdout.flush()
+
+
+def _alpha(value: float | None) -> float | None:
+    """--alpha between 0 and 10 (nan and inf included in the refusal: Click's range said 'must be <= 10' of nan)."""
+    from tfm_cli.recipe import MAX_ALPHA
+
+    if value is not None and not 0 <= value <= MAX_ALPHA:
+        raise typer.BadParameter(f"{value:g} is not a number from 0 to {MAX_ALPHA:g} (the paper uses 0.6)")
+    return value
 
 
 def _emit(result, json_out: bool, n_best: int, line: int) -> None:
@@ -166,14 +177,14 @@ def _score(translator, settings: dict[str, Any], text, score, reference, output,
 
     if score:
         spec = str(score[0]) if len(score) == 1 else [str(p) for p in score]
-        pairs = [(s, t) for _, s, t in read_pairs(spec, once=True)]
+        pairs = [(s, t) for _, s, t in read_pairs(spec, once=True, option="--score")]
         sources, references, what = [s for s, _ in pairs], [t for _, t in pairs], " ".join(map(str, score))
         files = {"sources": str(score[0]), "references": str(score[-1])}  # a TSV holds both
     else:
         sources = [text] if text is not None else [line.rstrip("\r\n") for line in _stdin_lines()]
         while sources and not sources[-1]:  # blank lines at the end, as read_lines drops the references'
             sources.pop()
-        references = read_lines(reference)
+        references = read_lines(reference, option="--reference")
         what = str(reference)
         files = {"sources": "TEXT" if text is not None else "stdin", "references": what}
         if len(references) != len(sources):
@@ -185,9 +196,9 @@ def _score(translator, settings: dict[str, Any], text, score, reference, output,
     with progress_bar("translate", total=len(sources)) as advance:
         report = translator.score(sources, references, progress=advance, **settings)
     translations = report.pop("translations")
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)  # checked to be possible before the work
-        output.write_text("".join(t.text + "\n" for t in translations), encoding="utf-8")
+    if output is not None:  # checked to be possible before the work; written whole or not at all
+        text = "".join(t.text + "\n" for t in translations)
+        write_output(output, "--output", lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     report = {**files, "model": str(translator.path), **report}
     if json_out:
         print_json(report)

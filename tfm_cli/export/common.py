@@ -20,8 +20,8 @@ from types import ModuleType
 from typing import Any
 
 from tfm_cli.checkpoint import EXPORT_INFO as EXPORT_INFO  # tfm-export.json, kept with the run's file names
-from tfm_cli.checkpoint import current_umask
 from tfm_cli.errors import TfmError
+from tfm_cli.files import current_umask
 
 
 @dataclass

@@ -29,6 +29,7 @@ from tfm_cli.recipe import (
     ModelRecipe,
     Recipe,
     load_recipe,
+    recipe_text,
     recipe_to_dict,
 )
 from tfm_cli.tokenizer import Tokenizer
@@ -63,7 +64,7 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
         )
     if not resume and not old_recipe.is_file():
         _check_foreign_files(run_dir)
-    _check_place(run_dir)
+    _check_place(run_dir, resume)
     _check_corpora(recipe)
     own = run_dir / "tokenizer.json"
     # a run keeps its own copy of tokenizer.path: a resume does not read that file again
@@ -83,6 +84,25 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
     given = own if own.is_file() else wanted  # the tokenizer the run will use, when it is not trained by the start
     if given is not None:
         check_beam(recipe, Tokenizer.load(given).vocab_size)
+
+
+def check_recipe_file(recipe_file: str | Path, recipe: Recipe, run_dir: Path) -> None:
+    """Refuse a start whose recipe file is the run directory's recipe.yaml, which the start replaces with the
+    resolved recipe (`tfm train proj/recipe.yaml --out proj` lost the user's comments and layout), unless that
+    file already is the resolved recipe (a run started again before its first checkpoint)."""
+    target = run_dir / "recipe.yaml"
+    if (run_dir / EXPORT_INFO).is_file():  # not a run at all: preflight says so
+        return
+    try:
+        same = Path(recipe_file).samefile(target)
+    except OSError:
+        return
+    if same and target.read_text(encoding="utf-8", errors="replace") != recipe_text(with_absolute_paths(recipe)):
+        raise TfmError(
+            f"the recipe {recipe_file} is the file the run writes its resolved recipe to ({target}): training into "
+            f"{run_dir} would replace it",
+            hint=f"keep your recipe outside the run directory (e.g. cp {target} my-recipe.yaml), or choose another --out",
+        )
 
 
 def check_beam(recipe: Recipe, vocab_size: int) -> None:
@@ -112,9 +132,10 @@ def _check_foreign_files(run_dir: Path) -> None:
         )
 
 
-def _check_place(run_dir: Path) -> None:
+def _check_place(run_dir: Path, resume: bool = False) -> None:
     """Fail when `run_dir` cannot become a run directory (a file is there, or its place is not writable),
-    without creating anything: the probe file is made and removed in the nearest folder that exists."""
+    without creating anything: the probe file is made and removed in the nearest folder that exists. A resume
+    must be able to write into the run's own directory."""
     if run_dir.exists() and not run_dir.is_dir():
         raise TfmError(f"{run_dir} exists and is not a directory: it cannot hold the run", hint="choose another --out")
     existing = run_dir
@@ -132,6 +153,11 @@ def _check_place(run_dir: Path) -> None:
                 raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
             missing = missing.parent
     except OSError as err:
+        if resume and existing == run_dir:
+            raise TfmError(
+                f"cannot write into the run directory {run_dir}: {err.strerror or err}",
+                hint="a resume writes its checkpoints there: make it writable, or copy the run somewhere writable and resume the copy",
+            ) from None
         raise TfmError(
             f"cannot create the run directory {run_dir}: {err.strerror or err}", hint="choose another --out"
         ) from None
@@ -200,10 +226,18 @@ def check_room(run_dir: Path, config, t) -> None:
     free = shutil.disk_usage(folder).free
     if free < need:
         raise TfmError(
-            f"{run_dir} has {free / 2**30:.1f} GiB free, but {t.keep_last} checkpoints of this "
-            f"{params / 1e6:.1f}M-parameter model and its final and best weights need about {need / 2**30:.1f} GiB",
+            f"{run_dir} has {_size(free)} free, but {t.keep_last} checkpoints of this {params:,}-parameter model "
+            f"and its final and best weights need about {_size(need)}",
             hint="free some space, lower train.keep_last, or choose another --out",
         )
+
+
+def _size(n: int) -> str:
+    """Bytes for a person: 512 B, 40.0 KiB, 3.2 MiB, 1.5 GiB."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 _TRAINING_ONLY = ("dropout", "attn_dropout")

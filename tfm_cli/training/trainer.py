@@ -15,6 +15,8 @@ import contextlib
 import json
 import math
 import random
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,7 +33,6 @@ from tfm_cli.checkpoint import (
     BEST,
     CHECKPOINTS,
     FINAL,
-    atomic_write,
     checkpoint_path,
     checkpoint_steps,
     load_state,
@@ -51,6 +52,7 @@ from tfm_cli.data import (
 from tfm_cli.distributed import Distributed, lost_a_peer
 from tfm_cli.distributed import setup as setup_distributed
 from tfm_cli.errors import CheckpointError, TfmError, shell_word
+from tfm_cli.files import DirectoryLock, atomic_write
 from tfm_cli.monitor import EarlyStopping, RisingLoss, TensorBoardLog, append_metrics, write_curves_png
 from tfm_cli.recipe import (
     Recipe,
@@ -70,6 +72,7 @@ from tfm_cli.runtime import (
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer
 from tfm_cli.training.checks import (
     check_beam,
+    check_recipe_file,
     check_resumable,
     check_room,
     preflight,
@@ -224,13 +227,16 @@ def train(
     Raises:
         TfmError: a bad recipe, corpus or device, or a run directory that already holds a run (without resume).
     """
+    recipe_file = None
     if recipe is None:
         if not (resume and run_dir is not None):
             raise TfmError("train() needs a recipe, or resume=True with the run_dir to continue")
         recipe = resume_recipe(Path(run_dir), [])
     elif not isinstance(recipe, Recipe):
-        recipe = load_recipe(recipe)
+        recipe_file, recipe = recipe, load_recipe(recipe)
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / recipe.name
+    if recipe_file is not None and not resume:
+        check_recipe_file(recipe_file, recipe, run_dir)
     device = device if isinstance(device, torch.device) else resolve_device(device)
     preflight(recipe, run_dir, resume)
     dist = setup_distributed(device)  # one rank of a torchrun job, or a single process
@@ -244,8 +250,11 @@ def train(
 def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dist: Distributed) -> TrainResult:
     """`train()` after the checks (on every rank; rank 0 writes)."""
     trainer = Trainer(recipe, run_dir, resume, events, dist)
-    trainer.setup()
-    return trainer.fit()
+    try:
+        trainer.setup()
+        return trainer.fit()
+    finally:
+        trainer.lock.release()
 
 
 class Trainer:
@@ -266,6 +275,17 @@ class Trainer:
         self.early = EarlyStopping(self.t.patience, self.t.patience_metric)
         self.started = time.perf_counter()
         self.earlier_seconds = 0.0  # training time of the sessions before a resume, up to its checkpoint
+        self.lock = DirectoryLock(run_dir)  # rank 0 holds it while it trains the run
+
+    def _lock(self) -> None:
+        """One process at a time trains a run: a second one (a --resume of a run still training, or a start into
+        its directory) would rewrite its checkpoints under it, or resume from one that is about to be pruned."""
+        if self.main and not self.lock.acquire():
+            raise TfmError(
+                f"{self.run_dir} is being trained by another process right now",
+                hint="wait until it ends, or stop it (Ctrl-C or kill: it saves a checkpoint), then `tfm train --resume "
+                f"{shell_word(self.run_dir)}`; or train into another --out",
+            )
 
     def log(self, record: dict[str, Any]) -> None:
         """A record for metrics.jsonl (rank 0 writes it)."""
@@ -279,8 +299,16 @@ class Trainer:
         t, run_dir, dist = self.t, self.run_dir, self.dist
         weights, state = None, {}
         if self.resume:  # read (and refuse) the trainer state before anything in the run is rewritten
+            self._lock()
             self.step, weights, state = _resume_point(run_dir, self.events)
         created = _make_run_dir(run_dir) if self.main else False
+        if not self.resume:
+            try:
+                self._lock()
+            except TfmError:
+                if created:
+                    run_dir.rmdir()
+                raise
         self.started = time.perf_counter()
         if self.device.type == "cpu":
             tune_cpu_allocator()
@@ -306,8 +334,6 @@ class Trainer:
                     if created:
                         run_dir.rmdir()
             raise
-        if self.main:
-            self._write_run_files()
         _seed_rank(t.seed, dist)
         tok = self.tokenizer
         self.stream = BatchStream(
@@ -316,6 +342,8 @@ class Trainer:
         )
         if self.resume:
             self._restore(weights, state)
+        if self.main:  # only now: a resume that cannot continue (above) leaves the run's recipe.yaml as it was
+            self._write_run_files()
         if dist.enabled:
             self.events.message(f"{dist.world_size} processes (DDP over {dist.device.type}): each trains on its share of every batch")
         self.step_model = dist.wrap(self.model)  # DDP in a multi-process job; `model` stays what is saved and evaluated
@@ -335,15 +363,13 @@ class Trainer:
             self.config = model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id)
             check_beam(recipe, tok.vocab_size)  # a tokenizer trained here may hold fewer tokens than asked for
             read_start = time.perf_counter()
-            corpus = encode_corpus(recipe.data.train, tok, recipe.data.max_len)  # every rank encodes it all
+            corpus = usable_corpus(recipe, tok)  # every rank encodes it all
             s = corpus.stats
             self.events.message(
                 f"train corpus: {s.kept:,} pairs kept of {s.read:,} read "
                 f"({s.skipped_empty:,} with an empty side and {s.skipped_long:,} longer than {recipe.data.max_len} tokens skipped) "
                 f"in {time.perf_counter() - read_start:.1f}s"
             )
-            if s.kept == 0:
-                raise TfmError(f"no usable sentence pairs in {recipe.data.train}", hint="check data.train and data.max_len")
             self.dev = load_dev(recipe.data.dev, tok, recipe.data.max_len) if recipe.data.dev and main else None
             if self.resume:
                 check_resumable(run_dir, weights, self.config, self.step, self.t.max_steps)
@@ -370,7 +396,7 @@ class Trainer:
         load_state(self.model, {k: v.to(self.device) for k, v in load_file(str(weights)).items()}, weights)
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
-        self.stream.load_state_dict(state["stream"])
+        restore_stream(self.stream, state["stream"], self.recipe, self.run_dir)
         _restore_rng(state, self.dist, self.t.seed)
         self.best_bleu = state.get("best_bleu", -1.0)
         self.earlier_seconds = float(state.get("train_seconds", 0.0))
@@ -525,7 +551,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         resume = f"continue with `tfm train --resume {shell_word(self.run_dir)}`"
         if self.step > self.last_saved and (self.main or together):
-            path = self.save_checkpoint(stream_state, every_rank=together)
+            with _sigint_ignored():  # a second Ctrl-C must not cut the save short (the first one asked for it)
+                path = self.save_checkpoint(stream_state, every_rank=together)
             self.events.message(f"interrupted: saved {path}; {resume}")
         else:
             self.events.message(f"interrupted at step {self.step}; {resume}")
@@ -593,6 +620,19 @@ class _Window:
         }
 
 
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored for the block, then its handler put back (on the main thread only: signals are its)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def _make_run_dir(run_dir: Path) -> bool:
     """Create the run directory; whether this start created it (then an early failure removes it again)."""
     created = not run_dir.exists()
@@ -603,15 +643,49 @@ def _make_run_dir(run_dir: Path) -> bool:
     return created
 
 
-def check_resume(recipe: Recipe, run_dir: Path) -> int:
+def check_resume(recipe: Recipe, run_dir: Path, device: torch.device | None = None) -> int:
     """What a resume checks before it writes (`tfm train --resume RUN --dry-run`): a checkpoint with its trainer
-    state (read safely), the run's tokenizer matching it, and overrides that keep the checkpoint's model and a
-    train.max_steps not behind it. Returns the step the run would continue from."""
-    step, weights, _ = _resume_point(run_dir, TrainEvents())
+    state (read safely), the run's tokenizer matching it, overrides that keep the checkpoint's model and a
+    train.max_steps not behind it, and a data position that exists in the batches of the corpus as this resume
+    reads it (`device`: where it would train, whose padding shapes the batches). Returns the step the run would
+    continue from."""
+    step, weights, state = _resume_point(run_dir, TrainEvents())
     tok = Tokenizer.load(run_dir / "tokenizer.json")
     check_resumable(run_dir, weights, model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id), step,
                     recipe.train.max_steps)
+    corpus = usable_corpus(recipe, tok)
+    stream = BatchStream(
+        corpus, recipe.train.max_tokens, recipe.train.seed, tok.pad_id, tok.bos_id, tok.eos_id,
+        pad_multiple=pad_multiple_for(device or torch.device("cpu")),
+    )
+    restore_stream(stream, state["stream"], recipe, run_dir)
     return step
+
+
+def check_start(recipe: Recipe, run_dir: Path) -> None:
+    """What a fresh start's `--dry-run` can check of data.train beyond reading it: when the tokenizer is already
+    there (tokenizer.path, or one `tfm tokenize` left in the run directory), that some pair fits data.max_len."""
+    own = run_dir / "tokenizer.json"
+    given = own if own.is_file() else Path(recipe.tokenizer.path).expanduser() if recipe.tokenizer.path else None
+    if given is not None:
+        usable_corpus(recipe, Tokenizer.load(given))
+
+
+def usable_corpus(recipe: Recipe, tok: Tokenizer) -> TokenizedCorpus:
+    """data.train encoded with `tok`, the pairs longer than data.max_len left out.
+
+    Raises:
+        TfmError: no pair is left (the message says how many were empty and how many too long).
+    """
+    corpus = encode_corpus(recipe.data.train, tok, recipe.data.max_len)
+    s = corpus.stats
+    if s.kept == 0:
+        raise TfmError(
+            f"no usable sentence pairs in data.train {recipe.data.train}: of {s.read:,} read, {s.skipped_empty:,} have "
+            f"an empty side and {s.skipped_long:,} a side longer than data.max_len={recipe.data.max_len} tokens",
+            hint="check data.train, and raise data.max_len if the sentences are longer",
+        )
+    return corpus
 
 
 def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[str, Any]]:
@@ -637,7 +711,12 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
             f"{tok_path} is missing: the run cannot continue without the tokenizer it was trained with",
             hint="put back the tokenizer.json this run was trained with",
         )
-    expected = read_metadata(weights).get("tokenizer_sha256")
+    try:
+        expected = read_metadata(weights).get("tokenizer_sha256")
+    except CheckpointError as error:  # damaged (a disk that filled up, a copy cut short): the one before may be whole
+        raise CheckpointError(
+            str(error), hint=f"delete it and its {state_path(weights).name} to resume from the checkpoint before"
+        ) from None
     if expected and Tokenizer.load(tok_path).sha256 != expected:
         raise CheckpointError(
             f"{tok_path} does not match {weights} (tokenizer hash differs): the run cannot continue with it",
@@ -651,7 +730,45 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
         )
     # On the CPU: the RNG states must stay CPU ByteTensors (map_location=cuda broke resume on GPUs), and
     # Optimizer.load_state_dict moves each state tensor to its parameter's device itself.
-    return step, weights, load_trainer_state(state_path(weights))
+    state = load_trainer_state(state_path(weights))
+    if state.get("step", step) != step:  # e.g. copied from another checkpoint: Adam's moments and the data
+        raise CheckpointError(  # position of another step, on these weights
+            f"{state_path(weights)} is the trainer state of step {state['step']}, not of its checkpoint's step {step}",
+            hint=f"put back the state saved with {weights.name}, or delete both files to resume from the checkpoint before",
+        )
+    return step, weights, state
+
+
+_STREAM_KEYS = ("data.train", "data.max_len", "train.max_tokens")  # what decides the batches a saved position points into
+
+
+def restore_stream(stream: BatchStream, saved: dict[str, int], recipe: Recipe, run_dir: Path) -> None:
+    """Put `stream` at the data position a checkpoint saved; when the position does not exist in this resume's
+    batches, say which of the recipe's data settings this resume changes (the run's recipe.yaml has the old ones).
+
+    Raises:
+        CheckpointError: the position lies past the end of its epoch (another corpus, max_len or max_tokens).
+    """
+    try:
+        stream.load_state_dict(saved)
+    except TfmError as error:
+        try:
+            before = recipe_to_dict(with_absolute_paths(load_recipe(run_dir / "recipe.yaml")))
+        except TfmError:
+            before = {}
+        now = recipe_to_dict(with_absolute_paths(recipe))
+        changed = [
+            f"{key} {before[section][name]!r} -> {now[section][name]!r}"
+            for key in _STREAM_KEYS
+            for section, name in [key.split(".")]
+            if section in before and before[section].get(name) != now[section].get(name)
+        ]
+        why = f"this resume changes {'; '.join(changed)}" if changed else str(error)
+        raise CheckpointError(
+            f"{run_dir} cannot continue from its data position (epoch {saved.get('epoch')}, batch "
+            f"{saved.get('position')}): {why}",
+            hint=f"resume with the run's own {', '.join(_STREAM_KEYS)} (its recipe.yaml), or start a new run (--out)",
+        ) from None
 
 
 def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int) -> TfmError:

@@ -103,6 +103,7 @@ def write_image(report: dict[str, Any], path: Path, kind: str, layer: int | None
     which = f"mean of {report['n_heads']} heads" if head is None else f"head {head + 1} of {report['n_heads']}"
     fig.suptitle(f"{title} · {where} · {which}", fontsize=11)
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150 if path.suffix.lower() == ".png" else None)
-    return path
+    from tfm_cli.cli.common import write_output
+
+    suffix = path.suffix.lower().lstrip(".")  # the format: the temporary file written first has another suffix
+    return write_output(path, "--image", lambda tmp: fig.savefig(tmp, format=suffix, dpi=150 if suffix == "png" else None))

@@ -49,9 +49,13 @@ def render_html(report: dict[str, Any]) -> str:
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
-def write_html(report: dict[str, Any], path: Path) -> Path:
-    """Write the page for `report` to `path` (parent folders created); returns `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(report), encoding="utf-8")
-    return path
+def write_html(report: dict[str, Any], path: Path, option: str = "--html") -> Path:
+    """Write the page for `report` to `path`, whole or not at all (parent folders created); returns `path`.
+
+    Raises:
+        TfmError: it could not be written (`option` names where the path came from).
+    """
+    from tfm_cli.cli.common import write_output
+
+    page = render_html(report)
+    return write_output(Path(path), option, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))

@@ -1,0 +1,227 @@
+"""Inputs and outputs a reviewer tried on `translate`, `inspect-attn` and the Python API that slipped past
+test_bad_inputs.py: an output that is the input behind stdin or a hard link to one, a full disk, closed stdin,
+weights that hold NaN, text with lone surrogates, options given the same file, a folder where a file is meant.
+
+Each is answered as the rest: one `Error:` line (or a clear Python exception), no traceback, nothing saved lost.
+The model is test_bad_inputs.py's random tiny run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import test_bad_inputs
+from clitools import TFM, tfm, tfm_env
+from safetensors.torch import load_file, save_file
+from test_bad_inputs import error_line, translate, write
+
+from tfm_cli.checkpoint import FINAL, read_metadata
+from tfm_cli.cli.common import print_json, write_output
+from tfm_cli.errors import CheckpointError, TfmError
+from tfm_cli.translator import Translator
+
+root, run = test_bad_inputs.root, test_bad_inputs.run  # its fixtures: the random tiny run, made once here too
+DEV_FULL = Path("/dev/full")
+needs_dev_full = pytest.mark.skipif(not DEV_FULL.exists(), reason="no /dev/full (a device that is always full) here")
+
+
+# ---- outputs that would destroy an input ----------------------------------------------------------------------
+
+
+def test_output_that_is_the_file_behind_stdin_is_refused(run: Path, tmp_path: Path) -> None:
+    """`tfm translate -r ref --output src < src` replaced the French sources with their translations."""
+    sources = write(tmp_path / "src.fr", "Bonjour.\nMerci.\n")
+    refs = write(tmp_path / "ref.en", "Hello.\nThanks.\n")
+    with sources.open("rb") as stdin:
+        proc = subprocess.run(
+            [str(TFM), "translate", "--model", str(run), "--device", "cpu", "-r", str(refs), "--output", str(sources)],
+            stdin=stdin, capture_output=True, text=True, env=tfm_env(),
+        )
+    error_line(proc, f"--output {sources}", "standard input")
+    assert sources.read_text() == "Bonjour.\nMerci.\n"
+
+
+def test_output_that_is_a_hard_link_to_an_input_is_refused(run: Path, tmp_path: Path) -> None:
+    refs = write(tmp_path / "ref.en", "Hello.\nThanks.\n")
+    os.link(refs, tmp_path / "link.en")
+    proc = translate(run, "-r", str(refs), "--output", str(tmp_path / "link.en"), stdin="Bonjour.\nMerci.\n")
+    error_line(proc, "--output", "is also an input")
+    assert refs.read_text() == "Hello.\nThanks.\n"
+
+
+def test_html_and_image_may_not_be_the_same_file(run: Path, tmp_path: Path) -> None:
+    same = str(tmp_path / "attention.svg")
+    proc = tfm("inspect-attn", "--model", str(run), "--device", "cpu", "Je suis.", "--html", same, "--image", same, check=False)
+    assert proc.returncode == 2 and "--html and --image are the same file" in proc.stderr, proc.stderr
+    assert not Path(same).exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "example"),
+    [
+        (["tokenize", "--corpus", "c.tsv"], "--out", "tokenizer.json"),
+        (["translate", "--score", "c.tsv"], "--output", "translations.txt"),
+        (["inspect-attn", "Je suis."], "--html", "attention.html"),
+    ],
+)
+def test_an_output_path_ending_in_a_slash_names_a_folder(tmp_path: Path, command, option: str, example: str) -> None:
+    """Path("newdir/") is Path("newdir"): `tfm tokenize --out newdir/` wrote a file called newdir."""
+    proc = tfm(*command, option, "newdir/", cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "'newdir/' names a folder" in proc.stderr and f"newdir/{example}" in proc.stderr
+    assert not (tmp_path / "newdir").exists()
+
+
+# ---- a disk that fills up -------------------------------------------------------------------------------------
+
+
+@needs_dev_full
+def test_a_full_disk_under_stdout_or_an_output_file_is_one_line(run: Path, tmp_path: Path) -> None:
+    for args in (["Bonjour."], ["--json", "Bonjour."]):
+        with DEV_FULL.open("wb") as full:
+            proc = subprocess.run(
+                [str(TFM), "translate", "--model", str(run), "--device", "cpu", *args],
+                stdout=full, stderr=subprocess.PIPE, text=True, env=tfm_env(),
+            )
+        error_line(proc, "writing the output failed", "No space left on device")
+    refs = write(tmp_path / "ref.en", "Hello.\n")
+    error_line(translate(run, "-r", str(refs), "--output", str(DEV_FULL), stdin="Bonjour.\n"), "--output /dev/full", "No space left")
+    proc = tfm("inspect-attn", "--model", str(run), "--device", "cpu", "Je suis.", "--html", str(DEV_FULL), check=False)
+    error_line(proc, "--html /dev/full could not be written")
+
+
+def test_an_output_file_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
+    """--output was written in place: a disk that filled up half-way left the previous file truncated."""
+    previous = write(tmp_path / "hyp.en", "an earlier run's translations\n")
+
+    def fails_half_way(name: str) -> None:
+        Path(name).write_text("half of the new")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(TfmError, match="--output .* could not be written: No space left on device; the file there is as it was"):
+        write_output(previous, "--output", fails_half_way)
+    assert previous.read_text() == "an earlier run's translations\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["hyp.en"]  # no temporary file left
+    write_output(previous, "--output", lambda name: Path(name).write_text("new\n"))
+    assert previous.read_text() == "new\n" and previous.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# ---- stdin, text ----------------------------------------------------------------------------------------------
+
+
+def test_closed_stdin_is_one_line(run: Path) -> None:
+    proc = subprocess.run(
+        [str(TFM), "translate", "--model", str(run), "--device", "cpu"], stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, env=tfm_env(), preexec_fn=lambda: os.close(0),
+    )
+    error_line(proc, "standard input is closed")
+
+
+def test_inspect_attn_text_that_is_not_utf8(run: Path) -> None:
+    for args in ([b"caf\xe9"], [b"Bonjour", b"--target", b"caf\xe9"]):
+        proc = subprocess.run(
+            [str(TFM).encode(), b"inspect-attn", b"--model", str(run).encode(), b"--device", b"cpu", *args],
+            capture_output=True, env=tfm_env(),
+        )
+        proc.stderr = proc.stderr.decode()
+        error_line(proc, "is not valid UTF-8", "character 4")
+
+
+def test_byte_fallback_pieces_of_a_word_read_back_as_its_characters(run: Path) -> None:
+    """--words showed `<0xD7><0xA9>...` for a Hebrew word whose characters the vocabulary lacks."""
+    proc = tfm("inspect-attn", "--model", str(run), "--device", "cpu", "שלום le monde", "--words", "--json")
+    report = json.loads(proc.stdout)
+    assert "שלום" in report["src_tokens"] and not any("<0x" in t for t in report["src_tokens"]), report["src_tokens"]
+
+
+# ---- models ---------------------------------------------------------------------------------------------------
+
+
+def test_weights_holding_nan_are_refused_not_translated_to_empty_lines(run: Path, tmp_path: Path) -> None:
+    copy = Path(shutil.copytree(run, tmp_path / "run"))
+    state, metadata = load_file(str(copy / FINAL)), read_metadata(copy / FINAL)
+    name = next(k for k in state if k.endswith("weight") and "decoder" in k)
+    state[name][0, 0] = float("nan")
+    save_file(state, str(copy / FINAL), metadata=metadata)
+    error_line(translate(copy, stdin="Bonjour\nMerci\n"), f"{name} holds 1 NaN or infinite value of")
+    proc = tfm("inspect-attn", "--model", str(copy), "Je suis.", check=False)
+    error_line(proc, "NaN or infinite")
+    with pytest.raises(CheckpointError, match="unusable"):
+        Translator.load(copy, device="cpu")
+
+
+def test_other_engines_models_and_missing_files_are_named(run: Path, tmp_path: Path) -> None:
+    ct2 = tmp_path / "ct2"
+    ct2.mkdir()
+    write(ct2 / "model.bin", b"\0" * 16)
+    write(ct2 / "config.json", "{}")
+    error_line(translate(ct2, "Bonjour."), f"{ct2} is a CTranslate2 model (model.bin), not tfm's")
+    lone = Path(shutil.copy(run / FINAL, tmp_path / "lone.safetensors"))
+    proc = translate(lone, "Bonjour.")
+    error_line(proc, str(lone), "needs the tokenizer it was trained with", str(tmp_path / "tokenizer.json"))
+    assert "hint: copy the run's tokenizer.json into" in proc.stderr
+    proc = translate(run, "-r", str(tmp_path / "nowhere.en"), stdin="Bonjour.\n")
+    line = error_line(proc, f"--reference {tmp_path / 'nowhere.en'} does not exist")
+    assert "data.train" not in line and "bundled" not in proc.stderr  # not the recipe's corpus message
+
+
+def test_alpha_that_is_not_a_number_is_named_as_such(run: Path) -> None:
+    for value in ("nan", "inf", "-0.5"):
+        proc = translate(run, "--alpha", value, "Bonjour.")
+        assert proc.returncode == 2 and f"{value} is not a number from 0 to 10" in proc.stderr.replace("\n", " "), proc.stderr
+
+
+def test_json_says_when_an_input_was_cut(run: Path) -> None:
+    long = " ".join(["bonjour"] * 200)  # more tokens than max_positions=64
+    records = [json.loads(line) for line in translate(run, "--json", stdin=f"Merci.\n{long}\n").stdout.splitlines()]
+    assert [r["truncated"] for r in records] == [False, True]
+
+
+def test_json_has_no_nan(capsys: pytest.CaptureFixture) -> None:
+    """Python's json writes NaN, which no JSON parser reads."""
+    print_json({"score": float("nan"), "nbest": [{"score": float("-inf")}, {"score": 1.5}]})
+    assert json.loads(capsys.readouterr().out) == {"score": None, "nbest": [{"score": None}, {"score": 1.5}]}
+
+
+# ---- the Python API -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def translator(run: Path) -> Translator:
+    return Translator.load(run, device="cpu", precision="fp32")
+
+
+def test_api_arguments_of_the_wrong_kind_are_clear_errors(translator: Translator, run: Path) -> None:
+    with pytest.raises(TypeError, match=r"Translator.load\(\) takes a path"):
+        Translator.load(123)
+    with pytest.raises(TypeError, match="device must be a string"):
+        Translator.load(run, device=0)
+    with pytest.raises(TypeError, match="sources is a str"):  # each character would have been a sentence
+        translator.score("abc", "xyz")
+    with pytest.raises(TypeError, match="references is a NoneType"):
+        translator.score(["abc"], None)
+    with pytest.raises(TypeError, match="references item 0 is int"):
+        translator.score(["abc"], [3])
+    with pytest.raises(TypeError, match="not a NoneType"):
+        next(translator.translate_stream(None))
+    with pytest.raises(TfmError, match="greedy='false' must be True or False"):  # 'false' is true
+        translator.translate("Bonjour.", greedy="false")
+    with pytest.raises(TfmError, match="beam=3 has no effect with greedy=True"):  # as the CLI's --greedy --beam 3
+        translator.translate("Bonjour.", greedy=True, beam=3)
+
+
+def test_api_text_with_a_lone_surrogate_names_the_line(translator: Translator) -> None:
+    """Bytes read with errors='surrogateescape' failed deep inside the tokenizer with a TypeError."""
+    with pytest.raises(TfmError, match=r"input line 2 is not valid text: '\\udcff' at character 2"):
+        translator.translate(["Bonjour.", "a\udcff"])
+    assert translator.translate(["Bonjour.", "Merci."])  # the translator still works

@@ -1,0 +1,116 @@
+"""A run's files under a reviewer's attempts to lose them (#10): a resume that fails half-way, a second process
+on the same run, a recipe kept in the run directory, a trainer state that is not its checkpoint's, and the
+messages that send the user on (a damaged checkpoint, a corpus that data.max_len empties).
+
+The run is test_bad_inputs.py's real 10-step run (checkpoints at steps 5 and 10, trainer states, fp32, CPU).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+import test_bad_inputs
+from clitools import start_tfm, tfm, wait_until
+from test_bad_inputs import error_line, snapshot, write
+
+from tfm_cli.checkpoint import checkpoint_path, checkpoint_steps, state_path
+from tfm_cli.errors import RecipeError
+from tfm_cli.recipe import load_recipe
+
+root, trained = test_bad_inputs.root, test_bad_inputs.trained  # its fixtures: a corpus and recipe, the run
+
+
+@pytest.fixture
+def copy(trained: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(trained, tmp_path / "run"))
+
+
+def train(*args: str):
+    return tfm("train", *args, "--device", "cpu", check=False)
+
+
+def test_a_resume_that_cannot_continue_leaves_the_run_as_it_was(copy: Path) -> None:
+    """A resume with data.max_len=6 failed on the data position after it had written the overrides into the run's
+    recipe.yaml: every later plain resume failed the same way."""
+    before = snapshot(copy)
+    for extra in (["--dry-run"], []):  # the dry run passed it (exit 0)
+        proc = train("--resume", str(copy), "data.max_len=6", "train.max_steps=12", *extra)
+        error_line(proc, f"{copy} cannot continue from its data position", "this resume changes data.max_len 32 -> 6")
+        assert snapshot(copy) == before
+    train("--resume", str(copy), "train.max_steps=11").check_returncode()  # the run still resumes
+
+
+def test_a_trainer_state_of_another_step_is_refused(copy: Path) -> None:
+    shutil.copy(state_path(checkpoint_path(copy, 5)), state_path(checkpoint_path(copy, 10)))
+    before = snapshot(copy)
+    proc = train("--resume", str(copy), "train.max_steps=12")
+    error_line(proc, "step-00000010.state.pt is the trainer state of step 5, not of its checkpoint's step 10")
+    assert snapshot(copy) == before
+
+
+def test_a_damaged_checkpoint_on_resume_says_how_to_go_back_one(copy: Path) -> None:
+    weights = checkpoint_path(copy, 10)
+    weights.write_bytes(weights.read_bytes()[:1000])
+    proc = train("--resume", str(copy), "train.max_steps=12")
+    error_line(proc, str(weights), "truncated or corrupt")
+    assert "hint: delete it and its step-00000010.state.pt to resume from the checkpoint before" in proc.stderr
+    weights.unlink()
+    state_path(weights).unlink()
+    train("--resume", str(copy), "train.max_steps=11").check_returncode()  # from step 5, as the hint says
+
+
+def test_out_is_refused_with_resume_not_ignored(copy: Path, tmp_path: Path) -> None:
+    proc = train("--resume", str(copy), "--out", str(tmp_path / "elsewhere"), "train.max_steps=11")
+    assert proc.returncode == 2 and "--resume continues" in proc.stderr and "drop --out" in proc.stderr, proc.stderr
+    assert not (tmp_path / "elsewhere").exists()
+    train("--resume", str(copy), "--out", str(copy), "train.max_steps=11").check_returncode()  # the same folder: fine
+
+
+def test_a_recipe_kept_in_the_run_directory_is_not_replaced(root: Path, trained: Path, tmp_path: Path) -> None:
+    """`tfm train proj/recipe.yaml --out proj` replaced the user's recipe (comments, layout, relative paths) with
+    the resolved one."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    mine = write(project / "recipe.yaml", (root / "recipe.yaml").read_text() + "# my notes on this recipe\n")
+    for extra in (["--dry-run"], []):
+        error_line(train(str(mine), "--out", str(project), *extra), "is the file the run writes its resolved recipe to")
+    assert mine.read_text().endswith("# my notes on this recipe\n") and [p.name for p in project.iterdir()] == ["recipe.yaml"]
+    # a run's own (resolved) recipe.yaml may start that run again before its first checkpoint
+    again = tmp_path / "again"
+    again.mkdir()
+    shutil.copy(trained / "recipe.yaml", again / "recipe.yaml")
+    train(str(again / "recipe.yaml"), "--out", str(again), "--dry-run").check_returncode()
+
+
+def test_a_second_process_on_a_run_in_training_is_refused(trained: Path, tmp_path: Path) -> None:
+    """A --resume of a run still training read a checkpoint that the first process then pruned (a
+    FileNotFoundError traceback), or trained beside it, both writing into the run."""
+    run = Path(shutil.copytree(trained, tmp_path / "run"))
+    first = start_tfm("train", "--resume", str(run), "train.max_steps=1000000", "train.save_every=5", "--device", "cpu")
+    try:
+        wait_until(first, lambda: any(step > 10 for step, _ in checkpoint_steps(run)), "the first process saves checkpoints")
+        proc = train("--resume", str(run), "train.max_steps=1000000")
+        error_line(proc, f"{run} is being trained by another process right now")
+    finally:
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=120)
+    assert first.returncode == 128 + signal.SIGTERM and b"interrupted" in err, err.decode()  # (saved, or already was)
+    train("--resume", str(run), "train.max_steps=1000000", "--dry-run").check_returncode()  # the lock went with it
+
+
+def test_a_corpus_that_data_max_len_empties_says_so(root: Path, tmp_path: Path) -> None:
+    tokenizer = tmp_path / "tok.json"
+    tfm("tokenize", str(root / "recipe.yaml"), "--out", str(tokenizer))
+    args = [str(root / "recipe.yaml"), "data.max_len=2", f"tokenizer.path={tokenizer}", "--out", str(tmp_path / "run")]
+    for extra in (["--dry-run"], []):  # with the tokenizer at hand, the dry run encodes the corpus too
+        error_line(train(*args, *extra), "no usable sentence pairs", "of 3,000 read", "a side longer than data.max_len=2 tokens")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_name_suggestion_keeps_the_letters(tmp_path: Path) -> None:
+    path = write(tmp_path / "r.yaml", "name: étude à deux\n")
+    with pytest.raises(RecipeError, match="try 'etude-a-deux'"):
+        load_recipe(path)

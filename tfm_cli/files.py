@@ -1,0 +1,67 @@
+"""Writing files whole or not at all, without importing torch (the CLI's writers use it too).
+
+A reader (or a crash, a full disk, Ctrl-C) sees the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def atomic_write(path: Path, write: Callable[[str], object]) -> None:
+    """Call `write(tmp_path)` then rename onto `path`, so readers see the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; the file should read like any other
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def current_umask() -> int:
+    """The process's file-creation mask (reading it means setting it, so set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class DirectoryLock:
+    """An exclusive, advisory lock on a directory (`flock` on the directory itself: no lock file to leave behind),
+    held until `release()` or the process ends, however it ends (the kernel drops it with the process).
+
+    `acquire()` answers at once: False when another process holds it. Where the file system cannot lock
+    (flock unsupported, e.g. some network mounts) it answers True: the lock guards against a mistake, it is not
+    needed for correctness.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        import errno
+        import fcntl
+
+        if self._fd is not None:
+            return True
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                os.close(fd)
+                return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the last descriptor drops the lock
+            self._fd = None
