@@ -13,6 +13,7 @@ import gzip
 import itertools
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ import torch
 from clitools import has_module, tfm
 
 from tfm_cli.bench.common import fit_exponent, percentile, summarize
-from tfm_cli.bench.gate import compare, parse_tolerance
+from tfm_cli.bench.gate import compare, load_baseline, parse_tolerance
 from tfm_cli.errors import TfmError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -275,6 +276,43 @@ def test_gate_through_the_cli(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "bad.json is not a JSON file" in bad.stderr
     wrong_kind = tfm(*args, "--baseline", str(tmp_path / "nowhere.json"), check=False)
     assert wrong_kind.returncode == 1 and "nowhere.json does not exist" in wrong_kind.stderr
+
+
+def test_gate_refuses_baselines_it_cannot_compare(tmp_path: Path) -> None:
+    """A hand-edited baseline failed with a KeyError traceback after the whole benchmark; a NaN, 0 or negative
+    figure could never regress; a baseline of another workload (d_k, model shape, output length) passed under the
+    same ids; and a gate that compared nothing at all passed."""
+    base = _result()
+    for records, expected in (
+        ([{"foo": 1}], "record 1 has no id"),
+        ([1], "record 1 is a int, not an object"),
+        ([{"id": "x", "sentences_per_s": "fast"}], "sentences_per_s='fast': a figure is a positive number"),
+        ([{"id": "x", "sentences_per_s": 0}], "sentences_per_s=0"),
+        ([{"id": "x", "latency_p50_ms": float("nan")}], "latency_p50_ms=nan"),
+    ):
+        path = tmp_path / "baseline.json"
+        path.write_text(json.dumps({**base, "records": records}))
+        with pytest.raises(TfmError, match=re.escape(expected)) as caught:
+            load_baseline(path)
+        assert str(caught.value).startswith(f"baseline {path}: record 1 ")
+    (tmp_path / "kind.json").write_text(json.dumps({"kind": ["translate"], "records": []}))
+    with pytest.raises(TfmError, match="is not a tfm bench result"):
+        load_baseline(tmp_path / "kind.json")
+    shaped = {**base, "settings": {"src_len": 20, "out_len": 24, "model": {"d_model": 512}}}
+    assert compare(shaped, shaped, 0.1)["compared"] == 4
+    for key, value, said in (("out_len", 4, "out_len 24 -> 4"), ("model", {"d_model": 256}, "model {'d_model': 512} -> {'d_model': 256}")):
+        with pytest.raises(TfmError, match="the baseline measured another workload .*" + re.escape(said)):
+            compare({**shaped, "settings": {**shaped["settings"], key: value}}, shaped, 0.1)
+
+    args = ["bench", "attention", "--batch", "1", "--heads", "1", "--d-k", "8", "--repeat", "1", "--forward-only",
+            "--impl", "naive", "--device", "cpu"]
+    measured = json.loads(tfm(*args, "--lengths", "16,16", "--impl", "naive", "--json").stdout)
+    assert [r["id"] for r in measured["records"]] == ["attention/naive/padding/forward/L=16"]  # each length once
+    (tmp_path / "l16.json").write_text(json.dumps(measured))
+    nothing = tfm(*args, "--lengths", "24", "--baseline", str(tmp_path / "l16.json"), check=False)
+    assert nothing.returncode == 1 and "gate: no figure of" in nothing.stderr and "Traceback" not in nothing.stderr
+    other = tfm(*args, "--lengths", "16", "--d-k", "16", "--baseline", str(tmp_path / "l16.json"), check=False)
+    assert other.returncode == 1 and "another workload (d_k 8 -> 16)" in other.stderr
 
 
 # ---- peers -------------------------------------------------------------------------------------------------

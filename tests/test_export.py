@@ -6,6 +6,7 @@ The ONNX and Hugging Face formats have their own files (test_export_onnx.py, tes
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -137,6 +138,52 @@ def test_an_out_under_a_file_is_named_and_a_failed_export_leaves_no_new_folders(
     with pytest.raises(TfmError, match="half-way"):
         run_export("release", trained["dir"], tmp_path / "new" / "deeper" / "release", verify_lines=5)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # neither new/ nor new/deeper/ is left
+
+
+def test_sigterm_removes_the_partial_export_and_stale_ones_are_swept(trained, tmp_path: Path) -> None:
+    """SIGTERM (kill, a scheduler) left a hidden .NAME.XXXX.partial folder of the size of the model, never removed;
+    one left by SIGKILL is now removed by the next export to the same --out, once its process is gone."""
+    import signal
+    import subprocess
+    import sys
+
+    from clitools import start_tfm, wait_until
+
+    out = tmp_path / "release"
+    proc = start_tfm("export", str(trained["dir"]), "--format", "release", "--out", str(out), "--verify-lines", "0")
+    wait_until(proc, lambda: any(tmp_path.glob(".release.*.partial/model.safetensors")), "the export never staged", every=0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err.decode()
+    assert b"interrupted; " in err and b"Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".release.{int(gone.stdout)}.abcd.partial"  # as a SIGKILLed export leaves it
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    run_export("release", trained["dir"], out, verify_lines=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["release"]
+
+
+def test_format_options_fp16_range_and_a_broken_recipe_are_named(trained, tmp_path: Path) -> None:
+    with pytest.raises(TfmError, match=r"dtype is not an option of the onnx export \(its options: opset\)"):
+        run_export("onnx", trained["dir"], tmp_path / "onnx", dtype="fp16")
+    run = Path(shutil.copytree(trained["dir"], tmp_path / "run"))
+    from safetensors.torch import load_file, save_file
+
+    from tfm_cli.checkpoint import read_metadata
+
+    state, metadata = load_file(str(run / "model.safetensors")), read_metadata(run / "model.safetensors")
+    name = next(k for k in state if k.endswith("weight"))
+    state[name][0, 0] = 1e6  # a finite weight that fp16 cannot hold
+    save_file(state, str(run / "model.safetensors"), metadata=metadata)
+    with pytest.raises(TfmError, match=f"{re.escape(name)} holds values up to 1e\\+06, beyond fp16's range") as caught:
+        run_export("release", run, tmp_path / "fp16", dtype="fp16")
+    assert "--dtype bf16" in caught.value.hint
+    assert (run_export("release", run, tmp_path / "bf16", dtype="bf16", verify_lines=3)).ok
+    (run / "recipe.yaml").write_text("data: {train: [\n")
+    with pytest.raises(TfmError, match=f"^{re.escape(str(run / 'recipe.yaml'))} has 1 problem:\n  invalid YAML"):  # not the staging copy
+        run_export("release", run, tmp_path / "broken")
 
 
 def test_bad_options_and_missing_extras_get_one_line(trained, tmp_path: Path) -> None:

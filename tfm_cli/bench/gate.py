@@ -4,12 +4,16 @@ Records are matched by their `id`. For each kind a few figures are gated, each w
 better: attention time (lower), training target tokens/s (higher), translation sentences/s (higher) and median
 batch latency (lower). A figure regresses when it is worse than the baseline by more than the tolerance; a
 record that the baseline measured but that now fails (unsupported, skipped) regresses too. Records that only
-one side has are listed, not failed: a different set of lengths or batch sizes is a different question.
+one side has are listed, not failed: a different set of lengths or batch sizes is a different question; but a
+gate that compares no figure at all fails (the CLI), and so does a baseline of another workload (another batch,
+width, model shape, precision or output length: `WORKLOAD`), whose figures answer another question under the
+same ids.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,11 @@ GATED: dict[str, dict[str, str]] = {
     "translate": {"sentences_per_s": "higher", "latency_p50_ms": "lower"},
 }
 _ENVIRONMENT_KEYS = ("device_name", "cpu_capability", "threads", "dtype", "torch")
+WORKLOAD: dict[str, tuple[str, ...]] = {  # the settings that change what a record's figures measure
+    "attention": ("batch", "heads", "d_k", "dtype"),
+    "train": ("model", "max_tokens", "accum_steps", "precision", "corpus"),
+    "translate": ("model", "sentences", "src_len", "out_len", "beam", "precision"),
+}
 
 
 def parse_tolerance(text: str) -> float:
@@ -43,12 +52,33 @@ def load_baseline(path: Path) -> dict[str, Any]:
         raise TfmError(f"baseline {path} does not exist", hint="write one with `tfm bench ... --json > FILE`") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise TfmError(f"baseline {path} is not a JSON file ({error})", hint="write one with `tfm bench ... --json > FILE`") from None
-    if not isinstance(data, dict) or data.get("kind") not in GATED or not isinstance(data.get("records"), list):
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str) or data["kind"] not in GATED or not isinstance(data.get("records"), list):
         raise TfmError(
             f"baseline {path} is not a tfm bench result (no kind and records)",
             hint="write one with `tfm bench ... --json > FILE`",
         )
+    for i, record in enumerate(data["records"], start=1):  # checked before anything is measured
+        problem = _record_problem(record, data["kind"])
+        if problem:
+            raise TfmError(f"baseline {path}: record {i} {problem}", hint="write the baseline again with `tfm bench ... --json > FILE`")
     return data
+
+
+def _record_problem(record: Any, kind: str) -> str | None:
+    """What makes a baseline record unusable by the gate (edited by hand, cut short), or None."""
+    if not isinstance(record, dict):
+        return f"is a {type(record).__name__}, not an object"
+    if not isinstance(record.get("id"), str):
+        return "has no id"
+    if record.get("status", "ok") != "ok":
+        return None
+    for figure in GATED[kind]:
+        value = record.get(figure)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            return f"({record['id']}) has {figure}={value!r}: a figure is a positive number (such a one could never regress)"
+    return None
 
 
 def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float) -> dict[str, Any]:
@@ -62,6 +92,17 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float)
         raise TfmError(
             f"the baseline is a benchmark of {baseline['kind']}, this is one of {kind}",
             hint=f"compare with a baseline written by `tfm bench {kind} --json`",
+        )
+    before_settings, now_settings = baseline.get("settings") or {}, current.get("settings") or {}
+    differs = [
+        f"{key} {before_settings[key]!r} -> {now_settings.get(key)!r}"
+        for key in WORKLOAD[kind]
+        if key in before_settings and before_settings[key] != now_settings.get(key)
+    ]
+    if differs:
+        raise TfmError(
+            f"the baseline measured another workload ({'; '.join(differs)}): its figures do not compare with these",
+            hint="measure with the baseline's settings (its \"settings\" in the JSON), or write a new baseline",
         )
     old = {r["id"]: r for r in baseline["records"]}
     new = {r["id"]: r for r in current["records"]}

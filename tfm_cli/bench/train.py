@@ -252,6 +252,7 @@ def bench_train(
         "recipe": recipe.name, "steps": steps, "warmup": warmup, "precision": precision,
         "max_tokens": recipe.train.max_tokens, "accum_steps": recipe.train.accum_steps,
         "corpus": str(recipe.data.train),
+        "model": {k: getattr(config, k) for k in ("d_model", "d_ff", "n_heads", "n_enc_layers", "n_dec_layers", "vocab_size")},
     }
     return {
         "kind": "train", "environment": environment(device, precision), "settings": settings,

@@ -48,7 +48,7 @@ def _ints(text: str, option: str) -> list[int]:
         raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint=option) from None
     if not values or min(values) < 1:
         raise typer.BadParameter(f"{text!r}: give positive integers, e.g. 64,128,256", param_hint=option)
-    return values
+    return list(dict.fromkeys(values))  # a value given twice is measured once (two records of one id)
 
 
 @contextlib.contextmanager
@@ -96,7 +96,11 @@ def _finish(result: dict[str, Any], json_out: bool, baseline: Path | None, gate_
     if gate_inputs is not None:
         from tfm_cli.bench.gate import compare
 
-        gate = compare(result, *gate_inputs)
+        try:
+            gate = compare(result, *gate_inputs)
+        except TfmError:  # the baseline measured another workload: show what was measured, then say so
+            print_json(result) if json_out else render(result)
+            raise
         result = {**result, "gate": {"baseline": str(baseline), **gate}}
     if json_out:
         print_json(result)
@@ -120,7 +124,13 @@ def _finish(result: dict[str, Any], json_out: bool, baseline: Path | None, gate_
                     f"({r['change']:+.1%}, tolerance {gate['tolerance']:.0%})", soft_wrap=True,
                 )
         raise typer.Exit(1)
-    info(f"gate: {gate['compared']} figure(s) within {gate['tolerance']:.0%} of {baseline}")
+    if not gate["compared"]:  # a gate that compared nothing must not pass
+        raise TfmError(
+            f"gate: no figure of {baseline} was measured now ({len(gate['only_in_baseline'])} in the baseline, "
+            f"{len(gate['only_in_current'])} now, none in common)",
+            hint="measure what the baseline measured (its lengths, batch sizes, modes), or write a new baseline",
+        )
+    info(f"gate: {gate['compared']} figure(s) within {gate['tolerance']:.1%} of {baseline}".replace(".0%", "%"))
 
 
 # ---- attention -------------------------------------------------------------------------------------------------
@@ -160,6 +170,7 @@ def attention(
 
     if dtype not in DTYPES:
         raise typer.BadParameter(f"{dtype!r} is not one of: {', '.join(DTYPES)}", param_hint="--dtype")
+    mask, impl = list(dict.fromkeys(mask)), list(dict.fromkeys(impl or [])) or None  # each once
     for m in mask:
         if m not in MASKS:
             raise typer.BadParameter(f"{m!r} is not one of: {', '.join(MASKS)}", param_hint="--mask")

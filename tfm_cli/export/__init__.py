@@ -28,6 +28,7 @@ FORMATS = {
     "onnx": "tfm_cli.export.onnx:export_onnx",
     "huggingface": "tfm_cli.export.huggingface:export_huggingface",
 }
+OPTIONS = {"release": ("dtype",), "onnx": ("opset",), "huggingface": ()}  # each format's keyword options
 
 
 def default_out(model: str | Path | None, fmt: str, runs_root: str | Path = "runs") -> Path:
@@ -69,6 +70,11 @@ def run_export(
     """
     if fmt not in FORMATS:
         raise TfmError(f"unknown export format {fmt!r}", hint=f"choose one of: {', '.join(FORMATS)}")
+    unknown = sorted(set(options) - set(OPTIONS[fmt]))
+    if unknown:  # e.g. dtype= for onnx: a TypeError from inside the exporter
+        known = ", ".join(OPTIONS[fmt]) or "none"
+        raise TfmError(f"{', '.join(unknown)} is not an option of the {fmt} export (its options: {known})",
+                       hint="see run_export's docstring for each format's options")
     from tfm_cli import __version__
     from tfm_cli.checkpoint import load_model
     from tfm_cli.export.common import probe_sources

@@ -10,7 +10,9 @@ measured. `tfm_cli.export.run_export` picks the weights, stages, calls it, and i
 from __future__ import annotations
 
 import contextlib
+import glob
 import importlib
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -109,11 +111,21 @@ def _short(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def probe_sources(run_dir: Path | None, n: int, tokenizer=None) -> list[str]:
+class ProbeSentences(list):
+    """The sentences an export is checked on; `what` says where they come from ("dev", "training", "made-up"),
+    for the names of the checks."""
+
+    def __init__(self, lines, what: str) -> None:
+        super().__init__(lines)
+        self.what = what
+
+
+def probe_sources(run_dir: Path | None, n: int, tokenizer=None) -> ProbeSentences:
     """Source sentences to verify an export on: the first `n` of the run's dev set (n <= 0: all of it).
 
     Falls back to the training corpus, then (no corpus readable, e.g. a release moved to another machine)
     to pseudo-sentences decoded from a fixed sequence of token ids, which exercise the graphs just as well.
+    The result's `what` says which.
     """
     from tfm_cli.data import read_pairs
     from tfm_cli.recipe import load_recipe
@@ -122,7 +134,7 @@ def probe_sources(run_dir: Path | None, n: int, tokenizer=None) -> list[str]:
     if recipe_file is not None and recipe_file.is_file():
         with contextlib.suppress(TfmError, OSError, ValueError):
             recipe = load_recipe(recipe_file)
-            for spec in (recipe.data.dev, recipe.data.train):
+            for spec, what in ((recipe.data.dev, "dev"), (recipe.data.train, "training")):
                 if not spec:
                     continue
                 lines: list[str] = []
@@ -133,10 +145,10 @@ def probe_sources(run_dir: Path | None, n: int, tokenizer=None) -> list[str]:
                         if 0 < n <= len(lines):
                             break
                 if lines:
-                    return lines
+                    return ProbeSentences(lines, what)
     if tokenizer is None:
         raise TfmError(f"no sentences to verify on: {recipe_file} names no readable corpus")
-    return pseudo_sentences(tokenizer, n if n > 0 else 200)
+    return ProbeSentences(pseudo_sentences(tokenizer, n if n > 0 else 200), "made-up")
 
 
 def pseudo_sentences(tokenizer, count: int, longest: int = 20) -> list[str]:
@@ -188,9 +200,10 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
     if not existing.is_dir():
         raise TfmError(f"{out} cannot be written: {existing} is a file, not a folder", hint="choose another --out directory")
     made = [p for p in [out.absolute().parent, *out.absolute().parent.parents] if not p.exists()]
+    _sweep_partials(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".partial", dir=out.parent))
     except OSError as err:
         _remove_empty(made)
         raise TfmError(f"{out} cannot be written: {err.strerror or err}", hint="choose a writable --out directory") from None
@@ -218,6 +231,23 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_empty(made)  # a failed export leaves no new folders behind either
         raise
+
+
+def _sweep_partials(out: Path) -> None:
+    """Remove the staging directories of earlier exports to `out` whose process is gone (killed with SIGKILL,
+    or a machine that went down): they are named .NAME.PID.XXXX.partial. Those of a live process are left."""
+    if not out.parent.is_dir():
+        return
+    for stale in out.parent.glob(f".{glob.escape(out.name)}.*.partial"):
+        pid = stale.name[len(out.name) + 2 :].split(".", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(stale, ignore_errors=True)
+        except OSError:  # alive, but another user's
+            pass
 
 
 def _remove_empty(folders: Sequence[Path]) -> None:

@@ -47,7 +47,21 @@ def export_release(loaded: LoadedModel, out: Path, sources: list[str], dtype: st
     from tfm_cli.translator import InputTruncatedWarning, Translator
 
     model, tokenizer, run_dir = loaded.model, loaded.tokenizer, loaded.run_dir
-    state = {name: t.to(DTYPES[dtype]) if t.is_floating_point() else t for name, t in weights_state(model).items()}
+    if (run_dir / "recipe.yaml").is_file():  # read here, so that a broken one is named where it is, not in staging
+        from tfm_cli.recipe import load_recipe
+
+        load_recipe(run_dir / "recipe.yaml")
+    weights = weights_state(model)
+    if dtype == "fp16":  # a weight beyond fp16's range would be released as an infinity
+        for name, t in weights.items():
+            largest = float(t.abs().max()) if t.is_floating_point() and t.numel() else 0.0
+            if largest > torch.finfo(torch.float16).max:
+                raise TfmError(
+                    f"{name} holds values up to {largest:.4g}, beyond fp16's range (65,504): a fp16 release would "
+                    "hold infinities there",
+                    hint="use --dtype bf16 (fp32's range, half the size) or fp32",
+                )
+    state = {name: t.to(DTYPES[dtype]) if t.is_floating_point() else t for name, t in weights.items()}
     save_weights(out / FINAL, state, model.config, tokenizer.sha256, loaded.step, dtype=dtype, source=loaded.path.name)
     (out / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2) + "\n", encoding="utf-8")
     shutil.copyfile(run_dir / "tokenizer.json", out / "tokenizer.json")
@@ -67,7 +81,7 @@ def export_release(loaded: LoadedModel, out: Path, sources: list[str], dtype: st
         expected = original.translate(sources, **settings)
         got = released.translate(sources, **settings)
         scores = _dev_scores(loaded, released, dtype)
-    name = f"translations on {len(sources)} dev sentences (beam {settings.get('beam', 4)})"
+    name = f"translations on {len(sources)} {getattr(sources, 'what', 'dev')} sentences (beam {settings.get('beam', 4)})"
     if dtype == "fp32":
         checks.append(agreement(name, [t.text for t in expected], [t.text for t in got]))
     else:  # rounding the weights may change a few translations: measured and reported, not required
@@ -80,7 +94,7 @@ def export_release(loaded: LoadedModel, out: Path, sources: list[str], dtype: st
     size = (out / FINAL).stat().st_size
     notes = [f"model.safetensors: {size / 2**20:,.1f} MiB ({dtype})", f"translate with: tfm translate --model {shell_word(out)}"]
     if cut:
-        notes.append(f"{cut} dev sentences longer than the model takes ({limit} tokens) were cut to it for the checks")
+        notes.append(f"{cut} {getattr(sources, 'what', 'dev')} sentences longer than the model takes ({limit} tokens) were cut to it for the checks")
     return ExportResult("release", out, loaded.path, files, checks, notes=notes)
 
 
