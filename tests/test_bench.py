@@ -241,6 +241,8 @@ def test_gate_library() -> None:
     assert parse_tolerance("10%") == pytest.approx(0.1) and parse_tolerance("0.25") == 0.25
     with pytest.raises(TfmError, match="not a number"):
         parse_tolerance("ten")
+    with pytest.raises(TfmError, match=r"'10' is out of range: a share from 0 to 10 \(0% to 1000%\)"):
+        parse_tolerance("10")  # 1000%: meant as 10%
 
 
 def test_gate_through_the_cli(tmp_path: Path) -> None:

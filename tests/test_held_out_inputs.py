@@ -170,6 +170,13 @@ def test_other_engines_models_and_missing_files_are_named(run: Path, tmp_path: P
     proc = translate(lone, "Bonjour.")
     error_line(proc, str(lone), "needs the tokenizer it was trained with", str(tmp_path / "tokenizer.json"))
     assert "hint: copy the run's tokenizer.json into" in proc.stderr
+    onnx = tmp_path / "onnx"
+    onnx.mkdir()
+    write(onnx / "decoder.onnx", b"graph")
+    error_line(translate(onnx, "Bonjour."), f"{onnx} is an incomplete ONNX export: encoder.onnx is missing")
+    write(onnx / "encoder.onnx", b"graph")
+    proc = tfm("export", str(onnx), "--format", "release", "--out", str(tmp_path / "rel"), check=False)
+    error_line(proc, f"{onnx} is an ONNX export (decoder.onnx, encoder.onnx): it holds no PyTorch weights")
     proc = translate(run, "-r", str(tmp_path / "nowhere.en"), stdin="Bonjour.\n")
     line = error_line(proc, f"--reference {tmp_path / 'nowhere.en'} does not exist")
     assert "data.train" not in line and "bundled" not in proc.stderr  # not the recipe's corpus message

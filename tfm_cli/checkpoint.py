@@ -29,7 +29,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from tfm_cli import __version__
-from tfm_cli.errors import CheckpointError
+from tfm_cli.errors import CheckpointError, shell_word
 from tfm_cli.files import atomic_write
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.tokenizer import Tokenizer
@@ -159,7 +159,7 @@ def resolve_weights(spec: str | Path | None, runs_root: str | Path = "runs") -> 
         runs = [(t, p) for t, p in runs if t is not None]
         if not runs:
             raise CheckpointError(
-                f"no trained model found under {root}/", hint="train one with `tfm train recipes/tiny.yaml` or pass --model RUN_DIR"
+                f"no trained model found under {root}/", hint="train one with `tfm train recipes/tiny.yaml`, or name the run directory (e.g. runs/tiny)"
             )
         return resolve_weights(max(runs)[1])
     path = Path(spec)
@@ -173,6 +173,18 @@ def resolve_weights(spec: str | Path | None, runs_root: str | Path = "runs") -> 
     steps = checkpoint_steps(path)
     if steps:
         return steps[-1][1]
+    if path.is_dir() and any(path.glob("*.onnx")):  # `tfm export --format onnx` (whole or not): graphs, no weights
+        lacking = [name for name in ("encoder.onnx", "decoder.onnx") if not (path / name).is_file()]
+        if lacking:
+            raise CheckpointError(
+                f"{path} is an incomplete ONNX export: {' and '.join(lacking)} {'is' if len(lacking) == 1 else 'are'} missing",
+                hint=f"export it again: tfm export RUN --format onnx --out {shell_word(path)} --force",
+            )
+        raise CheckpointError(
+            f"{path} is an ONNX export ({', '.join(sorted(p.name for p in path.glob('*.onnx')))}): it holds no PyTorch weights",
+            hint="translate it with `tfm translate --model DIR` (onnxruntime); for this command, give the run it was "
+            "exported from (its tfm-export.json names the weights)",
+        )
     if path.is_dir() and (path / "model.bin").is_file():  # CTranslate2's converters write model.bin + config.json
         raise CheckpointError(
             f"{path} is a CTranslate2 model (model.bin), not tfm's",

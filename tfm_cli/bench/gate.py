@@ -40,7 +40,10 @@ def parse_tolerance(text: str) -> float:
     except ValueError:
         raise TfmError(f"--tolerance {text!r} is not a number", hint="write it as 10% or 0.1") from None
     if not 0 <= tolerance < 10:
-        raise TfmError(f"--tolerance {text!r} is out of range", hint="use a share such as 5% or 0.25")
+        raise TfmError(
+            f"--tolerance {text!r} is out of range: a share from 0 to 10 (0% to 1000%)",
+            hint="write a percentage with its sign, e.g. 10% (or the share 0.1)",
+        )
     return tolerance
 
 
