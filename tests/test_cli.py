@@ -689,7 +689,8 @@ def test_stop_signals_stop_once_and_leave_other_handlers_alone() -> None:
     previous handlers come back afterwards."""
     import signal
 
-    from tfm_cli.cli.train import _interrupted_status, stop_signals
+    from tfm_cli.cli.common import interrupted_status as _interrupted_status
+    from tfm_cli.cli.common import stop_signals
 
     before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
     try:

@@ -200,7 +200,7 @@ def test_held_stops_stop_every_rank_at_the_same_point() -> None:
     handler (which records the signal for the exit status); later signals are ignored while the step is saved; a
     signal in an `interruptible` block ends that block at once; one after the last check is delivered at the end;
     a single process is left as it was."""
-    from tfm_cli.cli.train import stop_signals
+    from tfm_cli.cli.common import stop_signals
     from tfm_cli.training.stopping import HeldStops
 
     with stop_signals() as received, HeldStops(_OtherRank()) as stops:

@@ -25,6 +25,15 @@ def atomic_write(path: Path, write: Callable[[str], object]) -> None:
         raise
 
 
+def nearest_existing(path: Path) -> Path:
+    """`path`, or the nearest of its parents that exists: where a writer would have to create the rest (as
+    written: a relative path gives a relative answer, "." at most)."""
+    existing = Path(path)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return existing
+
+
 def current_umask() -> int:
     """The process's file-creation mask (reading it means setting it, so set it straight back)."""
     mask = os.umask(0o022)

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import json
 import os
+import signal
 import stat
 import sys
 import tempfile
@@ -177,9 +178,9 @@ def check_output_file(
         if not os.access(path, os.W_OK):
             raise TfmError(f"{option} {path} cannot be written: permission denied", hint=f"give {option} a writable path")
         return path
-    existing = path.absolute().parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    from tfm_cli.files import nearest_existing
+
+    existing = nearest_existing(path.absolute().parent)
     try:
         if not existing.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, f"{existing} is a file, not a folder")
@@ -275,3 +276,46 @@ def progress_bar(label: str, total: int | None) -> Iterator[Callable[[int], None
     task = bar.add_task(label, total=total)
     with bar:
         yield lambda n: bar.advance(task, n)
+
+
+# ---- stop signals ----------------------------------------------------------------------------------------------
+
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[list[int]]:
+    """SIGTERM (a batch scheduler's notice before it kills a job, `kill`, `docker stop`) and SIGHUP (the
+    terminal closed) raise KeyboardInterrupt, as Ctrl-C does: training saves the last completed step and
+    returns, an export removes its staging directory.
+
+    Yields the list of the signals received (the first one decides the exit status). A signal whose handling
+    is not the default (`nohup` ignores SIGHUP, a caller installed its own) is left alone; a second signal
+    while the checkpoint is being saved is ignored, so the save completes.
+    """
+    received: list[int] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            raise KeyboardInterrupt
+
+    with handling_stop_signals(stop):
+        yield received
+
+
+@contextlib.contextmanager
+def handling_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """`handler` for each of STOP_SIGNALS whose handling is the default, the previous handling restored after."""
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS if signal.getsignal(sig) is signal.SIG_DFL}
+    try:
+        yield
+    finally:
+        for sig, before in previous.items():
+            signal.signal(sig, before)
+
+
+def interrupted_status(received: list[int]) -> int:
+    """128 + the signal, as a shell reports a process it ended: 130 for Ctrl-C, 143 for SIGTERM."""
+    return 128 + (received[0] if received else signal.SIGINT)

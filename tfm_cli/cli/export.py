@@ -5,15 +5,12 @@ A thin face over `tfm_cli.export.run_export`: parse options, call it, print the 
 
 from __future__ import annotations
 
-import contextlib
 import signal
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import typer
 
-from tfm_cli.cli.common import info, print_json, print_table
+from tfm_cli.cli.common import info, interrupted_status, print_json, print_table, stop_signals
 
 FORMATS = ("release", "onnx", "huggingface")  # as tfm_cli.export.FORMATS, without importing torch
 DTYPES = ("fp32", "fp16", "bf16")
@@ -60,7 +57,7 @@ def export(
     info(f"exporting {model or 'the most recent run'} as {fmt} (checking on {f'up to {verify_lines}' if verify_lines else 'all'} dev sentences)")
     received: list[int] = []
     try:
-        with _terminate_as_interrupt(received):  # SIGTERM (kill, a scheduler) cleans up as Ctrl-C does
+        with stop_signals() as received:  # SIGTERM (kill, a scheduler) and SIGHUP clean up as Ctrl-C does
             result = run_export(fmt, model, out, force=force, verify_lines=verify_lines, **options)
     except ExportCheckError as error:
         _show(error.result, json_out)
@@ -69,31 +66,11 @@ def export(
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # on the way out: a second Ctrl-C changes nothing
         where = out if out is not None else "--out"
         info(f"tfm export: interrupted; {where} is as it was (the partial export was removed)")
-        raise typer.Exit(128 + (received[0] if received else signal.SIGINT)) from None
+        raise typer.Exit(interrupted_status(received)) from None
     _show(result, json_out)
     info(f"wrote {result.path}/: {', '.join(result.files)}")
     for note in result.notes:
         info(note)
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt(received: list[int]) -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt for the block (when its handling is the default), so that the staging
-    directory is removed as for Ctrl-C; `received` gets the signal."""
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        received.append(signum)
-        if len(received) == 1:
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _show(result, json_out: bool) -> None:

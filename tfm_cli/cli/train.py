@@ -6,18 +6,27 @@ torchrun, it runs as one rank of the job (`tfm_cli.distributed`).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from tfm_cli.cli.common import DEVICE_HELP, JSON_HELP, err, fancy_stderr, info, print_json, print_table
+from tfm_cli.cli.common import (
+    DEVICE_HELP,
+    JSON_HELP,
+    err,
+    fancy_stderr,
+    handling_stop_signals,
+    info,
+    interrupted_status,
+    print_json,
+    print_table,
+    stop_signals,
+)
 from tfm_cli.errors import shell_word
 
 _DIST = "Several processes or machines (torchrun, DDP)"
@@ -126,7 +135,7 @@ def train(
         try:
             if rank != 0:  # one rank of a torchrun job: rank 0 prints progress and the result
                 result = run_training(resolved, run_dir, torch_device, resume=resume is not None)
-                raise typer.Exit(_interrupted_status(received) if result.interrupted else 0)
+                raise typer.Exit(interrupted_status(received) if result.interrupted else 0)
             info(f"tfm train: recipe {resolved.name} -> {run_dir} on {torch_device} ({precision})")
             events = _Progress(resolved.train.max_steps, resolved.train.log_every)
             try:
@@ -136,13 +145,13 @@ def train(
         except KeyboardInterrupt:  # outside the training loop: while setting up, or writing the final model
             _exiting()
             if rank != 0:
-                raise typer.Exit(_interrupted_status(received)) from None
+                raise typer.Exit(interrupted_status(received)) from None
             _interrupted_outside_the_loop(Path(run_dir), received)
     if result.interrupted:
         _exiting()
         if received:
             info(f"tfm train: stopped by {signal.Signals(received[0]).name}")
-        raise typer.Exit(_interrupted_status(received))
+        raise typer.Exit(interrupted_status(received))
     final = result.final
     summary: dict[str, Any] = {
         "run_dir": str(result.run_dir), "steps": result.step, "wall_seconds": round(result.seconds, 1),
@@ -161,49 +170,12 @@ def train(
     info(f"next: tfm translate --model {shell_word(result.run_dir)} \"Je suis étudiant.\"")
 
 
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-@contextlib.contextmanager
-def stop_signals() -> Iterator[list[int]]:
-    """SIGTERM (a batch scheduler's notice before it kills a job, `kill`, `docker stop`) and SIGHUP (the
-    terminal closed) stop training the way Ctrl-C does: the trainer saves the last completed step and returns.
-
-    Yields the list of the signals received (the first one decides the exit status). A signal whose handling
-    is not the default (`nohup` ignores SIGHUP, a caller installed its own) is left alone; a second signal
-    while the checkpoint is being saved is ignored, so the save completes.
-    """
-    received: list[int] = []
-
-    def stop(signum: int, frame: Any) -> None:
-        received.append(signum)
-        if len(received) == 1:
-            raise KeyboardInterrupt
-
-    with _handling_stop_signals(stop):
-        yield received
-
-
-@contextlib.contextmanager
-def _handling_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
-    """`handler` for each of STOP_SIGNALS whose handling is the default, the previous handling restored after."""
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS if signal.getsignal(sig) is signal.SIG_DFL}
-    try:
-        yield
-    finally:
-        for sig, before in previous.items():
-            signal.signal(sig, before)
-
-
 def _exiting() -> None:
     """The run is stopped and saved, and the process is on its way out: a second Ctrl-C would only interrupt
     Python's exit handlers (torch's among them) with a traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _interrupted_status(received: list[int]) -> int:
-    """128 + the signal, as a shell reports a process it ended: 130 for Ctrl-C, 143 for SIGTERM."""
-    return 128 + (received[0] if received else signal.SIGINT)
 
 
 def _interrupted_outside_the_loop(run_dir: Path, received: list[int]) -> None:
@@ -218,7 +190,7 @@ def _interrupted_outside_the_loop(run_dir: Path, received: list[int]) -> None:
              f"intact; continue, or write the final model, with `tfm train --resume {shell_word(run_dir)}`")
     else:
         info(f"tfm train: stopped by {why} before the first checkpoint; nothing to resume: start again")
-    raise typer.Exit(_interrupted_status(received))
+    raise typer.Exit(interrupted_status(received))
 
 
 class _Launch:
@@ -274,13 +246,13 @@ class _Launch:
             forwarded.append(signum)
             proc.send_signal(signum)
 
-        with _handling_stop_signals(forward):
+        with handling_stop_signals(forward):
             try:
                 status = proc.wait()
             except KeyboardInterrupt:  # torchrun passes Ctrl-C on to the ranks: wait while rank 0 saves
                 proc.wait()
-                return _interrupted_status([])
-        return _interrupted_status(forwarded) if forwarded else status
+                return interrupted_status([])
+        return interrupted_status(forwarded) if forwarded else status
 
 
 def _describe(final_model: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 from tfm_cli.checkpoint import EXPORT_INFO as EXPORT_INFO  # tfm-export.json, kept with the run's file names
 from tfm_cli.errors import TfmError
-from tfm_cli.files import current_umask
+from tfm_cli.files import current_umask, nearest_existing
 
 
 @dataclass
@@ -194,9 +194,7 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
     if out.is_dir() and Path.cwd().resolve().is_relative_to(resolved):
         # `--out . --force` would replace the folder the user works in (and everything in it) with the export
         raise TfmError(f"{out} is the current directory, or holds it", hint="choose another --out directory")
-    existing = out.absolute().parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = nearest_existing(out.absolute().parent)
     if not existing.is_dir():
         raise TfmError(f"{out} cannot be written: {existing} is a file, not a folder", hint="choose another --out directory")
     made = [p for p in [out.absolute().parent, *out.absolute().parent.parents] if not p.exists()]

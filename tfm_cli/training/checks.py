@@ -24,6 +24,7 @@ from tfm_cli.data import (
     resolve_corpus_path,
 )
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, shell_word
+from tfm_cli.files import nearest_existing
 from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.recipe import (
     ModelRecipe,
@@ -138,9 +139,7 @@ def _check_place(run_dir: Path, resume: bool = False) -> None:
     must be able to write into the run's own directory."""
     if run_dir.exists() and not run_dir.is_dir():
         raise TfmError(f"{run_dir} exists and is not a directory: it cannot hold the run", hint="choose another --out")
-    existing = run_dir
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = nearest_existing(run_dir)
     try:
         if not existing.is_dir():
             raise NotADirectoryError(20, f"{existing} is not a directory")
