@@ -231,10 +231,36 @@ def test_held_stops_stop_every_rank_at_the_same_point() -> None:
         _signal_self(signal.SIGTERM)  # after the last step's check: delivered as the loop ends
     assert received == [signal.SIGTERM]
 
-    with stop_signals(), HeldStops(Distributed()) as stops:  # one process: Ctrl-C and SIGTERM raise at once
-        assert not stops.previous and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        stops.check()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_one_process_stops_at_once_and_a_swallowed_stop_at_the_end_of_the_step(signum: int) -> None:
+    """One process: the signal raises KeyboardInterrupt where it lands. Where that was a finalizer (`__del__`
+    prints the exception as "Exception ignored" and carries on) the end of the step raises it again."""
+    from tfm_cli.cli.common import stop_signals
+    from tfm_cli.training.stopping import HeldStops
+
+    with stop_signals() as received, HeldStops(Distributed()) as stops:
+        stops.check()  # no signal: nothing happens
+        with pytest.raises(KeyboardInterrupt):
+            _signal_self(signum)  # at once, as without HeldStops
+        assert stops.received == [signum]
+    assert received == ([signum] if signum != signal.SIGINT else [])
+
+    class Finalized:
+        def __del__(self) -> None:
+            try:
+                _signal_self(signum)  # lands here, in a finalizer...
+            except KeyboardInterrupt:
+                pass  # ...which is as good as swallowed: CPython prints it and goes on
+
+    with stop_signals() as received, HeldStops(Distributed()) as stops:
+        Finalized()
+        with pytest.raises(KeyboardInterrupt):
+            stops.check()  # the end of the step
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_a_lost_peer_is_told_from_other_errors() -> None:
