@@ -76,6 +76,32 @@ def test_an_output_path_ending_in_a_slash_names_a_folder(tmp_path: Path, command
     assert not (tmp_path / "newdir").exists()
 
 
+@pytest.mark.parametrize(
+    ("command", "named"),
+    [
+        (["train", "recipe.yaml", "--out", "", "--dry-run"], "'--out' / '-o': is empty"),
+        (["train", "--resume", ""], "'--resume': is empty"),
+        (["train", ""], "the recipe path is empty"),
+        (["export", "run", "--format", "release", "--out", ""], "'--out' / '-o': is empty"),
+        (["translate", "--model", "", "Bonjour."], "'--model' / '-m': is empty"),
+        (["translate", "--score", "", "--score", "ref.en"], "'--score': is empty"),
+        (["translate", "--output", "", "--score", "c.tsv"], "'--output': is empty"),
+        (["tokenize", "--corpus", ""], "--corpus is empty"),
+        (["tokenize", "--encode", "x", "--tokenizer", ""], "'--tokenizer' / '-t': is empty"),
+        (["inspect-attn", "--model", "", "Bonjour."], "'--model' / '-m': is empty"),
+        (["bench", "translate", "--baseline", ""], "'--baseline': is empty"),
+    ],
+)
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(tmp_path: Path, command, named: str) -> None:
+    """`--out "$RUN"` with RUN unset: Path("") is ".", so `tfm train --out ""` trained into the current folder."""
+    shutil.copy(Path(__file__).parents[1] / "recipes" / "tiny.yaml", tmp_path / "recipe.yaml")
+    proc = tfm(*command, cwd=tmp_path, check=False)
+    assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr, proc.stderr
+    assert named in " ".join(proc.stderr.replace("│", " ").split()), proc.stderr
+    assert "an unset shell variable?" in " ".join(proc.stderr.replace("│", " ").split())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["recipe.yaml"]
+
+
 # ---- a disk that fills up -------------------------------------------------------------------------------------
 
 
@@ -180,6 +206,11 @@ def test_other_engines_models_and_missing_files_are_named(run: Path, tmp_path: P
     proc = translate(run, "-r", str(tmp_path / "nowhere.en"), stdin="Bonjour.\n")
     line = error_line(proc, f"--reference {tmp_path / 'nowhere.en'} does not exist")
     assert "data.train" not in line and "bundled" not in proc.stderr  # not the recipe's corpus message
+    for corpus in (["nowhere.tsv"], ["nowhere.fr", "nowhere.en"]):
+        args = [a for c in corpus for a in ("--corpus", str(tmp_path / c))]
+        proc = tfm("tokenize", *args, "--out", str(tmp_path / "tok.json"), check=False)
+        line = error_line(proc, f"--corpus {tmp_path / corpus[0]} does not exist")
+        assert "data.train" not in line and not (tmp_path / "tok.json").exists()
 
 
 def test_alpha_that_is_not_a_number_is_named_as_such(run: Path) -> None:

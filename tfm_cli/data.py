@@ -78,6 +78,8 @@ def resolve_corpus_path(spec: str | os.PathLike, once: bool = False, option: str
         CorpusError: the file does not exist (the message names it and says what to check).
     """
     text = os.fspath(spec)
+    if not text.strip():  # Path("") is the current directory
+        raise CorpusError(f"{option or 'a corpus file path'} is empty (an unset shell variable?): give the path of a .tsv or .txt file")
     if text.startswith(BUNDLED_PREFIX):
         rel = text[len(BUNDLED_PREFIX) :].lstrip("/")
         root = bundled_dir()

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from tfm_cli.errors import RecipeError
+from tfm_cli.errors import RecipeError, TfmError
 from tfm_cli.model.config import ModelConfig, config_problems
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -763,8 +763,11 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     Raises:
         RecipeError: naming the file; for a file that is missing, a directory, unreadable, not valid YAML
             (with line and column) or not a mapping, else listing every problem in the recipe and overrides.
+        TfmError: `path` is empty.
     """
     source = str(path)
+    if not source.strip():  # Path("") is the current directory
+        raise TfmError("the recipe path is empty (an unset shell variable?): give a recipe file such as recipes/tiny.yaml")
     data = _read_yaml(Path(path), source)
     if data is None:
         raise RecipeError(source, ["is empty; a recipe needs at least `name:` (see recipes/base.yaml)"])

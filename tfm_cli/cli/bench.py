@@ -19,6 +19,7 @@ from tfm_cli.cli.common import (
     err,
     fancy_stderr,
     fancy_stdout,
+    given_path,
     info,
     print_json,
     print_table,
@@ -150,7 +151,7 @@ def attention(
     warmup: int = typer.Option(1, "--warmup", min=0, help="Untimed runs first."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
-    baseline: Path = typer.Option(None, "--baseline", help=BASELINE_HELP, show_default=False),
+    baseline: Path = typer.Option(None, "--baseline", parser=given_path, metavar="<path>", help=BASELINE_HELP, show_default=False),
     tolerance: str = typer.Option("10%", "--tolerance", help=TOLERANCE_HELP),
 ) -> None:
     """Attention across sequence lengths: explicit math vs PyTorch SDPA and each of its backends.
@@ -240,7 +241,7 @@ def train(
     compare: bool = typer.Option(False, "--compare", help=COMPARE_HELP),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
-    baseline: Path = typer.Option(None, "--baseline", help=BASELINE_HELP, show_default=False),
+    baseline: Path = typer.Option(None, "--baseline", parser=given_path, metavar="<path>", help=BASELINE_HELP, show_default=False),
     tolerance: str = typer.Option("10%", "--tolerance", help=TOLERANCE_HELP),
 ) -> None:
     """Training throughput on a recipe's real batches: the model step alone next to the trainer.
@@ -300,8 +301,8 @@ def _render_train(result: dict[str, Any]) -> None:
 
 @app.command("translate")
 def translate(
-    model: Path = typer.Option(None, "--model", "-m", help="A trained run or .safetensors file (default: random weights of --recipe's shape).", show_default=False),
-    recipe: Path = typer.Option(None, "--recipe", help="Random weights with this recipe's model shape and vocabulary size.", show_default=False),
+    model: Path = typer.Option(None, "--model", "-m", parser=given_path, metavar="<path>", help="A trained run or .safetensors file (default: random weights of --recipe's shape).", show_default=False),
+    recipe: Path = typer.Option(None, "--recipe", parser=given_path, metavar="<path>", help="Random weights with this recipe's model shape and vocabulary size.", show_default=False),
     batch_sizes: str = typer.Option("1,8,32", "--batch-sizes", help="Sentences per batch, comma-separated."),
     sentences: int = typer.Option(64, "--sentences", min=1, help="Sources translated per configuration."),
     src_len: int = typer.Option(20, "--src-len", min=1, help="Tokens per source."),
@@ -314,7 +315,7 @@ def translate(
     precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and CPUs with native bf16, else fp32), fp32, bf16, fp16, or int8 (CPU: int8 linear layers for tfm and both peers)."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
-    baseline: Path = typer.Option(None, "--baseline", help=BASELINE_HELP, show_default=False),
+    baseline: Path = typer.Option(None, "--baseline", parser=given_path, metavar="<path>", help=BASELINE_HELP, show_default=False),
     tolerance: str = typer.Option("10%", "--tolerance", help=TOLERANCE_HELP),
 ) -> None:
     """Translation throughput and latency per batch size: greedy and beam, with and without the K/V cache.

@@ -124,13 +124,26 @@ def report_error(error: TfmError) -> None:
         err.print(f"[dim]hint:[/dim] {_escape(error.hint)}", soft_wrap=True)
 
 
+_EMPTY_PATH = "is empty (an unset shell variable?): give a path"
+
+
+def given_path(value: str) -> Path:
+    """A typer `parser` for an option or argument that names a file or a folder: an empty value (`--out "$RUN"`
+    with RUN unset) is refused, where Path("") would quietly be the current directory."""
+    if not value.strip():
+        raise typer.BadParameter(_EMPTY_PATH)
+    return Path(value)
+
+
 def file_path(example: str) -> Callable[[str], Path]:
     """A typer `parser` for an option that names an output file: a path that ends with "/" (or is "." or
     empty) names a folder, which Path() would quietly turn into a file name (`--out newdir/` wrote a file
     called newdir). `example` is the file name the message suggests inside it."""
 
     def parse(value: str) -> Path:
-        if not value or value.endswith(("/", os.sep)) or Path(value).name in ("", ".", ".."):
+        if not value.strip():
+            raise typer.BadParameter(_EMPTY_PATH)
+        if value.endswith(("/", os.sep)) or Path(value).name in ("", ".", ".."):
             inside = os.path.join(value or ".", example)
             raise typer.BadParameter(f"{value!r} names a folder, not a file: give a file path, e.g. {inside}")
         return Path(value)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from tfm_cli.cli.common import info, interrupted_status, print_json, print_table, stop_signals
+from tfm_cli.cli.common import given_path, info, interrupted_status, print_json, print_table, stop_signals
 
 FORMATS = ("release", "onnx", "huggingface")  # as tfm_cli.export.FORMATS, without importing torch
 DTYPES = ("fp32", "fp16", "bf16")
@@ -19,7 +19,7 @@ DTYPES = ("fp32", "fp16", "bf16")
 def export(
     model: Path = typer.Argument(None, help="Run directory, release directory or .safetensors file (default: the most recent run under runs/).", show_default=False),
     fmt: str = typer.Option(..., "--format", "-f", help="release (safetensors + tokenizer + model card), onnx (encoder + decoder step for onnxruntime), or huggingface (MarianMT, for transformers and CTranslate2)."),
-    out: Path = typer.Option(None, "--out", "-o", help="Directory to write (default: exports/RUN-FORMAT).", show_default=False),
+    out: Path = typer.Option(None, "--out", "-o", parser=given_path, metavar="<path>", help="Directory to write (default: exports/RUN-FORMAT).", show_default=False),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out directory (only once the new export is written and checked)."),
     dtype: str = typer.Option("fp32", "--dtype", help="release: store the weights as fp32, fp16 or bf16."),
     opset: int = typer.Option(None, "--opset", min=14, max=21, help="onnx: the ONNX opset, 14 to 21 (default: 17).", show_default=False),

@@ -21,6 +21,7 @@ from tfm_cli.cli.common import (
     check_utf8,
     fancy_stdout,
     file_path,
+    given_path,
     info,
     out,
     print_json,
@@ -34,7 +35,7 @@ _SHADES = " ·░▒▓█"
 
 def inspect_attn(
     sentence: str = typer.Argument(..., help="The source sentence to translate and inspect."),
-    model: Path = typer.Option(None, "--model", "-m", help="Run directory, release directory or .safetensors file (default: the most recent run under runs/).", show_default=False),
+    model: Path = typer.Option(None, "--model", "-m", parser=given_path, metavar="<path>", help="Run directory, release directory or .safetensors file (default: the most recent run under runs/).", show_default=False),
     target: str = typer.Option(None, "--target", "-t", help="Inspect this target (teacher-forced) instead of the model's translation.", show_default=False),
     kind: str = typer.Option(None, "--kind", "-k", help="encoder, decoder or cross (default: cross; with --token, where the token is).", show_default=False),
     layer: int = typer.Option(None, "--layer", "-l", help="Layer, from 1 (default: the last).", show_default=False),

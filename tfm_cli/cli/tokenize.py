@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from tfm_cli.cli.common import JSON_HELP, check_output_file, file_path, info, print_json, print_table
+from tfm_cli.cli.common import JSON_HELP, check_output_file, file_path, given_path, info, print_json, print_table
 from tfm_cli.errors import CheckpointError, TfmError
 
 
@@ -19,7 +19,7 @@ def tokenize(
     vocab_size: int = typer.Option(None, "--vocab-size", min=300, max=1_000_000, help="Vocabulary size (default: the recipe's, else 8000).", show_default=False),
     min_frequency: int = typer.Option(None, "--min-frequency", min=1, help="Minimum count of a merge (default: the recipe's, else 2).", show_default=False),
     out: Path = typer.Option(None, "--out", "-o", parser=file_path("tokenizer.json"), metavar="<path>", help="Where to save tokenizer.json (default: runs/<recipe name>/tokenizer.json, or ./tokenizer.json).", show_default=False),
-    tokenizer: Path = typer.Option(None, "--tokenizer", "-t", help="With --encode: a tokenizer.json or a run directory (default: the most recent run).", show_default=False),
+    tokenizer: Path = typer.Option(None, "--tokenizer", "-t", parser=given_path, metavar="<path>", help="With --encode: a tokenizer.json or a run directory (default: the most recent run).", show_default=False),
     encode: list[str] = typer.Option(None, "--encode", "-e", help="Show the pieces and ids of this text (repeatable) instead of training.", show_default=False),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
@@ -87,6 +87,7 @@ def _encode(tok, texts: list[str], json_out: bool) -> None:
 def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: bool) -> None:
     settings: dict[str, Any] = {"vocab_size": 8000, "min_frequency": 2}
     spec: Any = None
+    option = None  # the command-line option the corpus came from (None: the recipe's data.train)
     default_out = Path("tokenizer.json")
     if recipe is not None:
         from tfm_cli.recipe import load_recipe
@@ -101,6 +102,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
         if len(corpus) > 2:
             raise typer.BadParameter("give one TSV, or a source file and a target file", param_hint="--corpus")
         spec = corpus[0] if len(corpus) == 1 else list(corpus)
+        option = "--corpus"
     if spec is None:
         raise typer.BadParameter("give a RECIPE or --corpus to train on (or --encode TEXT to inspect)", param_hint="RECIPE")
     settings.update({k: v for k, v in (("vocab_size", vocab_size), ("min_frequency", min_frequency)) if v is not None})
@@ -129,7 +131,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     check_output_file(target, "--out", inputs=sources, keeps=_is_tokenizer, what="a tokenizer.json", example="tokenizer.json")
 
     def texts():
-        for _, src, tgt in read_pairs(spec):
+        for _, src, tgt in read_pairs(spec, option=option):
             yield src
             yield tgt
 
@@ -144,7 +146,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
             f"pairs of pieces seen at least {settings['min_frequency']} times (a larger corpus, or a lower "
             "--min-frequency, gives more)"
         )
-    stats = tokenizer_stats(tok, ((s, t) for _, s, t in read_pairs(spec)))
+    stats = tokenizer_stats(tok, ((s, t) for _, s, t in read_pairs(spec, option=option)))
     report = {"tokenizer": str(target), "corpus": spec, "train_seconds": round(seconds, 2), **stats}
     if json_out:
         print_json(report)
