@@ -98,8 +98,6 @@ def bench_translate(
         ValueError: lengths the model cannot hold, a beam wider than the vocabulary, or an unknown mode.
         TfmError: `compare` without transformers installed.
     """
-    if out_len < src_len:
-        raise ValueError(f"out_len={out_len} must be >= src_len={src_len}: the maximum output length is src_len + offset")
     if src_len + 1 > model.config.max_positions or out_len + 1 > model.config.max_positions:
         raise ValueError(f"src_len and out_len must stay below the model's max_positions={model.config.max_positions}")
     bad = [m for m in modes if m not in MODES]
@@ -120,7 +118,7 @@ def bench_translate(
 
     def tfm(batch: list[list[int]], mode: str, use_cache: bool) -> list[int]:
         hyps = translate_ids(
-            engines_by_cache[use_cache], batch, beam_size=beam, alpha=0.6, max_len_offset=out_len - src_len, min_len=out_len,
+            engines_by_cache[use_cache], batch, beam_size=beam, alpha=0.6, max_len_offset=out_len - src_len, min_len=out_len,  # max = min = out_len
             max_tokens=10**9, greedy=mode == "greedy", autocast=amp, use_cache=use_cache,
         )
         return [len(h[0].tokens) for h in hyps]

@@ -342,8 +342,6 @@ def translate(
         raise typer.BadParameter("choose --greedy-only or --beam-only, not both", param_hint="--greedy-only")
     if (model is None) == (recipe is None):
         raise typer.BadParameter("give a trained model (--model RUN) or a recipe for random weights (--recipe FILE)", param_hint="--model")
-    if out_len < src_len:
-        raise typer.BadParameter(f"--out-len {out_len} must be >= --src-len {src_len} (outputs may be at most source length + offset)", param_hint="--out-len")
     if precision not in TRANSLATE_PRECISIONS:
         raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(TRANSLATE_PRECISIONS)}", param_hint="--precision")
     sizes = _ints(batch_sizes, "--batch-sizes")
