@@ -2,7 +2,7 @@
 # (tfm_cli/cli/app.py): do not edit by hand; rerun that command after changing a command or option.
 # Use: `source completions/tfm.bash` in ~/.bashrc (or copy it to ~/.local/share/bash-completion/completions/tfm).
 
-_tfm_recipe_keys="data.dev= data.max_len= data.train= decode.alpha= decode.beam= decode.max_len_offset= decode.max_tokens= decode.min_len= description= model.attn_dropout= model.d_ff= model.d_model= model.dropout= model.max_positions= model.n_dec_layers= model.n_enc_layers= model.n_heads= model.norm= model.positions= model.tie_embeddings= name= tokenizer.min_frequency= tokenizer.path= tokenizer.vocab_size= train.accum_steps= train.average_last= train.betas= train.clip_norm= train.eps= train.eval_every= train.eval_sentences= train.keep_last= train.label_smoothing= train.log_every= train.lr_factor= train.max_steps= train.max_time= train.max_tokens= train.patience= train.patience_metric= train.precision= train.save_every= train.seed= train.warmup_steps= train.weight_decay="
+_tfm_recipe_keys="data.dev= data.max_len= data.train= decode.alpha= decode.beam= decode.max_len_offset= decode.max_tokens= decode.min_len= description= model.attn_dropout= model.d_ff= model.d_model= model.dropout= model.max_positions= model.n_dec_layers= model.n_enc_layers= model.n_heads= model.norm= model.positions= model.tie_embeddings= name= tokenizer.min_frequency= tokenizer.path= tokenizer.vocab_size= train.accum_steps= train.average_last= train.betas= train.bleu_tokenize= train.clip_norm= train.eps= train.eval_every= train.eval_sentences= train.keep_last= train.label_smoothing= train.log_every= train.lr_factor= train.max_steps= train.max_time= train.max_tokens= train.patience= train.patience_metric= train.precision= train.save_every= train.seed= train.warmup_steps= train.weight_decay="
 
 _tfm_files() {
     local IFS=$'\n'
@@ -199,6 +199,7 @@ _tfm() {
             ;;
         translate)
             case $prev in
+                --bleu-tokenize) COMPREPLY=( $(compgen -W "13a auto char flores101 flores200 intl ja-mecab ko-mecab none zh" -- "$cur") ); return 0 ;;
                 --precision) COMPREPLY=( $(compgen -W "auto bf16 fp16 fp32 int8" -- "$cur") ); return 0 ;;
                 --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
                 --engine) COMPREPLY=( $(compgen -W "auto onnxruntime torch" -- "$cur") ); return 0 ;;
@@ -206,10 +207,10 @@ _tfm() {
                 --alpha|--batch-tokens|--beam|--max-len|--min-len|--n-best|-b|-n) COMPREPLY=(); return 0 ;;
             esac
             if [[ $cur == -* ]]; then
-                COMPREPLY=( $(compgen -W "--alpha --batch-tokens --beam --device --engine --greedy --help --json --max-len --min-len --model --n-best --output --precision --reference --score -b -h -m -n -r" -- "$cur") )
+                COMPREPLY=( $(compgen -W "--alpha --batch-tokens --beam --bleu-tokenize --device --engine --greedy --help --json --max-len --min-len --model --n-best --output --precision --reference --score -b -h -m -n -r" -- "$cur") )
                 return 0
             fi
-            npos=$(_tfm_npos $(( cmd_index + 1 )) --alpha --batch-tokens --beam --device --engine --max-len --min-len --model --n-best --output --precision --reference --score -b -m -n -r)
+            npos=$(_tfm_npos $(( cmd_index + 1 )) --alpha --batch-tokens --beam --bleu-tokenize --device --engine --max-len --min-len --model --n-best --output --precision --reference --score -b -m -n -r)
             case $npos in
                 0) COMPREPLY=() ;;
             esac

@@ -13,6 +13,7 @@ import gzip
 import itertools
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -132,7 +133,7 @@ def test_run_directory(run: dict) -> None:
     assert not list(d.glob("**/*.tmp")), "temporary files left behind"
 
 
-def test_final_model_averages_last_checkpoints(run: dict) -> None:
+def test_final_model_averages_last_checkpoints(run: dict, data: dict[str, Path]) -> None:
     from safetensors import safe_open
 
     with safe_open(str(run["dir"] / "model.safetensors"), framework="pt") as f:
@@ -149,6 +150,9 @@ def test_final_model_averages_last_checkpoints(run: dict) -> None:
         assert final["chosen"] == "last" and summary["dev"]["bleu"] == last
         assert json.loads(metadata["last"]) == "step-00000040.safetensors" and "averaged" not in metadata
     assert f"BLEU: average {average:.2f}, last checkpoint {last:.2f}" in run["train"].stderr
+    # what to run next, with a sentence of the run's own source language: its first short dev source
+    first = next(s for s, _ in (line.split("\t")[:2] for line in data["dev"].read_text(encoding="utf-8").splitlines()) if len(s) <= 40)
+    assert f"next: tfm translate --model {run['dir']} {shlex.quote(first)}" in run["train"].stderr
 
 
 def test_a_planted_pickle_is_refused_not_executed(data: dict[str, Path], run: dict, tmp_path: Path) -> None:

@@ -185,6 +185,32 @@ def test_cli_token_explain_summary_align_words(trained: dict, report) -> None:
     assert "keys: 1 L'animal  2 n'a" in words
 
 
+def test_word_units_of_scripts_written_without_spaces() -> None:
+    """Chinese has no "▁" inside a sentence: the whole target was one "word" (--words, --align). There each piece
+    is a unit, and so is the punctuation after one; the byte pieces of one character stay together; spaced
+    scripts keep their words."""
+    chinese = ["▁我的", "朋友", "喜欢", "<0xE8>", "<0x8B>", "<0xB9>", "果", "。", "</s>"]  # 苹 spelled in bytes
+    assert word_groups(chinese) == [[0], [1], [2], [3, 4, 5], [6], [7], [8]]
+    thai = ["▁วันนี้", "อากาศ", "ดี", "</s>"]
+    assert word_groups(thai) == [[0], [1], [2], [3]]
+    mixed = ["<s>", "▁The", "▁i", "Phone", "手机", "▁is", "▁sh", "<0xD7>", "<0xA9>", "!", "</s>"]
+    assert word_groups(mixed) == [[0], [1], [2, 3], [4], [5], [6, 7, 8, 9], [10]]
+    spelled = ["▁", "<0xE6>", "<0x88>", "<0x91>", "<0xE7>", "<0x9A>", "<0x84>", "</s>"]  # " 我的" in bytes
+    assert word_groups(spelled) == [[0, 1, 2, 3], [4, 5, 6], [7]]
+
+
+def test_cli_heatmap_rows_line_up_with_wide_characters(trained: dict) -> None:
+    """Labels are cut and padded by terminal cells: a CJK character takes two, so rows of Chinese query words
+    were one to nine cells longer than the header and the shading sat under the wrong keys."""
+    from rich.cells import cell_len
+
+    target = "我的朋友喜欢吃非常好吃的苹果。"  # characters this French-English vocabulary spells in bytes
+    out = _run(trained, "--target", target, "--words", "--kind", "cross").stdout.splitlines()
+    rows = [line for line in out if re.match(r"^ {0,2}\d+ ", line)]  # not the header: the labels' width of spaces
+    assert len(rows) == len(target) + 1  # one word per character (and the full stop), then </s>
+    assert "\n".join(rows).count("我") == 1 and len({cell_len(line) for line in rows}) == 1, "\n".join(rows)
+
+
 def test_cli_json_target_and_files(trained: dict, tmp_path: Path) -> None:
     data = json.loads(_run(trained, "--target", "The animal did not cross the street.", "--json", "--token", "il", "--explain").stdout)
     assert data["forced_target"] and data["target"] == "The animal did not cross the street."

@@ -25,6 +25,7 @@ import torch
 
 from tfm_cli.errors import TfmError
 from tfm_cli.model.masks import causal_mask, padding_mask
+from tfm_cli.scripts import unspaced
 from tfm_cli.translator import Translator
 
 KINDS = ("encoder", "decoder", "cross")
@@ -153,14 +154,52 @@ def _capture_projections(model) -> dict[str, Any]:
 
 
 def word_groups(tokens: list[str]) -> list[list[int]]:
-    """Positions grouped into words: a piece starting with "▁" starts a word; <s> and </s> stand alone."""
+    """Positions grouped into words: a piece starting with "▁" starts a word; <s> and </s> stand alone. Scripts
+    written without spaces (Chinese, Japanese, Thai...) have no "▁" inside a sentence, so there each subword
+    piece is a unit of its own, as is the punctuation after one; the byte-fallback pieces that spell one
+    character stay together, and a bare "▁" (before such bytes) belongs to what follows it."""
     groups: list[list[int]] = []
-    for i, piece in enumerate(tokens):
-        if piece in (BOS, EOS) or piece.startswith("▁") or not groups or tokens[groups[-1][0]] in (BOS, EOS):
-            groups.append([i])
+    after_special = after_unspaced = after_space = False
+    for positions, text in _characters(tokens):
+        special = text in (BOS, EOS)
+        first = text.lstrip("▁")[:1]
+        starts = after_unspaced or text.startswith("▁") or bool(first and unspaced(first))
+        if not groups or special or after_special or (starts and not after_space):
+            groups.append(positions)
         else:
-            groups[-1].append(i)
+            groups[-1].extend(positions)
+        after_special, after_unspaced, after_space = special, bool(text) and unspaced(text[-1]), text == "▁"
     return groups
+
+
+def _byte(piece: str) -> int | None:
+    """The value of a byte-fallback piece (`<0xE6>` -> 230), else None."""
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        try:
+            return int(piece[3:5], 16)
+        except ValueError:
+            return None
+    return None
+
+
+def _characters(tokens: list[str]) -> list[tuple[list[int], str]]:
+    """The pieces as (positions, text), where the byte-fallback pieces of one UTF-8 character are one entry."""
+    out: list[tuple[list[int], str]] = []
+    i = 0
+    while i < len(tokens):
+        lead = _byte(tokens[i])
+        run = [i]
+        if lead is not None and lead >= 0xC0:  # the lead byte of a 2-, 3- or 4-byte character: gather its tail
+            size = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+            while len(run) < size and i + len(run) < len(tokens) and 0x80 <= (_byte(tokens[i + len(run)]) or 0) < 0xC0:
+                run.append(i + len(run))
+        if lead is None:
+            text = tokens[i]
+        else:
+            text = bytes(_byte(tokens[j]) or 0 for j in run).decode("utf-8", errors="replace")
+        out.append((run, text))
+        i += len(run)
+    return out
 
 
 def _word_text(tokens: list[str], group: list[int]) -> str:
@@ -169,12 +208,10 @@ def _word_text(tokens: list[str], group: list[int]) -> str:
     pieces, raw = [], bytearray()
     for i in group:
         piece = tokens[i]
-        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
-            try:
-                raw.append(int(piece[3:5], 16))
-                continue
-            except ValueError:
-                pass
+        value = _byte(piece)
+        if value is not None:
+            raw.append(value)
+            continue
         if raw:
             pieces.append(raw.decode("utf-8", errors="replace"))
             raw.clear()

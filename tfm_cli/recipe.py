@@ -29,6 +29,7 @@ import yaml
 
 from tfm_cli.errors import RecipeError, TfmError
 from tfm_cli.model.config import ModelConfig, config_problems
+from tfm_cli.scoring import BLEU_TOKENIZERS
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 PATIENCE_METRICS = ("bleu", "loss")  # dev metrics early stopping can watch
@@ -103,6 +104,7 @@ class TrainRecipe:
     log_every: int = 100  # steps between progress/metrics lines
     eval_every: int = 5000  # steps between dev evaluations (loss, perplexity, BLEU, chrF); 0 = at the end
     eval_sentences: int = 500  # dev sentences decoded for BLEU/chrF at periodic evals (final: all); 0 = all
+    bleu_tokenize: str = "auto"  # sacrebleu's BLEU tokenizer (13a, zh, char, intl, ja-mecab, ...); auto: by the dev references' script
     save_every: int = 1500  # steps between checkpoints (~10 minutes at the paper's 0.4 s/step, section 6.1)
     keep_last: int = 5  # checkpoints kept on disk
     average_last: int = 5  # checkpoints averaged into the final model (paper base: 5); 1 = no averaging
@@ -326,6 +328,7 @@ _RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "train.log_every": _POSITIVE,
     "train.eval_every": (lambda v: v >= 0, "must be >= 0 (0 = evaluate only at the end)"),
     "train.eval_sentences": (lambda v: v >= 0, "must be >= 0 (0 = all dev sentences)"),
+    "train.bleu_tokenize": (lambda v: v in BLEU_TOKENIZERS, f"must be one of: {', '.join(BLEU_TOKENIZERS)}"),
     "train.save_every": _POSITIVE,
     "train.patience": (lambda v: v >= 0, "must be >= 0 (0 = no early stopping)"),
     "train.max_time": (

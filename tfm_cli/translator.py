@@ -400,16 +400,24 @@ class Translator:
             yield from self._translate_lines(chunk, first, decode, progress)
             first += len(chunk)
 
-    def score(self, sources: Sequence[str], references: Sequence[str], **settings: Any) -> dict[str, Any]:
-        """Translate `sources` and score them against `references` with sacrebleu (corpus BLEU and chrF, 13a).
+    def score(
+        self, sources: Sequence[str], references: Sequence[str], bleu_tokenize: str = "auto", **settings: Any
+    ) -> dict[str, Any]:
+        """Translate `sources` and score them against `references` with sacrebleu (corpus BLEU and chrF).
+
+        The references are normalised as the translations are (NFC, whitespace runs to one space, ends
+        stripped). `bleu_tokenize` is sacrebleu's BLEU tokenizer (`tfm_cli.scoring.BLEU_TOKENIZERS`); `auto`
+        picks it from the references' script: `zh` for Chinese, `char` for Japanese, Thai and other scripts
+        written without spaces, else `13a`. `settings` are decode settings, as for `translate`.
 
         Returns:
-            {"sentences", "bleu", "chrf", "bleu_signature", "chrf_signature", "translations"}.
+            {"sentences", "bleu", "chrf", "bleu_tokenize", "bleu_signature", "chrf_signature", "translations"}.
 
         Raises:
-            TfmError: no sentences at all, or not one reference per source.
+            TfmError: no sentences at all, not one reference per source, or a BLEU tokenizer that sacrebleu
+                cannot set up (checked before anything is translated).
         """
-        from tfm_cli.training import score_translations
+        from tfm_cli.scoring import BLEU_TOKENIZERS, bleu_metric, resolve_bleu_tokenize, score_translations
 
         for name, given in (("sources", sources), ("references", references)):
             if isinstance(given, (str, bytes, bytearray)) or not isinstance(given, Iterable):  # a str: one per character
@@ -426,8 +434,14 @@ class Translator:
                 f"{len(references)} references for {len(sources)} sources",
                 hint="give exactly one reference per source sentence",
             )
+        if not isinstance(bleu_tokenize, str) or bleu_tokenize not in BLEU_TOKENIZERS:
+            raise TfmError(f"bleu_tokenize={bleu_tokenize!r} is not one of: {', '.join(BLEU_TOKENIZERS)}")
+        _check_text(references, "reference", 1)
+        references = [self.tokenizer.normalize(r) for r in references]  # as translations are: NFC, one space
+        tokenize = resolve_bleu_tokenize(bleu_tokenize, references)
+        bleu_metric(tokenize)  # MeCab missing: said before the translating, not after
         translations = self.translate(sources, **settings)
-        metrics = score_translations([t.text for t in translations], references)
+        metrics = score_translations([t.text for t in translations], references, tokenize)
         return {"sentences": len(sources), **metrics, "translations": translations}
 
     def _translate_lines(
@@ -438,15 +452,7 @@ class Translator:
         try:
             ids = self.tokenizer.encode_batch(lines)
         except TypeError:  # the tokenizer takes only text that UTF-8 can encode
-            for i, line in enumerate(lines):
-                try:
-                    line.encode("utf-8")
-                except UnicodeEncodeError as e:
-                    raise TfmError(
-                        f"input line {first_line + i} is not valid text: {line[e.start]!r} at character "
-                        f"{e.start + 1} is a lone surrogate (undecodable bytes read with errors='surrogateescape'?)",
-                        hint="decode the input as UTF-8 strictly, or drop the bad characters",
-                    ) from None
+            _check_text(lines, "input line", first_line)
             raise
         limit = self.max_source_tokens
         truncated = [len(seq) > limit for seq in ids]
@@ -496,3 +502,17 @@ class Translator:
     def __repr__(self) -> str:
         where = self.path if self.path is not None else "<in memory>"
         return f"Translator({where}, engine={self.engine_name}, device={self.device}, precision={self.precision}, {self.settings})"
+
+
+def _check_text(lines: Sequence[str], what: str, first: int) -> None:
+    """Raise TfmError naming the first of `lines` (numbered from `first`) that UTF-8 cannot encode: a lone
+    surrogate, as undecodable bytes read with errors='surrogateescape' leave (the tokenizer takes none)."""
+    for number, line in enumerate(lines, start=first):
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise TfmError(
+                f"{what} {number} is not valid text: {line[e.start]!r} at character {e.start + 1} is a lone "
+                "surrogate (undecodable bytes read with errors='surrogateescape'?)",
+                hint=f"decode the {what.split()[0]}s as UTF-8 strictly, or drop the bad characters",
+            ) from None

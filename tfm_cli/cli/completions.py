@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tfm_cli.scoring import BLEU_TOKENIZERS
+
 PROG = "tfm"
 GENERATOR = "python -m tfm_cli.cli.completions"
 FILES = ("tfm.bash", "tfm.zsh", "tfm.fish")
@@ -37,6 +39,7 @@ _OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "--precision": ("auto", "fp32", "bf16", "fp16", "int8"),  # translate and bench translate: + int8 (CPU)
     "--dtype": ("fp32", "bf16", "fp16"),
     "--format": ("release", "onnx", "huggingface"),  # tfm export (tfm_cli.cli.export.FORMATS)
+    "--bleu-tokenize": BLEU_TOKENIZERS,  # tfm translate (tfm_cli.scoring imports neither torch nor sacrebleu)
     "--mask": ("none", "padding", "causal"),
     "--impl": ("naive", "tfm", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn"),
 }

@@ -212,19 +212,23 @@ def _table(title: str, columns: list[str], rows: list) -> None:
 
 
 def _label(text: str, width: int) -> str:
+    """A token as a label of at most `width` terminal cells (a CJK character takes two, a combining mark none)."""
+    from rich.cells import cell_len, set_cell_size
+
     text = text.replace("▁", "_") if text.startswith("▁") and len(text) == 1 else text.replace("▁", "")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text if cell_len(text) <= width else set_cell_size(text, width - 1) + "…"
 
 
 def _render_heatmap(report, kind: str, layer: int, head: int | None, numbers: bool) -> None:
     """Queries down, keys across; keys are numbered in the header and listed below, windowed to the width."""
+    from rich.cells import cell_len, set_cell_size
     from rich.text import Text
 
     matrix = report.matrix(kind, layer, head)
     queries, keys = report.query_tokens(kind), report.key_tokens(kind)
     what = f"{KIND_NAMES[kind]}, layer {layer + 1}, {'mean of heads' if head is None else f'head {head + 1}'}"
     fancy = fancy_stdout()
-    label_width = min(16, max(len(_label(t, 16)) for t in queries))
+    label_width = min(16, max(cell_len(_label(t, 16)) for t in queries))
     cell = 4 if numbers else 3
     columns = shutil.get_terminal_size((100, 24)).columns
     per_block = max(4, (columns - label_width - 6) // cell)
@@ -235,7 +239,7 @@ def _render_heatmap(report, kind: str, layer: int, head: int | None, numbers: bo
             print(f"keys {start + 1}-{block[-1] + 1} of {len(keys)}")
         print(" " * (label_width + 5) + "".join(f"{j + 1:>{cell - 1}} " for j in block))
         for i, query in enumerate(queries):
-            row_label = f"{i + 1:>3} {_label(query, label_width):<{label_width}} "
+            row_label = f"{i + 1:>3} {set_cell_size(_label(query, label_width), label_width)} "  # by cells, not characters
             if fancy:
                 line = Text(row_label)
                 for j in block:

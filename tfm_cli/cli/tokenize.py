@@ -8,7 +8,15 @@ from typing import Any
 
 import typer
 
-from tfm_cli.cli.common import JSON_HELP, check_output_file, file_path, given_path, info, print_json, print_table
+from tfm_cli.cli.common import (
+    JSON_HELP,
+    check_output_file,
+    file_path,
+    given_path,
+    info,
+    print_json,
+    print_table,
+)
 from tfm_cli.errors import CheckpointError, TfmError
 
 

@@ -28,7 +28,7 @@ from tfm_cli.cli.common import (
     print_table,
     stop_signals,
 )
-from tfm_cli.errors import shell_word
+from tfm_cli.errors import TfmError, shell_word
 
 _DIST = "Several processes or machines (torchrun, DDP)"
 
@@ -168,7 +168,26 @@ def train(
         if "bleu_signature" in final:
             info(f"sacrebleu: {final['bleu_signature']} | {final['chrf_signature']}")
         _print_curves(result.run_dir)
-    info(f"next: tfm translate --model {shell_word(result.run_dir)} \"Je suis étudiant.\"")
+    info(f"next: tfm translate --model {shell_word(result.run_dir)} {shell_word(_example_source(resolved))}")
+
+
+def _example_source(recipe) -> str:
+    """A short source sentence of the run's own language for the hint: the first dev (else training) source of
+    at most 40 characters among the first 200 pairs."""
+    import itertools
+
+    from tfm_cli.data import read_pairs
+
+    for spec in (recipe.data.dev, recipe.data.train):
+        if not spec:
+            continue
+        try:
+            for _, src, _ in itertools.islice(read_pairs(spec), 200):
+                if 0 < len(src.strip()) <= 40:
+                    return " ".join(src.split())
+        except (OSError, TfmError):  # moved or damaged since the run read it: the hint is not worth an error
+            continue
+    return "a sentence"
 
 
 def _exiting() -> None:
@@ -267,7 +286,6 @@ def _describe(final_model: dict[str, Any]) -> str:
 
 def _show_curves(run_dir: Path, json_out: bool) -> None:
     """`tfm train --curves RUN`: the run's curves from metrics.jsonl, as a chart or as JSON."""
-    from tfm_cli.errors import TfmError
     from tfm_cli.monitor import read_curves, write_curves_png
 
     try:

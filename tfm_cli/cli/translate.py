@@ -27,6 +27,7 @@ from tfm_cli.cli.common import (
     write_output,
 )
 from tfm_cli.errors import TfmError
+from tfm_cli.scoring import AUTO, BLEU_TOKENIZERS
 
 CHUNK_LINES = 2000  # stdin is translated in chunks of this many lines, so huge inputs stream
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")  # tfm_cli.runtime.PRECISIONS + int8, without importing torch
@@ -45,6 +46,7 @@ def translate(
     reference: Path = typer.Option(None, "--reference", "-r", parser=given_path, metavar="<path>", help="Reference translations, one per input line: print BLEU and chrF instead of translations.", show_default=False),
     score: list[Path] = typer.Option(None, "--score", parser=given_path, metavar="<path>", help="Score on a TSV (source TAB reference), or give --score SRC --score REF: print BLEU and chrF.", show_default=False),
     output: Path = typer.Option(None, "--output", parser=file_path("translations.txt"), metavar="<path>", help="When scoring, also write the translations to this file.", show_default=False),
+    bleu_tokenize: str = typer.Option("auto", "--bleu-tokenize", help="When scoring, sacrebleu's BLEU tokenizer: auto (zh for Chinese references, char for Japanese, Thai and other scripts without spaces, else 13a), 13a, intl, zh, char, ja-mecab, ko-mecab, flores101, flores200, none."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, fp16 (CUDA only), or int8 (CPU only: int8 linear layers, faster, translations close to fp32's)."),
     min_len: int = typer.Option(None, "--min-len", min=0, help="No end of sentence before this many output tokens (default: the run's recipe, 0).", show_default=False),
@@ -66,6 +68,8 @@ def translate(
       tfm translate --n-best 4 --json "Il fait beau."
 
       tfm translate --score dev.tsv            (BLEU and chrF against the TSV's second column)
+
+      tfm translate --score test.en-zh.tsv --bleu-tokenize zh
     """
     if greedy and n_best > 1:
         raise typer.BadParameter("--n-best needs beam search; drop --greedy", param_hint="--n-best")
@@ -79,6 +83,10 @@ def translate(
         raise typer.BadParameter("give one TSV, or a source file and a reference file", param_hint="--score")
     if output is not None and not (score or reference):
         raise typer.BadParameter("--output is for scoring runs; redirect stdout otherwise", param_hint="--output")
+    if bleu_tokenize not in BLEU_TOKENIZERS:
+        raise typer.BadParameter(f"{bleu_tokenize!r} is not one of: {', '.join(BLEU_TOKENIZERS)}", param_hint="--bleu-tokenize")
+    if bleu_tokenize != AUTO and not (score or reference):
+        raise typer.BadParameter("--bleu-tokenize is for scoring (--score or --reference)", param_hint="--bleu-tokenize")
     if precision not in PRECISIONS:
         raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(PRECISIONS)}", param_hint="--precision")
     reads_stdin = text is None and not score
@@ -107,7 +115,7 @@ def translate(
     )
     with route_warnings():
         if score or reference is not None:
-            _score(translator, settings, text, score, reference, output, json_out)
+            _score(translator, settings, text, score, reference, output, json_out, bleu_tokenize)
             return
         if text is not None:
             _emit(translator.translate(text, **settings), json_out, n_best, line=1)
@@ -172,7 +180,7 @@ def _stdin_lines() -> Iterator[str]:
         yield text.removeprefix("\ufeff") if number == 1 else text  # a byte-order mark is not part of the sentence
 
 
-def _score(translator, settings: dict[str, Any], text, score, reference, output, json_out: bool) -> None:
+def _score(translator, settings: dict[str, Any], text, score, reference, output, json_out: bool, bleu_tokenize: str) -> None:
     """Read sources and references, then print the Translator's corpus BLEU/chrF (sacrebleu)."""
     from tfm_cli.data import read_lines, read_pairs
 
@@ -195,7 +203,7 @@ def _score(translator, settings: dict[str, Any], text, score, reference, output,
                 hint="give one reference line per input line",
             )
     with progress_bar("translate", total=len(sources)) as advance:
-        report = translator.score(sources, references, progress=advance, **settings)
+        report = translator.score(sources, references, bleu_tokenize, progress=advance, **settings)
     translations = report.pop("translations")
     if output is not None:  # checked to be possible before the work; written whole or not at all
         text = "".join(t.text + "\n" for t in translations)

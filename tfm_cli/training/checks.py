@@ -33,6 +33,7 @@ from tfm_cli.recipe import (
     recipe_text,
     recipe_to_dict,
 )
+from tfm_cli.scoring import AUTO, bleu_metric
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training.step import parameter_count
 
@@ -42,6 +43,7 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
 
     Raises:
         CheckpointError: `run_dir` already holds a trained run and this is not a resume.
+        TfmError: train.bleu_tokenize names a tokenizer sacrebleu cannot set up here.
         CorpusError: a corpus file named by the recipe is missing; TfmError: tokenizer.path is missing, or a fresh
             start's run directory already holds another tokenizer.
     """
@@ -67,6 +69,8 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
         _check_foreign_files(run_dir)
     _check_place(run_dir, resume)
     _check_corpora(recipe)
+    if recipe.data.dev and recipe.train.bleu_tokenize != AUTO:  # MeCab missing: said now, not at the first evaluation
+        bleu_metric(recipe.train.bleu_tokenize)
     own = run_dir / "tokenizer.json"
     # a run keeps its own copy of tokenizer.path: a resume does not read that file again
     wanted = Path(recipe.tokenizer.path).expanduser() if recipe.tokenizer.path and not (resume and own.is_file()) else None

@@ -30,30 +30,41 @@ from tfm_cli.monitor import append_metrics
 from tfm_cli.recipe import (
     Recipe,
 )
+from tfm_cli.scoring import AUTO, bleu_metric, bleu_tokenize_for, score_translations
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training.loss import output_loss
 
 
 @dataclass
 class DevSet:
-    """The dev corpus: raw pairs for BLEU/chrF references and token ids for the loss."""
+    """The dev corpus: sources, BLEU/chrF references (normalised as translations are), token ids for the loss,
+    and the BLEU tokenizer every evaluation of the run uses (`bleu_why`: why `auto` chose it, or "")."""
 
     sources: list[str]
     references: list[str]
     src_ids: list[list[int]]
     tgt_ids: list[list[int]]
+    bleu_tokenize: str = "13a"
+    bleu_why: str = ""
 
 
-def load_dev(spec, tokenizer: Tokenizer, max_len: int) -> DevSet:
+def load_dev(spec, tokenizer: Tokenizer, max_len: int, bleu_tokenize: str = AUTO) -> DevSet:
+    """Read the dev corpus; `bleu_tokenize` (`auto`: chosen here, once, from all the references) is set up now,
+    so that one that cannot be (MeCab missing) fails before training, not at the first evaluation."""
     pairs = [(s, t) for _, s, t in read_pairs(spec) if s.strip() and t.strip()]
     if not pairs:
         raise TfmError(f"dev corpus {spec} has no usable sentence pairs")
     sources = [s for s, _ in pairs]
-    references = [t for _, t in pairs]
+    # As the translations are (NFC, one space): an NFD reference would never match the model's NFC output
+    references = [tokenizer.normalize(t) for _, t in pairs]
     # Sources longer than the model can take are cut (and count against BLEU); dev sets rarely have them.
     src_ids = [ids[: max_len - 1] for ids in tokenizer.encode_batch(sources)]
     tgt_ids = [ids[: max_len - 1] for ids in tokenizer.encode_batch(references)]
-    return DevSet(sources, references, src_ids, tgt_ids)
+    why = ""
+    if bleu_tokenize == AUTO:
+        bleu_tokenize, why = bleu_tokenize_for(references)
+    bleu_metric(bleu_tokenize)
+    return DevSet(sources, references, src_ids, tgt_ids, bleu_tokenize, why)
 
 
 @torch.no_grad()
@@ -77,21 +88,6 @@ def dev_loss(model: Transformer, dev: DevSet, max_tokens: int, smoothing: float,
     return {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens, "ppl": math.exp(min(nll_sum / n_tokens, 50))}
 
 
-def score_translations(hypotheses: list[str], references: list[str]) -> dict[str, Any]:
-    """Corpus BLEU and chrF with sacrebleu (default 13a tokenisation), with their signatures."""
-    from sacrebleu.metrics import BLEU, CHRF
-
-    bleu, chrf = BLEU(), CHRF()
-    b = bleu.corpus_score(hypotheses, [references])
-    c = chrf.corpus_score(hypotheses, [references])
-    return {
-        "bleu": round(b.score, 2),
-        "chrf": round(c.score, 2),
-        "bleu_signature": str(bleu.get_signature()),
-        "chrf_signature": str(chrf.get_signature()),
-    }
-
-
 def evaluate(
     model: Transformer, tokenizer: Tokenizer, dev: DevSet, recipe: Recipe, amp, sentences: int = 0
 ) -> dict[str, Any]:
@@ -106,7 +102,7 @@ def evaluate(
         max_tokens=d.max_tokens, autocast=amp, min_len=d.min_len,
     )
     outputs = [tokenizer.detokenize(h[0].tokens if h else []) for h in hyps]  # the text `tfm translate` prints
-    metrics.update(score_translations(outputs, dev.references[:n]))
+    metrics.update(score_translations(outputs, dev.references[:n], dev.bleu_tokenize))
     metrics["sentences"] = n
     model.train(was_training)
     return metrics

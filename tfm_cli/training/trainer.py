@@ -370,7 +370,10 @@ class Trainer:
                 f"({s.skipped_empty:,} with an empty side and {s.skipped_long:,} longer than {recipe.data.max_len} tokens skipped) "
                 f"in {time.perf_counter() - read_start:.1f}s"
             )
-            self.dev = load_dev(recipe.data.dev, tok, recipe.data.max_len) if recipe.data.dev and main else None
+            self.dev = load_dev(recipe.data.dev, tok, recipe.data.max_len, self.t.bleu_tokenize) if recipe.data.dev and main else None
+            if self.dev is not None and self.dev.bleu_tokenize != "13a":  # said: sacrebleu's default is 13a
+                why = f" ({self.dev.bleu_why})" if self.dev.bleu_why else ""
+                self.events.message(f"dev BLEU: sacrebleu tokenize={self.dev.bleu_tokenize}{why}")
             if self.resume:
                 check_resumable(run_dir, weights, self.config, self.step, self.t.max_steps)
         except BaseException:

@@ -1,0 +1,125 @@
+"""BLEU for any target language: the tokenizer BLEU counts words with (`auto` by the references' script, or
+chosen), and references normalised as the translations are. Checked against sacrebleu's own scores, through
+`tfm_cli.scoring`, `Translator.score`, `tfm translate --score` and the trainer's dev set."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import unicodedata
+from pathlib import Path
+
+import pytest
+import sacrebleu
+import test_bad_inputs
+from clitools import tfm
+from test_bad_inputs import error_line, translate
+
+from tfm_cli import TfmError, Translator
+from tfm_cli.scoring import BLEU_TOKENIZERS, bleu_metric, bleu_tokenize_for, score_translations
+from tfm_cli.tokenizer import train_tokenizer
+
+root, run = test_bad_inputs.root, test_bad_inputs.run  # its fixtures: the random tiny run, made once here too
+
+CHINESE = ["我们明天去北京看朋友。", "这本书非常有意思。", "他每天早上六点起床。", "请把窗户关上，外面很冷。"]
+CHINESE_HYPOTHESES = ["我们明天去北京看朋友。", "这本书很有意思。", "他每天六点起床。", "请关上窗户，外面冷。"]
+JAPANESE = ["私は毎朝コーヒーを飲みます。", "この本はとても面白いです。", "駅はどこですか。"]
+THAI = ["ฉันชอบกินข้าวผัด", "วันนี้อากาศดีมาก"]
+SPACED = {
+    "english": ["The cat sat on the mat.", "I will be there tomorrow."],
+    "korean": ["저는 학생입니다.", "오늘 날씨가 아주 좋아요."],
+    "arabic": ["ذهبت إلى المدرسة صباحا.", "الكتاب على الطاولة."],
+    "russian": ["Я люблю читать книги.", "Где находится вокзал?"],
+    "mostly english with a few ideographs": ["The word 水 means water in Chinese.", "Tokyo is 東京 in Japanese."],
+}
+MECAB = importlib.util.find_spec("MeCab") is not None
+
+
+def test_auto_picks_the_tokenizer_by_the_references_script() -> None:
+    assert bleu_tokenize_for(CHINESE) == ("zh", "the references are Chinese")
+    assert bleu_tokenize_for(JAPANESE)[0] == "char" and "Japanese" in bleu_tokenize_for(JAPANESE)[1]
+    assert bleu_tokenize_for(THAI)[0] == "char"
+    for name, references in SPACED.items():
+        assert bleu_tokenize_for(references)[0] == "13a", name
+    assert bleu_tokenize_for([])[0] == bleu_tokenize_for(["", "123 !"])[0] == "13a"  # no letters: the default
+
+
+def test_scores_are_sacrebleus_own_with_the_chosen_tokenizer() -> None:
+    scores = score_translations(CHINESE_HYPOTHESES, CHINESE)
+    zh = sacrebleu.corpus_bleu(CHINESE_HYPOTHESES, [CHINESE], tokenize="zh")
+    assert scores["bleu_tokenize"] == "zh" and "tok:zh" in scores["bleu_signature"]
+    assert scores["bleu"] == round(zh.score, 2) and scores["bleu"] > 20
+    assert scores["chrf"] == round(sacrebleu.corpus_chrf(CHINESE_HYPOTHESES, [CHINESE]).score, 2)
+    # what `auto` avoids: 13a sees each sentence as one word, so only the exact matches count
+    forced = score_translations(CHINESE_HYPOTHESES, CHINESE, "13a")
+    assert forced["bleu"] == round(sacrebleu.corpus_bleu(CHINESE_HYPOTHESES, [CHINESE]).score, 2) < scores["bleu"] / 2
+    assert forced["bleu_tokenize"] == "13a" and "tok:13a" in forced["bleu_signature"]
+    hypotheses = ["私は毎朝お茶を飲みます。", "この本は面白いです。", "駅はどこ。"]
+    chars = sacrebleu.corpus_bleu(hypotheses, [JAPANESE], tokenize="char")
+    assert score_translations(hypotheses, JAPANESE)["bleu"] == round(chars.score, 2) > 0
+
+
+def test_a_tokenizer_that_cannot_be_set_up_is_one_error() -> None:
+    with pytest.raises(TfmError, match="unknown BLEU tokenizer 'zhh'"):
+        bleu_metric("zhh")
+    if MECAB:
+        assert "ja-mecab" in str(bleu_metric("ja-mecab").get_signature())
+    else:
+        with pytest.raises(TfmError, match=r"'ja-mecab' BLEU tokenizer could not be set up: .*sacrebleu\[ja\]"):
+            bleu_metric("ja-mecab")
+    assert set(BLEU_TOKENIZERS) - {"auto"} <= set(sacrebleu.metrics.bleu._TOKENIZERS)
+
+
+def test_translator_normalises_references_as_its_translations(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reference in NFD (macOS files) or with odd spaces never matched the model's NFC, one-space output."""
+    translator = Translator.load(run, device="cpu")
+    sources = ["Bonjour.", "Merci beaucoup.", "Où est la gare ?"]
+    texts = [t.text for t in translator.translate(sources)]
+    composed = [f"{t} café déjà" for t in texts]
+    decomposed = [" " + unicodedata.normalize("NFD", r).replace(" ", "\u00a0 ") + "  " for r in composed]
+    assert all(a != b for a, b in zip(composed, decomposed, strict=True))
+    exact, odd = translator.score(sources, composed), translator.score(sources, decomposed)
+    assert (exact["bleu"], exact["chrf"]) == (odd["bleu"], odd["chrf"])
+    assert exact["chrf"] == round(sacrebleu.corpus_chrf(texts, [composed]).score, 2)
+    assert translator.score(sources, texts)["chrf"] == 100.0
+
+    with pytest.raises(TfmError, match="bleu_tokenize='zhh' is not one of: auto, 13a"):
+        translator.score(sources, texts, bleu_tokenize="zhh")
+    with pytest.raises(TfmError, match=r"reference 2 is not valid text: '\\udcff'"):
+        translator.score(sources, ["a", "b\udcff", "c"])
+    if not MECAB:  # refused before any sentence is translated
+        monkeypatch.setattr(translator, "translate", lambda *a, **k: pytest.fail("translated before the check"))
+        with pytest.raises(TfmError, match="ja-mecab"):
+            translator.score(sources, texts, bleu_tokenize="ja-mecab")
+
+
+def test_translate_score_chooses_and_says_the_bleu_tokenizer(run: Path, tmp_path: Path) -> None:
+    pairs = tmp_path / "fr-zh.tsv"
+    pairs.write_text("".join(f"Phrase {i}.\t{zh}\n" for i, zh in enumerate(CHINESE)), encoding="utf-8")
+    auto = json.loads(translate(run, "--score", str(pairs), "--json").stdout)
+    assert auto["bleu_tokenize"] == "zh" and "tok:zh" in auto["bleu_signature"]
+    chosen = translate(run, "--score", str(pairs), "--bleu-tokenize", "char")
+    assert chosen.returncode == 0 and "tok:char" in chosen.stderr, chosen.stderr
+    proc = translate(run, "--score", str(pairs), "--bleu-tokenize", "zhh")
+    assert proc.returncode == 2 and "'zhh' is not one of: auto, 13a" in proc.stderr
+    proc = translate(run, "Bonjour.", "--bleu-tokenize", "zh")
+    assert proc.returncode == 2 and "is for scoring (--score or --reference)" in proc.stderr
+    if not MECAB:
+        error_line(translate(run, "--score", str(pairs), "--bleu-tokenize", "ja-mecab"), "'ja-mecab' BLEU tokenizer")
+
+
+def test_the_dev_set_chooses_once_and_normalises_its_references(root: Path, tmp_path: Path) -> None:
+    from tfm_cli.training.evaluation import load_dev
+
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("".join(f"Phrase {i}.\t{unicodedata.normalize('NFD', zh)} é\n" for i, zh in enumerate(CHINESE)), encoding="utf-8")
+    tok = train_tokenizer(["Phrase 1.", *CHINESE, "é"], vocab_size=300, min_frequency=1)
+    chosen = load_dev(str(dev), tok, 64)
+    assert (chosen.bleu_tokenize, chosen.bleu_why) == ("zh", "the references are Chinese")
+    assert chosen.references == [f"{zh} é" for zh in CHINESE]  # NFC, as translations are
+    assert load_dev(str(dev), tok, 64, "char").bleu_tokenize == "char"
+    if not MECAB:  # a start (and --dry-run) says so before training, not at the first evaluation
+        proc = tfm("train", str(root / "recipe.yaml"), f"data.dev={dev}", "train.bleu_tokenize=ja-mecab", "--out", str(tmp_path / "r"),
+                   "--dry-run", check=False)
+        error_line(proc, "'ja-mecab' BLEU tokenizer could not be set up")
+        assert not (tmp_path / "r").exists()

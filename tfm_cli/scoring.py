@@ -1,0 +1,95 @@
+"""Corpus BLEU and chrF with sacrebleu, and the choice of BLEU's tokenizer for the target language.
+
+BLEU counts word n-grams, so it needs the words of the target side: sacrebleu's default `13a` splits on spaces
+and punctuation, which is right for languages written with spaces between words and wrong for those written
+without them. A Chinese translation scored with `13a` is one "word" per sentence and gets BLEU 0 however good
+it is. `auto` (the default everywhere in tfm) looks at the references' script and picks what sacrebleu and WMT
+use: `zh` for Chinese (each ideograph a word, 13a for the rest), `char` for Japanese (without MeCab, which
+`ja-mecab` needs) and for Thai, Lao, Khmer and Myanmar, `13a` for everything else (Korean is written with
+spaces). The choice is in the signature (`tok:zh`), as sacrebleu prints it, so a score says how it was made.
+chrF counts character n-grams and needs no tokenizer.
+
+This module imports sacrebleu only when it scores, and nothing of torch.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from tfm_cli.errors import TfmError
+from tfm_cli.scripts import script_of
+
+AUTO = "auto"
+# sacrebleu's BLEU tokenizers (sacrebleu.metrics.bleu._TOKENIZERS), with auto first
+BLEU_TOKENIZERS = (AUTO, "13a", "intl", "zh", "char", "ja-mecab", "ko-mecab", "flores101", "flores200", "none")
+
+def bleu_tokenize_for(references: Sequence[str]) -> tuple[str, str]:
+    """`auto`'s choice for these references: (tokenizer, why), e.g. ("zh", "the references are Chinese").
+
+    Decided by the letters of the references: more than half of them Han or kana is Chinese (`zh`), or
+    Japanese (`char`) when a tenth or more of those are kana; more than half Thai, Lao, Khmer or Myanmar is `char`;
+    anything else `13a`.
+    """
+    counts = Counter(script_of(ch) for line in references for ch in line if ch.isalpha())
+    letters, han, kana, southeast = counts.total(), counts["han"], counts["kana"], counts["southeast-asian"]
+    if letters and (han + kana) * 2 > letters:
+        if kana * 10 >= han + kana:
+            return "char", "the references are Japanese (ja-mecab needs MeCab: --bleu-tokenize ja-mecab if installed)"
+        return "zh", "the references are Chinese"
+    if letters and southeast * 2 > letters:
+        return "char", "the references are written without spaces between words (Thai, Lao, Khmer or Myanmar)"
+    return "13a", "sacrebleu's default"
+
+
+def resolve_bleu_tokenize(tokenize: str, references: Sequence[str]) -> str:
+    """`tokenize`, or `auto`'s choice for these references."""
+    return bleu_tokenize_for(references)[0] if tokenize == AUTO else tokenize
+
+
+def bleu_metric(tokenize: str) -> Any:
+    """sacrebleu's BLEU with this tokenizer (not `auto`: resolve it first), set up now so that a tokenizer that
+    cannot be (MeCab missing, a SentencePiece model that cannot be downloaded) fails before any translating.
+
+    Raises:
+        TfmError: an unknown name, or a tokenizer sacrebleu could not set up (the message says why and what to do).
+    """
+    from sacrebleu.metrics import BLEU
+
+    if tokenize not in BLEU_TOKENIZERS or tokenize == AUTO:
+        raise TfmError(f"unknown BLEU tokenizer {tokenize!r}; choose one of: {', '.join(BLEU_TOKENIZERS)}")
+    try:
+        return BLEU(tokenize=tokenize)
+    except (ImportError, OSError, RuntimeError, ValueError) as error:  # sacrebleu's own, and a failed download
+        needs = {
+            "ja-mecab": "pip install 'sacrebleu[ja]'",
+            "ko-mecab": "pip install 'sacrebleu[ko]'",
+        }.get(tokenize, "its SentencePiece model is downloaded once into ~/.sacrebleu: without internet, use 13a, zh or char")
+        reason = " ".join(str(error).split()) or type(error).__name__
+        hint = None if "pip install" in reason else needs  # sacrebleu's own message may say it already
+        raise TfmError(f"sacrebleu's {tokenize!r} BLEU tokenizer could not be set up: {reason}", hint=hint) from None
+
+
+def score_translations(
+    hypotheses: Sequence[str], references: Sequence[str], bleu_tokenize: str = AUTO
+) -> dict[str, Any]:
+    """Corpus BLEU and chrF with sacrebleu, with their signatures and the BLEU tokenizer used.
+
+    `bleu_tokenize` is one of BLEU_TOKENIZERS; `auto` picks it from the references (`bleu_tokenize_for`).
+    The texts are scored as given: normalise the references as the translations were (`Tokenizer.normalize`).
+    """
+    from sacrebleu.metrics import CHRF
+
+    references = list(references)
+    tokenize = resolve_bleu_tokenize(bleu_tokenize, references)
+    bleu, chrf = bleu_metric(tokenize), CHRF()
+    b = bleu.corpus_score(list(hypotheses), [references])
+    c = chrf.corpus_score(list(hypotheses), [references])
+    return {
+        "bleu": round(b.score, 2),
+        "chrf": round(c.score, 2),
+        "bleu_tokenize": tokenize,
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }
