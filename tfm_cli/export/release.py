@@ -140,23 +140,27 @@ def _dev_scores(loaded: LoadedModel, released, dtype: str) -> dict[str, Any] | N
         dev = record.get("dev") or {}
         if "bleu" in dev:
             return {**dev, "how": f"tfm train's final evaluation, {record.get('precision', 'fp32')} arithmetic"}
-    pairs = _dev_pairs(loaded.run_dir)
+    pairs, bleu_tokenize = _dev_pairs(loaded.run_dir)
     if not pairs:
         return None
-    result = released.score([s for s, _ in pairs], [t for _, t in pairs], **_decode_settings(loaded.run_dir))
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    result = released.score(sources, references, bleu_tokenize, **_decode_settings(loaded.run_dir))
     result.pop("translations")
     return {**result, "how": "evaluated by tfm export on the run's dev set, fp32 arithmetic"}
 
 
-def _dev_pairs(run_dir: Path) -> list[tuple[str, str]]:
+def _dev_pairs(run_dir: Path) -> tuple[list[tuple[str, str]], str]:
+    """The run's dev pairs and the BLEU tokenizer its training scored them with (none, "auto": no recipe)."""
     from tfm_cli.data import read_pairs
     from tfm_cli.recipe import load_recipe
 
     try:
-        spec = load_recipe(run_dir / "recipe.yaml").data.dev
-        return [(s, t) for _, s, t in read_pairs(spec) if s.strip() and t.strip()] if spec else []
+        recipe = load_recipe(run_dir / "recipe.yaml")
+        spec = recipe.data.dev
+        pairs = [(s, t) for _, s, t in read_pairs(spec) if s.strip() and t.strip()] if spec else []
+        return pairs, recipe.train.bleu_tokenize
     except (TfmError, OSError, ValueError):
-        return []
+        return [], "auto"
 
 
 def _corpus_lines(spec: Any) -> list[str]:
