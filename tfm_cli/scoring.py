@@ -25,6 +25,7 @@ AUTO = "auto"
 # sacrebleu's BLEU tokenizers (sacrebleu.metrics.bleu._TOKENIZERS), with auto first
 BLEU_TOKENIZERS = (AUTO, "13a", "intl", "zh", "char", "ja-mecab", "ko-mecab", "flores101", "flores200", "none")
 
+
 def bleu_tokenize_for(references: Sequence[str]) -> tuple[str, str]:
     """`auto`'s choice for these references: (tokenizer, why), e.g. ("zh", "the references are Chinese").
 
