@@ -17,6 +17,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tfm_cli.signals import held_stop_signals
+
 TENSORBOARD_DIR = "tensorboard"
 CURVES_PNG = "curves.png"
 _TRAIN_SCALARS = {"loss": "train/loss", "ppl": "train/ppl", "lr": "train/lr", "tgt_tokens_per_s": "train/tgt_tokens_per_s"}
@@ -24,7 +26,12 @@ _DEV_SCALARS = {"loss": "dev/loss", "ppl": "dev/ppl", "bleu": "dev/bleu", "chrf"
 
 
 class TensorBoardLog:
-    """Scalars for TensorBoard (`tensorboard --logdir runs/`); a no-op without the tensorboard package."""
+    """Scalars for TensorBoard (`tensorboard --logdir runs/`); a no-op without the tensorboard package.
+
+    Its writer hands events to a thread through a `queue.Queue`: a Ctrl-C or stop signal that arrives during a
+    call is held until the call is done (`held_stop_signals`), since one raised inside the queue's locking
+    made `close()` hang.
+    """
 
     def __init__(self, writer: Any) -> None:
         self.writer = writer
@@ -40,7 +47,8 @@ class TensorBoardLog:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:  # tensorboard is an optional extra: training does not need it
             return cls(None)
-        return cls(SummaryWriter(log_dir=str(Path(run_dir) / TENSORBOARD_DIR), purge_step=start_step + 1))
+        with held_stop_signals():  # it starts the writer's thread and queues the file's first event
+            return cls(SummaryWriter(log_dir=str(Path(run_dir) / TENSORBOARD_DIR), purge_step=start_step + 1))
 
     @property
     def enabled(self) -> bool:
@@ -49,7 +57,8 @@ class TensorBoardLog:
     def recipe(self, text: str, step: int) -> None:
         """The resolved recipe as text, shown in TensorBoard's Text tab."""
         if self.writer is not None:
-            self.writer.add_text("recipe", "```yaml\n" + text + "\n```", step)
+            with held_stop_signals():
+                self.writer.add_text("recipe", "```yaml\n" + text + "\n```", step)
 
     def train(self, step: int, metrics: dict[str, Any]) -> None:
         self._scalars(_TRAIN_SCALARS, step, metrics)
@@ -61,15 +70,17 @@ class TensorBoardLog:
     def _scalars(self, names: dict[str, str], step: int, metrics: dict[str, Any]) -> None:
         if self.writer is None:
             return
-        for key, tag in names.items():
-            value = metrics.get(key)
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                self.writer.add_scalar(tag, value, step)
-        self.writer.flush()
+        with held_stop_signals():
+            for key, tag in names.items():
+                value = metrics.get(key)
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    self.writer.add_scalar(tag, value, step)
+            self.writer.flush()
 
     def close(self) -> None:
         if self.writer is not None:
-            self.writer.close()
+            with held_stop_signals():
+                self.writer.close()
 
 
 class EarlyStopping:

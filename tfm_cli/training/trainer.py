@@ -18,7 +18,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,7 +205,8 @@ def train(
     """Train `recipe` into `run_dir`; with `resume`, continue from the newest checkpoint there.
 
     Ctrl-C (KeyboardInterrupt) saves a checkpoint at the last completed step and returns with interrupted=True.
-    In a multi-process job a Ctrl-C or stop signal to any rank stops every rank after the same step (`HeldStops`).
+    During a step it is held until the step ends (`HeldStops`); in a multi-process job a Ctrl-C or stop signal
+    to any rank stops every rank after the same step.
 
     Started by torchrun (RANK, WORLD_SIZE and LOCAL_RANK set, more than one process), this process is one rank
     of a DDP job: `recipe.train.max_tokens` is then the budget of the global batch that all ranks share, so a
@@ -479,8 +480,7 @@ class Trainer:
                         bool(self.recipe.data.dev) and t.eval_every and self.step % t.eval_every == 0 and self.step < t.max_steps
                     )
                     if evaluating and self.main and not stops.received:  # rank 0 alone (the weights are the same)
-                        with stops.interruptible():
-                            stopped = self.evaluate_dev()
+                        stopped = self.evaluate_dev(stops.interruptible)
                     if not stopped and budget is not None and time.perf_counter() - self.started >= budget:
                         stopped = (
                             f"time budget: train.max_time={t.max_time} used up at step {self.step} "
@@ -502,10 +502,16 @@ class Trainer:
                 raise
         return self._finish(stopped)
 
-    def evaluate_dev(self) -> str:
+    def evaluate_dev(self, interruptible: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> str:
         """Rank 0's periodic dev evaluation: logged, the best weights kept as best.safetensors. Returns why the
-        run should stop (early stopping's patience ran out), or ""."""
-        result = evaluate(self.model, self.tokenizer, self.dev, self.recipe, self.amp, self.t.eval_sentences)
+        run should stop (early stopping's patience ran out), or "". The decoding runs in `interruptible` (a stop
+        signal ends it at once; in a DDP job that leaves it unfinished and the ranks stop at this step's check);
+        the logging after it takes locks (tensorboard's queue) and is not interrupted."""
+        result = None
+        with interruptible():
+            result = evaluate(self.model, self.tokenizer, self.dev, self.recipe, self.amp, self.t.eval_sentences)
+        if result is None:
+            return ""
         self.log({"kind": "eval", "step": self.step, **result})
         self.board.evaluation(self.step, result)
         self.events.evaluation(self.step, result)

@@ -1,0 +1,44 @@
+"""The signals that stop a run, and holding them over code that a KeyboardInterrupt would break.
+
+Python runs a signal's handler between two bytecodes of whatever the main thread is doing. Where the handler
+raises KeyboardInterrupt (Python's for Ctrl-C, `tfm train`'s for SIGTERM and SIGHUP) inside the pure-Python
+locking of `threading.Condition` or `queue.Queue`, a lock stays held or a wake-up is lost: tensorboard's event
+writer, interrupted so, made `close()` wait two minutes or for ever. `held_stop_signals()` notes such a signal
+over a block and passes it on once the block is done. The training loop holds them for a whole step
+(`tfm_cli.training.stopping.HeldStops`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+# In the order that decides which one the ranks of a DDP job report when they received different ones: a
+# scheduler's notice first.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def held_stop_signals() -> Iterator[None]:
+    """Hold the stop signals whose handler is Python code over the block, then call that handler for the first
+    one that came (it raises KeyboardInterrupt after the block, not inside it). Outside the main thread, where
+    no handler runs, this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        came.append(signum)
+
+    previous = {sig: signal.signal(sig, note) for sig in STOP_SIGNALS if callable(signal.getsignal(sig))}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if came:
+            previous[came[0]](came[0], None)
