@@ -244,10 +244,11 @@ def test_one_process_holds_a_stop_until_the_end_of_the_step(signum: int) -> None
     from tfm_cli.training.stopping import HeldStops
 
     recorded = [signum] if signum != signal.SIGINT else []  # stop_signals handles SIGTERM and SIGHUP
-    with stop_signals() as received, HeldStops(Distributed()) as stops:
+    said: list[int] = []
+    with stop_signals() as received, HeldStops(Distributed(), on_hold=said.append) as stops:
         stops.check()  # no signal: nothing happens
-        _signal_self(signum)  # mid-step: noted only
-        assert stops.received == [signum] and received == []
+        _signal_self(signum)  # mid-step: noted only, and said at once
+        assert stops.received == [signum] and received == [] and said == [signum]
         with pytest.raises(KeyboardInterrupt):
             stops.check()
         assert received == recorded
@@ -259,8 +260,31 @@ def test_one_process_holds_a_stop_until_the_end_of_the_step(signum: int) -> None
             _signal_self(signum)
             reached.append("the rest of the decoding")
         assert reached == [] and received == recorded
+
+    with stop_signals() as received, HeldStops(Distributed()) as stops:  # a step too long to wait for
+        _signal_self(signum)
+        with pytest.raises(KeyboardInterrupt):
+            _signal_self(signal.SIGINT)  # Ctrl-C again: at once, reported as the first signal
+        assert received == recorded
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_handler_of_another_program_is_left_alone() -> None:
+    """A library user's own SIGTERM handler (it logs and goes on) keeps working during training: only the
+    handlers that raise KeyboardInterrupt (Python's Ctrl-C, tfm train's) are held."""
+    from tfm_cli.signals import held_stop_signals
+    from tfm_cli.training.stopping import HeldStops
+
+    logged: list[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: logged.append(signum))
+    try:
+        with HeldStops(Distributed()) as stops, held_stop_signals():
+            _signal_self(signal.SIGTERM)
+            assert logged == [signal.SIGTERM] and stops.received == []
+            stops.check()
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def test_tensorboard_calls_are_never_interrupted_inside() -> None:

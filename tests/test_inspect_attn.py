@@ -197,6 +197,7 @@ def test_word_units_of_scripts_written_without_spaces() -> None:
     assert word_groups(mixed) == [[0], [1], [2, 3], [4], [5], [6, 7, 8, 9], [10]]
     spelled = ["▁", "<0xE6>", "<0x88>", "<0x91>", "<0xE7>", "<0x9A>", "<0x84>", "</s>"]  # " 我的" in bytes
     assert word_groups(spelled) == [[0, 1, 2, 3], [4, 5, 6], [7]]
+    assert word_groups(["▁", "▁Je", "</s>"]) == [[0], [1], [2]]  # as before: a word after a bare "▁" is its own
 
 
 def test_cli_heatmap_rows_line_up_with_wide_characters(trained: dict) -> None:

@@ -37,6 +37,8 @@ MECAB = importlib.util.find_spec("MeCab") is not None
 
 def test_auto_picks_the_tokenizer_by_the_references_script() -> None:
     assert bleu_tokenize_for(CHINESE) == ("zh", "the references are Chinese")
+    technical = ["我用Python和TensorFlow写代码。", "请打开Settings菜单，然后点击Network。", "这个API返回JSON格式的数据。"]
+    assert bleu_tokenize_for(technical)[0] == "zh"  # an English word counts once, not once a letter
     assert bleu_tokenize_for(JAPANESE)[0] == "char" and "Japanese" in bleu_tokenize_for(JAPANESE)[1]
     assert bleu_tokenize_for(THAI)[0] == "char"
     for name, references in SPACED.items():
@@ -106,6 +108,16 @@ def test_translate_score_chooses_and_says_the_bleu_tokenizer(run: Path, tmp_path
     assert proc.returncode == 2 and "is for scoring (--score or --reference)" in proc.stderr
     if not MECAB:
         error_line(translate(run, "--score", str(pairs), "--bleu-tokenize", "ja-mecab"), "'ja-mecab' BLEU tokenizer")
+
+
+def test_the_hint_after_training_is_a_sentence_of_the_run_that_translate_takes(tmp_path: Path) -> None:
+    from tfm_cli.cli.train import _example_source
+    from tfm_cli.recipe import recipe_from_dict
+
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("- Oui, monsieur.\t- Yes, sir.\nUne phrase bien trop longue pour un exemple de commande.\tx\nMerci.\tThanks.\n", encoding="utf-8")
+    recipe = recipe_from_dict({"name": "x", "data": {"train": str(dev), "dev": str(dev)}})
+    assert _example_source(recipe) == "Merci."  # not "- Oui, monsieur.", which tfm translate reads as an option
 
 
 def test_the_dev_set_chooses_once_and_normalises_its_references(root: Path, tmp_path: Path) -> None:

@@ -164,7 +164,7 @@ def word_groups(tokens: list[str]) -> list[list[int]]:
         special = text in (BOS, EOS)
         first = text.lstrip("▁")[:1]
         starts = after_unspaced or text.startswith("▁") or bool(first and unspaced(first))
-        if not groups or special or after_special or (starts and not after_space):
+        if not groups or special or after_special or (starts and not (after_space and not text.startswith("▁"))):
             groups.append(positions)
         else:
             groups[-1].extend(positions)

@@ -29,11 +29,19 @@ BLEU_TOKENIZERS = (AUTO, "13a", "intl", "zh", "char", "ja-mecab", "ko-mecab", "f
 def bleu_tokenize_for(references: Sequence[str]) -> tuple[str, str]:
     """`auto`'s choice for these references: (tokenizer, why), e.g. ("zh", "the references are Chinese").
 
-    Decided by the letters of the references: more than half of them Han or kana is Chinese (`zh`), or
-    Japanese (`char`) when a tenth or more of those are kana; more than half Thai, Lao, Khmer or Myanmar is `char`;
-    anything else `13a`.
+    Decided by units of the references' text: each Han, kana, Thai, Lao, Khmer or Myanmar letter is one, and so
+    is each run of other letters (an English word inside Chinese counts once, not once a letter). More than half
+    of them Han or kana is Chinese (`zh`), or Japanese (`char`) when a tenth or more of those are kana; more than
+    half Thai, Lao, Khmer or Myanmar is `char`; anything else `13a`.
     """
-    counts = Counter(script_of(ch) for line in references for ch in line if ch.isalpha())
+    counts: Counter[str] = Counter()
+    for line in references:
+        previous = None  # the script of the letter before, while in a run of letters
+        for ch in line:
+            script = script_of(ch) if ch.isalpha() else None
+            if script is not None and (script or previous != ""):  # an unspaced letter, or a word's first letter
+                counts[script] += 1
+            previous = script
     letters, han, kana, southeast = counts.total(), counts["han"], counts["kana"], counts["southeast-asian"]
     if letters and (han + kana) * 2 > letters:
         if kana * 10 >= han + kana:
@@ -62,7 +70,8 @@ def bleu_metric(tokenize: str) -> Any:
         raise TfmError(f"unknown BLEU tokenizer {tokenize!r}; choose one of: {', '.join(BLEU_TOKENIZERS)}")
     try:
         return BLEU(tokenize=tokenize)
-    except (ImportError, OSError, RuntimeError, ValueError) as error:  # sacrebleu's own, and a failed download
+    except (ImportError, OSError, RuntimeError, ValueError, SystemExit) as error:  # sacrebleu's own; a failed download
+        # (sacrebleu exits on some download errors)
         needs = {
             "ja-mecab": "pip install 'sacrebleu[ja]'",
             "ko-mecab": "pip install 'sacrebleu[ko]'",

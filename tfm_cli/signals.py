@@ -21,11 +21,17 @@ from typing import Any
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name))
 
 
+def stops_the_run(handler: Any) -> bool:
+    """Whether `handler` is one that raises KeyboardInterrupt: Python's for Ctrl-C, or one marked with
+    `raises_keyboard_interrupt` (`tfm train`'s for SIGTERM and SIGHUP). Another program's handler is left alone."""
+    return handler is signal.default_int_handler or bool(getattr(handler, "raises_keyboard_interrupt", False))
+
+
 @contextlib.contextmanager
 def held_stop_signals() -> Iterator[None]:
-    """Hold the stop signals whose handler is Python code over the block, then call that handler for the first
-    one that came (it raises KeyboardInterrupt after the block, not inside it). Outside the main thread, where
-    no handler runs, this does nothing."""
+    """Hold the stop signals whose handler raises KeyboardInterrupt (`stops_the_run`) over the block, then call
+    that handler for the first one that came (it raises after the block, not inside it). Outside the main
+    thread, where no handler runs, this does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -34,7 +40,7 @@ def held_stop_signals() -> Iterator[None]:
     def note(signum: int, frame: Any) -> None:
         came.append(signum)
 
-    previous = {sig: signal.signal(sig, note) for sig in STOP_SIGNALS if callable(signal.getsignal(sig))}
+    previous = {sig: signal.signal(sig, note) for sig in STOP_SIGNALS if stops_the_run(signal.getsignal(sig))}
     try:
         yield
     finally:

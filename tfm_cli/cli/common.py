@@ -314,6 +314,7 @@ def stop_signals() -> Iterator[list[int]]:
         if len(received) == 1:
             raise KeyboardInterrupt
 
+    stop.raises_keyboard_interrupt = True  # type: ignore[attr-defined]  # (tfm_cli.signals.stops_the_run)
     with handling_stop_signals(stop):
         yield received
 

@@ -173,7 +173,7 @@ def train(
 
 def _example_source(recipe) -> str:
     """A short source sentence of the run's own language for the hint: the first dev (else training) source of
-    at most 40 characters among the first 200 pairs."""
+    at most 40 characters among the first 200 pairs (not one that starts with "-", which would read as an option)."""
     import itertools
 
     from tfm_cli.data import read_pairs
@@ -183,7 +183,7 @@ def _example_source(recipe) -> str:
             continue
         try:
             for _, src, _ in itertools.islice(read_pairs(spec), 200):
-                if 0 < len(src.strip()) <= 40:
+                if 0 < len(src.strip()) <= 40 and not src.strip().startswith("-"):
                     return " ".join(src.split())
         except (OSError, TfmError):  # moved or damaged since the run read it: the hint is not worth an error
             continue
@@ -363,6 +363,13 @@ class _Progress:
         self.last: dict[str, Any] = {}
 
     # the TrainEvents interface (duck-typed so that importing this module does not load torch)
+    def stopping(self, signum: int) -> None:
+        """Said at once, from inside the signal handler: os.write takes no lock (print could be in the middle of
+        writing to stderr)."""
+        again = "; Ctrl-C again to stop at once" if signum == signal.SIGINT else ""
+        lead = "\n" if os.isatty(2) else ""  # off the progress bar's line
+        os.write(2, f"{lead}tfm train: {signal.Signals(signum).name}: stopping at the end of this step{again}\n".encode())
+
     def message(self, text: str) -> None:
         if self.bar is not None:
             self.bar.console.print(text, markup=False, highlight=False)

@@ -14,6 +14,7 @@ The data path (`tfm_cli.batches`), the distributed set-up (`tfm_cli.distributed`
 (`tfm_cli.monitor`) are modules of their own, importable without this package's torch-heavy code.
 """
 
+from tfm_cli.scoring import score_translations  # its home is tfm_cli.scoring; kept importable from here
 from tfm_cli.training.checks import preflight, resume_recipe, scan_corpora
 from tfm_cli.training.evaluation import DevSet, evaluate, finish, load_dev
 from tfm_cli.training.loss import LOSS_CHUNK_LOGITS, label_smoothed_loss, output_loss
@@ -31,5 +32,5 @@ from tfm_cli.training.trainer import (
 __all__ = [
     "LOSS_CHUNK_LOGITS", "DevSet", "TrainEvents", "TrainResult", "adam", "check_resume", "check_start", "evaluate", "finish", "inverse_sqrt_lr",
     "label_smoothed_loss", "load_dev", "load_optimizer_state", "load_trainer_state", "output_loss", "parameter_count", "preflight",
-    "resume_recipe", "scan_corpora", "setup_model", "step_tokens", "train", "train_step",
+    "resume_recipe", "scan_corpora", "score_translations", "setup_model", "step_tokens", "train", "train_step",
 ]

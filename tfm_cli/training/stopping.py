@@ -18,11 +18,12 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfm_cli.distributed import Distributed
 from tfm_cli.signals import STOP_SIGNALS as HELD  # in the order that decides which one the ranks report
+from tfm_cli.signals import stops_the_run
 
 
 class HeldStops:
@@ -32,11 +33,15 @@ class HeldStops:
     SIGTERM and SIGHUP): a signal left to its default or ignored (`nohup`) keeps that. The signal is held; at
     `check` (after the ranks agree, in a DDP job) the handler it would have reached is called (so `tfm train`
     knows which signal stopped the run), which raises KeyboardInterrupt there. Signals that arrive after that
-    (a second Ctrl-C; torchrun passes it on a second time) are ignored while the checkpoint is saved.
+    (torchrun passes Ctrl-C on a second time) are ignored while the checkpoint is saved. In one process a second
+    Ctrl-C during the step stops it at once, for a step too long to wait for.
     """
 
-    def __init__(self, dist: Distributed) -> None:
+    def __init__(self, dist: Distributed, on_hold: Callable[[int], None] | None = None) -> None:
+        """`on_hold(signum)` is called (inside the signal handler: it must take no lock) when a first signal is
+        held, to say that the run stops at the end of the step."""
         self.dist = dist
+        self.on_hold = on_hold
         self.received: list[int] = []
         self.previous: dict[int, Any] = {}
         self.agreed = False  # the stop was delivered (in a DDP job: agreed, so every rank is at the same step)
@@ -45,7 +50,7 @@ class HeldStops:
     def __enter__(self) -> HeldStops:
         if threading.current_thread() is threading.main_thread():  # (only the main thread may set handlers)
             for sig in HELD:
-                if callable(signal.getsignal(sig)):
+                if stops_the_run(signal.getsignal(sig)):
                     self.previous[sig] = signal.signal(sig, self._hold)
         return self
 
@@ -58,11 +63,18 @@ class HeldStops:
 
     def _hold(self, signum: int, frame: Any) -> None:
         self.received.append(signum)
+        if self.agreed:  # stopping already: the checkpoint is being saved
+            return
         if self._immediate and len(self.received) == 1:
             if self.dist.enabled:
                 raise KeyboardInterrupt  # ends the `interruptible` block; the ranks agree at the next check
             self.agreed = True
             self._deliver(signum, self.previous)
+        if not self.dist.enabled and signum == signal.SIGINT and len(self.received) > 1:  # Ctrl-C again: now
+            self.agreed = True
+            self._deliver(self.received[0], self.previous)
+        if len(self.received) == 1 and self.on_hold is not None:
+            self.on_hold(signum)
 
     @contextlib.contextmanager
     def interruptible(self) -> Iterator[None]:

@@ -103,6 +103,10 @@ class TrainEvents:
     def evaluation(self, step: int, metrics: dict[str, Any]) -> None:
         """After a dev-set evaluation."""
 
+    def stopping(self, signum: int) -> None:
+        """A stop signal came during a step, which ends first (`HeldStops`). Called inside the signal handler:
+        take no lock (write with os.write, not print)."""
+
 
 @dataclass
 class TrainResult:
@@ -432,7 +436,7 @@ class Trainer:
         stream_state = batches.state_dict()
         # the prefetching thread stopped at the end of training, an error or Ctrl-C; with several processes a stop
         # signal stops every rank after the same step
-        with batches, HeldStops(dist) as stops:
+        with batches, HeldStops(dist, getattr(self.events, "stopping", None) if self.main else None) as stops:
             try:
                 while self.step < t.max_steps:
                     stream_state = batches.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
@@ -492,6 +496,7 @@ class Trainer:
                     if stopped:  # end as a finished run would: checkpoint here, then average and evaluate
                         if self.step > self.last_saved:
                             self.save_checkpoint(stream_state)
+                            stops.check()  # a stop signal during that save: an interrupted run, as anywhere else
                         self.events.message(stopped)
                         break
             except KeyboardInterrupt:
