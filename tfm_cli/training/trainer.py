@@ -436,7 +436,8 @@ class Trainer:
         stream_state = batches.state_dict()
         # the prefetching thread stopped at the end of training, an error or Ctrl-C; with several processes a stop
         # signal stops every rank after the same step
-        with batches, HeldStops(dist, getattr(self.events, "stopping", None) if self.main else None) as stops:
+        said = getattr(self.events, "stopping", None) if not dist.enabled else None  # (DDP: torchrun passes Ctrl-C twice)
+        with batches, HeldStops(dist, said) as stops:
             try:
                 while self.step < t.max_steps:
                     stream_state = batches.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
