@@ -7,6 +7,7 @@ The run is test_bad_inputs.py's real 10-step run (checkpoints at steps 5 and 10,
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 from pathlib import Path
@@ -16,7 +17,7 @@ import test_bad_inputs
 from clitools import start_tfm, tfm, wait_until
 from test_bad_inputs import error_line, snapshot, write
 
-from tfm_cli.checkpoint import checkpoint_path, checkpoint_steps, state_path
+from tfm_cli.checkpoint import checkpoint_path, checkpoint_steps, read_metadata, state_path
 from tfm_cli.errors import RecipeError
 from tfm_cli.recipe import load_recipe
 
@@ -41,6 +42,21 @@ def test_a_resume_that_cannot_continue_leaves_the_run_as_it_was(copy: Path) -> N
         error_line(proc, f"{copy} cannot continue from its data position", "this resume changes data.max_len 32 -> 6")
         assert snapshot(copy) == before
     train("--resume", str(copy), "train.max_steps=11").check_returncode()  # the run still resumes
+
+
+def test_a_resume_of_a_finished_run_has_nothing_to_do(copy: Path) -> None:
+    """A plain resume of a finished run evaluated the final model on the whole dev set again and appended a second
+    "final" record to metrics.jsonl; a resume that changes a setting still writes the final model again."""
+    before = snapshot(copy)
+    proc = train("--resume", str(copy), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{copy} finished at step 10 (train.max_steps=10)" in proc.stderr and "nothing to do" in proc.stderr
+    assert json.loads(proc.stdout)["steps"] == 10
+    assert snapshot(copy) == before
+    proc = train("--resume", str(copy), "train.average_last=1")  # the average of 2 was the model: now the last one
+    assert proc.returncode == 0 and "nothing to do" not in proc.stderr, proc.stderr
+    assert read_metadata(copy / "model.safetensors").get("last") == '"step-00000010.safetensors"'
+    assert json.loads((copy / "summary.json").read_text())["final_model"]["chosen"] == "last"
 
 
 def test_a_trainer_state_of_another_step_is_refused(copy: Path) -> None:

@@ -281,6 +281,7 @@ class Trainer:
         self.started = time.perf_counter()
         self.earlier_seconds = 0.0  # training time of the sessions before a resume, up to its checkpoint
         self.lock = DirectoryLock(run_dir)  # rank 0 holds it while it trains the run
+        self.finished: dict[str, Any] | None = None  # a resumed run that was already finished: its summary.json
 
     def _lock(self) -> None:
         """One process at a time trains a run: a second one (a --resume of a run still training, or a start into
@@ -306,6 +307,9 @@ class Trainer:
         if self.resume:  # read (and refuse) the trainer state before anything in the run is rewritten
             self._lock()
             self.step, weights, state = _resume_point(run_dir, self.events)
+            self.finished = _finished_summary(run_dir, self.step, self.recipe)
+            if self.finished is not None:  # nothing to train, average or evaluate: `fit` says so
+                return
         created = _make_run_dir(run_dir) if self.main else False
         if not self.resume:
             try:
@@ -417,6 +421,13 @@ class Trainer:
     def fit(self) -> TrainResult:
         """Train to train.max_steps or a stop; then average, evaluate and write the final model (rank 0)."""
         t, dist = self.t, self.dist
+        if self.finished is not None:
+            self.events.message(
+                f"{self.run_dir} finished at step {self.step} (train.max_steps={t.max_steps}) and its final model is "
+                f"written: nothing to do; to train on: tfm train --resume {shell_word(self.run_dir)} train.max_steps=N"
+            )
+            final = self.finished.get("dev") or {"final_model": self.finished.get("final_model")}
+            return TrainResult(self.run_dir, self.step, False, final if self.main else {}, 0.0, "")
         self.model.train()
         # The data path: each step's batches built ahead on a thread (pinned for asynchronous copies on CUDA). From
         # here on the stream runs ahead of training: positions come from `batches.state_dict()`, the consumed ones.
@@ -752,6 +763,24 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
             hint=f"put back the state saved with {weights.name}, or delete both files to resume from the checkpoint before",
         )
     return step, weights, state
+
+
+def _finished_summary(run_dir: Path, step: int, recipe: Recipe) -> dict[str, Any] | None:
+    """The summary.json of a run that a resume finds finished, or None: its newest checkpoint is at
+    train.max_steps, its final model and summary were written from it, and the resume changes nothing in its
+    recipe (a changed setting, `train.average_last=3` say, writes the final model again)."""
+    if step < recipe.train.max_steps:
+        return None
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        before = recipe_to_dict(with_absolute_paths(load_recipe(run_dir / "recipe.yaml")))  # (older files: defaults)
+        same = before == recipe_to_dict(with_absolute_paths(recipe))
+        written = read_metadata(run_dir / FINAL).get("step") == str(step)
+    except (OSError, ValueError, TfmError):  # a missing or damaged file: write the final model again
+        return None
+    if not (same and written and isinstance(summary, dict) and summary.get("steps") == step):
+        return None
+    return summary
 
 
 _STREAM_KEYS = ("data.train", "data.max_len", "train.max_tokens")  # what decides the batches a saved position points into
