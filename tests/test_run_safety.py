@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import test_bad_inputs
+import torch
 from clitools import start_tfm, tfm, wait_until
 from test_bad_inputs import error_line, snapshot, write
 
@@ -57,6 +58,25 @@ def test_a_resume_of_a_finished_run_has_nothing_to_do(copy: Path) -> None:
     assert proc.returncode == 0 and "nothing to do" not in proc.stderr, proc.stderr
     assert read_metadata(copy / "model.safetensors").get("last") == '"step-00000010.safetensors"'
     assert json.loads((copy / "summary.json").read_text())["final_model"]["chosen"] == "last"
+
+
+def test_a_resume_that_scores_the_dev_set_otherwise_starts_the_best_score_afresh(root: Path, copy: Path) -> None:
+    """A resume with another train.bleu_tokenize (or dev set, or eval_sentences) compared its BLEU with the best
+    one of the old scale: best.safetensors and early stopping kept a checkpoint the new scale may rank lower."""
+    dev = write(copy.parent / "dev.tsv", "".join((root / "train.tsv").read_text().splitlines(keepends=True)[:40]))
+    every = ("train.eval_every=5", f"data.dev={dev}")
+    proc = train("--resume", str(copy), "train.max_steps=16", *every)  # evaluates at step 15; no best to forget yet
+    assert proc.returncode == 0 and "changes how the dev set is scored" not in proc.stderr, proc.stderr
+    before = torch.load(state_path(checkpoint_path(copy, 16)), weights_only=True)
+    assert before["best_bleu"] >= 0 and before["scoring"]["train.bleu_tokenize"] == "13a"
+    proc = train("--resume", str(copy), "train.max_steps=21", *every, "train.bleu_tokenize=char")
+    assert proc.returncode == 0, proc.stderr
+    assert "this resume changes how the dev set is scored (train.bleu_tokenize '13a' -> 'char')" in proc.stderr
+    evals = [r for r in map(json.loads, (copy / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "eval"]
+    assert [r["step"] for r in evals] == [15, 20]
+    after = torch.load(state_path(checkpoint_path(copy, 21)), weights_only=True)
+    # the best is step 20's character BLEU, whatever step 15's 13a BLEU was
+    assert after["best_bleu"] == evals[-1]["bleu"] and after["scoring"]["train.bleu_tokenize"] == "char"
 
 
 def test_a_trainer_state_of_another_step_is_refused(copy: Path) -> None:

@@ -410,11 +410,31 @@ class Trainer:
         self.scaler.load_state_dict(state["scaler"])
         restore_stream(self.stream, state["stream"], self.recipe, self.run_dir)
         _restore_rng(state, self.dist, self.t.seed)
-        self.best_bleu = state.get("best_bleu", -1.0)
         self.earlier_seconds = float(state.get("train_seconds", 0.0))
-        if "early_stopping" in state:
-            self.early.load_state_dict(state["early_stopping"])
+        scoring, now = state.get("scoring"), self._scoring()
+        had_best = state.get("best_bleu", -1.0) >= 0 or state.get("early_stopping", {}).get("best") is not None
+        if scoring is not None and scoring != now:  # a BLEU of another dev set or tokenization is not comparable
+            changed = "; ".join(f"{k} {scoring.get(k)!r} -> {v!r}" for k, v in now.items() if scoring.get(k) != v)
+            if had_best:
+                self.events.message(
+                    f"this resume changes how the dev set is scored ({changed}): the best checkpoint and early "
+                    "stopping start afresh from here"
+                )
+        else:
+            self.best_bleu = state.get("best_bleu", -1.0)
+            if "early_stopping" in state:
+                self.early.load_state_dict(state["early_stopping"])
         self.events.message(f"resumed from {weights} at step {self.step}, epoch {self.stream.epoch}")
+
+    def _scoring(self) -> dict[str, Any]:
+        """What makes two dev evaluations comparable (the best BLEU, early stopping's best): saved with each
+        checkpoint, so a resume that changes one of them starts those afresh instead of mixing scales."""
+        return {
+            "data.dev": with_absolute_paths(self.recipe).data.dev,
+            "train.eval_sentences": self.t.eval_sentences,
+            "train.bleu_tokenize": self.dev.bleu_tokenize if self.dev is not None else None,  # as `auto` chose it
+            "train.patience_metric": self.t.patience_metric,
+        }
 
     # --- train ------------------------------------------------------------------------------------------------
 
@@ -561,7 +581,7 @@ class Trainer:
         state = {
             "step": self.step, "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
             "stream": stream_state, "rng": rng, "best_bleu": self.best_bleu, "tfm_version": __version__,
-            "early_stopping": self.early.state_dict(),
+            "early_stopping": self.early.state_dict(), "scoring": self._scoring(),
             "train_seconds": self.earlier_seconds + time.perf_counter() - self.started,
         }
         if rng_ranks is not None:
