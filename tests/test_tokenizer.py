@@ -73,6 +73,9 @@ def test_normalize(tok: Tokenizer) -> None:
     assert tok.normalize("e\u0301") == "é"
     assert tok.normalize("   ") == ""
     assert tok.encode("   ") == []
+    # a byte-order mark mid-text (files joined with `cat`) is dropped, as one at the start of a file is
+    assert tok.normalize("\ufeffJe suis.\n\ufeff Tu es.") == "Je suis. Tu es."
+    assert tok.encode("\ufeffVa !") == tok.encode("Va !")
 
 
 def test_detokenize_gives_one_normalised_line_whatever_the_ids(tok: Tokenizer) -> None:

@@ -8,7 +8,7 @@ It is built on Hugging Face `tokenizers` and knows nothing of the model. The id 
 The 256 byte tokens are the byte fallback (as in sentencepiece and Llama): a character that has no piece of its
 own is encoded as the tokens of its UTF-8 bytes, so any text round-trips and `<unk>` is never produced.
 
-Text goes through a normaliser first (NFC, every run of whitespace -> one space, both ends stripped), then a
+Text goes through a normaliser first (U+FEFF dropped, NFC, every run of whitespace -> one space, both ends stripped), then a
 Metaspace pre-tokenizer marks word starts with "▁" (pieces read `▁étudiant`). The guarantee is
 `decode(encode(x)) == normalize(x)` for every string x. "▁" (U+2581) in the input is treated as whitespace,
 because the decoder turns it into a space.
@@ -47,9 +47,12 @@ _BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(N_BYTES)]
 
 
 def _normalizer() -> normalizers.Normalizer:
-    return normalizers.Sequence(
-        [normalizers.NFC(), normalizers.Replace(Regex(f"[{_WHITESPACE}]+"), " "), normalizers.Strip()]
-    )
+    # U+FEFF, a byte-order mark, is dropped wherever it is: files concatenated with `cat` carry one mid-file (its
+    # other use, a zero-width no-break space, is deprecated for U+2060)
+    return normalizers.Sequence([
+        normalizers.Replace("\ufeff", ""), normalizers.NFC(), normalizers.Replace(Regex(f"[{_WHITESPACE}]+"), " "),
+        normalizers.Strip(),
+    ])
 
 
 def _pre_tokenizer() -> pre_tokenizers.PreTokenizer:
