@@ -203,3 +203,24 @@ def test_json_output_lists_files_and_checks(trained, tmp_path: Path) -> None:
     data = json.loads(proc.stdout)
     assert data["ok"] and "model.safetensors" in data["files"] and len(data["checks"]) == 2
     assert all(c["ok"] and c["value"] for c in data["checks"])
+
+
+def test_a_release_whose_bleu_tokenizer_is_missing_here_is_written_unscored(trained, tmp_path: Path) -> None:
+    """A run scored with ja-mecab, released where MeCab is not installed: the export failed on the model card's
+    dev scores; the release itself needs no MeCab."""
+    import yaml
+
+    run = Path(shutil.copytree(trained["dir"], tmp_path / "run"))
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text(encoding="utf-8"))
+    recipe["train"]["bleu_tokenize"] = "ja-mecab"
+    (run / "recipe.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    stubs = tmp_path / "stubs"  # `import MeCab` fails, as on a machine without sacrebleu[ja]
+    stubs.mkdir()
+    (stubs / "MeCab.py").write_text("raise ImportError('No module named MeCab')\n", encoding="utf-8")
+    out = tmp_path / "release"
+    proc = tfm("export", str(run), "--format", "release", "--dtype", "bf16", "--out", str(out), "--verify-lines", "5",
+               env_extra={"PYTHONPATH": str(stubs)})
+    assert "the model card has no dev scores: sacrebleu's 'ja-mecab' BLEU tokenizer could not be set up" in proc.stdout + proc.stderr
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "- not scored on the run's dev set by tfm export: sacrebleu's 'ja-mecab'" in card and "dev BLEU" not in card
+    assert Translator.load(out).translate("Je suis étudiant.").text  # the release works

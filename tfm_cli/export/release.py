@@ -26,6 +26,7 @@ from tfm_cli import __version__
 from tfm_cli.checkpoint import FINAL, LoadedModel, save_weights, weights_state
 from tfm_cli.errors import TfmError, shell_word
 from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff
+from tfm_cli.scoring import AUTO, bleu_metric
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -93,6 +94,8 @@ def export_release(loaded: LoadedModel, out: Path, sources: list[str], dtype: st
     files.append("README.md")
     size = (out / FINAL).stat().st_size
     notes = [f"model.safetensors: {size / 2**20:,.1f} MiB ({dtype})", f"translate with: tfm translate --model {shell_word(out)}"]
+    if scores and "unscored" in scores:
+        notes.append(f"the model card has no dev scores: {scores['unscored']}")
     if cut:
         notes.append(f"{cut} {getattr(sources, 'what', 'dev')} sentences longer than the model takes ({limit} tokens) were cut to it for the checks")
     return ExportResult("release", out, loaded.path, files, checks, notes=notes)
@@ -130,7 +133,8 @@ def _logit_check(reference: torch.nn.Module, released: torch.nn.Module, dtype: s
 
 def _dev_scores(loaded: LoadedModel, released, dtype: str) -> dict[str, Any] | None:
     """Dev BLEU/chrF for the model card: the run's own final evaluation when the released weights are the run's
-    final model in fp32, else a fresh evaluation of the release on the run's dev set; None without a dev set."""
+    final model in fp32, else a fresh evaluation of the release on the run's dev set; None without a dev set, and
+    {"unscored": why} when the run's BLEU tokenizer cannot be set up here."""
     summary = loaded.run_dir / "summary.json"
     if dtype == "fp32" and loaded.path.name == FINAL and summary.is_file():
         try:
@@ -143,6 +147,11 @@ def _dev_scores(loaded: LoadedModel, released, dtype: str) -> dict[str, Any] | N
     pairs, bleu_tokenize = _dev_pairs(loaded.run_dir)
     if not pairs:
         return None
+    if bleu_tokenize != AUTO:  # the run's choice, set up before any translating
+        try:
+            bleu_metric(bleu_tokenize)
+        except TfmError as error:  # MeCab missing here (the run trained where it was): the release stands unscored
+            return {"unscored": f"{error}{f' ({error.hint})' if error.hint else ''}"}
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     result = released.score(sources, references, bleu_tokenize, **_decode_settings(loaded.run_dir))
     result.pop("translations")
@@ -233,7 +242,9 @@ def _model_card(loaded: LoadedModel, dtype: str, scores: dict[str, Any] | None, 
         "## Evaluation",
         "",
     ]
-    if scores:
+    if scores and "unscored" in scores:
+        lines.append(f"- not scored on the run's dev set by tfm export: {scores['unscored']}")
+    elif scores:
         lines += [
             f"- dev BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f} on {scores.get('sentences', '?')} sentences "
             f"({scores['how']})",
