@@ -234,6 +234,37 @@ def test_held_stops_stop_every_rank_at_the_same_point() -> None:
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
+def test_a_signal_in_the_middle_of_swapping_handlers_leaves_none_behind() -> None:
+    """Installing the hold's handlers one by one, a signal landing between two (whose handler raised) left the
+    first swapped for good: a later SIGTERM noted by a handler nobody read. They are swapped as one change."""
+    from tfm_cli.signals import swap_handlers
+
+    got: list[int] = []
+
+    def raising(signum: int, frame) -> None:
+        got.append(signum)
+        raise KeyboardInterrupt
+
+    class SignalHalfWay(dict):  # a signal arrives after the first handler is installed
+        def items(self):
+            for n, item in enumerate(super().items()):
+                yield item
+                if n == 0:
+                    os.kill(os.getpid(), signal.SIGUSR1)
+
+    ours = (signal.SIGUSR1, signal.SIGUSR2)
+    before = {sig: signal.getsignal(sig) for sig in ours}
+    replaced: dict = {}
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            swap_handlers(SignalHalfWay({sig: raising for sig in ours}), replaced)
+        assert got == [signal.SIGUSR1]  # handled by the new handler, once every one was in place
+        assert replaced == before and all(signal.getsignal(sig) is raising for sig in ours)
+    finally:
+        swap_handlers(before)
+    assert {sig: signal.getsignal(sig) for sig in ours} == before
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_one_process_holds_a_stop_until_the_end_of_the_step(signum: int) -> None:
     """One process: a signal mid-step is noted, not raised where it lands (inside a queue's locking that broke

@@ -27,6 +27,23 @@ def stops_the_run(handler: Any) -> bool:
     return handler is signal.default_int_handler or bool(getattr(handler, "raises_keyboard_interrupt", False))
 
 
+def swap_handlers(handlers: dict[int, Any], replaced: dict[int, Any] | None = None) -> None:
+    """Install `handlers` (signal number -> handler) as one change: the signals are blocked while they are swapped,
+    so none is handled half-way, by a mix of old and new handlers (one handler that raised there left the others
+    swapped for good). `replaced` receives the handlers they replace before any signal is handled again: one that
+    came meanwhile reaches its new handler as the signals are let through, and if that raises, `replaced` is whole."""
+    blocked = hasattr(signal, "pthread_sigmask") and bool(handlers)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(handlers)) if blocked else None
+    try:
+        for sig, handler in handlers.items():
+            before = signal.signal(sig, handler)
+            if replaced is not None:
+                replaced[sig] = before
+    finally:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # (Python handles what came, here)
+
+
 @contextlib.contextmanager
 def held_stop_signals() -> Iterator[None]:
     """Hold the stop signals whose handler raises KeyboardInterrupt (`stops_the_run`) over the block, then call
@@ -40,11 +57,11 @@ def held_stop_signals() -> Iterator[None]:
     def note(signum: int, frame: Any) -> None:
         came.append(signum)
 
-    previous = {sig: signal.signal(sig, note) for sig in STOP_SIGNALS if stops_the_run(signal.getsignal(sig))}
+    previous: dict[int, Any] = {}
     try:
+        swap_handlers({sig: note for sig in STOP_SIGNALS if stops_the_run(signal.getsignal(sig))}, previous)
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        swap_handlers(previous)
         if came:
             previous[came[0]](came[0], None)

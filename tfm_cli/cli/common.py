@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tfm_cli.errors import RecipeError, TfmError
+from tfm_cli.signals import swap_handlers
 
 # stderr: progress, logs, errors. stdout: results only.
 err = Console(stderr=True, highlight=False)
@@ -322,12 +323,12 @@ def stop_signals() -> Iterator[list[int]]:
 @contextlib.contextmanager
 def handling_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
     """`handler` for each of STOP_SIGNALS whose handling is the default, the previous handling restored after."""
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS if signal.getsignal(sig) is signal.SIG_DFL}
+    previous: dict[int, Any] = {}
     try:
+        swap_handlers({sig: handler for sig in STOP_SIGNALS if signal.getsignal(sig) is signal.SIG_DFL}, previous)
         yield
     finally:
-        for sig, before in previous.items():
-            signal.signal(sig, before)
+        swap_handlers(previous)
 
 
 def interrupted_status(received: list[int]) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 
 from tfm_cli.distributed import Distributed
 from tfm_cli.signals import STOP_SIGNALS as HELD  # in the order that decides which one the ranks report
-from tfm_cli.signals import stops_the_run
+from tfm_cli.signals import stops_the_run, swap_handlers
 
 
 class HeldStops:
@@ -49,15 +49,12 @@ class HeldStops:
 
     def __enter__(self) -> HeldStops:
         if threading.current_thread() is threading.main_thread():  # (only the main thread may set handlers)
-            for sig in HELD:
-                if stops_the_run(signal.getsignal(sig)):
-                    self.previous[sig] = signal.signal(sig, self._hold)
+            swap_handlers({sig: self._hold for sig in HELD if stops_the_run(signal.getsignal(sig))}, self.previous)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *_: Any) -> None:
         previous, self.previous = self.previous, {}
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        swap_handlers(previous)
         if kind is None and self.received and not self.agreed:  # arrived after the last step's check: deliver it
             self._deliver(self.received[0], previous)
 
