@@ -83,6 +83,7 @@ def test_an_output_path_ending_in_a_slash_names_a_folder(tmp_path: Path, command
         (["train", "--resume", ""], "'--resume': is empty"),
         (["train", ""], "the recipe path is empty"),
         (["export", "run", "--format", "release", "--out", ""], "'--out' / '-o': is empty"),
+        (["export", "", "--format", "release"], "'RUN': is empty"),
         (["translate", "--model", "", "Bonjour."], "'--model' / '-m': is empty"),
         (["translate", "--score", "", "--score", "ref.en"], "'--score': is empty"),
         (["translate", "--output", "", "--score", "c.tsv"], "'--output': is empty"),
