@@ -287,6 +287,18 @@ def test_precedence_call_over_load_over_recipe(ending_parts, tmp_path: Path) -> 
     assert loaded.settings.min_len == 0 and all(r == "" for r in loaded.translate(SOURCES))  # defaults kept
 
 
+def test_a_beam_for_a_greedy_translator_is_refused_not_ignored(parts, tmp_path: Path) -> None:
+    greedy = Translator.load(_run_dir(tmp_path / "run", parts, None), device="cpu", greedy=True)
+    with pytest.raises(TfmError, match=r"beam=2 has no effect: these settings decode greedily") as caught:
+        greedy.translate("Bonjour.", beam=2)  # was greedy's translation, the beam silently dropped
+    assert "greedy=False" in caught.value.hint
+    with pytest.raises(TfmError, match="beam=2 has no effect"):
+        greedy.score(["Bonjour."], ["Hello."], beam=2)
+    beam2 = Translator.load(tmp_path / "run", device="cpu", beam=2)
+    assert greedy.translate("Bonjour.", beam=2, greedy=False).score == beam2.translate("Bonjour.").score
+    assert greedy.translate("Bonjour.", beam=None) == greedy.translate("Bonjour.")
+
+
 def test_bad_settings_are_errors(translator: Translator, parts, tmp_path: Path) -> None:
     with pytest.raises(TfmError, match="beam=0 must be >= 1"):
         translator.translate("x", beam=0)

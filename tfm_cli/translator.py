@@ -89,6 +89,12 @@ class DecodeSettings:
                 f"decode setting beam={given['beam']!r} has no effect with greedy=True",
                 hint="give greedy=True or a beam size, not both",
             )
+        if self.greedy is True and given.get("greedy") is None and given.get("beam") is not None:
+            # greedy=True given earlier (to load): the beam would be ignored without a word, as n_best is refused
+            raise TfmError(
+                f"decode setting beam={given['beam']!r} has no effect: these settings decode greedily (greedy=True)",
+                hint="add greedy=False to search with a beam",
+            )
         settings = dataclasses.replace(self, **{k: v for k, v in given.items() if v is not None})
         settings.check()
         return settings
