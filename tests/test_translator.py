@@ -246,6 +246,19 @@ def test_stream_of_a_file(translator: Translator, tmp_path: Path) -> None:
     assert [r.source for r in results] == ["Bonjour.", "", "Merci beaucoup."]
 
 
+def test_a_byte_order_mark_is_not_translated_or_scored(translator: Translator, tmp_path: Path) -> None:
+    path = tmp_path / "in.fr"
+    path.write_text("\ufeffBonjour.\nMerci beaucoup.\n", encoding="utf-8")  # as Notepad saves "UTF-8"
+    with open(path, encoding="utf-8") as f:  # the README's example
+        first = next(translator.translate_stream(f, greedy=True))
+    plain = translator.translate("Bonjour.", greedy=True)
+    assert (first.source, first.tokens) == ("Bonjour.", plain.tokens)
+    assert translator.translate(["\ufeffBonjour."], greedy=True)[0].tokens == plain.tokens
+    hyp = plain.text
+    with_bom = translator.score(["Bonjour."], ["\ufeff" + hyp], greedy=True)
+    assert hyp and with_bom["chrf"] == translator.score(["Bonjour."], [hyp], greedy=True)["chrf"] == 100.0
+
+
 def test_truncation_warns_with_the_line_number(translator: Translator) -> None:
     long = " ".join(["bonjour"] * 60)  # more tokens than max_positions=24 allows
     with pytest.warns(InputTruncatedWarning, match=r"input line 3 has \d+ tokens; the model takes at most 23"):

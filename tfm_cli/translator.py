@@ -443,7 +443,7 @@ class Translator:
         if not isinstance(bleu_tokenize, str) or bleu_tokenize not in BLEU_TOKENIZERS:
             raise TfmError(f"bleu_tokenize={bleu_tokenize!r} is not one of: {', '.join(BLEU_TOKENIZERS)}")
         _check_text(references, "reference", 1)
-        references = [self.tokenizer.normalize(r) for r in references]  # as translations are: NFC, one space
+        references = [self.tokenizer.normalize(_without_bom(r)) for r in references]  # as translations are: NFC, one space
         tokenize = resolve_bleu_tokenize(bleu_tokenize, references)
         bleu_metric(tokenize)  # MeCab missing: said before the translating, not after
         translations = self.translate(sources, **settings)
@@ -455,6 +455,7 @@ class Translator:
     ) -> list[Translation]:
         """Tokenise, cut what the model cannot take, search, detokenise; `first_line` numbers the warnings."""
         self._check_beam(decode)
+        lines = [_without_bom(line) for line in lines]
         try:
             ids = self.tokenizer.encode_batch(lines)
         except TypeError:  # the tokenizer takes only text that UTF-8 can encode
@@ -508,6 +509,13 @@ class Translator:
     def __repr__(self) -> str:
         where = self.path if self.path is not None else "<in memory>"
         return f"Translator({where}, engine={self.engine_name}, device={self.device}, precision={self.precision}, {self.settings})"
+
+
+def _without_bom(line: str) -> str:
+    """`line` without a byte-order mark at its start: a file written with one (Windows Notepad, Excel's "UTF-8"
+    CSV) and read with encoding="utf-8" starts its first line with U+FEFF, which is no part of the sentence (the
+    tokenizer would make subword bytes of it, changing that line's translation, and a reference's first word)."""
+    return line[1:] if line.startswith("\ufeff") else line
 
 
 def _check_text(lines: Sequence[str], what: str, first: int) -> None:
