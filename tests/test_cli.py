@@ -310,6 +310,16 @@ def test_translate_random_model_works(random_run: Path) -> None:
     assert len(proc.stdout.splitlines()) == 1
 
 
+def test_translate_a_file_name_is_refused_not_translated(random_run: Path, tmp_path: Path) -> None:
+    """`tfm translate input.fr` printed a translation of the words "input.fr" and exited 0."""
+    (tmp_path / "input.fr").write_text("Bonjour.\nMerci.\n", encoding="utf-8")
+    proc = tfm("translate", "--model", str(random_run), "--device", "cpu", "input.fr", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert "is a file, not a sentence" in proc.stderr and "tfm translate <" in proc.stderr
+    proc = tfm("translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3", "output.fr", cwd=tmp_path)
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1  # no such file: a sentence
+
+
 def test_translate_empty_model_dir(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()

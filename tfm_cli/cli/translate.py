@@ -26,7 +26,7 @@ from tfm_cli.cli.common import (
     route_warnings,
     write_output,
 )
-from tfm_cli.errors import TfmError
+from tfm_cli.errors import TfmError, shell_word
 from tfm_cli.scoring import AUTO, BLEU_TOKENIZERS
 
 CHUNK_LINES = 2000  # stdin is translated in chunks of this many lines, so huge inputs stream
@@ -97,6 +97,11 @@ def translate(
 
     if text is not None:
         check_utf8(text, "the sentence to translate")
+        if _names_a_file(text):  # `tfm translate input.fr` translated the file's name
+            raise typer.BadParameter(
+                f"{text} is a file, not a sentence: to translate its lines, give them on stdin (tfm translate < {shell_word(text)})",
+                param_hint="TEXT",
+            )
 
     from tfm_cli.translator import Translator
 
@@ -130,6 +135,14 @@ def translate(
                 _emit(result, json_out, n_best, line_no)
                 if line_no % CHUNK_LINES == 0:
                     sys.stdout.flush()
+
+
+def _names_a_file(text: str) -> bool:
+    """True when TEXT is the path of an existing file: the user meant its lines (`tfm translate input.fr`)."""
+    try:
+        return "\n" not in text and Path(text).is_file()
+    except (OSError, ValueError):  # a sentence too long for a file name, or one holding a NUL
+        return False
 
 
 def _alpha(value: float | None) -> float | None:
