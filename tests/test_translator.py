@@ -331,8 +331,9 @@ def test_bad_settings_are_errors(translator: Translator, parts, tmp_path: Path) 
     run = _run_dir(tmp_path / "run", parts, None)
     with pytest.raises(TfmError, match="fp16 needs a CUDA device"):
         Translator.load(run, device="cpu", precision="fp16")
-    with pytest.raises(TfmError, match="precision 'fp8' is unknown"):
+    with pytest.raises(TfmError, match="precision 'fp8' is unknown") as caught:
         Translator.load(run, device="cpu", precision="fp8")
+    assert caught.value.hint == "use one of: auto, fp32, bf16, fp16, int8"  # int8 was missing from the choices
 
 
 def test_precision_auto_follows_the_cpu_and_each_can_be_forced(parts, tmp_path: Path) -> None:

@@ -40,10 +40,11 @@ from tfm_cli.errors import TfmError
 from tfm_cli.model import Transformer
 from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.recipe import MAX_ALPHA
-from tfm_cli.runtime import autocast, resolve_device, resolve_precision
+from tfm_cli.runtime import PRECISIONS, autocast, resolve_device, resolve_precision
 from tfm_cli.tokenizer import Tokenizer
 
 CHUNK_LINES = 2000  # translate_stream reads and translates this many lines at a time
+TRANSLATE_PRECISIONS = (*PRECISIONS, "int8")  # training's, and int8 (CPU: quantized linear layers)
 ENGINES = ("auto", "torch", "onnxruntime")  # auto: onnxruntime for an ONNX export directory, else torch
 
 # precision="auto" is bf16 on CUDA and on CPUs with native bf16 (AVX512-BF16, AMX), fp32 elsewhere: the rule
@@ -238,6 +239,7 @@ class Translator:
             path: the weights file (or export directory) it came from, for messages and reports.
             step: the training step of those weights.
         """
+        _check_precision(precision)
         if isinstance(model, Transformer) and precision == "int8":
             from tfm_cli.quantization import quantize_int8
 
@@ -320,6 +322,7 @@ class Translator:
             raise TypeError(f"device must be a string such as 'cpu', 'cuda' or 'cuda:1', or a torch.device, not {type(device).__name__}")
         if engine not in ENGINES:
             raise TfmError(f"engine {engine!r} is unknown", hint=f"use one of: {', '.join(ENGINES)}")
+        _check_precision(precision)  # before the weights are read
         from tfm_cli.export.onnx import has_onnx_graphs, is_onnx_export
 
         if engine == "auto":
@@ -509,6 +512,12 @@ class Translator:
     def __repr__(self) -> str:
         where = self.path if self.path is not None else "<in memory>"
         return f"Translator({where}, engine={self.engine_name}, device={self.device}, precision={self.precision}, {self.settings})"
+
+
+def _check_precision(precision: Any) -> None:
+    """Raise TfmError for a precision that is none of `TRANSLATE_PRECISIONS` (the runtime's list has no int8)."""
+    if not isinstance(precision, str) or precision not in TRANSLATE_PRECISIONS:
+        raise TfmError(f"precision {precision!r} is unknown", hint=f"use one of: {', '.join(TRANSLATE_PRECISIONS)}")
 
 
 def _without_bom(line: str) -> str:
