@@ -195,6 +195,9 @@ def test_stream_rejects_a_string_and_lines_that_are_not_text(translator: Transla
         list(translator.translate_stream("Bonjour.\nMerci.\n"))
     with pytest.raises(TypeError, match="line 2 is bytes"):
         list(translator.translate_stream(["Bonjour.\n", b"Merci.\n"]))  # a file opened in binary mode
+    for chunk in (0, "100", 1.5, True):  # "100" and 1.5 failed inside the loop with Python's own messages
+        with pytest.raises(ValueError, match=re.escape(f"chunk_lines must be an integer >= 1, got {chunk!r}")):
+            list(translator.translate_stream(["Bonjour."], chunk_lines=chunk))
 
 
 def test_greedy_equals_beam_one(translator: Translator) -> None:

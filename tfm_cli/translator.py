@@ -395,8 +395,9 @@ class Translator:
         At most `chunk_lines` lines are held at a time, so memory stays bounded however long the input is.
         Trailing newlines are stripped from each line.
         """
-        if chunk_lines < 1:
-            raise ValueError(f"chunk_lines must be >= 1, got {chunk_lines}")
+        if not isinstance(chunk_lines, numbers.Integral) or isinstance(chunk_lines, bool) or chunk_lines < 1:
+            # "x" and 1.5 failed inside the loop ("'<' not supported ...", "Stop argument for islice() ...")
+            raise ValueError(f"chunk_lines must be an integer >= 1, got {chunk_lines!r}")
         if isinstance(lines, (str, bytes, bytearray)) or not isinstance(lines, Iterable):  # iterated, it would translate each character as a line
             raise TypeError(
                 f"translate_stream() takes an iterable of lines (a file, a list), not a {type(lines).__name__}; "
