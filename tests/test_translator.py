@@ -200,6 +200,26 @@ def test_stream_rejects_a_string_and_lines_that_are_not_text(translator: Transla
             list(translator.translate_stream(["Bonjour."], chunk_lines=chunk))
 
 
+@pytest.mark.parametrize("greedy", [True, False])
+def test_weights_changed_in_place_are_the_ones_translated_with(parts, greedy: bool) -> None:
+    """The CPU engine decodes with packed copies of the weights (and a transposed output projection): after
+    `t.model.load_state_dict(other)` it went on translating with the old weights, silently."""
+    model, tok = parts
+    other = Transformer(model.config).eval()
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.normal_(0, 0.5)
+    settings = DecodeSettings(max_len_offset=6, greedy=greedy)
+    t = Translator(copy.deepcopy(model), tok, settings, precision="fp32")
+    before = t.translate(SOURCES)
+    t.model.load_state_dict(other.state_dict())
+    expected = Translator(other, tok, settings, precision="fp32").translate(SOURCES)
+    assert [r.tokens for r in before] != [r.tokens for r in expected]  # the two models translate differently
+    after = t.translate(SOURCES)
+    assert [(r.tokens, r.score) for r in after] == [(r.tokens, r.score) for r in expected]
+
+
 def test_greedy_equals_beam_one(translator: Translator) -> None:
     greedy = translator.translate(SOURCES, greedy=True)
     beam1 = translator.translate(SOURCES, beam=1, alpha=0.0)

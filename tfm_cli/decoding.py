@@ -23,7 +23,7 @@ from torch import nn
 
 from tfm_cli.model import KVCache, ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask
-from tfm_cli.packing import packed_view
+from tfm_cli.packing import packed_view, tensor_version
 
 
 @dataclass
@@ -116,8 +116,9 @@ class TorchEngine:
 
     On the CPU it decodes through `packing.packed_view(model)`: the same parameters, with linear layers that run
     oneDNN's kernels on weights packed once (faster for the few rows of a decoding step, the same function).
-    The packed weights (taken at their first use) and the output projection below (taken here) are copies: build
-    a new engine after changing the weights. `model` stays the model given.
+    The packed weights (taken at their first use) and the output projection below (taken here) are copies, taken
+    again when the weights change in place (`load_state_dict`, an optimizer step: their version counters move);
+    build a new engine after replacing a parameter by another object. `model` stays the model given.
     """
 
     def __init__(self, model: Transformer, use_cache: bool = True) -> None:
@@ -131,6 +132,7 @@ class TorchEngine:
         # (Packed and int8 generators are called as they are.)
         generator = self.net.generator
         self.output_t = generator.weight.detach().t().contiguous() if type(generator) is nn.Linear else None  # (D, V)
+        self._output_version = tensor_version(generator.weight) if self.output_t is not None else None
 
     def start(self, src: torch.Tensor, src_mask: torch.Tensor, beams: int) -> TorchState:
         memory = self.net.encode(src, src_mask)  # (B, S, D)
@@ -149,6 +151,9 @@ class TorchEngine:
         features = self.net.decode(last[:, None], state.memory, state.src_mask, None, cache, features_only=True)
         if self.output_t is None:
             return self.net.generator(features[:, -1])
+        weight = self.net.generator.weight
+        if tensor_version(weight) != self._output_version:  # changed in place since (load_state_dict): copy again
+            self.output_t, self._output_version = weight.detach().t().contiguous(), tensor_version(weight)
         return features[:, -1] @ self.output_t  # (B, V)
 
 

@@ -17,7 +17,9 @@ bf16, with greedy and beam search.
 `packed_view(model)` is what `decoding.TorchEngine` decodes with on the CPU: the same parameters (not copied),
 and linear layers that read a packed copy of their weight when no gradient is wanted. With gradients enabled
 they are plain `F.linear` over the live parameters, so the view can never train on a stale copy; a packed copy
-is taken from the weights as they are at its first use, so build a new view after changing them.
+is taken from the weights as they are at its first use, and taken again after they change in place (their
+version counters move: `load_state_dict`, an optimizer step). A parameter replaced by another object is not
+seen: build a new view then.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ def _bf16_supported() -> bool:
         return False
 
 
+def tensor_version(tensor: torch.Tensor) -> int:
+    """`tensor`'s in-place version counter; -1 for an inference tensor (made under inference_mode), which has none."""
+    return -1 if tensor.is_inference() else tensor._version
+
+
 class PackedLinear(nn.Module):
     """`nn.Linear` whose weight is reordered for oneDNN once per compute dtype, when first needed (fp32; bf16
     under autocast).
@@ -59,19 +66,25 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
-        # dtype -> (packed weight, bias in that dtype), or None where oneDNN cannot run the dtype
-        self._packed: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor | None] | None] = {}
+        # dtype -> (the weights' versions, (packed weight, bias in that dtype) or None where oneDNN cannot run it)
+        self._packed: dict[torch.dtype, tuple[tuple[int, int], tuple[torch.Tensor, torch.Tensor | None] | None]] = {}
+
+    def _versions(self) -> tuple[int, int]:
+        """The in-place version counters of weight and bias: they move when the weights are changed in place
+        (load_state_dict, an optimizer step), so that a packed copy of older weights is never used."""
+        return tensor_version(self.weight), -1 if self.bias is None else tensor_version(self.bias)
 
     def _pack(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-        if dtype not in self._packed:
+        versions = self._versions()
+        if dtype not in self._packed or self._packed[dtype][0] != versions:
             packed = None
             if dtype == torch.float32 or (dtype == torch.bfloat16 and _bf16_supported()):
                 with torch.no_grad():
                     weight = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().to(dtype))
                     bias = None if self.bias is None else self.bias.detach().to(dtype)
                 packed = (weight, bias)
-            self._packed[dtype] = packed
-        return self._packed[dtype]
+            self._packed[dtype] = (versions, packed)
+        return self._packed[dtype][1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu" or self.weight.device.type != "cpu" or torch.is_grad_enabled():
