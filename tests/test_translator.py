@@ -117,6 +117,16 @@ def test_a_list_keeps_order_and_empty_lines(translator: Translator) -> None:
     assert len({r.text for r in results if r.source.strip()}) > 1  # distinct outputs, so a mix-up would show
 
 
+def test_progress_counts_every_line(translator: Translator) -> None:
+    """Empty lines were never counted: `tfm translate --score`'s bar stopped short of its total."""
+    counts: list[int] = []
+    translator.translate(SOURCES, progress=counts.append, greedy=True)
+    assert sum(counts) == len(SOURCES)
+    counts.clear()
+    list(translator.translate_stream(SOURCES, chunk_lines=3, progress=counts.append, greedy=True))
+    assert sum(counts) == len(SOURCES)
+
+
 def test_n_best(translator: Translator) -> None:
     results = translator.translate(SOURCES, beam=4, n_best=3)
     for r in results:

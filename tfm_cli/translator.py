@@ -483,6 +483,8 @@ class Translator:
             max_tokens=decode.max_tokens, greedy=decode.greedy, on_batch=progress,
             autocast=(lambda: autocast(self.device, self.precision)) if self.precision not in ("fp32", "int8") else None,
         )
+        if progress is not None and len(todo) < len(lines):  # the empty lines are finished too: a bar reaches its total
+            progress(len(lines) - len(todo))
         by_line = dict(zip(todo, hyps, strict=True))
         results = []
         for i, line in enumerate(lines):
