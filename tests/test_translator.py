@@ -197,6 +197,14 @@ def test_translate_rejects_non_strings(translator: Translator) -> None:
     for given in (b"Bonjour.", None, 3):  # bytes read as a list of ints ("item 0 is int"); None "is not iterable"
         with pytest.raises(TypeError, match=f"takes a string or a list of strings, not {type(given).__name__}"):
             translator.translate(given)
+    # a dict was translated by its keys, a set in an order of its own: translation i was not input i's
+    for given in ({"Bonjour.": 1, "Merci.": 2}, {"Bonjour.", "Merci."}, frozenset(["Merci."]), {"a": 1}.keys()):
+        with pytest.raises(TypeError, match=f"a {type(given).__name__} has no order to give the translations back in"):
+            translator.translate(given)
+        with pytest.raises(TypeError, match="has no order"):
+            list(translator.translate_stream(given))
+        with pytest.raises(TypeError, match="score\\(\\)'s sources takes a list of strings in order"):
+            translator.score(given, ["Hello."] * len(given))
 
 
 def test_stream_rejects_a_string_and_lines_that_are_not_text(translator: Translator) -> None:

@@ -27,7 +27,8 @@ import dataclasses
 import itertools
 import numbers
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,15 @@ class DecodeSettings:
 
         d = load_recipe(recipe_file).decode
         return cls(d.beam, d.alpha, d.max_len_offset, d.min_len, d.max_tokens)
+
+
+
+def _check_ordered(given: Any, what: str) -> None:
+    """Refuse a set or a mapping: its order is not the caller's, so translation i could not be matched to input i
+    (a dict would be translated by its keys)."""
+    if isinstance(given, (AbstractSet, Mapping)):
+        raise TypeError(f"{what} takes a list of strings in order; a {type(given).__name__} has no order to give the "
+                        "translations back in (pass a list)")
 
 
 def _line(line: Any, number: int) -> str:
@@ -376,6 +386,7 @@ class Translator:
             return self._translate_lines([text], 1, self.settings.updated(**settings), progress)[0]
         if isinstance(text, (bytes, bytearray)) or not isinstance(text, Iterable):  # bytes would read as ints
             raise TypeError(f"translate() takes a string or a list of strings, not {type(text).__name__}")
+        _check_ordered(text, "translate()")
         lines = list(text)
         bad = next((i for i, line in enumerate(lines) if not isinstance(line, str)), None)
         if bad is not None:
@@ -403,6 +414,7 @@ class Translator:
                 f"translate_stream() takes an iterable of lines (a file, a list), not a {type(lines).__name__}; "
                 "for one sentence use translate(), for a text with newlines translate(text.splitlines())"
             )
+        _check_ordered(lines, "translate_stream()")
         decode = self.settings.updated(**settings)
         source = (_line(line, number) for number, line in enumerate(lines, start=1))
         first = 1
@@ -432,6 +444,7 @@ class Translator:
         for name, given in (("sources", sources), ("references", references)):
             if isinstance(given, (str, bytes, bytearray)) or not isinstance(given, Iterable):  # a str: one per character
                 raise TypeError(f"score() takes lists of sentences; {name} is a {type(given).__name__}")
+            _check_ordered(given, f"score()'s {name}")
         sources, references = list(sources), list(references)
         for name, given in (("sources", sources), ("references", references)):
             bad = next((i for i, line in enumerate(given) if not isinstance(line, str)), None)
