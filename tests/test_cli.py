@@ -318,6 +318,10 @@ def test_translate_a_file_name_is_refused_not_translated(random_run: Path, tmp_p
     assert "is a file, not a sentence" in proc.stderr and "tfm translate <" in proc.stderr
     proc = tfm("translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3", "output.fr", cwd=tmp_path)
     assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1  # no such file: a sentence
+    # "-" is stdin, as for cat or sacrebleu (it translated the character "-")
+    piped = tfm("translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3", stdin="Bonjour.\nMerci.\n")
+    dash = tfm("translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3", "-", stdin="Bonjour.\nMerci.\n")
+    assert dash.returncode == 0 and dash.stdout == piped.stdout and len(dash.stdout.splitlines()) == 2
 
 
 def test_translate_empty_model_dir(tmp_path: Path) -> None:

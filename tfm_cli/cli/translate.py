@@ -35,7 +35,7 @@ Engine = Literal["auto", "torch", "onnxruntime"]  # as tfm_cli.translator.ENGINE
 
 
 def translate(
-    text: str = typer.Argument(None, help="A sentence to translate. Without it, lines are read from stdin.", show_default=False),
+    text: str = typer.Argument(None, help="A sentence to translate. Without it (or with -), lines are read from stdin.", show_default=False),
     model: Path = typer.Option(None, "--model", "-m", parser=given_path, metavar="<path>", help="Run directory, .safetensors checkpoint, release or ONNX export directory (default: the most recent run under runs/).", show_default=False),
     beam: int = typer.Option(None, "--beam", "-b", min=1, help="Beam size (default: the run's recipe, 4).", show_default=False),
     alpha: float = typer.Option(None, "--alpha", callback=lambda v: _alpha(v), help="GNMT length penalty, 0 to 10 (default: the run's recipe, 0.6).", show_default=False),
@@ -71,6 +71,8 @@ def translate(
 
       tfm translate --score test.en-zh.tsv --bleu-tokenize zh
     """
+    if text == "-":  # as for cat, sacrebleu and most of the field's tools: stdin
+        text = None
     if greedy and n_best > 1:
         raise typer.BadParameter("--n-best needs beam search; drop --greedy", param_hint="--n-best")
     if greedy and beam is not None:
