@@ -22,11 +22,11 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 def resolve_device(name: str) -> torch.device:
     """'auto' -> cuda when available, else cpu; 'cuda' without a GPU is an error, not a silent fallback."""
     if name not in DEVICES and not name.startswith("cuda:"):
-        raise TfmError(f"--device {name!r} is not a device", hint=f"use one of: {', '.join(DEVICES)} (or cuda:N)")
+        raise TfmError(f"unknown device {name!r}", hint=f"use one of: {', '.join(DEVICES)} (or cuda:N)")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise TfmError(f"--device {name} was asked for but no CUDA GPU is available", hint="use --device cpu or auto")
+        raise TfmError(f"device {name} was asked for but no CUDA GPU is available", hint="use cpu or auto")
     return torch.device(name)
 
 
