@@ -135,6 +135,22 @@ def test_unknown_keys_and_non_mapping_sections():
     assert len(got) == 4
 
 
+def test_key_of_another_section_is_pointed_there(tmp_path):
+    """`train.beam` is decode.beam (not the look-alike train.betas); a section's key at the top level is nested."""
+    path = write(tmp_path, "name: x\nmax_steps: 5\ntrain:\n  beam: 3\n  dropout: 0.2\ndata:\n  max_tokens: 9\n")
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(path, ["model.max_len=10"])
+    assert sorted(problems_of(excinfo)) == sorted(
+        [
+            "max_steps is not a recipe key; did you mean train.max_steps?",
+            "train.beam is not a recipe key; did you mean decode.beam?",
+            "train.dropout is not a recipe key; did you mean model.dropout?",
+            "data.max_tokens is not a recipe key; did you mean train.max_tokens or decode.max_tokens?",
+            "model.max_len is not a recipe key; did you mean data.max_len?",
+        ]
+    )
+
+
 def test_missing_or_bad_name():
     with pytest.raises(RecipeError) as excinfo:
         recipe_from_dict({})

@@ -498,10 +498,19 @@ def _a(value: Any) -> str:
     return names.get(type(value), f"a {type(value).__name__}")
 
 
+def _elsewhere(name: str, not_in: str = "") -> str | None:
+    """`train.max_tokens or decode.max_tokens`: the keys of that exact name in the sections other than `not_in`."""
+    found = [f"{s}.{name}" for s, cls in SECTIONS.items() if s != not_in and name in _section_fields(cls)]
+    return " or ".join(found) or None
+
+
 def _unknown_key(dotted: str) -> str:
-    """`x.y is not a recipe key; did you mean x.z?` (or the valid keys when nothing is close)."""
+    """`x.y is not a recipe key; did you mean x.z?` (or the valid keys when nothing is close). A key of another
+    section (`train.beam`, or `max_steps` at the top level) is pointed there, not to a look-alike (train.betas)."""
     parts = dotted.split(".")
     head = f"{dotted} is not a recipe key"
+    if len(parts) == 1 and (other := _elsewhere(parts[0])):
+        return f"{head}; did you mean {other}?"
     if parts[0] not in TOP_LEVEL_KEYS:
         close = difflib.get_close_matches(parts[0], TOP_LEVEL_KEYS, n=1)
         if close:
@@ -516,6 +525,8 @@ def _unknown_key(dotted: str) -> str:
         return f"{head} at the top level; nest it: {section}: {{{parts[1]}: ...}}"
     if len(parts) > 2 and parts[1] in names:  # a.b.c where a.b is a leaf
         return f"{head}; {section}.{parts[1]} takes a single value, e.g. {section}.{parts[1]}=..."
+    if len(parts) == 2 and (other := _elsewhere(parts[1], not_in=section)):
+        return f"{head}; did you mean {other}?"
     close = difflib.get_close_matches(parts[1] if len(parts) > 1 else "", names, n=1)
     if close:
         return f"{head}; did you mean {section}.{close[0]}?"
