@@ -30,7 +30,10 @@ import io
 import itertools
 import json
 import lzma
+import os
+import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -330,7 +333,32 @@ def test_corpus_that_is_not_text_says_what_it_is(tmp_path: Path, data: bytes, ex
     corpus = write(tmp_path / "c.tsv", data)
     with pytest.raises(CorpusError) as err:
         list(read_pairs(corpus))
-    one_line(err.value, f"{corpus}{expected}")
+    one_line(err.value, f"{corpus}{expected.replace(' c.tsv', f' {corpus}')}")
+
+
+@pytest.mark.parametrize(
+    ("data", "fixed"),
+    [
+        ("Déjà vu.\tHello.\nMerci.\tThanks.\n".encode("utf-16"), "utf8-my corpus.tsv"),
+        ("Déjà vu.\tHello.\nMerci.\tThanks.\n".encode("latin-1"), "utf8-my corpus.tsv"),
+        ("Déjà vu.\tHello.\rMerci.\tThanks.\r".encode(), "fixed-my corpus.tsv"),
+    ],
+    ids=["utf-16", "latin-1", "cr-only"],
+)
+def test_suggested_fix_command_works_from_where_tfm_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes, fixed: str
+) -> None:
+    """The message's command names the file as it was given (not its bare name, which is not there from the
+    directory tfm ran in), quoted for the shell; run as printed, it writes a corpus tfm reads."""
+    (tmp_path / "data").mkdir()
+    corpus = write(tmp_path / "data" / "my corpus.tsv", data)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs("data/my corpus.tsv"))  # as given on a command line, relative to the working directory
+    command = re.search(r"\(e\.g\. (.*)\)$|convert them \((.*?)\);", str(err.value))
+    assert command, str(err.value)
+    subprocess.run(command.group(1) or command.group(2), shell=True, check=True)
+    assert [(s, t) for _, s, t in read_pairs(corpus.parent / fixed)] == [("Déjà vu.", "Hello."), ("Merci.", "Thanks.")]
 
 
 def test_text_that_looks_like_a_compression_header_is_still_text(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import gzip
 import os
 import random
 import re
+import shlex
 import zlib
 from array import array
 from collections.abc import Iterator, Sequence
@@ -139,20 +140,20 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterat
                     raw = raw[:-1]
                 if raw.endswith(b"\r"):
                     raw = raw[:-1]
-                if (line_no == 1 or b"\x00" in raw) and (problem := _not_text(raw, line_no, path.name)):
+                if (line_no == 1 or b"\x00" in raw) and (problem := _not_text(raw, line_no, path)):
                     raise CorpusError(f"{shown}:{line_no}: {problem}")
                 if b"\r" in raw:  # read as one line, it would silently glue many sentences together
-                    raise CorpusError(f"{shown}:{line_no}: {_carriage_return(path.name)}")
+                    raise CorpusError(f"{shown}:{line_no}: {_carriage_return(path)}")
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as err:
-                    name = path.name
+                    name, fixed = _shell_path(path), _shell_path(path, "utf8-")
                     fix = (
                         "pipe it through iconv -f latin1 -t utf-8"
                         if not path.is_file()
-                        else f"zcat {name} | iconv -f latin1 -t utf-8 | gzip > utf8-{name}"
+                        else f"zcat {name} | iconv -f latin1 -t utf-8 | gzip > {fixed}"
                         if isinstance(f, gzip.GzipFile)
-                        else f"iconv -f latin1 -t utf-8 {name} > utf8-{name}"
+                        else f"iconv -f latin1 -t utf-8 {name} > {fixed}"
                     )
                     raise CorpusError(
                         f"{shown}:{line_no}: invalid UTF-8 at byte {err.start + 1} of the line "
@@ -176,9 +177,16 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterat
         ) from err
 
 
-def _carriage_return(name: str) -> str:
+def _shell_path(path: Path, prefix: str = "") -> str:
+    """`path` (or the file beside it named `prefix` + its name) as a shell word, for the commands a message
+    suggests: they work from the directory the user ran tfm in, whatever the file's name."""
+    return shlex.quote(str(path.with_name(prefix + path.name) if prefix else path))
+
+
+def _carriage_return(path: Path) -> str:
     """The problem of a line holding a carriage return that does not end it (CR-only line ends, old Mac style)."""
-    cat, fixed = "zcat" if name.endswith(".gz") else "cat", "fixed-" + name.removesuffix(".gz")
+    cat, name = "zcat" if path.name.endswith(".gz") else "cat", _shell_path(path)
+    fixed = shlex.quote(str(path.with_name("fixed-" + path.name.removesuffix(".gz"))))
     return (
         "a carriage return (\\r) inside the line: if the file ends its lines with CR alone (old Mac style), convert "
         f"them ({cat} {name} | tr '\\r' '\\n' > {fixed}); if they are stray characters in sentences, make them "
@@ -186,14 +194,15 @@ def _carriage_return(name: str) -> str:
     )
 
 
-def _not_text(raw: bytes, line_no: int, name: str) -> str | None:
+def _not_text(raw: bytes, line_no: int, path: Path) -> str | None:
     """What a line is when it is not UTF-8 text at all (compressed, UTF-16, binary), or None."""
+    name = _shell_path(path)
     if line_no == 1:
         for magic, (kind, undo) in OTHER_COMPRESSION.items():
             if magic.match(raw):
                 return f"{kind}-compressed data, not text: tfm reads plain or gzip text; decompress it first (e.g. {undo} {name})"
         if raw.startswith(UTF16_BOMS):
-            return f"UTF-16 text, not UTF-8: re-encode the file (e.g. iconv -f utf-16 -t utf-8 {name} > utf8-{name})"
+            return f"UTF-16 text, not UTF-8: re-encode the file (e.g. iconv -f utf-16 -t utf-8 {name} > {_shell_path(path, 'utf8-')})"
     if b"\x00" in raw:  # valid UTF-8, but no text holds NUL bytes
         return (
             f"a NUL byte at byte {raw.index(0) + 1} of the line: a binary file (or UTF-16), not UTF-8 text; "
