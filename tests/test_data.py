@@ -187,6 +187,22 @@ def test_error_truncated_gzip(tmp_path: Path) -> None:
         list(read_pairs(path))
 
 
+def test_error_unreadable_file_says_permission(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file the user may not read is said to be that (with the chmod), not asked whether it is complete."""
+    path = write(tmp_path / "locked.tsv", b"a\tA\n")
+    if os.geteuid() != 0:  # root reads a mode-000 file: there the open is made to fail as it would for a user
+        path.chmod(0)
+    else:
+
+        def denied(file, *args, **kwargs):
+            raise PermissionError(13, "Permission denied", str(file))
+
+        monkeypatch.setattr("tfm_cli.data.open", denied, raising=False)
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs(path))
+    assert str(err.value) == f"{path}: permission denied: make the file readable (chmod +r {path}) or run tfm as a user who may read it"
+
+
 # ---- encoding --------------------------------------------------------------------------------------------
 
 

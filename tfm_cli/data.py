@@ -171,6 +171,11 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterat
             if trailing_blanks:
                 for blank in pending_blank:
                     yield blank, ""
+    except PermissionError:  # the file is fine, its mode is not: asking whether it is complete would mislead
+        raise CorpusError(
+            f"{shown}: permission denied: make the file readable (chmod +r {_shell_path(path)}) or run tfm as a "
+            "user who may read it"
+        ) from None
     except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
         raise CorpusError(
             f"{shown}: cannot read the file ({err}); is it a complete, uncompressed or gzip text file?"
