@@ -120,6 +120,21 @@ def test_the_hint_after_training_is_a_sentence_of_the_run_that_translate_takes(t
     assert _example_source(recipe) == "Merci."  # not "- Oui, monsieur.", which tfm translate reads as an option
 
 
+def test_the_dev_set_skips_pairs_empty_once_normalised(tmp_path: Path) -> None:
+    """A side of only '▁' (sentencepiece's space) or whitespace is empty to the tokenizer: skipped, as data.train
+    skips it, not scored as an empty reference; a dev set of nothing else is refused."""
+    from tfm_cli.training.evaluation import load_dev
+
+    tok = train_tokenizer(["Merci.", "Thanks."], vocab_size=300, min_frequency=1)
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("\u2581\tHello.\nMerci.\tThanks.\nBonjour.\t\u2581 \u2581\n", encoding="utf-8")
+    kept = load_dev(str(dev), tok, 64)
+    assert (kept.sources, kept.references) == (["Merci."], ["Thanks."])
+    dev.write_text("\u2581\tHello.\nBonjour.\t\u2581\n", encoding="utf-8")
+    with pytest.raises(TfmError, match="has no usable sentence pairs: every pair has a side that is empty once normalised"):
+        load_dev(str(dev), tok, 64)
+
+
 def test_the_dev_set_chooses_once_and_normalises_its_references(root: Path, tmp_path: Path) -> None:
     from tfm_cli.training.evaluation import load_dev
 

@@ -51,12 +51,17 @@ class DevSet:
 def load_dev(spec, tokenizer: Tokenizer, max_len: int, bleu_tokenize: str = AUTO) -> DevSet:
     """Read the dev corpus; `bleu_tokenize` (`auto`: chosen here, once, from all the references) is set up now,
     so that one that cannot be (MeCab missing) fails before training, not at the first evaluation."""
-    pairs = [(s, t) for _, s, t in read_pairs(spec) if s.strip() and t.strip()]
+    # References normalised as the translations are (NFC, one space): an NFD reference would never match the
+    # model's NFC output. A side empty once normalised (only whitespace and '▁') is skipped, as in data.train.
+    pairs = [(s, ref) for _, s, t in read_pairs(spec) if (ref := tokenizer.normalize(t)) and tokenizer.normalize(s)]
     if not pairs:
-        raise TfmError(f"dev corpus {spec} has no usable sentence pairs")
+        raise TfmError(
+            f"dev corpus {spec} has no usable sentence pairs: every pair has a side that is empty once normalised "
+            "(only whitespace or '▁')",
+            hint="give data.dev sentence pairs with text on both sides, or data.dev: null",
+        )
     sources = [s for s, _ in pairs]
-    # As the translations are (NFC, one space): an NFD reference would never match the model's NFC output
-    references = [tokenizer.normalize(t) for _, t in pairs]
+    references = [ref for _, ref in pairs]
     # Sources longer than the model can take are cut (and count against BLEU); dev sets rarely have them.
     src_ids = [ids[: max_len - 1] for ids in tokenizer.encode_batch(sources)]
     tgt_ids = [ids[: max_len - 1] for ids in tokenizer.encode_batch(references)]
