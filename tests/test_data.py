@@ -103,6 +103,17 @@ def test_error_no_tab(tmp_path: Path) -> None:
         list(read_pairs(blank_inside))
 
 
+def test_no_tab_says_how_to_give_two_files_where_they_were_given(tmp_path: Path) -> None:
+    """One sentence per line: a recipe gives two files as a list, a command line as its option twice."""
+    path = write(tmp_path / "c.txt", "a\nb\n")
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs(path))
+    assert str(err.value).endswith("for one sentence per line, give [source_file, target_file])")
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs(path, once=True, option="--score"))
+    assert str(err.value).endswith("for one sentence per line, give --score SOURCE_FILE --score TARGET_FILE)")
+
+
 @pytest.mark.parametrize("gz", [False, True])
 def test_error_invalid_utf8(tmp_path: Path, gz: bool) -> None:
     path = write(tmp_path / "c.tsv", b"ok\tOK\nd\xe9j\xe0\tal\xff\n", gz=gz)

@@ -253,7 +253,7 @@ def read_pairs(spec: CorpusSpec, once: bool = False, option: str | None = None) 
     """
     if isinstance(spec, (str, os.PathLike)):
         path = resolve_corpus_path(spec, once, option)
-        return _read_tsv(path, _shown(spec, path))
+        return _read_tsv(path, _shown(spec, path), option)
     if isinstance(spec, (list, tuple)) and len(spec) == 2:
         src_path, tgt_path = resolve_corpus_path(spec[0], once, option), resolve_corpus_path(spec[1], once, option)
         return _read_parallel(src_path, _shown(spec[0], src_path), tgt_path, _shown(spec[1], tgt_path))
@@ -263,15 +263,17 @@ def read_pairs(spec: CorpusSpec, once: bool = False, option: str | None = None) 
     )
 
 
-def _read_tsv(path: Path, shown: str) -> Iterator[Pair]:
+def _read_tsv(path: Path, shown: str, option: str | None = None) -> Iterator[Pair]:
     n = full = 0  # lines, and lines with text on both sides
     for line_no, text in _read_lines(path, shown):
         parts = text.split("\t", 2)  # columns after the second (a Tatoeba/Anki attribution) are ignored
         if len(parts) < 2:
             what = "is blank" if not text else "has no tab"
+            # the two files as the user gives them: a recipe's list, or the option twice on a command line
+            pair = f"{option} SOURCE_FILE {option} TARGET_FILE" if option else "[source_file, target_file]"
             raise CorpusError(
                 f"{shown}:{line_no}: the line {what}: each line must be source<TAB>target "
-                "(remove blank lines; for one sentence per line, give [source_file, target_file])"
+                f"(remove blank lines; for one sentence per line, give {pair})"
             )
         n += 1
         full += bool(parts[0].strip() and parts[1].strip())
