@@ -892,6 +892,14 @@ def test_tokenizer_path_is_the_tokenizer_the_run_trains_with(root: Path, run: Pa
     assert f"tokenizer: {other / 'tokenizer.json'} (" in proc.stderr and "not trained again" in proc.stderr
 
 
+def test_tokenizer_path_that_is_a_run_directory_names_its_tokenizer(root: Path, run: Path, tmp_path: Path) -> None:
+    """tokenizer.path=RUN (a directory, as `tfm tokenize --tokenizer` takes): the hint gives RUN/tokenizer.json."""
+    proc = tfm("train", str(root / "recipe.yaml"), f"tokenizer.path={run}", "--out", str(tmp_path / "out"), "--dry-run",
+               check=False)
+    error_line(proc, f"tokenizer.path: {run} is not a file")
+    assert f"hint: give the file: tokenizer.path={run / 'tokenizer.json'}" in proc.stderr
+
+
 def test_a_beam_wider_than_the_tokenizer_is_refused_before_anything_is_written(root: Path, run: Path, tmp_path: Path) -> None:
     """tokenizer.path names a 400-token tokenizer, decode.beam=1000 passes the recipe's own check (vocab_size
     2000): the start says so before its first step (with a dev set it trained to the end, then failed in the

@@ -76,9 +76,11 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
     wanted = Path(recipe.tokenizer.path).expanduser() if recipe.tokenizer.path and not (resume and own.is_file()) else None
     if wanted is not None and not wanted.is_file():
         what = "is not a file" if wanted.exists() else "does not exist"
+        inside = wanted / "tokenizer.json"  # a run or export directory, as `tfm tokenize --tokenizer` takes one
         raise TfmError(
             f"tokenizer.path: {recipe.tokenizer.path} {what}",
-            hint="train one with `tfm tokenize`, or set tokenizer.path: null to train one with the run",
+            hint=f"give the file: tokenizer.path={shell_word(inside)}" if inside.is_file()
+            else "train one with `tfm tokenize`, or set tokenizer.path: null to train one with the run",
         )
     if wanted is not None and own.is_file() and Tokenizer.load(own).sha256 != Tokenizer.load(wanted).sha256:
         raise TfmError(
