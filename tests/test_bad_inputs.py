@@ -892,6 +892,16 @@ def test_tokenizer_path_is_the_tokenizer_the_run_trains_with(root: Path, run: Pa
     assert f"tokenizer: {other / 'tokenizer.json'} (" in proc.stderr and "not trained again" in proc.stderr
 
 
+def test_run_directory_whose_name_is_not_utf8_is_refused_before_anything_is_written(root: Path, tmp_path: Path) -> None:
+    """--out with a Latin-1 byte in its name (a valid Linux name): a traceback from tensorboard after the run's
+    recipe.yaml and config.json were written; now one line before anything is, dry run or not."""
+    out = tmp_path / os.fsdecode(b"caf\xe9")
+    for extra in (["--dry-run"], ["--device", "cpu"]):
+        proc = tfm("train", str(root / "recipe.yaml"), "train.max_steps=1", "--out", str(out), *extra, check=False)
+        error_line(proc, "has a name that is not UTF-8")
+        assert not out.exists()
+
+
 def test_tokenizer_path_that_is_a_run_directory_names_its_tokenizer(root: Path, run: Path, tmp_path: Path) -> None:
     """tokenizer.path=RUN (a directory, as `tfm tokenize --tokenizer` takes): the hint gives RUN/tokenizer.json."""
     proc = tfm("train", str(root / "recipe.yaml"), f"tokenizer.path={run}", "--out", str(tmp_path / "out"), "--dry-run",

@@ -145,6 +145,13 @@ def _check_place(run_dir: Path, resume: bool = False) -> None:
     must be able to write into the run's own directory."""
     if run_dir.exists() and not run_dir.is_dir():
         raise TfmError(f"{run_dir} exists and is not a directory: it cannot hold the run", hint="choose another --out")
+    try:  # tensorboard (and what reads metrics.jsonl) take the path as UTF-8: it failed there with a traceback
+        str(run_dir).encode("utf-8")
+    except UnicodeEncodeError:
+        raise TfmError(
+            f"the run directory {run_dir} has a name that is not UTF-8 (bytes of another encoding)",
+            hint="choose an --out whose name is UTF-8 (e.g. ASCII letters, digits, '-', '_')",
+        ) from None
     existing = nearest_existing(run_dir)
     try:
         if not existing.is_dir():
