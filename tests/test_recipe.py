@@ -151,6 +151,15 @@ def test_key_of_another_section_is_pointed_there(tmp_path):
     )
 
 
+def test_override_with_bytes_that_are_not_utf8_says_so():
+    """A Latin-1 file name on the command line (Python's surrogate escapes): YAML refused it with 'quote it',
+    which cannot help."""
+    with pytest.raises(RecipeError) as excinfo:
+        parse_override("data.train=caf\udce9.tsv")
+    (problem,) = problems_of(excinfo)
+    assert problem.endswith("holds bytes that are not UTF-8 (a file name in another encoding?): give it a UTF-8 name (mv) or a link with one (ln -s)")
+
+
 def test_missing_or_bad_name():
     with pytest.raises(RecipeError) as excinfo:
         recipe_from_dict({})

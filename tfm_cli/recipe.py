@@ -555,6 +555,12 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")) or any(c.isspace() for c in key):
         raise RecipeError("override", [_override_problem(text)])
+    if any("\udc80" <= c <= "\udcff" for c in text):  # bytes of the command line that are not UTF-8: quoting won't help
+        raise RecipeError(
+            "override",
+            [f"override {_shown(text)} holds bytes that are not UTF-8 (a file name in another encoding?): "
+             "give it a UTF-8 name (mv) or a link with one (ln -s)"],
+        )
     try:
         value = yaml.safe_load(raw)
     except yaml.YAMLError as err:
