@@ -103,6 +103,16 @@ def test_error_no_tab(tmp_path: Path) -> None:
         list(read_pairs(blank_inside))
 
 
+def test_byte_order_marks_of_concatenated_files_are_not_text(tmp_path: Path) -> None:
+    """`cat a.tsv b.tsv`, both saved with a UTF-8 BOM: the second one starts line 3; it was kept as a U+FEFF
+    character at the start of that source sentence (a piece the tokenizer learned)."""
+    part = "\ufeffa\tA\nb\tB\n".encode()
+    tsv = write(tmp_path / "c.tsv", part + part)
+    assert [(s, t) for _, s, t in read_pairs(tsv)] == [("a", "A"), ("b", "B")] * 2
+    src, tgt = write(tmp_path / "s.txt", "\ufeffa\nb\n\ufeffa\n".encode()), write(tmp_path / "t.txt", "\ufeffA\nB\n\ufeffA\n".encode())
+    assert [(s, t) for _, s, t in read_pairs([src, tgt])] == [("a", "A"), ("b", "B"), ("a", "A")]
+
+
 def test_no_tab_says_how_to_give_two_files_where_they_were_given(tmp_path: Path) -> None:
     """One sentence per line: a recipe gives two files as a list, a command line as its option twice."""
     path = write(tmp_path / "c.txt", "a\nb\n")

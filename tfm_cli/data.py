@@ -159,8 +159,8 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterat
                         f"{shown}:{line_no}: invalid UTF-8 at byte {err.start + 1} of the line "
                         f"({raw[err.start : err.start + 1]!r}); re-encode the file as UTF-8 (e.g. {fix})"
                     ) from None
-                if line_no == 1 and text.startswith("\ufeff"):
-                    text = text[1:]  # a UTF-8 byte-order mark is not part of the first sentence
+                if text.startswith("\ufeff"):  # a UTF-8 byte-order mark is not part of a sentence: at the start
+                    text = text[1:]  # of the file, or of a later line where files saved with one were concatenated
                 if not text:
                     pending_blank.append(line_no)
                     continue
