@@ -27,6 +27,7 @@ from tfm_cli.checkpoint import FINAL, LoadedModel, save_weights, weights_state
 from tfm_cli.errors import TfmError, shell_word
 from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff
 from tfm_cli.scoring import AUTO, bleu_metric
+from tfm_cli.tokenizer import Tokenizer
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -144,7 +145,7 @@ def _dev_scores(loaded: LoadedModel, released, dtype: str) -> dict[str, Any] | N
         dev = record.get("dev") or {}
         if "bleu" in dev:
             return {**dev, "how": f"tfm train's final evaluation, {record.get('precision', 'fp32')} arithmetic"}
-    pairs, bleu_tokenize = _dev_pairs(loaded.run_dir)
+    pairs, bleu_tokenize = _dev_pairs(loaded.run_dir, loaded.tokenizer)
     if not pairs:
         return None
     if bleu_tokenize != AUTO:  # the run's choice, set up before any translating
@@ -158,7 +159,7 @@ def _dev_scores(loaded: LoadedModel, released, dtype: str) -> dict[str, Any] | N
     return {**result, "how": "evaluated by tfm export on the run's dev set, fp32 arithmetic"}
 
 
-def _dev_pairs(run_dir: Path) -> tuple[list[tuple[str, str]], str]:
+def _dev_pairs(run_dir: Path, tokenizer: Tokenizer) -> tuple[list[tuple[str, str]], str]:
     """The run's dev pairs and the BLEU tokenizer its training scored them with (none, "auto": no recipe)."""
     from tfm_cli.data import read_pairs
     from tfm_cli.recipe import load_recipe
@@ -166,7 +167,8 @@ def _dev_pairs(run_dir: Path) -> tuple[list[tuple[str, str]], str]:
     try:
         recipe = load_recipe(run_dir / "recipe.yaml")
         spec = recipe.data.dev
-        pairs = [(s, t) for _, s, t in read_pairs(spec) if s.strip() and t.strip()] if spec else []
+        # the pairs the run's dev evaluations scored (`load_dev`): a side empty once normalised is left out
+        pairs = [(s, t) for _, s, t in read_pairs(spec) if tokenizer.normalize(s) and tokenizer.normalize(t)] if spec else []
         return pairs, recipe.train.bleu_tokenize
     except (TfmError, OSError, ValueError):
         return [], "auto"
