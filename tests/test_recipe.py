@@ -358,6 +358,14 @@ def test_parse_override_values_are_yaml():
         assert problems_of(excinfo) == [
             f"override {bad!r} must look like key=value (e.g. train.max_steps=2000)"
         ]
+    # a file name starting with '#' was read as a YAML comment: data.train became null
+    with pytest.raises(RecipeError) as excinfo:
+        parse_override("data.train=#1.tsv")
+    assert problems_of(excinfo) == [
+        "override 'data.train=#1.tsv': YAML reads a value starting with '#' as a comment (null); quote the value: "
+        "'data.train=\"#1.tsv\"'"
+    ]
+    assert parse_override('data.train="#1.tsv"') == ("data.train", "#1.tsv")
 
 
 def test_overrides_apply():

@@ -572,6 +572,12 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise RecipeError(
             "override", [f"override {_shown(text)} has a number too long to read ({str(err).split(';')[0]})"]
         ) from None
+    if value is None and raw.lstrip().startswith("#"):  # `data.train=#1.tsv` read as a comment: null, silently
+        raise RecipeError(
+            "override",
+            [f"override {_shown(text)}: YAML reads a value starting with '#' as a comment (null); quote the value: "
+             f"'{key}=\"{raw.strip()}\"'"],
+        )
     return key, value
 
 
