@@ -79,6 +79,20 @@ def test_a_resume_that_scores_the_dev_set_otherwise_starts_the_best_score_afresh
     assert after["best_bleu"] == evals[-1]["bleu"] and after["scoring"]["train.bleu_tokenize"] == "char"
 
 
+def test_a_resume_whose_corpus_moved_says_how_to_give_its_new_place(root: Path, copy: Path) -> None:
+    moved = copy.parent / "moved.tsv"
+    shutil.copy(root / "train.tsv", moved)
+    recipe = copy / "recipe.yaml"
+    recipe.write_text(recipe.read_text().replace(str(root / "train.tsv"), str(moved)))
+    gone = Path(shutil.move(moved, copy.parent / "elsewhere.tsv"))
+    before = snapshot(copy)
+    proc = train("--resume", str(copy), "train.max_steps=11")
+    error_line(proc, f"data.train: corpus file {moved} does not exist")
+    assert f"hint: if it moved, give its new place: tfm train --resume {copy} 'data.train=NEW_PATH'" in proc.stderr
+    assert snapshot(copy) == before
+    train("--resume", str(copy), "train.max_steps=11", f"data.train={gone}").check_returncode()  # as the hint says
+
+
 def test_a_trainer_state_of_another_step_is_refused(copy: Path) -> None:
     shutil.copy(state_path(checkpoint_path(copy, 5)), state_path(checkpoint_path(copy, 10)))
     before = snapshot(copy)

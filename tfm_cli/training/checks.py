@@ -68,7 +68,7 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
     if not resume and not old_recipe.is_file():
         _check_foreign_files(run_dir)
     _check_place(run_dir, resume)
-    _check_corpora(recipe)
+    _check_corpora(recipe, run_dir if resume else None)
     if recipe.data.dev and recipe.train.bleu_tokenize != AUTO:  # MeCab missing: said now, not at the first evaluation
         bleu_metric(recipe.train.bleu_tokenize)
     own = run_dir / "tokenizer.json"
@@ -183,14 +183,19 @@ def _same_recipe(path: Path, recipe: Recipe) -> bool:
         return False
 
 
-def _check_corpora(recipe: Recipe) -> None:
-    """Fail before anything is written when a corpus file named by the recipe is missing."""
+def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
+    """Fail before anything is written when a corpus file named by the recipe is missing (for a resume of
+    `resumed`, the hint says how to give the corpus's new place)."""
     for key, spec in (("data.train", recipe.data.train), ("data.dev", recipe.data.dev)):
         for path in [] if spec is None else [spec] if isinstance(spec, str) else spec:
             try:
                 resolve_corpus_path(path)
             except CorpusError as err:
-                raise CorpusError(f"{key}: {err}") from None
+                hint = err.hint
+                if resumed is not None:  # the run's recipe.yaml names where the corpus was
+                    value = "[SOURCE_FILE, TARGET_FILE]" if isinstance(spec, list) else "NEW_PATH"
+                    hint = f"if it moved, give its new place: tfm train --resume {shell_word(resumed)} '{key}={value}'"
+                raise CorpusError(f"{key}: {err}", hint=hint) from None
 
 
 def scan_corpora(recipe: Recipe) -> dict[str, int]:
