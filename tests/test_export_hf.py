@@ -234,6 +234,23 @@ def test_a_model_too_short_for_every_dev_sentence_is_checked_on_made_up_ones(tmp
     assert any("10 empty or over-long dev sentences left out" in note and "made-up" in note for note in result.notes)
 
 
+@pytest.mark.parametrize("fmt", ["huggingface", "onnx", "release"])
+def test_translation_checks_name_the_sentences_they_ran_on(tmp_path, small_tokenizer, fmt):
+    """A run whose dev set is gone (moved, another machine) is checked on its training corpus, else on made-up
+    sentences; the onnx and huggingface checks still said "dev sentences" (or no origin at all)."""
+    if fmt == "onnx":
+        pytest.importorskip("onnxruntime")
+    run = _small_run(tmp_path / "run", small_tokenizer)
+    train = tmp_path / "train.tsv"
+    train.write_text("".join(f"{s}\tx\n" for s in _texts(40)[::2][:12]), encoding="utf-8")
+    (run / "recipe.yaml").write_text(f"name: moved\ndata:\n  train: {train}\n  dev: {tmp_path / 'gone.tsv'}\n", encoding="utf-8")
+    names = [c.name for c in run_export(fmt, run, tmp_path / "training", verify_lines=5).checks if "translations" in c.name]
+    assert names and all("5 training sentences" in n for n in names), names
+    (run / "recipe.yaml").unlink()  # no corpus at all
+    names = [c.name for c in run_export(fmt, run, tmp_path / "made-up", verify_lines=5).checks if "translations" in c.name]
+    assert names and all("5 made-up sentences" in n for n in names), names
+
+
 def test_an_agreement_over_nothing_fails():
     assert not agreement("translations (0 sentences)", [], []).ok
     assert agreement("translations (1 sentence)", ["a"], ["a"]).ok

@@ -372,6 +372,7 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
         hf_model = transformers.MarianMTModel.from_pretrained(out).eval()
         hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     checks = _check_logits(model, hf_model)
+    origin = getattr(sources, "what", "dev")  # dev, training or made-up: the checks' names say which
     ids, kept = _encodable(tokenizer, sources, config.max_positions - 1)
     left_out, made_up = len(sources) - len(kept), not kept
     if made_up:  # every dev sentence is longer than the model takes (a small max_positions): made-up ones that fit
@@ -382,7 +383,7 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
     checks.append(_check_tokenizer(hf_tokenizer, texts, ids, config.eos_id))
     expected = _tfm_greedy(model, tokenizer, ids, settings.max_len_offset)
     got = _hf_greedy(hf_model, hf_tokenizer, texts, limits, config.eos_id)
-    what = f"{len(texts)} {'made-up' if made_up else 'dev'} sentences"
+    what = f"{len(texts)} {'made-up' if made_up else origin} sentences"
     checks.append(agreement(f"greedy translations, transformers generate vs tfm ({what})", expected, got))
 
     notes = [
@@ -399,7 +400,7 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
     ]
     if left_out:
         notes.append(
-            f"{left_out} empty or over-long dev sentences left out of the checks"
+            f"{left_out} empty or over-long {origin} sentences left out of the checks"
             + (f"; none was left, so they ran on {len(texts)} made-up sentences of learned pieces" if made_up else "")
         )
     if importlib.util.find_spec("ctranslate2") is None:

@@ -337,7 +337,7 @@ def _check_translations(loaded: LoadedModel, engine: OnnxEngine, sources: list[s
         return [" ".join(tok.id_to_piece(t) for t in h.tokens) for h in hyps]
 
     score_diff = max((abs(a.score - b.score) for a, b in zip(results["torch"], results["onnxruntime"], strict=True)), default=0.0)
-    what = f"beam {settings.beam}, alpha {settings.alpha:g}, {len(ids)} sentences"
+    what = f"beam {settings.beam}, alpha {settings.alpha:g}, {len(ids)} {getattr(sources, 'what', 'dev')} sentences"
     return [
         agreement(f"translations, onnxruntime vs PyTorch ({what})", pieces(results["torch"]), pieces(results["onnxruntime"])),
         Check("translation scores, max |diff|", f"{score_diff:.2g}", score_diff <= 1e-3, "<= 0.001"),
