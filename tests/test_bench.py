@@ -391,12 +391,15 @@ def test_int8_runs_every_engine_in_int8(recipe: Path) -> None:
 
 
 @pytest.mark.skipif(not has_module("transformers"), reason="transformers is not installed (the bench extra)")
-def test_marian_peer_has_the_same_shapes() -> None:
-    """The peer does the same work: MarianMT built from a tfm config has tfm's parameter count and logit shape."""
+@pytest.mark.parametrize("tie", [True, False])
+def test_marian_peer_has_the_same_shapes(tie: bool) -> None:
+    """The peer does the same work: MarianMT built from a tfm config has tfm's parameter count and logit shape,
+    untied embeddings included (MarianMT has them, as the huggingface export shows; the peer refused them)."""
     from tfm_cli.bench.peers import marian_model
     from tfm_cli.model import ModelConfig, Transformer
 
-    config = ModelConfig(vocab_size=97, d_model=32, d_ff=48, n_heads=4, n_enc_layers=2, n_dec_layers=3, max_positions=64)
+    config = ModelConfig(vocab_size=97, d_model=32, d_ff=48, n_heads=4, n_enc_layers=2, n_dec_layers=3, max_positions=64,
+                         tie_embeddings=tie)
     ours, theirs = Transformer(config), marian_model(config)
     count = lambda m: sum(p.numel() for p in m.parameters() if p.requires_grad)  # noqa: E731
     # Marian adds a final-logits bias buffer (not trained); the trained parameters match but for LayerNorms'

@@ -2,7 +2,7 @@
 CTranslate2 running the very model being benchmarked.
 
 MarianMT is the paper's architecture as Hugging Face ships it (post-norm, ReLU, sinusoidal positions, embeddings
-scaled by sqrt(d_model) and tied with the output projection), so the same ModelConfig gives the same matrix
+scaled by sqrt(d_model), tied with the output projection or, as tfm can, untied), so the same ModelConfig gives the same matrix
 shapes. Its weights are random: these comparisons are about speed on identical work, not about translations.
 
 - training: the Marian model runs inside tfm's own `train_step` (same batches, same label-smoothed loss, same
@@ -67,10 +67,10 @@ def _transformers():
 def marian_model(config: ModelConfig) -> nn.Module:
     """A randomly initialised MarianMTModel with tfm's shapes and special ids."""
     transformers = _transformers()
-    if config.norm != "post" or config.positions != "sinusoidal" or not config.tie_embeddings:
+    if config.norm != "post" or config.positions != "sinusoidal":
         raise PeerUnavailable(
-            "MarianMT has post-norm, sinusoidal positions and tied embeddings only; this model differs",
-            hint="compare with a recipe that keeps the paper's model.norm, model.positions and model.tie_embeddings",
+            "MarianMT has post-norm and sinusoidal positions only; this model differs",
+            hint="compare with a recipe that keeps the paper's model.norm and model.positions",
         )
     marian = transformers.MarianConfig(
         vocab_size=config.vocab_size, d_model=config.d_model,
@@ -79,7 +79,8 @@ def marian_model(config: ModelConfig) -> nn.Module:
         encoder_ffn_dim=config.d_ff, decoder_ffn_dim=config.d_ff, activation_function="relu",
         dropout=config.dropout, attention_dropout=config.attn_dropout, activation_dropout=0.0,
         max_position_embeddings=config.max_positions, scale_embedding=True,
-        share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+        # untied (tie_embeddings: false): three matrices, as tfm's source, target and output ones
+        share_encoder_decoder_embeddings=config.tie_embeddings, tie_word_embeddings=config.tie_embeddings,
         pad_token_id=config.pad_id, bos_token_id=config.bos_id, eos_token_id=config.eos_id,
         decoder_start_token_id=config.bos_id, forced_eos_token_id=None,
     )
@@ -150,7 +151,7 @@ def marian_peer(config: ModelConfig, device: torch.device, precision: str, beam:
     """`marian_translator` as a `Peer`, with the transformers version it ran.
 
     Raises:
-        PeerUnavailable: MarianMT has no model of this shape (pre-norm, learned positions, untied embeddings).
+        PeerUnavailable: MarianMT has no model of this shape (pre-norm, learned positions).
         TfmError: transformers is not installed.
     """
     run = marian_translator(config, device, precision, beam, out_len)
