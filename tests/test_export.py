@@ -101,6 +101,17 @@ def test_the_run_itself_is_never_the_destination(trained) -> None:
     assert (trained["dir"] / "model.safetensors").is_file()
 
 
+def test_another_training_run_is_never_replaced_even_with_force(trained, tmp_path: Path) -> None:
+    """`--out` naming another run (a typo, a name reused) with --force deleted its checkpoints and trainer states."""
+    other = tmp_path / "other-run"
+    shutil.copytree(trained["dir"], other)
+    before = sorted(p.relative_to(other) for p in other.rglob("*"))
+    for force in ([], ["--force"]):
+        proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(other), *force, check=False)
+        assert proc.returncode == 1 and "is a training run" in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) <= 3  # the progress line, the error, the hint
+    assert sorted(p.relative_to(other) for p in other.rglob("*")) == before
+
 def test_a_failed_check_installs_nothing(trained, tmp_path: Path, monkeypatch) -> None:
     import tfm_cli.export.release as release_module
 

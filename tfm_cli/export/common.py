@@ -172,7 +172,8 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
     """An empty directory beside `out` to write into; on success it takes `out`'s place in one rename.
 
     A non-empty `out` is refused unless `force`; with `force` the old contents are removed only once the new
-    export is complete and verified. `protect` (the run being exported) may never be the destination.
+    export is complete and verified. `protect` (the run being exported) may never be the destination, nor may
+    any other training run (a folder with checkpoints/ or metrics.jsonl).
     On any error the staging directory is removed and `out` is left as it was.
     """
     out = Path(out)
@@ -189,6 +190,12 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
             )
     if out.exists() and not out.is_dir():
         raise TfmError(f"{out} exists and is not a directory", hint="choose another --out directory")
+    if out.is_dir() and ((out / "checkpoints").is_dir() or (out / "metrics.jsonl").is_file()):
+        # another run's checkpoints and trainer states: --force is for replacing an export, not a training run
+        raise TfmError(
+            f"{out} is a training run (it holds checkpoints/ or metrics.jsonl): an export never replaces one, even with --force",
+            hint="choose another --out directory, e.g. exports/NAME",
+        )
     if out.is_dir() and any(out.iterdir()) and not force:
         raise TfmError(f"{out} is not empty", hint="choose another --out directory, or add --force to replace it")
     if out.is_dir() and Path.cwd().resolve().is_relative_to(resolved):
