@@ -253,6 +253,10 @@ def test_gate_library() -> None:
         parse_tolerance("ten")
     with pytest.raises(TfmError, match=r"'10' is out of range: a share from 0 to 10 \(0% to 1000%\)"):
         parse_tolerance("10")  # 1000%: meant as 10%
+    with pytest.raises(TfmError, match=r"'5' is a share of 500%") as err:
+        parse_tolerance("5")  # meant as 5%: the gate passed anything up to 6x slower
+    assert "5%" in err.value.hint
+    assert parse_tolerance("500%") == pytest.approx(5.0) and parse_tolerance("1") == 1.0
 
 
 def test_gate_through_the_cli(tmp_path: Path) -> None:
@@ -280,6 +284,8 @@ def test_gate_through_the_cli(tmp_path: Path) -> None:
     assert early.returncode == 1 and "nowhere.json does not exist" in early.stderr
     wrong = tfm(*slow, "--baseline", str(tmp_path / "generous.json"), "--tolerance", "lots", check=False, timeout=60)
     assert wrong.returncode == 1 and "--tolerance 'lots' is not a number" in wrong.stderr
+    alone = tfm(*slow, "--tolerance", "lots", check=False, timeout=60)  # without --baseline: not ignored either
+    assert alone.returncode == 1 and "--tolerance 'lots' is not a number" in alone.stderr
     (tmp_path / "translate.json").write_text(json.dumps({**generous, "kind": "translate"}))
     other = tfm(*slow, "--baseline", str(tmp_path / "translate.json"), check=False, timeout=60)
     assert other.returncode == 1 and "is a benchmark of translate, this is one of attention" in other.stderr

@@ -78,11 +78,12 @@ def _environment_line(env: dict[str, Any]) -> str:
 
 def _gate_inputs(baseline: Path | None, tolerance: str, kind: str) -> tuple[dict[str, Any], float] | None:
     """Read --baseline and --tolerance before measuring, so a wrong path fails in a second, not after the run."""
-    if baseline is None:
-        return None
     from tfm_cli.bench.gate import load_baseline, parse_tolerance
 
-    data, share = load_baseline(baseline), parse_tolerance(tolerance)
+    share = parse_tolerance(tolerance)  # without --baseline too: a bad value is not silently ignored
+    if baseline is None:
+        return None
+    data = load_baseline(baseline)
     if data["kind"] != kind:
         raise TfmError(
             f"baseline {baseline} is a benchmark of {data['kind']}, this is one of {kind}",
