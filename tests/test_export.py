@@ -179,6 +179,13 @@ def test_sigterm_removes_the_partial_export_and_stale_ones_are_swept(trained, tm
 def test_format_options_fp16_range_and_a_broken_recipe_are_named(trained, tmp_path: Path) -> None:
     with pytest.raises(TfmError, match=r"dtype is not an option of the onnx export \(its options: opset\)"):
         run_export("onnx", trained["dir"], tmp_path / "onnx", dtype="fp16")
+    # verify_lines=-1 was "all" (it reads as "none" as easily); opset="17" said "opset 17 is not supported"
+    for bad in (-1, 2.5, "10", True):
+        with pytest.raises(TfmError, match=re.escape(f"verify_lines must be an integer >= 0 (0: the whole dev set), not {bad!r}")):
+            run_export("release", trained["dir"], tmp_path / "r", verify_lines=bad)
+    with pytest.raises(TfmError, match="opset must be an integer, not '17'"):
+        run_export("onnx", trained["dir"], tmp_path / "onnx", opset="17")
+    assert not (tmp_path / "r").exists() and not (tmp_path / "onnx").exists()
     run = Path(shutil.copytree(trained["dir"], tmp_path / "run"))
     from safetensors.torch import load_file, save_file
 

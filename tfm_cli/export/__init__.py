@@ -75,6 +75,12 @@ def run_export(
         known = ", ".join(OPTIONS[fmt]) or "none"
         raise TfmError(f"{', '.join(unknown)} is not an option of the {fmt} export (its options: {known})",
                        hint="see run_export's docstring for each format's options")
+    if isinstance(verify_lines, bool) or not isinstance(verify_lines, int) or verify_lines < 0:  # -1 meant "all"
+        raise TfmError(f"verify_lines must be an integer >= 0 (0: the whole dev set), not {verify_lines!r}")
+    if "opset" in options and options["opset"] is not None and (
+        isinstance(options["opset"], bool) or not isinstance(options["opset"], int)
+    ):  # "17" was "opset 17 is not supported"
+        raise TfmError(f"opset must be an integer, not {options['opset']!r}")
     from tfm_cli import __version__
     from tfm_cli.checkpoint import load_model
     from tfm_cli.export.common import probe_sources
