@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -234,9 +235,9 @@ def test_held_stops_stop_every_rank_at_the_same_point() -> None:
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
-def test_a_signal_in_the_middle_of_swapping_handlers_leaves_none_behind() -> None:
+def test_a_signal_in_the_middle_of_swapping_handlers_leaves_none_behind(monkeypatch) -> None:
     """Installing the hold's handlers one by one, a signal landing between two (whose handler raised) left the
-    first swapped for good: a later SIGTERM noted by a handler nobody read. They are swapped as one change."""
+    first swapped for good: a later SIGTERM noted by a handler nobody read. The swap is finished, then it raises."""
     from tfm_cli.signals import swap_handlers
 
     got: list[int] = []
@@ -245,22 +246,26 @@ def test_a_signal_in_the_middle_of_swapping_handlers_leaves_none_behind() -> Non
         got.append(signum)
         raise KeyboardInterrupt
 
-    class SignalHalfWay(dict):  # a signal arrives after the first handler is installed
-        def items(self):
-            for n, item in enumerate(super().items()):
-                yield item
-                if n == 0:
-                    os.kill(os.getpid(), signal.SIGUSR1)
+    install = signal.signal
+
+    def then_a_signal(sig: int, handler):  # the first install is followed at once by a signal
+        before = install(sig, handler)
+        if not got:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(0.05)  # (Python runs the handler at the next bytecode, wherever it lands)
+        return before
 
     ours = (signal.SIGUSR1, signal.SIGUSR2)
     before = {sig: signal.getsignal(sig) for sig in ours}
     replaced: dict = {}
+    monkeypatch.setattr(signal, "signal", then_a_signal)
     try:
         with pytest.raises(KeyboardInterrupt):
-            swap_handlers(SignalHalfWay({sig: raising for sig in ours}), replaced)
-        assert got == [signal.SIGUSR1]  # handled by the new handler, once every one was in place
+            swap_handlers({sig: raising for sig in ours}, replaced)
+        assert got == [signal.SIGUSR1]  # handled by the new handler, and the swap went on to the end
         assert replaced == before and all(signal.getsignal(sig) is raising for sig in ours)
     finally:
+        monkeypatch.undo()
         swap_handlers(before)
     assert {sig: signal.getsignal(sig) for sig in ours} == before
 

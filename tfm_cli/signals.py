@@ -28,20 +28,28 @@ def stops_the_run(handler: Any) -> bool:
 
 
 def swap_handlers(handlers: dict[int, Any], replaced: dict[int, Any] | None = None) -> None:
-    """Install `handlers` (signal number -> handler) as one change: the signals are blocked while they are swapped,
-    so none is handled half-way, by a mix of old and new handlers (one handler that raised there left the others
-    swapped for good). `replaced` receives the handlers they replace before any signal is handled again: one that
-    came meanwhile reaches its new handler as the signals are let through, and if that raises, `replaced` is whole."""
-    blocked = hasattr(signal, "pthread_sigmask") and bool(handlers)
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(handlers)) if blocked else None
-    try:
-        for sig, handler in handlers.items():
-            before = signal.signal(sig, handler)
-            if replaced is not None:
-                replaced[sig] = before
-    finally:
-        if mask is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # (Python handles what came, here)
+    """Install `handlers` (signal number -> handler) whole, even when a signal's handler raises half-way.
+
+    A signal landing between two installs runs its handler there; one that raises (KeyboardInterrupt) stopped a
+    plain loop with some handlers swapped and the ones they replaced unrecorded, so they stayed for good (a later
+    SIGTERM noted by a handler nobody read). Here the swap goes on to the end and the exception is raised after it,
+    and `replaced` (signal -> the handler it had) is filled before each install, so the caller can always put
+    them back. (Blocking the signals meanwhile would not do: another thread of the process, torch's or
+    tensorboard's, takes the signal, and Python still runs its handler in the main thread.)
+    """
+    replaced = {} if replaced is None else replaced
+    todo, raised = list(handlers.items()), None
+    while todo:
+        try:
+            sig, handler = todo[0]
+            if sig not in replaced:
+                replaced[sig] = signal.getsignal(sig)
+            signal.signal(sig, handler)
+            todo.pop(0)  # (a signal landing before this installs the same handler again: harmless)
+        except KeyboardInterrupt as error:  # raised by a stop signal's handler: finish the swap first
+            raised = raised or error
+    if raised is not None:
+        raise raised
 
 
 @contextlib.contextmanager
