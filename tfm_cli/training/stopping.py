@@ -49,7 +49,11 @@ class HeldStops:
 
     def __enter__(self) -> HeldStops:
         if threading.current_thread() is threading.main_thread():  # (only the main thread may set handlers)
-            swap_handlers({sig: self._hold for sig in HELD if stops_the_run(signal.getsignal(sig))}, self.previous)
+            try:
+                swap_handlers({sig: self._hold for sig in HELD if stops_the_run(signal.getsignal(sig))}, self.previous)
+            except KeyboardInterrupt:  # a stop that came while they were swapped: no `with` block, no __exit__
+                self.__exit__(KeyboardInterrupt, None, None)
+                raise
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *_: Any) -> None:
