@@ -54,7 +54,7 @@ def export(
     from tfm_cli.export import ExportCheckError, run_export
 
     options = {"dtype": dtype} if fmt == "release" else {"opset": opset} if fmt == "onnx" else {}
-    info(f"exporting {model or 'the most recent run'} as {fmt} (checking on {f'up to {verify_lines}' if verify_lines else 'all'} dev sentences)")
+    info(f"exporting {model or 'the most recent run'} as {fmt} (checking on {f'up to {verify_lines}' if verify_lines else 'all'} sentences of its dev set, else of its training data)")
     received: list[int] = []
     try:
         with stop_signals() as received:  # SIGTERM (kill, a scheduler) and SIGHUP clean up as Ctrl-C does
