@@ -47,7 +47,7 @@ _WHITESPACE = (
 _BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(N_BYTES)]
 _SPACES = re.compile(f"[{_WHITESPACE}]+")
 # BPE training slows with the square of a word's length: a corpus line of a million characters without a space (a
-# base64 blob, minified JSON) took 2 to 11 minutes on a 2-core CPU, one of 100,000 3 s. The tokenizer learns from such words in pieces
+# base64 blob, minified JSON) took 108 s to 11 minutes on a 2-core CPU, one of 100,000 3 s. The tokenizer learns from such words in pieces
 # of this many characters (encoding is unaffected: it is linear in the length).
 MAX_TRAINING_WORD = 256
 _LONG_WORD = re.compile(f"[^{_WHITESPACE}]{{{MAX_TRAINING_WORD + 1}}}")
