@@ -192,7 +192,7 @@ def _stdin_lines() -> Iterator[str]:
                 f"stdin line {number}: a carriage return (\\r) inside the line: the input ends its lines with CR alone",
                 hint="convert the line ends, e.g. tr '\\r' '\\n' < input.txt | tfm translate",
             )
-        yield text.removeprefix("\ufeff") if number == 1 else text  # a byte-order mark is not part of the sentence
+        yield text  # (a byte-order mark, on line 1 or after a `cat` of two files, is dropped by the Translator)
 
 
 def _score(translator, settings: dict[str, Any], text, score, reference, output, json_out: bool, bleu_tokenize: str) -> None:
