@@ -379,6 +379,26 @@ def test_tokenizer_that_does_not_match_the_checkpoint(copy: Path) -> None:
     assert proc.stdout == "" and snapshot(copy) == before
 
 
+def test_tokenizer_json_that_is_a_directory(copy: Path) -> None:
+    """Was reported as missing, which sends the user looking for a file that is there."""
+    (copy / "tokenizer.json").unlink()
+    (copy / "tokenizer.json").mkdir()
+    proc = translate(copy, "Bonjour.")
+    error_line(proc, f"{copy / 'tokenizer.json'} is not a file (a directory?)")
+    assert "is missing" not in proc.stderr and proc.stdout == ""
+
+
+def test_weights_without_the_tokenizer_hash_are_not_tfm_weights(copy: Path) -> None:
+    """tfm writes the hash into every weights file; one without it could sit beside any tokenizer unchecked."""
+    weights = copy / "model.safetensors"
+    metadata = read_metadata(weights)
+    del metadata["tokenizer_sha256"]
+    save_file(load_file(str(weights)), str(weights), metadata=metadata)
+    proc = translate(copy, "Bonjour.")
+    error_line(proc, f"{weights} has no tfm metadata (config, tokenizer hash)")
+    assert proc.stdout == ""
+
+
 @pytest.mark.parametrize("given", ["file", "run"])
 def test_truncated_or_corrupt_safetensors(copy: Path, given: str) -> None:
     """Truncated (an interrupted copy), given as --model FILE; a corrupt header, in a run directory."""
@@ -482,6 +502,14 @@ def test_scoring_nothing_is_an_error_not_a_traceback(run: Path, tmp_path: Path) 
     with pytest.raises(TfmError) as caught:
         Translator.load(run, device="cpu").score([], [])
     one_line(caught.value, "nothing to score")
+
+
+@pytest.mark.parametrize("option", ["--reference", "--score"])
+def test_a_directory_given_for_references_is_named_by_its_option(run: Path, tmp_path: Path, option: str) -> None:
+    """Was "corpus file DIR is not a file": no corpus was named on that command line."""
+    proc = translate(run, option, str(tmp_path), stdin="Bonjour.\n")
+    error_line(proc, f"{option} {tmp_path} is a directory, not a file")
+    assert "corpus" not in proc.stderr and proc.stdout == ""
 
 
 def test_blank_lines_at_the_end_count_alike_on_stdin_and_in_the_reference(run: Path, tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ def read_metadata(path: Path) -> dict[str, str]:
             hint="pass a run directory or a .safetensors file written by tfm train; copy a damaged file again, "
             "or use another checkpoint of the run (checkpoints/step-*.safetensors)",
         ) from None
-    if metadata.get("format") != "tfm" or "config" not in metadata:
+    if metadata.get("format") != "tfm" or "config" not in metadata or "tokenizer_sha256" not in metadata:
         if (Path(path).parent / "generation_config.json").is_file():  # transformers' save_pretrained wrote it
             raise CheckpointError(
                 f"{path} is a Hugging Face transformers model (e.g. a `tfm export --format huggingface`), not tfm's",
@@ -219,6 +219,11 @@ def load_model(spec: str | Path | None, device: str | torch.device = "cpu", runs
     metadata = read_metadata(path)
     run_dir = run_dir_of(path)
     tok_path = run_dir / "tokenizer.json"
+    if tok_path.exists() and not tok_path.is_file():
+        raise CheckpointError(
+            f"{tok_path} is not a file (a directory?): {path} needs the tokenizer.json it was trained with",
+            hint=f"put the run's tokenizer.json file at {tok_path.absolute()}",
+        )
     if not tok_path.is_file():
         raise CheckpointError(
             f"{tok_path} is missing: {path} needs the tokenizer it was trained with",
@@ -226,8 +231,8 @@ def load_model(spec: str | Path | None, device: str | torch.device = "cpu", runs
             "folder; a checkpoint, in its run's folder)",
         )
     tokenizer = Tokenizer.load(tok_path)
-    expected = metadata.get("tokenizer_sha256")
-    if expected and tokenizer.sha256 != expected:
+    expected = metadata["tokenizer_sha256"]
+    if tokenizer.sha256 != expected:
         raise CheckpointError(
             f"{tok_path} does not match {path} (tokenizer hash {tokenizer.sha256[:12]}, checkpoint expects {expected[:12]})",
             hint="put back the tokenizer.json this model was trained with",

@@ -104,6 +104,8 @@ def resolve_corpus_path(spec: str | os.PathLike, once: bool = False, option: str
             f"corpus file {text} does not exist: check the path (data.train / data.dev in the recipe, "
             "or the path you gave), or use a bundled corpus such as bundled:tatoeba-fr-en/train.tsv.gz"
         )
+    if path.is_dir() and option is not None:
+        raise CorpusError(f"{option} {text} is a directory, not a file", hint=f"give {option} the path of a text file")
     if path.is_dir():
         raise CorpusError(f"corpus file {text} is not a file but a directory: give the path of a .tsv or .txt file")
     if not path.is_file() and not once:  # a pipe (/dev/stdin, <(zcat ...)) or a device: it can be read only once
