@@ -103,6 +103,19 @@ def test_command_help(command: str) -> None:
     assert "Usage:" in proc.stdout and f"tfm {command}" in proc.stdout
 
 
+@pytest.mark.parametrize("command", [["export"], ["bench", "train"]])
+def test_help_prose_flows_at_the_terminal_width(command: list[str]) -> None:
+    """A description paragraph is wrapped by the terminal, not at the docstring's line breaks: at 200 columns
+    its sentence is on one line (it used to break where the source line did)."""
+    proc = tfm(*command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    sentence = {
+        "export": "Every export is verified before it is put in place (logits and translations compared with the PyTorch model)",
+        "bench": "with FLOPs per token, MFU, memory and padding share.",
+    }[command[0]]
+    assert sentence in proc.stdout, proc.stdout
+
+
 def test_version() -> None:
     proc = tfm("--version")
     assert proc.returncode == 0

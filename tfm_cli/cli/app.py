@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import inspect
 import os
 import sys
 
@@ -52,6 +53,19 @@ app.command("translate")(translate.translate)
 app.command("inspect-attn")(inspect_attn.inspect_attn)
 app.add_typer(bench.app, name="bench")
 app.command("export")(export.export)
+
+
+def _reflowed(doc: str) -> str:
+    """A docstring whose prose paragraphs are joined into one line each, for the terminal's width to wrap: Typer
+    keeps a paragraph's line breaks, so at 80 columns a 110-column line ended in a one-word line. Indented
+    paragraphs (the examples) keep theirs."""
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(p if p.startswith((" ", "-")) else " ".join(p.split("\n")) for p in paragraphs)
+
+
+for _info in [*app.registered_commands, *bench.app.registered_commands]:
+    if _info.help is None and _info.callback is not None and _info.callback.__doc__:
+        _info.help = _reflowed(_info.callback.__doc__)
 
 
 def main() -> None:
