@@ -392,7 +392,7 @@ def test_precision_auto_follows_the_cpu_and_each_can_be_forced(parts, tmp_path: 
 
 
 def test_int8_quantizes_a_copy_and_stays_close_to_fp32(parts, tmp_path: Path) -> None:
-    from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+    from tfm_cli.quantization import Int8Linear
 
     model, tok = parts
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -427,6 +427,31 @@ def test_int8_quantizes_a_copy_and_stays_close_to_fp32(parts, tmp_path: Path) ->
     out = tfm("translate", "--model", str(run), "--precision", "int8", "--max-len", "6", "--json", stdin="Bonjour.\n")
     assert json.loads(out.stdout)["source"] == "Bonjour."
     assert Translator.load(run, device="cpu", precision="int8").precision == "int8"
+
+
+def test_int8_translates_a_sentence_alone_as_in_a_batch(parts) -> None:
+    """int8 quantizes each input row with its own scale (as CTranslate2 does): a hypothesis's numbers, and so a
+    sentence's translation and score, do not depend on the other sentences of its batch. torch's quantize_dynamic
+    took one scale for the whole input matrix, so one long or unusual line moved every other line's translation."""
+    model, tok = parts
+    int8 = Translator(model, tok, DecodeSettings(max_len_offset=6), precision="int8")
+    layers = [m for m in int8.model.modules() if "Linear" in type(m).__name__]
+    torch.manual_seed(3)
+    for layer in layers:  # each layer: a row alone and next to a row of much larger values
+        n = layer.in_features
+        row, loud = torch.randn(1, n), 50 * torch.randn(1, n)
+        with torch.no_grad():
+            assert torch.equal(layer(row), layer(torch.cat([row, loud]))[:1])
+    lines = ["Bonjour.", "Merci beaucoup.", "Il fait beau.", "Où est la gare ?"]
+    long_line = " ".join(["anticonstitutionnellement"] * 20)  # cut to the model's length, with a warning
+    for kw in ({"greedy": True}, {"beam": 3, "n_best": 2}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", InputTruncatedWarning)
+            batched = int8.translate([*lines, long_line], **kw)
+        for line, result in zip(lines, batched, strict=False):
+            alone = int8.translate(line, **kw)
+            assert [h.text for h in alone.nbest] == [h.text for h in result.nbest], (line, kw)
+            assert [h.score for h in alone.nbest] == pytest.approx([h.score for h in result.nbest], abs=1e-5), (line, kw)
 
 
 def test_a_tokenizer_of_another_size_is_refused(parts) -> None:

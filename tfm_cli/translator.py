@@ -244,7 +244,7 @@ class Translator:
             settings: default decode settings (the paper's when None).
             precision: "auto" (bf16 on CUDA and on CPUs with native bf16, else fp32), "fp32", "bf16" or "fp16"
                 (CUDA only): autocast for the search; or "int8" (CPU only): a copy of the model whose linear
-                layers are dynamically quantized (tfm_cli/quantization.py). The onnxruntime engine runs fp32
+                layers are quantized, inputs row by row (tfm_cli/quantization.py). The onnxruntime engine runs fp32
                 only ("auto" is fp32).
             path: the weights file (or export directory) it came from, for messages and reports.
             step: the training step of those weights.

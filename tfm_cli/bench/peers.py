@@ -117,16 +117,13 @@ def marian_train_step_times(recipe, config: ModelConfig, groups, device, precisi
 def marian_translator(config: ModelConfig, device: torch.device, precision: str, beam: int, out_len: int) -> Translate:
     """A function (batch of source ids, mode, use_cache) -> output lengths, running MarianMT's `generate`."""
     model = marian_model(config).to(device).eval()
-    if precision == "int8":  # the same dynamic int8 quantization of every nn.Linear as tfm's (CPU)
-        import warnings
-
-        from torch.ao.quantization import quantize_dynamic
+    if precision == "int8":  # the same int8 linear layers as tfm's (CPU): weights per row, inputs per row
+        from tfm_cli.quantization import int8_linears
 
         if device.type != "cpu":
             raise PeerUnavailable("int8 runs on the CPU only")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+        with torch.no_grad():
+            model = int8_linears(model)
         precision = "fp32"  # no autocast around int8 layers
 
     @torch.no_grad()
