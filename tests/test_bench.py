@@ -313,6 +313,11 @@ def test_gate_refuses_baselines_it_cannot_compare(tmp_path: Path) -> None:
         with pytest.raises(TfmError, match=re.escape(expected)) as caught:
             load_baseline(path)
         assert str(caught.value).startswith(f"baseline {path}: record 1 ")
+    for key, value in (("environment", None), ("settings", ["x"]), ("environment", "cpu")):  # the gate read them
+        path = tmp_path / "parts.json"  # after the whole benchmark: an AttributeError traceback, or no workload check
+        path.write_text(json.dumps({**base, key: value}))
+        with pytest.raises(TfmError, match=re.escape(f'baseline {path}: its "{key}" is {json.dumps(value)}, not an object')):
+            load_baseline(path)
     (tmp_path / "kind.json").write_text(json.dumps({"kind": ["translate"], "records": []}))
     with pytest.raises(TfmError, match="is not a tfm bench result"):
         load_baseline(tmp_path / "kind.json")

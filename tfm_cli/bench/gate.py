@@ -65,6 +65,12 @@ def load_baseline(path: Path) -> dict[str, Any]:
             f"baseline {path} is not a tfm bench result (no kind and records)",
             hint="write one with `tfm bench ... --json > FILE`",
         )
+    for key in ("settings", "environment"):  # read by the gate after the measuring: a list or null failed there
+        if key in data and not isinstance(data[key], dict):
+            raise TfmError(
+                f"baseline {path}: its \"{key}\" is {json.dumps(data[key])[:40]}, not an object",
+                hint="write the baseline again with `tfm bench ... --json > FILE`",
+            )
     for i, record in enumerate(data["records"], start=1):  # checked before anything is measured
         problem = _record_problem(record, data["kind"])
         if problem:
