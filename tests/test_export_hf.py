@@ -126,6 +126,26 @@ def test_generate_greedy_matches_translator(exported, reference):
     assert sum(bool(g) for g in got) > N_SENTENCES // 2  # a real model: real sentences, not empty strings
 
 
+def test_generate_beam_with_alpha_0_matches_translator(exported, reference, trained):
+    """Beam search: with no length penalty (length_penalty=0, tfm's alpha 0) and tfm's limit as max_new_tokens,
+    `generate` gives tfm's beam translations wherever no beam reaches the limit (there transformers' forced </s>
+    costs nothing and tfm's costs its log-probability, as the README says)."""
+    hf = MarianMTModel.from_pretrained(exported["dir"]).eval()
+    tok = AutoTokenizer.from_pretrained(exported["dir"])
+    tfm_translator = Translator.load(trained["dir"], device="cpu", precision="fp32")
+    offset, compared = 50, 0
+    for source in reference["sources"][:20]:
+        batch = tok([source], return_tensors="pt")
+        limit = batch.input_ids.size(1) - 1 + offset  # tfm's: source tokens + max_len_offset, then </s>
+        ours = tfm_translator.translate(source, beam=4, alpha=0.0, max_len_offset=offset, n_best=4)
+        if any(len(h.tokens) >= limit for h in ours.nbest):
+            continue  # a beam reached the limit: the forced </s> is scored differently
+        out = hf.generate(**batch, num_beams=4, length_penalty=0.0, max_new_tokens=limit + 1)
+        assert tok.batch_decode(out, skip_special_tokens=True)[0] == ours.text, source
+        compared += 1
+    assert compared >= 10
+
+
 def test_ctranslate2_round_trip(exported, reference, tmp_path):
     """The documented command converts the directory; CTranslate2's greedy output equals tfm's."""
     ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install ctranslate2)")

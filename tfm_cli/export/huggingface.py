@@ -44,8 +44,8 @@ drops <unk>, where tfm writes "<unk>" (trained models do not output it: byte fal
 training targets). The generation config gives transformers' `generate` our search: start
 from <pad>, stop at </s>, never output <tfm_pad>, <s> or <pad>, EOS forced at the position limit, beam size and
 alpha from the run's recipe. Greedy decoding reproduces tfm's; beam search may differ in a few sentences because
-transformers' length penalty (score / length^alpha) is not GNMT's (score / ((5 + length) / 6)^alpha), and the
-per-sentence limit "source length + max_len_offset" has no equivalent there (pass max_new_tokens).
+transformers' length penalty (score / length^alpha) is not GNMT's (score / ((5 + length) / 6)^alpha) and its
+forced EOS at the length limit costs nothing (log-probability 0; tfm counts the model's), and the per-sentence limit "source length + max_len_offset" has no equivalent there (pass max_new_tokens).
 
 Checks: teacher-forced logits on random padded batches in fp64 (the mapping: only float64 rounding may remain)
 and fp32 (what users run); the exported tokenizer's ids against tfm's; greedy translations of the dev sentences
@@ -396,7 +396,8 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
         "commands: tfm export RUN --format huggingface --out DIR; "
         "ct2-transformers-converter --model DIR --output_dir DIR-ct2",
         "greedy decoding reproduces tfm's; beam search may differ in a few sentences: transformers divides by "
-        f"length^{settings.alpha:g}, tfm by the GNMT penalty ((5 + length) / 6)^{settings.alpha:g}",
+        f"length^{settings.alpha:g}, tfm by the GNMT penalty ((5 + length) / 6)^{settings.alpha:g}; and a hypothesis "
+        "that reaches the length limit gets its forced </s> free in transformers, where tfm counts its log-probability",
     ]
     if left_out:
         notes.append(
@@ -621,7 +622,8 @@ print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 ```
 
 `generate` uses beam {beam} by default (`num_beams=1` for greedy, which gives tfm's greedy translations); its
-length penalty (score / length^{alpha:g}) is not tfm's GNMT penalty, so a few beam translations may differ.
+length penalty (score / length^{alpha:g}) is not tfm's GNMT penalty, and a hypothesis that reaches the length limit
+gets its forced `</s>` free (tfm counts its log-probability), so a few beam translations may differ.
 Set `max_new_tokens` for a length limit (tfm stops at source length + max_len_offset).
 
 Vocabulary: tfm's ids, with id 0 renamed `{RENAMED_PAD}` (unused) and `{EXPORT_PAD}` appended as id {config.vocab_size},
