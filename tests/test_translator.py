@@ -300,6 +300,38 @@ def test_a_byte_order_mark_is_not_translated_or_scored(translator: Translator, t
     assert hyp and with_bom["chrf"] == translator.score(["Bonjour."], [hyp], greedy=True)["chrf"] == 100.0
 
 
+def test_a_line_of_invisible_characters_translates_to_an_empty_line(translator: Translator) -> None:
+    """Zero-width spaces and joiners, a word joiner, direction marks, a soft hyphen: nothing to translate, as
+    in a blank line (such a line was translated from its byte tokens into a whole sentence). A line with any
+    visible character beside them is translated."""
+    invisible = ["\u200b", " \u200c\u200d \u2060 ", "\u200e\u200f", "\u00ad", "\ufeff\ufeff"]
+    sources = ["Bonjour.", *invisible, "Merci.", "Bon\u200bjour."]
+    results = translator.translate(sources, greedy=True)
+    assert [(r.text, r.tokens) for r in results[1:-2]] == [("", [])] * len(invisible)
+    assert results[0].tokens == translator.translate("Bonjour.", greedy=True).tokens and results[0].tokens
+    assert results[-2].tokens == translator.translate("Merci.", greedy=True).tokens and results[-2].tokens
+    assert results[-1].tokens  # a zero-width space between visible characters (Thai's word breaks) stays text
+
+
+def test_a_zero_width_no_break_space_is_dropped_with_an_older_tokenizer(parts, tmp_path: Path) -> None:
+    """Tokenizers trained before tfm's normaliser dropped U+FEFF anywhere keep it as byte tokens: the Translator
+    drops it inside a line too, not only at its start, so such a run translates "Bon\ufeffjour." as "Bonjour."."""
+    from tfm_cli.tokenizer import Tokenizer
+
+    model, tok = parts
+    tok.save(tmp_path / "tokenizer.json")
+    data = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
+    steps = data["normalizer"]["normalizers"]
+    assert steps[0] == {"type": "Replace", "pattern": {"String": "\ufeff"}, "content": ""}
+    data["normalizer"]["normalizers"] = steps[1:]  # the normaliser of the older tokenizers
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    older = Tokenizer.load(tmp_path / "tokenizer.json")
+    assert older.encode("Bon\ufeffjour.") != older.encode("Bonjour.")  # the old normaliser keeps it
+    translator = Translator(model, older, DecodeSettings(max_len_offset=6))
+    plain = translator.translate("Bonjour.", greedy=True)
+    assert translator.translate("Bon\ufeffjour.\ufeff", greedy=True).tokens == plain.tokens
+
+
 def test_truncation_warns_with_the_line_number(translator: Translator) -> None:
     long = " ".join(["bonjour"] * 60)  # more tokens than max_positions=24 allows
     with pytest.warns(InputTruncatedWarning, match=r"input line 3 has \d+ tokens; the model takes at most 23"):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import numbers
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -478,6 +479,9 @@ class Translator:
         except TypeError:  # the tokenizer takes only text that UTF-8 can encode
             _check_text(lines, "input line", first_line)
             raise
+        for i, line in enumerate(lines):
+            if ids[i] and _invisible(line):  # only zero-width and direction marks: nothing to translate
+                ids[i] = []
         limit = self.max_source_tokens
         truncated = [len(seq) > limit for seq in ids]
         for i, seq in enumerate(ids):
@@ -537,10 +541,23 @@ def _check_precision(precision: Any) -> None:
 
 
 def _without_bom(line: str) -> str:
-    """`line` without a byte-order mark at its start: a file written with one (Windows Notepad, Excel's "UTF-8"
-    CSV) and read with encoding="utf-8" starts its first line with U+FEFF, which is no part of the sentence (the
-    tokenizer would make subword bytes of it, changing that line's translation, and a reference's first word)."""
-    return line[1:] if line.startswith("\ufeff") else line
+    """`line` without U+FEFF. At its start it is a byte-order mark: a file written with one (Windows Notepad,
+    Excel's "UTF-8" CSV) and read with encoding="utf-8" starts its first line with it, which is no part of the
+    sentence (the tokenizer would make subword bytes of it, changing that line's translation, and a reference's
+    first word); elsewhere it is the deprecated zero-width no-break space. Tokenizers trained by tfm drop it in
+    their normaliser; this also covers those of runs trained before they did."""
+    return line.replace("\ufeff", "") if "\ufeff" in line else line
+
+
+def _invisible(line: str) -> bool:
+    """Whether `line` holds nothing but white space and invisible format characters (Unicode category Cf: zero-width
+    space and joiners, word joiner, direction marks, soft hyphen). Such a line translates to an empty line, as a
+    blank one does, instead of to whatever the model makes of a few byte tokens. Thai's zero-width spaces between
+    words are untouched: a line with any visible character is translated whole."""
+    text = line.strip()
+    if not text or unicodedata.category(text[0]) != "Cf":  # the common case, decided by the first character
+        return False
+    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
 
 
 def _check_text(lines: Sequence[str], what: str, first: int) -> None:
