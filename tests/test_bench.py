@@ -259,6 +259,21 @@ def test_gate_library() -> None:
     assert parse_tolerance("500%") == pytest.approx(5.0) and parse_tolerance("1") == 1.0
 
 
+def test_gate_ignores_the_beam_width_where_greedy_search_alone_was_measured() -> None:
+    """`--greedy-only --beam 8` against a greedy-only baseline of beam 4 was refused as "another workload",
+    though no greedy figure depends on the beam; where both sides measured beam search, it still is."""
+    settings = {"model": "m", "sentences": 8, "src_len": 20, "out_len": 24, "precision": "fp32"}
+    greedy = _result()
+    del greedy["records"][0]
+    before = {**greedy, "settings": {**settings, "beam": 4, "modes": ["greedy"]}}
+    now = {**copy.deepcopy(greedy), "settings": {**settings, "beam": 8, "modes": ["greedy"]}}
+    assert compare(now, before, 0.1)["compared"] == 2 and compare(before, now, 0.1)["regressions"] == []
+    both = {**_result(), "settings": {**settings, "beam": 4, "modes": ["beam", "greedy"]}}
+    wider = {**_result(), "settings": {**settings, "beam": 8, "modes": ["beam", "greedy"]}}
+    with pytest.raises(TfmError, match=r"another workload \(beam 4 -> 8\)"):
+        compare(wider, both, 0.1)
+
+
 def test_gate_through_the_cli(tmp_path: Path) -> None:
     args = ["bench", "attention", "--lengths", "16,32", "--batch", "1", "--heads", "1", "--d-k", "8", "--repeat", "1",
             "--forward-only", "--impl", "naive", "--impl", "tfm", "--device", "cpu"]

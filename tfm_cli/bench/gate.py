@@ -108,9 +108,12 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float)
             hint=f"compare with a baseline written by `tfm bench {kind} --json`",
         )
     before_settings, now_settings = baseline.get("settings") or {}, current.get("settings") or {}
+    keys = WORKLOAD[kind]
+    if kind == "translate" and not all("beam" in s.get("modes", ("beam",)) for s in (before_settings, now_settings)):
+        keys = tuple(k for k in keys if k != "beam")  # one side measured greedy search only: no beam width in it
     differs = [
         f"{key} {before_settings[key]!r} -> {now_settings.get(key)!r}"
-        for key in WORKLOAD[kind]
+        for key in keys
         if key in before_settings and before_settings[key] != now_settings.get(key)
     ]
     if differs:
