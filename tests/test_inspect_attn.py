@@ -142,6 +142,11 @@ def test_find_token() -> None:
     assert "3:▁qu'il" in info.value.hint
     with pytest.raises(TfmError, match="out of range: the tokens are numbered 1-5"):
         find_token(tokens, "9")
+    # a target row is labelled by the token it predicts: "<s>" (which none predicts) is the first, that reads it
+    targets, inputs = ["▁I", "▁am", "</s>"], ["<s>", "▁I", "▁am"]
+    assert find_token(targets, "<s>", inputs) == 0 and find_token(targets, "am", inputs) == 1
+    with pytest.raises(TfmError, match="'<s>' is not in the sentence"):
+        find_token(tokens, "<s>")  # the source has no <s>
 
 
 # ---- through the command line ----------------------------------------------------------------------------------
@@ -183,6 +188,19 @@ def test_cli_token_explain_summary_align_words(trained: dict, report) -> None:
     assert aligned == " ".join(f"{i}-{j}" for i, j in alignment(report))
     words = _run(trained, "--words", "--kind", "encoder").stdout
     assert "keys: 1 L'animal  2 n'a" in words
+
+
+def test_cli_token_start_of_sentence(trained: dict, report) -> None:
+    """The decoder heatmap lists <s> among its keys, but --token '<s>' --kind decoder said it was not in the
+    sentence: the rows are labelled by the token each position predicts. It selects the first row."""
+    data = json.loads(_run(trained, "--token", "<s>", "--kind", "decoder", "--explain", "--head", "2", "--json").stdout)
+    assert data["focus"]["query"] == 0 and data["explain"]["query"] == 0
+    assert [r["token"] for r in data["explain"]["rows"]] == ["<s>"]  # the first position sees only <s>
+    assert torch.allclose(torch.tensor(data["focus"]["layer_means"]), report.weights["decoder"][:, :, 0, :].mean(dim=1), atol=1e-5)
+    focused = _run(trained, "--token", "<s>").stdout  # not in the source: cross-attention, the first row
+    assert f'Where "{report.tgt_tokens[0].replace("▁", "")}" (query 1) attends in encoder-decoder cross-attention' in focused
+    proc = _run(trained, "--token", "<s>", "--kind", "encoder", check=False)
+    assert proc.returncode == 1 and "--token '<s>' is not in the sentence" in proc.stderr
 
 
 def test_word_units_of_scripts_written_without_spaces() -> None:

@@ -260,9 +260,12 @@ def _parts(token: str) -> list[str]:
     return parts
 
 
-def find_token(tokens: list[str], query: str) -> int:
+def find_token(tokens: list[str], query: str, inputs: list[str] | None = None) -> int:
     """The position of `query` in `tokens`: a 1-based index ("3"), the token's text, or a word inside it
-    ("il" finds "▁qu'il"); the first match wins. TfmError listing the tokens when nothing matches."""
+    ("il" finds "▁qu'il"); the first match wins. TfmError listing the tokens when nothing matches.
+
+    Target positions are labelled by the token each predicts; `inputs` are the tokens they read (`tgt_inputs`),
+    so "<s>" finds the first position, the one that reads it."""
     if query.isascii() and query.isdigit():  # not '²' (a digit to str.isdigit that int() cannot read): text
         digits = query.lstrip("0")
         index = (int(digits or "0") if len(digits) <= 18 else 0) - 1  # longer is out of range (int() reads 4,300 digits)
@@ -275,6 +278,8 @@ def find_token(tokens: list[str], query: str) -> int:
             parts = _parts(token)
             if (exact and parts[0] == wanted) or (not exact and wanted in parts[1:]):
                 return i
+    if inputs and wanted == BOS and inputs[0] == BOS:  # no position predicts "<s>": the first one reads it
+        return 0
     raise TfmError(f"--token {query!r} is not in the sentence", hint=_listing(tokens))
 
 

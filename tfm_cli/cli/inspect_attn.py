@@ -140,13 +140,13 @@ def _locate(report, kind: str | None, token: str) -> tuple[str, int]:
     from tfm_cli.attention import find_token
 
     if kind is not None:
-        return kind, find_token(report.query_tokens(kind), token)
+        return kind, find_token(report.query_tokens(kind), token, None if kind == "encoder" else report.tgt_inputs)
     try:
         return "encoder", find_token(report.src_tokens, token)
     except TfmError:
         pass
     try:
-        return "cross", find_token(report.tgt_tokens, token)
+        return "cross", find_token(report.tgt_tokens, token, report.tgt_inputs)
     except TfmError:
         if token.isascii() and token.isdigit():  # a position in neither
             raise TfmError(
