@@ -481,11 +481,11 @@ def test_binary_stdin_names_the_line(run: Path) -> None:
 
 
 def test_utf16_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tfm_cli.cli.translate import _stdin_lines
+    from tfm_cli.cli.common import stdin_lines
 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("Bonjour.\nMerci.\n".encode("utf-16"))))
     with pytest.raises(TfmError) as err:
-        list(_stdin_lines())
+        list(stdin_lines("tfm translate"))
     one_line(err.value, "stdin is UTF-16 text, not UTF-8")
     assert "iconv -f utf-16 -t utf-8" in err.value.hint
 

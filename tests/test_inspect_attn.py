@@ -203,6 +203,24 @@ def test_cli_token_start_of_sentence(trained: dict, report) -> None:
     assert proc.returncode == 1 and "--token '<s>' is not in the sentence" in proc.stderr
 
 
+def test_cli_sentence_from_stdin_or_a_file_name(trained: dict, tmp_path: Path) -> None:
+    """`-` inspected the text "-", and a file's name was inspected as a sentence: `-` reads the one sentence
+    on stdin (as tfm translate does), and a SENTENCE naming a file is refused, pointing to stdin."""
+    base = ["inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", "--kind", "encoder", "--json"]
+    given = json.loads(tfm(*base, SENTENCE).stdout)
+    piped = json.loads(tfm(*base, "-", stdin=f"\ufeff\n{SENTENCE}\r\n\n").stdout)
+    assert piped["source"] == SENTENCE and piped["src_tokens"] == given["src_tokens"]
+    assert piped["attention"] == given["attention"]
+    for stdin, message in (("Je suis là.\n\nTu es là.\n", "stdin holds more than one sentence (lines 1 and 3)"),
+                           (" \n", "stdin holds no sentence to inspect")):
+        proc = tfm(*base, "-", stdin=stdin, check=False)
+        assert proc.returncode == 1 and f"Error: {message}" in proc.stderr and proc.stdout == "", proc.stderr
+    sentences = tmp_path / "input.fr"
+    sentences.write_text(SENTENCE + "\n", encoding="utf-8")
+    proc = tfm(*base, str(sentences), check=False)
+    assert proc.returncode == 2 and "is a file, not a sentence" in proc.stderr and proc.stdout == ""
+
+
 def test_word_units_of_scripts_written_without_spaces() -> None:
     """Chinese has no "▁" inside a sentence: the whole target was one "word" (--words, --align). There each piece
     is a unit, and so is the punctuation after one; the byte pieces of one character stay together; spaced

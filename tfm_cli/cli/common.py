@@ -218,6 +218,41 @@ def check_utf8(text: str, what: str) -> str:
     return text
 
 
+def names_a_file(text: str) -> bool:
+    """True when a sentence argument is the path of an existing file: the user meant its lines
+    (`tfm translate input.fr`)."""
+    try:
+        return "\n" not in text and Path(text).is_file()
+    except (OSError, ValueError):  # a sentence too long for a file name, or one holding a NUL
+        return False
+
+
+def stdin_lines(command: str) -> Iterator[str]:
+    """Lines of stdin, decoded strictly as UTF-8 so that a bad byte is reported with its line; `command` (e.g.
+    "tfm translate") is the one the hints pipe into."""
+    for number, raw in enumerate(sys.stdin.buffer, start=1):
+        if number == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise TfmError("stdin is UTF-16 text, not UTF-8", hint="re-encode the input, e.g. iconv -f utf-16 -t utf-8")
+        if b"\x00" in raw:
+            raise TfmError(
+                f"stdin line {number}: a NUL byte at byte {raw.index(0) + 1}: binary data, not text",
+                hint="pipe in UTF-8 text, one sentence per line",
+            )
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TfmError(
+                f"stdin line {number}: invalid UTF-8 at byte {e.start + 1}",
+                hint="re-encode the input as UTF-8, e.g. iconv -f latin1 -t utf-8",
+            ) from None
+        if "\r" in text.removesuffix("\n").removesuffix("\r"):  # CR-only line ends would glue sentences together
+            raise TfmError(
+                f"stdin line {number}: a carriage return (\\r) inside the line: the input ends its lines with CR alone",
+                hint=f"convert the line ends, e.g. tr '\\r' '\\n' < input.txt | {command}",
+            )
+        yield text  # (a byte-order mark, on line 1 or after a `cat` of two files, is dropped by the Translator)
+
+
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return a.samefile(b)

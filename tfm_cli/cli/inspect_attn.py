@@ -9,6 +9,7 @@ are numbered from 1 here, as a person counts; the JSON keeps 0-based arrays.
 from __future__ import annotations
 
 import shutil
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -23,18 +24,20 @@ from tfm_cli.cli.common import (
     file_path,
     given_path,
     info,
+    names_a_file,
     out,
     print_json,
     print_table,
+    stdin_lines,
 )
-from tfm_cli.errors import TfmError
+from tfm_cli.errors import TfmError, shell_word
 
 KIND_NAMES = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "encoder-decoder cross-attention"}
 _SHADES = " ·░▒▓█"
 
 
 def inspect_attn(
-    sentence: str = typer.Argument(..., help="The source sentence to translate and inspect."),
+    sentence: str = typer.Argument(..., help="The source sentence to translate and inspect (-: one line from stdin)."),
     model: Path = typer.Option(None, "--model", "-m", parser=given_path, metavar="<path>", help="Run directory, release directory or .safetensors file (default: the most recent run under runs/).", show_default=False),
     target: str = typer.Option(None, "--target", "-t", help="Inspect this target (teacher-forced) instead of the model's translation.", show_default=False),
     kind: str = typer.Option(None, "--kind", "-k", help="encoder, decoder or cross (default: cross; with --token, where the token is).", show_default=False),
@@ -75,7 +78,15 @@ def inspect_attn(
         raise typer.BadParameter("--explain explains one query token: add --token", param_hint="--explain")
     if explain_head and words:
         raise typer.BadParameter("--explain works on subword pieces; drop --words", param_hint="--explain")
+    if sentence == "-":  # as for tfm translate and cat: stdin, here one sentence
+        sentence = _stdin_sentence()
     check_utf8(sentence, "the sentence to inspect")
+    if names_a_file(sentence):  # `tfm inspect-attn input.fr` inspected the file's name
+        raise typer.BadParameter(
+            f"{sentence} is a file, not a sentence: to inspect one of its lines, give it on stdin "
+            f"(head -n 1 {shell_word(sentence)} | tfm inspect-attn -)",
+            param_hint="SENTENCE",
+        )
     if target is not None:
         check_utf8(target, "--target")
     if not sentence.strip():
@@ -130,6 +141,27 @@ def inspect_attn(
         _render_focus(shown, kind, query)
     if not (summary or align or token is not None):
         _render_heatmap(shown, kind, layer_index, head_index, numbers)
+
+
+def _stdin_sentence() -> str:
+    """The one sentence on stdin (blank lines aside); more than one is refused, as the view is of one sentence."""
+    if sys.stdin is None:  # started with stdin closed (<&-)
+        raise TfmError("standard input is closed: there is no sentence to inspect", hint='give the sentence, e.g. tfm inspect-attn "Je suis étudiant."')
+    if sys.stdin.isatty():
+        raise typer.BadParameter("- reads the sentence from stdin: pipe one in (e.g. head -n 1 input.fr | tfm inspect-attn -)", param_hint="SENTENCE")
+    found: list[tuple[int, str]] = []
+    for number, line in enumerate(stdin_lines("tfm inspect-attn -"), start=1):
+        line = line.rstrip("\r\n").lstrip("\ufeff")  # a byte-order mark is no part of the sentence shown
+        if line.strip():
+            found.append((number, line))
+        if len(found) > 1:  # said at once, without reading the rest of a long file
+            raise TfmError(
+                f"stdin holds more than one sentence (lines {found[0][0]} and {found[1][0]}): inspect-attn shows one",
+                hint="pipe in the one line to inspect, e.g. sed -n 3p input.fr | tfm inspect-attn -",
+            )
+    if not found:
+        raise TfmError("stdin holds no sentence to inspect", hint="pipe in one line, e.g. head -n 1 input.fr | tfm inspect-attn -")
+    return found[0][1]
 
 
 # ---- parsing the choices ----------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,10 +19,12 @@ from tfm_cli.cli.common import (
     file_path,
     given_path,
     info,
+    names_a_file,
     print_json,
     print_table,
     progress_bar,
     route_warnings,
+    stdin_lines,
     write_output,
 )
 from tfm_cli.errors import TfmError, shell_word
@@ -99,7 +100,7 @@ def translate(
 
     if text is not None:
         check_utf8(text, "the sentence to translate")
-        if _names_a_file(text):  # `tfm translate input.fr` translated the file's name
+        if names_a_file(text):  # `tfm translate input.fr` translated the file's name
             raise typer.BadParameter(
                 f"{text} is a file, not a sentence: to translate its lines, give them on stdin (tfm translate < {shell_word(text)})",
                 param_hint="TEXT",
@@ -132,19 +133,11 @@ def translate(
         # A live bar only when the translations go to a file: at a terminal they are the progress.
         bar = progress_bar("translate", total=None) if not sys.stdout.isatty() else contextlib.nullcontext()
         with bar as advance:
-            results = translator.translate_stream(_stdin_lines(), chunk_lines=CHUNK_LINES, progress=advance, **settings)
+            results = translator.translate_stream(stdin_lines("tfm translate"), chunk_lines=CHUNK_LINES, progress=advance, **settings)
             for line_no, result in enumerate(results, start=1):
                 _emit(result, json_out, n_best, line_no)
                 if line_no % CHUNK_LINES == 0:
                     sys.stdout.flush()
-
-
-def _names_a_file(text: str) -> bool:
-    """True when TEXT is the path of an existing file: the user meant its lines (`tfm translate input.fr`)."""
-    try:
-        return "\n" not in text and Path(text).is_file()
-    except (OSError, ValueError):  # a sentence too long for a file name, or one holding a NUL
-        return False
 
 
 def _alpha(value: float | None) -> float | None:
@@ -170,31 +163,6 @@ def _emit(result, json_out: bool, n_best: int, line: int) -> None:
         sys.stdout.write(result.text + "\n")
 
 
-def _stdin_lines() -> Iterator[str]:
-    """Lines of stdin, decoded strictly as UTF-8 so that a bad byte is reported with its line."""
-    for number, raw in enumerate(sys.stdin.buffer, start=1):
-        if number == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-            raise TfmError("stdin is UTF-16 text, not UTF-8", hint="re-encode the input, e.g. iconv -f utf-16 -t utf-8")
-        if b"\x00" in raw:
-            raise TfmError(
-                f"stdin line {number}: a NUL byte at byte {raw.index(0) + 1}: binary data, not text",
-                hint="pipe in UTF-8 text, one sentence per line",
-            )
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise TfmError(
-                f"stdin line {number}: invalid UTF-8 at byte {e.start + 1}",
-                hint="re-encode the input as UTF-8, e.g. iconv -f latin1 -t utf-8",
-            ) from None
-        if "\r" in text.removesuffix("\n").removesuffix("\r"):  # CR-only line ends would glue sentences together
-            raise TfmError(
-                f"stdin line {number}: a carriage return (\\r) inside the line: the input ends its lines with CR alone",
-                hint="convert the line ends, e.g. tr '\\r' '\\n' < input.txt | tfm translate",
-            )
-        yield text  # (a byte-order mark, on line 1 or after a `cat` of two files, is dropped by the Translator)
-
-
 def _score(translator, settings: dict[str, Any], text, score, reference, output, json_out: bool, bleu_tokenize: str) -> None:
     """Read sources and references, then print the Translator's corpus BLEU/chrF (sacrebleu)."""
     from tfm_cli.data import read_lines, read_pairs
@@ -205,7 +173,7 @@ def _score(translator, settings: dict[str, Any], text, score, reference, output,
         sources, references, what = [s for s, _ in pairs], [t for _, t in pairs], " ".join(map(str, score))
         files = {"sources": str(score[0]), "references": str(score[-1])}  # a TSV holds both
     else:
-        sources = [text] if text is not None else [line.rstrip("\r\n") for line in _stdin_lines()]
+        sources = [text] if text is not None else [line.rstrip("\r\n") for line in stdin_lines("tfm translate")]
         while sources and not sources[-1]:  # blank lines at the end, as read_lines drops the references'
             sources.pop()
         references = read_lines(reference, option="--reference")
