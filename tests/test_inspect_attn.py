@@ -142,6 +142,12 @@ def test_find_token() -> None:
     assert "3:▁qu'il" in info.value.hint
     with pytest.raises(TfmError, match="out of range: the tokens are numbered 1-5"):
         find_token(tokens, "9")
+    # a character the vocabulary lacks is spelled in byte pieces: found by its text, at its first byte
+    spelled = ["▁Le", "▁", "<0xF0>", "<0x9F>", "<0x98>", "<0x80>", "▁", "<0xE6>", "<0x88>", "<0x91>", "<0xE7>", "<0x9A>",
+               "<0x84>", "▁", "<0xD7>", "<0xA9>", ".", "</s>"]  # Le 😀 我的 ש.
+    assert [find_token(spelled, q) for q in ("😀", "我", "的", "我的", "ש")] == [2, 7, 10, 7, 14]
+    with pytest.raises(TfmError, match="'我的ש' is not in the sentence"):
+        find_token(spelled, "我的ש")  # not one run: a "▁" between
     # a target row is labelled by the token it predicts: "<s>" (which none predicts) is the first, that reads it
     targets, inputs = ["▁I", "▁am", "</s>"], ["<s>", "▁I", "▁am"]
     assert find_token(targets, "<s>", inputs) == 0 and find_token(targets, "am", inputs) == 1

@@ -273,14 +273,31 @@ def find_token(tokens: list[str], query: str, inputs: list[str] | None = None) -
             return index
         raise TfmError(f"--token {query} is out of range: the tokens are numbered 1-{len(tokens)}", hint=_listing(tokens))
     wanted = query.replace("▁", "").strip().lower()
+    spelled = _spelled_in_bytes(tokens)
     for exact in (True, False):
         for i, token in enumerate(tokens):
             parts = _parts(token)
-            if (exact and parts[0] == wanted) or (not exact and wanted in parts[1:]):
+            if (exact and (parts[0] == wanted or wanted in spelled.get(i, ()))) or (not exact and wanted in parts[1:]):
                 return i
     if inputs and wanted == BOS and inputs[0] == BOS:  # no position predicts "<s>": the first one reads it
         return 0
     raise TfmError(f"--token {query!r} is not in the sentence", hint=_listing(tokens))
+
+
+def _spelled_in_bytes(tokens: list[str]) -> dict[int, tuple[str, str]]:
+    """For each position where a character spelled in byte tokens starts: that character, and the run of such
+    characters from there, lowercased (`<0xE6><0x88><0x91><0xE7><0x9A><0x84>` gives "我", "我的" at its first
+    byte and "的", "的" at its fourth), so that --token finds a character the vocabulary lacks by its text."""
+    chars = [(positions, text) for positions, text in _characters(tokens) if _byte(tokens[positions[0]]) is not None]
+    found: dict[int, tuple[str, str]] = {}
+    for n, (positions, text) in enumerate(chars):
+        run, last = text, positions[-1]
+        for later, later_text in chars[n + 1 :]:
+            if later[0] != last + 1:  # another piece between: the run ends
+                break
+            run, last = run + later_text, later[-1]
+        found[positions[0]] = (text.lower(), run.lower())
+    return found
 
 
 def _listing(tokens: list[str]) -> str:
