@@ -178,6 +178,19 @@ def test_write_image_titles_and_labels(tmp_path, nasty_report):
     assert "<b>" not in text
 
 
+def test_write_image_missing_glyphs_are_one_line(tmp_path, capsys, recwarn):
+    """A label the font has no glyph for (CJK without a CJK font) gave a two-line UserWarning per character,
+    with matplotlib's file and source line; now one warning line names the characters and what to do."""
+    pytest.importorskip("matplotlib")
+    lacking = "\U0010fffd\U0010fffc"  # private-use characters no font has
+    report = make_report(["▁a", lacking], ["▁b"])
+    assert write_image(report, tmp_path / "a.png", "encoder", 0, None).is_file()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: the image's font (") and "has no glyph for" in lines[0]
+    assert f"{lacking[0]} {lacking[1]}:" in lines[0] and "matplotlibrc" in lines[0]
+    assert not [w for w in recwarn if "Glyph" in str(w.message)]
+
+
 @pytest.mark.parametrize("name", ["attn.jpg", "attn", "attn.html"])
 def test_write_image_rejects_other_extensions(tmp_path, report, name):
     with pytest.raises(ValueError, match=r"\.png, \.svg"):

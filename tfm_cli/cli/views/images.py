@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import math
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ KINDS = {
     "cross": ("Encoder-decoder cross-attention", "tgt_tokens", "src_tokens", "decoder", ("predicts", "source")),
 }
 MAX_LABEL = 24
+_MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font\(s\) (.+?)\.?$", re.S)
 
 
 class ImageOptionError(TfmError, ValueError):
@@ -103,7 +106,24 @@ def write_image(report: dict[str, Any], path: Path, kind: str, layer: int | None
     which = f"mean of {report['n_heads']} heads" if head is None else f"head {head + 1} of {report['n_heads']}"
     fig.suptitle(f"{title} · {where} · {which}", fontsize=11)
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
-    from tfm_cli.cli.common import write_output
+    from tfm_cli.cli.common import warn, write_output
 
     suffix = path.suffix.lower().lstrip(".")  # the format: the temporary file written first has another suffix
-    return write_output(path, "--image", lambda tmp: fig.savefig(tmp, format=suffix, dpi=150 if suffix == "png" else None))
+    with warnings.catch_warnings(record=True) as caught:  # matplotlib warns once per missing glyph, source line and all
+        warnings.simplefilter("always")
+        written = write_output(path, "--image", lambda tmp: fig.savefig(tmp, format=suffix, dpi=150 if suffix == "png" else None))
+    missing: dict[str, str] = {}  # character -> the font(s) that lack it
+    for w in caught:
+        found = _MISSING_GLYPH.match(str(w.message))
+        if found:
+            missing.setdefault(chr(int(found.group(1))), found.group(2))
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if missing:
+        chars = " ".join(list(missing)[:12]) + (f" (and {len(missing) - 12:,} more)" if len(missing) > 12 else "")
+        warn(
+            f"the image's font ({', '.join(sorted(set(missing.values())))}) has no glyph for {chars}: labels holding them "
+            f"are drawn with empty boxes in {path}; add a font that has them (e.g. Noto Sans CJK JP) to font.sans-serif "
+            "in your matplotlibrc, or see the labels in the --html page"
+        )
+    return written
