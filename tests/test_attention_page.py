@@ -296,6 +296,9 @@ def test_page_in_chromium(browser, tmp_path, report):
     before = _fills(browser)
     layer.select_by_value("1")
     assert _fills(browser) != before
+    # what a screen reader says is the layer and head on screen (it said "layer 1" of the second, 0-based)
+    label = browser.find_element(By.ID, "heatmap").get_attribute("aria-label")
+    assert label == "Decoder masked self-attention, layer 2, head 2", label
 
     # hovering a query token shades the key labels with its row and shows the numbers
     kind.select_by_value("cross")
