@@ -876,6 +876,35 @@ def test_a_model_too_large_to_build_is_one_line(root: Path, tmp_path: Path, monk
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("train.warmup_steps", 0, "train.warmup_steps=0 must be >= 1"),  # was ZeroDivisionError after the tokenizer
+        ("train.max_steps", "4", "train.max_steps='4' must be an integer"),  # was a TypeError, a run half written
+        ("model.n_heads", 3, "must be divisible by model.n_heads=3"),  # was a ValueError from ModelConfig
+    ],
+)
+def test_a_recipe_changed_in_code_is_checked_as_a_file_is(root: Path, tmp_path: Path, key: str, value, expected: str) -> None:
+    """train(recipe) with a field set after load_recipe (a Python user's way to try a setting): the same RecipeError
+    a recipe file with that value gets, before anything is written; and arguments of the wrong kind are TypeErrors."""
+    import tfm_cli.training as training
+    from tfm_cli.recipe import load_recipe
+
+    r = load_recipe(root / "recipe.yaml")
+    section, name = key.split(".")
+    setattr(getattr(r, section), name, value)
+    out = tmp_path / "run"
+    with pytest.raises(RecipeError) as caught:
+        training.train(r, out, device="cpu")
+    assert expected in str(caught.value) and "given to train()" in str(caught.value)
+    assert nothing_written(out)
+    with pytest.raises(TypeError, match="must be True or False"):
+        training.train(load_recipe(root / "recipe.yaml"), out, device="cpu", resume="no")  # a str that is truthy
+    with pytest.raises(TypeError, match="must be a Recipe"):
+        training.train({"name": "x"}, out, device="cpu")
+    assert nothing_written(out)
+
+
 def test_ctrl_c_while_the_model_is_built_is_ctrl_c(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stop signal while torch defines a class on first use reaches the model builder as Python 3.11's
     "RuntimeError: Error calling __set_name__" around the KeyboardInterrupt; it was reported as "the model ...

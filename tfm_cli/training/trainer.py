@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import random
 import signal
 import threading
@@ -51,7 +52,7 @@ from tfm_cli.data import (
 )
 from tfm_cli.distributed import Distributed, lost_a_peer
 from tfm_cli.distributed import setup as setup_distributed
-from tfm_cli.errors import CheckpointError, TfmError, shell_word
+from tfm_cli.errors import CheckpointError, RecipeError, TfmError, shell_word
 from tfm_cli.files import DirectoryLock, atomic_write
 from tfm_cli.monitor import EarlyStopping, RisingLoss, TensorBoardLog, append_metrics, write_curves_png
 from tfm_cli.recipe import (
@@ -61,6 +62,7 @@ from tfm_cli.recipe import (
     model_config,
     parse_duration,
     recipe_to_dict,
+    validate_recipe,
 )
 from tfm_cli.runtime import (
     autocast,
@@ -230,15 +232,25 @@ def train(
             (those only on rank 0).
 
     Raises:
-        TfmError: a bad recipe, corpus or device, or a run directory that already holds a run (without resume).
+        TfmError: a bad recipe (a `Recipe` changed in code is checked as a file is), corpus or device, or a run
+            directory that already holds a run (without resume).
+        TypeError: `recipe` is neither a Recipe nor a path, or `resume` is not a bool.
     """
+    if not isinstance(resume, bool):  # resume="no" would resume
+        raise TypeError(f"train(resume=...) must be True or False, not {resume!r}")
     recipe_file = None
     if recipe is None:
         if not (resume and run_dir is not None):
             raise TfmError("train() needs a recipe, or resume=True with the run_dir to continue")
         recipe = resume_recipe(Path(run_dir), [])
-    elif not isinstance(recipe, Recipe):
+    elif isinstance(recipe, Recipe):  # checked again: fields set in code after load_recipe were never checked
+        problems = validate_recipe(recipe)
+        if problems:
+            raise RecipeError(f"the recipe {recipe.name!r} given to train()", problems)
+    elif isinstance(recipe, (str, os.PathLike)):
         recipe_file, recipe = recipe, load_recipe(recipe)
+    else:
+        raise TypeError(f"train(recipe=...) must be a Recipe (see load_recipe) or a recipe file's path, not {type(recipe).__name__}")
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / recipe.name
     if recipe_file is not None and not resume:
         check_recipe_file(recipe_file, recipe, run_dir)
