@@ -626,6 +626,39 @@ def test_a_process_killed_mid_run_leaves_its_peer_one_line(data: dict[str, Path]
     assert "checkpoints (up to step" in stderr and f"tfm train --resume {out}" in stderr
 
 
+@pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="finds the job's processes through /proc (Linux)")
+@pytest.mark.parametrize("killed", ["tfm", "tfm and torchrun"])
+def test_kill_9_of_the_launcher_leaves_no_worker_training_on(data: dict[str, Path], killed: str) -> None:
+    """kill -9 of `tfm train --nproc-per-node 2` (the pid the user sees), or of its whole process group (tfm and
+    torchrun): torchrun and the workers went on training in the background to the end, writing the run. Now a
+    lost parent is a SIGTERM: the workers save the step, every rank in it, and all of the job's processes end."""
+    proc, out = _start_two_processes(data, f"launcher-killed-{killed.replace(' ', '-')}")
+    workers = [_worker(proc.pid, rank=r) for r in (0, 1)]
+    agent = _parent(workers[0])
+    assert agent != proc.pid  # tfm -> torchrun -> workers
+    for pid in [proc.pid, agent] if killed == "tfm and torchrun" else [proc.pid]:
+        os.kill(pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 120
+    while any(_alive(pid) for pid in [agent, *workers]):
+        assert time.monotonic() < deadline, f"still running: {[pid for pid in [agent, *workers] if _alive(pid)]}"
+        time.sleep(0.2)
+    _saved_by_every_rank(out)
+
+
+def _parent(pid: int) -> int:
+    return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie, ended but not yet reaped by its parent, does not)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _worker(launcher: int, rank: int) -> int:
     """The process id of torchrun's worker `rank` among the launcher's descendants."""
     parents = {}

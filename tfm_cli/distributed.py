@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from tfm_cli.errors import TfmError
+from tfm_cli.signals import stop_with_parent
 
 # How long a rank waits in a collective before the job is declared hung. Rank 0 alone evaluates on the dev set
 # (and writes the final model) while the others wait at the next collective, so this must outlast a full
@@ -139,7 +141,8 @@ def setup(device: torch.device) -> Distributed:
     """Join the torchrun job this process belongs to, on `device`'s kind; a single process otherwise.
 
     Under torchrun with CUDA each process takes the GPU of its local rank (`--device cuda` means "the GPUs"),
-    and NCCL connects them; on CPU, gloo does. An already initialised process group (a Python user's own) is
+    and NCCL connects them; on CPU, gloo does. A process of the job gets SIGTERM when torchrun ends
+    (`stop_with_parent`), so it never trains on alone. An already initialised process group (a Python user's own) is
     used as it is and left to its owner.
 
     Raises:
@@ -149,6 +152,8 @@ def setup(device: torch.device) -> Distributed:
     if found is None or found[2] == 1:
         return Distributed(device=device)
     rank, local_rank, world_size = found
+    if not stop_with_parent():  # torchrun is gone already (killed while this process started): stop as it would
+        signal.raise_signal(signal.SIGTERM)
     if device.type == "cuda":
         if device.index is not None:
             raise TfmError(

@@ -11,7 +11,10 @@ over a block and passes it on once the block is done. The training loop holds th
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -73,3 +76,30 @@ def held_stop_signals() -> Iterator[None]:
         swap_handlers(previous)
         if came:
             previous[came[0]](came[0], None)
+
+
+# The process that started this one, for `stop_with_parent`: `tfm train --nproc-per-node` sets it for torchrun,
+# which sets it for its workers.
+PARENT_ENV = "TFM_PARENT_PID"
+
+
+def stop_with_parent() -> bool:
+    """Linux: have the kernel send this process SIGTERM when its parent ends, however it ends (`kill -9` too).
+
+    `tfm train --nproc-per-node N` is three generations of processes: tfm, torchrun, the workers. Killed outright,
+    tfm left torchrun and the workers training on in the background, writing the run (torchrun puts each worker in
+    a session of its own, so even the terminal's process group missed them). With this in torchrun and in each
+    worker, a lost parent is a SIGTERM: the workers save at the end of the step and stop, as on a scheduler's notice.
+
+    Returns:
+        False when the parent named by `PARENT_ENV` had already ended before this was set (it can no longer
+        signal); True otherwise, and elsewhere than on Linux, where nothing is set.
+    """
+    if not sys.platform.startswith("linux"):
+        return True
+    try:
+        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no prctl in this C library
+        return True
+    parent = os.environ.get(PARENT_ENV, "")
+    return not parent.isdigit() or os.getppid() == int(parent)

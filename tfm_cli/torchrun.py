@@ -3,7 +3,7 @@
 The same launcher with the same options, quieter where tfm has already spoken: a worker that failed has printed
 its one-line error, and a stop signal (Ctrl-C, SIGTERM) reaches the workers, which save a checkpoint and say so;
 torchrun's own traceback after either would bury that line. The exit status is the first failed worker's, or
-128 + the signal.
+128 + the signal. It stops (SIGTERM, passed on to the workers) when `tfm train` ends, even by `kill -9`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,14 @@ from collections.abc import Sequence
 
 def main(argv: Sequence[str]) -> int:
     """Run torchrun on `argv` (its options, then `-m tfm_cli train ...`); the exit status."""
+    import os
+    import signal
+
+    from tfm_cli.signals import PARENT_ENV, stop_with_parent
+
+    if not stop_with_parent():  # `tfm train` is gone already: start nothing
+        return 128 + signal.SIGTERM
+    os.environ[PARENT_ENV] = str(os.getpid())  # for the workers, which stop when torchrun does
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun

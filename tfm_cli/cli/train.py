@@ -29,6 +29,7 @@ from tfm_cli.cli.common import (
     stop_signals,
 )
 from tfm_cli.errors import TfmError, shell_word
+from tfm_cli.signals import PARENT_ENV
 
 _DIST = "Several processes or machines (torchrun, DDP)"
 
@@ -251,6 +252,7 @@ class _Launch:
         from tfm_cli.distributed import threads_per_process, torchrun_command
 
         env = dict(os.environ)
+        env[PARENT_ENV] = str(os.getpid())  # torchrun stops when this process ends, even by kill -9
         on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
         threads = threads_per_process(self.nproc) if on_cpu else None
         if threads is not None:  # the cores shared out (torchrun would give each process one thread)
