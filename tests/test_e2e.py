@@ -199,6 +199,20 @@ def test_a_diverging_run_skips_nan_steps_then_stops_with_the_lr(data: dict[str, 
     Translator.load(out, device="cpu")  # the last checkpoint still loads
 
 
+def test_a_run_that_diverges_before_its_first_checkpoint_says_how_to_start_again(data: dict[str, Path], tmp_path: Path) -> None:
+    """With no checkpoint saved, the hint said `tfm train --resume RUN train.lr_factor=...`, which answers "no
+    checkpoint to resume from"; and a start into RUN with the lower rate is refused (another recipe is there). The
+    hint now names what works, and doing what it says trains."""
+    out = tmp_path / "diverged-early"
+    start = ("train", str(data["recipe"]), "train.save_every=100", "train.eval_every=0", "train.max_steps=30")
+    proc = tfm(*start, "train.lr_factor=1e30", "--out", str(out), "--device", "cpu", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    error, hint = (line for line in proc.stderr.splitlines() if line.startswith(("Error:", "hint:")))
+    assert "no checkpoint was saved yet" in error
+    assert "--resume" not in hint and "another --out" in hint and f"delete {out} first" in hint
+    tfm(*start[:2], "train.max_steps=2", "train.save_every=2", "train.eval_every=0", "--out", str(tmp_path / "again"), "--device", "cpu")
+
+
 def test_metrics_and_summary(run: dict) -> None:
     records = _records(run["dir"])
     kinds = {r["kind"] for r in records}

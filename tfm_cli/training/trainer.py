@@ -851,9 +851,14 @@ def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int) -> TfmError:
     """The error that stops a run whose loss stayed NaN or infinite; it names the last good checkpoint."""
     found = [(s, w) for s, w in checkpoint_steps(run_dir) if state_path(w).is_file()]
     kept = f"the last checkpoint ({found[-1][1].name}, step {found[-1][0]}) is intact" if found else "no checkpoint was saved yet"
+    then = (
+        f"then `tfm train --resume {shell_word(run_dir)} train.lr_factor=...` or start again"
+        if found  # with no checkpoint there is nothing to resume, and a start with other settings is refused there
+        else f"and start again with another --out (or delete {shell_word(run_dir)} first: it has nothing to resume)"
+    )
     return TfmError(
         f"training stopped at step {step}: the loss was NaN or infinite {in_a_row} steps in a row at lr {lr:.3g}; {kept}",
-        hint=f"lower the learning rate (train.lr_factor) or lengthen train.warmup_steps, then `tfm train --resume {shell_word(run_dir)} train.lr_factor=...` or start again",
+        hint=f"lower the learning rate (train.lr_factor) or lengthen train.warmup_steps, {then}",
     )
 
 
