@@ -685,6 +685,20 @@ def test_resume_refuses_another_architecture_before_touching_the_run(trained: Pa
     assert json.loads((run / "config.json").read_text())["dropout"] == 0.2
 
 
+def test_resume_refuses_tokenizer_settings_it_would_only_write_down(trained: Path, tmp_path: Path) -> None:
+    """tokenizer.vocab_size=800 on --resume was accepted and written into recipe.yaml, while the run went on with its
+    own 400-token tokenizer.json: the recipe then described another run. Refused now, dry run or not, run untouched."""
+    run = Path(shutil.copytree(trained, tmp_path / "run"))
+    before = snapshot(run)
+    for extra in ([], ["--dry-run"]):
+        for override, named in (("tokenizer.vocab_size=800", "tokenizer.vocab_size 400 -> 800"),
+                                ("tokenizer.min_frequency=5", "tokenizer.min_frequency 2 -> 5")):
+            proc = tfm("train", "--resume", str(run), override, "train.max_steps=12", "--device", "cpu", *extra, check=False)
+            error_line(proc, "--resume cannot change the tokenizer", named)
+            assert snapshot(run) == before
+    tfm("train", "--resume", str(run), "tokenizer.vocab_size=400", "train.max_steps=11", "--device", "cpu")  # unchanged
+
+
 def test_tokenize_out_never_replaces_an_input_or_a_foreign_file(root: Path, tmp_path: Path) -> None:
     corpus = Path(shutil.copy(root / "train.tsv", tmp_path / "corpus.tsv"))
     kept = corpus.read_bytes()

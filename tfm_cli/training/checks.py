@@ -283,6 +283,27 @@ def check_resumable(run_dir: Path, weights: Path, config, step: int, max_steps: 
         )
 
 
+def check_tokenizer_kept(recipe: Recipe, run_dir: Path) -> None:
+    """Refuse a resume whose tokenizer.vocab_size or tokenizer.min_frequency differ from the run's recipe.yaml: the
+    run goes on with its own tokenizer.json, so such an override changed nothing but what recipe.yaml then said
+    (a run of 500 tokens recorded as one of 800, and trained so by `tfm train RUN/recipe.yaml --out NEW`)."""
+    try:
+        saved = load_recipe(Path(run_dir) / "recipe.yaml").tokenizer
+    except TfmError:  # said by the resume's own checks
+        return
+    changed = [
+        f"tokenizer.{k} {getattr(saved, k)!r} -> {getattr(recipe.tokenizer, k)!r}"
+        for k in ("vocab_size", "min_frequency")
+        if getattr(saved, k) != getattr(recipe.tokenizer, k)
+    ]
+    if changed:
+        raise TfmError(
+            f"--resume cannot change the tokenizer of {run_dir} ({'; '.join(changed)}): the run goes on with its own "
+            "tokenizer.json",
+            hint="drop those overrides to continue the run, or start a new run with them (--out)",
+        )
+
+
 def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
     """The recipe a run was started with (its resolved recipe.yaml), with new overrides on top."""
     path = Path(run_dir) / "recipe.yaml"

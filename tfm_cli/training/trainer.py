@@ -77,6 +77,7 @@ from tfm_cli.training.checks import (
     check_recipe_file,
     check_resumable,
     check_room,
+    check_tokenizer_kept,
     preflight,
     resume_recipe,
     with_absolute_paths,
@@ -397,6 +398,7 @@ class Trainer:
                 self.events.message(f"dev BLEU: sacrebleu tokenize={self.dev.bleu_tokenize}{why}")
             if self.resume:
                 check_resumable(run_dir, weights, self.config, self.step, self.t.max_steps)
+                check_tokenizer_kept(recipe, run_dir)
         except BaseException:
             if main and not had_tokenizer and not self.resume:  # take back what this start wrote (a tokenizer it trained)
                 (run_dir / "tokenizer.json").unlink(missing_ok=True)
@@ -711,6 +713,7 @@ def check_resume(recipe: Recipe, run_dir: Path, device: torch.device | None = No
     tok = Tokenizer.load(run_dir / "tokenizer.json")
     check_resumable(run_dir, weights, model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id), step,
                     recipe.train.max_steps)
+    check_tokenizer_kept(recipe, run_dir)
     corpus = usable_corpus(recipe, tok)
     stream = BatchStream(
         corpus, recipe.train.max_tokens, recipe.train.seed, tok.pad_id, tok.bos_id, tok.eos_id,
