@@ -92,6 +92,22 @@ def test_tensorboard_curves_continue_across_a_crash_and_resume(recipe: Path, tmp
     assert "recipe/text_summary" in events.Tags()["tensors"]  # the resolved recipe, as text
 
 
+def test_a_line_cut_by_a_crash_loses_no_record_after_it(recipe: Path, tmp_path: Path) -> None:
+    """metrics.jsonl ending in a line cut mid-write (a crash, a full disk): the resumed run's first record was
+    appended to it, on the same line, and lost with it (the curves skip a line they cannot read)."""
+    run = tmp_path / "run"
+    tfm("train", str(recipe), "--out", str(run), "--device", "cpu")
+    for path in (run / "checkpoints").glob("step-00000015.*"):
+        path.unlink()
+    with open(run / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"kind": "train", "step": 1')  # no newline: cut there
+    tfm("train", "--resume", str(run), "train.max_steps=20", "--device", "cpu")
+    lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    assert lines.count('{"kind": "train", "step": 1') == 1  # the cut line stays alone on its line
+    curves = json.loads(tfm("train", "--curves", str(run), "--json").stdout)
+    assert [r["step"] for r in curves["train"]] == [5, 10, 15, 20]  # 15: the resumed run's first record
+
+
 def test_training_without_tensorboard_changes_nothing(recipe: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "block" / "tensorboard"
     blocker.mkdir(parents=True)
