@@ -559,6 +559,32 @@ def test_the_launcher_passes_on_a_worker_s_exit_status_without_torchrun_s_traceb
     assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr
 
 
+@pytest.mark.slow
+def test_a_bad_input_under_two_processes_is_one_line(data: dict[str, Path], pair: dict, tmp_path: Path) -> None:
+    """Every process reads the corpora and the run: a line without a tab was said by each process (twice), or,
+    where rank 0 alone trained the tokenizer on it, rank 1 added gloo's "Connection closed by peer" traceback; a
+    resume that changes the model was said twice too. Now one Error line (local rank 0's), no traceback, exit 1."""
+    bad = tmp_path / "bad.tsv"
+    lines = data["recipe"].parent.joinpath("train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)[:200]
+    lines[32] = lines[32].replace("\t", " ")
+    bad.write_text("".join(lines), encoding="utf-8")
+    with_tokenizer = tmp_path / "with-tokenizer"
+    with_tokenizer.mkdir()
+    shutil.copy(data["tokenizer"], with_tokenizer / "tokenizer.json")  # both ranks encode the corpus and fail
+    resume = Path(shutil.copytree(pair["two"], tmp_path / "resume"))
+    runs = [
+        ([str(data["recipe"]), f"data.train={bad}", "--out", str(tmp_path / "fresh")], f"{bad}:33: the line has no tab"),
+        ([str(data["recipe"]), f"data.train={bad}", "--out", str(with_tokenizer)], f"{bad}:33: the line has no tab"),
+        (["--resume", str(resume), "model.d_ff=128", f"train.max_steps={STEPS + 2}"], "--resume cannot change the model"),
+    ]
+    for args, message in runs:
+        proc = tfm("train", *args, "--device", "cpu", "--nproc-per-node", "2", check=False)
+        assert proc.returncode == 1, proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and message in errors[0], proc.stderr
+
+
 def _start_two_processes(data: dict[str, Path], name: str, save_every: int = 100000) -> tuple[subprocess.Popen, Path]:
     """`tfm train --nproc-per-node 2` of the test recipe started with no end in sight, once it has logged a step."""
     out = data["root"] / name

@@ -156,13 +156,13 @@ def setup(device: torch.device) -> Distributed:
         signal.raise_signal(signal.SIGTERM)
     if device.type == "cuda":
         if device.index is not None:
-            raise TfmError(
+            raise RankError(
                 f"--device {device} names one GPU, but each of the {world_size} processes takes its own",
                 hint="use --device cuda: process N of each node runs on cuda:N",
             )
         count = torch.cuda.device_count()
         if local_rank >= count:
-            raise TfmError(
+            raise RankError(
                 f"local rank {local_rank} has no GPU of its own: this node has {count}",
                 hint=f"start at most {count} processes per node (--nproc-per-node {count})",
             )
@@ -190,6 +190,11 @@ def sync_gradients(model: torch.nn.Module, sync: bool):
     before an optimizer step); the others just accumulate locally (`no_sync`). A no-op for a plain model."""
     no_sync = getattr(model, "no_sync", None)
     return contextlib.nullcontext() if sync or no_sync is None else no_sync()
+
+
+class RankError(TfmError):
+    """A problem of this process alone (no GPU of its own, a peer it lost), which only it can report. Every other
+    error of a multi-process job comes from inputs that every process reads alike, and is said by local rank 0."""
 
 
 # --- Launching: `tfm train --nproc-per-node N` runs torchrun on itself ------------------------------------------

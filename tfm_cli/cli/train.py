@@ -126,17 +126,26 @@ def train(
         args += ["--json"] if json_out else []
         raise typer.Exit(launch.run(args, device))
 
-    from tfm_cli.distributed import torchrun_env
+    from tfm_cli.distributed import RankError, lost_a_peer, torchrun_env
     from tfm_cli.runtime import resolve_device, resolve_precision
     from tfm_cli.training import train as run_training
 
-    rank = (torchrun_env() or (0, 0, 1))[0]
+    rank, local_rank, _ = torchrun_env() or (0, 0, 1)
     torch_device = resolve_device(device)
     precision = resolve_precision(resolved.train.precision, torch_device)
     with stop_signals() as received:
         try:
             if rank != 0:  # one rank of a torchrun job: rank 0 prints progress and the result
-                result = run_training(resolved, run_dir, torch_device, resume=resume is not None)
+                try:
+                    result = run_training(resolved, run_dir, torch_device, resume=resume is not None)
+                except RuntimeError as error:  # rank 0 ended while setting up (a bad dev set line): it has said why
+                    if not lost_a_peer(error):
+                        raise
+                    raise typer.Exit(1) from None
+                except TfmError as error:  # a bad corpus line, a refused resume: local rank 0 says the same line
+                    if local_rank == 0 or isinstance(error, RankError):
+                        raise
+                    raise typer.Exit(1) from None
                 raise typer.Exit(interrupted_status(received) if result.interrupted else 0)
             info(f"tfm train: recipe {resolved.name} -> {run_dir} on {torch_device} ({precision})")
             events = _Progress(resolved.train.max_steps, resolved.train.log_every)

@@ -50,7 +50,7 @@ from tfm_cli.data import (
     pad_multiple_for,
     read_pairs,
 )
-from tfm_cli.distributed import Distributed, lost_a_peer
+from tfm_cli.distributed import Distributed, RankError, lost_a_peer
 from tfm_cli.distributed import setup as setup_distributed
 from tfm_cli.errors import CheckpointError, RecipeError, TfmError, shell_word
 from tfm_cli.files import DirectoryLock, atomic_write
@@ -619,12 +619,12 @@ class Trainer:
         self.board.close()
         return TrainResult(self.run_dir, self.step, True, seconds=time.perf_counter() - self.started)
 
-    def _lost_a_peer(self) -> TfmError:
+    def _lost_a_peer(self) -> RankError:
         """Another process of the job is gone mid-step (killed, crashed, its machine lost): this one cannot go on.
         Every checkpoint was saved with all ranks in step, so the newest one is whole."""
         saved = checkpoint_steps(self.run_dir)
         where = f"its checkpoints (up to step {saved[-1][0]}) are intact" if saved else "no checkpoint was saved yet"
-        return TfmError(
+        return RankError(
             f"process {self.dist.rank} of {self.dist.world_size} lost contact with another process of the job after "
             f"step {self.step} (it stopped, or its machine did: its own output or torchrun's says why); {where}",
             hint=f"continue with `tfm train --resume {shell_word(self.run_dir)}`" if saved else "start the run again",
