@@ -6,17 +6,19 @@ in int8 with one scale per output row, and each input row quantized to int8 on t
 LayerNorm and the softmax stay fp32. This is what CTranslate2's and Marian's `int8` compute types do; decoding a
 few sentences at a time is limited by reading weights from memory, which int8 makes four times smaller.
 
-Row by row matters: PyTorch's `quantize_dynamic` (used before) quantizes a weight matrix with one scale and each
-input *matrix* with one scale, from the largest value of any row, so a hypothesis's numbers depended on the other
-sentences of its batch (and on the padding of the longest source): the same sentence translated alone and in a
-batch came out differently (8 of 40 dev sentences, beam 4, next to a long line). Here a row's result is its own.
+Row by row matters: PyTorch's `quantize_dynamic` (used before) quantizes each input *matrix* with one scale, from
+the largest value of any row, so a hypothesis's numbers depended on the other sentences of its batch (and on the
+padding of the longest source): the same sentence came out differently alone and beside others (12 of 42 beam
+translations on a 150-step model, next to one long line). Here a row's result is its own; what remains is fp32
+attention's rounding at another padded length, which an int8 rounding can amplify (1 of those 42).
 
-Measured on the quickstart model, all 2,000 dev sentences, a 2-core AVX-512 CPU, against fp32 with its linear
-layers on packed oneDNN weights (packing.py), with the per-matrix kernel this replaced: one thread, beam 4 at 220 vs
-137 sentences/s (1.61x), greedy 569 vs 346 (1.64x); two threads 1.22x and 1.48x. BLEU 35.35 vs 35.43 (beam), 29.47
-vs 29.81 (greedy). With rows quantized one by one (a 150-step model of the same shape, 200 dev sentences, 2 threads
-of a shared 2-core CPU): beam 4 at 249 vs 200 sentences/s (1.25x, as fast as the per-matrix kernel), greedy 743 vs
-524 (1.42x, 12% slower than it); 183 and 191 of the 200 translations identical to fp32's (per-matrix: 164 and 181).
+Measured side by side (one process, interleaved, median of 3) on a quickstart model (`recipes/tiny.yaml`, 1,200
+steps), the first 1,000 dev sentences, a 2-core AMD EPYC with AVX-512 (cpu capability AVX512), against fp32 on packed
+oneDNN weights (packing.py); sentences/s, this kernel vs the per-matrix one it replaced: two threads, beam 4 517 vs 578
+(fp32 372), greedy 1,120 vs 1,145 (fp32 784); one thread, beam 4 330 vs 360 (fp32 217), greedy 775 vs 921 (fp32 499).
+So 1.39-1.55x fp32, 2-16% below the per-matrix kernel (the per-row scaling is a few more passes over the data, which
+fbgemm fused). On all 2,000: BLEU 35.06 vs 34.84 (fp32 35.02) with beam 4, 28.41 vs 28.25 (fp32 27.94) greedy; 1,877
+and 1,869 of the 2,000 translations identical to fp32's (per-matrix: 1,744 and 1,714).
 """
 
 from __future__ import annotations
@@ -47,12 +49,14 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # As few passes over the data as the ops allow: at a decoding step's few rows their launches cost more
+        # than the integer product itself, and at many rows their memory traffic does.
         rows = x.reshape(-1, self.in_features).float()  # (N, in)
-        row_scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny) / 127  # (N, 1)
-        q = (rows / row_scale).round().clamp(-127, 127).to(torch.int8)
-        out = torch._int_mm(q, self.weight_t).float() * (row_scale * self.scale)  # (N, out)
-        if self.bias is not None:
-            out = out + self.bias
+        peak = rows.abs().amax(dim=1, keepdim=True).clamp_(min=torch.finfo(torch.float32).tiny)  # (N, 1)
+        q = rows.mul(127 / peak).round_().to(torch.int8)  # |q| <= 127: no clamp needed
+        out = torch._int_mm(q, self.weight_t).float().mul_(peak / 127).mul_(self.scale)  # (N, out), exact int32 sums
+        if self.bias is not None:  # not addcmul: its vectorised body fuses the multiply-add and its tail does not, so
+            out.add_(self.bias)  # a row's numbers would depend on where the row falls in the batch
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

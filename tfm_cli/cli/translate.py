@@ -64,7 +64,7 @@ def translate(
 
       tfm translate --model exports/tiny-onnx --engine onnxruntime < input.fr
 
-      tfm translate --precision int8 < input.fr      (CPU: int8 linear layers, 1.2-1.6x faster than fp32)
+      tfm translate --precision int8 < input.fr      (CPU: int8 linear layers, 1.4-1.55x faster than fp32)
 
       tfm translate --n-best 4 --json "Il fait beau."
 
