@@ -174,6 +174,16 @@ def test_early_stopping_on_a_plateau(recipe: Path, tmp_path: Path) -> None:
     assert [r["step"] for r in curves["eval"]] == [5, 10, 15]
     assert curves["final"]["step"] == 15 and (run / "model.safetensors").is_file()
     assert (run / "checkpoints" / "step-00000015.safetensors").is_file()  # saved at the stop
+    # a plain resume has nothing to do (it trained 5 more steps, stopped again and replaced the final model)
+    files = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    proc = tfm("train", "--resume", str(run), "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{run} stopped early at step 15" in proc.stderr and "nothing to do" in proc.stderr
+    assert "train.patience=N (more than 2, or 0 for none)" in proc.stderr
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == files
+    proc = tfm("train", "--resume", str(run), "train.patience=3", "--device", "cpu")  # more patience: trains on
+    assert proc.returncode == 0 and "nothing to do" not in proc.stderr, proc.stderr
+    assert json.loads((run / "summary.json").read_text())["steps"] == 20
 
 
 def test_early_stopping_rule_and_its_state() -> None:

@@ -83,6 +83,9 @@ class TensorBoardLog:
                 self.writer.close()
 
 
+EARLY_STOP = "early stop"  # how the reason begins (summary.json's "stopped")
+
+
 class EarlyStopping:
     """Stop when `patience` dev evaluations in a row did not improve the watched metric (strictly)."""
 
@@ -107,7 +110,7 @@ class EarlyStopping:
     def reason(self) -> str:
         name = "dev BLEU" if self.metric == "bleu" else "dev loss"
         return (
-            f"early stop: {name} did not improve for {self.bad_evals} evaluations "
+            f"{EARLY_STOP}: {name} did not improve for {self.bad_evals} evaluations "
             f"(best {self.best:.4g} at step {self.best_step}; train.patience={self.patience})"
         )
 

@@ -54,7 +54,14 @@ from tfm_cli.distributed import Distributed, RankError, lost_a_peer
 from tfm_cli.distributed import setup as setup_distributed
 from tfm_cli.errors import CheckpointError, RecipeError, TfmError, shell_word
 from tfm_cli.files import DirectoryLock, atomic_write
-from tfm_cli.monitor import EarlyStopping, RisingLoss, TensorBoardLog, append_metrics, write_curves_png
+from tfm_cli.monitor import (
+    EARLY_STOP,
+    EarlyStopping,
+    RisingLoss,
+    TensorBoardLog,
+    append_metrics,
+    write_curves_png,
+)
 from tfm_cli.recipe import (
     Recipe,
     dump_recipe,
@@ -456,10 +463,17 @@ class Trainer:
         """Train to train.max_steps or a stop; then average, evaluate and write the final model (rank 0)."""
         t, dist = self.t, self.dist
         if self.finished is not None:
-            self.events.message(
-                f"{self.run_dir} finished at step {self.step} (train.max_steps={t.max_steps}) and its final model is "
-                f"written: nothing to do; to train on: tfm train --resume {shell_word(self.run_dir)} train.max_steps=N"
-            )
+            if self.step < t.max_steps:  # early stopping ended it
+                self.events.message(
+                    f"{self.run_dir} stopped early at step {self.step} ({self.finished['stopped']}) and its final model "
+                    f"is written: nothing to do; to train on: tfm train --resume {shell_word(self.run_dir)} "
+                    f"train.patience=N (more than {t.patience}, or 0 for none)"
+                )
+            else:
+                self.events.message(
+                    f"{self.run_dir} finished at step {self.step} (train.max_steps={t.max_steps}) and its final model is "
+                    f"written: nothing to do; to train on: tfm train --resume {shell_word(self.run_dir)} train.max_steps=N"
+                )
             final = self.finished.get("dev") or {"final_model": self.finished.get("final_model")}
             return TrainResult(self.run_dir, self.step, False, final if self.main else {}, 0.0, "")
         self.model.train()
@@ -802,12 +816,14 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
 
 def _finished_summary(run_dir: Path, step: int, recipe: Recipe) -> dict[str, Any] | None:
     """The summary.json of a run that a resume finds finished, or None: its newest checkpoint is at
-    train.max_steps, its final model and summary were written from it, and the resume changes nothing in its
-    recipe (a changed setting, `train.average_last=3` say, writes the final model again)."""
-    if step < recipe.train.max_steps:
-        return None
+    train.max_steps or where early stopping ended it, its final model and summary were written from it, and the
+    resume changes nothing in its recipe (a changed setting, `train.average_last=3` or `train.patience=8` say,
+    writes the final model again, or trains on)."""
     try:
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        early = isinstance(summary, dict) and str(summary.get("stopped", "")).startswith(EARLY_STOP)
+        if step < recipe.train.max_steps and not early:  # an early stop is as final: its patience is spent
+            return None
         before = recipe_to_dict(with_absolute_paths(load_recipe(run_dir / "recipe.yaml")))  # (older files: defaults)
         same = before == recipe_to_dict(with_absolute_paths(recipe))
         written = read_metadata(run_dir / FINAL).get("step") == str(step)
