@@ -241,6 +241,8 @@ def test_bad_time_budget_is_a_recipe_error(recipe: Path) -> None:
         load_recipe(recipe, ["train.max_time=15 minutes"])
     proc = tfm("train", str(recipe), "train.max_time=fast", check=False)
     assert proc.returncode == 1 and "train.max_time='fast' is not a duration" in proc.stderr
+    with pytest.raises(RecipeError, match=r"train.max_time=15 needs a unit: write e.g. 15m for minutes"):
+        load_recipe(recipe, ["train.max_time=15"])  # said "must be a string (put it in quotes)": "15" is refused too
 
 
 def test_rising_loss_warns_once_per_climb_and_not_on_noise() -> None:

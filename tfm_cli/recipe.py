@@ -270,6 +270,8 @@ def _type_problem(key: str, value: Any, kind: str) -> str | None:
     if kind in ("str", "str?"):
         if isinstance(value, str) or (kind == "str?" and value is None):
             return None
+        if key == "train.max_time" and _is_number(value) and not isinstance(value, bool):  # quoting it is not enough
+            return f"{bad} needs a unit: write e.g. {value}m for minutes, {value}s or {value}h (or null for no time limit)"
         quote = " (put it in quotes)" if isinstance(value, (bool, int, float, datetime.date)) else ""
         return f"{bad} must be a string{' or null' if kind == 'str?' else ''}{quote}"
     if kind in ("path", "path?"):
