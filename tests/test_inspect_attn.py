@@ -187,6 +187,10 @@ def test_cli_token_explain_summary_align_words(trained: dict, report) -> None:
     data = explain(report, "encoder", 1, 2, query)
     best = max(data["rows"], key=lambda r: r["weight"])
     assert f"takes {best['weight']:.0%} of the attention" in explained
+    assert "not used" not in _run(trained, "--token", "il", "--explain", "--layer", "2", "--head", "3").stderr
+    ignored = _run(trained, "--token", "il", "--layer", "1", "--head", "2").stderr  # the table shows all of them
+    assert "warning: --layer and --head are not used here: the --token table shows every layer and head" in ignored
+    assert "--head is not used here: the summary shows every layer and head" in _run(trained, "--summary", "--head", "1").stderr
     summary = _run(trained, "--summary")
     assert len([line for line in summary.stdout.splitlines() if re.match(r"^(encoder|decoder|cross)\t\d", line)]) == 24
     assert "sharpest head" in summary.stderr

@@ -29,6 +29,7 @@ from tfm_cli.cli.common import (
     print_json,
     print_table,
     stdin_lines,
+    warn,
 )
 from tfm_cli.errors import TfmError, shell_word
 
@@ -118,6 +119,13 @@ def inspect_attn(
             hint=f"use --layer 1 to {decoder_layers} with --align",
         )
 
+    chosen = [o for o, v in (("--layer", layer), ("--head", None if head == "mean" else head)) if v is not None]
+    if chosen and not (json_out or align or image is not None) and (summary or (token is not None and not explain_head)):
+        warn(  # the views shown here take every layer and head: say so rather than drop the choice unseen
+            f"{' and '.join(chosen)} {'is' if len(chosen) == 1 else 'are'} not used here: "
+            f"{'the summary' if summary else 'the --token table'} shows every layer and head "
+            "(they choose the heatmap's, --explain's, --align's and --image's)"
+        )
     if html is not None:
         from tfm_cli.cli.views.page import write_html
 
