@@ -249,3 +249,24 @@ def test_vocab_size_is_an_upper_bound_even_for_a_large_alphabet(tmp_path: Path) 
          str(tmp_path / "tok.json"), "--json"], capture_output=True, text=True, check=True,
     )
     assert json.loads(proc.stdout)["vocab_size"] == 300 and json.loads(proc.stdout)["unk_share"] == 0.0
+
+
+def test_the_same_corpus_gives_the_same_tokenizer_in_every_process(tmp_path: Path) -> None:
+    """A corpus with more distinct characters than the vocabulary keeps (here 400 sentence pairs for 320 tokens):
+    the tokenizers library dropped the equally rare ones in hash order, which differs from process to process, so
+    `tfm tokenize` (and so `tfm train`) wrote another tokenizer each time. The alphabet is now chosen by count,
+    then by character."""
+    pairs = _bundled_pairs("train.tsv.gz", 400)
+    corpus = tmp_path / "small.tsv"
+    corpus.write_text("".join(f"{a}\t{b}\n" for a, b in pairs), encoding="utf-8")
+    made = []
+    for i in range(4):  # separate processes: a hash seed each
+        out = tmp_path / f"tok{i}.json"
+        subprocess.run(
+            [sys.executable, "-m", "tfm_cli", "tokenize", "--corpus", str(corpus), "--vocab-size", "320", "--out",
+             str(out)], capture_output=True, text=True, check=True,
+        )
+        made.append(out.read_bytes())
+    assert len(set(made)) == 1
+    from_the_api = train_tokenizer(_texts(pairs), vocab_size=320)
+    assert from_the_api.sha256 == Tokenizer.load(tmp_path / "tok0.json").sha256

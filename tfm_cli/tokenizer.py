@@ -24,7 +24,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
@@ -249,8 +249,16 @@ def _check_layout(hf: _HFTokenizer) -> str | None:
     return None
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> Tokenizer:
+def train_tokenizer(
+    texts: Iterable[str] | Callable[[], Iterable[str]], vocab_size: int, min_frequency: int = 2
+) -> Tokenizer:
     """Train a joint BPE tokenizer with byte fallback on `texts` (streamed, never held in memory).
+
+    The same texts and settings give the same tokenizer, run after run, when `texts` can be read twice (a list, or
+    a function that returns a fresh iterator): a first pass chooses the alphabet (below). From a one-shot iterator
+    the tokenizer is as good, but where the corpus has more distinct characters than the vocabulary keeps, which
+    of the equally rare ones are dropped may differ between runs (the tokenizers library breaks those ties in
+    hash order).
 
     A run of more than MAX_TRAINING_WORD characters without whitespace is learned from in pieces of that length
     (BPE training is quadratic in a word's length).
@@ -277,14 +285,20 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 
     if min_frequency < 1:
         raise TfmError(f"min_frequency={min_frequency} must be at least 1 (try 2)")
 
+    read = texts if callable(texts) else (lambda: texts)
+    limit = vocab_size - N_BYTES - N_SPECIAL
+    alphabet = _alphabet(read(), limit) if callable(texts) or not isinstance(texts, Iterator) else None
     hf = _HFTokenizer(models.BPE(unk_token=Tokenizer.UNK))
     hf.normalizer = _normalizer()
     hf.pre_tokenizer = _pre_tokenizer()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - N_BYTES,  # the byte tokens are inserted afterwards
         # BPE keeps every character of the corpus in its vocabulary, beyond vocab_size when there are more (a CJK
-        # corpus asked for 300 gave 8,262): keep the most frequent ones; the others are spelled with byte tokens
-        limit_alphabet=vocab_size - N_BYTES - N_SPECIAL,
+        # corpus asked for 300 gave 8,262): keep the most frequent ones; the others are spelled with byte tokens.
+        # The trainer drops the rarest beyond the limit, ties in hash order; given the `limit` to keep (with the
+        # largest count), it drops exactly the others.
+        limit_alphabet=limit,
+        initial_alphabet=alphabet or [],
         min_frequency=min_frequency,
         special_tokens=list(SPECIAL_TOKENS),
         show_progress=False,
@@ -292,7 +306,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 
     count = [0]
 
     def stream() -> Iterator[str]:
-        for text in texts:
+        for text in read():
             if text and not text.isspace():
                 count[0] += 1
                 if _LONG_WORD.search(text) is None:
@@ -306,6 +320,19 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 
     if count[0] == 0:
         raise TfmError("cannot train a tokenizer: the training texts are empty (no non-blank sentence)")
     return Tokenizer(_with_byte_fallback(hf))
+
+
+def _alphabet(texts: Iterable[str], limit: int) -> list[str] | None:
+    """The `limit` most frequent characters of `texts` as the trainer sees them (normalised; a space is "▁", and
+    every sentence starts with one), ties broken by the character; None when there are no more than `limit`."""
+    normalizer, counts = _normalizer(), Counter()
+    for text in texts:
+        if text and not text.isspace():
+            counts.update(normalizer.normalize_str(text).replace(" ", METASPACE))
+            counts[METASPACE] += 1
+    if len(counts) <= limit:
+        return None
+    return [c for c, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]]
 
 
 def _with_byte_fallback(trained: _HFTokenizer) -> _HFTokenizer:

@@ -26,7 +26,7 @@ import dataclasses
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -275,7 +275,9 @@ def recipe_tokenizer(recipe: Recipe, events: Callable[[str], None] | None = None
     from tfm_cli.tokenizer import train_tokenizer
 
     started = time.perf_counter()
-    texts = (text for _, src, tgt in read_pairs(recipe.data.train) for text in (src, tgt))
+    def texts() -> Iterator[str]:  # a fresh pass each call: the same tokenizer as `tfm train` trains
+        return (text for _, src, tgt in read_pairs(recipe.data.train) for text in (src, tgt))
+
     tokenizer = train_tokenizer(texts, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency)
     if events is not None:
         events(f"tokenizer: trained {tokenizer.vocab_size} tokens on {recipe.data.train} in {time.perf_counter() - started:.1f}s")

@@ -144,7 +144,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
             yield tgt
 
     started = time.perf_counter()
-    tok = train_tokenizer(texts(), settings["vocab_size"], settings["min_frequency"])
+    tok = train_tokenizer(texts, settings["vocab_size"], settings["min_frequency"])  # read twice
     seconds = time.perf_counter() - started
     tok.save(target)
     info(f"saved {target} ({tok.vocab_size:,} tokens, trained in {seconds:.1f}s); measuring the corpus...")

@@ -201,7 +201,7 @@ def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents, resum
             yield src
             yield tgt
 
-    tokenizer = train_tokenizer(texts(), recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency)
+    tokenizer = train_tokenizer(texts, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency)  # read twice
     tokenizer.save(target)
     events.message(
         f"tokenizer: trained {tokenizer.vocab_size} tokens in {time.perf_counter() - started:.1f}s -> {target}"
