@@ -381,9 +381,13 @@ def test_load_model_rejects_another_tokenizer(tmp_path: Path, tokenizer: Tokeniz
 
 def test_load_model_rejects_vocab_mismatch(tmp_path: Path, tokenizer: Tokenizer) -> None:
     config = tiny_config(tokenizer.vocab_size + 7)
-    save_weights(tmp_path / FINAL, weights_state(random_model(config, 0)), config, "", 1)  # no hash recorded
+    # the tokenizer's own hash, as with a hand-edited config: the hash check passes, the sizes do not
+    save_weights(tmp_path / FINAL, weights_state(random_model(config, 0)), config, tokenizer.sha256, 1)
     tokenizer.save(tmp_path / "tokenizer.json")
-    with pytest.raises(CheckpointError, match=str(tokenizer.vocab_size + 7)):
+    with pytest.raises(CheckpointError, match=f"has {tokenizer.vocab_size} tokens but .* was trained with {tokenizer.vocab_size + 7}"):
+        load_model(tmp_path)
+    save_weights(tmp_path / FINAL, weights_state(random_model(config, 0)), config, "", 1)  # no hash: not tfm's
+    with pytest.raises(CheckpointError, match="has no tfm metadata"):
         load_model(tmp_path)
 
 

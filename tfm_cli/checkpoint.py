@@ -80,7 +80,7 @@ def read_metadata(path: Path) -> dict[str, str]:
             hint="pass a run directory or a .safetensors file written by tfm train; copy a damaged file again, "
             "or use another checkpoint of the run (checkpoints/step-*.safetensors)",
         ) from None
-    if metadata.get("format") != "tfm" or "config" not in metadata or "tokenizer_sha256" not in metadata:
+    if metadata.get("format") != "tfm" or "config" not in metadata or not metadata.get("tokenizer_sha256"):
         if (Path(path).parent / "generation_config.json").is_file():  # transformers' save_pretrained wrote it
             raise CheckpointError(
                 f"{path} is a Hugging Face transformers model (e.g. a `tfm export --format huggingface`), not tfm's",
