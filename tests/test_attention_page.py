@@ -170,6 +170,17 @@ def test_write_image(tmp_path, report, kind, layer, head, ext):
         assert "<svg" in text and text.rstrip().endswith("</svg>")
 
 
+def test_write_image_of_a_long_sentence_stays_in_bounds(tmp_path):
+    """240 tokens on three layers drew a 28,700-pixel-wide canvas (645 tokens: more than 23 GB, killed): long
+    sentences get smaller cells and a label on every few tokens, within 60 inches (9,000 px) of cells."""
+    pytest.importorskip("matplotlib")
+    words = [f"▁w{i}" for i in range(239)]
+    long = make_report(words, words, layers=(3, 3), heads=1)
+    data = write_image(long, tmp_path / "long.png", "cross", None, None).read_bytes()
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert data.startswith(b"\x89PNG") and 4_000 < width < 12_000 and height < 6_000, (width, height)
+
+
 def test_write_image_titles_and_labels(tmp_path, nasty_report):
     pytest.importorskip("matplotlib")
     text = write_image(nasty_report, tmp_path / "a.svg", "decoder", 0, 1).read_text(encoding="utf-8")

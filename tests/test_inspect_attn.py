@@ -274,6 +274,18 @@ def test_cli_json_target_and_files(trained: dict, tmp_path: Path) -> None:
         assert image.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_cli_page_holds_the_json_weights(trained: dict, report, tmp_path: Path) -> None:
+    """The page embeds the very numbers --json prints (rounded once, to 5 decimals, from the model's weights);
+    it rounded them again to 4 decimals, so its read-out could differ from --json's by 1e-4 (0.00005 -> 0.0001)."""
+    page = tmp_path / "page.html"
+    data = json.loads(_run(trained, "--json", "--html", str(page)).stdout)
+    match = re.search(r'<script type="application/json" id="report">(.*?)</script>', page.read_text(encoding="utf-8"), flags=re.S)
+    embedded = json.loads(match.group(1))
+    assert embedded["attention"] == data["attention"] and embedded["tgt_tokens"] == data["tgt_tokens"] == report.tgt_tokens
+    for kind in KINDS:
+        assert torch.allclose(torch.tensor(embedded["attention"][kind], dtype=torch.float64), report.weights[kind].double(), atol=5.001e-6, rtol=0)
+
+
 def test_cli_bad_input(trained: dict, tmp_path: Path) -> None:
     base = ["inspect-attn", "--model", str(trained["dir"]), "--device", "cpu"]
     cases = [

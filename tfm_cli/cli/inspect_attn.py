@@ -126,17 +126,19 @@ def inspect_attn(
             f"{'the summary' if summary else 'the --token table'} shows every layer and head "
             "(they choose the heatmap's, --explain's, --align's and --image's)"
         )
+    # Every weight as numbers, made once for the page, the image and the JSON (a long sentence has millions).
+    data = shown.to_dict() if (html is not None or image is not None or json_out) else None
     if html is not None:
         from tfm_cli.cli.views.page import write_html
 
-        info(f"wrote {write_html(shown.to_dict(), html)}")
+        info(f"wrote {write_html(data, html)}")
     if image is not None:
         from tfm_cli.cli.views.images import write_image
 
-        info(f"wrote {write_image(shown.to_dict(), image, kind, layer_index if layer is not None else None, head_index)}")
+        info(f"wrote {write_image(data, image, kind, layer_index if layer is not None else None, head_index)}")
     if json_out:
         aligned = (None if layer is None else layer - 1, head_index) if align else (None, None)  # else the default
-        print_json(_json(report, shown, kind, layer_index, head_index, token, query if token else None, explain_head, aligned))
+        print_json(_json(data, report, shown, kind, layer_index, head_index, token, query if token else None, explain_head, aligned))
         return
     _header(shown)
     if summary:
@@ -222,10 +224,10 @@ def _head(head: str, heads: int) -> int | None:
     return number - 1
 
 
-def _json(report, shown, kind, layer, head, token, query, explain_head, aligned) -> dict[str, Any]:
+def _json(data, report, shown, kind, layer, head, token, query, explain_head, aligned) -> dict[str, Any]:
     from tfm_cli.attention import alignment, explain, focus, head_summary
 
-    data = shown.to_dict()
+    data = dict(data)  # `shown.to_dict()`, which the page and the image read as it is
     data["summary"] = head_summary(shown)
     data["alignment"] = " ".join(f"{i}-{j}" for i, j in alignment(report, *aligned))  # --align: its --layer, --head
     if token is not None:

@@ -22,6 +22,7 @@ KINDS = {
     "cross": ("Encoder-decoder cross-attention", "tgt_tokens", "src_tokens", "decoder", ("predicts", "source")),
 }
 MAX_LABEL = 24
+MAX_CELLS_INCHES = 60.0  # the longest side of a figure's heatmap cells, all panels together
 _MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font\(s\) (.+?)\.?$", re.S)
 
 
@@ -77,7 +78,11 @@ def write_image(report: dict[str, Any], path: Path, kind: str, layer: int | None
 
     cols = len(layers) if len(layers) <= 3 else math.ceil(math.sqrt(len(layers)))
     rows = math.ceil(len(layers) / cols)
-    cell = 0.26  # inches per token
+    # Inches per token: 0.26 fits a label beside every row and column. A long sentence gets smaller cells, so
+    # that the grid of cells stays within MAX_CELLS_INCHES (9,000 pixels at 150 dpi; 645 tokens on three layers
+    # drew a 75,000-pixel-wide canvas and took more than 23 GB), and a label on every `step`-th token only.
+    cell = min(0.26, MAX_CELLS_INCHES / max(len(keys) * cols, len(queries) * rows))
+    step = math.ceil(0.13 / cell)  # an 8-point label needs about 0.13 inches
     label = 0.085 * max(len(_short(t)) for t in [*queries, *keys]) + 0.5
     panel_w, panel_h = max(2.2, len(keys) * cell) + label, max(2.0, len(queries) * cell) + label
     fig = Figure(figsize=(cols * panel_w + 1.2, rows * panel_h + 0.9), layout="constrained")
@@ -88,9 +93,9 @@ def write_image(report: dict[str, Any], path: Path, kind: str, layer: int | None
     for ax, index in zip(axes.flat, layers, strict=False):
         image = ax.imshow(maps[index], cmap=cmap, vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
         # parse_math=False: a token or word such as "$$" is text, not mathtext (a ParseException, or "$x$" in italics)
-        ax.set_xticks(range(len(keys)), [_short(t) for t in keys], rotation=60, ha="right",
+        ax.set_xticks(range(0, len(keys), step), [_short(t) for t in keys[::step]], rotation=60, ha="right",
                       rotation_mode="anchor", fontsize=8, parse_math=False)
-        ax.set_yticks(range(len(queries)), [_short(t) for t in queries], fontsize=8, parse_math=False)
+        ax.set_yticks(range(0, len(queries), step), [_short(t) for t in queries[::step]], fontsize=8, parse_math=False)
         ax.set_xlabel(f"key ({k_name})", fontsize=8, color="#5b6575")
         ax.set_ylabel(f"query ({q_name})", fontsize=8, color="#5b6575")
         ax.tick_params(length=0)

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 TEMPLATE = "attention.html"
-DIGITS = 4  # attention weights are stored rounded: ample for a colour and a 3-decimal read-out, and 4x smaller
 
 # Inside <script> only "</script" (any case), "<!--" and "<script" can end or confuse the element; escaping
 # every "<", ">" and "&" as a JSON \u escape rules all of them out and JSON.parse gives the text back unchanged.
@@ -24,26 +23,20 @@ _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 
 
-def _rounded(weights: Any) -> Any:
-    if isinstance(weights, (list, tuple)):
-        return [_rounded(w) for w in weights]
-    return round(float(weights), DIGITS)
-
-
 def embed_json(data: Any) -> str:
     """`data` as JSON that is safe as the text of a `<script>` element (and still valid JSON)."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return "".join(_JSON_ESCAPES.get(ch, ch) for ch in text)
+    for ch, escape in _JSON_ESCAPES.items():  # str.replace, not a pass per character: a long sentence's page is 100 MB
+        text = text.replace(ch, escape)
+    return text
 
 
 def render_html(report: dict[str, Any]) -> str:
     """The page for `report` (the dict that `tfm inspect-attn --json` prints) as a string."""
-    data = dict(report)
-    data["attention"] = {kind: _rounded(w) for kind, w in report["attention"].items()}
     template = resources.files(__package__).joinpath(TEMPLATE).read_text(encoding="utf-8")
     values = {
         "TITLE": html.escape(f"Attention: {report['source']} → {report['target']}"),
-        "REPORT_JSON": embed_json(data),
+        "REPORT_JSON": embed_json(report),  # the weights as --json has them, rounded once
     }
     # One pass over the template only: text that is substituted in is never scanned for placeholders again.
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
