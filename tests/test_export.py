@@ -95,6 +95,24 @@ def test_a_non_empty_destination_is_kept_without_force_and_replaced_with_it(trai
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging leftovers
 
 
+def test_run_export_refuses_arguments_of_the_wrong_type_before_touching_out(trained, tmp_path: Path) -> None:
+    """force="no" is true: it replaced a non-empty export; a model or out of 123 failed inside pathlib."""
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep me")
+    for force in ("no", 0, None):
+        with pytest.raises(TypeError, match=r"force=True or False"):
+            run_export("release", trained["dir"], out, force=force, verify_lines=2)
+    assert (out / "precious.txt").read_text() == "keep me" and len(list(out.iterdir())) == 1
+    with pytest.raises(TypeError, match=r"takes model as a path .* not int"):
+        run_export("release", 123, tmp_path / "a")
+    with pytest.raises(TypeError, match=r"takes out as a path .* not bytes"):
+        run_export("release", trained["dir"], b"exports/x")
+    with pytest.raises(TfmError, match=r"unknown export format \['release'\]"):
+        run_export(["release"], trained["dir"], tmp_path / "b")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
 def test_the_run_itself_is_never_the_destination(trained) -> None:
     proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(trained["dir"]), "--force", check=False)
     assert proc.returncode == 1 and "holds the model being exported" in proc.stderr

@@ -64,11 +64,17 @@ def run_export(
         The `ExportResult`, with every check it ran.
 
     Raises:
+        TypeError: a `model` or `out` that is not a path (str or Path) or None, a `force` that is not a bool.
         TfmError: an unknown format, a missing or invalid model, a missing optional package (naming the extra),
             or a destination that would be overwritten without `force`.
         ExportCheckError: a failed check; nothing is installed, and the error's `result` holds every check.
     """
-    if fmt not in FORMATS:
+    for name, given in (("model", model), ("out", out)):  # 123 failed inside pathlib, naming neither
+        if given is not None and not isinstance(given, (str, Path)):
+            raise TypeError(f"run_export() takes {name} as a path (str or Path) or None, not {type(given).__name__}")
+    if not isinstance(force, bool):  # force="no" is true: it replaced a non-empty `out` without being asked
+        raise TypeError(f"run_export() takes force=True or False, not {force!r}")
+    if not isinstance(fmt, str) or fmt not in FORMATS:
         raise TfmError(f"unknown export format {fmt!r}", hint=f"choose one of: {', '.join(FORMATS)}")
     unknown = sorted(set(options) - set(OPTIONS[fmt]))
     if unknown:  # e.g. dtype= for onnx: a TypeError from inside the exporter
