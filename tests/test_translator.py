@@ -496,6 +496,23 @@ def test_a_tokenizer_of_another_size_is_refused(parts) -> None:
         Translator(model, other)
 
 
+def test_the_constructor_names_arguments_of_the_wrong_kind(parts, tmp_path: Path) -> None:
+    """Translator("runs/tiny") (for Translator.load) failed on `'str' object has no attribute 'config'`; a tokenizer
+    path or a dict of settings failed as deep."""
+    model, tok = parts
+    run = _run_dir(tmp_path / "run", parts, None)
+    for given in (str(run), run):
+        with pytest.raises(TypeError, match=re.escape(f"to load {str(run)!r} use Translator.load({str(run)!r})")):
+            Translator(given, tok)
+    with pytest.raises(TypeError, match="takes a Transformer or a decoding engine as its model, not OrderedDict"):
+        Translator(model.state_dict(), tok)
+    with pytest.raises(TypeError, match=r"takes a Tokenizer \(Tokenizer.load\(path\)\), not PosixPath"):
+        Translator(model, run / "tokenizer.json")
+    with pytest.raises(TypeError, match="settings as a DecodeSettings .*, not dict"):
+        Translator(model, tok, {"beam": 2})
+    assert Translator(model, tok, DecodeSettings(beam=2)).settings.beam == 2
+
+
 # ---- engines ---------------------------------------------------------------------------------------------------
 
 

@@ -250,6 +250,17 @@ class Translator:
             path: the weights file (or export directory) it came from, for messages and reports.
             step: the training step of those weights.
         """
+        if isinstance(model, (str, Path)):  # Translator("runs/tiny") failed on `'str' object has no attribute 'config'`
+            raise TypeError(f"Translator() takes a model in memory; to load {str(model)!r} use Translator.load({str(model)!r})")
+        if not isinstance(model, Transformer) and not all(hasattr(model, a) for a in ("config", "device", "start", "step")):
+            raise TypeError(f"Translator() takes a Transformer or a decoding engine as its model, not {type(model).__name__}")
+        if not isinstance(tokenizer, Tokenizer):
+            raise TypeError(f"Translator() takes a Tokenizer (Tokenizer.load(path)), not {type(tokenizer).__name__}")
+        if settings is not None and not isinstance(settings, DecodeSettings):  # a dict failed on `.check()`
+            raise TypeError(
+                f"Translator() takes settings as a DecodeSettings (or None), not {type(settings).__name__}; "
+                "DecodeSettings(**values), or give them to translate() as keywords"
+            )
         _check_precision(precision)
         if isinstance(model, Transformer) and precision == "int8":
             from tfm_cli.quantization import quantize_int8
