@@ -238,6 +238,29 @@ def test_weights_changed_in_place_are_the_ones_translated_with(parts, greedy: bo
     assert [(r.tokens, r.score) for r in after] == [(r.tokens, r.score) for r in expected]
 
 
+@pytest.mark.parametrize("how", ["assign", "data"])
+def test_weights_replaced_by_other_tensors_are_the_ones_translated_with(parts, how: str) -> None:
+    """`load_state_dict(..., assign=True)` (and `p.data = x`) put other tensors behind the model's parameters: the
+    engine's packed copies kept the old weights, and the translator went on translating with them, silently."""
+    model, tok = parts
+    other = Transformer(model.config).eval()
+    torch.manual_seed(6)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.normal_(0, 0.5)
+    settings = DecodeSettings(max_len_offset=6)
+    t = Translator(copy.deepcopy(model), tok, settings, precision="fp32")
+    before = t.translate(SOURCES)
+    if how == "assign":
+        t.model.load_state_dict(copy.deepcopy(other.state_dict()), assign=True)
+    else:
+        for mine, theirs in zip(t.model.parameters(), other.parameters(), strict=True):
+            mine.data = theirs.detach().clone()
+    expected = Translator(other, tok, settings, precision="fp32").translate(SOURCES)
+    assert [r.tokens for r in before] != [r.tokens for r in expected]
+    assert [(r.tokens, r.score) for r in t.translate(SOURCES)] == [(r.tokens, r.score) for r in expected]
+
+
 def test_greedy_equals_beam_one(translator: Translator) -> None:
     greedy = translator.translate(SOURCES, greedy=True)
     beam1 = translator.translate(SOURCES, beam=1, alpha=0.0)

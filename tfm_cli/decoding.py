@@ -117,14 +117,21 @@ class TorchEngine:
     On the CPU it decodes through `packing.packed_view(model)`: the same parameters, with linear layers that run
     oneDNN's kernels on weights packed once (faster for the few rows of a decoding step, the same function).
     The packed weights (taken at their first use) and the output projection below (taken here) are copies, taken
-    again when the weights change in place (`load_state_dict`, an optimizer step: their version counters move);
-    build a new engine after replacing a parameter by another object. `model` stays the model given.
+    again when the weights change in place (`load_state_dict`, an optimizer step: their version counters move),
+    and built again when a parameter is replaced by another object or given new data (`load_state_dict(...,
+    assign=True)`, `p.data = x`). In-place changes through `p.data` (`p.data.mul_(2)`) move no version counter
+    and are not seen: change weights under `torch.no_grad()` instead. `model` stays the model given.
     """
 
     def __init__(self, model: Transformer, use_cache: bool = True) -> None:
         self.model, self.use_cache = model, use_cache
         self.config = model.config
         self.device = next(model.parameters()).device
+        self._view(model)
+
+    def _view(self, model: Transformer) -> None:
+        """Build what runs from the model's parameters as they are now (again when they are replaced)."""
+        key = _parameters_key(model)
         self.net = packed_view(model)  # what runs: `model` itself off the CPU or where oneDNN is missing
         # Elsewhere, the output projection of a step as x @ W^T with W^T stored contiguous: for the few rows of a
         # decoding step MKL's kernel for that layout is faster than F.linear's and gives the same numbers bit for
@@ -133,8 +140,13 @@ class TorchEngine:
         generator = self.net.generator
         self.output_t = generator.weight.detach().t().contiguous() if type(generator) is nn.Linear else None  # (D, V)
         self._output_version = tensor_version(generator.weight) if self.output_t is not None else None
+        self._parameters = key
 
     def start(self, src: torch.Tensor, src_mask: torch.Tensor, beams: int) -> TorchState:
+        if _parameters_key(self.model) != self._parameters:
+            # a parameter replaced by another object (load_state_dict(assign=True)) or given new data (p.data = x):
+            # the view and its packed copies still held the old weights, and translated with them silently
+            self._view(self.model)
         memory = self.net.encode(src, src_mask)  # (B, S, D)
         if beams > 1:
             memory, src_mask = memory.repeat_interleave(beams, dim=0), src_mask.repeat_interleave(beams, dim=0)
@@ -155,6 +167,11 @@ class TorchEngine:
         if tensor_version(weight) != self._output_version:  # changed in place since (load_state_dict): copy again
             self.output_t, self._output_version = weight.detach().t().contiguous(), tensor_version(weight)
         return features[:, -1] @ self.output_t  # (B, V)
+
+
+def _parameters_key(model: nn.Module) -> tuple[tuple[int, int], ...]:
+    """Which tensors `model`'s parameters are: another object, or new data under the same one, changes it."""
+    return tuple((id(p), p.data_ptr()) for p in model.parameters())
 
 
 def as_engine(model: Transformer | Engine, use_cache: bool = True) -> Engine:
