@@ -125,6 +125,11 @@ def test_progress_counts_every_line(translator: Translator) -> None:
     counts.clear()
     list(translator.translate_stream(SOURCES, chunk_lines=3, progress=counts.append, greedy=True))
     assert sum(counts) == len(SOURCES)
+    for given in (5, "bar"):  # failed inside the search, after its first batch: "'int' object is not callable"
+        with pytest.raises(TypeError, match=f"progress takes a function .*, not {type(given).__name__}"):
+            translator.translate(SOURCES, progress=given)
+        with pytest.raises(TypeError, match=f"progress takes a function .*, not {type(given).__name__}"):
+            list(translator.translate_stream(SOURCES, progress=given))
 
 
 def test_n_best(translator: Translator) -> None:

@@ -147,6 +147,13 @@ def _check_ordered(given: Any, what: str) -> None:
                         "translations back in (pass a list)")
 
 
+def _check_progress(progress: Any) -> None:
+    """Refuse a `progress` that cannot be called: 5 failed with "'int' object is not callable" from inside the
+    search, once its first batch had been translated."""
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress takes a function called with the number of sentences finished, not {type(progress).__name__}")
+
+
 def _line(line: Any, number: int) -> str:
     """One line of `translate_stream`'s input without its line end."""
     if not isinstance(line, str):
@@ -394,6 +401,7 @@ class Translator:
         Warns:
             InputTruncatedWarning: for each input longer than the model takes (it is cut to `max_source_tokens`).
         """
+        _check_progress(progress)
         if isinstance(text, str):
             return self._translate_lines([text], 1, self.settings.updated(**settings), progress)[0]
         if isinstance(text, (bytes, bytearray)) or not isinstance(text, Iterable):  # bytes would read as ints
@@ -427,6 +435,7 @@ class Translator:
                 "for one sentence use translate(), for a text with newlines translate(text.splitlines())"
             )
         _check_ordered(lines, "translate_stream()")
+        _check_progress(progress)
         decode = self.settings.updated(**settings)
         source = (_line(line, number) for number, line in enumerate(lines, start=1))
         first = 1
