@@ -541,6 +541,30 @@ def test_the_constructor_names_arguments_of_the_wrong_kind(parts, tmp_path: Path
     assert Translator(model, tok, DecodeSettings(beam=2)).settings.beam == 2
 
 
+def test_a_device_is_checked_whether_named_or_given_as_a_torch_device(parts, tmp_path: Path, monkeypatch) -> None:
+    """torch.device("cuda") skipped the device check: without a GPU it failed deep in torch ("Torch not compiled
+    with CUDA enabled"), as train(device=torch.device("cuda")) did; "cuda:abc" and a GPU beyond the machine's
+    reached torch too."""
+    from tfm_cli import load_recipe, train
+
+    run = _run_dir(tmp_path / "run", parts, None)
+    assert Translator.load(run, device=torch.device("cpu")).device == torch.device("cpu")
+    for bad in ("cuda:abc", "cuda:", "cuda:²", torch.device("meta")):
+        with pytest.raises(TfmError, match="unknown device"):
+            Translator.load(run, device=bad)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(TfmError, match="device cuda was asked for but no CUDA GPU is available"):
+        Translator.load(run, device=torch.device("cuda"))
+    recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "tiny.yaml")
+    with pytest.raises(TfmError, match="device cuda:0 was asked for but no CUDA GPU is available"):
+        train(recipe, tmp_path / "train", device=torch.device("cuda", 0))
+    assert not (tmp_path / "train").exists()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(TfmError, match=re.escape("device cuda:2 was asked for but this machine has 2 CUDA GPU(s)")):
+        Translator.load(run, device=torch.device("cuda", 2))
+
+
 # ---- engines ---------------------------------------------------------------------------------------------------
 
 

@@ -19,14 +19,21 @@ DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
-def resolve_device(name: str) -> torch.device:
-    """'auto' -> cuda when available, else cpu; 'cuda' without a GPU is an error, not a silent fallback."""
-    if name not in DEVICES and not name.startswith("cuda:"):
+def resolve_device(name: str | torch.device) -> torch.device:
+    """'auto' -> cuda when available, else cpu; 'cuda' without a GPU is an error, not a silent fallback.
+
+    A torch.device is checked as its name is (torch.device("cuda") without a GPU failed later, deep in torch)."""
+    name = str(name) if isinstance(name, torch.device) else name
+    index = name[len("cuda:"):] if name.startswith("cuda:") else None
+    if (name not in DEVICES and index is None) or (index is not None and not (index.isascii() and index.isdigit())):
         raise TfmError(f"unknown device {name!r}", hint=f"use one of: {', '.join(DEVICES)} (or cuda:N)")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise TfmError(f"device {name} was asked for but no CUDA GPU is available", hint="use cpu or auto")
+    if index is not None and int(index) >= (count := torch.cuda.device_count()):  # failed at the first tensor moved
+        raise TfmError(f"device {name} was asked for but this machine has {count} CUDA GPU(s)",
+                       hint=f"use cuda:0 to cuda:{count - 1}, or cuda")
     return torch.device(name)
 
 

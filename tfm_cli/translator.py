@@ -374,7 +374,7 @@ class Translator:
                 f"{model} is an ONNX export: it holds no PyTorch weights for the torch engine",
                 hint="translate it with engine onnxruntime (or auto), or load the run directory it came from",
             )
-        torch_device = device if isinstance(device, torch.device) else resolve_device(device)
+        torch_device = resolve_device(device)
         loaded = load_model(model, torch_device, runs_root)
         defaults = DecodeSettings.from_run(loaded.run_dir).updated(**settings)
         translator = cls(loaded.model, loaded.tokenizer, defaults, precision, loaded.path, loaded.step)

@@ -262,7 +262,7 @@ def train(
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / recipe.name
     if recipe_file is not None and not resume:
         check_recipe_file(recipe_file, recipe, run_dir)
-    device = device if isinstance(device, torch.device) else resolve_device(device)
+    device = resolve_device(device)  # a torch.device too: torch.device("cuda") without a GPU failed deep in torch
     preflight(recipe, run_dir, resume)
     dist = setup_distributed(device)  # one rank of a torchrun job, or a single process
     events = (events or TrainEvents()) if dist.is_main else TrainEvents()  # rank 0 alone reports
