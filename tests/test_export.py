@@ -113,6 +113,18 @@ def test_run_export_refuses_arguments_of_the_wrong_type_before_touching_out(trai
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+def test_an_out_that_is_a_broken_link_is_named_before_the_export(trained, tmp_path: Path) -> None:
+    """The export was made and checked, then its rename failed: "out/.x.123.abc.partial: Not a directory"."""
+    link = tmp_path / "exports" / "tiny"
+    link.parent.mkdir()
+    link.symlink_to(tmp_path / "gone")
+    proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(link), "--verify-lines", "2", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"{link} is a symbolic link to {tmp_path / 'gone'}, which does not exist" in proc.stderr
+    assert "checks against" not in proc.stdout  # refused before the export, not after it
+    assert link.is_symlink() and sorted(p.name for p in link.parent.iterdir()) == ["tiny"]
+
+
 def test_the_run_itself_is_never_the_destination(trained) -> None:
     proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(trained["dir"]), "--force", check=False)
     assert proc.returncode == 1 and "holds the model being exported" in proc.stderr

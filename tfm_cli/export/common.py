@@ -188,6 +188,11 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
                 f"{out} is part of the run being exported ({path}): replacing it would delete the run's files",
                 hint="choose an --out outside the run, e.g. exports/NAME",
             )
+    if out.is_symlink() and not out.exists():  # the export was made, then its rename failed: "...partial: Not a directory"
+        raise TfmError(
+            f"{out} is a symbolic link to {os.readlink(out)}, which does not exist",
+            hint="remove the link or create its target, or choose another --out directory",
+        )
     if out.exists() and not out.is_dir():
         raise TfmError(f"{out} exists and is not a directory", hint="choose another --out directory")
     if out.is_dir() and ((out / "checkpoints").is_dir() or (out / "metrics.jsonl").is_file()):
