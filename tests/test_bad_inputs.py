@@ -1057,6 +1057,13 @@ def test_export_never_replaces_a_folder_of_the_run(copy: Path) -> None:
         proc = tfm("export", str(copy), "--format", "release", "--out", str(copy / "checkpoints"), "--verify-lines", "2", *extra, check=False)
         error_line(proc, f"{copy / 'checkpoints'} is part of the run being exported", "would delete the run's files")
     assert snapshot(copy) == before
+    release = copy / "release"  # an export written inside the run is an export: --force replaces it
+    tfm("export", str(copy), "--format", "release", "--out", str(release), "--verify-lines", "2")
+    error_line(tfm("export", str(copy), "--format", "release", "--out", str(release), "--verify-lines", "2", check=False), "is not empty")
+    proc = tfm("export", str(copy), "--format", "release", "--out", str(release), "--verify-lines", "2", "--force", check=False)
+    assert proc.returncode == 0 and (release / "model.safetensors").is_file(), proc.stderr
+    shutil.rmtree(release)
+    assert snapshot(copy) == before
 
 
 def test_a_hugging_face_export_is_named_as_one(copy: Path) -> None:

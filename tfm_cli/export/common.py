@@ -182,7 +182,8 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
         p = Path(path).resolve()
         if resolved == p or p.is_relative_to(resolved):
             raise TfmError(f"{out} holds the model being exported", hint="choose another --out directory")
-        if resolved.is_relative_to(p) and out.exists() and (not out.is_dir() or any(out.iterdir())):
+        earlier_export = out.is_dir() and (out / EXPORT_INFO).is_file()  # RUN/release written by tfm export
+        if resolved.is_relative_to(p) and out.exists() and (not out.is_dir() or any(out.iterdir())) and not earlier_export:
             # e.g. RUN/checkpoints: --force would delete the run's checkpoints and trainer states
             raise TfmError(
                 f"{out} is part of the run being exported ({path}): replacing it would delete the run's files",
