@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -135,6 +137,63 @@ def test_an_output_file_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["hyp.en"]  # no temporary file left
     write_output(previous, "--output", lambda name: Path(name).write_text("new\n"))
     assert previous.read_text() == "new\n" and previous.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _file_size_limit(limit: int):
+    """A `preexec_fn` that lets the command write no file past `limit` bytes (EFBIG, as a disk that fills up
+    half-way through a file), without root or a small file system to fill."""
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process being killed
+
+    return apply
+
+
+def _tfm_limited(limit: int, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(TFM), *args], capture_output=True, text=True, env=tfm_env(), cwd=cwd, preexec_fn=_file_size_limit(limit),
+    )
+
+
+def test_a_disk_that_fills_up_under_an_output_file_is_one_line_naming_it(root: Path, run: Path, tmp_path: Path) -> None:
+    """A write's error names no file: `tokenize --out` on a full disk said 'writing the output failed ... where
+    stdout goes', and a checkpoint or an export (safetensors' own error type) was a traceback."""
+    corpus = str(root / "train.tsv")
+    previous = tmp_path / "tok.json"
+    shutil.copy(run / "tokenizer.json", previous)
+    before = previous.read_bytes()
+    proc = _tfm_limited(20_000, "tokenize", "--corpus", corpus, "--vocab-size", "2000", "--out", str(previous), cwd=tmp_path)
+    error_line(proc, f"--out {previous} could not be written", "File too large", "the file there is as it was")
+    assert previous.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["tok.json"]
+
+    out = tmp_path / "run"
+    proc = _tfm_limited(50_000, "train", str(root / "recipe.yaml"), "--out", str(out), "--device", "cpu", cwd=tmp_path)
+    line = error_line(proc, "training stopped at step 5", "step-00000005.safetensors: File too large", "no checkpoint was saved yet")
+    assert "hint: free some space there, then run the same command again" in proc.stderr, line
+    assert not list((out / "checkpoints").iterdir())  # no temporary file left
+
+    proc = _tfm_limited(50_000, "export", str(run), "--format", "release", "--out", str(tmp_path / "rel"), "--verify-lines", "2", cwd=tmp_path)
+    error_line(proc, f"{tmp_path / 'rel'} could not be written: File too large; nothing was written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "tok.json"]
+
+
+def test_a_writer_error_that_names_no_errno_on_a_full_disk_is_said_as_one(tmp_path: Path, monkeypatch) -> None:
+    """torch.save on a full disk raises RuntimeError('... unexpected pos ...'), with no errno to go by."""
+    from tfm_cli.files import atomic_write
+
+    def torch_like(name: str) -> None:
+        Path(name).write_bytes(b"half")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+    target = tmp_path / "step.state.pt"
+    monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((4096,) * 3 + (0,) * 7))
+    with pytest.raises(OSError, match="No space left on device") as caught:
+        atomic_write(target, torch_like)
+    assert caught.value.filename == str(target) and list(tmp_path.iterdir()) == []
+    monkeypatch.undo()  # free space left: the error is not the disk's, and keeps its own type
+    with pytest.raises(RuntimeError, match="unexpected pos"):
+        atomic_write(target, torch_like)
 
 
 def _umask() -> int:

@@ -5,10 +5,16 @@ A reader (or a crash, a full disk, Ctrl-C) sees the old file or the new one, nev
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from tfm_cli.errors import TfmError
+
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}  # a disk that fills up, or fails
 
 
 def atomic_write(path: Path, write: Callable[[str], object]) -> None:
@@ -20,9 +26,43 @@ def atomic_write(path: Path, write: Callable[[str], object]) -> None:
         write(tmp)
         os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; the file should read like any other
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
+        failure = write_failure(error, path)  # before the temporary file goes: a full disk is still full
         Path(tmp).unlink(missing_ok=True)
+        if failure is not None:
+            raise failure from error
         raise
+
+
+def write_failure(error: BaseException, path: Path) -> OSError | None:
+    """`error`, raised while `path` was being written, as an OSError naming `path`; None when it is not the
+    disk's (a bug, Ctrl-C).
+
+    The CLI says an OSError in one line, but only where it names its file: a write's error names none (it was
+    taken for stdout's), and safetensors' and torch's writers raise errors of their own, a traceback. safetensors
+    keeps the system's "(os error 28)" in its message; torch says only "unexpected pos", so for its error a
+    folder left with no free space is taken as the cause.
+    """
+    path = Path(path)
+    if isinstance(error, OSError):
+        return OSError(error.errno, error.strerror, str(path)) if error.errno else None
+    if not isinstance(error, Exception) or isinstance(error, TfmError):  # Ctrl-C; a problem already said
+        return None
+    found = re.search(r"\(os error (\d+)\)", str(error))
+    if found:
+        code = int(found.group(1))
+    elif _no_space_left(path.parent):
+        code = errno.ENOSPC
+    else:
+        return None
+    return OSError(code, os.strerror(code), str(path))
+
+
+def _no_space_left(folder: Path) -> bool:
+    try:
+        return os.statvfs(folder).f_bavail == 0
+    except (OSError, AttributeError):  # no such folder, or no statvfs (Windows)
+        return False
 
 
 def nearest_existing(path: Path) -> Path:

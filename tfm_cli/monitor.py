@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tfm_cli.files import write_failure
 from tfm_cli.signals import held_stop_signals
 
 TENSORBOARD_DIR = "tensorboard"
@@ -159,12 +160,19 @@ def append_metrics(run_dir: Path, record: dict[str, Any]) -> None:
     """Add one record (a log window, an evaluation, the final scores) to the run's metrics.jsonl, on a line of
     its own: after a line that a crash cut mid-write (no newline at the end of the file), a new line is started
     first, or the record would be glued to it and lost with it (`read_curves` skips a line it cannot read)."""
-    with open(Path(run_dir) / "metrics.jsonl", "a+b") as f:  # writes go to the end, wherever it has read
-        size = f.seek(0, 2)
-        if size:
-            f.seek(size - 1)
-        cut = size > 0 and f.read(1) != b"\n"
-        f.write((("\n" if cut else "") + json.dumps(record) + "\n").encode("utf-8"))
+    path = Path(run_dir) / "metrics.jsonl"
+    try:
+        with open(path, "a+b") as f:  # writes go to the end, wherever it has read
+            size = f.seek(0, 2)
+            if size:
+                f.seek(size - 1)
+            cut = size > 0 and f.read(1) != b"\n"
+            f.write((("\n" if cut else "") + json.dumps(record) + "\n").encode("utf-8"))
+    except OSError as error:  # a write's error names no file (a full disk): name this one
+        failure = write_failure(error, path)
+        if failure is None:
+            raise
+        raise failure from error
 
 
 def read_curves(run_dir: Path) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, tra
 from tokenizers import Tokenizer as _HFTokenizer
 
 from tfm_cli.errors import TfmError
+from tfm_cli.files import write_failure
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 N_SPECIAL = len(SPECIAL_TOKENS)
@@ -164,6 +165,11 @@ class Tokenizer:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
+        except OSError as error:  # a write's error names no file (a full disk): name this one
+            failure = write_failure(error, path)
+            if failure is None:
+                raise
+            raise failure from error
         finally:
             if tmp.exists():
                 tmp.unlink()

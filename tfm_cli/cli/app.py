@@ -9,7 +9,6 @@ traceback. TFM_DEBUG=1 shows the traceback of every error.
 from __future__ import annotations
 
 import contextlib
-import errno
 import inspect
 import os
 import sys
@@ -19,6 +18,7 @@ import typer
 from tfm_cli import __version__
 from tfm_cli.cli import bench, export, inspect_attn, tokenize, train, translate
 from tfm_cli.errors import TfmError
+from tfm_cli.files import WRITE_ERRNOS
 
 app = typer.Typer(
     name="tfm",
@@ -80,7 +80,7 @@ def main() -> None:
         report_error(error)
         sys.exit(1)
     except OSError as error:
-        if os.environ.get("TFM_DEBUG") or not (error.filename or error.errno in _WRITE_ERRNOS):
+        if os.environ.get("TFM_DEBUG") or not (error.filename or error.errno in WRITE_ERRNOS):
             raise
         from tfm_cli.cli.common import report_error
 
@@ -92,5 +92,3 @@ def main() -> None:
             report_error(TfmError(f"writing the output failed: {error.strerror or error}", hint="check the free space where stdout goes"))
         sys.exit(1)
 
-
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}  # a disk that fills up, or fails

@@ -16,6 +16,7 @@ from tfm_cli.cli.common import (
     info,
     print_json,
     print_table,
+    write_output,
 )
 from tfm_cli.errors import CheckpointError, TfmError
 
@@ -146,7 +147,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     started = time.perf_counter()
     tok = train_tokenizer(texts, settings["vocab_size"], settings["min_frequency"])  # read twice
     seconds = time.perf_counter() - started
-    tok.save(target)
+    write_output(target, "--out", tok.save)  # a full disk: one line naming --out, the previous file kept
     info(f"saved {target} ({tok.vocab_size:,} tokens, trained in {seconds:.1f}s); measuring the corpus...")
     if tok.vocab_size < settings["vocab_size"]:  # said, not left for the user to notice in the table
         info(

@@ -23,7 +23,7 @@ from typing import Any
 
 from tfm_cli.checkpoint import EXPORT_INFO as EXPORT_INFO  # tfm-export.json, kept with the run's file names
 from tfm_cli.errors import TfmError
-from tfm_cli.files import current_umask, nearest_existing
+from tfm_cli.files import WRITE_ERRNOS, current_umask, nearest_existing, write_failure
 
 
 @dataclass
@@ -238,10 +238,17 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
             shutil.rmtree(old, ignore_errors=True)
         else:
             tmp.rename(out)
-    except BaseException:
+    except BaseException as error:
+        failure = write_failure(error, out)  # before the staging folder goes: a full disk is still full
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_empty(made)  # a failed export leaves no new folders behind either
-        raise
+        if failure is None or failure.errno not in WRITE_ERRNOS:
+            raise
+        kept = f"{out} is as it was" if out.exists() else "nothing was written"
+        raise TfmError(
+            f"{out} could not be written: {failure.strerror}; {kept}",
+            hint="free some space there (or check its permissions), or choose another --out",
+        ) from error
 
 
 def _sweep_partials(out: Path) -> None:

@@ -53,7 +53,7 @@ from tfm_cli.data import (
 from tfm_cli.distributed import Distributed, RankError, lost_a_peer
 from tfm_cli.distributed import setup as setup_distributed
 from tfm_cli.errors import CheckpointError, RecipeError, TfmError, shell_word
-from tfm_cli.files import DirectoryLock, atomic_write
+from tfm_cli.files import WRITE_ERRNOS, DirectoryLock, atomic_write
 from tfm_cli.monitor import (
     EARLY_STOP,
     EarlyStopping,
@@ -603,9 +603,6 @@ class Trainer:
         if not self.main:
             self.last_saved = self.step
             return path
-        save_weights(
-            path, weights_state(self.model), self.config, self.tokenizer.sha256, self.step, precision=self.precision
-        )
         state = {
             "step": self.step, "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
             "stream": stream_state, "rng": rng, "best_bleu": self.best_bleu, "tfm_version": __version__,
@@ -614,7 +611,15 @@ class Trainer:
         }
         if rng_ranks is not None:
             state["rng_ranks"] = rng_ranks
-        atomic_write(state_path(path), lambda tmp: torch.save(state, tmp))
+        try:
+            save_weights(
+                path, weights_state(self.model), self.config, self.tokenizer.sha256, self.step, precision=self.precision
+            )
+            atomic_write(state_path(path), lambda tmp: torch.save(state, tmp))
+        except OSError as error:  # a disk that filled up: say what is kept and how to go on
+            if error.errno not in WRITE_ERRNOS:
+                raise
+            raise _not_saved(self.run_dir, self.step, error) from error
         self.last_saved = self.step  # only now: Ctrl-C in the middle of a save saves again in `_interrupted`
         prune_checkpoints(self.run_dir, self.t.keep_last)
         return path
@@ -878,6 +883,18 @@ def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int) -> TfmError:
     return TfmError(
         f"training stopped at step {step}: the loss was NaN or infinite {in_a_row} steps in a row at lr {lr:.3g}; {kept}",
         hint=f"lower the learning rate (train.lr_factor) or lengthen train.warmup_steps, {then}",
+    )
+
+
+def _not_saved(run_dir: Path, step: int, error: OSError) -> TfmError:
+    """The error that stops a run whose checkpoint could not be written (a disk that filled up); it names the last
+    checkpoint that was (a resume takes the newest one with its trainer state)."""
+    found = [(s, w) for s, w in checkpoint_steps(run_dir) if state_path(w).is_file()]
+    kept = f"the last checkpoint ({found[-1][1].name}, step {found[-1][0]}) is intact" if found else "no checkpoint was saved yet"
+    then = f"then continue with `tfm train --resume {shell_word(run_dir)}`" if found else "then run the same command again"
+    return TfmError(
+        f"training stopped at step {step}: its checkpoint could not be written ({error.filename}: {error.strerror}); {kept}",
+        hint=f"free some space there, {then}",
     )
 
 
