@@ -213,6 +213,19 @@ def test_closed_stdin_is_one_line(run: Path) -> None:
     error_line(proc, "standard input is closed")
 
 
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_results_are_utf8_whatever_the_encoding_of_stdout(run: Path, encoding: str) -> None:
+    """PYTHONIOENCODING=ascii (or a Latin-1 locale): the first result holding a character stdout's encoding lacks
+    was a UnicodeEncodeError traceback, after the work; inputs are read as UTF-8 whatever the locale."""
+    env = {"PYTHONIOENCODING": encoding}
+    proc = tfm("tokenize", "--tokenizer", str(run), "--encode", "Où est 日本 ?", "--json", env_extra=env)
+    assert json.loads(proc.stdout)["pieces"][0].startswith("▁")
+    proc = tfm("tokenize", "--tokenizer", str(run), "--encode", "Où", env_extra=env)  # a piped table
+    assert "▁" in proc.stdout
+    proc = tfm("translate", "--model", str(run), "--device", "cpu", "--greedy", "--json", stdin="Où est 日本 ?\n", env_extra=env)
+    assert json.loads(proc.stdout)["source"] == "Où est 日本 ?"
+
+
 def test_inspect_attn_text_that_is_not_utf8(run: Path) -> None:
     for args in ([b"caf\xe9"], [b"Bonjour", b"--target", b"caf\xe9"]):
         proc = subprocess.run(

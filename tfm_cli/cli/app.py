@@ -8,6 +8,7 @@ traceback. TFM_DEBUG=1 shows the traceback of every error.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import inspect
 import os
@@ -70,6 +71,7 @@ for _info in [*app.registered_commands, *bench.app.registered_commands]:
 
 def main() -> None:
     """Console-script entry point."""
+    _utf8_output()
     try:
         app()
     except TfmError as error:
@@ -92,3 +94,17 @@ def main() -> None:
             report_error(TfmError(f"writing the output failed: {error.strerror or error}", hint="check the free space where stdout goes"))
         sys.exit(1)
 
+
+def _utf8_output() -> None:
+    """Results and messages are written in UTF-8, as every input is read (stdin, corpora, references), whatever
+    the locale or PYTHONIOENCODING say: with an ASCII or Latin-1 stdout, the first result holding a character it
+    lacks (a translation, a piece's '▁') was a UnicodeEncodeError traceback, after the work was done."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None or not hasattr(stream, "reconfigure"):  # closed, or replaced by a caller
+            continue
+        try:
+            is_utf8 = codecs.lookup(stream.encoding or "").name == "utf-8"
+        except LookupError:
+            is_utf8 = False
+        if not is_utf8:
+            stream.reconfigure(encoding="utf-8")
