@@ -226,6 +226,18 @@ def test_results_are_utf8_whatever_the_encoding_of_stdout(run: Path, encoding: s
     assert json.loads(proc.stdout)["source"] == "Où est 日本 ?"
 
 
+def test_closed_stdout_is_one_line_before_the_work(run: Path, tmp_path: Path) -> None:
+    """`tfm ... >&-` translated (or trained) first, then ended in an AttributeError traceback ('NoneType' object
+    has no attribute 'write') where the results were to be written."""
+    for args in (["translate", "--model", str(run), "--device", "cpu", "Bonjour."], ["train", str(run / "recipe.yaml"), "--out", str(tmp_path / "out")]):
+        proc = subprocess.run(
+            [str(TFM), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=tfm_env(),
+            preexec_fn=lambda: os.close(1),
+        )
+        error_line(proc, "standard output is closed")
+    assert not (tmp_path / "out").exists()
+
+
 def test_inspect_attn_text_that_is_not_utf8(run: Path) -> None:
     for args in ([b"caf\xe9"], [b"Bonjour", b"--target", b"caf\xe9"]):
         proc = subprocess.run(

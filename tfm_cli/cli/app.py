@@ -71,6 +71,12 @@ for _info in [*app.registered_commands, *bench.app.registered_commands]:
 
 def main() -> None:
     """Console-script entry point."""
+    if sys.stdout is None:  # started with stdout closed (>&-): every command's results go there, said after the work
+        from tfm_cli.cli.common import report_error
+
+        if sys.stderr is not None:
+            report_error(TfmError("standard output is closed: there is nowhere to write the results", hint="redirect it instead, e.g. > out.txt or > /dev/null"))
+        sys.exit(1)
     _utf8_output()
     try:
         app()
