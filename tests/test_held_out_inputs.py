@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import test_bad_inputs
-from clitools import TFM, tfm, tfm_env
+from clitools import TFM, has_module, tfm, tfm_env
 from safetensors.torch import load_file, save_file
 from test_bad_inputs import error_line, translate, write
 
@@ -176,6 +176,19 @@ def test_a_disk_that_fills_up_under_an_output_file_is_one_line_naming_it(root: P
     proc = _tfm_limited(50_000, "export", str(run), "--format", "release", "--out", str(tmp_path / "rel"), "--verify-lines", "2", cwd=tmp_path)
     error_line(proc, f"{tmp_path / 'rel'} could not be written: File too large; nothing was written")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "tok.json"]
+
+
+@pytest.mark.skipif(not has_module("matplotlib"), reason="curves.png needs the plot extra")
+def test_curves_of_a_run_whose_png_cannot_be_written_are_shown_with_a_warning(tmp_path: Path) -> None:
+    """`tfm train --curves RUN` of a run this user may read but not write (another's, a read-only copy): the chart
+    was drawn, then exit 1 naming curves.png's temporary file (one it left behind where the write failed)."""
+    records = [{"kind": "train", "step": s, "loss": 8.0 - s / 10, "lr": 1e-3} for s in (10, 20, 30)]
+    write(tmp_path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    proc = _tfm_limited(2_000, "train", "--curves", str(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "train loss" in proc.stdout
+    assert f"warning: curves.png not written: {tmp_path / 'curves.png'}: File too large" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
 
 
 def test_a_writer_error_that_names_no_errno_on_a_full_disk_is_said_as_one(tmp_path: Path, monkeypatch) -> None:

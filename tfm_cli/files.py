@@ -20,7 +20,10 @@ WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
 def atomic_write(path: Path, write: Callable[[str], object]) -> None:
     """Call `write(tmp_path)` then rename onto `path`, so readers see the old file or the new one, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:  # a read-only folder: name the file, not the temporary one
+        raise OSError(error.errno, error.strerror, str(path)) from error
     os.close(fd)
     try:
         write(tmp)

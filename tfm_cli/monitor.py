@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tfm_cli.files import write_failure
+from tfm_cli.files import atomic_write, write_failure
 from tfm_cli.signals import held_stop_signals
 
 TENSORBOARD_DIR = "tensorboard"
@@ -237,8 +237,8 @@ def write_curves_png(run_dir: Path, curves: dict[str, Any] | None = None) -> Pat
         if ax.get_legend_handles_labels()[0]:  # a run without a dev set has nothing to label on the BLEU side
             ax.legend()
     path = Path(run_dir) / CURVES_PNG
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))  # no temporary file left on a failure
+    finally:
+        plt.close(fig)
     return path

@@ -27,6 +27,7 @@ from tfm_cli.cli.common import (
     print_json,
     print_table,
     stop_signals,
+    warn,
 )
 from tfm_cli.errors import TfmError, shell_word
 from tfm_cli.signals import PARENT_ENV
@@ -310,7 +311,11 @@ def _show_curves(run_dir: Path, json_out: bool) -> None:
         print_json(data)
         return
     _print_curves(run_dir, data)
-    png = write_curves_png(run_dir, data)
+    try:
+        png = write_curves_png(run_dir, data)
+    except OSError as error:  # a run this user may read but not write (another's, a read-only copy): the chart was shown
+        warn(f"curves.png not written: {error.filename}: {error.strerror}")
+        return
     info(f"curves: {png}" if png else 'curves.png needs matplotlib: pip install -e ".[plot]"')
 
 
