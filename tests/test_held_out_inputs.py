@@ -251,6 +251,27 @@ def test_closed_stdout_is_one_line_before_the_work(run: Path, tmp_path: Path) ->
     assert not (tmp_path / "out").exists()
 
 
+def _stderr_reader_gone(args: list[str], stdin: bytes = b"") -> subprocess.CompletedProcess:
+    """`tfm ARGS` whose stderr is a pipe nobody reads any more (`2>&1 | tee log` whose tee was killed)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([str(TFM), *args], input=stdin, stdout=subprocess.PIPE, stderr=write_end, env=tfm_env())
+    finally:
+        os.close(write_end)
+
+
+def test_a_reader_of_stderr_that_went_away_does_not_stop_the_work(root: Path, run: Path, tmp_path: Path) -> None:
+    """rich met the broken pipe at the first progress or warning line by putting /dev/null on stdout and raising
+    SystemExit(1): a translation into a file came out empty, a training run ended without saving, exit 1 silently."""
+    long_line = " ".join(["mot"] * 200)  # longer than the model takes: a warning on stderr
+    proc = _stderr_reader_gone(["translate", "--model", str(run), "--device", "cpu", "--greedy"], f"{long_line}\nBonjour.\n".encode())
+    assert proc.returncode == 0 and len(proc.stdout.decode().splitlines()) == 2
+    out = tmp_path / "run"
+    proc = _stderr_reader_gone(["train", str(root / "recipe.yaml"), "--out", str(out), "--device", "cpu"])
+    assert proc.returncode == 0 and (out / "model.safetensors").is_file() and b"run_dir\t" in proc.stdout
+
+
 def test_inspect_attn_text_that_is_not_utf8(run: Path) -> None:
     for args in ([b"caf\xe9"], [b"Bonjour", b"--target", b"caf\xe9"]):
         proc = subprocess.run(

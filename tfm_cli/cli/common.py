@@ -26,8 +26,20 @@ from rich.table import Table
 from tfm_cli.errors import RecipeError, TfmError
 from tfm_cli.signals import swap_handlers
 
+
+class _StderrConsole(Console):
+    """stderr carries progress and logs, no result: a reader of it that went away (`2>&1 | tee log` whose tee was
+    killed, `2>&1 | head`) must not stop the work. rich's own answer to a broken pipe put /dev/null on *stdout*
+    and raised SystemExit(1) wherever the write was: a training run ended at its next log line without saving
+    the steps since its last checkpoint, and a translation into a file stopped half-way, exit 1 without a word.
+    Here the console goes quiet and the work goes on."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+
+
 # stderr: progress, logs, errors. stdout: results only.
-err = Console(stderr=True, highlight=False)
+err = _StderrConsole(stderr=True, highlight=False)
 out = Console(highlight=False)
 
 DEVICE_HELP = "Where to run: auto (CUDA when available), cpu, or cuda."

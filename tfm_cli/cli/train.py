@@ -6,6 +6,7 @@ torchrun, it runs as one rank of the job (`tfm_cli.distributed`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -384,7 +385,8 @@ class _Progress:
         writing to stderr)."""
         again = "; Ctrl-C again to stop at once" if signum == signal.SIGINT else ""
         lead = "\n" if os.isatty(2) else ""  # off the progress bar's line
-        os.write(2, f"{lead}tfm train: {signal.Signals(signum).name}: stopping at the end of this step{again}\n".encode())
+        with contextlib.suppress(OSError):  # stderr's reader gone (a pipe): the stop goes on without the line
+            os.write(2, f"{lead}tfm train: {signal.Signals(signum).name}: stopping at the end of this step{again}\n".encode())
 
     def message(self, text: str) -> None:
         if self.bar is not None:
