@@ -154,8 +154,9 @@ _tfm() {
         inspect-attn)
             case $prev in
                 --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
+                --kind|-k) COMPREPLY=( $(compgen -W "cross decoder encoder" -- "$cur") ); return 0 ;;
                 --html|--image|--model|-m) _tfm_files; return 0 ;;
-                --head|--kind|--layer|--target|--token|-k|-l|-t) COMPREPLY=(); return 0 ;;
+                --head|--layer|--target|--token|-l|-t) COMPREPLY=(); return 0 ;;
             esac
             if [[ $cur == -* ]]; then
                 COMPREPLY=( $(compgen -W "--align --device --explain --head --help --html --image --json --kind --layer --model --numbers --summary --target --token --words -h -k -l -m -t" -- "$cur") )

@@ -91,7 +91,7 @@ complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l help -s h -d 'S
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l html -r -F -d 'Also write a self-contained HTML page to explore every head.'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l image -r -F -d 'Also write the heatmap as an image (.png or .svg'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l json -d 'Print tokens and every weight (kind, layer, head) as JSON.'
-complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l kind -s k -x -d 'encoder, decoder or cross (default: cross'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l kind -s k -x -a 'cross decoder encoder' -d 'encoder, decoder or cross (default: cross'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l layer -s l -x -d 'Layer, from 1 (default: the last).'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l model -s m -r -F -d 'Run directory, release directory or .safetensors file (default: the most recent run under runs/).'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l numbers -d 'Print the weights (in %) in the heatmap cells.'

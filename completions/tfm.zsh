@@ -167,7 +167,7 @@ _tfm_inspect_attn() {
         '--html[Also write a self-contained HTML page to explore every head.]:html:_files' \
         '--image[Also write the heatmap as an image (.png or .svg]:image:_files' \
         '--json[Print tokens and every weight (kind, layer, head) as JSON.]' \
-        '(--kind -k)'{--kind,-k}'[encoder, decoder or cross (default\: cross]:kind: ' \
+        '(--kind -k)'{--kind,-k}'[encoder, decoder or cross (default\: cross]:kind:(cross decoder encoder)' \
         '(--layer -l)'{--layer,-l}'[Layer, from 1 (default\: the last).]:layer: ' \
         '(--model -m)'{--model,-m}'[Run directory, release directory or .safetensors file (default\: the most recent run under runs/).]:model:_files' \
         '--numbers[Print the weights (in %) in the heatmap cells.]' \

@@ -702,6 +702,13 @@ def test_bench_completion_choices_match_bench() -> None:
     assert set(completions._OPTION_CHOICES["--impl"]) == set(implementations(torch.device("cuda")))
 
 
+def test_inspect_attn_kind_choices_match_the_attention_kinds() -> None:
+    from tfm_cli.attention import KINDS
+
+    assert set(completions._OPTION_CHOICES["--kind"]) == set(KINDS)
+    assert _bash_complete("tfm", "inspect-attn", "--kind", "") == ["cross", "decoder", "encoder"]
+
+
 def test_override_keys_match_recipe_schema() -> None:
     from tfm_cli.recipe import recipe_keys
 

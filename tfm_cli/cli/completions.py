@@ -33,7 +33,7 @@ FILES = ("tfm.bash", "tfm.zsh", "tfm.fish")
 
 # Values of plain `str` options that the app checks itself rather than declaring them as a Choice
 # (`tfm_cli.runtime.DEVICES` and `PRECISIONS`, `tfm_cli.bench.common.DTYPES`, `tfm_cli.bench.attention.MASKS` and
-# `implementations()`; importing them here would load torch just to generate text).
+# `implementations()`, `tfm_cli.attention.KINDS`; importing them here would load torch just to generate text).
 _OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "--device": ("auto", "cpu", "cuda"),
     "--precision": ("auto", "fp32", "bf16", "fp16", "int8"),  # translate and bench translate: + int8 (CPU)
@@ -42,6 +42,7 @@ _OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "--bleu-tokenize": BLEU_TOKENIZERS,  # tfm translate (tfm_cli.scoring imports neither torch nor sacrebleu)
     "--mask": ("none", "padding", "causal"),
     "--impl": ("naive", "tfm", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn"),
+    "--kind": ("encoder", "decoder", "cross"),  # tfm inspect-attn (tfm_cli.attention.KINDS)
 }
 # Arguments typed `str` in the app because they also take other things (with `tfm train --resume RUN`, the
 # first word is an override): what to complete for them.
