@@ -164,3 +164,15 @@ def test_a_run_name_suggestion_keeps_the_letters(tmp_path: Path) -> None:
     path = write(tmp_path / "r.yaml", "name: étude à deux\n")
     with pytest.raises(RecipeError, match="try 'etude-a-deux'"):
         load_recipe(path)
+
+
+def test_curves_skip_metrics_lines_that_are_not_records(copy: Path) -> None:
+    """Lines of metrics.jsonl that are not UTF-8 or not a record (a damaged disk, a hand edit) stopped `--curves`,
+    and a resumed run after its final model was written, with a traceback; a line cut mid-write was skipped."""
+    with open(copy / "metrics.jsonl", "ab") as f:
+        f.write(b'\xff\xfe\n[1, 2]\n"text"\n{"kind": "train", "step": "x", "loss": 1}\n{"kind": "eval", "step": 3}\n')
+    curves = json.loads(tfm("train", "--curves", str(copy), "--json").stdout)
+    assert [r["step"] for r in curves["train"]] == [5, 10] and curves["eval"] == []
+    proc = train("--resume", str(copy), "train.max_steps=11")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "train loss │" in proc.stdout

@@ -175,6 +175,21 @@ def append_metrics(run_dir: Path, record: dict[str, Any]) -> None:
         raise failure from error
 
 
+def _is_record(record: Any) -> bool:
+    """A record the curves can draw: a train or eval window with a step and numbers, or the final scores."""
+    if not isinstance(record, dict):
+        return False
+    step = record.get("step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        return False
+    numbers = {"train": ("loss",), "eval": ("loss", "bleu"), "final": ()}.get(record.get("kind"))
+    if numbers is None:
+        return False
+    if record["kind"] == "final" and "bleu" in record:
+        numbers = ("bleu", "chrf")
+    return all(isinstance(record.get(k), (int, float)) and not isinstance(record.get(k), bool) for k in numbers)
+
+
 def read_curves(run_dir: Path) -> dict[str, Any]:
     """The curves of a run from its metrics.jsonl: {"train": [{step, loss, lr, ...}], "eval": [{step, loss, bleu,
     chrf, ...}], "final": {...} or None}. A resumed run's repeated steps keep their latest record.
@@ -186,7 +201,9 @@ def read_curves(run_dir: Path) -> dict[str, Any]:
     train: dict[int, dict[str, Any]] = {}
     evals: dict[int, dict[str, Any]] = {}
     final = None
-    with open(path, encoding="utf-8") as f:
+    # Bytes that are not UTF-8 (a disk's garbage after a crash), and lines that are JSON but not one of our records
+    # (edited by hand, a damaged file), are skipped as a cut line is: the curves must never stop a run at its end.
+    with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             line = line.strip()
             if not line:
@@ -194,6 +211,8 @@ def read_curves(run_dir: Path) -> dict[str, Any]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:  # a line cut by a crash mid-write: skip it
+                continue
+            if not _is_record(record):
                 continue
             kind = record.get("kind")
             if kind == "train":
