@@ -176,3 +176,16 @@ def test_curves_skip_metrics_lines_that_are_not_records(copy: Path) -> None:
     proc = train("--resume", str(copy), "train.max_steps=11")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "train loss │" in proc.stdout
+
+
+def test_a_resume_stopped_before_its_final_model_writes_it_next_time(copy: Path) -> None:
+    """A resume rewrites recipe.yaml when it starts; one stopped while averaging or evaluating (Ctrl-C, a kill, a
+    damaged checkpoint) left a recipe.yaml ahead of the final model, and the next plain resume, as the stop message
+    says to run, found the recipe unchanged and said "nothing to do" over the old final model."""
+    recipe = copy / "recipe.yaml"
+    recipe.write_text(recipe.read_text().replace("average_last: 2", "average_last: 1"))  # as that resume left it
+    proc = train("--resume", str(copy))
+    assert proc.returncode == 0 and "nothing to do" not in proc.stderr, proc.stderr
+    assert read_metadata(copy / "model.safetensors").get("last") == '"step-00000010.safetensors"'
+    assert json.loads((copy / "summary.json").read_text())["final_model"]["chosen"] == "last"
+    assert "nothing to do" in train("--resume", str(copy)).stderr  # now it is written

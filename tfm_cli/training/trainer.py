@@ -664,6 +664,9 @@ class Trainer:
             "train_seconds": round(self.earlier_seconds + result.seconds, 1), "session_seconds": round(result.seconds, 1),
             "tfm_version": __version__, "dev": final,
             "final_model": final.get("final_model"), "stopped": stopped or f"reached train.max_steps={t.max_steps}",
+            # the recipe this final model was made with: recipe.yaml is rewritten when a resume starts, so a resume
+            # stopped before this file was written (while averaging or evaluating) left a recipe.yaml ahead of it
+            "recipe_resolved": recipe_to_dict(with_absolute_paths(self.recipe)),
         }
         atomic_write(run_dir / "summary.json", lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=2)))
         png = write_curves_png(run_dir)
@@ -829,8 +832,11 @@ def _finished_summary(run_dir: Path, step: int, recipe: Recipe) -> dict[str, Any
         early = isinstance(summary, dict) and str(summary.get("stopped", "")).startswith(EARLY_STOP)
         if step < recipe.train.max_steps and not early:  # an early stop is as final: its patience is spent
             return None
-        before = recipe_to_dict(with_absolute_paths(load_recipe(run_dir / "recipe.yaml")))  # (older files: defaults)
-        same = before == recipe_to_dict(with_absolute_paths(recipe))
+        if isinstance(summary, dict) and "recipe_resolved" in summary:  # the recipe its final model was made with
+            before = summary["recipe_resolved"]
+        else:  # a summary of an older tfm: the run's recipe.yaml (older files: defaults)
+            before = recipe_to_dict(with_absolute_paths(load_recipe(run_dir / "recipe.yaml")))
+        same = before == json.loads(json.dumps(recipe_to_dict(with_absolute_paths(recipe))))
         written = read_metadata(run_dir / FINAL).get("step") == str(step)
     except (OSError, ValueError, TfmError):  # a missing or damaged file: write the final model again
         return None
