@@ -189,3 +189,17 @@ def test_a_resume_stopped_before_its_final_model_writes_it_next_time(copy: Path)
     assert read_metadata(copy / "model.safetensors").get("last") == '"step-00000010.safetensors"'
     assert json.loads((copy / "summary.json").read_text())["final_model"]["chosen"] == "last"
     assert "nothing to do" in train("--resume", str(copy)).stderr  # now it is written
+
+
+def test_a_damaged_checkpoint_in_the_final_average_says_how_to_go_on(copy: Path) -> None:
+    """An older checkpoint damaged since it was saved (a resume reads only the newest) stopped the final average
+    with a SafetensorError traceback, after the steps of the resume were trained."""
+    weights = checkpoint_path(copy, 5)
+    weights.write_bytes(weights.read_bytes()[:1000])
+    proc = train("--resume", str(copy), "train.keep_last=3")  # a changed setting: the final model is written again
+    error_line(proc, str(weights), "truncated or corrupt", "one of the 2 checkpoints averaged into the final model")
+    assert f"hint: delete it and its step-00000005.state.pt, then `tfm train --resume {copy}`" in proc.stderr
+    weights.unlink()
+    state_path(weights).unlink()
+    train("--resume", str(copy)).check_returncode()  # as the hint says: the final model from the one left
+    assert read_metadata(copy / "model.safetensors").get("last") == '"step-00000010.safetensors"'

@@ -123,7 +123,16 @@ def average_checkpoints(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
     total: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     for path in paths:
-        state = load_file(str(path))
+        try:
+            state = load_file(str(path))
+        except (SafetensorError, OSError) as err:  # an older checkpoint damaged since it was saved (a resume reads only the newest)
+            run = Path(path).parent.parent
+            raise CheckpointError(
+                f"{path} is not a readable safetensors file, or is truncated or corrupt ({err}): it is one of the "
+                f"{len(paths)} checkpoints averaged into the final model",
+                hint=f"delete it and its {state_path(Path(path)).name}, then `tfm train --resume {shell_word(run)}` "
+                "writes the final model from the others",
+            ) from None
         if not total:
             total = {name: t.double() for name, t in state.items()}
             dtypes = {name: t.dtype for name, t in state.items()}
