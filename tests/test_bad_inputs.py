@@ -919,6 +919,20 @@ def test_a_recipe_changed_in_code_is_checked_as_a_file_is(root: Path, tmp_path: 
     assert nothing_written(out)
 
 
+def test_a_section_replaced_in_code_is_a_recipe_error(root: Path, tmp_path: Path) -> None:
+    """`r.train = None` (or a dict) after load_recipe: an AttributeError traceback from the checks."""
+    import tfm_cli.training as training
+    from tfm_cli.recipe import load_recipe
+
+    r = load_recipe(root / "recipe.yaml")
+    r.train, r.model = None, {"d_model": 64}
+    with pytest.raises(RecipeError) as caught:
+        training.train(r, tmp_path / "run", device="cpu")
+    assert "train=None must be a TrainRecipe (tfm_cli.recipe), not null" in str(caught.value)
+    assert "model={'d_model': 64} must be a ModelRecipe (tfm_cli.recipe), not a mapping" in str(caught.value)
+    assert nothing_written(tmp_path / "run")
+
+
 def test_ctrl_c_while_the_model_is_built_is_ctrl_c(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stop signal while torch defines a class on first use reaches the model builder as Python 3.11's
     "RuntimeError: Error calling __set_name__" around the KeyboardInterrupt; it was reported as "the model ...

@@ -399,8 +399,11 @@ def _validate(recipe: Recipe, skip: set[str]) -> list[str]:
         else:
             good[name] = value
 
-    for section in SECTIONS:
+    for section, cls in SECTIONS.items():
         obj = getattr(recipe, section)
+        if section not in skip and not isinstance(obj, cls):  # a Recipe changed in code: `r.train = None` or a dict
+            problems.append(f"{section}={_shown(obj)} must be a {cls.__name__} (tfm_cli.recipe), not {_a(obj)}")
+            continue
         for name, kind in _KINDS[section].items():
             key = f"{section}.{name}"
             if key in skip or section in skip:
