@@ -335,6 +335,9 @@ def test_corpus_paths():
         "data.train=null (empty) must be one TSV file path or a list of exactly 2 paths [source_file, target_file]",
         "data.dev=['a', ' '] must name a file: a path may not be empty",
     ]
+    with pytest.raises(RecipeError) as excinfo:  # data.train=bundled: on the command line, a word and a colon
+        recipe_from_dict({"name": "x", "data": {"train": {"bundled": None}}})
+    assert "(YAML reads 'bundled:' as a mapping; name a bundled corpus in full, e.g. bundled:" in problems_of(excinfo)[0]
 
 
 def test_paths_are_not_resolved_here():

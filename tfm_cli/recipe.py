@@ -280,8 +280,15 @@ def _type_problem(key: str, value: Any, kind: str) -> str | None:
         if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
             return None
         null = " (or null for none)" if kind == "path?" else ""
+        colon = ""
+        if isinstance(value, dict) and len(value) == 1 and None in value.values():  # `bundled:` read as a mapping
+            word = next(iter(value))
+            colon = (
+                f" (YAML reads '{word}:' as a mapping; name a bundled corpus in full, e.g. "
+                "bundled:tatoeba-fr-en/train.tsv.gz, and put a path that ends in ':' in quotes)"
+            )
         return (
-            f"{bad} must be one TSV file path or a list of exactly 2 paths [source_file, target_file]{null}"
+            f"{bad} must be one TSV file path or a list of exactly 2 paths [source_file, target_file]{null}{colon}"
         )
     if kind == "floats":
         if isinstance(value, list) and all(_is_number(v) and _is_finite(v) for v in value):
