@@ -154,6 +154,14 @@ def test_train_json(recipe: Path) -> None:
     assert s["trainer_model_step_share"] == inside
 
 
+def test_train_times_every_step_of_a_recipe_with_a_time_budget(recipe: Path) -> None:
+    """train.max_time ended the trainer phase after its first step: a KeyError traceback after the model step."""
+    proc = tfm("bench", "train", str(recipe), "train.max_time=0.001s", "--steps", "2", "--warmup", "1", "--device", "cpu",
+               "--json", check=False)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert {r["phase"]: r["steps"] for r in json.loads(proc.stdout)["records"]} == {"model step": 2, "trainer": 2}
+
+
 def test_train_flops_match_torch_flop_counter() -> None:
     """The analytic FLOPs of bench train against torch's own count of the forward pass's matrix products."""
     from torch.utils.flop_counter import FlopCounterMode

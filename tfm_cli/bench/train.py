@@ -162,9 +162,9 @@ def bench_trainer(
     the step itself (`step_s`) are known per step: their shares of the trainer's wall time need no comparison
     across phases, whose step times vary by tens of percent from run to run on a shared CPU.
     """
-    t = dataclasses.replace(
-        recipe.train, max_steps=warmup + steps, save_every=10**9, eval_every=0, keep_last=1, average_last=1,
-        log_every=1,
+    t = dataclasses.replace(  # no time budget: train.max_time would end the run before the steps it times
+        recipe.train, max_steps=warmup + steps, max_time=None, save_every=10**9, eval_every=0, keep_last=1,
+        average_last=1, log_every=1,
     )
     scratch = Path(tempfile.mkdtemp(prefix="tfm-bench-train-"))
     try:
