@@ -162,6 +162,21 @@ def test_train_times_every_step_of_a_recipe_with_a_time_budget(recipe: Path) -> 
     assert {r["phase"]: r["steps"] for r in json.loads(proc.stdout)["records"]} == {"model step": 2, "trainer": 2}
 
 
+def test_train_interrupted_in_the_trainer_phase_stops(recipe: Path) -> None:
+    """Ctrl-C in the trainer phase: the trainer returned (its step kept in the scratch run) and the bench went on
+    to read step times it never recorded (a KeyError traceback); it stops as Ctrl-C anywhere else does."""
+    from tfm_cli.bench.train import bench_train, recipe_tokenizer
+    from tfm_cli.recipe import load_recipe
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase == "trainer" and done == 1:
+            raise KeyboardInterrupt  # where a Ctrl-C held over the step is raised: right after it
+
+    loaded = load_recipe(recipe)
+    with pytest.raises(KeyboardInterrupt):
+        bench_train(loaded, torch.device("cpu"), recipe_tokenizer(loaded), steps=2, warmup=1, progress=progress)
+
+
 def test_train_flops_match_torch_flop_counter() -> None:
     """The analytic FLOPs of bench train against torch's own count of the forward pass's matrix products."""
     from torch.utils.flop_counter import FlopCounterMode

@@ -172,10 +172,12 @@ def bench_trainer(
         run = dataclasses.replace(recipe, train=t, data=dataclasses.replace(recipe.data, dev=None))
         clock = _StepClock(warmup + steps, progress)
         peak_memory_start(device)
-        train(run, scratch, device, events=clock)
+        ran = train(run, scratch, device, events=clock)
         memory = peak_memory_mb(device)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    if ran.interrupted:  # Ctrl-C: the trainer kept its step in the scratch run and returned; the bench stops too
+        raise KeyboardInterrupt
     timed = range(warmup + 1, warmup + steps + 1)
     per_step = [clock.times[i] - clock.times[i - 1] for i in timed]
     # The data path's direct cost, and all the trainer does besides its model step, as shares of its wall time
