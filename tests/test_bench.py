@@ -389,6 +389,26 @@ def test_compare_says_what_is_missing(recipe: Path, tmp_path: Path) -> None:
     assert "needs Hugging Face transformers" in proc.stderr and "bench" in proc.stderr
 
 
+def test_train_compare_fails_before_measuring(recipe: Path, pre_norm_recipe: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench train --compare without transformers, or for a model MarianMT has no equivalent of, failed only
+    after the model step and trainer phases had run (minutes on a real recipe), their figures lost."""
+    from tfm_cli.bench.train import bench_train, recipe_tokenizer
+    from tfm_cli.recipe import load_recipe
+
+    for path, blocked, said in ((recipe, True, "needs Hugging Face transformers"), (pre_norm_recipe, False, "post-norm")):
+        if blocked:
+            monkeypatch.setitem(__import__("sys").modules, "transformers", None)  # import transformers: ImportError
+        elif not has_module("transformers"):
+            continue
+        phases: list[str] = []
+        loaded = load_recipe(path)
+        with pytest.raises(TfmError, match=said):
+            bench_train(loaded, torch.device("cpu"), recipe_tokenizer(loaded), steps=1, warmup=0, compare=True,
+                        progress=lambda phase, done, total, seen=phases: seen.append(phase))
+        assert phases == []  # nothing was measured
+        monkeypatch.undo()
+
+
 @pytest.mark.skipif(not has_module("transformers"), reason="transformers is not installed (the bench extra)")
 def test_compare_with_peers(recipe: Path) -> None:
     """hf-marian, and ct2 where ctranslate2 is installed (else a note), on the same batches: every engine's

@@ -64,14 +64,25 @@ def _transformers():
     return transformers
 
 
-def marian_model(config: ModelConfig) -> nn.Module:
-    """A randomly initialised MarianMTModel with tfm's shapes and special ids."""
+def check_marian(config: ModelConfig):
+    """The transformers module, once sure that MarianMT has an equivalent of `config`.
+
+    Raises:
+        PeerUnavailable: the model is pre-norm or has learned positions.
+        TfmError: transformers is not installed.
+    """
     transformers = _transformers()
     if config.norm != "post" or config.positions != "sinusoidal":
         raise PeerUnavailable(
             "MarianMT has post-norm and sinusoidal positions only; this model differs",
             hint="compare with a recipe that keeps the paper's model.norm and model.positions",
         )
+    return transformers
+
+
+def marian_model(config: ModelConfig) -> nn.Module:
+    """A randomly initialised MarianMTModel with tfm's shapes and special ids."""
+    transformers = check_marian(config)
     marian = transformers.MarianConfig(
         vocab_size=config.vocab_size, d_model=config.d_model,
         encoder_layers=config.n_enc_layers, decoder_layers=config.n_dec_layers,

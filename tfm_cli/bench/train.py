@@ -207,6 +207,10 @@ def bench_train(
     if device.type == "cpu":
         tune_cpu_allocator()  # as the trainer does, so that both phases run on the same allocator settings
     config, groups = prepare(recipe, tokenizer, warmup + steps, device)
+    if compare:  # no transformers, or a model MarianMT has no equivalent of: said now, not after the measuring
+        from tfm_cli.bench.peers import check_marian
+
+        check_marian(config)
     timed = [b for group in groups[warmup:] for b in group]
     figures = batch_figures(timed, config)
     peak = matmul_peak(device, precision)
