@@ -274,8 +274,11 @@ def test_gate_library() -> None:
     assert parse_tolerance("10%") == pytest.approx(0.1) and parse_tolerance("0.25") == 0.25
     with pytest.raises(TfmError, match="not a number"):
         parse_tolerance("ten")
-    with pytest.raises(TfmError, match=r"'10' is out of range: a share from 0 to 10 \(0% to 1000%\)"):
+    with pytest.raises(TfmError, match=r"'10' is a share of 1000%: a number without % is a share"):
         parse_tolerance("10")  # 1000%: meant as 10%
+    assert parse_tolerance("1000%") == pytest.approx(10.0)  # the documented maximum was refused as out of range
+    with pytest.raises(TfmError, match=r"'1001%' is out of range: a share from 0 to 10 \(0% to 1000%\)"):
+        parse_tolerance("1001%")
     with pytest.raises(TfmError, match=r"'5' is a share of 500%") as err:
         parse_tolerance("5")  # meant as 5%: the gate passed anything up to 6x slower
     assert "5%" in err.value.hint
@@ -312,6 +315,8 @@ def test_gate_through_the_cli(tmp_path: Path) -> None:
     assert failed.returncode == 1
     assert "regression: attention/naive/padding/forward/L=16 median_ms" in failed.stderr
     assert failed.stderr.count("regression:") == 4
+    fine = tfm(*args, "--baseline", str(tmp_path / "impossible.json"), "--tolerance", "0.5%", check=False)
+    assert "tolerance 0.5%)" in fine.stderr  # as given, not rounded to "tolerance 0%"
     passed = tfm(*args, "--baseline", str(tmp_path / "generous.json"))
     assert "gate: 4 figure(s) within 10%" in passed.stderr
     gated = json.loads(tfm(*args, "--baseline", str(tmp_path / "generous.json"), "--json").stdout)

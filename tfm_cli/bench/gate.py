@@ -39,12 +39,12 @@ def parse_tolerance(text: str) -> float:
         tolerance = float(value[:-1]) / 100 if value.endswith("%") else float(value)
     except ValueError:
         raise TfmError(f"--tolerance {text!r} is not a number", hint="write it as 10% or 0.1") from None
-    if not value.endswith("%") and 1 < tolerance < 10:  # `--tolerance 5` meant 5%, not a gate that passes 6x slower
+    if not value.endswith("%") and tolerance > 1:  # `--tolerance 5` meant 5%, not a gate that passes 6x slower
         raise TfmError(
             f"--tolerance {text!r} is a share of {tolerance:.0%}: a number without % is a share (0.1 = 10%)",
-            hint=f"write {value}% for {value} percent (or {tolerance:.0%} if you mean it)",
+            hint=f"write {value}% for {value} percent" + (f" (or {tolerance:.0%} if you mean it)" if tolerance <= 10 else ""),
         )
-    if not 0 <= tolerance < 10:
+    if not 0 <= tolerance <= 10:
         raise TfmError(
             f"--tolerance {text!r} is out of range: a share from 0 to 10 (0% to 1000%)",
             hint="write a percentage with its sign, e.g. 10% (or the share 0.1)",

@@ -123,7 +123,7 @@ def _finish(result: dict[str, Any], json_out: bool, baseline: Path | None, gate_
             else:
                 err.print(
                     f"[bold red]regression:[/bold red] {r['id']} {r['figure']}: {r['baseline']:.4g} -> {r['current']:.4g} "
-                    f"({r['change']:+.1%}, tolerance {gate['tolerance']:.0%})", soft_wrap=True,
+                    f"({r['change']:+.1%}, tolerance {_percent(gate['tolerance'])})", soft_wrap=True,
                 )
         raise typer.Exit(1)
     if not gate["compared"]:  # a gate that compared nothing must not pass
@@ -132,7 +132,12 @@ def _finish(result: dict[str, Any], json_out: bool, baseline: Path | None, gate_
             f"{len(gate['only_in_current'])} now, none in common)",
             hint="measure what the baseline measured (its lengths, batch sizes, modes), or write a new baseline",
         )
-    info(f"gate: {gate['compared']} figure(s) within {gate['tolerance']:.1%} of {baseline}".replace(".0%", "%"))
+    info(f"gate: {gate['compared']} figure(s) within {_percent(gate['tolerance'])} of {baseline}")
+
+
+def _percent(share: float) -> str:
+    """0.1 -> '10%', 0.005 -> '0.5%': a tolerance as it was given, not rounded to a whole percent."""
+    return f"{share * 100:.4g}%"
 
 
 # ---- attention -------------------------------------------------------------------------------------------------
