@@ -78,6 +78,26 @@ def test_summary_statistics() -> None:
     assert percentile([10, 20, 30, 40, 50], 95) == pytest.approx(48)
 
 
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="the peak resident set is reset on Linux only")
+def test_cpu_peak_memory_is_the_phase_s_own() -> None:
+    """On the CPU each phase's peak RSS was the process's peak so far (it never went down): the trainer, and HF
+    MarianMT after it, were charged with the model step's peak. peak_memory_start now starts a new peak."""
+    import mmap
+
+    from tfm_cli.bench.common import peak_memory_mb, peak_memory_start
+
+    cpu = torch.device("cpu")
+    peak_memory_start(cpu)
+    before = peak_memory_mb(cpu)["peak_rss_mb"]
+    block = mmap.mmap(-1, 256 * 2**20)  # an earlier phase's 256 MB, touched, then given back
+    for i in range(0, len(block), mmap.PAGESIZE):
+        block[i] = 1
+    assert peak_memory_mb(cpu)["peak_rss_mb"] > before + 200
+    block.close()
+    peak_memory_start(cpu)
+    assert peak_memory_mb(cpu)["peak_rss_mb"] < before + 100
+
+
 # ---- attention ---------------------------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ their spread, never a single run. Nothing here draws: results are plain dicts fo
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import platform
@@ -125,15 +126,27 @@ def matmul_peak(device: torch.device, dtype: str, sizes: Sequence[int] = (1024, 
 
 
 def peak_memory_start(device: torch.device) -> None:
+    """Start a new peak: CUDA's peak allocated, or on Linux the process's peak resident set (reset to the
+    current one, so that a phase is not charged with an earlier phase's peak)."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+        return
+    with contextlib.suppress(OSError):  # Linux only; elsewhere the peak is the process's since it started
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")  # resets the peak resident set (VmHWM) to the current one
 
 
 def peak_memory_mb(device: torch.device) -> dict[str, float]:
-    """CUDA: peak allocated since `peak_memory_start`. CPU: the process's peak resident set (it never goes down)."""
+    """CUDA: peak allocated since `peak_memory_start`. CPU: the peak resident set since `peak_memory_start` on
+    Linux, else the process's peak resident set since it started."""
     if device.type == "cuda":
         return {"peak_allocated_mb": torch.cuda.max_memory_allocated(device) / 2**20}
-    return {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            peak_kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"peak_rss_mb": peak_kb / 1024}
 
 
 def memory_budget_bytes(device: torch.device) -> int:
