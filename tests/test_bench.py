@@ -239,6 +239,25 @@ def test_translate_json(recipe: Path) -> None:
     assert against == {("tfm without cache", m, b) for m in ("beam", "greedy") for b in (1, 3)}
 
 
+def test_translate_random_weights_have_the_recipe_s_tokenizer_vocabulary(recipe: Path, tmp_path: Path) -> None:
+    """A recipe with tokenizer.path got a model of tokenizer.vocab_size (its default, 37,000) instead of the
+    tokenizer's vocabulary, which `tfm train` uses: another output projection, silently; a missing file passed."""
+    from tfm_cli.bench.train import recipe_tokenizer
+    from tfm_cli.recipe import load_recipe
+
+    tokenizer = recipe_tokenizer(load_recipe(recipe))
+    tokenizer.save(tmp_path / "tokenizer.json")
+    text = recipe.read_text(encoding="utf-8").replace("  vocab_size: 400\n", f"  path: {tmp_path / 'tokenizer.json'}\n")
+    (tmp_path / "with-path.yaml").write_text(text, encoding="utf-8")
+    args = ["bench", "translate", "--recipe", str(tmp_path / "with-path.yaml"), "--batch-sizes", "1", "--sentences", "1",
+            "--src-len", "3", "--out-len", "3", "--greedy-only", "--cache-only", "--device", "cpu"]
+    result = json.loads(tfm(*args, "--json").stdout)
+    assert result["settings"]["model"]["vocab_size"] == tokenizer.vocab_size
+    (tmp_path / "tokenizer.json").unlink()
+    missing = tfm(*args, check=False)
+    assert missing.returncode == 1 and "tokenizer.json does not exist" in missing.stderr and "Traceback" not in missing.stderr
+
+
 def test_translate_outputs_shorter_than_their_sources(recipe: Path) -> None:
     """--out-len below --src-len (it was refused: the maximum output length is source length + an offset, and
     the offset may be negative inside the benchmark); every output is checked to be exactly --out-len long."""

@@ -308,7 +308,7 @@ def _render_train(result: dict[str, Any]) -> None:
 @app.command("translate")
 def translate(
     model: Path = typer.Option(None, "--model", "-m", parser=given_path, metavar="<path>", help="A trained run or .safetensors file (default: random weights of --recipe's shape).", show_default=False),
-    recipe: Path = typer.Option(None, "--recipe", parser=given_path, metavar="<path>", help="Random weights with this recipe's model shape and vocabulary size.", show_default=False),
+    recipe: Path = typer.Option(None, "--recipe", parser=given_path, metavar="<path>", help="Random weights with this recipe's model shape and vocabulary size (its tokenizer.path's, if it names one).", show_default=False),
     batch_sizes: str = typer.Option("1,8,32", "--batch-sizes", help="Sentences per batch, comma-separated."),
     sentences: int = typer.Option(64, "--sentences", min=1, help="Sources translated per configuration."),
     src_len: int = typer.Option(20, "--src-len", min=1, help="Tokens per source."),
@@ -381,8 +381,14 @@ def _random_model(recipe: Path):
     from tfm_cli.recipe import load_recipe, model_config
 
     r = load_recipe(recipe)
+    vocab, ids = r.tokenizer.vocab_size, (0, 1, 2)
+    if r.tokenizer.path:  # the model `tfm train` builds has that tokenizer's vocabulary, not tokenizer.vocab_size
+        from tfm_cli.tokenizer import Tokenizer
+
+        tokenizer = Tokenizer.load(r.tokenizer.path)
+        vocab, ids = tokenizer.vocab_size, (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
     torch.manual_seed(0)
-    return Transformer(model_config(r, r.tokenizer.vocab_size, 0, 1, 2))
+    return Transformer(model_config(r, vocab, *ids))
 
 
 def _render_translate(result: dict[str, Any]) -> None:
