@@ -4,9 +4,11 @@ The search is written once, against an `Engine` (start a batch, give the next to
 model is one engine, the exported ONNX graphs run by onnxruntime another (tfm_cli/export/onnx.py).
 
 Beam search keeps `beam_size` live hypotheses per sentence, scores finished ones with the GNMT length penalty
-lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al., 2016; the paper uses alpha = 0.6), and stops a sentence as soon as it
-holds `beam_size` finished hypotheses (as fairseq does) or reaches its maximum length, source length + 50 by
-default. Finished sentences leave the batch, so the remaining ones decode faster.
+lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al., 2016; the paper uses alpha = 0.6), keeps the `beam_size` best finished
+ones, and stops a sentence once it holds `beam_size` finished hypotheses and its best live beam, scored at its
+present length, would not rank among them (Hugging Face's default rule), or at its maximum length, source length + 50
+by default. Stopping at the first `beam_size` finished ones (fairseq's rule) let a peaked model's weak beams end
+first and throw its best, still live, hypothesis away. Finished sentences leave the batch, so the rest decode faster.
 
 Pure torch: no tokenizer, no CLI. Token ids in, token ids out.
 """
@@ -311,6 +313,7 @@ def beam_search(
     fin_tokens = torch.zeros(n, k, width, dtype=torch.long, device=device)
     fin_lengths = torch.zeros(n, k, dtype=torch.long, device=device)
     fin_totals = torch.zeros(n, k, device=device)
+    fin_scores = torch.full((n, k), float("-inf"), device=device)  # length-penalised; -inf: an empty slot
     n_finished = torch.zeros(n, dtype=torch.long, device=device)
     beams_to_rows = torch.arange(k, device=device)
     step = 0
@@ -327,21 +330,28 @@ def beam_search(
         top_beam, top_token = (top_index // vocab).clamp_(max=beams - 1), top_index % vocab
         is_eos = top_token == cfg.eos_id
 
-        # Finish hypotheses that end here, counting only EOS among the K best candidates (fairseq's rule), in
-        # candidate order, while the sentence has fewer than K finished.
+        # Hypotheses that end here (EOS among the K best candidates) join the sentence's finished ones, of which
+        # the K best by length-penalised score are kept.
         ends = is_eos[:, :k] & top_scores[:, :k].isfinite()  # (live, K)
-        slot = n_finished[sentence][:, None] + ends.long().cumsum(dim=1) - 1
-        accept = ends & (slot < k)
-        if accept.any():
-            r, j = accept.nonzero(as_tuple=True)
-            i, s = sentence[r], slot[r, j]
-            fin_tokens[i, s, :step] = seqs[r * beams + top_beam[r, j]]
-            fin_lengths[i, s], fin_totals[i, s] = step, top_scores[r, j]
-            n_finished[sentence] += accept.sum(dim=1)
-        done = n_finished[sentence] >= k
+        if ends.any():
+            r = ends.any(dim=1).nonzero().squeeze(1)  # live rows where something ends
+            i = sentence[r]
+            new_scores = (top_scores[r, :k] / length_penalty(step + 1, alpha)).masked_fill(~ends[r], float("-inf"))
+            kept, pick = torch.cat([fin_scores[i], new_scores], dim=1).topk(k, dim=1)  # (rows, K) of 2K
+            new_tokens = torch.zeros(r.numel(), k, width, dtype=torch.long, device=device)
+            new_tokens[:, :, :step] = seqs.view(live, beams, step)[r[:, None], top_beam[r, :k]]
+            fin_tokens[i] = torch.cat([fin_tokens[i], new_tokens], dim=1).gather(1, pick[:, :, None].expand(-1, -1, width))
+            lengths_now = torch.full((r.numel(), k), step, dtype=torch.long, device=device)
+            fin_lengths[i] = torch.cat([fin_lengths[i], lengths_now], dim=1).gather(1, pick)
+            fin_totals[i] = torch.cat([fin_totals[i], top_scores[r, :k]], dim=1).gather(1, pick)
+            fin_scores[i] = kept
+            n_finished[i] = kept.isfinite().sum(dim=1)
 
         # The K best continuations that do not end become the next beams.
         cont_scores, cont_pos = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # (live, K)
+        # Done: K finished, and the best live beam, scored at its present length, would not rank among them.
+        worst_kept = fin_scores[sentence][:, -1]  # -inf until K have finished
+        done = worst_kept >= cont_scores[:, 0] / length_penalty(step + 2, alpha)  # its length, its EOS included
         done |= ~cont_scores[:, 0].isfinite()  # nothing left to extend (e.g. forced EOS at max length)
         rows = (torch.arange(live, device=device)[:, None] * beams + top_beam.gather(1, cont_pos)).view(-1)
         last = top_token.gather(1, cont_pos).view(-1)

@@ -43,7 +43,8 @@ The tokenizer is our tokenizer.json with that one rename, the new <pad> and a po
 drops <unk>, where tfm writes "<unk>" (trained models do not output it: byte fallback makes it absent from the
 training targets). The generation config gives transformers' `generate` our search: start
 from <pad>, stop at </s>, never output <tfm_pad>, <s> or <pad>, EOS forced at the position limit, beam size and
-alpha from the run's recipe. Greedy decoding reproduces tfm's; beam search may differ in a few sentences because
+alpha from the run's recipe, and tfm's stopping rule (`early_stopping=False`: a sentence ends when its best live
+beam, scored at its present length, would not rank among its finished ones). Greedy decoding reproduces tfm's; beam search may differ in a few sentences because
 transformers' length penalty (score / length^alpha) is not GNMT's (score / ((5 + length) / 6)^alpha) and its
 forced EOS at the length limit costs nothing (log-probability 0; tfm counts the model's), and the per-sentence limit "source length + max_len_offset" has no equivalent there (pass max_new_tokens).
 
@@ -328,7 +329,8 @@ def generation_config(config: ModelConfig, beam: int, alpha: float):
         decoder_start_token_id=start, bos_token_id=config.bos_id, eos_token_id=config.eos_id, pad_token_id=start,
         forced_eos_token_id=config.eos_id,  # at max_length the last token is </s>, as tfm forces it
         suppress_tokens=[config.pad_id, config.bos_id, start],  # never outputs, as in tfm's search
-        num_beams=beam, length_penalty=alpha, early_stopping=True, do_sample=False,
+        num_beams=beam, length_penalty=alpha, do_sample=False,
+        early_stopping=False,  # tfm's rule: done when the best live beam would not rank among the finished ones
         max_length=config.max_positions + 1,  # the start token + at most max_positions - 1 tokens + </s>
     )
 
