@@ -203,3 +203,26 @@ def test_a_damaged_checkpoint_in_the_final_average_says_how_to_go_on(copy: Path)
     state_path(weights).unlink()
     train("--resume", str(copy)).check_returncode()  # as the hint says: the final model from the one left
     assert read_metadata(copy / "model.safetensors").get("last") == '"step-00000010.safetensors"'
+
+
+@pytest.mark.parametrize("gone_before", ["read_metadata", "load_file"])
+def test_a_checkpoint_pruned_while_it_is_loaded_gives_the_next_one(copy: Path, gone_before: str, monkeypatch) -> None:
+    """`tfm translate --model RUN` (and export) of a run that is training, before its final model: the newest
+    checkpoint, chosen a moment before, was pruned by the run before it was read, a FileNotFoundError traceback
+    (found with train.save_every=1 train.keep_last=1 and translations in a loop)."""
+    import tfm_cli.checkpoint as checkpoint
+
+    for name in ("model.safetensors", "best.safetensors"):
+        (copy / name).unlink(missing_ok=True)
+    newest = checkpoint_path(copy, 10)
+    real = getattr(checkpoint, gone_before)
+
+    def pruned_first(path, *args, **kwargs):  # the training run prunes (here: a newer one replaces it) meanwhile
+        if Path(path) == newest and newest.exists():
+            shutil.copy(newest, checkpoint_path(copy, 15))
+            newest.unlink()
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, gone_before, pruned_first)
+    loaded = checkpoint.load_model(copy)
+    assert loaded.path == checkpoint_path(copy, 15)

@@ -17,6 +17,7 @@ so an interrupted write never leaves a truncated checkpoint behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -208,7 +209,10 @@ def resolve_weights(spec: str | Path | None, runs_root: str | Path = "runs") -> 
 def weights_mtime(run_dir: Path) -> float | None:
     """Modification time of the newest weights file in a run directory, or None if it has none."""
     files = [run_dir / FINAL, run_dir / BEST, *(p for _, p in checkpoint_steps(run_dir))]
-    times = [p.stat().st_mtime for p in files if p.is_file()]
+    times = []
+    for path in files:
+        with contextlib.suppress(OSError):  # not there, or pruned by a run training right now
+            times.append(path.stat().st_mtime)
     return max(times) if times else None
 
 
@@ -224,7 +228,22 @@ def load_model(spec: str | Path | None, device: str | torch.device = "cpu", runs
     Raises:
         CheckpointError: missing files, a corrupt checkpoint, or a tokenizer other than the one trained with.
     """
-    path = resolve_weights(spec, runs_root)
+    for _ in range(4):
+        path = resolve_weights(spec, runs_root)
+        try:
+            return _load_model(path, device)
+        except (CheckpointError, OSError, RuntimeError):
+            # a run that is training prunes its oldest checkpoints: the newest one, chosen a moment ago, may be
+            # gone before it is read (safetensors said so in a FileNotFoundError or RuntimeError): choose again
+            if path.exists():
+                raise
+    raise CheckpointError(
+        f"the checkpoints of {run_dir_of(path)} were deleted as fast as they were read (a run training with a small train.keep_last?)",
+        hint="translate once it has written its final model, or copy a checkpoint out of the run first",
+    )
+
+
+def _load_model(path: Path, device: str | torch.device) -> LoadedModel:
     metadata = read_metadata(path)
     run_dir = run_dir_of(path)
     tok_path = run_dir / "tokenizer.json"

@@ -35,7 +35,10 @@ def default_out(model: str | Path | None, fmt: str, runs_root: str | Path = "run
     """exports/<run name>-<format>: beside the runs, never inside one."""
     from tfm_cli.checkpoint import resolve_weights, run_dir_of
 
-    run = run_dir_of(resolve_weights(model, runs_root))
+    return _out_for(run_dir_of(resolve_weights(model, runs_root)), fmt)
+
+
+def _out_for(run: Path, fmt: str) -> Path:
     return Path("exports") / f"{run.name}-{fmt}"
 
 
@@ -92,7 +95,7 @@ def run_export(
     from tfm_cli.export.common import probe_sources
 
     loaded = load_model(model, "cpu", runs_root)
-    out = Path(out) if out is not None else default_out(loaded.path, fmt)
+    out = Path(out) if out is not None else _out_for(loaded.run_dir, fmt)  # not resolved again: a run training now may have pruned it
     module_name, func_name = FORMATS[fmt].split(":")
     exporter = getattr(importlib.import_module(module_name), func_name)
     sources = probe_sources(loaded.run_dir, verify_lines, loaded.tokenizer)
