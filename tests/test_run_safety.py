@@ -226,3 +226,21 @@ def test_a_checkpoint_pruned_while_it_is_loaded_gives_the_next_one(copy: Path, g
     monkeypatch.setattr(checkpoint, gone_before, pruned_first)
     loaded = checkpoint.load_model(copy)
     assert loaded.path == checkpoint_path(copy, 15)
+
+
+def test_a_final_model_older_than_the_runs_newest_checkpoint_is_said(copy: Path, tmp_path: Path) -> None:
+    """A finished run resumed with a higher train.max_steps and stopped keeps the final model of the earlier
+    session: `tfm translate --model RUN` translated with it, saying nothing of the newer checkpoints."""
+    import warnings
+
+    from tfm_cli.checkpoint import load_model
+
+    shutil.copy(checkpoint_path(copy, 10), checkpoint_path(copy, 15))  # as the stopped resume left it
+    with pytest.warns(UserWarning, match=r"model.safetensors is the final model of step 10, but .* trained on to step 15"):
+        assert load_model(copy).step == 10  # still the run's final model, as documented
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_model(copy / "model.safetensors")  # asked for by name: nothing to say
+    proc = tfm("translate", "--model", str(copy), "Bonjour .", "--device", "cpu")
+    warning = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "tfm train --resume" in warning[0] and "step-00000015.safetensors" in warning[0], proc.stderr

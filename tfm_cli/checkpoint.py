@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,7 +232,10 @@ def load_model(spec: str | Path | None, device: str | torch.device = "cpu", runs
     for _ in range(4):
         path = resolve_weights(spec, runs_root)
         try:
-            return _load_model(path, device)
+            loaded = _load_model(path, device)
+            if path.name == FINAL and (spec is None or Path(spec).is_dir()):
+                _warn_if_trained_on(loaded)
+            return loaded
         except (CheckpointError, OSError, RuntimeError):
             # a run that is training prunes its oldest checkpoints: the newest one, chosen a moment ago, may be
             # gone before it is read (safetensors said so in a FileNotFoundError or RuntimeError): choose again
@@ -241,6 +245,20 @@ def load_model(spec: str | Path | None, device: str | torch.device = "cpu", runs
         f"the checkpoints of {run_dir_of(path)} were deleted as fast as they were read (a run training with a small train.keep_last?)",
         hint="translate once it has written its final model, or copy a checkpoint out of the run first",
     )
+
+
+def _warn_if_trained_on(loaded: LoadedModel) -> None:
+    """A resume that trained on past the final model and was stopped leaves the final model of an earlier session:
+    a run directory still means that one (its final model), but not silently."""
+    steps = checkpoint_steps(loaded.run_dir)
+    if steps and steps[-1][0] > loaded.step:
+        newest, run = steps[-1], shell_word(loaded.run_dir)
+        warnings.warn(
+            f"{loaded.path} is the final model of step {loaded.step}, but {loaded.run_dir} has trained on to step "
+            f"{newest[0]} since (a resume, stopped or still training): using the step-{loaded.step} model; `tfm train --resume "
+            f"{run}` finishes the run, or give {shell_word(newest[1])} to use the newest checkpoint",
+            stacklevel=3,
+        )
 
 
 def _load_model(path: Path, device: str | torch.device) -> LoadedModel:

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import typer
 
-from tfm_cli.cli.common import given_path, info, interrupted_status, print_json, print_table, stop_signals
+from tfm_cli.cli.common import (
+    given_path,
+    info,
+    interrupted_status,
+    print_json,
+    print_table,
+    route_warnings,
+    stop_signals,
+)
 
 FORMATS = ("release", "onnx", "huggingface")  # as tfm_cli.export.FORMATS, without importing torch
 DTYPES = ("fp32", "fp16", "bf16")
@@ -58,7 +66,8 @@ def export(
     received: list[int] = []
     try:
         with stop_signals() as received:  # SIGTERM (kill, a scheduler) and SIGHUP clean up as Ctrl-C does
-            result = run_export(fmt, model, out, force=force, verify_lines=verify_lines, **options)
+            with route_warnings():  # a final model older than the run's newest checkpoint is said
+                result = run_export(fmt, model, out, force=force, verify_lines=verify_lines, **options)
     except ExportCheckError as error:
         _show(error.result, json_out)
         raise

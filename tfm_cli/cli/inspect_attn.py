@@ -28,6 +28,7 @@ from tfm_cli.cli.common import (
     out,
     print_json,
     print_table,
+    route_warnings,
     stdin_lines,
     warn,
 )
@@ -98,7 +99,8 @@ def inspect_attn(
             check_output_file(path, option, example="attention" + (".html" if option == "--html" else ".png"))
     if html is not None and image is not None and html.resolve() == image.resolve():  # one would replace the other
         raise typer.BadParameter(f"--html and --image are the same file, {html}: give each its own", param_hint="--image")
-    translator = Translator.load(model, device=device, precision="fp32")
+    with route_warnings():  # a final model older than the run's newest checkpoint is said
+        translator = Translator.load(model, device=device, precision="fp32")
     if model is None:
         info(f"using {translator.path} (the most recent run; choose another with --model)")
     for path, option in ((html, "--html"), (image, "--image")):

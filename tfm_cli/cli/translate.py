@@ -108,7 +108,8 @@ def translate(
 
     from tfm_cli.translator import Translator
 
-    translator = Translator.load(model, engine=engine, device=device, precision=precision)
+    with route_warnings():  # a final model older than the run's newest checkpoint is said
+        translator = Translator.load(model, engine=engine, device=device, precision=precision)
     if model is None:
         info(f"using {translator.path} (the most recent run; choose another with --model)")
     if output is not None:  # again, now that the model's own files are known: they are inputs too
