@@ -244,3 +244,24 @@ def test_a_final_model_older_than_the_runs_newest_checkpoint_is_said(copy: Path,
     proc = tfm("translate", "--model", str(copy), "Bonjour .", "--device", "cpu")
     warning = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
     assert len(warning) == 1 and "tfm train --resume" in warning[0] and "step-00000015.safetensors" in warning[0], proc.stderr
+
+
+def test_tokenize_out_refuses_the_tokenizer_of_a_run_that_is_training(root: Path, tmp_path: Path) -> None:
+    """`tfm tokenize --out RUN/tokenizer.json` while `tfm train` read its corpus (before its recipe.yaml and
+    config.json): the run finished on the old tokenizer, and its model then failed every translate ("does not
+    match") and resume."""
+    from tfm_cli.files import DirectoryLock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    given = ("tokenize", "--corpus", str(root / "train.tsv"), "--out", str(run / "tokenizer.json"))
+    tfm(*given, "--vocab-size", "300")
+    before = (run / "tokenizer.json").read_bytes()
+    lock = DirectoryLock(run)  # as `tfm train` holds it from its first moment
+    assert lock.acquire()
+    proc = tfm(*given, "--vocab-size", "320", check=False)
+    error_line(proc, f"{run} is being trained by another process right now", "would break its model")
+    assert (run / "tokenizer.json").read_bytes() == before
+    lock.release()
+    tfm(*given, "--vocab-size", "320")  # once it is not: replaced, as before
+    assert (run / "tokenizer.json").read_bytes() != before

@@ -117,10 +117,18 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     settings.update({k: v for k, v in (("vocab_size", vocab_size), ("min_frequency", min_frequency)) if v is not None})
     from tfm_cli.checkpoint import checkpoint_steps
     from tfm_cli.data import read_pairs
+    from tfm_cli.files import DirectoryLock
     from tfm_cli.tokenizer import tokenizer_stats, train_tokenizer
 
     target = out if out is not None else default_out
     run_dir = target.parent
+    if run_dir.is_dir() and not DirectoryLock(run_dir).acquire():  # kept to the end: a start meanwhile is refused
+        # `tfm train` holds it from its first moment, before its recipe.yaml and config.json are written: the
+        # tokenizer it has loaded would no longer be the run's tokenizer.json, and its model could not be used
+        raise TfmError(
+            f"{run_dir} is being trained by another process right now: replacing {target.name} would break its model",
+            hint="choose another --out",
+        )
     if checkpoint_steps(run_dir) or (run_dir / "model.safetensors").is_file():
         raise TfmError(
             f"{run_dir} already holds a trained model: replacing {target.name} would break it",
