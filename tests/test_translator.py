@@ -223,16 +223,22 @@ def test_stream_rejects_a_string_and_lines_that_are_not_text(translator: Transla
             list(translator.translate_stream(["Bonjour."], chunk_lines=chunk))
 
 
+def _other_model(model: Transformer, seed: int) -> Transformer:
+    """A model of `model`'s shape with other (random) weights, which translates differently."""
+    other = Transformer(model.config).eval()
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.normal_(0, 0.5)
+    return other
+
+
 @pytest.mark.parametrize("greedy", [True, False])
 def test_weights_changed_in_place_are_the_ones_translated_with(parts, greedy: bool) -> None:
     """The CPU engine decodes with packed copies of the weights (and a transposed output projection): after
     `t.model.load_state_dict(other)` it went on translating with the old weights, silently."""
     model, tok = parts
-    other = Transformer(model.config).eval()
-    torch.manual_seed(5)
-    with torch.no_grad():
-        for p in other.parameters():
-            p.normal_(0, 0.5)
+    other = _other_model(model, seed=5)
     settings = DecodeSettings(max_len_offset=6, greedy=greedy)
     t = Translator(copy.deepcopy(model), tok, settings, precision="fp32")
     before = t.translate(SOURCES)
@@ -248,11 +254,7 @@ def test_weights_replaced_by_other_tensors_are_the_ones_translated_with(parts, h
     """`load_state_dict(..., assign=True)` (and `p.data = x`) put other tensors behind the model's parameters: the
     engine's packed copies kept the old weights, and the translator went on translating with them, silently."""
     model, tok = parts
-    other = Transformer(model.config).eval()
-    torch.manual_seed(6)
-    with torch.no_grad():
-        for p in other.parameters():
-            p.normal_(0, 0.5)
+    other = _other_model(model, seed=6)
     settings = DecodeSettings(max_len_offset=6)
     t = Translator(copy.deepcopy(model), tok, settings, precision="fp32")
     before = t.translate(SOURCES)
