@@ -833,6 +833,11 @@ def test_dry_run_makes_the_checks_of_a_real_start(root: Path, tmp_path: Path) ->
     dry = ("train", str(root / "recipe.yaml"), "--dry-run")
     error_line(tfm(*dry, "--out", str(blocker), check=False), str(blocker), "not a directory")
     error_line(tfm(*dry, "--out", str(blocker / "run"), check=False), "cannot create the run directory")
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "gone")  # it said "File exists" of a path that does not exist
+    for extra in ((), ("--dry-run",)):
+        error_line(tfm(*dry[:2], *extra, "--out", str(dangling), check=False), "dangling", "broken symbolic link")
+    assert not (tmp_path / "gone").exists()
     error_line(tfm(*dry, "--device", "tpu", check=False), "tpu")
     error_line(tfm(*dry, "data.max_len=1", check=False), "data.max_len", "at least 2")
     dev = write(tmp_path / "dev.tsv", _head(5) + "no tab here\n")

@@ -145,6 +145,9 @@ def _check_place(run_dir: Path, resume: bool = False) -> None:
     must be able to write into the run's own directory."""
     if run_dir.exists() and not run_dir.is_dir():
         raise TfmError(f"{run_dir} exists and is not a directory: it cannot hold the run", hint="choose another --out")
+    if run_dir.is_symlink() and not run_dir.exists():
+        raise TfmError(f"{run_dir} is a broken symbolic link (to {os.readlink(run_dir)})",
+                       hint="remove it, or create what it points to, or choose another --out")
     try:  # tensorboard (and what reads metrics.jsonl) take the path as UTF-8: it failed there with a traceback
         str(run_dir).encode("utf-8")
     except UnicodeEncodeError:

@@ -717,12 +717,16 @@ def _sigint_ignored() -> Iterator[None]:
 
 def _make_run_dir(run_dir: Path) -> bool:
     """Create the run directory; whether this start created it (then an early failure removes it again)."""
-    created = not run_dir.exists()
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir(parents=True)  # not exist_ok: of two starts at once only the one that made it removes it
+        return True
+    except FileExistsError:
+        if run_dir.is_dir():
+            return False
+        what = "a broken symbolic link" if run_dir.is_symlink() else "a file, not a directory"
+        raise TfmError(f"the run directory {run_dir} is {what}", hint="remove it or choose another --out") from None
     except OSError as err:
         raise TfmError(f"cannot create the run directory {run_dir}: {err.strerror}", hint="choose another --out") from None
-    return created
 
 
 def check_resume(recipe: Recipe, run_dir: Path, device: torch.device | None = None) -> int:
