@@ -389,12 +389,13 @@ def test_gate_refuses_baselines_it_cannot_compare(tmp_path: Path) -> None:
         ([{"id": "x", "sentences_per_s": "fast"}], "sentences_per_s='fast': a figure is a positive number"),
         ([{"id": "x", "sentences_per_s": 0}], "sentences_per_s=0"),
         ([{"id": "x", "latency_p50_ms": float("nan")}], "latency_p50_ms=nan"),
+        ([{"id": "x", "sentences_per_s": 9}, {"id": "x", "sentences_per_s": 1}], "record 2 repeats the id x of record 1"),
     ):
         path = tmp_path / "baseline.json"
         path.write_text(json.dumps({**base, "records": records}))
         with pytest.raises(TfmError, match=re.escape(expected)) as caught:
             load_baseline(path)
-        assert str(caught.value).startswith(f"baseline {path}: record 1 ")
+        assert str(caught.value).startswith(f"baseline {path}: record {1 + (len(records) > 1)} ")
     for key, value in (("environment", None), ("settings", ["x"]), ("environment", "cpu")):  # the gate read them
         path = tmp_path / "parts.json"  # after the whole benchmark: an AttributeError traceback, or no workload check
         path.write_text(json.dumps({**base, key: value}))
@@ -418,6 +419,22 @@ def test_gate_refuses_baselines_it_cannot_compare(tmp_path: Path) -> None:
     assert nothing.returncode == 1 and "gate: no figure of" in nothing.stderr and "Traceback" not in nothing.stderr
     other = tfm(*args, "--lengths", "16", "--d-k", "16", "--baseline", str(tmp_path / "l16.json"), check=False)
     assert other.returncode == 1 and "another workload (d_k 8 -> 16)" in other.stderr
+    failed = copy.deepcopy(measured)  # the same id on both sides, but out of memory in the baseline: it said
+    failed["records"][0] = {"id": failed["records"][0]["id"], "status": "out of memory"}  # "none in common"
+    (tmp_path / "oom.json").write_text(json.dumps(failed))
+    oom = tfm(*args, "--lengths", "16", "--baseline", str(tmp_path / "oom.json"), check=False)
+    assert oom.returncode == 1 and "none in common" not in oom.stderr
+    assert "the 1 record(s) measured on both sides have no figure in the baseline" in oom.stderr
+
+
+def test_padding_mask_pads_a_batch_of_one() -> None:
+    """--mask padding --batch 1 measured no padding at all: only every other sentence from the second was padded."""
+    from tfm_cli.bench.attention import make_mask
+
+    for batch in (1, 2, 3):
+        mask = make_mask("padding", batch, 16, torch.device("cpu"))
+        padded = [(~mask[i]).sum().item() for i in range(batch)]
+        assert padded == [4 if i % 2 == 0 else 0 for i in range(batch)]
 
 
 # ---- peers -------------------------------------------------------------------------------------------------

@@ -74,13 +74,14 @@ def _attention_fn(impl: str) -> Callable[..., torch.Tensor]:
 def make_mask(kind: str, batch: int, length: int, device: torch.device) -> torch.Tensor | None:
     """Boolean, True = may attend, shaped as tfm's model passes it.
 
-    padding: (B, 1, 1, L), every other sentence has its last quarter padded; causal: (1, 1, L, L).
+    padding: (B, 1, 1, L), every other sentence, the first one included (a batch of one pads too), has its last
+    quarter padded; causal: (1, 1, L, L).
     """
     if kind == "none":
         return None
     if kind == "padding":
         mask = torch.ones(batch, 1, 1, length, dtype=torch.bool, device=device)
-        mask[1::2, ..., length - length // 4 :] = False
+        mask[::2, ..., length - length // 4 :] = False
         return mask
     if kind == "causal":
         return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]

@@ -71,10 +71,14 @@ def load_baseline(path: Path) -> dict[str, Any]:
                 f"baseline {path}: its \"{key}\" is {json.dumps(data[key])[:40]}, not an object",
                 hint="write the baseline again with `tfm bench ... --json > FILE`",
             )
+    seen: dict[str, int] = {}
     for i, record in enumerate(data["records"], start=1):  # checked before anything is measured
         problem = _record_problem(record, data["kind"])
+        if problem is None and record["id"] in seen:  # one of the two would be compared, the other never
+            problem = f"repeats the id {record['id']} of record {seen[record['id']]}"
         if problem:
             raise TfmError(f"baseline {path}: record {i} {problem}", hint="write the baseline again with `tfm bench ... --json > FILE`")
+        seen[record["id"]] = i
     return data
 
 
@@ -99,7 +103,8 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float)
     """Regressions of `current` against `baseline` beyond `tolerance` (a share: 0.1 = 10%).
 
     Returns {"tolerance", "compared", "regressions": [{id, figure, baseline, current, change}], "only_in_baseline",
-    "only_in_current", "environment_differs": [keys]}; `change` is the relative change (+ = larger).
+    "only_in_current", "not_ok_in_baseline" (ids on both sides whose baseline record failed), "environment_differs":
+    [keys]}; `change` is the relative change (+ = larger).
     """
     kind = current["kind"]
     if baseline["kind"] != kind:
@@ -147,5 +152,6 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float)
         "regressions": regressions,
         "only_in_baseline": sorted(set(old) - set(new)),
         "only_in_current": sorted(set(new) - set(old)),
+        "not_ok_in_baseline": sorted(rid for rid, r in old.items() if rid in new and r.get("status", "ok") != "ok"),
         "environment_differs": [k for k in _ENVIRONMENT_KEYS if env_old.get(k) != env_new.get(k)],
     }

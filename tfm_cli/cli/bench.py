@@ -127,6 +127,13 @@ def _finish(result: dict[str, Any], json_out: bool, baseline: Path | None, gate_
                 )
         raise typer.Exit(1)
     if not gate["compared"]:  # a gate that compared nothing must not pass
+        if gate["not_ok_in_baseline"]:  # measured on both sides, but the baseline's failed (out of memory, ...)
+            raise TfmError(
+                f"gate: no figure of {baseline} compares with these: the {len(gate['not_ok_in_baseline'])} record(s) "
+                f"measured on both sides have no figure in the baseline (e.g. {gate['not_ok_in_baseline'][0]} is "
+                f"not ok there)",
+                hint="write a new baseline where these run, or measure what the baseline measured successfully",
+            )
         raise TfmError(
             f"gate: no figure of {baseline} was measured now ({len(gate['only_in_baseline'])} in the baseline, "
             f"{len(gate['only_in_current'])} now, none in common)",
