@@ -529,6 +529,16 @@ def test_sentence_argument_that_is_not_utf8(run: Path) -> None:
     assert proc.stdout == ""
 
 
+def test_encode_text_that_is_not_utf8(run: Path) -> None:
+    """`tfm tokenize --encode` with the byte 0xe9 on the command line was a TypeError traceback from tokenizers
+    ('TextInputSequence must be str'); it is one line naming which --encode text, as `translate` says of its TEXT."""
+    base = ("tokenize", "--tokenizer", str(run / "tokenizer.json"))
+    error_line(tfm(*base, "--encode", "caf\udce9", check=False), "the --encode text is not valid UTF-8")
+    proc = tfm(*base, "--encode", "café", "--encode", "caf\udce9", "--json", check=False)
+    error_line(proc, "--encode text 2 is not valid UTF-8")
+    assert proc.stdout == ""
+
+
 def test_empty_stdin_gives_no_output_and_exit_0(run: Path) -> None:
     """Like `cat`: nothing in, nothing out, success, and nothing said."""
     proc = translate(run, stdin=b"")

@@ -11,6 +11,7 @@ import typer
 from tfm_cli.cli.common import (
     JSON_HELP,
     check_output_file,
+    check_utf8,
     file_path,
     given_path,
     info,
@@ -45,6 +46,8 @@ def tokenize(
     if encode:
         if recipe or corpus or out is not None:
             raise typer.BadParameter("--encode shows an existing tokenizer; drop RECIPE, --corpus and --out", param_hint="--encode")
+        for number, text in enumerate(encode, start=1):  # before the tokenizer loads: it takes no undecodable bytes
+            check_utf8(text, f"--encode text {number}" if len(encode) > 1 else "the --encode text")
         _encode(_find_tokenizer(tokenizer), encode, json_out)
         return
     if tokenizer is not None:
