@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from clitools import tfm
+from clitools import TFM, tfm, tfm_env
 from safetensors.torch import load_file, save_file
 
 from tfm_cli.checkpoint import FINAL, checkpoint_path, load_model, read_metadata, save_weights, weights_state
@@ -521,6 +521,23 @@ def test_blank_lines_at_the_end_count_alike_on_stdin_and_in_the_reference(run: P
     assert json.loads(proc.stdout)["sentences"] == 3
     proc = translate(run, "--reference", str(ref), stdin="une maison\nle chat\n\n")
     error_line(proc, "ref.en has 3 lines but the input has 2 (blank lines at the end of either are not counted)")
+
+
+def test_references_that_are_the_standard_input_of_the_sources_are_refused(run: Path, tmp_path: Path) -> None:
+    """`tfm translate --reference /dev/stdin < src.fr` opened src.fr a second time: the French sources were scored
+    as their own references, a BLEU with no error. A pipe's /dev/stdin, `-` and the file behind `<` are refused."""
+    src = write(tmp_path / "src.fr", "Bonjour.\nMerci.\n")
+    for reference in ("/dev/stdin", "-", str(src)):
+        with open(src, "rb") as stdin:
+            proc = subprocess.run(
+                [str(TFM), "translate", "--model", str(run), "--device", "cpu", "--reference", reference],
+                stdin=stdin, capture_output=True, text=True, env=tfm_env(),
+            )
+        error_line(proc, f"--reference {reference} is the standard input the sentences to translate are read from")
+        assert proc.stdout == ""
+    error_line(translate(run, "--reference", "/dev/stdin", stdin="Bonjour.\nMerci.\n"), "is the standard input")
+    ref = write(tmp_path / "ref.en", "Hello.\nThanks.\n")
+    assert json.loads(translate(run, "--reference", str(ref), "--json", stdin=src.read_bytes()).stdout)["sentences"] == 2
 
 
 def test_sentence_argument_that_is_not_utf8(run: Path) -> None:

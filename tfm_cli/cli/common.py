@@ -272,6 +272,18 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def reads_from_stdin(path: Path) -> bool:
+    """True when reading `path` would read standard input: `-`, or the file, pipe or terminal behind it
+    (`/dev/stdin`, `/dev/fd/0`, `/proc/self/fd/0`), by device and inode."""
+    if str(path) == "-":
+        return True
+    try:
+        stdin, target = os.fstat(0), os.stat(path)
+    except OSError:  # stdin closed, or path not there
+        return False
+    return (stdin.st_dev, stdin.st_ino) == (target.st_dev, target.st_ino)
+
+
 def _is_stdin(path: Path) -> bool:
     """True when standard input is a regular file and `path` is that file (by device and inode)."""
     try:

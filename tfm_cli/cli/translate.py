@@ -23,6 +23,7 @@ from tfm_cli.cli.common import (
     print_json,
     print_table,
     progress_bar,
+    reads_from_stdin,
     route_warnings,
     stdin_lines,
     write_output,
@@ -95,6 +96,12 @@ def translate(
     reads_stdin = text is None and not score
     if reads_stdin and sys.stdin is None:  # started with stdin closed (<&-)
         raise TfmError("standard input is closed: there is nothing to translate", hint="give a sentence, or pipe lines into stdin")
+    if reference is not None and reads_stdin and reads_from_stdin(reference):
+        # /dev/stdin of a `< src` file opens that file again: the sources were scored against themselves
+        raise TfmError(
+            f"--reference {reference} is the standard input the sentences to translate are read from",
+            hint="give the references a file of their own, e.g. tfm translate --reference ref.en < src.fr",
+        )
     if output is not None:  # before the model loads and the sentences are translated
         check_output_file(output, "--output", inputs=[*(score or []), *([reference] if reference else [])], reads_stdin=reads_stdin)
 
