@@ -221,11 +221,11 @@ _tfm_translate() {
         '--engine[auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime.]:engine:(auto onnxruntime torch)' \
         '--greedy[Greedy decoding instead of beam search.]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
-        '--json[One JSON object per input line\: source, translation, score, tokens.]' \
+        '--json[One JSON object per input line\: source, translation, score, tokens, truncated (and nbest with --n...]' \
         '--max-len[Output may be at most input length + this many tokens (default\: the run'\''s recipe, 50).]:max len: ' \
         '--min-len[No end of sentence before this many output tokens (default\: the run'\''s recipe, 0).]:min len: ' \
         '(--model -m)'{--model,-m}'[Run directory, .safetensors checkpoint, release or ONNX export directory (default\: the most recen...]:model:_files' \
-        '(--n-best -n)'{--n-best,-n}'[Print the K best translations of each input, with scores.]:n best: ' \
+        '(--n-best -n)'{--n-best,-n}'[Print the K best translations of each input, best first, one a line\: input line number TAB score...]:n best: ' \
         '--output[When scoring, also write the translations to this file.]:output:_files' \
         '--precision[auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, fp16 (CUDA only), or int...]:precision:(auto bf16 fp16 fp32 int8)' \
         '(--reference -r)'{--reference,-r}'[Reference translations, one per input line\: print BLEU and chrF instead of translations.]:reference:_files' \

@@ -461,6 +461,23 @@ def test_progress_on_a_terminal_never_takes_stdout(random_run: Path, tmp_path: P
     assert first not in terminal or not first.strip()  # none leaked onto the terminal
 
 
+def test_n_best_output_is_as_the_help_and_readme_say(random_run: Path) -> None:
+    """`--n-best K` printed `LINE TAB SCORE TAB TRANSLATION` lines and `--json` an `nbest` list, and neither the
+    help nor the README said so (the help of --json left out `truncated` and `nbest`)."""
+    help_text = " ".join(tfm("translate", "--help").stdout.split())
+    assert "input line number TAB score TAB translation" in help_text and "truncated (and nbest" in help_text
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "best first: LINE<TAB>SCORE<TAB>TRANSLATION" in readme
+    args = ["translate", "--model", str(random_run), "--device", "cpu", "--n-best", "2", "--beam", "2"]
+    lines = tfm(*args, stdin="Bonjour.\n\nMerci.\n").stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == ["1", "1", "2", "2", "3", "3"]
+    for first, second in zip(lines[::2], lines[1::2], strict=True):
+        assert len(first.split("\t")) == 3 and float(first.split("\t")[1]) >= float(second.split("\t")[1])
+    records = [json.loads(line) for line in tfm(*args, "--json", stdin="Bonjour.\n\nMerci.\n").stdout.splitlines()]
+    assert [set(r) for r in records] == [{"source", "translation", "score", "tokens", "truncated", "nbest"}] * 3
+    assert all(len(r["nbest"]) == 2 and set(r["nbest"][0]) == {"translation", "score", "tokens"} for r in records)
+
+
 def test_plain_table_when_piped_or_no_color(random_run: Path) -> None:
     args = ["tokenize", "--tokenizer", str(random_run / "tokenizer.json"), "--encode", "Je suis étudiant."]
     piped = tfm(*args, NO_COLOR=None)  # stdout is a pipe, NO_COLOR unset
