@@ -540,6 +540,17 @@ def test_references_that_are_the_standard_input_of_the_sources_are_refused(run: 
     assert json.loads(translate(run, "--reference", str(ref), "--json", stdin=src.read_bytes()).stdout)["sentences"] == 2
 
 
+def test_json_lines_stay_one_line_to_every_line_splitter(run: Path) -> None:
+    """A source line holding U+2028, U+2029 or U+0085 (valid in a JSON string, so json.dumps left them raw) split
+    its `--json` line in two for str.splitlines, JavaScript's readers and editors: 3 inputs read as 6 lines."""
+    sources = ["Bonjour\u2028le monde", "Merci\x85bien", "Salut\u2029ami"]
+    for args in (["--greedy", "--json"], ["--n-best", "2", "--json"]):
+        out = translate(run, *args, stdin="".join(f"{s}\n" for s in sources)).stdout
+        assert [json.loads(line)["source"] for line in out.splitlines()] == sources
+    proc = tfm("tokenize", "--tokenizer", str(run / "tokenizer.json"), "--encode", sources[0], "--json")
+    assert [json.loads(line)["text"] for line in proc.stdout.splitlines()] == [sources[0]]
+
+
 def test_sentence_argument_that_is_not_utf8(run: Path) -> None:
     proc = translate(run, "caf\udce9")  # the byte 0xe9 on the command line (Python's surrogate escape); was a traceback
     error_line(proc, "the sentence to translate is not valid UTF-8")

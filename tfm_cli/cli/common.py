@@ -89,14 +89,19 @@ def _cell(value: Any, human: bool) -> str:
     return str(value)
 
 
+# Line breaks to Unicode (and Python's str.splitlines) that JSON leaves unescaped: inside a string (a source line
+# holding U+2028) they split one JSON line in two for a reader that splits on them. Escaped, the text is the same.
+_UNICODE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def print_json(data: Any) -> None:
-    """One JSON document on stdout (UTF-8 kept readable). NaN and infinities, which JSON has no words for
-    (Python would write the invalid `NaN`), are written as null."""
+    """One JSON document on stdout, on one line (UTF-8 kept readable; U+0085, U+2028 and U+2029 escaped). NaN and
+    infinities, which JSON has no words for (Python would write the invalid `NaN`), are written as null."""
     try:
         text = json.dumps(data, ensure_ascii=False, allow_nan=False)
     except ValueError:
         text = json.dumps(_finite(data), ensure_ascii=False, allow_nan=False)
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(text.translate(_UNICODE_BREAKS) + "\n")
     sys.stdout.flush()
 
 
