@@ -1066,6 +1066,17 @@ def test_a_run_that_cannot_resume_points_to_a_command_that_works(trained: Path, 
     assert snapshot(run) == before
 
 
+def test_tokenize_override_without_a_recipe_is_a_usage_error(root: Path, tmp_path: Path) -> None:
+    """`tfm tokenize --corpus c.tsv tokenizer.vocab_size=500` took the override for a recipe file and said only
+    "tokenizer.vocab_size=500: no such file"; it now says what the word is and what to use instead."""
+    out = tmp_path / "tok.json"
+    proc = tfm("tokenize", "--corpus", str(root / "train.tsv"), "tokenizer.vocab_size=500", "--out", str(out), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    said = " ".join(line.strip("│ ") for line in proc.stderr.splitlines())
+    assert "tokenizer.vocab_size=500 is an override, not a recipe file" in said and "--vocab-size" in said, said
+    assert not out.exists()
+
+
 def test_tokenize_encode_without_tokenizer_finds_the_one_tokenize_wrote(root: Path, tmp_path: Path) -> None:
     """`tfm tokenize RECIPE` then `tfm tokenize --encode TEXT`, the README's order: the second looked only for runs
     with trained weights, so it failed with 'no trained model found' and a hint naming --model, an option

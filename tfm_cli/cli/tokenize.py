@@ -101,6 +101,12 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     spec: Any = None
     option = None  # the command-line option the corpus came from (None: the recipe's data.train)
     default_out = Path("tokenizer.json")
+    if recipe is not None and "=" in recipe and not Path(recipe).exists():  # `--corpus c.tsv tokenizer.vocab_size=500`
+        raise typer.BadParameter(
+            f"{recipe} is an override, not a recipe file: overrides follow a RECIPE (tfm tokenize RECIPE {recipe}); "
+            "without one, use --vocab-size and --min-frequency",
+            param_hint="RECIPE",
+        )
     if recipe is not None:
         from tfm_cli.recipe import load_recipe
 
