@@ -534,6 +534,11 @@ def test_the_constructor_names_arguments_of_the_wrong_kind(parts, tmp_path: Path
     for given in (str(run), run):
         with pytest.raises(TypeError, match=re.escape(f"to load {str(run)!r} use Translator.load({str(run)!r})")):
             Translator(given, tok)
+        # the README's own example, a path alone, failed on Python's "missing 1 required positional argument"
+        with pytest.raises(TypeError, match=re.escape(f"to load {str(run)!r} use Translator.load({str(run)!r})")):
+            Translator(given)
+    with pytest.raises(TypeError, match=r"takes a Tokenizer \(Tokenizer.load\(path\)\), not NoneType"):
+        Translator(model)
     with pytest.raises(TypeError, match="takes a Transformer or a decoding engine as its model, not OrderedDict"):
         Translator(model.state_dict(), tok)
     with pytest.raises(TypeError, match=r"takes a Tokenizer \(Tokenizer.load\(path\)\), not PosixPath"):

@@ -238,7 +238,7 @@ class Translator:
     def __init__(
         self,
         model: Transformer | Engine,
-        tokenizer: Tokenizer,
+        tokenizer: Tokenizer | None = None,  # required; a default only so that Translator("runs/tiny") reaches the check below
         settings: DecodeSettings | None = None,
         precision: str = "fp32",
         path: Path | None = None,
