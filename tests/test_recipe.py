@@ -66,8 +66,12 @@ def test_base_recipe_is_the_paper_base_model():
     assert (r.decode.beam, r.decode.alpha, r.decode.max_len_offset) == (4, 0.6, 50)
     assert r.tokenizer.vocab_size == 37000 and r.tokenizer.path is None
     assert "Vaswani" in r.description and "base" in r.description
-    # The dataclass defaults are the paper's base too: base.yaml writes them out.
+    # The dataclass defaults are the paper's base too: base.yaml writes them out, every key (the README says its
+    # comments explain every key; decode.min_len was missing).
     assert dataclasses.replace(r, name="", description="") == Recipe()
+    written = yaml.safe_load((RECIPES / "base.yaml").read_text(encoding="utf-8"))
+    flat = [f"{section}.{key}" for section, values in written.items() if isinstance(values, dict) for key in values]
+    assert sorted(flat + [k for k in written if not isinstance(written[k], dict)]) == sorted(recipe_keys())
 
 
 def test_big_recipe_is_the_paper_big_model():
