@@ -36,3 +36,14 @@ def test_readme_recipes_exist():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     for name in re.findall(r"`(recipes/[a-z_]+\.yaml)`", text):
         assert (ROOT / name).is_file(), name
+
+
+def test_readme_architecture_names_every_module():
+    """The Architecture section's tree lists each module of tfm_cli/, training/ and model/ (batches.py,
+    signals.py, files.py, errors.py and training/stopping.py were missing from it)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    tree = text.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+    package = ROOT / "tfm_cli"
+    modules = [p for folder in (package, package / "training", package / "model") for p in folder.glob("*.py")]
+    missing = [str(p.relative_to(package)) for p in modules if p.stem not in ("__init__", "__main__") and p.name not in tree]
+    assert not missing, missing
