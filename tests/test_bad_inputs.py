@@ -490,6 +490,23 @@ def test_utf16_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "iconv -f utf-16 -t utf-8" in err.value.hint
 
 
+def test_compressed_stdin_says_how_to_decompress(run: Path) -> None:
+    """`tfm translate < src.gz` said "a NUL byte at byte 9: binary data"; the README reads .gz corpora, so a user
+    expects it here too: name the compression and the tool. A text line that starts like bzip2's magic is text."""
+    import bz2
+    import gzip
+    import lzma
+
+    text = b"Bonjour.\nMerci.\n"
+    for packed, kind, tool in ((gzip.compress(text), "gzip", "zcat"), (bz2.compress(text), "bzip2", "bzcat"),
+                               (lzma.compress(text), "xz", "xzcat")):
+        proc = translate(run, stdin=packed)
+        error_line(proc, f"stdin is {kind}-compressed, not text")
+        assert f"{tool} input | tfm translate" in proc.stderr
+    proc = translate(run, "--greedy", stdin=b"BZh91AY&SY\n")
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1
+
+
 def test_scoring_nothing_is_an_error_not_a_traceback(run: Path, tmp_path: Path) -> None:
     """Empty stdin and an empty reference file agree on their 0 lines, but there is no BLEU of nothing (sacrebleu
     raised IndexError)."""
@@ -1075,6 +1092,12 @@ def test_tokenize_override_without_a_recipe_is_a_usage_error(root: Path, tmp_pat
     said = " ".join(line.strip("│ ") for line in proc.stderr.splitlines())
     assert "tokenizer.vocab_size=500 is an override, not a recipe file" in said and "--vocab-size" in said, said
     assert not out.exists()
+
+
+def test_train_override_in_place_of_the_recipe_says_so(tmp_path: Path) -> None:
+    """`tfm train train.max_steps=3` (the recipe left out) said "no such file; recipes in .: ..." of the override."""
+    proc = tfm("train", "train.max_steps=3", "--dry-run", check=False, cwd=tmp_path)
+    error_line(proc, "train.max_steps=3", "looks like an override", "--resume RUN train.max_steps=3")
 
 
 def test_tokenize_encode_without_tokenizer_finds_the_one_tokenize_wrote(root: Path, tmp_path: Path) -> None:

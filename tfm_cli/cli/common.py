@@ -244,12 +244,28 @@ def names_a_file(text: str) -> bool:
         return False
 
 
+_COMPRESSED = ((b"\x1f\x8b", "gzip", "zcat"), (b"\xfd7zXZ\x00", "xz", "xzcat"), (b"BZh", "bzip2", "bzcat"),
+               (b"\x28\xb5\x2f\xfd", "zstd", "zstdcat"))  # a first line that is not text and starts so
+
+
+def _is_utf8_text(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return b"\x00" not in raw
+
+
 def stdin_lines(command: str) -> Iterator[str]:
     """Lines of stdin, decoded strictly as UTF-8 so that a bad byte is reported with its line; `command` (e.g.
     "tfm translate") is the one the hints pipe into."""
     for number, raw in enumerate(sys.stdin.buffer, start=1):
         if number == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
             raise TfmError("stdin is UTF-16 text, not UTF-8", hint="re-encode the input, e.g. iconv -f utf-16 -t utf-8")
+        if number == 1 and not _is_utf8_text(raw):
+            for magic, kind, tool in _COMPRESSED:
+                if raw.startswith(magic):
+                    raise TfmError(f"stdin is {kind}-compressed, not text", hint=f"decompress it on the way in, e.g. {tool} input | {command}")
         if b"\x00" in raw:
             raise TfmError(
                 f"stdin line {number}: a NUL byte at byte {raw.index(0) + 1}: binary data, not text",
