@@ -156,8 +156,10 @@ def test_attention_skips_lengths_whose_inputs_do_not_fit() -> None:
 
 
 def test_train_json(recipe: Path) -> None:
-    result = json.loads(tfm("bench", "train", str(recipe), "--steps", "2", "--warmup", "1", "--device", "cpu", "--json").stdout)
+    proc = tfm("bench", "train", str(recipe), "--steps", "2", "--warmup", "1", "--device", "cpu", "--json")
+    result = json.loads(proc.stdout)
     assert result["kind"] == "train" and ENV_KEYS <= set(result["environment"])
+    assert ("MFU above 100%" in proc.stderr) == any(r["mfu"] > 1 for r in result["records"])
     phases = {r["phase"]: r for r in result["records"]}
     assert set(phases) == {"model step", "trainer"}
     for r in phases.values():
@@ -172,6 +174,20 @@ def test_train_json(recipe: Path) -> None:
     inside = phases["trainer"]["model_step_share"]
     assert 0 < inside < 1 and inside + phases["trainer"]["data_wait_share"] <= 1
     assert s["trainer_model_step_share"] == inside
+
+
+def test_train_says_when_mfu_is_above_the_peak(recipe: Path, tmp_path: Path) -> None:
+    """A matmul peak measured while the cores were busy gave "MFU 164%" without a word; here the peak is made
+    tiny (sitecustomize, before tfm imports it) so that every phase is above it."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import tfm_cli.bench.common as common\n"
+        "common.matmul_peak = lambda device, dtype, *a, **k: {'flops_per_s': 1.0}\n"
+    )
+    proc = tfm("bench", "train", str(recipe), "--steps", "1", "--warmup", "0", "--device", "cpu", "--model-step-only",
+               "--json", env_extra={"PYTHONPATH": str(tmp_path)})
+    assert json.loads(proc.stdout)["records"][0]["mfu"] > 1
+    said = [line for line in proc.stderr.splitlines() if "MFU above 100%" in line]
+    assert len(said) == 1 and "model step" in said[0] and "quiet machine" in said[0], proc.stderr
 
 
 def test_train_times_every_step_of_a_recipe_with_a_time_budget(recipe: Path) -> None:

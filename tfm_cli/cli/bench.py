@@ -278,6 +278,11 @@ def train(
     tokenizer = recipe_tokenizer(resolved, info)
     with _progress() as progress:
         result = bench_train(resolved, torch_device, tokenizer, steps, warmup, not model_step_only, compare, progress)
+    over = [f"{r['phase']} {r['mfu']:.0%}" for r in result["records"] if r["mfu"] > 1]
+    if over:  # no step beats the peak: the peak was measured while something else used the device
+        warn(f"MFU above 100% ({', '.join(over)}): the matmul peak measured first "
+             f"({result['summary']['peak_flops_per_s'] / 1e12:.3f} TFLOP/s) was held back by other work on the device; "
+             "measure again on a quiet machine")
     _finish(result, json_out, baseline, gate_inputs, _render_train)
 
 
