@@ -511,7 +511,8 @@ def test_compare_with_peers(recipe: Path) -> None:
         assert result["summary"]["notes"] == []  # fp32 runs as float32: nothing to say
     else:
         assert result["summary"]["notes"] == [
-            "ct2 left out: ctranslate2 is not installed (pip install 'tfm[ctranslate2]')"
+            "ct2 left out: ctranslate2 is not installed (pip install -e \".[ctranslate2]\" in the tfm checkout "
+            "(or pip install ctranslate2 transformers))"
         ]
     trained = json.loads(tfm("bench", "train", str(recipe), "--steps", "1", "--warmup", "1", "--model-step-only",
                              "--compare", "--device", "cpu", "--json").stdout)
@@ -582,7 +583,8 @@ def test_compare_leaves_out_peers_that_cannot_run(recipe: Path, pre_norm_recipe:
     blocked = {"PYTHONPATH": str(tmp_path / "block")}
     result = json.loads(tfm(*args, "--recipe", str(recipe), "--json", env_extra=blocked).stdout)
     assert {r["engine"] for r in result["records"]} == {"tfm", "hf-marian"}
-    assert result["summary"]["notes"] == ["ct2 left out: ctranslate2 is not installed (pip install 'tfm[ctranslate2]')"]
+    assert result["summary"]["notes"] == ["ct2 left out: ctranslate2 is not installed (pip install -e \".[ctranslate2]\" in the tfm checkout "
+            "(or pip install ctranslate2 transformers))"]
     assert "ctranslate2" not in result["environment"] and set(result["settings"]["peers"]) == {"hf-marian"}
 
 

@@ -33,7 +33,7 @@ from tfm_cli.model.transformer import sinusoidal_table
 from tfm_cli.tokenizer import train_tokenizer
 
 transformers = pytest.importorskip(
-    "transformers", reason="the huggingface export needs transformers (pip install 'tfm[huggingface]')"
+    "transformers", reason="the huggingface export needs transformers (pip install -e '.[huggingface]')"
 )
 AutoTokenizer, MarianMTModel = transformers.AutoTokenizer, transformers.MarianMTModel
 RENAMED_PAD = hf_export.RENAMED_PAD

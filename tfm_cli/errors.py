@@ -8,6 +8,7 @@ and exit status 1; any other exception is a bug and keeps its traceback.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 
 
@@ -21,6 +22,22 @@ class TfmError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+def install_hint(extra: str) -> str:
+    """How to install one of tfm's optional extras: from the checkout, as the README installs tfm (PyPI's "tfm" is
+    another project), or its packages by name, read from the installed metadata."""
+    from importlib import metadata
+
+    try:
+        requires = metadata.requires("tfm") or []
+    except metadata.PackageNotFoundError:
+        requires = []
+    marker = f'extra == "{extra}"'
+    packages = [re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] for r in requires if marker in r]
+    packages = [p for p in dict.fromkeys(packages) if p != "tfm"]
+    alone = f" (or pip install {' '.join(packages)})" if packages else ""
+    return f'pip install -e ".[{extra}]" in the tfm checkout{alone}'
 
 
 class RecipeError(TfmError):

@@ -1,7 +1,7 @@
 """Watching a run: TensorBoard event files, early stopping, and the curves of `metrics.jsonl` (data and PNG).
 
 - `TensorBoardLog` writes the trainer's scalars into RUN/tensorboard when the `tensorboard` package is installed
-  (`pip install "tfm[tensorboard]"`), and does nothing otherwise. A resumed run purges the events logged after
+  (`pip install -e ".[tensorboard]"`), and does nothing otherwise. A resumed run purges the events logged after
   the checkpoint it resumes from, so the curves continue without duplicated or missing steps.
 - `EarlyStopping` watches dev BLEU (higher is better) or dev loss (lower) and says when `patience` evaluations
   in a row brought nothing better; its state is saved with each checkpoint so that resume stays exact.

@@ -335,7 +335,7 @@ class Translator:
             model: a run or export directory, a .safetensors file written by tfm, or None for the newest run under
                 `runs_root`.
             engine: "auto" (onnxruntime for a directory holding encoder.onnx and decoder.onnx but no
-                model.safetensors, else torch), "torch", or "onnxruntime" (needs the `tfm[onnx]` extra).
+                model.safetensors, else torch), "torch", or "onnxruntime" (needs the `onnx` extra).
             device: "auto" (CUDA when available), "cpu", "cuda" or "cuda:N".
             precision: "auto" (bf16 on CUDA and on CPUs with native bf16, else fp32), "fp32", "bf16", "fp16"
                 (CUDA only) or "int8" (CPU only: int8 linear layers); onnxruntime: fp32.

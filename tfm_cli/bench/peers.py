@@ -16,7 +16,7 @@ another, and loaded (both directories are gone once the translator holds the wei
 through placeholder pieces ("t5"), since CTranslate2 reads strings; its search is forced to the same length
 (min_decoding_length = max_decoding_length) and bans what tfm's bans (<tfm_pad>, <s>).
 
-Needs the `bench` extra (`pip install "tfm[bench]"`, i.e. transformers); without it a `TfmError` says so. A peer
+Needs the `bench` extra (`pip install -e ".[bench]"`, i.e. transformers); without it a `TfmError` says so. A peer
 that cannot run a comparison here (ctranslate2 not installed, a model it has no equivalent of, no CUDA in its
 build) raises `PeerUnavailable`: the benchmark leaves it out with the message as a note.
 """
@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from tfm_cli.errors import TfmError
+from tfm_cli.errors import TfmError, install_hint
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.runtime import autocast
 
@@ -59,7 +59,7 @@ def _transformers():
     except ImportError:
         raise TfmError(
             "--compare needs Hugging Face transformers, which is not installed",
-            hint='install the bench extra: pip install -e ".[bench]" (or pip install transformers)',
+            hint=install_hint("bench"),
         ) from None
     return transformers
 
@@ -185,7 +185,7 @@ def _ctranslate2(config: ModelConfig, device: torch.device):
         import ctranslate2
     except ImportError:
         raise PeerUnavailable(
-            "ctranslate2 is not installed", hint="pip install 'tfm[ctranslate2]'"
+            "ctranslate2 is not installed", hint=install_hint("ctranslate2")
         ) from None
     if device.type == "cuda" and ctranslate2.get_cuda_device_count() == 0:
         raise PeerUnavailable(f"this CTranslate2 {ctranslate2.__version__} build sees no CUDA device")

@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from tfm_cli.checkpoint import EXPORT_INFO as EXPORT_INFO  # tfm-export.json, kept with the run's file names
-from tfm_cli.errors import TfmError
+from tfm_cli.errors import TfmError, install_hint
 from tfm_cli.files import WRITE_ERRNOS, current_umask, nearest_existing, write_failure
 
 
@@ -80,7 +80,7 @@ def require(module: str, extra: str, purpose: str) -> ModuleType:
     except ImportError:
         raise TfmError(
             f"{purpose} needs the Python package '{module.split('.')[0]}', which is not installed",
-            hint=f"pip install 'tfm[{extra}]'",
+            hint=install_hint(extra),
         ) from None
 
 
