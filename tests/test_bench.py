@@ -332,7 +332,7 @@ def test_gate_library() -> None:
     with pytest.raises(TfmError, match=r"'10' is a share of 1000%: a number without % is a share"):
         parse_tolerance("10")  # 1000%: meant as 10%
     assert parse_tolerance("1000%") == pytest.approx(10.0)  # the documented maximum was refused as out of range
-    with pytest.raises(TfmError, match=r"'1001%' is out of range: a share from 0 to 10 \(0% to 1000%\)"):
+    with pytest.raises(TfmError, match=r"'1001%' is out of range: from 0% to 1000% \(without %: a share from 0 to 1\)"):
         parse_tolerance("1001%")
     with pytest.raises(TfmError, match=r"'5' is a share of 500%") as err:
         parse_tolerance("5")  # meant as 5%: the gate passed anything up to 6x slower

@@ -46,7 +46,7 @@ def parse_tolerance(text: str) -> float:
         )
     if not 0 <= tolerance <= 10:
         raise TfmError(
-            f"--tolerance {text!r} is out of range: a share from 0 to 10 (0% to 1000%)",
+            f"--tolerance {text!r} is out of range: from 0% to 1000% (without %: a share from 0 to 1)",
             hint="write a percentage with its sign, e.g. 10% (or the share 0.1)",
         )
     return tolerance
