@@ -369,3 +369,25 @@ def test_page_in_chromium_shows_tokens_literally(browser, tmp_path, nasty_report
     assert _labels(browser, "klabel") == nasty_report["tgt_inputs"]
     assert browser.title == f"Attention: {nasty_report['source']} → {nasty_report['target']}"
     assert _severe(browser) == []
+
+
+def test_page_in_chromium_reads_right_to_left_tokens_in_their_direction(browser, tmp_path):
+    """An Arabic source: its sentence, labels and tooltips were laid out left to right, so "كتاب." showed its period
+    on the right, at the word's start, and the title's arrow moved among the words."""
+    from selenium.webdriver.common.by import By
+
+    arabic = make_report(["▁قرأت", "▁كتاب.", "</s>"], ["▁I", "▁read", "▁a", "▁book", "."], layers=(1, 1), heads=1)
+    browser.get(write_html(arabic, tmp_path / "ar.html").as_uri())
+    assert _severe(browser) == []
+    directions = browser.execute_script(
+        "return ['source', 'target'].map(id => getComputedStyle(document.getElementById(id)).direction);"
+    )
+    assert directions == ["rtl", "ltr"]
+    # the label "▁كتاب.": its period (the last character) is drawn left of its first letter, as Arabic reads
+    first, period = browser.execute_script(
+        "const t = [...document.querySelectorAll('#heatmap .qlabel text')].find(t => t.textContent.endsWith('.'));"
+        "return [t.getStartPositionOfChar(1).x, t.getStartPositionOfChar(t.textContent.length - 1).x];"
+    )
+    assert period < first
+    assert browser.title == f"Attention: \u2068{arabic['source']}\u2069 → {arabic['target']}"
+    assert browser.find_element(By.ID, "target").text == arabic["target"]

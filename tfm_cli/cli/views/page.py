@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import unicodedata
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,14 @@ TEMPLATE = "attention.html"
 # U+2028/U+2029 are escaped too, for old JavaScript parsers.
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
+
+
+def _isolate(text: str) -> str:
+    """`text` between the Unicode first-strong isolate marks when it holds a right-to-left letter: an Arabic
+    source then reads in its own direction in the title and does not reorder the arrow and the target."""
+    if any(unicodedata.bidirectional(ch) in ("R", "AL") for ch in text):
+        return f"\u2068{text}\u2069"
+    return text
 
 
 def embed_json(data: Any) -> str:
@@ -35,7 +44,7 @@ def render_html(report: dict[str, Any]) -> str:
     """The page for `report` (the dict that `tfm inspect-attn --json` prints) as a string."""
     template = resources.files(__package__).joinpath(TEMPLATE).read_text(encoding="utf-8")
     values = {
-        "TITLE": html.escape(f"Attention: {report['source']} → {report['target']}"),
+        "TITLE": html.escape(f"Attention: {_isolate(report['source'])} → {_isolate(report['target'])}"),
         "REPORT_JSON": embed_json(report),  # the weights as --json has them, rounded once
     }
     # One pass over the template only: text that is substituted in is never scanned for placeholders again.
