@@ -372,6 +372,13 @@ def test_bad_launcher_options_get_one_line(tmp_path: Path) -> None:
         (["--nproc-per-node", "999", "--device", "cuda"], "more processes than this node's"),
         (["--nproc-per-node", "2", "--device", "cuda:1"], "names one GPU"),
         (["--nnodes", "2", "--nproc-per-node", "2"], "--master-addr"),
+        # torchrun's ValueError traceback, or a minute of retries and a C++ stack trace, before
+        (["--rdzv-endpoint", "node0:abc"], "is not HOST:PORT"),
+        (["--rdzv-endpoint", "127.0.0.1:99999"], "is not HOST:PORT"),
+        (["--rdzv-endpoint", "no-such-host.invalid:29400"], "cannot be resolved"),
+        (["--nnodes", "2", "--node-rank", "1", "--master-addr", "no-such-host.invalid"], "cannot be resolved"),
+        (["--master-addr", ""], "is empty"),
+        (["--rdzv-endpoint", "localhost:29400", "--master-addr", "localhost"], "not both"),
     ]
     for options, message in cases:
         proc = tfm("train", str(recipe), "--out", str(tmp_path / "run"), *options, check=False)

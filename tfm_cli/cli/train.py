@@ -247,6 +247,9 @@ class _Launch:
                 f"--nnodes {self.nnodes} needs --master-addr (node 0's address) and --node-rank on each node, or --rdzv-endpoint HOST:PORT",
                 param_hint="--nnodes",
             )
+        if self.rdzv_endpoint is not None and (self.master_addr is not None or self.master_port is not None):
+            raise typer.BadParameter("give either --rdzv-endpoint HOST:PORT or --master-addr/--master-port, not both", param_hint="--rdzv-endpoint")
+        self._check_address()
         if device.startswith("cuda:") and self.nproc * self.nnodes > 1:
             raise typer.BadParameter(f"--device {device} names one GPU; with several processes use --device cuda (process N takes cuda:N)", param_hint="--device")
         import torch
@@ -255,6 +258,34 @@ class _Launch:
             gpus = torch.cuda.device_count()
             if self.nproc > gpus:
                 raise typer.BadParameter(f"--nproc-per-node {self.nproc} is more processes than this node's {gpus} GPU(s)", param_hint="--nproc-per-node")
+
+    def _check_address(self) -> None:
+        """--master-addr and --rdzv-endpoint as torchrun would read them, said in one line: a port that is not a
+        number was torchrun's ValueError traceback, and a host that does not resolve a minute of retries and a
+        C++ stack trace. An empty value (an unset shell variable) is not quietly the default."""
+        import socket
+
+        from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+
+        for option, value in (("--master-addr", self.master_addr), ("--rdzv-endpoint", self.rdzv_endpoint)):
+            if value is None:
+                continue
+            if not value.strip():
+                raise typer.BadParameter("is empty (an unset shell variable?): give node 0's address", param_hint=option)
+            if option == "--master-addr":
+                host, port = value, self.master_port or 29500
+            else:
+                try:
+                    host, port = parse_rendezvous_endpoint(value, default_port=29400)
+                except ValueError:
+                    host, port = value, 0
+                if not 1 <= port <= 65535:
+                    raise typer.BadParameter(f"{value!r} is not HOST:PORT with a port from 1 to 65535 (e.g. node0:29400)", param_hint=option)
+            try:
+                socket.getaddrinfo(host, port)
+            except (OSError, UnicodeError) as error:  # socket.gaierror: an unknown name
+                why = getattr(error, "strerror", None) or error
+                raise typer.BadParameter(f"the host {host!r} cannot be resolved ({why}): give node 0's name or IP address", param_hint=option) from None
 
     def run(self, args: list[str], device: str) -> int:
         """Run torchrun on `tfm ARGS` (after `check`); its exit status."""
