@@ -386,6 +386,27 @@ def test_bad_launcher_options_get_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+def test_a_port_already_in_use_is_one_line(tmp_path: Path) -> None:
+    """--master-port of a port another program listens on: torchrun's rendezvous failed with a 40-line
+    DistNetworkError traceback. Now one Error line naming the port's trouble and what to do; nothing is written."""
+    import socket
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE.format(train="bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = tfm("train", str(recipe), "--out", str(tmp_path / "run"), "--device", "cpu", "--nproc-per-node", "2",
+                   "--master-port", str(port), check=False, timeout=180)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "could not meet" in errors[0] and "address already in use" in errors[0], proc.stderr
+    assert "--master-port" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
 # ---- DDP in-process: train_step over shares equals train_step over the whole batches ---------------------------
 
 WORLD = 2

@@ -3,7 +3,9 @@
 The same launcher with the same options, quieter where tfm has already spoken: a worker that failed has printed
 its one-line error, and a stop signal (Ctrl-C, SIGTERM) reaches the workers, which save a checkpoint and say so;
 torchrun's own traceback after either would bury that line. The exit status is the first failed worker's, or
-128 + the signal. It stops (SIGTERM, passed on to the workers) when `tfm train` ends, even by `kill -9`.
+128 + the signal. It stops (SIGTERM, passed on to the workers) when `tfm train` ends, even by `kill -9`. A job that
+cannot meet (node 0's port taken by another program, an address that cannot be reached) is one `Error:` line and
+status 1, instead of torchrun's traceback.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ def main(argv: Sequence[str]) -> int:
     if not stop_with_parent():  # `tfm train` is gone already: start nothing
         return 128 + signal.SIGTERM
     os.environ[PARENT_ENV] = str(os.getpid())  # for the workers, which stop when torchrun does
+    from torch.distributed import DistError
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import main as torchrun
 
     try:
@@ -33,6 +37,15 @@ def main(argv: Sequence[str]) -> int:
     except ChildFailedError as failed:
         code = failed.get_first_failure()[1].exitcode
         return code if code > 0 else 128 - code if code < 0 else 1  # a negative code: killed by signal -code
+    except (DistError, RendezvousError) as error:  # the rendezvous, before any worker started
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        print(
+            f"Error: the processes of the job could not meet: {lines[0]}\n"
+            "hint: the port may be taken by another program: choose a free one (--master-port P, or "
+            "--rdzv-endpoint HOST:PORT), and check that node 0's address can be reached from this node",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
