@@ -265,3 +265,29 @@ def test_tokenize_out_refuses_the_tokenizer_of_a_run_that_is_training(root: Path
     lock.release()
     tfm(*given, "--vocab-size", "320")  # once it is not: replaced, as before
     assert (run / "tokenizer.json").read_bytes() != before
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "tensorboard"])
+def test_a_resume_into_a_file_it_may_not_write_says_so_before_training(copy: Path, name: str, monkeypatch) -> None:
+    """A run whose metrics.jsonl (or tensorboard/) is read-only, the rest writable (a copy made by another user): the
+    resume rewrote recipe.yaml, then stopped at its first log line (metrics.jsonl), or before its first step with a
+    traceback from tensorboard's writer thread. Now one line before anything is written, naming the path."""
+    import os
+
+    from tfm_cli.errors import TfmError
+    from tfm_cli.training import resume_recipe
+    from tfm_cli.training import train as train_in_process
+
+    locked = copy / name
+    if not locked.exists():
+        pytest.skip(f"{name} is written with the tensorboard extra only")
+    if os.geteuid() != 0:
+        locked.chmod(0o555 if locked.is_dir() else 0o444)
+    else:  # root may write anything: the access check is made to answer as it would for a user
+        access = os.access
+        monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path) != locked and access(path, mode, **kw))
+    before = snapshot(copy)
+    with pytest.raises(TfmError, match=f"cannot write into {locked}: Permission denied") as caught:
+        train_in_process(resume_recipe(copy, ["train.max_steps=12"]), copy, device="cpu", resume=True)
+    assert "chmod u+w" in caught.value.hint
+    assert snapshot(copy) == before

@@ -241,6 +241,16 @@ def check_room(run_dir: Path, config, t) -> None:
         raise TfmError(
             f"cannot write checkpoints into {folder}: {err.strerror}", hint="choose another --out, or fix that folder's permissions"
         ) from None
+    # What a resume writes into in place (the rest is written under a temporary name and renamed): a read-only
+    # metrics.jsonl stopped the run at its first log line, a read-only tensorboard/ before the first step with a
+    # traceback from tensorboard's writer thread, both after recipe.yaml had been rewritten.
+    kept = [p for p in (run_dir / "metrics.jsonl", run_dir / TENSORBOARD_DIR) if p.exists()]
+    for path in kept:
+        if not os.access(path, os.W_OK | (os.X_OK if path.is_dir() else 0)):
+            raise TfmError(
+                f"cannot write into {path}: Permission denied (the run adds to it)",
+                hint=f"fix its permissions (chmod u+w{'x' if path.is_dir() else ''} {shell_word(path)}), or choose another --out",
+            )
     params = parameter_count(config)
     need = params * 12 * (t.keep_last + 1) + params * 4 * 2
     free = shutil.disk_usage(folder).free
