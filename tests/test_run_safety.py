@@ -291,3 +291,32 @@ def test_a_resume_into_a_file_it_may_not_write_says_so_before_training(copy: Pat
         train_in_process(resume_recipe(copy, ["train.max_steps=12"]), copy, device="cpu", resume=True)
     assert "chmod u+w" in caught.value.hint
     assert snapshot(copy) == before
+
+
+def test_a_disk_that_fills_up_under_metrics_jsonl_names_the_checkpoint_to_resume(root: Path, tmp_path: Path, monkeypatch) -> None:
+    """metrics.jsonl is written more often than a checkpoint, so a disk that fills up often fails there first: that
+    was the generic `metrics.jsonl: No space left on device`, without the intact checkpoint and the way on that a
+    checkpoint which cannot be written gets."""
+    import errno
+
+    from tfm_cli.errors import TfmError
+    from tfm_cli.monitor import append_metrics
+    from tfm_cli.training import train as train_in_process
+
+    def full_after_step_6(run_dir: Path, record: dict) -> None:
+        if record.get("step", 0) > 6:
+            raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "metrics.jsonl"))
+        append_metrics(run_dir, record)
+
+    monkeypatch.setattr("tfm_cli.training.trainer.append_metrics", full_after_step_6)
+    out = tmp_path / "run"
+    with pytest.raises(TfmError) as caught:
+        train_in_process(load_recipe(root / "recipe.yaml", ["train.log_every=1"]), out, device="cpu")
+    assert str(caught.value) == (
+        f"training stopped at step 7: its log line could not be written ({out / 'metrics.jsonl'}: No space left on "
+        "device); the last checkpoint (step-00000005.safetensors, step 5) is intact"
+    )
+    assert caught.value.hint == f"free some space there, then continue with `tfm train --resume {out}`"
+    monkeypatch.undo()
+    proc = train("--resume", str(out))
+    assert proc.returncode == 0 and "resumed from" in proc.stderr and "at step 5" in proc.stderr, proc.stderr

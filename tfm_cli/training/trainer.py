@@ -315,8 +315,14 @@ class Trainer:
 
     def log(self, record: dict[str, Any]) -> None:
         """A record for metrics.jsonl (rank 0 writes it)."""
-        if self.main:
+        if not self.main:
+            return
+        try:
             append_metrics(self.run_dir, record)
+        except OSError as error:  # a disk that filled up: said as for a checkpoint, with the way on
+            if error.errno not in WRITE_ERRNOS:
+                raise
+            raise _not_saved(self.run_dir, self.step, error, what="its log line") from error
 
     # --- set up -----------------------------------------------------------------------------------------------
 
@@ -896,14 +902,14 @@ def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int) -> TfmError:
     )
 
 
-def _not_saved(run_dir: Path, step: int, error: OSError) -> TfmError:
-    """The error that stops a run whose checkpoint could not be written (a disk that filled up); it names the last
-    checkpoint that was (a resume takes the newest one with its trainer state)."""
+def _not_saved(run_dir: Path, step: int, error: OSError, what: str = "its checkpoint") -> TfmError:
+    """The error that stops a run whose checkpoint (or `what` else) could not be written (a disk that filled up);
+    it names the last checkpoint that was (a resume takes the newest one with its trainer state)."""
     found = [(s, w) for s, w in checkpoint_steps(run_dir) if state_path(w).is_file()]
     kept = f"the last checkpoint ({found[-1][1].name}, step {found[-1][0]}) is intact" if found else "no checkpoint was saved yet"
     then = f"then continue with `tfm train --resume {shell_word(run_dir)}`" if found else "then run the same command again"
     return TfmError(
-        f"training stopped at step {step}: its checkpoint could not be written ({error.filename}: {error.strerror}); {kept}",
+        f"training stopped at step {step}: {what} could not be written ({error.filename}: {error.strerror}); {kept}",
         hint=f"free some space there, {then}",
     )
 
