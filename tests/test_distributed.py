@@ -572,6 +572,20 @@ def test_a_two_process_run_resumes_exactly(data: dict[str, Path], pair: dict) ->
     assert [r["step"] for r in _records(run) if r["kind"] == "train"] == [3, 6, 9, 12]
 
 
+@pytest.mark.slow
+def test_a_resume_with_another_number_of_processes_says_it_is_not_exact(data: dict[str, Path]) -> None:
+    """A 2-process run resumed by 1 process (and back): allowed, from the same weights and data position, but the
+    README's bit-for-bit resume holds only with the same number of processes. It went on without a word."""
+    run, _ = _train(data, "one-then-two", "train.eval_every=0", "train.max_steps=6", processes=2)
+    _, proc = _train(data, "one-then-two", "train.max_steps=9", resume=True)
+    assert "saved by a run of 2 process(es), resumed with 1" in proc.stderr and "not bit for bit" in proc.stderr
+    _, proc = _train(data, "one-then-two", "train.max_steps=12", processes=2, resume=True)
+    assert "saved by a run of 1 process(es), resumed with 2" in proc.stderr
+    _, proc = _train(data, "one-then-two", "train.max_steps=15", processes=2, resume=True)
+    assert "saved by a run of" not in proc.stderr  # the same number: exact, nothing to say
+    assert [r["step"] for r in _records(run) if r["kind"] == "train"] == [3, 6, 9, 12, 15]
+
+
 def test_the_launcher_passes_on_a_worker_s_exit_status_without_torchrun_s_traceback(tmp_path: Path) -> None:
     """A worker that fails has said why (tfm's one line); torchrun's ChildFailedError traceback is not added."""
     import sys

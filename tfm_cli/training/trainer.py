@@ -452,6 +452,13 @@ class Trainer:
             if "early_stopping" in state:
                 self.early.load_state_dict(state["early_stopping"])
         self.events.message(f"resumed from {weights} at step {self.step}, epoch {self.stream.epoch}")
+        saved_by = state.get("processes", len(state.get("rng_ranks") or [None]))  # (older states: the ranks' RNGs)
+        if saved_by != self.dist.world_size:  # allowed, but not the exact resume the README promises: said
+            self.events.message(
+                f"this checkpoint was saved by a run of {saved_by} process(es), resumed with {self.dist.world_size}: it "
+                "continues from the same weights and data position, but not bit for bit as the run would have gone on "
+                "(the gradients are summed in another order, and each process draws its own dropout masks)"
+            )
 
     def _scoring(self) -> dict[str, Any]:
         """What makes two dev evaluations comparable (the best BLEU, early stopping's best): saved with each
@@ -612,6 +619,7 @@ class Trainer:
         state = {
             "step": self.step, "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
             "stream": stream_state, "rng": rng, "best_bleu": self.best_bleu, "tfm_version": __version__,
+            "processes": dist.world_size,
             "early_stopping": self.early.state_dict(), "scoring": self._scoring(),
             "train_seconds": self.earlier_seconds + time.perf_counter() - self.started,
         }
