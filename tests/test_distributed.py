@@ -627,13 +627,13 @@ def test_a_bad_input_under_two_processes_is_one_line(data: dict[str, Path], pair
         assert len(errors) == 1 and message in errors[0], proc.stderr
 
 
-def _start_two_processes(data: dict[str, Path], name: str, save_every: int = 100000) -> tuple[subprocess.Popen, Path]:
+def _start_two_processes(data: dict[str, Path], name: str, save_every: int = 100000, **popen) -> tuple[subprocess.Popen, Path]:
     """`tfm train --nproc-per-node 2` of the test recipe started with no end in sight, once it has logged a step."""
     out = data["root"] / name
     out.mkdir()
     shutil.copy(data["tokenizer"], out / "tokenizer.json")
     proc = start_tfm("train", str(data["recipe"]), "train.max_steps=100000", f"train.save_every={save_every}",
-                     "train.eval_every=0", "--out", str(out), "--device", "cpu", "--nproc-per-node", "2")
+                     "train.eval_every=0", "--out", str(out), "--device", "cpu", "--nproc-per-node", "2", **popen)
     wait_until(proc, has_lines(out / "metrics.jsonl"), "training never logged a step", timeout=180)
     return proc, out
 
@@ -662,6 +662,25 @@ def test_sigterm_to_the_launcher_saves_a_checkpoint(data: dict[str, Path]) -> No
     straight, _ = _train(data, "not-terminated", f"train.max_steps={step + 2}", processes=2)
     resumed, expected = _weights(out, step + 2), _weights(straight, step + 2)
     assert all(torch.equal(resumed[k], expected[k]) for k in expected)
+
+
+def test_ctrl_c_to_the_launcher_alone_stops_the_job(data: dict[str, Path]) -> None:
+    """SIGINT to `tfm train --nproc-per-node 2` itself (`kill -INT PID`; a terminal's Ctrl-C signals the whole
+    group): Python's Ctrl-C handler raised KeyboardInterrupt in tfm alone, which then waited on torchrun while the
+    job trained on. Now it is passed on as SIGTERM is: every rank saves the same step, exit 130, no traceback."""
+    default_ctrl_c = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731  (a shell's `cmd &` ignores it)
+    proc, out = _start_two_processes(data, "ctrl-c-to-tfm", preexec_fn=default_ctrl_c)
+    try:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:  # the job trained on: end it (its torchrun gets SIGTERM when tfm ends)
+            proc.kill()
+            proc.communicate()
+    stderr = stderr.decode("utf-8")
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted: saved" in stderr
+    _saved_by_every_rank(out)
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="finds the rank's process through /proc (Linux)")

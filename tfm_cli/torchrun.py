@@ -50,4 +50,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:  # Ctrl-C passed on by `tfm train` while torch was still loading: no worker yet
+        sys.exit(128 + 2)

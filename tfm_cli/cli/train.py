@@ -303,20 +303,40 @@ class _Launch:
             args, self.nproc, self.nnodes, self.node_rank, self.master_addr, self.master_port, self.rdzv_endpoint
         )
         info(f"tfm train: {self.nproc} process(es) on this node, {self.nnodes} node(s): {' '.join(cmd[1:])}")
-        proc = subprocess.Popen(cmd, env=env)
+        # torchrun in a session of its own: a stop signal reaches it once, from here, whether it came from the
+        # terminal (Ctrl-C signals the whole foreground group) or to this process alone (`kill -INT PID` left tfm
+        # waiting and the job training on: Python's Ctrl-C handler only raised KeyboardInterrupt here)
         forwarded: list[int] = []
+        torchrun: list[subprocess.Popen] = []  # once started
+        sent: list[int] = []
 
         def forward(signum: int, frame: Any) -> None:  # torchrun passes it on to the ranks, which stop and save
             forwarded.append(signum)
-            proc.send_signal(signum)
+            if torchrun and not sent:  # once: a second signal would cut torchrun's own shutdown short
+                sent.append(signum)
+                torchrun[0].send_signal(signum)
 
-        with handling_stop_signals(forward):
-            try:
-                status = proc.wait()
-            except KeyboardInterrupt:  # torchrun passes Ctrl-C on to the ranks: wait while rank 0 saves
-                proc.wait()
-                return interrupted_status([])
+        with handling_stop_signals(forward), _forwarding_ctrl_c(forward):
+            if forwarded:  # before anything started
+                return interrupted_status(forwarded)
+            torchrun.append(subprocess.Popen(cmd, env=env, start_new_session=True))
+            if forwarded and not sent:  # it came while torchrun was being started
+                forward(forwarded.pop(), None)
+            status = torchrun[0].wait()
         return interrupted_status(forwarded) if forwarded else status
+
+
+@contextlib.contextmanager
+def _forwarding_ctrl_c(handler: Any):
+    """`handler` for SIGINT while Python's own (KeyboardInterrupt) is in place; left alone when it is ignored."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _describe(final_model: dict[str, Any]) -> str:
