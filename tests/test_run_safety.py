@@ -320,3 +320,14 @@ def test_a_disk_that_fills_up_under_metrics_jsonl_names_the_checkpoint_to_resume
     monkeypatch.undo()
     proc = train("--resume", str(out))
     assert proc.returncode == 0 and "resumed from" in proc.stderr and "at step 5" in proc.stderr, proc.stderr
+
+
+def test_a_trainer_state_left_by_a_cut_prune_is_removed_by_the_next_one(copy: Path) -> None:
+    """A prune deletes a checkpoint's weights, then its trainer state: a `kill -9` between the two left the state
+    (hundreds of MB on a real model) in checkpoints/ for good, since only the weights were looked for."""
+    orphan = state_path(checkpoint_path(copy, 2))
+    shutil.copy(state_path(checkpoint_path(copy, 5)), orphan)  # as a cut prune of step 2 would have left it
+    train("--resume", str(copy), "train.max_steps=15").check_returncode()
+    assert sorted(p.name for p in (copy / "checkpoints").iterdir()) == [
+        "step-00000010.safetensors", "step-00000010.state.pt", "step-00000015.safetensors", "step-00000015.state.pt",
+    ]

@@ -112,10 +112,19 @@ def state_path(weights: Path) -> Path:
 
 
 def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
-    """Delete all but the newest `keep_last` periodic checkpoints (weights and trainer state)."""
-    for _, path in checkpoint_steps(run_dir)[:-keep_last]:
+    """Delete all but the newest `keep_last` periodic checkpoints (weights and trainer state), and the trainer
+    states older than those whose weights are gone (a prune cut short between its two deletions, `kill -9`, left
+    one behind for good: each a few hundred MB on a real model)."""
+    found = checkpoint_steps(run_dir)
+    for _, path in found[:-keep_last]:
         path.unlink(missing_ok=True)
         state_path(path).unlink(missing_ok=True)
+    kept = found[-keep_last:]
+    if kept:
+        for state in (Path(run_dir) / CHECKPOINTS).glob("step-*.state.pt"):
+            match = re.fullmatch(r"step-(\d+)\.state\.pt", state.name)
+            if match and int(match.group(1)) < kept[0][0] and not state.with_name(state.name.replace(".state.pt", ".safetensors")).exists():
+                state.unlink(missing_ok=True)
 
 
 def average_checkpoints(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
