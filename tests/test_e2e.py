@@ -184,7 +184,7 @@ def test_a_diverging_run_skips_nan_steps_then_stops_with_the_lr(data: dict[str, 
     infinite: each is skipped and counted, five in a row stop the run, and the checkpoint before is intact."""
     out = tmp_path / "diverged"
     proc = tfm(
-        "train", str(data["recipe"]), "train.lr_factor=1e30", "train.save_every=1", "train.eval_every=0",
+        "train", str(data["recipe"]), "train.lr_factor=1e30", "train.save_every=1", "train.keep_last=1", "train.average_last=1", "train.eval_every=0",
         "train.max_steps=30", "--out", str(out), "--device", "cpu", check=False,
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -194,6 +194,12 @@ def test_a_diverging_run_skips_nan_steps_then_stops_with_the_lr(data: dict[str, 
     skipped = [r for r in _records(out) if r["kind"] == "skipped"]
     assert len(skipped) == 5 and skipped[-1]["lr"] > 0
     assert not (out / "model.safetensors").exists()
+    # no checkpoint of the weights whose loss was NaN: they were saved, pruned the good ones (keep_last) and were
+    # then called intact. The one named is the last saved before the first skipped step, and the only one kept.
+    first_bad = skipped[0]["step"]
+    saved = sorted(int(p.stem.split("-")[1]) for p in (out / "checkpoints").glob("step-*.safetensors"))
+    assert saved and max(saved) < first_bad, (saved, first_bad)
+    assert f"step-{max(saved):08d}.safetensors, step {max(saved)}) is intact" in error
     from tfm_cli.translator import Translator
 
     Translator.load(out, device="cpu")  # the last checkpoint still loads

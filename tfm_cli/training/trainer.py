@@ -504,6 +504,7 @@ class Trainer:
         budget = parse_duration(t.max_time) if t.max_time else None  # seconds of this invocation, or no limit
         window, rising = _Window(), RisingLoss()
         skipped = bad_in_a_row = 0  # steps whose loss was NaN or infinite: in all, and in a row
+        save_owed = False  # a checkpoint put off while the loss was NaN
         stopped = ""
         stream_state = batches.state_dict()
         # the prefetching thread stopped at the end of training, an error or Ctrl-C; with several processes a stop
@@ -551,8 +552,12 @@ class Trainer:
                     if self.device.type == "cpu" and self.step % TRIM_EVERY == 0:
                         release_cpu_memory()
 
-                    if self.step % t.save_every == 0 or self.step == t.max_steps:
-                        self.save_checkpoint(stream_state)
+                    if self.step % t.save_every == 0 or self.step == t.max_steps or save_owed:
+                        # weights whose loss was just NaN are not checkpointed (and prune no good checkpoint):
+                        # the save waits for a finite loss, or for the run to stop on the checkpoints before
+                        save_owed = bool(bad_in_a_row) and self.step < t.max_steps
+                        if not save_owed:
+                            self.save_checkpoint(stream_state)
                     evaluating = (
                         bool(self.recipe.data.dev) and t.eval_every and self.step % t.eval_every == 0 and self.step < t.max_steps
                     )
