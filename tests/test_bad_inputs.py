@@ -1097,7 +1097,7 @@ def test_tokenize_override_without_a_recipe_is_a_usage_error(root: Path, tmp_pat
 def test_train_override_in_place_of_the_recipe_says_so(tmp_path: Path) -> None:
     """`tfm train train.max_steps=3` (the recipe left out) said "no such file; recipes in .: ..." of the override."""
     proc = tfm("train", "train.max_steps=3", "--dry-run", check=False, cwd=tmp_path)
-    error_line(proc, "train.max_steps=3", "looks like an override", "--resume RUN train.max_steps=3")
+    error_line(proc, "train.max_steps=3", "looks like an override", "recipes/tiny.yaml train.max_steps=3")
 
 
 def test_tokenize_encode_without_tokenizer_finds_the_one_tokenize_wrote(root: Path, tmp_path: Path) -> None:

@@ -38,12 +38,13 @@ from tfm_cli.model.masks import padding_mask, target_mask
 
 BUNDLED_PREFIX = "bundled:"
 GZIP_MAGIC = b"\x1f\x8b"
-# Compressed formats that are not read (gzip is): their first bytes, their name, the command that undoes them.
+# Compressed formats that are not read (gzip is): their first bytes, their name, the command that undoes them
+# (a file), and the one that streams them (a pipe into stdin).
 OTHER_COMPRESSION = {
-    re.compile(rb"\xfd7zXZ\x00"): ("xz", "unxz -k"),
-    re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"): ("bzip2", "bunzip2 -k"),
-    re.compile(rb"\(\xb5/\xfd"): ("zstd", "unzstd"),
-    re.compile(rb"PK\x03\x04"): ("zip", "unzip"),
+    re.compile(rb"\xfd7zXZ\x00"): ("xz", "unxz -k", "xzcat"),
+    re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"): ("bzip2", "bunzip2 -k", "bzcat"),
+    re.compile(rb"\(\xb5/\xfd"): ("zstd", "unzstd", "zstdcat"),
+    re.compile(rb"PK\x03\x04"): ("zip", "unzip", "unzip -p"),
 }
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
@@ -205,7 +206,7 @@ def _not_text(raw: bytes, line_no: int, path: Path) -> str | None:
     """What a line is when it is not UTF-8 text at all (compressed, UTF-16, binary), or None."""
     name = _shell_path(path)
     if line_no == 1:
-        for magic, (kind, undo) in OTHER_COMPRESSION.items():
+        for magic, (kind, undo, _) in OTHER_COMPRESSION.items():
             if magic.match(raw):
                 return f"{kind}-compressed data, not text: tfm reads plain or gzip text; decompress it first (e.g. {undo} {name})"
         if raw.startswith(UTF16_BOMS):

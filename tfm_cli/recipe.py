@@ -733,8 +733,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def _not_found(path: Path) -> str:
     if "=" in path.name and "." in path.name.split("=")[0]:  # `tfm train train.max_steps=3`: the recipe left out
-        return ("no such file: it looks like an override (key=value), and overrides follow a recipe "
-                f"(e.g. recipes/tiny.yaml {path.name}, or --resume RUN {path.name})")
+        return f"no such file: it looks like an override (key=value), and overrides follow a recipe (e.g. recipes/tiny.yaml {path.name})"
     parent = path.parent if str(path.parent) else Path(".")
     if parent.is_dir():
         siblings = sorted(p.name for p in parent.glob("*.y*ml"))
