@@ -900,10 +900,17 @@ def restore_stream(stream: BatchStream, saved: dict[str, int], recipe: Recipe, r
         ) from None
 
 
+def _last_intact(run_dir: Path) -> tuple[bool, str]:
+    """Whether a checkpoint a resume can take is there (with its trainer state), and a phrase naming the newest."""
+    found = [(s, w) for s, w in checkpoint_steps(run_dir) if state_path(w).is_file()]
+    if not found:
+        return False, "no checkpoint was saved yet"
+    return True, f"the last checkpoint ({found[-1][1].name}, step {found[-1][0]}) is intact"
+
+
 def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int) -> TfmError:
     """The error that stops a run whose loss stayed NaN or infinite; it names the last good checkpoint."""
-    found = [(s, w) for s, w in checkpoint_steps(run_dir) if state_path(w).is_file()]
-    kept = f"the last checkpoint ({found[-1][1].name}, step {found[-1][0]}) is intact" if found else "no checkpoint was saved yet"
+    found, kept = _last_intact(run_dir)
     then = (
         f"then `tfm train --resume {shell_word(run_dir)} train.lr_factor=...` or start again"
         if found  # with no checkpoint there is nothing to resume, and a start with other settings is refused there
@@ -918,8 +925,7 @@ def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int) -> TfmError:
 def _not_saved(run_dir: Path, step: int, error: OSError, what: str = "its checkpoint") -> TfmError:
     """The error that stops a run whose checkpoint (or `what` else) could not be written (a disk that filled up);
     it names the last checkpoint that was (a resume takes the newest one with its trainer state)."""
-    found = [(s, w) for s, w in checkpoint_steps(run_dir) if state_path(w).is_file()]
-    kept = f"the last checkpoint ({found[-1][1].name}, step {found[-1][0]}) is intact" if found else "no checkpoint was saved yet"
+    found, kept = _last_intact(run_dir)
     then = f"then continue with `tfm train --resume {shell_word(run_dir)}`" if found else "then run the same command again"
     return TfmError(
         f"training stopped at step {step}: {what} could not be written ({error.filename}: {error.strerror}); {kept}",
