@@ -331,3 +331,27 @@ def test_a_trainer_state_left_by_a_cut_prune_is_removed_by_the_next_one(copy: Pa
     assert sorted(p.name for p in (copy / "checkpoints").iterdir()) == [
         "step-00000010.safetensors", "step-00000010.state.pt", "step-00000015.safetensors", "step-00000015.state.pt",
     ]
+
+
+def test_a_stop_signal_inside_a_weights_read_is_raised_after_it(copy: Path, monkeypatch) -> None:
+    """A SIGTERM that landed inside safetensors' load_file raised KeyboardInterrupt in the Python calls its Rust
+    code makes, and came out as "ValueError: could not determine the shape of object type 'UntypedStorage'": a
+    traceback from `tfm export` stopped while it loaded its release. The read finishes, then the stop is raised."""
+    import os
+
+    import tfm_cli.checkpoint as checkpoint
+    from tfm_cli.cli.common import stop_signals
+
+    real, finished = checkpoint.load_file, []
+
+    def load_file_hit_by_a_signal(path: str):
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs at the next bytecode: here, inside the read
+        state = real(path)
+        finished.append(path)
+        return state
+
+    monkeypatch.setattr(checkpoint, "load_file", load_file_hit_by_a_signal)
+    weights = copy / "model.safetensors"
+    with pytest.raises(KeyboardInterrupt), stop_signals() as received:
+        checkpoint.read_weights(weights)
+    assert finished == [str(weights)] and received == [signal.SIGTERM]

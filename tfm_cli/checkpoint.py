@@ -34,6 +34,7 @@ from tfm_cli import __version__
 from tfm_cli.errors import CheckpointError, shell_word
 from tfm_cli.files import atomic_write
 from tfm_cli.model import ModelConfig, Transformer
+from tfm_cli.signals import held_stop_signals
 from tfm_cli.tokenizer import Tokenizer
 
 FINAL = "model.safetensors"
@@ -127,6 +128,15 @@ def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
                 state.unlink(missing_ok=True)
 
 
+def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (safetensors' `load_file`), read with the stop signals held: Ctrl-C or
+    SIGTERM landing inside it raised KeyboardInterrupt in the Python calls its Rust code makes, which came out as
+    "ValueError: could not determine the shape of object type 'UntypedStorage'", a traceback instead of the
+    interruption (an export stopped while it loaded its release to check it). Held, it is raised after the read."""
+    with held_stop_signals():
+        return load_file(str(path))
+
+
 def average_checkpoints(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
     """Element-wise mean of the weights in `paths` (the paper averages the last 5 checkpoints)."""
     if not paths:
@@ -135,7 +145,7 @@ def average_checkpoints(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
     dtypes: dict[str, torch.dtype] = {}
     for path in paths:
         try:
-            state = load_file(str(path))
+            state = read_weights(path)
         except (SafetensorError, OSError) as err:  # an older checkpoint damaged since it was saved (a resume reads only the newest)
             run = Path(path).parent.parent
             raise CheckpointError(
@@ -309,7 +319,7 @@ def _load_model(path: Path, device: str | torch.device) -> LoadedModel:
             hint="put back the tokenizer.json this model was trained with",
         )
     model = Transformer(config)
-    load_state(model, load_file(str(path)), path)
+    load_state(model, read_weights(path), path)
     model.to(device).eval()
     return LoadedModel(model, tokenizer, path, run_dir, step, metadata)
 

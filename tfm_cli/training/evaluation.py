@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
 
 from tfm_cli.checkpoint import (
     FINAL,
     average_checkpoints,
     checkpoint_steps,
     load_state,
+    read_weights,
     save_weights,
 )
 from tfm_cli.data import (
@@ -135,7 +135,7 @@ def finish(
             f"{len(dev.sources):,} dev sentences (beam {recipe.decode.beam})"
         )
         device = next(model.parameters()).device
-        load_state(model, {k: v.to(device) for k, v in load_file(str(last[-1])).items()}, last[-1])
+        load_state(model, {k: v.to(device) for k, v in read_weights(last[-1]).items()}, last[-1])
         last_scores = evaluate(model, tokenizer, dev, recipe, amp, 0)
         load_state(model, {k: v.to(device) for k, v in averaged.items()}, run_dir / FINAL)
         avg_scores = evaluate(model, tokenizer, dev, recipe, amp, 0)
@@ -147,7 +147,7 @@ def finish(
         save_weights(run_dir / FINAL, averaged, model.config, tokenizer.sha256, step, averaged=names)
         what = f"average of {len(last)} checkpoint(s) ({', '.join(names)})"
     else:
-        save_weights(run_dir / FINAL, load_file(str(last[-1])), model.config, tokenizer.sha256, step, last=names[-1])
+        save_weights(run_dir / FINAL, read_weights(last[-1]), model.config, tokenizer.sha256, step, last=names[-1])
         what = f"the last checkpoint ({names[-1]})"
     if scores:
         a, b = scores["average"], scores["last"]

@@ -26,7 +26,6 @@ from typing import Any
 
 import torch
 import yaml
-from safetensors.torch import load_file
 
 from tfm_cli import __version__
 from tfm_cli.batches import PREFETCH_GROUPS, Prefetcher
@@ -39,6 +38,7 @@ from tfm_cli.checkpoint import (
     load_state,
     prune_checkpoints,
     read_metadata,
+    read_weights,
     save_weights,
     state_path,
     weights_state,
@@ -432,7 +432,7 @@ class Trainer:
     def _restore(self, weights: Path, state: dict[str, Any]) -> None:
         """Weights, Adam's moments, loss scale, data position, RNG states and the evaluation history, as saved
         (every rank loads the same checkpoint)."""
-        load_state(self.model, {k: v.to(self.device) for k, v in load_file(str(weights)).items()}, weights)
+        load_state(self.model, {k: v.to(self.device) for k, v in read_weights(weights).items()}, weights)
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         restore_stream(self.stream, state["stream"], self.recipe, self.run_dir)
