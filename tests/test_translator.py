@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import gzip
 import itertools
 import json
@@ -266,6 +267,33 @@ def test_weights_replaced_by_other_tensors_are_the_ones_translated_with(parts, h
     expected = Translator(other, tok, settings, precision="fp32").translate(SOURCES)
     assert [r.tokens for r in before] != [r.tokens for r in expected]
     assert [(r.tokens, r.score) for r in t.translate(SOURCES)] == [(r.tokens, r.score) for r in expected]
+
+
+@pytest.mark.parametrize("packing", [True, False])
+def test_a_model_in_training_keeps_its_mode_and_translates_without_dropout(parts, packing: bool, monkeypatch) -> None:
+    """Translator(model, tok) called `model.eval()`: a model given to it in the middle of its training (as the
+    README invites, to translate after an optimizer step) went on training without dropout, silently; and one
+    set back to train() translated with dropout where the engine runs the model itself (CUDA, no oneDNN: the
+    `packing=False` case), a different translation at every call."""
+    from tfm_cli.attention import attention_report
+
+    if not packing:
+        monkeypatch.setattr("tfm_cli.packing.packing_available", lambda: False)
+    model, tok = parts
+    dropped = Transformer(dataclasses.replace(model.config, dropout=0.5, attn_dropout=0.5))
+    dropped.load_state_dict(model.state_dict())
+    settings = DecodeSettings(max_len_offset=6, greedy=True)
+    expected = Translator(model, tok, settings, precision="fp32").translate(SOURCES)
+    dropped.train()
+    t = Translator(dropped, tok, settings, precision="fp32")
+    assert dropped.training and all(m.training for m in dropped.modules())  # its training goes on with dropout
+    torch.manual_seed(0)
+    for _ in range(3):
+        assert [(r.tokens, r.score) for r in t.translate(SOURCES)] == [(r.tokens, r.score) for r in expected]
+    maps = attention_report(t, "Je suis là.").weights
+    plain = attention_report(Translator(model, tok, settings, precision="fp32"), "Je suis là.").weights
+    assert all(torch.equal(maps[k], plain[k]) for k in plain)
+    assert dropped.training
 
 
 def test_greedy_equals_beam_one(translator: Translator) -> None:

@@ -25,6 +25,7 @@ import torch
 
 from tfm_cli.errors import TfmError
 from tfm_cli.model.masks import causal_mask, padding_mask
+from tfm_cli.packing import module_view
 from tfm_cli.scripts import unspaced
 from tfm_cli.translator import Translator
 
@@ -107,6 +108,7 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     device = translator.device
     src = torch.tensor([src_ids + [cfg.eos_id]], device=device)
     tgt_in = torch.tensor([[cfg.bos_id] + tgt_ids], device=device)
+    model = module_view(model).eval()  # the same weights without dropout, whatever mode the translator's model is in
     captured = _capture_projections(model)
     try:
         with torch.no_grad():

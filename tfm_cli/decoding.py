@@ -25,7 +25,7 @@ from torch import nn
 
 from tfm_cli.model import KVCache, ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask
-from tfm_cli.packing import packed_view, tensor_version
+from tfm_cli.packing import module_view, packed_view, tensor_version
 
 
 @dataclass
@@ -122,7 +122,8 @@ class TorchEngine:
     again when the weights change in place (`load_state_dict`, an optimizer step: their version counters move),
     and built again when a parameter is replaced by another object or given new data (`load_state_dict(...,
     assign=True)`, `p.data = x`). In-place changes through `p.data` (`p.data.mul_(2)`) move no version counter
-    and are not seen: change weights under `torch.no_grad()` instead. `model` stays the model given.
+    and are not seen: change weights under `torch.no_grad()` instead. `model` stays the model given, in the mode it
+    is in (train or eval): the search runs a view of it in eval mode.
     """
 
     def __init__(self, model: Transformer, use_cache: bool = True) -> None:
@@ -134,7 +135,11 @@ class TorchEngine:
     def _view(self, model: Transformer) -> None:
         """Build what runs from the model's parameters as they are now (again when they are replaced)."""
         key = _parameters_key(model)
-        self.net = packed_view(model)  # what runs: `model` itself off the CPU or where oneDNN is missing
+        net = packed_view(model)
+        # What runs is always a view in eval mode (sharing the parameters): searching never applies dropout, and the
+        # caller's model keeps its own mode (a model given while it trains was set to eval, silently ending its
+        # dropout, and one set back to train decoded with dropout wherever it ran itself: CUDA, int8, no oneDNN).
+        self.net = (module_view(model) if net is model else net).eval()
         # Elsewhere, the output projection of a step as x @ W^T with W^T stored contiguous: for the few rows of a
         # decoding step MKL's kernel for that layout is faster than F.linear's and gives the same numbers bit for
         # bit (measured, V = 8,000, d_model = 256, 2 threads of a 2-core AVX-512 CPU: 4 rows 0.74 vs 1.21 ms).

@@ -101,6 +101,13 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+def module_view(model: nn.Module) -> nn.Module:
+    """A copy of `model`'s modules that shares its parameters and buffers (no tensor is copied): the view's
+    train/eval flags are its own, so a view can decode in eval mode while `model` trains."""
+    shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    return copy.deepcopy(model, memo=shared)
+
+
 def packed_view(model: nn.Module) -> nn.Module:
     """A copy of `model`'s modules sharing its parameters and buffers, whose `nn.Linear` layers are `PackedLinear`.
 
@@ -112,8 +119,7 @@ def packed_view(model: nn.Module) -> nn.Module:
         return model
     if not any(type(m) is nn.Linear for m in model.modules()):
         return model
-    shared = {id(t): t for t in (*params, *model.buffers())}
-    view = copy.deepcopy(model, memo=shared)
+    view = module_view(model)
     for module in list(view.modules()):
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:

@@ -246,8 +246,9 @@ class Translator:
     ) -> None:
         """
         Args:
-            model: a Transformer whose vocabulary is the tokenizer's (put in eval mode here), or a decoding engine
-                such as `tfm_cli.export.onnx.OnnxEngine`.
+            model: a Transformer whose vocabulary is the tokenizer's, or a decoding engine
+                such as `tfm_cli.export.onnx.OnnxEngine`. A Transformer keeps its train/eval mode (one given
+                while it trains goes on training with dropout); the search always runs it in eval mode.
             tokenizer: the tokenizer it was trained with.
             settings: default decode settings (the paper's when None).
             precision: "auto" (bf16 on CUDA and on CPUs with native bf16, else fp32), "fp32", "bf16" or "fp16"
@@ -273,7 +274,7 @@ class Translator:
             from tfm_cli.quantization import quantize_int8
 
             model = quantize_int8(model)
-        engine = TorchEngine(model.eval()) if isinstance(model, Transformer) else model
+        engine = TorchEngine(model) if isinstance(model, Transformer) else model  # decodes in eval mode; `model` keeps its own
         config = engine.config
         if config.vocab_size != tokenizer.vocab_size:
             raise TfmError(
