@@ -296,6 +296,28 @@ def test_a_model_in_training_keeps_its_mode_and_translates_without_dropout(parts
     assert dropped.training
 
 
+@pytest.mark.parametrize("engine", ["fp32", "int8", "onnxruntime"])
+def test_a_translator_that_has_translated_pickles_and_deep_copies(parts, tmp_path: Path, engine: str) -> None:
+    """A fresh Translator pickled, but once it had translated, pickle.dumps and copy.deepcopy failed with torch's
+    "NotImplementedError: Cannot access storage of OpaqueTensorImpl" (the CPU engine's packed oneDNN weights);
+    one of an ONNX export never did ("cannot pickle ... InferenceSession"). Both are needed to hand a
+    translator to a worker process (multiprocessing with spawn) or to copy it."""
+    run = _run_dir(tmp_path / "run", parts, None)
+    if engine == "onnxruntime":
+        pytest.importorskip("onnxruntime")
+        from tfm_cli.export import run_export
+
+        run_export("onnx", run, tmp_path / "onnx", verify_lines=0)
+        t = Translator.load(tmp_path / "onnx", max_len_offset=6)
+    else:
+        t = Translator.load(run, device="cpu", precision=engine, max_len_offset=6)
+    expected = [(r.text, r.score) for r in t.translate(SOURCES, n_best=2)]
+    for other in (pickle.loads(pickle.dumps(t)), copy.deepcopy(t)):
+        assert other.engine_name == t.engine_name and other.precision == t.precision and other.settings == t.settings
+        assert [(r.text, r.score) for r in other.translate(SOURCES, n_best=2)] == expected
+    assert [(r.text, r.score) for r in t.translate(SOURCES, n_best=2)] == expected  # the original still works
+
+
 def test_greedy_equals_beam_one(translator: Translator) -> None:
     greedy = translator.translate(SOURCES, greedy=True)
     beam1 = translator.translate(SOURCES, beam=1, alpha=0.0)

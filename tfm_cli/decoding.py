@@ -149,6 +149,14 @@ class TorchEngine:
         self._output_version = tensor_version(generator.weight) if self.output_t is not None else None
         self._parameters = key
 
+    def __getstate__(self) -> dict:
+        """Pickled (and deep-copied) as its model: the packed copies of the view are oneDNN tensors that cannot
+        be (a used Translator failed to pickle with torch's "Cannot access storage of OpaqueTensorImpl")."""
+        return {"model": self.model, "use_cache": self.use_cache}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["model"], state["use_cache"])
+
     def start(self, src: torch.Tensor, src_mask: torch.Tensor, beams: int) -> TorchState:
         if _parameters_key(self.model) != self._parameters:
             # a parameter replaced by another object (load_state_dict(assign=True)) or given new data (p.data = x):

@@ -417,7 +417,20 @@ class OnnxEngine:
         options.log_severity_level = 3  # errors only: no notes on stderr about node placement
         providers = _providers(ort, device)
         sessions = [_session(ort, directory / name, options, providers, config) for name in GRAPHS]
-        return cls(*sessions, config)
+        engine = cls(*sessions, config)
+        engine._opened = (directory.resolve(), config, device, options.intra_op_num_threads)
+        return engine
+
+    def __reduce__(self):
+        """Pickled (and deep-copied) as the export it was opened from, opened again: onnxruntime's sessions
+        cannot be pickled (a Translator of an ONNX export failed with "cannot pickle ... InferenceSession")."""
+        opened = getattr(self, "_opened", None)
+        if opened is None:
+            raise TypeError(
+                "an OnnxEngine made from sessions cannot be pickled or copied; open it with OnnxEngine.open(EXPORT_DIR) "
+                "(or Translator.load(EXPORT_DIR)), which can"
+            )
+        return (_reopen, opened)
 
     def encode(self, src: torch.Tensor) -> list[torch.Tensor]:
         """(B, S) source ids -> cross-attention K/V, 2L x (B, H, S, Dh) (k.0, v.0, k.1, ...)."""
@@ -450,6 +463,11 @@ class OnnxEngine:
 
     def __repr__(self) -> str:
         return f"OnnxEngine({', '.join(self.providers)})"
+
+
+def _reopen(directory: Path, config: ModelConfig, device: str | torch.device, threads: int) -> OnnxEngine:
+    """`OnnxEngine.open` with the arguments an engine was opened with: how a pickled one comes back."""
+    return OnnxEngine.open(directory, config, device, threads)
 
 
 def _session(ort, path: Path, options, providers: list, config: ModelConfig):
