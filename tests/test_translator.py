@@ -224,6 +224,27 @@ def test_stream_rejects_a_string_and_lines_that_are_not_text(translator: Transla
             list(translator.translate_stream(["Bonjour."], chunk_lines=chunk))
 
 
+def test_stream_checks_its_arguments_at_the_call(translator: Translator) -> None:
+    """translate_stream was a generator function: nothing was checked until its results were first read, so
+    `results = t.translate_stream(lines, beam=0)` returned, and the error came from wherever `results` was read
+    (another function, another thread), after the input had begun to be consumed."""
+    lines = iter(["Bonjour.", "Merci."])
+    with pytest.raises(TypeError, match="not a str"):
+        translator.translate_stream("Bonjour.")
+    with pytest.raises(ValueError, match="chunk_lines"):
+        translator.translate_stream(lines, chunk_lines=0)
+    with pytest.raises(TypeError, match="progress"):
+        translator.translate_stream(lines, progress=5)
+    with pytest.raises(TfmError, match="beam=0 must be >= 1"):
+        translator.translate_stream(lines, beam=0)
+    with pytest.raises(TfmError, match="wider than the model's vocabulary"):
+        translator.translate_stream(lines, beam=10**6)
+    with pytest.raises(TypeError, match="unknown decode setting"):
+        translator.translate_stream(lines, num_beams=2)
+    assert next(lines) == "Bonjour."  # nothing was read
+    assert [r.source for r in translator.translate_stream(["Bonjour.", "Merci."], beam=2)] == ["Bonjour.", "Merci."]
+
+
 def _other_model(model: Transformer, seed: int) -> Transformer:
     """A model of `model`'s shape with other (random) weights, which translates differently."""
     other = Transformer(model.config).eval()

@@ -425,7 +425,13 @@ class Translator:
         """Translate an iterable of lines (a file, stdin, a generator) lazily, yielding results in input order.
 
         At most `chunk_lines` lines are held at a time, so memory stays bounded however long the input is.
-        Trailing newlines are stripped from each line.
+        Trailing newlines are stripped from each line. The arguments and settings are checked at the call, before
+        any line is read; a line that is not text is named when it is reached.
+
+        Raises:
+            TypeError: `lines` is a string or not iterable, a line is not a string, `progress` is not callable.
+            ValueError: `chunk_lines` is not an integer >= 1.
+            TfmError: a decode setting of the wrong type or out of range.
         """
         if not isinstance(chunk_lines, numbers.Integral) or isinstance(chunk_lines, bool) or chunk_lines < 1:
             # "x" and 1.5 failed inside the loop ("'<' not supported ...", "Stop argument for islice() ...")
@@ -438,6 +444,14 @@ class Translator:
         _check_ordered(lines, "translate_stream()")
         _check_progress(progress)
         decode = self.settings.updated(**settings)
+        self._check_beam(decode)
+        # checked above, at the call: a generator function checked nothing until its first next(), so a bad
+        # setting surfaced wherever the results were first read
+        return self._stream(lines, chunk_lines, decode, progress)
+
+    def _stream(
+        self, lines: Iterable[str], chunk_lines: int, decode: DecodeSettings, progress: Callable[[int], None] | None
+    ) -> Iterator[Translation]:
         source = (_line(line, number) for number, line in enumerate(lines, start=1))
         first = 1
         while chunk := list(itertools.islice(source, chunk_lines)):
