@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy
@@ -713,3 +714,33 @@ def test_import_tfm_cli_is_cheap_and_exports_the_api() -> None:
         assert getattr(tfm_cli, name) is not None
     with pytest.raises(AttributeError):
         tfm_cli.Nope  # noqa: B018
+
+
+def test_type_checkers_see_the_api_with_its_types() -> None:
+    """`from tfm_cli import Translator` went through the lazy module `__getattr__`, so type checkers and IDEs
+    saw every name of the API as Any (mypy: `reveal_type(t.translate("..."))` is Any); the package had no
+    py.typed marker (PEP 561), so mypy skipped it altogether; and `translate` was hinted `str | Sequence[str]`
+    -> `Translation | list[Translation]`: a generator, which it takes, was a type error, and every caller had
+    to cast its result."""
+    import ast
+    import importlib.resources
+    import typing
+
+    import tfm_cli
+    from tfm_cli import translator
+
+    assert importlib.resources.files("tfm_cli").joinpath("py.typed").is_file()
+    pyproject = (Path(tfm_cli.__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'^tfm_cli = \[.*"py\.typed"', pyproject, re.M)  # shipped in the wheel too
+    tree = ast.parse(Path(tfm_cli.__file__).read_text(encoding="utf-8"))
+    checked = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    seen = {a.asname: n.module for n in checked.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert seen == tfm_cli._API  # every lazy name, from the module it is loaded from, re-exported (`X as X`)
+    if sys.version_info >= (3, 11):  # typing.get_overloads is 3.11+
+        overloads = typing.get_overloads(translator.Translator.translate)
+        hints = [typing.get_type_hints(f) for f in overloads]
+        assert [(h["text"], h["return"]) for h in hints] == [
+            (str, Translation), (Iterable[str], list[Translation]),
+        ]
+    text_hint = typing.get_type_hints(translator.Translator.translate)["text"]
+    assert typing.get_args(text_hint) == (str, Iterable[str])

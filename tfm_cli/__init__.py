@@ -13,7 +13,19 @@ Importing this package stays cheap: it loads no torch, typer or rich until one o
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and IDEs read (`X as X`: a re-export); at run time `__getattr__` imports
+    from tfm_cli.errors import TfmError as TfmError
+    from tfm_cli.recipe import Recipe as Recipe
+    from tfm_cli.recipe import load_recipe as load_recipe
+    from tfm_cli.training import TrainEvents as TrainEvents
+    from tfm_cli.training import TrainResult as TrainResult
+    from tfm_cli.training import train as train
+    from tfm_cli.translator import DecodeSettings as DecodeSettings
+    from tfm_cli.translator import InputTruncatedWarning as InputTruncatedWarning
+    from tfm_cli.translator import Translation as Translation
+    from tfm_cli.translator import Translator as Translator
 
 __version__ = "0.1.0"
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import torch
 
@@ -384,20 +384,41 @@ class Translator:
 
     # --- translating ------------------------------------------------------------------------------------------
 
+    # One overload per kind of input, so that a type checker knows `translate("...")` is a Translation and
+    # `translate([...])` a list (the union made every caller cast). A str is also an Iterable[str]: the first wins.
+    @overload
+    def translate(  # type: ignore[overload-overlap]
+        self, text: str, *, progress: Callable[[int], None] | None = None, **settings: Any
+    ) -> Translation: ...
+
+    @overload
+    def translate(
+        self, text: Iterable[str], *, progress: Callable[[int], None] | None = None, **settings: Any
+    ) -> list[Translation]: ...
+
     def translate(
         self,
-        text: str | Sequence[str],
+        text: str | Iterable[str],
         *,
         progress: Callable[[int], None] | None = None,
         **settings: Any,
     ) -> Translation | list[Translation]:
-        """Translate one sentence (returns a `Translation`) or a list of them (returns a list, in input order).
+        """Translate one sentence (returns a `Translation`) or several (returns a list, in input order).
 
         Args:
-            text: a sentence, or a list of sentences; empty ones give empty translations without the model.
+            text: a sentence, or an ordered iterable of sentences (a list, a tuple, a generator); empty ones give
+                empty translations without the model.
             progress: called with the number of sentences finished after each batch.
             **settings: decode settings for this call (beam, alpha, max_len_offset, min_len, max_tokens, greedy,
                 n_best); None leaves a setting at the translator's default.
+
+        Returns:
+            A `Translation` for a string; for several, a list of them in input order.
+
+        Raises:
+            TypeError: `text` is neither a string nor an ordered iterable of strings (bytes, a set, a dict, an
+                item that is not a str), an unknown setting, a `progress` that is not callable.
+            TfmError: a decode setting of the wrong type or out of range, an input that is not valid text.
 
         Warns:
             InputTruncatedWarning: for each input longer than the model takes (it is cut to `max_source_tokens`).
@@ -459,7 +480,7 @@ class Translator:
             first += len(chunk)
 
     def score(
-        self, sources: Sequence[str], references: Sequence[str], bleu_tokenize: str = "auto", **settings: Any
+        self, sources: Iterable[str], references: Iterable[str], bleu_tokenize: str = "auto", **settings: Any
     ) -> dict[str, Any]:
         """Translate `sources` and score them against `references` with sacrebleu (corpus BLEU and chrF).
 
