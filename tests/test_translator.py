@@ -563,6 +563,19 @@ def test_int8_quantizes_a_copy_and_stays_close_to_fp32(parts, tmp_path: Path) ->
     assert Translator.load(run, device="cpu", precision="int8").precision == "int8"
 
 
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_the_caller_s_autocast_does_not_change_the_precision(parts, precision: str) -> None:
+    """An fp32 (or int8) translator used inside the caller's `torch.autocast` (a notebook cell that also trains or
+    evaluates in bf16) searched in bf16: other translations and scores, silently."""
+    model, tok = parts
+    t = Translator(model, tok, DecodeSettings(max_len_offset=6), precision=precision)
+    expected = [(r.text, r.score) for r in t.translate(SOURCES, n_best=2)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = [(r.text, r.score) for r in t.translate(SOURCES, n_best=2)]
+        streamed = [(r.text, r.score) for r in t.translate_stream(SOURCES, n_best=2)]
+    assert got == expected and streamed == expected
+
+
 def test_int8_translation_does_not_depend_on_the_other_sentences_of_its_batch(parts) -> None:
     """int8 quantizes each input row with its own scale (as CTranslate2 does): a hypothesis's numbers, and so a
     sentence's translation and score, do not depend on the values of the other sentences of its batch. torch's

@@ -23,6 +23,7 @@ Decode settings, most specific first: a keyword argument of the call, then those
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import numbers
@@ -554,7 +555,7 @@ class Translator:
             self.engine, [ids[i] for i in todo], beam_size=decode.beam, alpha=decode.alpha,
             max_len_offset=decode.max_len_offset, min_len=decode.min_len, n_best=decode.n_best,
             max_tokens=decode.max_tokens, greedy=decode.greedy, on_batch=progress,
-            autocast=(lambda: autocast(self.device, self.precision)) if self.precision not in ("fp32", "int8") else None,
+            autocast=self._autocast,
         )
         if progress is not None and len(todo) < len(lines):  # the empty lines are finished too: a bar reaches its total
             progress(len(lines) - len(todo))
@@ -574,6 +575,14 @@ class Translator:
             best.nbest = nbest
             results.append(best)
         return results
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        """The precision of the search, whatever the caller's context: fp32 and int8 searches turn off an
+        autocast the caller is in (`with torch.autocast("cpu", dtype=torch.bfloat16): t.translate(...)` changed
+        an fp32 translator's translations, silently); bf16 and fp16 enter their own."""
+        if self.precision in ("fp32", "int8"):
+            return torch.autocast(device_type=self.device.type, enabled=False)
+        return autocast(self.device, self.precision)
 
     def _check_beam(self, decode: DecodeSettings) -> None:
         """A beam wider than the vocabulary cannot be filled (its first step has one candidate per token), and a
