@@ -576,6 +576,19 @@ def test_the_caller_s_autocast_does_not_change_the_precision(parts, precision: s
     assert got == expected and streamed == expected
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_int8_quantizes_a_half_precision_model(parts, dtype: torch.dtype) -> None:
+    """A model cast to bf16 or fp16 (`model.half()`, as HF users do) given with precision="int8" failed at its
+    first translation with torch's "RuntimeError: mixed dtype (CPU): expect parameter to have scalar type of
+    Float"; its quantized copy now computes in fp32 around the int8 products, and the model is left as it was."""
+    model, tok = parts
+    half = copy.deepcopy(model).to(dtype)
+    t = Translator(half, tok, DecodeSettings(max_len_offset=6), precision="int8")
+    widened = Translator(copy.deepcopy(half).float(), tok, DecodeSettings(max_len_offset=6), precision="int8")
+    assert [(r.text, r.score) for r in t.translate(SOURCES)] == [(r.text, r.score) for r in widened.translate(SOURCES)]
+    assert next(half.parameters()).dtype == dtype
+
+
 def test_int8_translation_does_not_depend_on_the_other_sentences_of_its_batch(parts) -> None:
     """int8 quantizes each input row with its own scale (as CTranslate2 does): a hypothesis's numbers, and so a
     sentence's translation and score, do not depend on the values of the other sentences of its batch. torch's

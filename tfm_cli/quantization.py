@@ -87,4 +87,6 @@ def quantize_int8(model: Transformer) -> Transformer:
     if not hasattr(torch, "_int_mm"):
         raise TfmError("this PyTorch build has no int8 matrix product (torch._int_mm)", hint="use --precision fp32")
     with torch.no_grad():
-        return int8_linears(copy.deepcopy(model).eval())
+        # in fp32 around the int8 products: a bf16 or fp16 model's norms met the fp32 outputs of the int8 layers
+        # ("RuntimeError: mixed dtype (CPU): expect parameter to have scalar type of Float")
+        return int8_linears(copy.deepcopy(model).float().eval())
