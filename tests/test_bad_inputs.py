@@ -699,6 +699,28 @@ def test_a_start_on_a_bad_corpus_leaves_no_run_behind(root: Path, run: Path, tmp
         assert not out.exists(), sorted(p.name for p in out.iterdir())
 
 
+def test_a_relative_path_found_only_beside_the_recipe_says_where_paths_are_read_from(root: Path, tmp_path: Path) -> None:
+    """Relative paths are read from the current directory (as fairseq, OpenNMT-py and JoeyNMT read theirs);
+    `tfm train cfg/recipe.yaml` with `train: train.tsv` beside the recipe was told only 'train.tsv does not exist'."""
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    shutil.copy(root / "train.tsv", cfg / "train.tsv")
+    recipe(cfg, "train.tsv")
+    out = tmp_path / "out"
+    for extra in (["--dry-run"], []):
+        proc = tfm("train", "cfg/recipe.yaml", "--out", str(out), "--device", "cpu", *extra, cwd=tmp_path, check=False)
+        error_line(proc, "data.train: train.tsv does not exist in the current directory",
+                   "relative paths in a recipe are read from the directory you run tfm in, not from the recipe's folder (cfg)")
+        assert "hint: it is there beside the recipe: write train: cfg/train.tsv" in proc.stderr
+        assert not out.exists()
+    recipe(cfg, "[train.tsv, cfg/train.tsv]")  # one side of a pair
+    proc = tfm("train", "cfg/recipe.yaml", "--out", str(out), "--dry-run", cwd=tmp_path, check=False)
+    error_line(proc, "data.train: train.tsv does not exist in the current directory")
+    assert "write train: [cfg/train.tsv, cfg/train.tsv]" in proc.stderr
+    recipe(cfg, "train.tsv")
+    tfm("train", "recipe.yaml", "--out", str(out), "--dry-run", cwd=cfg)  # from the recipe's folder it is found
+
+
 # ---- held-out cases: outputs that would destroy inputs, unwritable places, CR line ends, bounds, resume -------
 
 

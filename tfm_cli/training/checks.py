@@ -96,7 +96,9 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
 def check_recipe_file(recipe_file: str | Path, recipe: Recipe, run_dir: Path) -> None:
     """Refuse a start whose recipe file is the run directory's recipe.yaml, which the start replaces with the
     resolved recipe (`tfm train proj/recipe.yaml --out proj` lost the user's comments and layout), unless that
-    file already is the resolved recipe (a run started again before its first checkpoint)."""
+    file already is the resolved recipe (a run started again before its first checkpoint); and say so when a
+    relative path of the recipe is missing from the current directory but is there beside the recipe file."""
+    _check_paths_beside(Path(recipe_file), recipe)
     target = run_dir / "recipe.yaml"
     if (run_dir / EXPORT_INFO).is_file():  # not a run at all: preflight says so
         return
@@ -110,6 +112,41 @@ def check_recipe_file(recipe_file: str | Path, recipe: Recipe, run_dir: Path) ->
             f"{run_dir} would replace it",
             hint=f"keep your recipe outside the run directory (e.g. cp {target} my-recipe.yaml), or choose another --out",
         )
+
+
+def _check_paths_beside(recipe_file: Path, recipe: Recipe) -> None:
+    """A relative corpus or tokenizer path is read from the current directory (as fairseq, OpenNMT-py and JoeyNMT
+    read theirs), not from the recipe's folder: `tfm train configs/mine.yaml` with `train: train.tsv` meant the
+    file beside the recipe, and was told only that train.tsv does not exist."""
+    folder = recipe_file.parent
+    try:
+        if folder.resolve() == Path.cwd().resolve():
+            return
+    except OSError:
+        return
+
+    def only_beside(text: str) -> bool:  # a relative path missing here that names a file beside the recipe
+        path = Path(text)
+        if text.startswith(("bundled:", "~")) or path.is_absolute() or path.exists():
+            return False
+        return (folder / path).is_file()
+
+    def written(text: str) -> str:
+        return os.path.relpath(folder / text) if only_beside(text) else text
+
+    specs = [("data.train", recipe.data.train), ("data.dev", recipe.data.dev), ("tokenizer.path", recipe.tokenizer.path)]
+    for key, spec in specs:
+        for text in [] if spec is None else [spec] if isinstance(spec, str) else spec:
+            if not only_beside(text):
+                continue
+            value = written(spec) if isinstance(spec, str) else f"[{', '.join(written(p) for p in spec)}]"
+            error = CorpusError if key.startswith("data.") else TfmError
+            raise error(
+                f"{key}: {text} does not exist in the current directory ({Path.cwd()}): relative paths in a recipe "
+                f"are read from the directory you run tfm in, not from the recipe's folder ({folder})",
+                hint=f"it is there beside the recipe: write {key.split('.')[1]}: {value} (or an absolute path) in "
+                f"{shell_word(recipe_file)}, or run tfm from {shell_word(folder)}",
+            )
 
 
 def check_beam(recipe: Recipe, vocab_size: int) -> None:
