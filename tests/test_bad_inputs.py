@@ -721,6 +721,34 @@ def test_a_relative_path_found_only_beside_the_recipe_says_where_paths_are_read_
     tfm("train", "recipe.yaml", "--out", str(out), "--dry-run", cwd=cfg)  # from the recipe's folder it is found
 
 
+def test_the_same_file_as_source_and_target_is_refused(root: Path, tmp_path: Path) -> None:
+    """`train: [train.fr, train.fr]` (a copy-paste slip) trained a model that copies its input, without a word."""
+    src = write(tmp_path / "train.fr", "".join(line.split("\t")[0] + "\n" for line in _head(50).splitlines()))
+    out = tmp_path / "out"
+    for spec in (f"[{src}, {src}]", f"[{src}, {tmp_path / '.' / 'train.fr'}]"):
+        for extra in (["--dry-run"], []):
+            proc = tfm("train", str(recipe(tmp_path, spec)), "--out", str(out), "--device", "cpu", *extra, check=False)
+            error_line(proc, "data.train: [", "names the same file as source and target")
+            assert not out.exists()
+    proc = tfm("train", str(recipe(tmp_path, str(root / "train.tsv"), dev=f"[{src}, {src}]")), "--out", str(out),
+               "--dry-run", check=False)
+    error_line(proc, "data.dev: [", "names the same file as source and target")
+
+
+def test_a_dev_set_that_is_the_training_corpus_is_warned_about(root: Path, tmp_path: Path) -> None:
+    """data.dev naming data.train's file scored the model on its training pairs: a dev BLEU that measures
+    memorisation, given as if it measured translation."""
+    train = root / "train.tsv"
+    path = recipe(tmp_path, str(train), dev=str(train.parent / "." / train.name))
+    proc = tfm("train", str(path), "--out", str(tmp_path / "out"), "--dry-run")
+    assert "warning: data.dev is the training corpus" in proc.stderr
+    proc = tfm("train", str(path), "--out", str(tmp_path / "out"), "train.max_steps=2", "train.save_every=1",
+               "--device", "cpu")
+    assert "warning: data.dev is the training corpus" in proc.stderr
+    proc = tfm("train", str(recipe(tmp_path, str(train), dev=str(CORPORA / "dev.tsv.gz"))), "--out", str(tmp_path / "o2"), "--dry-run")
+    assert "warning" not in proc.stderr
+
+
 # ---- held-out cases: outputs that would destroy inputs, unwritable places, CR line ends, bounds, resume -------
 
 

@@ -109,11 +109,14 @@ def train(
     if dry_run:
         from tfm_cli.runtime import resolve_device
         from tfm_cli.training import check_resume, check_start, preflight, scan_corpora
+        from tfm_cli.training.checks import dev_is_train
 
         torch_device = resolve_device(device)
         preflight(resolved, Path(run_dir), resume is not None)  # every check a real start makes before writing
         resumes_at = check_resume(resolved, Path(run_dir), torch_device) if resume is not None else None  # and a resume's
         pairs = scan_corpora(resolved)
+        if warning := dev_is_train(resolved):
+            warn(warning)
         if resume is None:
             check_start(resolved, Path(run_dir))
         _dry_run(resolved, run_dir, json_out, pairs, resumes_at)

@@ -236,6 +236,33 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
                     value = "[SOURCE_FILE, TARGET_FILE]" if isinstance(spec, list) else "NEW_PATH"
                     hint = f"if it moved, give its new place: tfm train --resume {shell_word(resumed)} '{key}={value}'"
                 raise CorpusError(f"{key}: {err}", hint=hint) from None
+        if resumed is None and isinstance(spec, list) and _same_file(*spec):  # a slip: the model would learn to copy
+            raise CorpusError(
+                f"{key}: [{spec[0]}, {spec[1]}] names the same file as source and target: every pair would be a "
+                "sentence and itself, and the model would learn to copy its input",
+                hint=f"give {key} the source file and the target file, e.g. [train.fr, train.en] (to train a copy "
+                "task on purpose, give a copy of the file as the target)",
+            )
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return resolve_corpus_path(a, once=True).samefile(resolve_corpus_path(b, once=True))
+    except (OSError, TfmError):
+        return False
+
+
+def dev_is_train(recipe: Recipe) -> str | None:
+    """A warning when data.dev is data.train (the same files): its dev scores measure memorisation, not
+    translation, and early stopping would never stop."""
+    train, dev = recipe.data.train, recipe.data.dev
+    if dev is None or isinstance(train, list) != isinstance(dev, list):
+        return None
+    pairs = zip(train, dev, strict=True) if isinstance(train, list) else [(train, dev)]
+    if all(_same_file(a, b) for a, b in pairs):
+        return (f"data.dev is the training corpus ({dev}): its BLEU and loss measure how well the model remembers "
+                "its training pairs, not how well it translates; give data.dev held-out pairs")
+    return None
 
 
 def scan_corpora(recipe: Recipe) -> dict[str, int]:

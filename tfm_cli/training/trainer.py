@@ -85,6 +85,7 @@ from tfm_cli.training.checks import (
     check_resumable,
     check_room,
     check_tokenizer_kept,
+    dev_is_train,
     preflight,
     resume_recipe,
     with_absolute_paths,
@@ -406,6 +407,8 @@ class Trainer:
                 f"in {time.perf_counter() - read_start:.1f}s"
             )
             self.dev = load_dev(recipe.data.dev, tok, recipe.data.max_len, self.t.bleu_tokenize) if recipe.data.dev and main else None
+            if main and (warning := dev_is_train(recipe)):
+                self.events.message(f"warning: {warning}")
             if self.dev is not None and self.dev.bleu_tokenize != "13a":  # said: sacrebleu's default is 13a
                 why = f" ({self.dev.bleu_why})" if self.dev.bleu_why else ""
                 self.events.message(f"dev BLEU: sacrebleu tokenize={self.dev.bleu_tokenize}{why}")
