@@ -197,7 +197,28 @@ def _bad_recipe(tmp_path: Path, text: str | bytes, expected: str) -> None:
             "name: bad\nmodel:\n  d_model: 32\n  n_heads 4\n  dropout: 0.1\n",
             "invalid YAML at line 5, column 3: could not find expected ':' (while scanning a simple key at line 4, column 3)",
         ),
-        ("name: bad\nmodel:\n\td_model: 32\n", "invalid YAML at line 3, column 1: found character '\\t' that cannot start any token"),
+        (
+            "name: bad\nmodel:\n\td_model: 32\n",
+            "invalid YAML at line 3, column 1: found character '\\t' that cannot start any token (while scanning for the "
+            "next token); use spaces, not tabs",
+        ),
+        # a second ': ' on a line was only 'mapping values are not allowed here': a value to quote, a section's key
+        # written on its line, or a key indented deeper than the one above it
+        (
+            "name: bad\ndescription: Tatoeba: the small set  # fr-en\n",
+            "invalid YAML at line 2, column 21: mapping values are not allowed here; a value that holds ': ' must be "
+            'in quotes, e.g. description: "Tatoeba: the small set"',
+        ),
+        (
+            "name: bad\ntrain: max_steps: 5\n",
+            "mapping values are not allowed here; a section's keys go on the lines below it, indented (or inline: "
+            "train: {max_steps: 5})",
+        ),
+        (
+            "name: bad\ntrain:\n  max_steps: 5\n   seed: 3\n",
+            "invalid YAML at line 4, column 8: mapping values are not allowed here; this key is indented more than the "
+            "keys above it",
+        ),
         (
             'name: bad\ndescription: "unclosed\nmodel:\n  d_model: 32\n',
             "found unexpected end of stream (while scanning a quoted scalar at line 2, column 14)",
@@ -206,7 +227,8 @@ def _bad_recipe(tmp_path: Path, text: str | bytes, expected: str) -> None:
         (b"name: bad\n\x00\n", "invalid YAML at line 2: control character 0x00, which YAML does not allow"),
         (b"name: bad\ndescription: caf\xe9\n", "is not UTF-8 text (bad byte 0xe9 at line 2, column 17); save it as UTF-8"),
     ],
-    ids=["missing-colon", "tab-indent", "unclosed-quote", "unclosed-list", "nul-byte", "latin1"],
+    ids=["missing-colon", "tab-indent", "colon-in-value", "section-on-one-line", "over-indented", "unclosed-quote",
+         "unclosed-list", "nul-byte", "latin1"],
 )
 def test_yaml_syntax_error_names_the_line(tmp_path: Path, text: str | bytes, expected: str) -> None:
     _bad_recipe(tmp_path, text, expected)

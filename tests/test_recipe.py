@@ -308,6 +308,20 @@ def test_string_fields_reject_numbers():
     ]
 
 
+def test_a_string_that_yaml_reads_as_a_mapping_or_a_list_says_to_quote_it(tmp_path):
+    """`description=Tatoeba fr-en: small` on the command line is a mapping to YAML: the problem was only
+    "description={'Tatoeba fr-en': 'small'} must be a string", for a value the user had written as text."""
+    path = tmp_path / "r.yaml"
+    path.write_text("name: x\n", encoding="utf-8")
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(path, ["description=Tatoeba fr-en: small", "name=[draft]"])
+    assert problems_of(excinfo) == [
+        "name=['draft'] must be a string (YAML reads [...] as a list: put it in quotes)",
+        "description={'Tatoeba fr-en': 'small'} must be a string (YAML reads a: b as a mapping: put it in quotes)",
+    ]
+    assert load_recipe(path, ['description="Tatoeba fr-en: small"']).description == "Tatoeba fr-en: small"
+
+
 def test_dates_and_keys_that_yaml_reads_as_other_types_are_shown_as_written(tmp_path):
     """YAML reads `name: 2024-01-01` as a date and `null:` / `true:` keys as None / True: the problem lines showed
     Python's spelling ("name=datetime.date(2024, 1, 1)", "model.None is not a recipe key")."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import difflib
+import json
 import math
 import re
 import reprlib
@@ -273,6 +274,8 @@ def _type_problem(key: str, value: Any, kind: str) -> str | None:
         if key == "train.max_time" and _is_number(value) and not isinstance(value, bool):  # quoting it is not enough
             return f"{bad} needs a unit: write e.g. {value}m for minutes, {value}s or {value}h (or null for no time limit)"
         quote = " (put it in quotes)" if isinstance(value, (bool, int, float, datetime.date)) else ""
+        if isinstance(value, (dict, list)):  # `description: [draft]`, or `description=a: b` on the command line
+            quote = f" (YAML reads {'[...]' if isinstance(value, list) else 'a: b'} as {_a(value)}: put it in quotes)"
         return f"{bad} must be a string{' or null' if kind == 'str?' else ''}{quote}"
     if kind in ("path", "path?"):
         if isinstance(value, str) or (kind == "path?" and value is None):
@@ -775,7 +778,7 @@ def _read_yaml(path: Path, source: str) -> Any:
             if start is not None and mark is not None and start.line != mark.line:  # e.g. where a quote opened
                 context += f" at line {start.line + 1}, column {start.column + 1}"
             what = f"{err.problem} ({context})"
-        raise RecipeError(source, [f"invalid YAML{where}: {what}"]) from None
+        raise RecipeError(source, [f"invalid YAML{where}: {what}{_yaml_advice(err, text)}"]) from None
     except yaml.reader.ReaderError as err:  # a character YAML does not allow, e.g. a NUL byte
         line = text.count("\n", 0, err.position) + 1
         raise RecipeError(
@@ -787,6 +790,28 @@ def _read_yaml(path: Path, source: str) -> Any:
         long = re.search(r"[0-9_]{4300,}", text)
         where = f" at line {text.count(chr(10), 0, long.start()) + 1}" if long else ""
         raise RecipeError(source, [f"invalid YAML{where}: a number too long to read ({str(err).split(';')[0]})"]) from None
+
+
+def _yaml_advice(err: yaml.MarkedYAMLError, text: str) -> str:
+    """What to change for the YAML errors that a recipe's author meets most, whose wording does not say it: a tab,
+    and a second `: ` on a line (`description: Tatoeba: small`), which is either a value to quote or a key indented
+    deeper than the keys beside it."""
+    mark = err.problem_mark
+    if mark is None:
+        return ""
+    lines = text.splitlines()
+    line = lines[mark.line] if mark.line < len(lines) else ""
+    if line[mark.column : mark.column + 1] == "\t":
+        return "; use spaces, not tabs (YAML does not allow a tab there)"
+    if err.problem == "mapping values are not allowed here":
+        if re.search(r":(\s|$)", line[: mark.column]):  # `key: text: more`: the value holds ': '
+            key, _, value = line.partition(":")
+            key, value = key.strip(), value.split(" #")[0].strip()
+            if key in SECTIONS:  # `train: max_steps: 5`
+                return f"; a section's keys go on the lines below it, indented (or inline: {key}: {{{value}}})"
+            return f"; a value that holds ': ' must be in quotes, e.g. {key}: {json.dumps(value, ensure_ascii=False)}"
+        return "; this key is indented more than the keys above it: line the keys of one section up"
+    return ""
 
 
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
