@@ -566,3 +566,26 @@ def test_import_and_validation_stay_light():
         [sys.executable, "-c", code, str(RECIPES / "base.yaml")], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_integers_that_yaml_1_1_reads_as_octal_or_base_60_are_not_silently_other_numbers(tmp_path):
+    """PyYAML (YAML 1.1) read `seed: 010` as 8 and `max_steps: 1:30` as 90, and trained with them without a word;
+    YAML 1.2, JSON and every other config reader take 010 as 10 and 1:30 as text."""
+    path = write(tmp_path, "name: x\ntrain:\n  seed: 010\n  max_steps: 1:30\n  max_time: 1:30\n")
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(path, ["train.eval_every=-0_10"])
+    assert problems_of(excinfo) == [
+        "train.max_steps=1:30 is a base-60 number to YAML 1.1 (90): write 90",
+        "train.max_time='1:30' is not a duration: write e.g. 90s, 15m, 2h or 1h30m (or null for no time limit)",
+        "train.seed=010 has a leading zero, which makes it octal to YAML 1.1 (8): write 10 without the zero "
+        "(or 8 if octal was meant)",
+        "train.eval_every=-0_10 has a leading zero, which makes it octal to YAML 1.1 (-8): write -10 without the zero "
+        "(or -8 if octal was meant)",
+    ]
+    # elsewhere it is the text it was written as: a name, a path, a float; and the recipe dumps back to YAML
+    path = write(tmp_path, "name: 007\ndata: {train: 0123, dev: [1:2, '3']}\ntrain: {lr_factor: 010, seed: 0, eps: 0x1}\n")
+    recipe = load_recipe(path, ["description=12:30"])
+    assert (recipe.name, recipe.description, recipe.data.train, recipe.data.dev) == ("007", "12:30", "0123", ["1:2", "3"])
+    assert (recipe.train.lr_factor, recipe.train.seed) == (10.0, 0)
+    dump_recipe(recipe, tmp_path / "again.yaml")
+    assert recipe_to_dict(load_recipe(tmp_path / "again.yaml")) == recipe_to_dict(recipe)

@@ -220,7 +220,36 @@ def _to_float(v: Any) -> Any:
     return v
 
 
+class OldYamlInt(str):
+    """An integer written `010` or `1:30`: YAML 1.1 (PyYAML) reads the first as octal (8) and the second as base 60
+    (90), YAML 1.2 and every other config format as 10 and as text. Kept as written, so that it is not silently
+    another number: an integer field refuses it (naming `yaml_1_1`, what PyYAML would have made of it), other
+    fields take it as the text it is (a name, a path, a duration, a float)."""
+
+    yaml_1_1: int
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    digits = loader.construct_scalar(node).replace("_", "").lstrip("+-")
+    value = loader.construct_yaml_int(node)
+    if ":" in digits or (len(digits) > 1 and digits[0] == "0" and digits[1] not in "bx"):
+        text = OldYamlInt(loader.construct_scalar(node))
+        text.yaml_1_1 = value
+        return text
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """`OldYamlInt`s as plain strings, inside lists too (the recipe's values must dump back to YAML)."""
+    if isinstance(value, OldYamlInt):
+        return str(value)
+    return [_plain(v) for v in value] if isinstance(value, list) else value
+
+
 def _convert(value: Any, kind: str) -> Any:
+    if kind == "int":
+        return value  # an OldYamlInt stays one: _type_problem explains it
+    value = _plain(value)
     if kind == "float":
         return _to_float(value)
     if kind == "floats" and isinstance(value, list):
@@ -257,6 +286,12 @@ def _key_text(key: Any) -> str:
 def _type_problem(key: str, value: Any, kind: str) -> str | None:
     """The problem line when `value` does not have the field's type, else None."""
     bad = f"{key}={_yaml_text(value)}"
+    if kind == "int" and isinstance(value, OldYamlInt):
+        if ":" in value:
+            return f"{key}={value} is a base-60 number to YAML 1.1 ({value.yaml_1_1}): write {value.yaml_1_1}"
+        decimal = int(value.replace("_", ""))
+        return (f"{key}={value} has a leading zero, which makes it octal to YAML 1.1 ({value.yaml_1_1}): write "
+                f"{decimal} without the zero (or {value.yaml_1_1} if octal was meant)")
     if kind == "int":
         if not _is_int(value):
             return f"{bad} must be an integer"
@@ -577,7 +612,7 @@ def parse_override(text: str) -> tuple[str, Any]:
              "give it a UTF-8 name (mv) or a link with one (ln -s)"],
         )
     try:
-        value = yaml.safe_load(raw)
+        value = yaml.load(raw, Loader=_UniqueKeyLoader)  # a SafeLoader subclass, as a recipe file is read
     except yaml.YAMLError as err:
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise RecipeError(
@@ -673,7 +708,7 @@ def _build(data: Any, overrides: Sequence[str]) -> tuple[Recipe | None, list[str
         values = sections[section] or {}
         kinds = _KINDS[section]
         built[section] = cls(**{k: _convert(v, kinds[k]) for k, v in values.items()})
-    recipe = Recipe(name=raw.get("name", ""), description=raw.get("description", ""), **built)
+    recipe = Recipe(name=_plain(raw.get("name", "")), description=_plain(raw.get("description", "")), **built)
     problems += _validate(recipe, skip)
     return recipe, problems
 
@@ -732,6 +767,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     key_node.start_mark,
                 )
         return super().construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def _not_found(path: Path) -> str:
