@@ -233,6 +233,27 @@ def test_unknown_override_did_you_mean(tmp_path: Path) -> None:
     assert "train.max_stepz is not a recipe key; did you mean train.max_steps?" in proc.stderr
 
 
+def test_an_override_split_by_spaces_around_the_equals_sign_is_said_once(tmp_path: Path) -> None:
+    """`train.max_steps = 10` (Hydra or INI habits) is three shell words: it was three lines, one per word, each
+    'must look like key=value'; after --resume it was 'give either RECIPE or --resume RUN_DIR, not both'."""
+    tiny = str(REPO / "recipes" / "tiny.yaml")
+    for words in (["train.max_steps", "=", "10"], ["train.max_steps", "=10"], ["train.max_steps=", "10"]):
+        proc = tfm("train", tiny, *words, "--dry-run", cwd=tmp_path)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert _error_lines(proc.stderr) == [
+            f"Error: {tiny}: override {' '.join(words)!r} is {len(words)} words: write it without spaces around '=', "
+            "train.max_steps=10 (quote a value with spaces: 'key=a b')"
+        ], proc.stderr
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.yaml").write_text("name: run\n", encoding="utf-8")
+    proc = tfm("train", "--resume", str(run), "train.max_steps", "=", "10", "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "override 'train.max_steps = 10' is 3 words" in proc.stderr, proc.stderr
+    proc = tfm("train", tiny, "data.dev=", "--dry-run", "--json", "--device", "cpu", cwd=tmp_path)  # an empty value: null
+    assert proc.returncode == 0 and json.loads(proc.stdout)["recipe"]["data"]["dev"] is None, proc.stderr
+
+
 def test_missing_recipe_file_suggests_close_name(tmp_path: Path) -> None:
     proc = tfm("train", str(REPO / "recipes" / "tiny.yml"), "--dry-run")
     assert proc.returncode == 1

@@ -631,12 +631,40 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def _spaced_overrides(overrides: list[str], problems: list[str]) -> list[str]:
+    """The overrides, less those split by spaces around '=' (`train.max_steps = 10` is three shell words, each of
+    them a malformed override), which are reported once each, with the override as it must be written."""
+    kept: list[str] = []
+    i = 0
+    while i < len(overrides):
+        text, rest = overrides[i], overrides[i + 1 :]
+        words = []
+        if "=" not in text and rest and rest[0] == "=" and len(rest) > 1 and "=" not in rest[1]:
+            words = [text, "=", rest[1]]  # key = value
+        elif "=" not in text and rest and rest[0].startswith("=") and rest[0] != "=":
+            words = [text, rest[0]]  # key =value
+        elif text.endswith("=") and text.count("=") == 1 and rest and "=" not in rest[0]:
+            words = [text, rest[0]]  # key= value
+        if words and text.strip():
+            joined = "".join(w.strip() for w in words)
+            problems.append(
+                f"override {' '.join(words)!r} is {len(words)} words: write it without spaces around '=', {joined} "
+                "(quote a value with spaces: 'key=a b')"
+            )
+            i += len(words)
+            continue
+        kept.append(text)
+        i += 1
+    return kept
+
+
 def _apply_overrides(
     raw: dict[str, Any], sections: dict[str, dict[str, Any] | None], overrides: Sequence[str]
 ) -> list[str]:
     """Set each override's leaf in `raw` / `sections` (a None section is broken and already reported)."""
     problems: list[str] = []
-    for text in overrides:
+    overrides = list(overrides)
+    for text in _spaced_overrides(overrides, problems):
         try:
             key, value = parse_override(text)
         except RecipeError as err:

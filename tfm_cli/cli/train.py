@@ -82,7 +82,8 @@ def train(
 
     overrides = list(overrides or [])
     if resume is not None:
-        if recipe is not None and "=" in recipe:  # `tfm train --resume RUN key=value`: no recipe was given
+        # `tfm train --resume RUN key=value` (or `key = value`): no recipe was given
+        if recipe is not None and ("=" in recipe or (overrides and overrides[0].startswith("="))):
             overrides.insert(0, recipe)
             recipe = None
         if recipe is not None:
