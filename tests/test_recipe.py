@@ -155,6 +155,22 @@ def test_key_of_another_section_is_pointed_there(tmp_path):
     )
 
 
+def test_a_key_in_other_case_or_with_dashes_is_pointed_to_the_key(tmp_path):
+    """`TRAIN:` and `train.MAX_STEPS=5` got only the list of valid keys (difflib matches no upper-case word), and
+    `max-steps` (argparse/fairseq spelling) a bare guess."""
+    path = write(tmp_path, "name: x\nTRAIN:\n  max_steps: 5\nmodel:\n  D_MODEL: 64\n  n-heads: 4\n")
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(path, ["Train.Max_Steps=5", "decode.max-len-offset=3"])
+    why = "(keys are lower case, words joined by '_')"
+    assert problems_of(excinfo) == [
+        f"TRAIN is not a recipe key; did you mean train? {why}",
+        f"model.D_MODEL is not a recipe key; did you mean model.d_model? {why}",
+        f"model.n-heads is not a recipe key; did you mean model.n_heads? {why}",
+        f"Train.Max_Steps is not a recipe key; did you mean train.max_steps? {why}",
+        f"decode.max-len-offset is not a recipe key; did you mean decode.max_len_offset? {why}",
+    ]
+
+
 def test_override_with_bytes_that_are_not_utf8_says_so():
     """A Latin-1 file name on the command line (Python's surrogate escapes): YAML refused it with 'quote it',
     which cannot help."""

@@ -559,6 +559,9 @@ def _unknown_key(dotted: str) -> str:
     section (`train.beam`, or `max_steps` at the top level) is pointed there, not to a look-alike (train.betas)."""
     parts = dotted.split(".")
     head = f"{dotted} is not a recipe key"
+    folded = ".".join(p.casefold().replace("-", "_") for p in parts)  # TRAIN.MAX_STEPS, train.max-steps
+    if folded != dotted and (folded in TOP_LEVEL_KEYS or folded in recipe_keys()):
+        return f"{head}; did you mean {folded}? (keys are lower case, words joined by '_')"
     if len(parts) == 1 and (other := _elsewhere(parts[0])):
         return f"{head}; did you mean {other}?"
     if parts[0] not in TOP_LEVEL_KEYS:
