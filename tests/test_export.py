@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 from clitools import tfm
@@ -108,6 +108,8 @@ def test_run_export_refuses_arguments_of_the_wrong_type_before_touching_out(trai
         run_export("release", 123, tmp_path / "a")
     with pytest.raises(TypeError, match=r"takes out as a path .* not bytes"):
         run_export("release", trained["dir"], b"exports/x")
+    exported = run_export("release", PurePosixPath(trained["dir"]), PurePosixPath(tmp_path / "pathlike"), verify_lines=2)
+    assert exported.path == tmp_path / "pathlike" and (tmp_path / "pathlike" / "model.safetensors").is_file()
     with pytest.raises(TfmError, match=r"unknown export format \['release'\]"):
         run_export(["release"], trained["dir"], tmp_path / "b")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

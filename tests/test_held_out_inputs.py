@@ -14,7 +14,7 @@ import resource
 import shutil
 import signal
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import test_bad_inputs
@@ -361,6 +361,10 @@ def translator(run: Path) -> Translator:
 def test_api_arguments_of_the_wrong_kind_are_clear_errors(translator: Translator, run: Path) -> None:
     with pytest.raises(TypeError, match=r"Translator.load\(\) takes a path"):
         Translator.load(123)
+    with pytest.raises(TypeError, match=r"Translator.load\(\) takes a path \(str or os.PathLike\) or None, not bytes"):
+        Translator.load(bytes(run))
+    with pytest.raises(TypeError, match=r"Translator\(\) takes a model in memory; to load .* use Translator.load"):
+        Translator(PurePosixPath(run), translator.tokenizer)
     with pytest.raises(TypeError, match="device must be a string"):
         Translator.load(run, device=0)
     with pytest.raises(TypeError, match="sources is a str"):  # each character would have been a sentence
@@ -375,6 +379,17 @@ def test_api_arguments_of_the_wrong_kind_are_clear_errors(translator: Translator
         translator.translate("Bonjour.", greedy="false")
     with pytest.raises(TfmError, match="beam=3 has no effect with greedy=True"):  # as the CLI's --greedy --beam 3
         translator.translate("Bonjour.", greedy=True, beam=3)
+
+
+def test_api_takes_any_path_like_object(run: Path) -> None:
+    """Any os.PathLike names a model, as it does for open() and pathlib: a PurePosixPath (or an os.DirEntry from
+    os.scandir) was "Translator.load() takes a path (str or Path)"."""
+    reference = Translator.load(run, device="cpu", precision="fp32")
+    entry = next(e for e in os.scandir(run.parent) if e.name == run.name)
+    for given in (PurePosixPath(run), entry):
+        loaded = Translator.load(given, device="cpu", precision="fp32")
+        assert loaded.path == reference.path
+        assert loaded.translate("Bonjour.").text == reference.translate("Bonjour.").text
 
 
 def test_api_text_with_a_lone_surrogate_names_the_line(translator: Translator) -> None:

@@ -17,6 +17,17 @@ from tfm_cli.errors import TfmError
 WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}  # a disk that fills up, or fails
 
 
+def as_path(given: object, who: str, name: str = "a path") -> str | Path | None:
+    """`given` as a str or Path, for an API that takes a path: any `os.PathLike` (a `PurePosixPath`, an
+    `os.DirEntry`) is taken as the path it names; None stays None; anything else, a bytes path included, is a
+    TypeError naming `who`."""
+    if isinstance(given, os.PathLike):
+        given = os.fspath(given)
+    if given is not None and not isinstance(given, (str, Path)):
+        raise TypeError(f"{who} takes {name} (str or os.PathLike) or None, not {type(given).__name__}")
+    return given
+
+
 def atomic_write(path: Path, write: Callable[[str], object]) -> None:
     """Call `write(tmp_path)` then rename onto `path`, so readers see the old file or the new one, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)

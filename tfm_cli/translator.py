@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import itertools
 import numbers
+import os
 import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -40,6 +41,7 @@ import torch
 from tfm_cli.checkpoint import BEST, CHECKPOINTS, EXPORT_INFO, FINAL, load_model
 from tfm_cli.decoding import Engine, TorchEngine, translate_ids
 from tfm_cli.errors import TfmError
+from tfm_cli.files import as_path
 from tfm_cli.model import Transformer
 from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.recipe import MAX_ALPHA
@@ -259,7 +261,7 @@ class Translator:
             path: the weights file (or export directory) it came from, for messages and reports.
             step: the training step of those weights.
         """
-        if isinstance(model, (str, Path)):  # Translator("runs/tiny") failed on `'str' object has no attribute 'config'`
+        if isinstance(model, (str, os.PathLike)):  # Translator("runs/tiny") failed on `'str' object has no attribute 'config'`
             raise TypeError(f"Translator() takes a model in memory; to load {str(model)!r} use Translator.load({str(model)!r})")
         if not isinstance(model, Transformer) and not all(hasattr(model, a) for a in ("config", "device", "start", "step")):
             raise TypeError(f"Translator() takes a Transformer or a decoding engine as its model, not {type(model).__name__}")
@@ -347,8 +349,7 @@ class Translator:
             TfmError: a missing or corrupt model, a tokenizer that does not match it, an engine that cannot run
                 what `model` holds, a bad device or setting.
         """
-        if model is not None and not isinstance(model, (str, Path)):
-            raise TypeError(f"Translator.load() takes a path (str or Path) or None, not {type(model).__name__}")
+        model = as_path(model, "Translator.load()")
         if not isinstance(device, (str, torch.device)):
             raise TypeError(f"device must be a string such as 'cpu', 'cuda' or 'cuda:1', or a torch.device, not {type(device).__name__}")
         if engine not in ENGINES:

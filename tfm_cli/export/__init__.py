@@ -19,6 +19,7 @@ from typing import Any
 
 from tfm_cli.errors import TfmError
 from tfm_cli.export.common import EXPORT_INFO, Check, ExportCheckError, ExportResult, staging
+from tfm_cli.files import as_path
 
 __all__ = ["FORMATS", "Check", "ExportCheckError", "ExportResult", "run_export", "default_out"]
 
@@ -67,14 +68,13 @@ def run_export(
         The `ExportResult`, with every check it ran.
 
     Raises:
-        TypeError: a `model` or `out` that is not a path (str or Path) or None, a `force` that is not a bool.
+        TypeError: a `model` or `out` that is not a path (str or os.PathLike) or None, a `force` that is not a bool.
         TfmError: an unknown format, a missing or invalid model, a missing optional package (naming the extra),
             or a destination that would be overwritten without `force`.
         ExportCheckError: a failed check; nothing is installed, and the error's `result` holds every check.
     """
-    for name, given in (("model", model), ("out", out)):  # 123 failed inside pathlib, naming neither
-        if given is not None and not isinstance(given, (str, Path)):
-            raise TypeError(f"run_export() takes {name} as a path (str or Path) or None, not {type(given).__name__}")
+    # 123 failed inside pathlib, naming neither; any os.PathLike is a path
+    model, out = (as_path(given, "run_export()", f"{name} as a path") for name, given in (("model", model), ("out", out)))
     if not isinstance(force, bool):  # force="no" is true: it replaced a non-empty `out` without being asked
         raise TypeError(f"run_export() takes force=True or False, not {force!r}")
     if not isinstance(fmt, str) or fmt not in FORMATS:
