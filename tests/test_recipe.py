@@ -551,6 +551,15 @@ def test_empty_sections_take_defaults(tmp_path):
     assert recipe.model == ModelRecipe() and recipe.train == TrainRecipe()
 
 
+def test_a_blank_description_is_no_description(tmp_path):
+    """`description:` left blank, as in a template, was "description=null (empty) must be a string"; a blank
+    name is still an error (it names the run directory)."""
+    assert load_recipe(write(tmp_path, "name: x\ndescription:\n")).description == ""
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(write(tmp_path, "name:\ndescription:\n"))
+    assert problems_of(excinfo) == ["name=null (empty) must be a string"]
+
+
 def test_dump_load_round_trip(tmp_path):
     for source in (RECIPES / "base.yaml", RECIPES / "big.yaml"):
         recipe = load_recipe(source, ["data.train=[a.fr, a.en]", "data.dev=null", "tokenizer.path=tok.json"])

@@ -739,7 +739,8 @@ def _build(data: Any, overrides: Sequence[str]) -> tuple[Recipe | None, list[str
         values = sections[section] or {}
         kinds = _KINDS[section]
         built[section] = cls(**{k: _convert(v, kinds[k]) for k, v in values.items()})
-    recipe = Recipe(name=_plain(raw.get("name", "")), description=_plain(raw.get("description", "")), **built)
+    description = raw.get("description")  # `description:` left blank (a template's) is no description
+    recipe = Recipe(name=_plain(raw.get("name", "")), description=_plain("" if description is None else description), **built)
     problems += _validate(recipe, skip)
     return recipe, problems
 
