@@ -495,8 +495,11 @@ def test_n_best_output_is_as_the_help_and_readme_say(random_run: Path) -> None:
     for first, second in zip(lines[::2], lines[1::2], strict=True):
         assert len(first.split("\t")) == 3 and float(first.split("\t")[1]) >= float(second.split("\t")[1])
     records = [json.loads(line) for line in tfm(*args, "--json", stdin="Bonjour.\n\nMerci.\n").stdout.splitlines()]
-    assert [set(r) for r in records] == [{"source", "translation", "score", "tokens", "truncated", "nbest"}] * 3
-    assert all(len(r["nbest"]) == 2 and set(r["nbest"][0]) == {"translation", "score", "tokens"} for r in records)
+    assert [set(r) for r in records] == [{"source", "translation", "score", "log_prob", "tokens", "truncated", "nbest"}] * 3
+    assert all(len(r["nbest"]) == 2 and set(r["nbest"][0]) == {"translation", "score", "log_prob", "tokens"} for r in records)
+    for r in records[::2]:  # the non-empty lines: score = log_prob / ((5 + |Y|) / 6)^0.6, |Y| with the EOS
+        for h in r["nbest"]:
+            assert h["log_prob"] < 0 and h["score"] == pytest.approx(h["log_prob"] / ((6 + len(h["tokens"])) / 6) ** 0.6, abs=2e-4)
 
 
 def test_plain_table_when_piped_or_no_color(random_run: Path) -> None:

@@ -205,13 +205,16 @@ class Translation(str):
         return str.__str__(self)
 
     def to_dict(self, nbest: bool = False) -> dict[str, Any]:
-        """Plain data for JSON: source, translation, score, tokens, truncated (and the n-best list when asked)."""
+        """Plain data for JSON: source, translation, score, log_prob, tokens, truncated (and the n-best list, each
+        with its translation, score, log_prob and tokens, when asked)."""
         record: dict[str, Any] = {
-            "source": self.source, "translation": self.text, "score": self.score, "tokens": self.tokens,
-            "truncated": self.truncated,
+            "source": self.source, "translation": self.text, "score": self.score, "log_prob": self.log_prob,
+            "tokens": self.tokens, "truncated": self.truncated,
         }
         if nbest:
-            record["nbest"] = [{"translation": h.text, "score": h.score, "tokens": h.tokens} for h in self.nbest]
+            record["nbest"] = [
+                {"translation": h.text, "score": h.score, "log_prob": h.log_prob, "tokens": h.tokens} for h in self.nbest
+            ]
         return record
 
     def __repr__(self) -> str:

@@ -160,9 +160,8 @@ def _alpha(value: float | None) -> float | None:
 def _emit(result, json_out: bool, n_best: int, line: int) -> None:
     if json_out:
         record = result.to_dict(nbest=n_best > 1)
-        record["score"] = round(record["score"], 4)
-        for h in record.get("nbest", []):
-            h["score"] = round(h["score"], 4)
+        for h in (record, *record.get("nbest", [])):
+            h["score"], h["log_prob"] = round(h["score"], 4), round(h["log_prob"], 4)
         print_json(record)
     elif n_best > 1:
         for h in result.nbest:
