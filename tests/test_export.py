@@ -276,3 +276,48 @@ def test_a_release_whose_bleu_tokenizer_is_missing_here_is_written_unscored(trai
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "- not scored on the run's dev set by tfm export: sacrebleu's 'ja-mecab'" in card and "dev BLEU" not in card
     assert Translator.load(out).translate("Je suis étudiant.").text  # the release works
+
+
+def _random_run(root: Path) -> Path:
+    """A run of random weights (d_model 16, 1+1 layers) with a tokenizer of 300 pieces: quick to export."""
+    import torch
+
+    from tfm_cli.checkpoint import FINAL, save_weights, weights_state
+    from tfm_cli.model import ModelConfig, Transformer
+    from tfm_cli.tokenizer import train_tokenizer
+
+    texts = [s for line in SENTENCES.splitlines() for s in (line, line.lower(), line.upper())] * 20
+    tokenizer = train_tokenizer(texts, vocab_size=300)
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, d_ff=32, n_heads=2, n_enc_layers=1,
+                      n_dec_layers=1, max_positions=32, dropout=0.0)
+    root.mkdir(parents=True)
+    tokenizer.save(root / "tokenizer.json")
+    save_weights(root / FINAL, weights_state(Transformer(cfg)), cfg, tokenizer.sha256, 1)
+    return root
+
+
+def test_an_export_finished_alongside_is_not_replaced_without_force(tmp_path: Path, monkeypatch) -> None:
+    """Two exports to the same missing --out at once, neither with --force: both passed the "not empty" test at
+    the start, both said "wrote OUT/", and the one that finished last silently replaced the other's export."""
+    import tfm_cli.export.release as release_module
+
+    first, second = _random_run(tmp_path / "first"), _random_run(tmp_path / "second")
+    out = tmp_path / "exports" / "shared"
+    real, alongside = release_module.export_release, [second]
+
+    def with_another_alongside(loaded, staged, sources, **options):
+        result = real(loaded, staged, sources, **options)
+        while alongside:  # while the first is staged, the second export runs and installs itself
+            run_export("release", alongside.pop(), out, verify_lines=2)
+        return result
+
+    monkeypatch.setattr(release_module, "export_release", with_another_alongside)
+    with pytest.raises(TfmError) as caught:
+        run_export("release", first, out, verify_lines=2)
+    assert "filled by another process" in str(caught.value) and "--force" in caught.value.hint
+    info = json.loads((out / "tfm-export.json").read_text(encoding="utf-8"))
+    assert Path(info["source"]).parent == second  # the export installed first is kept
+    assert sorted(p.name for p in out.parent.iterdir()) == ["shared"]  # no staging leftovers
+    run_export("release", first, out, force=True, verify_lines=2)  # --force still replaces it
+    assert Path(json.loads((out / "tfm-export.json").read_text(encoding="utf-8"))["source"]).parent == first

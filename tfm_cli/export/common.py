@@ -225,7 +225,7 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
         for path in tmp.rglob("*"):
             if path.is_file():
                 path.chmod(mode)
-        if out.exists():
+        if out.exists() and force:
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
             try:
                 out.rename(old / out.name)
@@ -237,7 +237,7 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
                 raise
             shutil.rmtree(old, ignore_errors=True)
         else:
-            tmp.rename(out)
+            _install_new(tmp, out)
     except BaseException as error:
         failure = write_failure(error, out)  # before the staging folder goes: a full disk is still full
         shutil.rmtree(tmp, ignore_errors=True)
@@ -249,6 +249,28 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
             f"{out} could not be written: {failure.strerror}; {kept}",
             hint="free some space there (or check its permissions), or choose another --out",
         ) from error
+
+
+def _install_new(tmp: Path, out: Path) -> None:
+    """Rename the staged export to `out`, which was missing or empty when the export began (no --force).
+
+    Another export to the same `out` (a second `tfm export` started alongside) may have installed itself there
+    meanwhile: the rename, which never replaces a non-empty folder, then fails, and that export is kept rather
+    than silently replaced by this one without --force.
+    """
+    if out.is_dir() and not out.is_symlink():
+        with contextlib.suppress(OSError):
+            out.rmdir()  # the empty folder that was there (only an empty one goes)
+    try:
+        tmp.rename(out)
+    except OSError as err:
+        if not (out.exists() or out.is_symlink()):
+            raise
+        raise TfmError(
+            f"{out} was filled by another process (another tfm export?) while this export ran; it is kept as that "
+            "process left it, and this export was not installed",
+            hint="export again with --force to replace it, or choose another --out directory",
+        ) from err
 
 
 def _sweep_partials(out: Path) -> None:
