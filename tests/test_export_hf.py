@@ -312,3 +312,32 @@ def test_residual_permutation_is_exact(tie):
         hf_tgt[:, 0] = cfg.vocab_size
         theirs = hf(input_ids=src, attention_mask=(src != 0).long(), decoder_input_ids=hf_tgt).logits
     assert (ours - theirs[..., : cfg.vocab_size]).abs().max().item() < 1e-5
+
+
+def test_the_exports_card_says_how_to_save_it_again_and_whose_data_it_learned_from(tmp_path, small_tokenizer):
+    """transformers drops MarianMT's position tables when it saves (save_pretrained, push_to_hub) and rebuilds
+    the standard ones when it loads: the export's decoder row 0 (tfm's <s> folded in) was lost without a word, so
+    a re-saved export translated differently. Its README.md now gives the way to save it that keeps them, and the
+    bundled corpus's attribution, which the release's card gave and the export meant for the Hub did not."""
+    import re
+
+    run = _small_run(tmp_path / "run", small_tokenizer)
+    (run / "recipe.yaml").write_text(
+        "name: card\ndata:\n  train: bundled:tatoeba-fr-en/train.tsv.gz\n  dev: bundled:tatoeba-fr-en/dev.tsv.gz\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "hf"
+    run_export("huggingface", run, out, verify_lines=3)
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "Tatoeba" in card and "attribution (required when you redistribute or publish)" in card and "CC-BY" in card
+
+    saving = card.split("## Saving it again", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", saving, flags=re.S).group(1).replace('"DIR2"', repr(str(tmp_path / "again")))
+    model, tokenizer = MarianMTModel.from_pretrained(out).eval(), AutoTokenizer.from_pretrained(out)
+    exec(snippet, {"model": model, "tokenizer": tokenizer})
+    again = MarianMTModel.from_pretrained(tmp_path / "again").eval()
+    batch = AutoTokenizer.from_pretrained(tmp_path / "again")(["Je suis étudiant.", "Où est la gare ?"], return_tensors="pt", padding=True)
+    start = torch.full((2, 1), model.config.decoder_start_token_id)
+    with torch.no_grad():
+        want, got = model(**batch, decoder_input_ids=start).logits, again(**batch, decoder_input_ids=start).logits
+    assert torch.equal(want, got)

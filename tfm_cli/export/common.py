@@ -13,6 +13,7 @@ import contextlib
 import glob
 import importlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -165,6 +166,43 @@ def pseudo_sentences(tokenizer, count: int, longest: int = 20) -> list[str]:
         tokenizer.decode([rng.randrange(FIRST_PIECE_ID, high) for _ in range(rng.randint(min(3, longest), longest))])
         for _ in range(count)
     ]
+
+
+def corpus_lines(spec: Any) -> list[str]:
+    """Where the training data came from, and the bundled corpus's attribution paragraph when it is one."""
+    from tfm_cli.data import BUNDLED_PREFIX, bundled_dir
+
+    if not isinstance(spec, str) or not spec.startswith(BUNDLED_PREFIX):
+        return [f"- training data: `{spec}` (a user corpus: give its attribution when you publish)"]
+    name = spec[len(BUNDLED_PREFIX) :].split("/")[0]
+    lines = [f"- training data: `{spec}`, the corpus bundled with tfm"]
+    readme = bundled_dir() / name / "README.md"
+    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    title = next((line.lstrip("# ").strip() for line in text.splitlines() if line.startswith("# ")), "")
+    if title:
+        lines.append(f"- corpus: {title}")
+    match = re.search(r"\*\*Attribution[^*]*\*\*\s*(\"[^\"]+\")", text)
+    if match:
+        lines.append("- attribution (required when you redistribute or publish): " + " ".join(match.group(1).split()))
+    licence = re.search(r"(CC-BY[^,(\n]*)", text)
+    if licence:
+        lines.append(f"- licence of the corpus: {licence.group(1).strip()}")
+    return lines
+
+
+def training_data_lines(run_dir: Path) -> list[str]:
+    """A model card's "Data" lines for the run in `run_dir`: its training corpus, with the bundled corpus's
+    attribution and licence (which whoever publishes the model must give), as its recipe names it."""
+    from tfm_cli.recipe import load_recipe
+
+    recipe_file = Path(run_dir) / "recipe.yaml"
+    if not recipe_file.is_file():
+        return ["- training data: not recorded (no recipe.yaml)"]
+    try:
+        spec = load_recipe(recipe_file).data.train
+    except (TfmError, OSError, ValueError):
+        return ["- training data: not recorded (its recipe.yaml does not load)"]
+    return corpus_lines(spec) if spec else ["- training data: not recorded in its recipe.yaml"]
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@ exactly the function of the PyTorch model it came from.
 
     config.json, generation_config.json, model.safetensors    MarianMTModel.from_pretrained(DIR)
     tokenizer.json, tokenizer_config.json                    AutoTokenizer.from_pretrained(DIR)
-    README.md                                                what it is and how to load it
+    README.md                                                what it is, how to load it and save it again, its data
 
 Marian (transformers' `modeling_marian.py`) is the paper's post-norm Transformer, as ours is: the same sublayers
 with biases, ReLU, LayerNorm after each residual, embeddings scaled by sqrt(d_model), sinusoidal positions from 0,
@@ -72,7 +72,15 @@ import torch
 
 from tfm_cli.checkpoint import LoadedModel
 from tfm_cli.errors import TfmError
-from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff, pseudo_sentences, require
+from tfm_cli.export.common import (
+    Check,
+    ExportResult,
+    agreement,
+    max_abs_diff,
+    pseudo_sentences,
+    require,
+    training_data_lines,
+)
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask
 from tfm_cli.model.transformer import sinusoidal_table
@@ -400,6 +408,8 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
         "greedy decoding reproduces tfm's; beam search may differ in a few sentences: transformers divides by "
         f"length^{settings.alpha:g}, tfm by the GNMT penalty ((5 + length) / 6)^{settings.alpha:g}; and a hypothesis "
         "that reaches the length limit gets its forced </s> free in transformers, where tfm counts its log-probability",
+        "saving it again from transformers (save_pretrained, push_to_hub): set model._keys_to_ignore_on_save = None "
+        "first, or the decoder's position table, which holds tfm's <s> embedding, is left out (see its README.md)",
     ]
     if left_out:
         notes.append(
@@ -609,6 +619,7 @@ def _name_tokenizer_class(path: Path) -> None:
 
 def _readme(loaded: LoadedModel, beam: int, alpha: float) -> str:
     config = loaded.model.config
+    data = "\n".join(training_data_lines(loaded.run_dir))
     return f"""# {loaded.run_dir.name} (tfm, MarianMT format)
 
 A Transformer trained with tfm (post-norm, d_model {config.d_model}, {config.n_enc_layers}+{config.n_dec_layers} layers,
@@ -634,4 +645,21 @@ the decoder's start token (zero embedding, as in OPUS-MT); tfm's `<s>` embedding
 CTranslate2: `ct2-transformers-converter --model DIR --output_dir DIR-ct2`; pass
 `suppress_sequences=[["{RENAMED_PAD}"], ["<s>"]]` to `translate_batch` to forbid what tfm's search forbids, and
 `min_decoding_length=0` (its default is 1) to allow what it allows: an empty translation.
+
+## Saving it again
+
+transformers leaves MarianMT's position tables out of what it saves (`save_pretrained`, `push_to_hub`, a
+`Trainer`'s checkpoints) and rebuilds the standard sinusoids when it loads a model without them. Row 0 of this
+model's decoder table is not the standard one (it holds tfm's `<s>` embedding), so a model saved that way loads
+without an error and translates differently. Keep the tables whenever you save it:
+
+```python
+model._keys_to_ignore_on_save = None  # keep both position tables in model.safetensors
+model.save_pretrained("DIR2")
+tokenizer.save_pretrained("DIR2")
+```
+
+## Data
+
+{data}
 """

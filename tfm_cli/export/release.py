@@ -14,7 +14,6 @@ with the source weights: logits and translations on the dev sentences.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import warnings
 from pathlib import Path
@@ -25,7 +24,7 @@ import torch
 from tfm_cli import __version__
 from tfm_cli.checkpoint import FINAL, LoadedModel, save_weights, weights_state
 from tfm_cli.errors import TfmError, shell_word
-from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff
+from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff, training_data_lines
 from tfm_cli.scoring import AUTO, bleu_metric
 from tfm_cli.tokenizer import Tokenizer
 
@@ -174,41 +173,11 @@ def _dev_pairs(run_dir: Path, tokenizer: Tokenizer) -> tuple[list[tuple[str, str
         return [], "auto"
 
 
-def _corpus_lines(spec: Any) -> list[str]:
-    """Where the training data came from, and the bundled corpus's attribution paragraph when it is one."""
-    from tfm_cli.data import BUNDLED_PREFIX, bundled_dir
-
-    if not isinstance(spec, str) or not spec.startswith(BUNDLED_PREFIX):
-        return [f"- training data: `{spec}` (a user corpus: give its attribution when you publish)"]
-    name = spec[len(BUNDLED_PREFIX) :].split("/")[0]
-    lines = [f"- training data: `{spec}`, the corpus bundled with tfm"]
-    readme = bundled_dir() / name / "README.md"
-    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
-    title = next((line.lstrip("# ").strip() for line in text.splitlines() if line.startswith("# ")), "")
-    if title:
-        lines.append(f"- corpus: {title}")
-    match = re.search(r"\*\*Attribution[^*]*\*\*\s*(\"[^\"]+\")", text)
-    if match:
-        lines.append("- attribution (required when you redistribute or publish): " + " ".join(match.group(1).split()))
-    licence = re.search(r"(CC-BY[^,(\n]*)", text)
-    if licence:
-        lines.append(f"- licence of the corpus: {licence.group(1).strip()}")
-    return lines
-
-
 def _model_card(loaded: LoadedModel, dtype: str, scores: dict[str, Any] | None, example: str) -> str:
     cfg = loaded.model.config
     recipe_file = loaded.run_dir / "recipe.yaml"
     recipe_text = recipe_file.read_text(encoding="utf-8") if recipe_file.is_file() else ""
     name = loaded.run_dir.name
-    train_spec = None
-    if recipe_text:
-        from tfm_cli.recipe import load_recipe
-
-        try:
-            train_spec = load_recipe(recipe_file).data.train
-        except TfmError:
-            train_spec = None
     lines = [
         f"# {name}: a Transformer translation model (tfm {__version__})",
         "",
@@ -239,7 +208,7 @@ def _model_card(loaded: LoadedModel, dtype: str, scores: dict[str, Any] | None, 
         "",
         "## Data",
         "",
-        *(_corpus_lines(train_spec) if train_spec is not None else ["- training data: not recorded (no recipe.yaml)"]),
+        *training_data_lines(loaded.run_dir),
         "",
         "## Evaluation",
         "",
