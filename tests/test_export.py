@@ -127,6 +127,17 @@ def test_an_out_that_is_a_broken_link_is_named_before_the_export(trained, tmp_pa
     assert link.is_symlink() and sorted(p.name for p in link.parent.iterdir()) == ["tiny"]
 
 
+def test_an_out_that_links_to_an_empty_folder_takes_the_export_without_force(trained, tmp_path: Path) -> None:
+    """Once a non-forced export was installed with a rename that never replaces a non-empty folder, a link to
+    an empty folder failed as "filled by another process (another tfm export?)"; it takes the export."""
+    (tmp_path / "empty").mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "empty")
+    proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(link), "--verify-lines", "2", check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert (link / "model.safetensors").is_file() and not any((tmp_path / "empty").iterdir())
+
+
 def test_the_run_itself_is_never_the_destination(trained) -> None:
     proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(trained["dir"]), "--force", check=False)
     assert proc.returncode == 1 and "holds the model being exported" in proc.stderr

@@ -263,7 +263,7 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
         for path in tmp.rglob("*"):
             if path.is_file():
                 path.chmod(mode)
-        if out.exists() and force:
+        if out.exists() and (force or out.is_symlink()):  # a link to an empty folder is replaced, as before
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
             try:
                 out.rename(old / out.name)
