@@ -153,16 +153,17 @@ _tfm() {
             ;;
         inspect-attn)
             case $prev in
+                --precision) COMPREPLY=( $(compgen -W "auto bf16 fp16 fp32" -- "$cur") ); return 0 ;;
                 --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
                 --kind|-k) COMPREPLY=( $(compgen -W "cross decoder encoder" -- "$cur") ); return 0 ;;
                 --html|--image|--model|-m) _tfm_files; return 0 ;;
                 --head|--layer|--target|--token|-l|-t) COMPREPLY=(); return 0 ;;
             esac
             if [[ $cur == -* ]]; then
-                COMPREPLY=( $(compgen -W "--align --device --explain --head --help --html --image --json --kind --layer --model --numbers --summary --target --token --words -h -k -l -m -t" -- "$cur") )
+                COMPREPLY=( $(compgen -W "--align --device --explain --head --help --html --image --json --kind --layer --model --numbers --precision --summary --target --token --words -h -k -l -m -t" -- "$cur") )
                 return 0
             fi
-            npos=$(_tfm_npos $(( cmd_index + 1 )) --device --head --html --image --kind --layer --model --target --token -k -l -m -t)
+            npos=$(_tfm_npos $(( cmd_index + 1 )) --device --head --html --image --kind --layer --model --precision --target --token -k -l -m -t)
             case $npos in
                 0) COMPREPLY=() ;;
             esac

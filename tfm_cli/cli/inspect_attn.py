@@ -12,7 +12,7 @@ import shutil
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import typer
 
@@ -36,6 +36,7 @@ from tfm_cli.errors import TfmError, shell_word
 
 KIND_NAMES = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "encoder-decoder cross-attention"}
 _SHADES = " ·░▒▓█"
+Precision = Literal["auto", "fp32", "bf16", "fp16"]  # tfm_cli.runtime.PRECISIONS, without importing torch
 
 
 def inspect_attn(
@@ -55,6 +56,7 @@ def inspect_attn(
     html: Path = typer.Option(None, "--html", parser=file_path("attention.html"), metavar="<path>", help="Also write a self-contained HTML page to explore every head.", show_default=False),
     image: Path = typer.Option(None, "--image", parser=file_path("attention.png"), metavar="<path>", help="Also write the heatmap as an image (.png or .svg; needs the plot extra).", show_default=False),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    precision: Precision = typer.Option("auto", "--precision", help="The arithmetic of the translation, as tfm translate's: auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16 or fp16 (CUDA only). The weights shown are computed in fp32 on that translation."),
 ) -> None:
     """Show what every attention head attends to when the model translates SENTENCE.
 
@@ -100,7 +102,9 @@ def inspect_attn(
     if html is not None and image is not None and html.resolve() == image.resolve():  # one would replace the other
         raise typer.BadParameter(f"--html and --image are the same file, {html}: give each its own", param_hint="--image")
     with route_warnings():  # a final model older than the run's newest checkpoint is said
-        translator = Translator.load(model, device=device, precision="fp32")
+        # the precision `tfm translate` uses, so that the target inspected is the translation it prints (bf16 and
+        # fp32 translate about one sentence in ten of a small model differently); the weights are fp32 either way
+        translator = Translator.load(model, device=device, precision=precision)
     if model is None:
         info(f"using {translator.path} (the most recent run; choose another with --model)")
     for path, option in ((html, "--html"), (image, "--image")):
