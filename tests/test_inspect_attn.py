@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -325,3 +326,36 @@ def test_cli_inspects_the_translation_tfm_translate_prints(trained: dict) -> Non
     assert in_bf16["attention"] == forced["attention"]  # the weights themselves are fp32 whatever the translation's precision
     proc = tfm("inspect-attn", *base, "--precision", "int8", sentence, check=False)
     assert proc.returncode == 2 and "int8" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_find_token_of_a_word_in_several_pieces() -> None:
+    """--token found a piece, or a word inside one piece, but not a word the vocabulary splits ("été" as "▁ét"
+    "é.", "Prix" as "▁P" "ri" "x"): it said the word was not in the sentence. Such a word is found at the piece
+    where it starts ("animal" in "▁L'" "an" "imal" at "an"); a query in NFD, in capitals or with ' for ’ (or the
+    other way round) finds the same token."""
+    tokens = ["▁Il", "▁fait", "▁chaud", "▁en", "▁ét", "é.", "▁P", "ri", "x", "▁L’", "an", "imal", "▁qu’il", "</s>"]
+    found = {q: find_token(tokens, q) for q in ("été", "ÉTÉ", "e\u0301te\u0301", "été.", "prix", "animal", "l'animal", "l’animal",
+                                                  "qu'il", "é.")}
+    assert found == {"été": 4, "ÉTÉ": 4, "e\u0301te\u0301": 4, "été.": 4, "prix": 6, "animal": 10, "l'animal": 9,
+                     "l’animal": 9, "qu'il": 12, "é.": 5}
+    pieces = ["▁l", "'", "ap", "rès", "-", "mid", "i", "</s>"]
+    assert [find_token(pieces, q) for q in ("midi", "après", "l'après-midi")] == [5, 2, 0]
+    for partial in ("mi", "ida", "té"):  # a piece of a word is not a word
+        with pytest.raises(TfmError, match="is not in the sentence"):
+            find_token(pieces + ["▁ét", "é."], partial)
+
+
+def test_cli_token_of_a_word_in_several_pieces(trained: dict) -> None:
+    """`--token traversé`, a word this vocabulary spells in several pieces, shows the piece it starts with, and says so."""
+    pieces = Translator.load(trained["dir"], device="cpu", precision="fp32").tokenizer.pieces(SENTENCE)
+    starts = [i for i, p in enumerate(pieces) if p.startswith("▁")] + [len(pieces)]
+    word = SENTENCE.split()[3]
+    start, end = starts[3], starts[4]
+    assert word == "traversé" and end - start > 1, pieces[start:end]  # else this test shows nothing
+    data = json.loads(_run(trained, "--token", word, "--kind", "encoder", "--json").stdout)
+    assert data["focus"]["query"] == start and data["focus"]["query_token"] == pieces[start]
+    proc = _run(trained, "--token", unicodedata.normalize("NFD", word).upper(), "--kind", "encoder")
+    label = pieces[start].replace("▁", "")
+    assert f'Where "{label}" (query {start + 1}) attends in encoder self-attention' in proc.stdout
+    assert f'"traversé" is {end - start} pieces here ({" ".join(p.replace("▁", "") for p in pieces[start:end])}): the view is ' \
+        f'of piece {start + 1}, "{label}" (--words merges a word\'s pieces)' in proc.stderr

@@ -246,9 +246,19 @@ def merge_words(report: AttentionReport) -> AttentionReport:
 # --- finding a token -------------------------------------------------------------------------------------------
 
 
+# Apostrophes typed or printed in place of one another (’ from a word processor, ' from a keyboard).
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
+
+
+def _comparable(text: str) -> str:
+    """`text` as --token compares it: without "▁", NFC (the tokens are NFC; a query typed or pasted in NFD is the
+    same word), lowercased, with ’ ‘ ʼ read as '."""
+    return unicodedata.normalize("NFC", text.replace("▁", "")).strip().lower().translate(_APOSTROPHES)
+
+
 def _parts(token: str) -> list[str]:
     """A token's text and its parts split at punctuation: "▁qu'il" -> ["qu'il", "qu", "il"]."""
-    text = token.replace("▁", "").strip().lower()
+    text = _comparable(token)
     parts, current = [text], ""
     for ch in text:
         if unicodedata.category(ch).startswith("P"):
@@ -264,7 +274,9 @@ def _parts(token: str) -> list[str]:
 
 def find_token(tokens: list[str], query: str, inputs: list[str] | None = None) -> int:
     """The position of `query` in `tokens`: a 1-based index ("3"), the token's text, or a word inside it
-    ("il" finds "▁qu'il"); the first match wins. TfmError listing the tokens when nothing matches.
+    ("il" finds "▁qu'il"); the first match wins. A word the vocabulary splits into several pieces ("été" as
+    "▁ét" "é.") is found at its first piece, when no piece matches by itself. Case, NFC/NFD and ’ versus ' do not
+    matter. TfmError listing the tokens when nothing matches.
 
     Target positions are labelled by the token each predicts; `inputs` are the tokens they read (`tgt_inputs`),
     so "<s>" finds the first position, the one that reads it."""
@@ -274,16 +286,47 @@ def find_token(tokens: list[str], query: str, inputs: list[str] | None = None) -
         if 0 <= index < len(tokens):
             return index
         raise TfmError(f"--token {query} is out of range: the tokens are numbered 1-{len(tokens)}", hint=_listing(tokens))
-    wanted = query.replace("▁", "").strip().lower()
+    wanted = _comparable(query)
     spelled = _spelled_in_bytes(tokens)
     for exact in (True, False):
         for i, token in enumerate(tokens):
             parts = _parts(token)
             if (exact and (parts[0] == wanted or wanted in spelled.get(i, ()))) or (not exact and wanted in parts[1:]):
                 return i
+    for group in word_groups(tokens):  # a word in several pieces: "Prix" as "▁P" "ri" "x"
+        start = _piece_starting(tokens, group, wanted) if len(group) > 1 and wanted else None
+        if start is not None:
+            return start
     if inputs and wanted == BOS and inputs[0] == BOS:  # no position predicts "<s>": the first one reads it
         return 0
     raise TfmError(f"--token {query!r} is not in the sentence", hint=_listing(tokens))
+
+
+def _piece_starting(tokens: list[str], group: list[int], wanted: str) -> int | None:
+    """The position of the piece of the word at `group` where `wanted` starts, when `wanted` is the whole word or
+    one of its parts between punctuation ("animal" in "▁L'" "an" "imal" starts at "an"); else None."""
+    spans = [(group[run[0]], _comparable(text)) for run, text in _characters([tokens[i] for i in group])]
+    word = "".join(text for _, text in spans)
+
+    def punctuation(k: int) -> bool:
+        return unicodedata.category(word[k]).startswith("P")
+
+    at = word.find(wanted)
+    while at >= 0:
+        end = at + len(wanted)
+        if (at == 0 or punctuation(at - 1)) and (end == len(word) or punctuation(end)):  # a whole part of the word
+            for position, text in spans:
+                if at < len(text):
+                    return position
+                at -= len(text)
+        at = word.find(wanted, at + 1)
+    return None
+
+
+def word_of(tokens: list[str], position: int) -> tuple[str, list[int]]:
+    """The word (`word_groups`) that holds `position`: its text and its positions."""
+    group = next(group for group in word_groups(tokens) if position in group)
+    return _word_text(tokens, group), group
 
 
 def _spelled_in_bytes(tokens: list[str]) -> dict[int, tuple[str, str]]:

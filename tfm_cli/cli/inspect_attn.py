@@ -46,7 +46,7 @@ def inspect_attn(
     kind: str = typer.Option(None, "--kind", "-k", help="encoder, decoder or cross (default: cross; with --token, where the token is).", show_default=False),
     layer: int = typer.Option(None, "--layer", "-l", help="Layer, from 1 (default: the last).", show_default=False),
     head: str = typer.Option("mean", "--head", help="Head, from 1, or 'mean' of all heads."),
-    token: str = typer.Option(None, "--token", help="Focus on one query token: its text (a word inside a piece counts: 'il' finds qu'il) or its number.", show_default=False),
+    token: str = typer.Option(None, "--token", help="Focus on one query token: its text (a word inside a piece counts: 'il' finds qu'il; a word in several pieces is found at its first) or its number.", show_default=False),
     explain_head: bool = typer.Option(False, "--explain", help="With --token: one head step by step (q.k, /sqrt(d_k), softmax, values)."),
     summary: bool = typer.Option(False, "--summary", help="Statistics of every head: entropy, maximum, share on </s> and punctuation, distance from the diagonal."),
     align: bool = typer.Option(False, "--align", help="Print the source-target word alignment from cross-attention (Pharaoh i-j)."),
@@ -147,6 +147,8 @@ def inspect_attn(
         print_json(_json(data, report, shown, kind, layer_index, head_index, token, query if token else None, explain_head, aligned))
         return
     _header(shown)
+    if token is not None:
+        _say_pieces(shown, kind, query)
     if summary:
         _render_summary(shown)
     if align:
@@ -207,6 +209,21 @@ def _locate(report, kind: str | None, token: str) -> tuple[str, int]:
             f"--token {token!r} is in neither the source nor the target",
             hint=f"source tokens: {' '.join(report.src_tokens)} | target tokens: {' '.join(report.tgt_tokens)}",
         ) from None
+
+
+def _say_pieces(report, kind: str, query: int) -> None:
+    """Say when the --token found is one piece of a word the vocabulary splits, and which (a query "été" shows
+    "▁ét" of "▁ét" "é."): the view is of that piece, not of the word."""
+    from tfm_cli.attention import word_of
+
+    if report.word_level:
+        return
+    tokens = report.query_tokens(kind)
+    word, group = word_of(tokens, query)
+    if len(group) > 1:
+        pieces = " ".join(_label(tokens[i], 24) for i in group)
+        info(f"\"{word}\" is {len(group)} pieces here ({pieces}): the view is of piece {query + 1}, "
+             f"\"{_label(tokens[query], 24)}\" (--words merges a word's pieces)")
 
 
 def _layer(layer: int | None, layers: int, kind: str) -> int:
