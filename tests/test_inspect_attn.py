@@ -359,3 +359,16 @@ def test_cli_token_of_a_word_in_several_pieces(trained: dict) -> None:
     assert f'Where "{label}" (query {start + 1}) attends in encoder self-attention' in proc.stdout
     assert f'"traversé" is {end - start} pieces here ({" ".join(p.replace("▁", "") for p in pieces[start:end])}): the view is ' \
         f'of piece {start + 1}, "{label}" (--words merges a word\'s pieces)' in proc.stderr
+
+
+def test_cli_json_alignment_names_the_words_it_counts(trained: dict) -> None:
+    """--json gave the alignment's Pharaoh indices with subword `src_tokens` only: a script had to split the
+    sentence at spaces to read them, which is wrong as soon as a Chinese word is inside it ("東京" is two words
+    here: 1-j named "東", 2-j "京", where the split gave "東京" and "beaucoup."). The JSON names the words."""
+    base = ["inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", "J'aime 東京 beaucoup.", "--target", "I love Tokyo a lot."]
+    data = json.loads(tfm(*base, "--json").stdout)
+    assert data["src_words"] == ["J'aime", "東", "京", "beaucoup."] and data["tgt_words"] == ["I", "love", "Tokyo", "a", "lot."]
+    pairs = [tuple(map(int, pair.split("-"))) for pair in data["alignment"].split()]
+    assert [j for _, j in pairs] == list(range(5)) and all(0 <= i < 4 for i, _ in pairs)
+    words = json.loads(tfm(*base, "--json", "--words").stdout)
+    assert words["src_words"] == words["src_tokens"][:-1] == data["src_words"] and words["alignment"] == data["alignment"]

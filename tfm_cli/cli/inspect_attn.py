@@ -248,11 +248,15 @@ def _head(head: str, heads: int) -> int | None:
 
 
 def _json(data, report, shown, kind, layer, head, token, query, explain_head, aligned) -> dict[str, Any]:
-    from tfm_cli.attention import alignment, explain, focus, head_summary
+    from tfm_cli.attention import alignment, explain, focus, head_summary, merge_words
 
     data = dict(data)  # `shown.to_dict()`, which the page and the image read as it is
     data["summary"] = head_summary(shown)
     data["alignment"] = " ".join(f"{i}-{j}" for i, j in alignment(report, *aligned))  # --align: its --layer, --head
+    # the words its indices count (src_tokens are subword pieces, and a character of an unspaced script is a word
+    # of its own: "東京" is two), without </s>, which no pair holds
+    words = merge_words(report)
+    data["src_words"], data["tgt_words"] = words.src_tokens[:-1], words.tgt_tokens[:-1]
     if token is not None:
         data["focus"] = focus(shown, kind, query)
         if explain_head:
