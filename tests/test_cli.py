@@ -274,6 +274,24 @@ def test_unknown_option_exits_2() -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_a_sentence_that_starts_with_a_dash_is_pointed_to_double_dash(random_run: Path) -> None:
+    """A dialogue line ("- Bonjour !") or "-5 °C" given as the sentence was refused with "No such option: -" or
+    "No such option: -5", which names no sentence and no way out: the error says to put -- before it, and that
+    works. A mistyped option keeps Click's message."""
+    model = ["--model", str(random_run), "--device", "cpu"]
+    for command, sentence in (("translate", "- Bonjour !"), ("translate", "-5 °C"), ("inspect-attn", "- Bonjour !")):
+        proc = tfm(command, *model, sentence)
+        assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+        message = " ".join(line.strip("│ ") for line in proc.stderr.splitlines())
+        assert f"{sentence!r} starts with '-', so it was read as an option" in message, message
+        assert f"put -- between the options and it: tfm {command} [OPTIONS] -- '{sentence}'" in message, message
+    proc = tfm("translate", *model, "--max-len", "3", "--", "- Bonjour !")
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1
+    for mistyped, said in (("--beem", "No such option: --beem"), ("-x", "No such option: -x")):
+        proc = tfm("translate", *model, mistyped, "Bonjour")
+        assert proc.returncode == 2 and said in proc.stderr and "starts with '-'" not in proc.stderr
+
+
 # ---- shipped recipes -----------------------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ import typer
 
 from tfm_cli import __version__
 from tfm_cli.cli import bench, export, inspect_attn, tokenize, train, translate
+from tfm_cli.cli.common import SentenceCommand
 from tfm_cli.errors import TfmError
 from tfm_cli.files import WRITE_ERRNOS
 
@@ -50,8 +51,8 @@ def _main(
 
 app.command("tokenize")(tokenize.tokenize)
 app.command("train")(train.train)
-app.command("translate")(translate.translate)
-app.command("inspect-attn")(inspect_attn.inspect_attn)
+app.command("translate", cls=SentenceCommand)(translate.translate)
+app.command("inspect-attn", cls=SentenceCommand)(inspect_attn.inspect_attn)
 app.add_typer(bench.app, name="bench")
 app.command("export")(export.export)
 

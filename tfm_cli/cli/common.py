@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tfm_cli.errors import RecipeError, TfmError
+from tfm_cli.errors import RecipeError, TfmError, shell_word
 from tfm_cli.signals import swap_handlers
 
 
@@ -420,3 +420,33 @@ def handling_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]
 def interrupted_status(received: list[int]) -> int:
     """128 + the signal, as a shell reports a process it ended: 130 for Ctrl-C, 143 for SIGTERM."""
     return 128 + (received[0] if received else signal.SIGINT)
+
+
+class SentenceCommand(typer.core.TyperCommand):
+    """A command whose argument is a sentence (`translate`, `inspect-attn`). The parser reads a word that starts
+    with "-" as an option, so a sentence such as "- Bonjour !" (a dialogue line) or "-5 °C" was refused with
+    "No such option: -" or "No such option: -5", which names no sentence: the error says to put -- before it."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        import re
+
+        given = list(args)  # the parser consumes `args`
+        try:
+            return super().parse_args(ctx, args)
+        except typer.BadParameter.__mro__[1] as error:  # UsageError, of the Click that this Typer uses (its own copy)
+            if type(error).__name__ != "NoSuchOption" or getattr(error, "possibilities", None):
+                raise  # another usage error, or a mistyped option (--beem): Click's "Possible options" stands
+            known = {name for param in self.params for name in (*param.opts, *param.secondary_opts)}
+            sentence = next(
+                (a for a in given if a.startswith("-") and a not in ("-", "--") and a.split("=", 1)[0] not in known
+                 and not re.fullmatch(r"--?[A-Za-z][A-Za-z0-9-]*(=.*)?", a, flags=re.S)),
+                None,
+            )  # a word spelled like an option (--foo, -x) is taken for a mistyped one: Click's message stands
+            if sentence is None:
+                raise
+            what = "translate" if self.name == "translate" else "inspect"
+            raise typer.BadParameter(
+                f"{sentence!r} starts with '-', so it was read as an option: to {what} a sentence that starts with "
+                f"'-', put -- between the options and it: tfm {self.name} [OPTIONS] -- {shell_word(sentence)}",
+                ctx=ctx, param_hint="TEXT" if self.name == "translate" else "SENTENCE",
+            ) from None
