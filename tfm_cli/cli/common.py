@@ -433,7 +433,7 @@ class SentenceCommand(typer.core.TyperCommand):
         given = list(args)  # the parser consumes `args`
         try:
             return super().parse_args(ctx, args)
-        except typer.BadParameter.__mro__[1] as error:  # UsageError, of the Click that this Typer uses (its own copy)
+        except Exception as error:  # Click's NoSuchOption, of whichever Click this Typer uses (0.29 has its own copy)
             if type(error).__name__ != "NoSuchOption" or getattr(error, "possibilities", None):
                 raise  # another usage error, or a mistyped option (--beem): Click's "Possible options" stands
             known = {name for param in self.params for name in (*param.opts, *param.secondary_opts)}
