@@ -77,6 +77,12 @@ def test_normalize(tok: Tokenizer) -> None:
     # a byte-order mark mid-text (files joined with `cat`) is dropped, as one at the start of a file is
     assert tok.normalize("\ufeffJe suis.\n\ufeff Tu es.") == "Je suis. Tu es."
     assert tok.encode("\ufeffVa !") == tok.encode("Va !")
+    # so are the invisible marks that only shape how text is shown (a zero-width space or a soft hyphen inside a
+    # word was encoded as byte pieces: "tr<ZWSP>ès" translated as another word); the joiners stay
+    for mark in ("\u200b", "\u2060", "\u00ad", "\u200e", "\u200f"):
+        assert tok.normalize(f"Tom est tr{mark}ès fatigué.{mark}") == "Tom est très fatigué."
+        assert tok.encode(f"tr{mark}ès") == tok.encode("très")
+    assert tok.normalize("\u200c\u200d") == "\u200c\u200d"
 
 
 def test_detokenize_gives_one_normalised_line_whatever_the_ids(tok: Tokenizer) -> None:

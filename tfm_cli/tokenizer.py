@@ -8,7 +8,7 @@ It is built on Hugging Face `tokenizers` and knows nothing of the model. The id 
 The 256 byte tokens are the byte fallback (as in sentencepiece and Llama): a character that has no piece of its
 own is encoded as the tokens of its UTF-8 bytes, so any text round-trips and `<unk>` is never produced.
 
-Text goes through a normaliser first (U+FEFF dropped, NFC, every run of whitespace -> one space, both ends stripped), then a
+Text goes through a normaliser first (U+FEFF and the other invisible formatting marks dropped, NFC, every run of whitespace -> one space, both ends stripped), then a
 Metaspace pre-tokenizer marks word starts with "▁" (pieces read `▁étudiant`). The guarantee is
 `decode(encode(x)) == normalize(x)` for every string x. "▁" (U+2581) in the input is treated as whitespace,
 because the decoder turns it into a space.
@@ -54,12 +54,19 @@ MAX_TRAINING_WORD = 256
 _LONG_WORD = re.compile(f"[^{_WHITESPACE}]{{{MAX_TRAINING_WORD + 1}}}")
 
 
+# Invisible characters that only shape how text is shown, dropped wherever they are: U+FEFF, a byte-order mark
+# (files concatenated with `cat` carry one mid-file); U+200B zero-width space, U+2060 word joiner and U+00AD soft
+# hyphen (line-breaking hints that web pages and word processors leave inside words: "tr<U+200B>ès" was encoded
+# as byte pieces and translated as another word); U+200E/U+200F, the left-to-right and right-to-left marks. The
+# zero-width joiner and non-joiner (U+200D, U+200C) stay: they change the letters in Persian and Indic scripts
+# and make one emoji of several.
+_INVISIBLE = "\ufeff\u200b\u2060\u00ad\u200e\u200f"
+
+
 def _normalizer() -> normalizers.Normalizer:
-    # U+FEFF, a byte-order mark, is dropped wherever it is: files concatenated with `cat` carry one mid-file (its
-    # other use, a zero-width no-break space, is deprecated for U+2060)
     return normalizers.Sequence([
-        normalizers.Replace("\ufeff", ""), normalizers.NFC(), normalizers.Replace(Regex(f"[{_WHITESPACE}]+"), " "),
-        normalizers.Strip(),
+        normalizers.Replace(Regex(f"[{_INVISIBLE}]"), ""), normalizers.NFC(),
+        normalizers.Replace(Regex(f"[{_WHITESPACE}]+"), " "), normalizers.Strip(),
     ])
 
 
