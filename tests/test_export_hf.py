@@ -218,7 +218,6 @@ def test_foreign_tokenizer_is_refused(tmp_path, trained, small_tokenizer):
         run_export("huggingface", run, tmp_path / "out")
 
 
-
 def test_a_model_that_ends_at_once_passes_the_ctranslate2_check(tmp_path, small_tokenizer):
     """A model whose first output is </s> (early in training, or for some sentences): tfm's translation is empty,
     and CTranslate2's translate_batch, whose min_decoding_length is 1 unless told otherwise, gave '.' instead, so
@@ -238,6 +237,32 @@ def test_a_model_that_ends_at_once_passes_the_ctranslate2_check(tmp_path, small_
     result = run_export("huggingface", run, tmp_path / "hf", verify_lines=10)
     ct2 = [c for c in result.checks if "CTranslate2" in c.name]
     assert result.ok and len(ct2) == 1 and ct2[0].value.startswith("10/10 identical"), result.checks
+
+
+def test_the_documented_ctranslate2_call_gives_the_models_decoding_limit(tmp_path, small_tokenizer):
+    """The call the export documented left CTranslate2's max_decoding_length at its default, 256: for a model of
+    fewer positions a translation that runs on failed with "No position encodings are defined for positions >=
+    24". The card and the notes give this model's limit, and the call with it translates."""
+    import re
+
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install ctranslate2)")
+    from ctranslate2.converters import TransformersConverter
+
+    run = _small_run(tmp_path / "run", small_tokenizer)  # random weights, 24 positions: outputs run to the limit
+    result = run_export("huggingface", run, tmp_path / "hf", verify_lines=3)
+    card = (tmp_path / "hf" / "README.md").read_text(encoding="utf-8")
+    limits = {int(n) for text in (card, *result.notes) for n in re.findall(r"max_decoding_length=`?(\d+)", text)}
+    assert limits == {23}
+    TransformersConverter(str(tmp_path / "hf")).convert(str(tmp_path / "ct2"))
+    tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    tokens = [tok.convert_ids_to_tokens(tok("Je suis étudiant.").input_ids)]
+    ban = [[RENAMED_PAD], ["<s>"]]
+    with pytest.raises(RuntimeError, match="position"):  # what the documented call did, at CTranslate2's default
+        translator.translate_batch(tokens, beam_size=1, suppress_sequences=ban, min_decoding_length=0)
+    out = translator.translate_batch(tokens, beam_size=1, suppress_sequences=ban, min_decoding_length=0, max_decoding_length=23)
+    assert 0 < len(out[0].hypotheses[0]) <= 23
+
 
 def test_a_model_too_short_for_every_dev_sentence_is_checked_on_made_up_ones(tmp_path, small_tokenizer):
     """max_positions 8 and a dev set whose every sentence is longer: the translation checks ran on no sentence

@@ -401,7 +401,7 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
         "model.generate(**tokenizer(sentences, return_tensors='pt', padding=True))",
         "CTranslate2: ct2-transformers-converter --model DIR --output_dir DIR-ct2, then "
         "ctranslate2.Translator('DIR-ct2').translate_batch(tokens, suppress_sequences=[['<tfm_pad>'], ['<s>']], "
-        "min_decoding_length=0) "
+        f"min_decoding_length=0, max_decoding_length={config.max_positions - 1}) "
         "with tokens = tokenizer.convert_ids_to_tokens(tokenizer(sentence).input_ids)",
         "commands: tfm export RUN --format huggingface --out DIR; "
         "ct2-transformers-converter --model DIR --output_dir DIR-ct2",
@@ -643,8 +643,11 @@ Vocabulary: tfm's ids, with id 0 renamed `{RENAMED_PAD}` (unused) and `{EXPORT_P
 the decoder's start token (zero embedding, as in OPUS-MT); tfm's `<s>` embedding is folded into decoder position 0.
 
 CTranslate2: `ct2-transformers-converter --model DIR --output_dir DIR-ct2`; pass
-`suppress_sequences=[["{RENAMED_PAD}"], ["<s>"]]` to `translate_batch` to forbid what tfm's search forbids, and
-`min_decoding_length=0` (its default is 1) to allow what it allows: an empty translation.
+`suppress_sequences=[["{RENAMED_PAD}"], ["<s>"]]` to `translate_batch` to forbid what tfm's search forbids,
+`min_decoding_length=0` (its default is 1) to allow what it allows: an empty translation, and
+`max_decoding_length={config.max_positions - 1}`: the decoder has {config.max_positions} positions (the start token takes
+the first), and past them CTranslate2's default limit of 256 ends in "No position encodings are defined for
+positions >= {config.max_positions}" where a translation runs on. tfm itself stops at the source's length + max_len_offset.
 
 ## Saving it again
 
