@@ -627,3 +627,24 @@ def test_resume_with_another_tokenizer_is_refused_before_anything_is_rewritten(r
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert f"{copy / 'tokenizer.json'} does not match" in proc.stderr and "hint: put back" in proc.stderr
     assert _snapshot(copy) == before
+
+
+def test_dev_scores_equal_tfm_translate_on_dev_sentences_longer_than_max_len(data: dict[str, Path], run: dict, tmp_path: Path) -> None:
+    """data.max_len filters the training pairs; a dev source longer than it (but within model.max_positions) is
+    translated whole, as `tfm translate` translates it, so the dev BLEU/chrF of the run are the scores of the text
+    `tfm translate` prints (they were of sources cut to data.max_len - 1 tokens)."""
+    pairs = [line.split("\t")[:2] for line in data["dev"].read_text(encoding="utf-8").splitlines()]
+    dev = tmp_path / "long-dev.tsv"  # two dev sentences a line: most over max_len=32 tokens, under 64 positions
+    groups = [pairs[i : i + 2] for i in range(0, 50, 2)]
+    dev.write_text("".join(" ".join(s for s, _ in g) + "\t" + " ".join(t for _, t in g) + "\n" for g in groups), encoding="utf-8")
+    out = tmp_path / "run"
+    out.mkdir()
+    shutil.copy(run["dir"] / "tokenizer.json", out / "tokenizer.json")
+    lengths = [len(json.loads(tfm("tokenize", "--tokenizer", str(out), "--encode", " ".join(s for s, _ in g), "--json").stdout)["ids"]) for g in groups]
+    assert sum(32 < n < 64 for n in lengths) >= 10 and max(lengths) < 64, lengths
+    # decode.min_len: two steps' model emits nothing else, and what it emits depends on the source it was given
+    tfm("train", str(data["recipe"]), f"data.dev={dev}", "train.max_steps=2", "train.eval_every=2", "train.save_every=2", "decode.min_len=64",
+        "train.average_last=1", "--out", str(out), "--device", "cpu")
+    summary = json.loads((out / "summary.json").read_text())
+    report = json.loads(tfm("translate", "--model", str(out), "--device", "cpu", "--score", str(dev), "--json").stdout)
+    assert (summary["dev"]["bleu"], summary["dev"]["chrf"]) == (report["bleu"], report["chrf"])

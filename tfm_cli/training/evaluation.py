@@ -48,9 +48,13 @@ class DevSet:
     bleu_why: str = ""
 
 
-def load_dev(spec, tokenizer: Tokenizer, max_len: int, bleu_tokenize: str = AUTO) -> DevSet:
+def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str = AUTO) -> DevSet:
     """Read the dev corpus; `bleu_tokenize` (`auto`: chosen here, once, from all the references) is set up now,
-    so that one that cannot be (MeCab missing) fails before training, not at the first evaluation."""
+    so that one that cannot be (MeCab missing) fails before training, not at the first evaluation.
+
+    `max_positions` is the model's (`model.max_positions`): a dev sentence is cut only where the model cannot
+    take it, as `tfm translate` cuts it, not at `data.max_len`, which filters the training pairs alone; so the
+    dev BLEU is the score of the text `tfm translate` prints for the same sources."""
     # References normalised as the translations are (NFC, one space): an NFD reference would never match the
     # model's NFC output. A side empty once normalised (only whitespace and '▁') is skipped, as in data.train.
     pairs = [(s, ref) for _, s, t in read_pairs(spec) if (ref := tokenizer.normalize(t)) and tokenizer.normalize(s)]
@@ -62,9 +66,9 @@ def load_dev(spec, tokenizer: Tokenizer, max_len: int, bleu_tokenize: str = AUTO
         )
     sources = [s for s, _ in pairs]
     references = [ref for _, ref in pairs]
-    # Sources longer than the model can take are cut (and count against BLEU); dev sets rarely have them.
-    src_ids = [ids[: max_len - 1] for ids in tokenizer.encode_batch(sources)]
-    tgt_ids = [ids[: max_len - 1] for ids in tokenizer.encode_batch(references)]
+    # Sources longer than the model can take are cut (and count against BLEU), as `tfm translate` cuts them.
+    src_ids = [ids[: max_positions - 1] for ids in tokenizer.encode_batch(sources)]
+    tgt_ids = [ids[: max_positions - 1] for ids in tokenizer.encode_batch(references)]
     why = ""
     if bleu_tokenize == AUTO:
         bleu_tokenize, why = bleu_tokenize_for(references)

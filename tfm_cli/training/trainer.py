@@ -406,7 +406,7 @@ class Trainer:
                 f"({s.skipped_empty:,} with an empty side and {s.skipped_long:,} longer than {recipe.data.max_len} tokens skipped) "
                 f"in {time.perf_counter() - read_start:.1f}s"
             )
-            self.dev = load_dev(recipe.data.dev, tok, recipe.data.max_len, self.t.bleu_tokenize) if recipe.data.dev and main else None
+            self.dev = load_dev(recipe.data.dev, tok, recipe.model.max_positions, self.t.bleu_tokenize) if recipe.data.dev and main else None
             if main and (warning := dev_is_train(recipe)):
                 self.events.message(f"warning: {warning}")
             if self.dev is not None and self.dev.bleu_tokenize != "13a":  # said: sacrebleu's default is 13a
