@@ -648,3 +648,19 @@ def test_dev_scores_equal_tfm_translate_on_dev_sentences_longer_than_max_len(dat
     summary = json.loads((out / "summary.json").read_text())
     report = json.loads(tfm("translate", "--model", str(out), "--device", "cpu", "--score", str(dev), "--json").stdout)
     assert (summary["dev"]["bleu"], summary["dev"]["chrf"]) == (report["bleu"], report["chrf"])
+
+
+def test_dev_pairs_left_out_for_an_empty_side_are_counted(data: dict[str, Path], run: dict, tmp_path: Path) -> None:
+    """Dev pairs with an empty side are not scored (as in data.train); the start says how many, since sacrebleu
+    or `tfm translate --score` on the whole file counts them and gives other scores."""
+    dev = tmp_path / "dev.tsv"
+    dev.write_text(data["dev"].read_text(encoding="utf-8") + "Bonjour.\t \n\tHello.\n", encoding="utf-8")
+    out = tmp_path / "run"
+    out.mkdir()
+    shutil.copy(run["dir"] / "tokenizer.json", out / "tokenizer.json")
+    proc = tfm("train", str(data["recipe"]), f"data.dev={dev}", "train.max_steps=1", "train.save_every=1",
+               "train.keep_last=1", "train.average_last=1", "--out", str(out), "--device", "cpu")
+    assert "dev corpus: 50 pairs scored of 52 read (2 with an empty side left out" in proc.stderr
+    assert "(50 sentences)" in proc.stderr
+    report = json.loads(tfm("translate", "--model", str(out), "--device", "cpu", "--score", str(dev), "--json").stdout)
+    assert report["sentences"] == 52

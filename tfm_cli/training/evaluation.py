@@ -46,6 +46,7 @@ class DevSet:
     tgt_ids: list[list[int]]
     bleu_tokenize: str = "13a"
     bleu_why: str = ""
+    skipped_empty: int = 0  # pairs of the file left out: a side empty once normalised
 
 
 def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str = AUTO) -> DevSet:
@@ -57,7 +58,8 @@ def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str 
     dev BLEU is the score of the text `tfm translate` prints for the same sources."""
     # References normalised as the translations are (NFC, one space): an NFD reference would never match the
     # model's NFC output. A side empty once normalised (only whitespace and '▁') is skipped, as in data.train.
-    pairs = [(s, ref) for _, s, t in read_pairs(spec) if (ref := tokenizer.normalize(t)) and tokenizer.normalize(s)]
+    read = [(s, tokenizer.normalize(t)) for _, s, t in read_pairs(spec)]
+    pairs = [(s, ref) for s, ref in read if ref and tokenizer.normalize(s)]
     if not pairs:
         raise TfmError(
             f"dev corpus {spec} has no usable sentence pairs: every pair has a side that is empty once normalised "
@@ -73,7 +75,7 @@ def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str 
     if bleu_tokenize == AUTO:
         bleu_tokenize, why = bleu_tokenize_for(references)
     bleu_metric(bleu_tokenize)
-    return DevSet(sources, references, src_ids, tgt_ids, bleu_tokenize, why)
+    return DevSet(sources, references, src_ids, tgt_ids, bleu_tokenize, why, len(read) - len(pairs))
 
 
 @torch.no_grad()

@@ -407,6 +407,12 @@ class Trainer:
                 f"in {time.perf_counter() - read_start:.1f}s"
             )
             self.dev = load_dev(recipe.data.dev, tok, recipe.model.max_positions, self.t.bleu_tokenize) if recipe.data.dev and main else None
+            if self.dev is not None and self.dev.skipped_empty:  # said: sacrebleu on the whole file scores them too
+                n, skipped = len(self.dev.sources), self.dev.skipped_empty
+                self.events.message(
+                    f"dev corpus: {n:,} pairs scored of {n + skipped:,} read ({skipped:,} with an empty side left out: "
+                    "BLEU and chrF of the whole file, as `tfm translate --score` gives them, count these too)"
+                )
             if main and (warning := dev_is_train(recipe)):
                 self.events.message(f"warning: {warning}")
             if self.dev is not None and self.dev.bleu_tokenize != "13a":  # said: sacrebleu's default is 13a
