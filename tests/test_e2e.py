@@ -581,20 +581,39 @@ def test_sigterm_while_setting_up_says_there_is_nothing_to_resume(data: dict[str
 
 def test_train_reports_the_corpus_it_read(run: dict) -> None:
     """The kept/skipped counts reach the user (3000 pairs, none empty, none over data.max_len=32)."""
-    assert "train corpus: 3,000 pairs kept of 3,000 read (0 with an empty side and 0 longer than 32" in run["train"].stderr
+    assert "train corpus: 3,000 pairs kept of 3,000 read (0 with an empty side and 0 with a side over 31 tokens skipped: data.max_len=32 counts the </s>)" in run["train"].stderr
 
 
 def test_skipped_pairs_are_counted(data: dict[str, Path], run: dict, tmp_path: Path) -> None:
-    """An empty side and an over-long pair are skipped, counted and reported, not fatal."""
+    """An empty side and an over-long pair are skipped, counted and reported, not fatal. data.max_len=32 counts
+    the </s>: a side of 32 tokens as `tfm tokenize --encode` counts them is over it, one of 31 is not."""
+    from tfm_cli.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(run["dir"] / "tokenizer.json")
+
+    def words(n: int) -> str:  # a sentence of exactly n tokens
+        text = "maison"
+        while len(tok.encode(text)) < n:
+            text += next(w for w in (" maison", " chat", " a", ",", "!") if len(tok.encode(text + w)) <= n)
+        assert len(tok.encode(text)) == n
+        return text
+
+    for n in (31, 32):
+        printed = tfm("tokenize", "--tokenizer", str(run["dir"]), "--encode", words(n), "--json").stdout
+        assert len(json.loads(printed)["ids"]) == n
     corpus = tmp_path / "mixed.tsv"
     long_src = " ".join(["maison"] * 80)
-    corpus.write_text(data["train"].read_text(encoding="utf-8") + "\tempty source\n" + f"{long_src}\thouse\n", encoding="utf-8")
+    corpus.write_text(
+        data["train"].read_text(encoding="utf-8") + "\tempty source\n" + f"{long_src}\thouse\n"
+        + f"{words(32)}\thouse\n" + f"{words(31)}\thouse\n",
+        encoding="utf-8",
+    )
     out = tmp_path / "run"
     out.mkdir()
     shutil.copy(run["dir"] / "tokenizer.json", out / "tokenizer.json")
     proc = tfm("train", str(data["recipe"]), f"data.train={corpus}", "train.max_steps=1", "train.save_every=1",
                "train.keep_last=1", "train.average_last=1", "--out", str(out), "--device", "cpu")
-    assert "3,000 pairs kept of 3,002 read (1 with an empty side and 1 longer than 32 tokens skipped)" in proc.stderr
+    assert "3,001 pairs kept of 3,004 read (1 with an empty side and 2 with a side over 31 tokens skipped: data.max_len=32 counts the </s>)" in proc.stderr
 
 
 def test_relative_corpus_paths_resume_from_another_directory(data: dict[str, Path], run: dict, tmp_path: Path) -> None:

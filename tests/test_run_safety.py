@@ -156,7 +156,7 @@ def test_a_corpus_that_data_max_len_empties_says_so(root: Path, tmp_path: Path) 
     tfm("tokenize", str(root / "recipe.yaml"), "--out", str(tokenizer))
     args = [str(root / "recipe.yaml"), "data.max_len=2", f"tokenizer.path={tokenizer}", "--out", str(tmp_path / "run")]
     for extra in (["--dry-run"], []):  # with the tokenizer at hand, the dry run encodes the corpus too
-        error_line(train(*args, *extra), "no usable sentence pairs", "of 3,000 read", "a side longer than data.max_len=2 tokens")
+        error_line(train(*args, *extra), "no usable sentence pairs", "of 3,000 read", "a side over 1 token (data.max_len=2 counts the </s>)")
     assert not (tmp_path / "run").exists()
 
 

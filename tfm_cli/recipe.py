@@ -56,7 +56,7 @@ class DataRecipe:
 
     train: str | list[str] = "bundled:tatoeba-fr-en/train.tsv.gz"  # training pairs
     dev: str | list[str] | None = "bundled:tatoeba-fr-en/dev.tsv.gz"  # dev pairs for evaluation; null = none
-    max_len: int = 256  # pairs with more tokens than this on either side are skipped (and counted)
+    max_len: int = 256  # pairs with more than max_len - 1 tokens on either side (max_len with </s>) are skipped (and counted)
 
 
 @dataclass

@@ -403,7 +403,8 @@ class Trainer:
             s = corpus.stats
             self.events.message(
                 f"train corpus: {s.kept:,} pairs kept of {s.read:,} read "
-                f"({s.skipped_empty:,} with an empty side and {s.skipped_long:,} longer than {recipe.data.max_len} tokens skipped) "
+                f"({s.skipped_empty:,} with an empty side and {s.skipped_long:,} with a side over {_tokens(recipe.data.max_len - 1)} skipped: "
+                f"data.max_len={recipe.data.max_len} counts the </s>) "
                 f"in {time.perf_counter() - read_start:.1f}s"
             )
             self.dev = load_dev(recipe.data.dev, tok, recipe.model.max_positions, self.t.bleu_tokenize) if recipe.data.dev and main else None
@@ -797,7 +798,8 @@ def usable_corpus(recipe: Recipe, tok: Tokenizer) -> TokenizedCorpus:
     if s.kept == 0:
         raise TfmError(
             f"no usable sentence pairs in data.train {recipe.data.train}: of {s.read:,} read, {s.skipped_empty:,} have "
-            f"an empty side and {s.skipped_long:,} a side longer than data.max_len={recipe.data.max_len} tokens",
+            f"an empty side and {s.skipped_long:,} a side over {_tokens(recipe.data.max_len - 1)} (data.max_len={recipe.data.max_len} "
+            "counts the </s>)",
             hint="check data.train, and raise data.max_len if the sentences are longer",
         )
     return corpus
@@ -962,3 +964,6 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
     return state
 
 
+def _tokens(n: int) -> str:
+    """`n` tokens, in words ("1 token", "63 tokens")."""
+    return f"{n:,} token{'' if n == 1 else 's'}"
