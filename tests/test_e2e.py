@@ -616,6 +616,23 @@ def test_skipped_pairs_are_counted(data: dict[str, Path], run: dict, tmp_path: P
     assert "3,001 pairs kept of 3,004 read (1 with an empty side and 2 with a side over 31 tokens skipped: data.max_len=32 counts the </s>)" in proc.stderr
 
 
+def test_summary_records_the_corpus_counts(data: dict[str, Path], run: dict, tmp_path: Path) -> None:
+    """summary.json keeps what the start said of data.train and data.dev (read, kept or scored, skipped), for
+    scripts that check a corpus was read as meant."""
+    corpus, dev = tmp_path / "mixed.tsv", tmp_path / "dev.tsv"
+    long_src = " ".join(["maison"] * 80)
+    corpus.write_text(data["train"].read_text(encoding="utf-8") + "\tempty source\n" + f"{long_src}\thouse\n", encoding="utf-8")
+    dev.write_text(data["dev"].read_text(encoding="utf-8") + "Bonjour.\t \n", encoding="utf-8")
+    out = tmp_path / "run"
+    out.mkdir()
+    shutil.copy(run["dir"] / "tokenizer.json", out / "tokenizer.json")
+    tfm("train", str(data["recipe"]), f"data.train={corpus}", f"data.dev={dev}", "train.max_steps=1", "train.save_every=1",
+        "train.keep_last=1", "train.average_last=1", "--out", str(out), "--device", "cpu")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["train_corpus"] == {"read": 3002, "kept": 3000, "skipped_empty": 1, "skipped_long": 1, "max_len": 32}
+    assert summary["dev_corpus"] == {"read": 51, "scored": 50, "skipped_empty": 1}
+
+
 def test_relative_corpus_paths_resume_from_another_directory(data: dict[str, Path], run: dict, tmp_path: Path) -> None:
     """Relative paths are relative to the CWD; the run stores them absolute, so --resume works from anywhere."""
     work = tmp_path / "work"

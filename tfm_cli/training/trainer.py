@@ -45,6 +45,7 @@ from tfm_cli.checkpoint import (
 )
 from tfm_cli.data import (
     BatchStream,
+    CorpusStats,
     TokenizedCorpus,
     encode_corpus,
     pad_multiple_for,
@@ -303,6 +304,7 @@ class Trainer:
         self.earlier_seconds = 0.0  # training time of the sessions before a resume, up to its checkpoint
         self.lock = DirectoryLock(run_dir)  # rank 0 holds it while it trains the run
         self.finished: dict[str, Any] | None = None  # a resumed run that was already finished: its summary.json
+        self.corpus_stats: CorpusStats | None = None  # what reading data.train kept and skipped (summary.json)
 
     def _lock(self) -> None:
         """One process at a time trains a run: a second one (a --resume of a run still training, or a start into
@@ -354,6 +356,7 @@ class Trainer:
         random.seed(t.seed)
         had_tokenizer = (run_dir / "tokenizer.json").exists()
         corpus = self._read_inputs(created, weights)
+        self.corpus_stats = corpus.stats
         had_checkpoints = (run_dir / CHECKPOINTS).exists()
         try:
             if self.main:  # an unwritable or full run directory is said now, not after an hour
@@ -678,6 +681,19 @@ class Trainer:
             hint=f"continue with `tfm train --resume {shell_word(self.run_dir)}`" if saved else "start the run again",
         )
 
+    def _corpus_counts(self) -> dict[str, Any]:
+        """The pairs data.train and data.dev gave this session: read, kept (scored) and skipped, as the start said."""
+        counts: dict[str, Any] = {}
+        if (s := self.corpus_stats) is not None:
+            counts["train_corpus"] = {
+                "read": s.read, "kept": s.kept, "skipped_empty": s.skipped_empty, "skipped_long": s.skipped_long,
+                "max_len": self.recipe.data.max_len,
+            }
+        if (dev := getattr(self, "dev", None)) is not None:
+            n = len(dev.sources)
+            counts["dev_corpus"] = {"read": n + dev.skipped_empty, "scored": n, "skipped_empty": dev.skipped_empty}
+        return counts
+
     def _finish(self, stopped: str) -> TrainResult:
         """The final model (average or last checkpoint, see `finish`), summary.json and the curves (rank 0)."""
         if not self.main:  # rank 0 writes the final model and the summary; the others are done
@@ -691,7 +707,7 @@ class Trainer:
             "precision": self.precision, "device": str(self.device), "processes": self.dist.world_size,
             # all sessions (those before a resume up to the checkpoint it continued from), and this one
             "train_seconds": round(self.earlier_seconds + result.seconds, 1), "session_seconds": round(result.seconds, 1),
-            "tfm_version": __version__, "dev": final,
+            "tfm_version": __version__, **self._corpus_counts(), "dev": final,
             "final_model": final.get("final_model"), "stopped": stopped or f"reached train.max_steps={t.max_steps}",
             # the recipe this final model was made with: recipe.yaml is rewritten when a resume starts, so a resume
             # stopped before this file was written (while averaging or evaluating) left a recipe.yaml ahead of it
