@@ -190,6 +190,35 @@ def test_train_says_when_mfu_is_above_the_peak(recipe: Path, tmp_path: Path) -> 
     assert len(said) == 1 and "model step" in said[0] and "quiet machine" in said[0], proc.stderr
 
 
+def test_train_gate_refuses_a_baseline_of_another_sentence_length_or_model_variant(recipe: Path, tmp_path: Path) -> None:
+    """A baseline measured with data.max_len=32, post-norm, tied embeddings passed the gate against a run with
+    data.max_len=8, pre-norm and untied embeddings: other batches, another model, under the same ids."""
+    args = ["bench", "train", str(recipe), "--steps", "1", "--warmup", "0", "--device", "cpu", "--model-step-only"]
+    measured = json.loads(tfm(*args, "--json").stdout)
+    assert measured["settings"]["max_len"] == 32
+    assert {k: measured["settings"]["model"][k] for k in ("norm", "positions", "tie_embeddings")} == {
+        "norm": "post", "positions": "sinusoidal", "tie_embeddings": True}
+    for r in measured["records"]:
+        r["tgt_tokens_per_s"] = 1e-9  # a baseline any run beats: only the workload check can fail the gate
+    (tmp_path / "base.json").write_text(json.dumps(measured))
+    gate = ["--baseline", str(tmp_path / "base.json")]
+    assert "gate: 1 figure(s) within 10%" in tfm(*args, *gate).stderr
+    for override, said in (
+        ("data.max_len=8", "max_len 32 -> 8"),
+        ("model.norm=pre", "model.norm 'post' -> 'pre'"),
+        ("model.tie_embeddings=false", "model.tie_embeddings True -> False"),
+    ):
+        other = tfm(*args, override, *gate, check=False)
+        assert other.returncode == 1 and "the baseline measured another workload" in other.stderr, other.stderr
+        assert said in other.stderr and "Traceback" not in other.stderr
+    older = copy.deepcopy(measured)  # a baseline written before the variant was recorded still compares
+    for key in ("norm", "positions", "tie_embeddings"):
+        del older["settings"]["model"][key]
+    del older["settings"]["max_len"]
+    (tmp_path / "older.json").write_text(json.dumps(older))
+    assert "gate: 1 figure(s) within 10%" in tfm(*args, "--baseline", str(tmp_path / "older.json")).stderr
+
+
 def test_train_times_every_step_of_a_recipe_with_a_time_budget(recipe: Path) -> None:
     """train.max_time ended the trainer phase after its first step: a KeyError traceback after the model step."""
     proc = tfm("bench", "train", str(recipe), "train.max_time=0.001s", "--steps", "2", "--warmup", "1", "--device", "cpu",
@@ -422,7 +451,7 @@ def test_gate_refuses_baselines_it_cannot_compare(tmp_path: Path) -> None:
         load_baseline(tmp_path / "kind.json")
     shaped = {**base, "settings": {"src_len": 20, "out_len": 24, "model": {"d_model": 512}}}
     assert compare(shaped, shaped, 0.1)["compared"] == 4
-    for key, value, said in (("out_len", 4, "out_len 24 -> 4"), ("model", {"d_model": 256}, "model {'d_model': 512} -> {'d_model': 256}")):
+    for key, value, said in (("out_len", 4, "out_len 24 -> 4"), ("model", {"d_model": 256}, "model.d_model 512 -> 256")):
         with pytest.raises(TfmError, match="the baseline measured another workload .*" + re.escape(said)):
             compare({**shaped, "settings": {**shaped["settings"], key: value}}, shaped, 0.1)
 

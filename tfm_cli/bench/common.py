@@ -23,6 +23,11 @@ from tfm_cli import __version__
 from tfm_cli.runtime import cpu_has_fast_bf16
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# The model's settings in a train or translate result: its shape and the variant of the architecture (pre-norm,
+# learned positions and untied embeddings cost differently), which the gate checks a baseline against
+MODEL_SETTINGS = (
+    "d_model", "d_ff", "n_heads", "n_enc_layers", "n_dec_layers", "vocab_size", "norm", "positions", "tie_embeddings",
+)
 
 
 def synchronize(device: torch.device) -> None:

@@ -6,7 +6,7 @@ batch latency (lower). A figure regresses when it is worse than the baseline by 
 record that the baseline measured but that now fails (unsupported, skipped) regresses too. Records that only
 one side has are listed, not failed: a different set of lengths or batch sizes is a different question; but a
 gate that compares no figure at all fails (the CLI), and so does a baseline of another workload (another batch,
-width, model shape, precision or output length: `WORKLOAD`), whose figures answer another question under the
+width, model shape or variant, precision, sentence length limit or output length: `WORKLOAD`), whose figures answer another question under the
 same ids.
 """
 
@@ -27,7 +27,7 @@ GATED: dict[str, dict[str, str]] = {
 _ENVIRONMENT_KEYS = ("device_name", "cpu_capability", "threads", "dtype", "torch")
 WORKLOAD: dict[str, tuple[str, ...]] = {  # the settings that change what a record's figures measure
     "attention": ("batch", "heads", "d_k", "dtype"),
-    "train": ("model", "max_tokens", "accum_steps", "precision", "corpus"),
+    "train": ("model", "max_tokens", "accum_steps", "precision", "corpus", "max_len"),
     "translate": ("model", "sentences", "src_len", "out_len", "beam", "precision"),
 }
 
@@ -99,6 +99,15 @@ def _record_problem(record: Any, kind: str) -> str | None:
     return None
 
 
+def _changes(key: str, before: Any, now: Any) -> list[str]:
+    """How a workload setting changed ("out_len 24 -> 4"), or []. Of a dict (the model's settings) each key the
+    baseline has is compared on its own ("model.norm 'post' -> 'pre'"), so that a baseline written before a key
+    was added still compares on the ones it names."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        return [f"{key}.{k} {v!r} -> {now.get(k)!r}" for k, v in before.items() if k not in now or now[k] != v]
+    return [f"{key} {before!r} -> {now!r}"] if before != now else []
+
+
 def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float) -> dict[str, Any]:
     """Regressions of `current` against `baseline` beyond `tolerance` (a share: 0.1 = 10%).
 
@@ -117,9 +126,8 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float)
     if kind == "translate" and not all("beam" in s.get("modes", ("beam",)) for s in (before_settings, now_settings)):
         keys = tuple(k for k in keys if k != "beam")  # one side measured greedy search only: no beam width in it
     differs = [
-        f"{key} {before_settings[key]!r} -> {now_settings.get(key)!r}"
-        for key in keys
-        if key in before_settings and before_settings[key] != now_settings.get(key)
+        change for key in keys if key in before_settings
+        for change in _changes(key, before_settings[key], now_settings.get(key))
     ]
     if differs:
         raise TfmError(

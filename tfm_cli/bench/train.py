@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from tfm_cli.bench.common import (
+    MODEL_SETTINGS,
     environment,
     matmul_peak,
     peak_memory_mb,
@@ -257,8 +258,8 @@ def bench_train(
     settings = {
         "recipe": recipe.name, "steps": steps, "warmup": warmup, "precision": precision,
         "max_tokens": recipe.train.max_tokens, "accum_steps": recipe.train.accum_steps,
-        "corpus": str(recipe.data.train),
-        "model": {k: getattr(config, k) for k in ("d_model", "d_ff", "n_heads", "n_enc_layers", "n_dec_layers", "vocab_size")},
+        "corpus": str(recipe.data.train), "max_len": recipe.data.max_len,
+        "model": {k: getattr(config, k) for k in MODEL_SETTINGS},
     }
     return {
         "kind": "train", "environment": environment(device, precision), "settings": settings,

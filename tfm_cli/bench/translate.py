@@ -17,7 +17,14 @@ from typing import Any
 
 import torch
 
-from tfm_cli.bench.common import environment, memory_budget_bytes, percentile, summarize, synchronize
+from tfm_cli.bench.common import (
+    MODEL_SETTINGS,
+    environment,
+    memory_budget_bytes,
+    percentile,
+    summarize,
+    synchronize,
+)
 from tfm_cli.bench.peers import Translate
 from tfm_cli.decoding import TorchEngine, translate_ids
 from tfm_cli.model import Transformer
@@ -159,7 +166,7 @@ def bench_translate(
     settings = {
         "sentences": sentences, "src_len": src_len, "out_len": out_len, "beam": beam, "modes": list(modes),
         "batch_sizes": list(batch_sizes), "precision": precision,
-        "model": {k: getattr(model.config, k) for k in ("d_model", "d_ff", "n_heads", "n_enc_layers", "n_dec_layers", "vocab_size")},
+        "model": {k: getattr(model.config, k) for k in MODEL_SETTINGS},
         "peers": peers,
     }
     env = environment(device, precision)
