@@ -67,7 +67,7 @@ complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcomman
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l out-len -x -d 'Tokens every output is forced to (min = max length).'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l precision -x -a 'auto bf16 fp16 fp32 int8' -d 'auto (bf16 on CUDA and CPUs with native bf16, else fp32), fp32, bf16, fp16, or int8 (CPU: int8 li...'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l recipe -r -F -d 'Random weights with this recipe\'s model shape and vocabulary size (its tokenizer.path\'s, if it na...'
-complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l sentences -x -d 'Sources translated per configuration.'
+complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l sentences -x -d 'Sources translated per configuration (a multiple of every batch size).'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l src-len -x -d 'Tokens per source.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l tolerance -x -d 'How much worse a gated figure may get before --baseline fails: a percentage (10%) or a share (0.1).'
 

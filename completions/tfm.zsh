@@ -112,7 +112,7 @@ _tfm_bench_translate() {
         '--out-len[Tokens every output is forced to (min = max length).]:out len: ' \
         '--precision[auto (bf16 on CUDA and CPUs with native bf16, else fp32), fp32, bf16, fp16, or int8 (CPU\: int8 li...]:precision:(auto bf16 fp16 fp32 int8)' \
         '--recipe[Random weights with this recipe'\''s model shape and vocabulary size (its tokenizer.path'\''s, if it na...]:recipe:_files' \
-        '--sentences[Sources translated per configuration.]:sentences: ' \
+        '--sentences[Sources translated per configuration (a multiple of every batch size).]:sentences: ' \
         '--src-len[Tokens per source.]:src len: ' \
         '--tolerance[How much worse a gated figure may get before --baseline fails\: a percentage (10%) or a share (0.1).]:tolerance: '
 }

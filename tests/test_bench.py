@@ -322,6 +322,25 @@ def test_translate_bad_options(recipe: Path) -> None:
     assert proc.returncode == 1 and "max_positions=64" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_translate_refuses_a_last_batch_smaller_than_the_others(recipe: Path) -> None:
+    """--sentences 10 --batch-sizes 8 timed a batch of 8 and one of 2, and reported the median of the two as the
+    p50 latency of a batch of 8; the default 64 sentences with --batch-sizes 1,24 ended in a batch of 16."""
+    from tfm_cli.bench.translate import bench_translate
+    from tfm_cli.model import ModelConfig, Transformer
+
+    for args, said in (
+        (["--sentences", "10", "--batch-sizes", "8"], "10 is not a multiple of the batch size 8: its last batch would hold 2"),
+        (["--batch-sizes", "1,24"], "use --sentences 72"),
+        (["--sentences", "10", "--batch-sizes", "2,4"], "use --sentences 12"),
+    ):
+        proc = tfm("bench", "translate", "--recipe", str(recipe), "--device", "cpu", *args, check=False)
+        flat = " ".join(proc.stderr.replace("│", " ").split())  # the usage error's box wraps the line
+        assert proc.returncode == 2 and "--sentences" in flat and said in flat and "Traceback" not in flat, proc.stderr
+    model = Transformer(ModelConfig(vocab_size=16, d_model=8, d_ff=16, n_heads=2, n_enc_layers=1, n_dec_layers=1))
+    with pytest.raises(ValueError, match="sentences=3 is not a multiple of the batch size 2"):
+        bench_translate(model, torch.device("cpu"), batch_sizes=(1, 2), sentences=3, src_len=2, out_len=2)
+
+
 # ---- the gate ----------------------------------------------------------------------------------------------
 
 

@@ -3,9 +3,9 @@
 Equal work is compared: every source has `src_len` random token ids and every output is forced to exactly
 `out_len` tokens (min_len = max length: no end-of-sentence before, nothing after), so the figures do not depend
 on what a model happens to say, and a trained model and random weights of the same shape cost the same.
-Sentences are cut into batches of `batch_size` in order; one batch is translated untimed first (warm-up), then
-each batch is timed on its own (device synchronised), giving latency percentiles per batch and throughput over
-the whole set. tfm's search decodes one more step than the output length: the forced end-of-sentence (the peers,
+Sentences are cut into batches of `batch_size` in order (every batch full: `sentences` must be a multiple of
+it); one batch is translated untimed first (warm-up), then each batch is timed on its own (device synchronised),
+giving latency percentiles per batch and throughput over the whole set. tfm's search decodes one more step than the output length: the forced end-of-sentence (the peers,
 MarianMT's `generate` and CTranslate2, stop after out_len steps without one).
 """
 
@@ -102,11 +102,15 @@ def bench_translate(
     `settings.peers`, their versions also in the environment.
 
     Raises:
-        ValueError: lengths the model cannot hold, a beam wider than the vocabulary, or an unknown mode.
+        ValueError: lengths the model cannot hold, a beam wider than the vocabulary, an unknown mode, or a number
+            of sentences that some batch size does not divide.
         TfmError: `compare` without transformers installed.
     """
     if src_len + 1 > model.config.max_positions or out_len + 1 > model.config.max_positions:
         raise ValueError(f"src_len and out_len must stay below the model's max_positions={model.config.max_positions}")
+    ragged = [size for size in batch_sizes if sentences % size]
+    if ragged:  # a smaller last batch would be timed as one of the full size (its latency, p50 and p95)
+        raise ValueError(f"sentences={sentences} is not a multiple of the batch size {ragged[0]}")
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise ValueError(f"unknown mode(s) {bad}; use {MODES}")

@@ -8,6 +8,7 @@ compares against an earlier --json result and exits 1 naming each figure that re
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -322,7 +323,7 @@ def translate(
     model: Path = typer.Option(None, "--model", "-m", parser=given_path, metavar="<path>", help="A trained run or .safetensors file (default: random weights of --recipe's shape).", show_default=False),
     recipe: Path = typer.Option(None, "--recipe", parser=given_path, metavar="<path>", help="Random weights with this recipe's model shape and vocabulary size (its tokenizer.path's, if it names one).", show_default=False),
     batch_sizes: str = typer.Option("1,8,32", "--batch-sizes", help="Sentences per batch, comma-separated."),
-    sentences: int = typer.Option(64, "--sentences", min=1, help="Sources translated per configuration."),
+    sentences: int = typer.Option(64, "--sentences", min=1, help="Sources translated per configuration (a multiple of every batch size)."),
     src_len: int = typer.Option(20, "--src-len", min=1, help="Tokens per source."),
     out_len: int = typer.Option(24, "--out-len", min=1, help="Tokens every output is forced to (min = max length)."),
     beam: int = typer.Option(4, "--beam", min=1, help="Beam size for the beam rows."),
@@ -366,6 +367,14 @@ def translate(
     if max(sizes) > sentences:
         raise typer.BadParameter(
             f"a batch of {max(sizes)} sentences needs --sentences {max(sizes)} or more (it is {sentences})", param_hint="--batch-sizes"
+        )
+    ragged = [n for n in sizes if sentences % n]
+    if ragged:  # the last batch would be smaller, and its latency counted as one of the full size
+        step = math.lcm(*sizes)
+        raise typer.BadParameter(
+            f"{sentences} is not a multiple of the batch size {ragged[0]}: its last batch would hold "
+            f"{sentences % ragged[0]} sentence(s) and be timed as a batch of {ragged[0]}; use --sentences "
+            f"{-(-sentences // step) * step} (a multiple of every batch size)", param_hint="--sentences",
         )
     gate_inputs = _gate_inputs(baseline, tolerance, "translate")
     torch_device = resolve_device(device)
