@@ -131,6 +131,25 @@ def test_attention_table_when_piped() -> None:
     assert "measured on" in proc.stderr and " thread" in proc.stderr  # "1 thread", "2 threads"
 
 
+def test_attention_rates_table_keeps_a_pass_skipped_at_the_longest_length(tmp_path: Path) -> None:
+    """The rates table showed each implementation at its longest length over all passes: where fwd+bwd (twice the
+    memory) was skipped at a length the forward pass measured, naive's fwd+bwd row was left out of the table. The
+    memory budget is made small here (sitecustomize) so that naive's fwd+bwd fits at L=16 only."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import tfm_cli.bench.attention as attention\n"
+        "attention.memory_budget_bytes = lambda device: 20000\n"  # naive L=32: fwd 16,416 bytes, fwd+bwd 32,800
+    )
+    proc = tfm("bench", "attention", "--lengths", "16,32", "--batch", "1", "--heads", "1", "--d-k", "8", "--repeat", "1",
+               "--warmup", "0", "--impl", "naive", "--impl", "tfm", "--device", "cpu", env_extra={"PYTHONPATH": str(tmp_path)})
+    times, rates = proc.stdout.split("\n\n")
+    assert "naive\tpadding\tfwd+bwd\t" in times and "\tskipped\t" in times  # fwd+bwd skipped at L=32
+    rows = {tuple(line.split("\t")[:4]) for line in rates.splitlines()[1:]}
+    assert rows == {
+        ("naive", "padding", "forward", "32"), ("naive", "padding", "forward+backward", "16"),
+        ("tfm", "padding", "forward", "32"), ("tfm", "padding", "forward+backward", "32"),
+    }, rates
+
+
 def test_attention_bad_options() -> None:
     proc = tfm("bench", "attention", "--lengths", "16,x", check=False)
     assert proc.returncode == 2 and "--lengths" in proc.stderr
