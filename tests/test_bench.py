@@ -238,6 +238,18 @@ def test_train_gate_refuses_a_baseline_of_another_sentence_length_or_model_varia
     assert "gate: 1 figure(s) within 10%" in tfm(*args, "--baseline", str(tmp_path / "older.json")).stderr
 
 
+@pytest.mark.parametrize("option", ["--steps", "--warmup"])
+def test_train_refuses_more_steps_than_their_batches_could_fit(recipe: Path, option: str) -> None:
+    """Every step's batches are prepared first: --steps 10**11 (or a 20-digit --warmup) built batches for hours
+    and then ran out of memory, without a word. Refused at once, before a tokenizer is trained on the corpus."""
+    proc = tfm("bench", "train", str(recipe), option, str(10**11), "--device", "cpu", "--model-step-only",
+               check=False, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.splitlines()[0]
+    assert line.startswith("Error: ") and "100,000,000,000" in line and "GiB of batches" in line, proc.stderr
+    assert "lower --steps and --warmup" in proc.stderr and "tokenizer:" not in proc.stderr
+
+
 def test_train_times_every_step_of_a_recipe_with_a_time_budget(recipe: Path) -> None:
     """train.max_time ended the trainer phase after its first step: a KeyError traceback after the model step."""
     proc = tfm("bench", "train", str(recipe), "train.max_time=0.001s", "--steps", "2", "--warmup", "1", "--device", "cpu",

@@ -36,12 +36,14 @@ from tfm_cli.bench.common import (
     MODEL_SETTINGS,
     environment,
     matmul_peak,
+    memory_budget_bytes,
     peak_memory_mb,
     peak_memory_start,
     summarize,
     synchronize,
 )
 from tfm_cli.data import Batch, BatchStream, encode_corpus, pad_multiple_for
+from tfm_cli.errors import TfmError
 from tfm_cli.model import ModelConfig
 from tfm_cli.recipe import Recipe, model_config
 from tfm_cli.runtime import autocast, resolve_precision, tune_cpu_allocator
@@ -204,6 +206,7 @@ def bench_train(
     """
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got {steps} and {warmup}")
+    check_steps_fit(recipe, steps, warmup)
     precision = resolve_precision(recipe.train.precision, device)
     if device.type == "cpu":
         tune_cpu_allocator()  # as the trainer does, so that both phases run on the same allocator settings
@@ -265,6 +268,26 @@ def bench_train(
         "kind": "train", "environment": environment(device, precision), "settings": settings,
         "records": records, "summary": summary,
     }
+
+
+BATCH_TOKEN_BYTES = 8  # a lower bound per token of max_tokens: one int64 id (a batch holds three such tensors, masks)
+
+
+def check_steps_fit(recipe: Recipe, steps: int, warmup: int) -> None:
+    """Refuse, before any work, more steps than this machine could hold the batches of: every step's batches are
+    prepared first, so a huge --steps or --warmup ran for hours and then ran out of memory. The estimate is a
+    lower bound (a batch holds several times this), so that no run that fits is refused."""
+    t = recipe.train
+    need = (warmup + steps) * t.accum_steps * t.max_tokens * BATCH_TOKEN_BYTES
+    budget = memory_budget_bytes(torch.device("cpu"))  # the batches are built on the host, whatever the device
+    if need > budget:
+        gib = 2**30
+        raise TfmError(
+            f"{warmup:,} warm-up and {steps:,} timed steps of up to {t.max_tokens:,} tokens hold at least "
+            f"~{need / gib:,.1f} GiB of batches (all prepared first), more than the {budget / gib:,.1f} GiB a "
+            "benchmark may use here",
+            hint="lower --steps and --warmup (10 and 3 by default)",
+        )
 
 
 def _count_model(config: ModelConfig):

@@ -274,11 +274,12 @@ def train(
 
       tfm bench train recipes/base.yaml train.max_tokens=4096 --steps 5 --compare --json
     """
-    from tfm_cli.bench.train import bench_train, recipe_tokenizer
+    from tfm_cli.bench.train import bench_train, check_steps_fit, recipe_tokenizer
     from tfm_cli.recipe import load_recipe
     from tfm_cli.runtime import resolve_device
 
     resolved = load_recipe(recipe, list(overrides or []))
+    check_steps_fit(resolved, steps, warmup)  # before a tokenizer is trained on the corpus
     gate_inputs = _gate_inputs(baseline, tolerance, "train")
     torch_device = resolve_device(device)
     tokenizer = recipe_tokenizer(resolved, info)
