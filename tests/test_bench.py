@@ -14,11 +14,13 @@ import itertools
 import json
 import math
 import re
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from clitools import has_module, tfm
+from clitools import TFM, has_module, tfm, tfm_env, wait_until
 
 from tfm_cli.bench.common import fit_exponent, percentile, summarize
 from tfm_cli.bench.gate import compare, load_baseline, parse_tolerance
@@ -271,6 +273,27 @@ def test_train_interrupted_in_the_trainer_phase_stops(recipe: Path) -> None:
     loaded = load_recipe(recipe)
     with pytest.raises(KeyboardInterrupt):
         bench_train(loaded, torch.device("cpu"), recipe_tokenizer(loaded), steps=2, warmup=1, progress=progress)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_train_stopped_by_a_signal_removes_its_scratch_run(recipe: Path, tmp_path: Path, sig: int) -> None:
+    """SIGTERM (a CI job's timeout, `kill`) killed the benchmark in its trainer phase and left the trainer's scratch
+    run in the temporary directory; it now stops as Ctrl-C does: the scratch run removed, exit 128 + signal."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.Popen(
+        [str(TFM), "bench", "train", str(recipe), "--steps", "500", "--warmup", "0", "--device", "cpu"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=tfm_env({"TMPDIR": str(scratch)}),
+    )
+    try:
+        wait_until(proc, lambda: any(scratch.glob("tfm-bench-train-*/*")), "the trainer phase's scratch run", timeout=300)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + sig and b"Traceback" not in err, err.decode()
+    assert list(scratch.glob("tfm-bench-train-*")) == []  # (torch may keep its own caches there)
 
 
 def test_train_flops_match_torch_flop_counter() -> None:

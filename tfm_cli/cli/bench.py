@@ -22,8 +22,10 @@ from tfm_cli.cli.common import (
     fancy_stdout,
     given_path,
     info,
+    interrupted_status,
     print_json,
     print_table,
+    stop_signals,
     warn,
 )
 from tfm_cli.errors import TfmError
@@ -51,6 +53,18 @@ def _ints(text: str, option: str) -> list[int]:
     if not values or min(values) < 1:
         raise typer.BadParameter(f"{text!r}: give positive integers, e.g. 64,128,256", param_hint=option)
     return list(dict.fromkeys(values))  # a value given twice is measured once (two records of one id)
+
+
+@contextlib.contextmanager
+def _stoppable() -> Iterator[None]:
+    """SIGTERM (a CI job's timeout, `kill`, `docker stop`) and SIGHUP stop a benchmark as Ctrl-C does: the train
+    benchmark's scratch run is removed (a SIGTERM left it in the temporary directory), exit 128 + the signal."""
+    received: list[int] = []
+    try:
+        with stop_signals() as received:
+            yield
+    except KeyboardInterrupt:
+        raise typer.Exit(interrupted_status(received)) from None
 
 
 @contextlib.contextmanager
@@ -197,7 +211,7 @@ def attention(
         if name not in available:
             raise typer.BadParameter(f"{name!r} is not available on {torch_device.type}; choose from: {', '.join(available)}", param_hint="--impl")
     gate_inputs = _gate_inputs(baseline, tolerance, "attention")
-    with _progress() as progress:
+    with _stoppable(), _progress() as progress:
         done = [0]
         sizes = _ints(lengths, "--lengths")
         passes = PASSES[:1] if forward_only else PASSES
@@ -283,7 +297,7 @@ def train(
     gate_inputs = _gate_inputs(baseline, tolerance, "train")
     torch_device = resolve_device(device)
     tokenizer = recipe_tokenizer(resolved, info)
-    with _progress() as progress:
+    with _stoppable(), _progress() as progress:
         result = bench_train(resolved, torch_device, tokenizer, steps, warmup, not model_step_only, compare, progress)
     over = [f"{r['phase']} {r['mfu']:.0%}" for r in result["records"] if r["mfu"] > 1]
     if over:  # no step beats the peak: the peak was measured while something else used the device
@@ -389,7 +403,7 @@ def translate(
     else:
         net = _random_model(recipe)
     modes = ("greedy",) if greedy_only else ("beam",) if beam_only else ("beam", "greedy")
-    with _progress() as progress:
+    with _stoppable(), _progress() as progress:
         try:
             result = bench_translate(
                 net, torch_device, precision if precision == "int8" else resolve_precision(precision, torch_device),
