@@ -170,6 +170,8 @@ def test_attention_skips_lengths_whose_inputs_do_not_fit() -> None:
         records = json.loads(proc.stdout)["records"]
         huge = [r for r in records if r["length"] == 10**8 or r["length"] == 10**20 or "--batch" in extra]
         assert huge and all(r["status"] == "skipped" and "GiB" in r["reason"] for r in huge), records
+        # in GiB with thousands separators, as the other memory messages: "needs ~1788140869.3 GiB" was unreadable
+        assert all(re.fullmatch(r"needs ~\d{1,3}(,\d{3})*\.\d GiB of \d{1,3}(,\d{3})*\.\d GiB", r["reason"]) for r in huge), records
         assert all(r["status"] == "ok" for r in records if r not in huge)
 
 

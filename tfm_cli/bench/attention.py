@@ -155,7 +155,7 @@ def bench_attention(
             }
             need = needs[impl]
             if need > budget:
-                record.update(status="skipped", reason=f"needs ~{need / 2**30:.1f} GiB of {budget / 2**30:.1f} GiB")
+                record.update(status="skipped", reason=f"needs ~{need / 2**30:,.1f} GiB of {budget / 2**30:,.1f} GiB")
             else:
                 record.update(_measure(impl, q, k, v, mask, backward, device, warmup, repeat))
                 if record["status"] == "ok" and reference is not None:
