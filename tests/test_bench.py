@@ -444,6 +444,22 @@ def test_gate_library() -> None:
     assert parse_tolerance("500%") == pytest.approx(5.0) and parse_tolerance("1") == 1.0
 
 
+def test_gate_lists_peers_but_fails_on_tfm_figures_alone() -> None:
+    """A peer's record (`peer`: HF MarianMT, CTranslate2 under --compare) that got slower is listed, not a
+    regression: the gate failed CI when HF's speed changed. A baseline written before the mark still compares."""
+    base = _result()
+    base["records"].append({"id": "translate/hf-marian/beam/cache/batch=8", "sentences_per_s": 50.0, "latency_p50_ms": 90.0})
+    now = copy.deepcopy(base)
+    for r in now["records"]:
+        r["peer"] = "hf-marian" in r["id"]
+    now["records"][2].update(sentences_per_s=25.0, latency_p50_ms=180.0)  # the peer half as fast
+    gate = compare(now, base, 0.1)
+    assert gate["regressions"] == [] and gate["compared"] == 4
+    assert [(p["figure"], p["change"]) for p in gate["peers"]] == [("sentences_per_s", -0.5), ("latency_p50_ms", 1.0)]
+    now["records"][0]["sentences_per_s"] = 50.0  # tfm's own: still failed
+    assert [r["id"] for r in compare(now, base, 0.1)["regressions"]] == ["translate/tfm/beam/cache/batch=8"]
+
+
 def test_gate_ignores_the_beam_width_where_greedy_search_alone_was_measured() -> None:
     """`--greedy-only --beam 8` against a greedy-only baseline of beam 4 was refused as "another workload",
     though no greedy figure depends on the beam; where both sides measured beam search, it still is."""
@@ -591,16 +607,24 @@ def test_train_compare_fails_before_measuring(recipe: Path, pre_norm_recipe: Pat
 
 
 @pytest.mark.skipif(not has_module("transformers"), reason="transformers is not installed (the bench extra)")
-def test_compare_with_peers(recipe: Path) -> None:
+def test_compare_with_peers(recipe: Path, tmp_path: Path) -> None:
     """hf-marian, and ct2 where ctranslate2 is installed (else a note), on the same batches: every engine's
-    warm-up gave exactly --out-len tokens per sentence (or the run would have failed), and ratios name each peer."""
-    result = json.loads(tfm(
-        "bench", "translate", "--recipe", str(recipe), "--batch-sizes", "1,2", "--sentences", "4", "--src-len", "4",
-        "--out-len", "6", "--device", "cpu", "--precision", "fp32", "--compare", "--cache-only", "--json",
-    ).stdout)
+    warm-up gave exactly --out-len tokens per sentence (or the run would have failed), and ratios name each peer.
+    A gate lists the peers' figures but fails on tfm's alone: a slower HF is not a regression of tfm."""
+    args = ["bench", "translate", "--recipe", str(recipe), "--batch-sizes", "1,2", "--sentences", "4", "--src-len", "4",
+            "--out-len", "6", "--device", "cpu", "--precision", "fp32", "--compare", "--cache-only"]
+    result = json.loads(tfm(*args, "--json").stdout)
     peers = ["hf-marian", "ct2"] if has_module("ctranslate2") else ["hf-marian"]
     runs = {(e, m, b) for e in ["tfm", *peers] for m in ("beam", "greedy") for b in (1, 2)}
     assert {(r["engine"], r["mode"], r["batch_size"]) for r in result["records"]} == runs
+    assert {r["engine"] for r in result["records"] if r["peer"]} == set(peers)
+    baseline = copy.deepcopy(result)
+    for r in baseline["records"]:  # the peers impossibly fast then, tfm impossibly slow: only peers got worse
+        r["sentences_per_s"], r["latency_p50_ms"] = (1e9, 1e-9) if r["peer"] else (1e-9, 1e9)
+    (tmp_path / "baseline.json").write_text(json.dumps(baseline))
+    gated = tfm(*args, "--baseline", str(tmp_path / "baseline.json"))
+    assert "regression" not in gated.stderr and f"gate: {2 * 4} figure(s) within 10%" in gated.stderr
+    assert "peer (not gated): translate/hf-marian/beam/cache/batch=1 sentences_per_s: 1e+09 -> " in gated.stderr
     for r in result["records"]:
         assert r["tokens_per_s"] == pytest.approx(r["sentences_per_s"] * 6) and r["batches"] == 4 // r["batch_size"]
     ratios = {(x["against"], x["mode"], x["batch_size"]): x["ratio"] for x in result["summary"]["ratios"]}
@@ -620,8 +644,8 @@ def test_compare_with_peers(recipe: Path) -> None:
         ]
     trained = json.loads(tfm("bench", "train", str(recipe), "--steps", "1", "--warmup", "1", "--model-step-only",
                              "--compare", "--device", "cpu", "--json").stdout)
-    phases = {r["phase"] for r in trained["records"]}
-    assert phases == {"model step", "hf-marian step"} and trained["summary"]["model_step_vs_hf_marian"] > 0
+    phases = {r["phase"]: r["peer"] for r in trained["records"]}
+    assert phases == {"model step": False, "hf-marian step": True} and trained["summary"]["model_step_vs_hf_marian"] > 0
 
 
 @pytest.mark.skipif(not has_module("transformers"), reason="transformers is not installed (the bench extra)")

@@ -7,7 +7,9 @@ record that the baseline measured but that now fails (unsupported, skipped) regr
 one side has are listed, not failed: a different set of lengths or batch sizes is a different question; but a
 gate that compares no figure at all fails (the CLI), and so does a baseline of another workload (another batch,
 width, model shape or variant, precision, sentence length limit or output length: `WORKLOAD`), whose figures answer another question under the
-same ids.
+same ids. The peers' records (`"peer": true`: HF MarianMT, CTranslate2, measured by `--compare`) are compared
+and listed but never fail the gate: their speed is not this project's to regress, and a peer that got as much
+slower as tfm says the machine did.
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ def _changes(key: str, before: Any, now: Any) -> list[str]:
 def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float) -> dict[str, Any]:
     """Regressions of `current` against `baseline` beyond `tolerance` (a share: 0.1 = 10%).
 
-    Returns {"tolerance", "compared", "regressions": [{id, figure, baseline, current, change}], "only_in_baseline",
+    Returns {"tolerance", "compared", "regressions": [{id, figure, baseline, current, change}], "peers": [the same
+    for every figure of a peer's record, gated or not: context, never a failure], "only_in_baseline",
     "only_in_current", "not_ok_in_baseline" (ids on both sides whose baseline record failed), "environment_differs":
     [keys]}; `change` is the relative change (+ = larger).
     """
@@ -136,10 +139,16 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float)
         )
     old = {r["id"]: r for r in baseline["records"]}
     new = {r["id"]: r for r in current["records"]}
-    regressions, compared = [], 0
+    regressions, peers, compared = [], [], 0
     for rid, before in old.items():
         after = new.get(rid)
         if after is None or before.get("status", "ok") != "ok":
+            continue
+        if after.get("peer"):  # marked on the current side: a baseline written before the mark still compares
+            for figure in GATED[kind]:
+                if before.get(figure) is not None and after.get(figure) is not None:
+                    b, a = float(before[figure]), float(after[figure])
+                    peers.append({"id": rid, "figure": figure, "baseline": b, "current": a, "change": (a - b) / b if b else 0.0})
             continue
         if after.get("status", "ok") != "ok":
             regressions.append({"id": rid, "figure": "status", "baseline": "ok", "current": after.get("status"), "change": None})
@@ -158,6 +167,7 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float)
         "tolerance": tolerance,
         "compared": compared,
         "regressions": regressions,
+        "peers": peers,
         "only_in_baseline": sorted(set(old) - set(new)),
         "only_in_current": sorted(set(new) - set(old)),
         "not_ok_in_baseline": sorted(rid for rid, r in old.items() if rid in new and r.get("status", "ok") != "ok"),

@@ -236,6 +236,7 @@ def bench_train(
         records.append({
             "id": f"train/{phase.replace(' ', '-')}",
             "phase": phase,
+            "peer": phase.startswith("hf-"),  # not tfm's own figure: the gate lists it, never fails on it
             "tgt_tokens_per_s": figures["tgt_tokens"] / seconds,
             "step_ms": stats["median"] * 1000, "step_min_ms": stats["min"] * 1000, "step_max_ms": stats["max"] * 1000,
             "spread": stats["spread"], "steps": stats["n"],

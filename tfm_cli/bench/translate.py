@@ -164,7 +164,7 @@ def bench_translate(
                     record = _measure(run, sources, out_len, size, mode, use_cache, device, progress, label)
                     record.update(
                         id=f"translate/{engine}/{mode}/{'cache' if use_cache else 'no-cache'}/batch={size}",
-                        engine=engine, mode=mode, cache=use_cache, batch_size=size,
+                        engine=engine, peer=engine != "tfm", mode=mode, cache=use_cache, batch_size=size,
                     )
                     records.append(record)
     settings = {
