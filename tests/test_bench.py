@@ -163,10 +163,14 @@ def test_attention_bad_options() -> None:
 
 def test_attention_skips_lengths_whose_inputs_do_not_fit() -> None:
     """Lengths (or batches) whose Q, K, V alone would not fit are skipped like the L x L matrices that do not: their
-    allocation was a traceback ("can't allocate memory", or an integer overflow for a 20-digit length)."""
+    allocation was a traceback ("can't allocate memory", or an integer overflow for a 20-digit length). A run
+    that measured nothing at all exits 1 (it passed a CI step), after printing what it skipped and why."""
     for extra in (["--lengths", f"16,{10**8}"], ["--lengths", "16", "--batch", str(10**8)], ["--lengths", str(10**20)]):
         proc = tfm("bench", "attention", *extra, "--heads", "1", "--d-k", "8", "--repeat", "1", "--warmup", "0",
-                   "--forward-only", "--impl", "tfm", "--impl", "naive", "--device", "cpu", "--json")
+                   "--forward-only", "--impl", "tfm", "--impl", "naive", "--device", "cpu", "--json", check=False)
+        nothing = "16," not in extra[1]
+        assert proc.returncode == (1 if nothing else 0), proc.stderr
+        assert ("Error: nothing was measured: all 2 figure(s) were skipped or unsupported" in proc.stderr) == nothing
         records = json.loads(proc.stdout)["records"]
         huge = [r for r in records if r["length"] == 10**8 or r["length"] == 10**20 or "--batch" in extra]
         assert huge and all(r["status"] == "skipped" and "GiB" in r["reason"] for r in huge), records

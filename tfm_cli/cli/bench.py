@@ -233,6 +233,11 @@ def attention(
             torch_device, sizes, batch, heads, d_k, dtype, mask, passes, impl or None, warmup, repeat, on_record
         )
     _finish(result, json_out, baseline, gate_inputs, _render_attention)
+    if not any(r["status"] == "ok" for r in result["records"]):  # a CI step that measured nothing must not pass
+        raise TfmError(
+            f"nothing was measured: all {len(result['records'])} figure(s) were skipped or unsupported (reasons above)",
+            hint="choose shorter --lengths, a smaller --batch or --heads, or other --impl/--mask/--dtype",
+        )
 
 
 def _render_attention(result: dict[str, Any]) -> None:
