@@ -745,7 +745,7 @@ def test_ct2_peer_computes_tfm_function(tie: bool) -> None:
     want = [h[0].tokens for h in translate_ids(model, sources, greedy=True, max_len_offset=6)]
     results = translator.translate_batch(
         [[pieces[i] for i in s] + ["</s>"] for s in sources], beam_size=1, min_decoding_length=0,
-        max_decoding_length=8 + 6 + 1, suppress_sequences=[["<tfm_pad>"], ["<s>"]],
+        max_decoding_length=8 + 6 + 1, suppress_sequences=[["<tfm_pad>"], ["<s>"], ["<unk>"]],
     )
     ids = {piece: i for i, piece in enumerate(pieces)}
     got = [[ids[p] for p in r.hypotheses[0]][: len(s) + 6] for r, s in zip(results, sources, strict=True)]

@@ -8,11 +8,12 @@ import itertools
 import pytest
 import torch
 
-from tfm_cli.decoding import beam_search, greedy_search, translate_ids
+from tfm_cli.decoding import UNK_ID, Hypothesis, banned_ids, beam_search, greedy_search, translate_ids
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask, padding_mask
+from tfm_cli.tokenizer import Tokenizer
 
-PAD, BOS, EOS = 0, 1, 2
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
 
 
 
@@ -62,12 +63,12 @@ def brute_force(
 ) -> dict[tuple[int, ...], float]:
     """Score every output of at most `max_len` real tokens (then EOS) with teacher forcing and no cache.
 
-    log P sums log-softmax over the full vocabulary (pad and BOS excluded from the choice, not renormalised),
+    log P sums log-softmax over the full vocabulary (pad, BOS and <unk> excluded from the choice, not renormalised),
     EOS included; the score divides it by ((5 + len) / 6)^alpha where len counts EOS.
     """
     src, src_mask = make_src([source])
     memory = model.encode(src, src_mask)
-    real = range(3, model.config.vocab_size)
+    real = range(UNK + 1, model.config.vocab_size)  # <unk> is never an output
     scores = {}
     for n in range(max_len + 1):
         for seq in itertools.product(real, repeat=n):
@@ -96,9 +97,9 @@ def test_beam_size_one_equals_greedy() -> None:
 
 
 def test_exhaustive_beam_finds_the_brute_force_best() -> None:
-    # vocab 6: pad, bos, eos + 3 real tokens; source of 2 tokens + offset 1 -> at most 3 output tokens (40 outputs)
-    model = tiny_model(7, vocab=6, sharpen=3.0)
-    source, offset, alpha = [3, 4], 1, 0.6
+    # vocab 7: pad, bos, eos, unk + 3 real tokens; source of 2 tokens + offset 1 -> at most 3 output tokens (40 outputs)
+    model = tiny_model(23, vocab=7, sharpen=3.0)
+    source, offset, alpha = [4, 5], 1, 0.6
     expected = brute_force(model, source, max_len=len(source) + offset, alpha=alpha)
     assert len(expected) == 1 + 3 + 9 + 27
     ranked = sorted(expected.items(), key=lambda kv: kv[1], reverse=True)
@@ -250,7 +251,7 @@ def test_min_len_yields_to_the_maximum_length() -> None:
 @pytest.mark.parametrize("min_len", [1, 2, 3])
 def test_beam_with_min_len_finds_the_brute_force_best_among_long_enough_outputs(min_len: int) -> None:
     model = tiny_model(7, vocab=6, sharpen=3.0)
-    source, offset, alpha = [3, 4], 1, 0.6
+    source, offset, alpha = [4, 5], 1, 0.6
     expected = {
         seq: score
         for seq, score in brute_force(model, source, max_len=len(source) + offset, alpha=alpha).items()
@@ -318,19 +319,62 @@ def test_a_confident_path_is_not_lost_to_weak_beams_that_end_first() -> None:
     """Beam 4 stopped a sentence at its first 4 finished hypotheses (fairseq's rule): the weak first tokens end at
     once and filled them while the confident path, far better, was still live, and was thrown away (a copy task's
     beam output scored BLEU 95 where greedy scored 99). Finished ones now must also beat the best live beam."""
-    V, good = 14, [3, 4, 5, 6, 7, 8]  # pad, bos, eos; the confident path 3..8 then EOS; weak tokens 9..13
+    V, good = 15, [4, 5, 6, 7, 8, 9]  # pad, bos, eos, unk; the confident path 4..9 then EOS; weak tokens 10..14
     table = torch.full((V, V), -12.0)
     table[BOS, good[0]] = -0.05
-    table[BOS, 9:] = -3.5  # weak first tokens ...
+    table[BOS, 10:] = -3.5  # weak first tokens ...
     for a, b in zip(good, [*good[1:], EOS], strict=True):
         table[a, b] = -0.02
         table[a, EOS] = max(float(table[a, EOS]), -6.0)  # ending early is unlikely, and likelier than the rest
-    table[9:, EOS] = -0.1  # ... that end at once
+    table[10:, EOS] = -0.1  # ... that end at once
     table = table.log_softmax(dim=-1)
-    src, src_mask = make_src([[3, 4, 5]])
+    src, src_mask = make_src([[4, 5, 6]])
     for alpha in (0.0, 0.6):
         greedy = greedy_search(_MarkovEngine(table), src, src_mask, max_len_offset=10)[0][0]
         (hyps,) = beam_search(_MarkovEngine(table), src, src_mask, beam_size=4, alpha=alpha, max_len_offset=10, n_best=4)
         assert greedy.tokens == good and hyps[0].tokens == good, (alpha, hyps[0].tokens)
         assert hyps[0].score >= max(h.score for h in hyps) and len(hyps) == 4
-        assert hyps[0].log_prob == pytest.approx(float(table[BOS, 3] + sum(table[a, b] for a, b in zip(good, [*good[1:], EOS], strict=True))), abs=1e-5)
+        assert hyps[0].log_prob == pytest.approx(float(table[BOS, 4] + sum(table[a, b] for a, b in zip(good, [*good[1:], EOS], strict=True))), abs=1e-5)
+
+
+def _constant_model(favourite: int, eos_weight: float, vocab: int = 13, max_positions: int = 64) -> Transformer:
+    """A model whose next-token distribution is the same at every step: `favourite` first, then EOS (its output row
+    scaled by `eos_weight` < 3), then the rest; a pre-norm decoder whose final LayerNorm outputs a constant b."""
+    model = tiny_model(1, vocab=vocab, norm="pre", max_positions=max_positions)
+    with torch.no_grad():
+        b = torch.randn(model.config.d_model)
+        model.decoder_norm.weight.zero_()
+        model.decoder_norm.bias.copy_(b)
+        model.generator.weight[favourite] = 3 * b
+        model.generator.weight[EOS] = eos_weight * b
+    return model
+
+
+def _every_search(model: Transformer, sequences: list[list[int]], offset: int) -> dict[str, list[Hypothesis]]:
+    """The best hypothesis of each sentence from greedy, beam 1, beam 3 (n-best 3), cached and recomputed."""
+    src, src_mask = make_src(sequences)
+    out: dict[str, list[Hypothesis]] = {}
+    for use_cache in (True, False):
+        out[f"greedy {use_cache}"] = [h[0] for h in greedy_search(model, src, src_mask, max_len_offset=offset, use_cache=use_cache)]
+        out[f"beam1 {use_cache}"] = [h[0] for h in beam_search(model, src, src_mask, beam_size=1, alpha=0.0, max_len_offset=offset, use_cache=use_cache)]
+        beams = beam_search(model, src, src_mask, beam_size=3, max_len_offset=offset, n_best=3, use_cache=use_cache)
+        out[f"beam3 {use_cache}"] = [h for hyps in beams for h in hyps]
+        out[f"ids {use_cache}"] = [h[0] for h in translate_ids(model, sequences, max_len_offset=offset, greedy=True, use_cache=use_cache)]
+    return out
+
+
+def test_unk_is_never_an_output() -> None:
+    """A model whose first choice was <unk> at every step translated every sentence to "<unk><unk>..." up to the
+    length limit: <unk> reached the user's text. tfm's tokenizer never produces it (byte fallback), so it means
+    nothing in a translation; the search now forbids it, as it forbids <pad> and <s> (Marian without --allow-unk,
+    CTranslate2's disable_unk), and the model's next choice (here: the end of sentence) wins."""
+    model = _constant_model(UNK, eos_weight=2.9)
+    for name, hyps in _every_search(model, [[4, 5, 6], [7, 8]], offset=4).items():
+        assert all(UNK not in h.tokens for h in hyps), name
+        best = hyps[:: len(hyps) // 2]  # each sentence's best (beam 3 gives its 3 best)
+        assert all(h.tokens == [] for h in best), name
+    assert banned_ids(model.config) == [PAD, BOS, UNK] and UNK_ID == Tokenizer.unk_id  # the tokenizer's layout
+    # a model whose special ids sit elsewhere (EOS at 3) keeps its EOS: only an id 3 that is none of them is <unk>
+    assert banned_ids(ModelConfig(vocab_size=13, eos_id=3, bos_id=1, pad_id=0)) == [PAD, BOS]
+    assert banned_ids(ModelConfig(vocab_size=3)) == [PAD, BOS]
+

@@ -165,7 +165,7 @@ def test_ctranslate2_round_trip(exported, reference, tmp_path):
     translator = ctranslate2.Translator(str(ct2_dir), device="cpu", intra_threads=1)
     tokens = [tok.convert_ids_to_tokens(ids) for ids in tok(reference["sources"]).input_ids]
     results = translator.translate_batch(
-        tokens, beam_size=1, max_decoding_length=limit + 1, suppress_sequences=[[RENAMED_PAD], ["<s>"]],
+        tokens, beam_size=1, max_decoding_length=limit + 1, suppress_sequences=[[RENAMED_PAD], ["<s>"], ["<unk>"]],
         min_decoding_length=0,
     )
     got = [tok.decode(tok.convert_tokens_to_ids(r.hypotheses[0])[:limit], skip_special_tokens=True) for r in results]
@@ -257,7 +257,7 @@ def test_the_documented_ctranslate2_call_gives_the_models_decoding_limit(tmp_pat
     tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
     tokens = [tok.convert_ids_to_tokens(tok("Je suis étudiant.").input_ids)]
-    ban = [[RENAMED_PAD], ["<s>"]]
+    ban = [[RENAMED_PAD], ["<s>"], ["<unk>"]]
     with pytest.raises(RuntimeError, match="position"):  # what the documented call did, at CTranslate2's default
         translator.translate_batch(tokens, beam_size=1, suppress_sequences=ban, min_decoding_length=0)
     out = translator.translate_batch(tokens, beam_size=1, suppress_sequences=ban, min_decoding_length=0, max_decoding_length=23)
@@ -366,3 +366,52 @@ def test_the_exports_card_says_how_to_save_it_again_and_whose_data_it_learned_fr
     with torch.no_grad():
         want, got = model(**batch, decoder_input_ids=start).logits, again(**batch, decoder_input_ids=start).logits
     assert torch.equal(want, got)
+
+
+def test_exports_forbid_unk_as_tfm_does(tmp_path, small_tokenizer):
+    """tfm's search now never outputs <unk>; the export told transformers' `generate` (suppress_tokens) and the
+    CTranslate2 call of its notes and card (suppress_sequences) only to forbid <tfm_pad> and <s>, so a model that
+    prefers <unk> translated to "" with tfm and to <unk>s (dropped by skip_special_tokens, or kept as "<unk>") with
+    the export. Both are told now, and translate as tfm does."""
+    tok = small_tokenizer
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=tok.vocab_size, dropout=0.0, d_model=16, d_ff=32, n_heads=2, n_enc_layers=1,
+                      n_dec_layers=1, max_positions=24, tie_embeddings=False)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():  # the decoder's last LayerNorm outputs a constant b: <unk> first, then a piece, then </s>
+        b = torch.randn(cfg.d_model)
+        norm = model.decoder_layers[-1].sub_ffn.norm
+        norm.weight.zero_()
+        norm.bias.copy_(b)
+        model.generator.weight[tok.unk_id] = 3 * b
+        model.generator.weight[tok.piece_to_id("a")] = 2.9 * b
+        model.generator.weight[tok.eos_id] = 2.8 * b
+    run = tmp_path / "run"
+    run.mkdir()
+    tok.save(run / "tokenizer.json")
+    save_weights(run / FINAL, weights_state(model), cfg, tok.sha256, 1)
+    sentence, limit = "Je suis étudiant.", 5
+    want = Translator.load(run, device="cpu", precision="fp32").translate(sentence, greedy=True, max_len_offset=limit)
+    assert "<unk>" not in want.tokens and want.text == "a" * (len(tok.encode(sentence)) + limit)
+    result = run_export("huggingface", run, tmp_path / "hf", verify_lines=3)
+    assert result.ok, result.checks
+    generation = json.loads((tmp_path / "hf" / "generation_config.json").read_text(encoding="utf-8"))
+    assert tok.unk_id in generation["suppress_tokens"]
+    hf_tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    hf = MarianMTModel.from_pretrained(tmp_path / "hf").eval()
+    batch = hf_tok([sentence], return_tensors="pt")
+    out = hf.generate(**batch, num_beams=1, max_new_tokens=len(want.tokens) + 1)
+    assert hf_tok.decode(out[0], skip_special_tokens=False).count("<unk>") == 0
+    assert hf_tok.decode(out[0], skip_special_tokens=True) == want.text
+    ban = [[RENAMED_PAD], ["<s>"], ["<unk>"]]
+    card = (tmp_path / "hf" / "README.md").read_text(encoding="utf-8")
+    assert json.dumps(ban) in card and any(str(ban) in note for note in result.notes)
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install ctranslate2)")
+    from ctranslate2.converters import TransformersConverter
+
+    TransformersConverter(str(tmp_path / "hf")).convert(str(tmp_path / "ct2"))
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    tokens = [hf_tok.convert_ids_to_tokens(hf_tok(sentence).input_ids)]
+    got = translator.translate_batch(tokens, beam_size=1, suppress_sequences=ban, min_decoding_length=0,
+                                     max_decoding_length=len(want.tokens) + 1)[0].hypotheses[0]
+    assert "<unk>" not in got and hf_tok.convert_tokens_to_string(got[: len(want.tokens)]) == want.text

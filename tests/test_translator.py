@@ -773,3 +773,41 @@ def test_type_checkers_see_the_api_with_its_types() -> None:
         ]
     text_hint = typing.get_type_hints(translator.Translator.translate)["text"]
     assert typing.get_args(text_hint) == (str, Iterable[str])
+
+
+def _constant_parts(parts, favourite: int, eos_weight: float):
+    """The `parts` tokenizer with a model whose choices are the same at every step: `favourite`, then end of sentence
+    (its row scaled by `eos_weight` < 3), then the rest."""
+    _, tok = parts
+    torch.manual_seed(1)
+    config = ModelConfig(
+        vocab_size=tok.vocab_size, d_model=32, d_ff=64, n_heads=2, n_enc_layers=1, n_dec_layers=1,
+        max_positions=24, dropout=0.0, tie_embeddings=False, norm="pre",
+        pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id,
+    )
+    model = Transformer(config).eval()
+    with torch.no_grad():
+        b = torch.randn(config.d_model)
+        model.decoder_norm.weight.zero_()
+        model.decoder_norm.bias.copy_(b)
+        model.generator.weight[favourite] = 3 * b
+        model.generator.weight[tok.eos_id] = eos_weight * b
+    return model, tok
+
+
+def test_unk_never_reaches_the_text(parts, tmp_path: Path) -> None:
+    """A model that preferred <unk> translated "Bonjour." to "<unk><unk><unk>..." (12 of them, up to the length
+    limit), in the API and in `tfm translate`. The search never outputs <unk> now: here the end of sentence, the
+    model's next choice, wins."""
+    unk = parts[1].unk_id
+    model, tok = _constant_parts(parts, unk, eos_weight=2.9)
+    translator = Translator(model, tok, DecodeSettings(max_len_offset=3))
+    for settings in ({}, {"greedy": True}, {"beam": 3, "n_best": 3}):
+        result = translator.translate("Bonjour.", **settings)
+        assert all("<unk>" not in h and "<unk>" not in h.tokens for h in result.nbest), settings
+        assert result == "", settings
+    run = _run_dir(tmp_path / "run", (model, tok), None)
+    out = tfm("translate", "--model", str(run), "--device", "cpu", "--json", "--max-len", "3", "Bonjour.").stdout
+    record = json.loads(out)
+    assert record["translation"] == "" and tok.id_to_piece(unk) not in record["tokens"]
+

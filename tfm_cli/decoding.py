@@ -10,6 +10,11 @@ present length, would not rank among them (Hugging Face's default rule), or at i
 by default. Stopping at the first `beam_size` finished ones (fairseq's rule) let a peaked model's weak beams end
 first and throw its best, still live, hypothesis away. Finished sentences leave the batch, so the rest decode faster.
 
+The search never outputs <pad>, <s> or <unk>. tfm's vocabularies put <unk> at id 3 (tokenizer.py) and never
+produce it (byte fallback encodes any text), so a model never sees it as a target and it means nothing in a
+translation; as Marian (without --allow-unk) and CTranslate2's `disable_unk`, the search gives it -inf. The
+exports are told the same (tfm_cli/export/huggingface.py), so they translate as tfm does.
+
 Pure torch: no tokenizer, no CLI. Token ids in, token ids out.
 """
 
@@ -27,6 +32,8 @@ from tfm_cli.model import KVCache, ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask
 from tfm_cli.packing import module_view, packed_view, tensor_version
 
+UNK_ID = 3  # <unk> in tfm's vocabulary layout (tokenizer.py: 0 <pad>, 1 <s>, 2 </s>, 3 <unk>): never an output
+
 
 @dataclass
 class Hypothesis:
@@ -35,6 +42,15 @@ class Hypothesis:
     tokens: list[int]
     score: float
     log_prob: float
+
+
+def banned_ids(config: ModelConfig) -> list[int]:
+    """Token ids the search never outputs: <pad>, <s>, and <unk> where the vocabulary has one (id 3, when that is
+    none of the model's pad, BOS and EOS ids)."""
+    ids = [config.pad_id, config.bos_id]
+    if UNK_ID < config.vocab_size and UNK_ID not in (config.pad_id, config.bos_id, config.eos_id):
+        ids.append(UNK_ID)
+    return ids
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
@@ -197,15 +213,14 @@ def as_engine(model: Transformer | Engine, use_cache: bool = True) -> Engine:
 def _step_log_probs(engine: Engine, last: torch.Tensor, state, at_max: torch.Tensor, ban_eos: bool):
     """Log-probabilities of the next token for each row.
 
-    Rows at their length limit may only end (EOS); with `ban_eos` (fewer than `min_len` tokens so far) the other
-    rows may not end. As in fairseq, banned tokens get -inf after the log-softmax (no renormalisation), so
+    Padding, BOS and <unk> are never outputs. Rows at their length limit may only end (EOS); with `ban_eos`
+    (fewer than `min_len` tokens so far) the other rows may not end. As in fairseq, banned tokens get -inf after the log-softmax (no renormalisation), so
     scores stay log-probabilities of the model and comparable with and without `min_len`.
     """
     cfg = engine.config
     logits = engine.step(last, state).float()  # (B, V)
     log_probs = logits.log_softmax(dim=-1)
-    log_probs[:, cfg.pad_id] = float("-inf")  # padding and BOS are never outputs
-    log_probs[:, cfg.bos_id] = float("-inf")
+    log_probs[:, banned_ids(cfg)] = float("-inf")  # padding, BOS and <unk> are never outputs
     forced = at_max.any()
     eos = log_probs[:, cfg.eos_id].clone() if forced else None
     if ban_eos:

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from tfm_cli.decoding import banned_ids
 from tfm_cli.errors import TfmError, install_hint
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.runtime import autocast
@@ -266,7 +267,7 @@ def ct2_translator(model: Transformer, device: torch.device, precision: str, bea
     threads = torch.get_num_threads()
     translator, pieces = ct2_model(model, device, compute_type, threads)
     config = model.config
-    eos, banned = pieces[config.eos_id], [[pieces[config.pad_id]], [pieces[config.bos_id]]]
+    eos, banned = pieces[config.eos_id], [[pieces[i]] for i in banned_ids(config)]  # what tfm's search bans
 
     def run(batch: list[list[int]], mode: str, use_cache: bool) -> list[int]:
         results = translator.translate_batch(

@@ -39,10 +39,11 @@ differ, and each is mapped exactly rather than approximated:
 
 The tokenizer is our tokenizer.json with that one rename, the new <pad> and a post-processor that appends </s>
 (our model reads every source with </s> at the end). Special tokens in the text are split like any other text
-(`split_special_tokens`), as tfm does. One difference remains in text: `decode(..., skip_special_tokens=True)`
-drops <unk>, where tfm writes "<unk>" (trained models do not output it: byte fallback makes it absent from the
-training targets). The generation config gives transformers' `generate` our search: start
-from <pad>, stop at </s>, never output <tfm_pad>, <s> or <pad>, EOS forced at the position limit, beam size and
+(`split_special_tokens`), as tfm does. tfm's search never outputs <unk> (byte fallback
+makes it absent from the training targets, so it means nothing in a translation), and the export says the same:
+the generation config suppresses it, and the CTranslate2 notes pass `["<unk>"]` in `suppress_sequences`. The
+generation config gives transformers' `generate` our search: start
+from <pad>, stop at </s>, never output <tfm_pad>, <s>, <unk> or <pad>, EOS forced at the position limit, beam size and
 alpha from the run's recipe, and tfm's stopping rule (`early_stopping=False`: a sentence ends when its best live
 beam, scored at its present length, would not rank among its finished ones). Greedy decoding reproduces tfm's; beam search may differ in a few sentences because
 transformers' length penalty (score / length^alpha) is not GNMT's (score / ((5 + length) / 6)^alpha) and its
@@ -71,6 +72,8 @@ from typing import Any
 import torch
 
 from tfm_cli.checkpoint import LoadedModel
+from tfm_cli.decoding import UNK_ID as DECODING_UNK
+from tfm_cli.decoding import banned_ids
 from tfm_cli.errors import TfmError
 from tfm_cli.export.common import (
     Check,
@@ -329,6 +332,12 @@ def convert_to_ctranslate2(hf_dir: Path, out: Path) -> Path:
     return Path(out)
 
 
+def ct2_suppress_sequences(config: ModelConfig) -> list[list[str]]:
+    """CTranslate2's `suppress_sequences` for what tfm's search never outputs: <tfm_pad>, <s> and <unk>."""
+    names = {config.pad_id: RENAMED_PAD, config.bos_id: Tokenizer.BOS, DECODING_UNK: Tokenizer.UNK}
+    return [[names[i]] for i in banned_ids(config)]
+
+
 def generation_config(config: ModelConfig, beam: int, alpha: float):
     """transformers' GenerationConfig for our search (see the module docstring for what differs)."""
     transformers = require("transformers", "huggingface", "the huggingface export")
@@ -336,7 +345,7 @@ def generation_config(config: ModelConfig, beam: int, alpha: float):
     return transformers.GenerationConfig(
         decoder_start_token_id=start, bos_token_id=config.bos_id, eos_token_id=config.eos_id, pad_token_id=start,
         forced_eos_token_id=config.eos_id,  # at max_length the last token is </s>, as tfm forces it
-        suppress_tokens=[config.pad_id, config.bos_id, start],  # never outputs, as in tfm's search
+        suppress_tokens=[*banned_ids(config), start],  # never outputs (<tfm_pad>, <s>, <unk>), as in tfm's search
         num_beams=beam, length_penalty=alpha, do_sample=False,
         early_stopping=False,  # tfm's rule: done when the best live beam would not rank among the finished ones
         max_length=config.max_positions + 1,  # the start token + at most max_positions - 1 tokens + </s>
@@ -400,7 +409,7 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
         f"Python: MarianMTModel.from_pretrained('{out}'), AutoTokenizer.from_pretrained('{out}'), then "
         "model.generate(**tokenizer(sentences, return_tensors='pt', padding=True))",
         "CTranslate2: ct2-transformers-converter --model DIR --output_dir DIR-ct2, then "
-        "ctranslate2.Translator('DIR-ct2').translate_batch(tokens, suppress_sequences=[['<tfm_pad>'], ['<s>']], "
+        f"ctranslate2.Translator('DIR-ct2').translate_batch(tokens, suppress_sequences={ct2_suppress_sequences(config)}, "
         f"min_decoding_length=0, max_decoding_length={config.max_positions - 1}) "
         "with tokens = tokenizer.convert_ids_to_tokens(tokenizer(sentence).input_ids)",
         "commands: tfm export RUN --format huggingface --out DIR; "
@@ -520,7 +529,7 @@ def _check_ctranslate2(
     import ctranslate2
 
     name = f"greedy translations, CTranslate2 {ctranslate2.__version__} (converted from the export) vs tfm"
-    ban = [[RENAMED_PAD], [hf_tokenizer.convert_ids_to_tokens(config.bos_id)]]
+    ban = ct2_suppress_sequences(config)
     with tempfile.TemporaryDirectory(prefix="tfm-ct2-") as tmp, _quiet(_transformers()):
         convert_to_ctranslate2(out, Path(tmp) / "ct2")
         translator = ctranslate2.Translator(
@@ -643,7 +652,7 @@ Vocabulary: tfm's ids, with id 0 renamed `{RENAMED_PAD}` (unused) and `{EXPORT_P
 the decoder's start token (zero embedding, as in OPUS-MT); tfm's `<s>` embedding is folded into decoder position 0.
 
 CTranslate2: `ct2-transformers-converter --model DIR --output_dir DIR-ct2`; pass
-`suppress_sequences=[["{RENAMED_PAD}"], ["<s>"]]` to `translate_batch` to forbid what tfm's search forbids,
+`suppress_sequences={json.dumps(ct2_suppress_sequences(config), ensure_ascii=False)}` to `translate_batch` to forbid what tfm's search forbids (`<unk>` included: tfm never outputs it; the generation config suppresses it for `generate` too),
 `min_decoding_length=0` (its default is 1) to allow what it allows: an empty translation, and
 `max_decoding_length={config.max_positions - 1}`: the decoder has {config.max_positions} positions (the start token takes
 the first), and past them CTranslate2's default limit of 256 ends in "No position encodings are defined for
