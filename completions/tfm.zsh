@@ -222,7 +222,7 @@ _tfm_translate() {
         '--engine[auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime.]:engine:(auto onnxruntime torch)' \
         '--greedy[Greedy decoding instead of beam search.]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
-        '--json[One JSON object per input line\: source, translation, score, tokens, truncated (and nbest with --n...]' \
+        '--json[One JSON object per input line\: source, translation, score, log_prob, tokens, truncated, stopped...]' \
         '--max-len[Output may be at most input length + this many tokens (default\: the run'\''s recipe, 50).]:max len: ' \
         '--min-len[No end of sentence before this many output tokens (default\: the run'\''s recipe, 0).]:min len: ' \
         '(--model -m)'{--model,-m}'[Run directory, .safetensors checkpoint, release or ONNX export directory (default\: the most recen...]:model:_files' \

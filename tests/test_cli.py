@@ -504,7 +504,7 @@ def test_n_best_output_is_as_the_help_and_readme_say(random_run: Path) -> None:
     """`--n-best K` printed `LINE TAB SCORE TAB TRANSLATION` lines and `--json` an `nbest` list, and neither the
     help nor the README said so (the help of --json left out `truncated` and `nbest`)."""
     help_text = " ".join(tfm("translate", "--help").stdout.split())
-    assert "input line number TAB score TAB translation" in help_text and "truncated (and nbest" in help_text
+    assert "input line number TAB score TAB translation" in help_text and "truncated, stopped" in help_text and "(and nbest" in help_text
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert "best first: LINE<TAB>SCORE<TAB>TRANSLATION" in readme
     args = ["translate", "--model", str(random_run), "--device", "cpu", "--n-best", "2", "--beam", "2"]
@@ -513,8 +513,8 @@ def test_n_best_output_is_as_the_help_and_readme_say(random_run: Path) -> None:
     for first, second in zip(lines[::2], lines[1::2], strict=True):
         assert len(first.split("\t")) == 3 and float(first.split("\t")[1]) >= float(second.split("\t")[1])
     records = [json.loads(line) for line in tfm(*args, "--json", stdin="Bonjour.\n\nMerci.\n").stdout.splitlines()]
-    assert [set(r) for r in records] == [{"source", "translation", "score", "log_prob", "tokens", "truncated", "nbest"}] * 3
-    assert all(len(r["nbest"]) == 2 and set(r["nbest"][0]) == {"translation", "score", "log_prob", "tokens"} for r in records)
+    assert [set(r) for r in records] == [{"source", "translation", "score", "log_prob", "tokens", "truncated", "stopped", "nbest"}] * 3
+    assert all(len(r["nbest"]) == 2 and set(r["nbest"][0]) == {"translation", "score", "log_prob", "tokens", "stopped"} for r in records)
     for r in records[::2]:  # the non-empty lines: score = log_prob / ((5 + |Y|) / 6)^0.6, |Y| with the EOS
         for h in r["nbest"]:
             assert h["log_prob"] < 0 and h["score"] == pytest.approx(h["log_prob"] / ((6 + len(h["tokens"])) / 6) ** 0.6, abs=2e-4)

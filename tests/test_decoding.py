@@ -372,9 +372,41 @@ def test_unk_is_never_an_output() -> None:
     for name, hyps in _every_search(model, [[4, 5, 6], [7, 8]], offset=4).items():
         assert all(UNK not in h.tokens for h in hyps), name
         best = hyps[:: len(hyps) // 2]  # each sentence's best (beam 3 gives its 3 best)
-        assert all(h.tokens == [] for h in best), name
+        assert all(h.tokens == [] and h.stopped == "eos" for h in best), name
     assert banned_ids(model.config) == [PAD, BOS, UNK] and UNK_ID == Tokenizer.unk_id  # the tokenizer's layout
     # a model whose special ids sit elsewhere (EOS at 3) keeps its EOS: only an id 3 that is none of them is <unk>
     assert banned_ids(ModelConfig(vocab_size=13, eos_id=3, bos_id=1, pad_id=0)) == [PAD, BOS]
     assert banned_ids(ModelConfig(vocab_size=3)) == [PAD, BOS]
 
+
+def test_stopped_says_whether_the_model_ended_it_or_the_length_limit_did() -> None:
+    """A translation cut at the maximum output length looked like one the model ended (--json, the API): the
+    hypothesis now says `stopped`: "max_len" when it has its maximum length (source length + offset, or the
+    model's position limit) and its end of sentence was forced, "eos" when the model ended it."""
+    sequences, offset = [[4, 5, 6], [7, 8], [9]], 4
+    runs_on = _constant_model(5, eos_weight=2.9)  # token 5, token 5, ...: never ends by itself
+    for name, hyps in _every_search(runs_on, sequences, offset).items():
+        per_sentence = len(hyps) // len(sequences)
+        for i, h in enumerate(hyps):
+            limit = len(sequences[i // per_sentence]) + offset
+            if h.stopped == "max_len":
+                assert len(h.tokens) == limit, name
+            else:
+                assert h.stopped == "eos" and len(h.tokens) < limit, name
+        assert [h.stopped for h in hyps[::per_sentence]] == ["max_len"] * len(sequences), name
+        assert [h.tokens for h in hyps[::per_sentence]] == [[5] * (len(s) + offset) for s in sequences], name
+    # the model's position limit is a maximum length too
+    short = _constant_model(5, eos_weight=2.9, max_positions=6)
+    (hyp,), = greedy_search(short, *make_src([[4, 5, 6]]), max_len_offset=50)
+    assert hyp.stopped == "max_len" and len(hyp.tokens) == 5
+    ends = _constant_model(5, eos_weight=3.1)  # the end of sentence first: empty translations, ended by the model
+    for name, hyps in _every_search(ends, sequences, offset).items():
+        assert hyps[0].tokens == [] and hyps[0].stopped == "eos", name
+    # a trained-like model that ends some sentences and runs on in others: both kinds in one batch, each its own
+    model = tiny_model(3, sharpen=2.0)
+    src_seqs = random_sequences([2, 5, 3, 7, 1, 4], 13, seed=1)
+    results = _every_search(model, src_seqs, offset=2)
+    greedy = [(h.tokens, h.stopped) for h in results["greedy True"]]
+    assert greedy == [(h.tokens, h.stopped) for h in results["beam1 True"]] == [(h.tokens, h.stopped) for h in results["greedy False"]]
+    for h, s in zip(results["greedy True"], src_seqs, strict=True):
+        assert h.stopped == ("max_len" if len(h.tokens) == len(s) + 2 else "eos")

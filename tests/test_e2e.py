@@ -281,9 +281,9 @@ def test_translate_stdin_keeps_order_and_empty_lines(run: dict) -> None:
     ]
     assert [r["source"] for r in records] == INPUTS  # the order of the input
     for record in records:
-        assert set(record) == {"source", "translation", "score", "log_prob", "tokens", "truncated"}
+        assert set(record) == {"source", "translation", "score", "log_prob", "tokens", "truncated", "stopped"}
         assert isinstance(record["score"], float) and isinstance(record["tokens"], list)
-    assert records[2] == {"source": "", "translation": "", "score": 0.0, "log_prob": 0.0, "tokens": [], "truncated": False}
+    assert records[2] == {"source": "", "translation": "", "score": 0.0, "log_prob": 0.0, "tokens": [], "truncated": False, "stopped": "eos"}
     # line i of the output is the translation of line i
     assert plain[:-1] == [r["translation"] for r in records]
     assert plain[2] == ""

@@ -105,8 +105,9 @@ def test_one_sentence_gives_a_translation_that_is_a_string(translator: Translato
     assert result.nbest == [result] and result.score < 0 and result.log_prob < 0
     assert result.to_dict() == {
         "source": "Je suis étudiant.", "translation": result.text, "score": result.score, "log_prob": result.log_prob,
-        "tokens": result.tokens, "truncated": False,
+        "tokens": result.tokens, "truncated": False, "stopped": result.stopped,
     }
+    assert result.stopped in ("eos", "max_len")
 
 
 def test_a_list_keeps_order_and_empty_lines(translator: Translator) -> None:
@@ -805,9 +806,30 @@ def test_unk_never_reaches_the_text(parts, tmp_path: Path) -> None:
     for settings in ({}, {"greedy": True}, {"beam": 3, "n_best": 3}):
         result = translator.translate("Bonjour.", **settings)
         assert all("<unk>" not in h and "<unk>" not in h.tokens for h in result.nbest), settings
-        assert result == "", settings
+        assert result == "" and result.stopped == "eos", settings
     run = _run_dir(tmp_path / "run", (model, tok), None)
     out = tfm("translate", "--model", str(run), "--device", "cpu", "--json", "--max-len", "3", "Bonjour.").stdout
     record = json.loads(out)
-    assert record["translation"] == "" and tok.id_to_piece(unk) not in record["tokens"]
+    assert record["translation"] == "" and tok.id_to_piece(unk) not in record["tokens"] and record["stopped"] == "eos"
 
+
+def test_stopped_tells_a_translation_cut_at_the_maximum_length(parts, tmp_path: Path) -> None:
+    """A translation cut at the maximum output length (its </s> forced there) looked like one the model ended, in
+    `--json` and in the API. `stopped` says which: "max_len" or "eos", for the n-best entries too."""
+    _, tok = parts
+    piece = tok.piece_to_id("a")
+    runs_on = Translator(*_constant_parts(parts, piece, eos_weight=2.9), DecodeSettings(max_len_offset=3))
+    ends = Translator(*_constant_parts(parts, piece, eos_weight=3.1), DecodeSettings(max_len_offset=3))
+    for settings in ({}, {"greedy": True}, {"beam": 2, "n_best": 2}):
+        cut = runs_on.translate("Bonjour.", **settings)
+        assert cut.stopped == "max_len" and len(cut.tokens) == len(tok.encode("Bonjour.")) + 3, settings
+        assert cut.to_dict(nbest=True)["stopped"] == "max_len"
+        assert [h["stopped"] for h in cut.to_dict(nbest=True)["nbest"]][0] == "max_len"
+        done = ends.translate("Bonjour.", **settings)
+        assert done == "" and done.stopped == "eos" and done.to_dict()["stopped"] == "eos", settings
+    assert runs_on.translate("").stopped == "eos"  # an empty input: nothing cut
+    run = _run_dir(tmp_path / "run", _constant_parts(parts, piece, eos_weight=2.9), None)
+    args = ["translate", "--model", str(run), "--device", "cpu", "--json", "--max-len", "3"]
+    records = [json.loads(line) for line in tfm(*args, "--n-best", "2", "--beam", "2", stdin="Bonjour.\n\n").stdout.splitlines()]
+    assert [r["stopped"] for r in records] == ["max_len", "eos"]
+    assert records[0]["nbest"][0]["stopped"] == "max_len" and all("stopped" in h for r in records for h in r["nbest"])

@@ -33,15 +33,21 @@ from tfm_cli.model.masks import causal_mask
 from tfm_cli.packing import module_view, packed_view, tensor_version
 
 UNK_ID = 3  # <unk> in tfm's vocabulary layout (tokenizer.py: 0 <pad>, 1 <s>, 2 </s>, 3 <unk>): never an output
+EOS, MAX_LEN = "eos", "max_len"  # why a hypothesis stopped: the model ended it, or it reached its maximum length
 
 
 @dataclass
 class Hypothesis:
-    """One output sequence: `tokens` without BOS/EOS, `score` = log_prob / lp(length), `log_prob` = sum log P."""
+    """One output sequence: `tokens` without BOS/EOS, `score` = log_prob / lp(length), `log_prob` = sum log P.
+
+    `stopped` is "eos" when the model ended it, "max_len" when it reached the maximum output length (source length
+    + max_len_offset, or the model's position limit) and its end of sentence was forced there: likely cut short.
+    """
 
     tokens: list[int]
     score: float
     log_prob: float
+    stopped: str = EOS
 
 
 def banned_ids(config: ModelConfig) -> list[int]:
@@ -231,14 +237,19 @@ def _step_log_probs(engine: Engine, last: torch.Tensor, state, at_max: torch.Ten
     return log_probs
 
 
-def _hypotheses(tokens: torch.Tensor, lengths: torch.Tensor, log_probs: torch.Tensor, alpha: float) -> list[Hypothesis]:
-    """Finished hypotheses from tensors: (N, L) tokens of which the first lengths[i] count, (N,) log-probs.
+def _hypotheses(
+    tokens: torch.Tensor, lengths: torch.Tensor, log_probs: torch.Tensor, limits: torch.Tensor, alpha: float
+) -> list[Hypothesis]:
+    """Finished hypotheses from tensors: (N, L) tokens of which the first lengths[i] count, (N,) log-probs, (N,)
+    maximum lengths (a hypothesis that has its maximum length stopped there: "max_len").
 
     The score divides in Python floats, so it is the same number whichever way the search kept its books.
     """
     out = []
-    for row, n, total in zip(tokens.tolist(), lengths.tolist(), log_probs.tolist(), strict=True):
-        out.append(Hypothesis(row[:n], total / float(length_penalty(n + 1, alpha)), total))  # + 1: the EOS
+    rows = zip(tokens.tolist(), lengths.tolist(), log_probs.tolist(), limits.tolist(), strict=True)
+    for row, n, total, limit in rows:
+        stopped = MAX_LEN if n >= limit else EOS
+        out.append(Hypothesis(row[:n], total / float(length_penalty(n + 1, alpha)), total, stopped))  # + 1: the EOS
     return out
 
 
@@ -266,7 +277,7 @@ def greedy_search(
     batch, device = src.size(0), src.device
     if batch == 0:
         return []
-    max_len = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)
+    max_len = limits = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)
     state = engine.start(src, src_mask, 1)
     # The books are tensors indexed by sentence, read once at the end: no per-sentence Python at each step.
     tokens = torch.zeros(batch, int(max_len.max()) + 1, dtype=torch.long, device=device)
@@ -291,7 +302,7 @@ def greedy_search(
         else:
             last = best
         step += 1
-    return [[h] for h in _hypotheses(tokens, lengths, totals, alpha)]
+    return [[h] for h in _hypotheses(tokens, lengths, totals, limits, alpha)]
 
 
 @torch.inference_mode()
@@ -328,7 +339,7 @@ def beam_search(
     n, device = src.size(0), src.device
     if n == 0:
         return []
-    max_len = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)  # (n,)
+    max_len = limits = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)  # (n,)
     width = int(max_len.max()) + 1
     # The first step has one hypothesis per sentence (BOS): it runs on n rows, and its K best tokens then
     # become the K beams, whose rows are copies of their sentence's row (the `select` below).
@@ -397,7 +408,9 @@ def beam_search(
             seqs, last = seqs[keep_rows], last[keep_rows]
             state.select(keep_rows)
         step += 1
-    found = _hypotheses(fin_tokens.view(n * k, width), fin_lengths.view(-1), fin_totals.view(-1), alpha)
+    found = _hypotheses(
+        fin_tokens.view(n * k, width), fin_lengths.view(-1), fin_totals.view(-1), limits.repeat_interleave(k), alpha
+    )
     counts = n_finished.tolist()
     return [
         sorted(found[i * k : i * k + counts[i]], key=lambda x: x.score, reverse=True)[:n_best] for i in range(n)

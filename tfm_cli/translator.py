@@ -174,6 +174,8 @@ class Translation(str):
         tokens: the output's subword pieces.
         nbest: the best hypotheses, best first (this one is `nbest[0]`); each is a `Translation`.
         truncated: the input was longer than the model takes, so only its first tokens were translated.
+        stopped: "eos" when the model ended the translation, "max_len" when it reached the maximum output length
+            (input tokens + max_len_offset, or the model's limit) and was cut there: likely incomplete.
     """
 
     source: str
@@ -182,6 +184,7 @@ class Translation(str):
     tokens: list[str]
     nbest: list[Translation]
     truncated: bool
+    stopped: str
 
     def __new__(
         cls,
@@ -192,10 +195,11 @@ class Translation(str):
         tokens: Sequence[str] = (),
         nbest: Sequence[Translation] | None = None,
         truncated: bool = False,
+        stopped: str = "eos",
     ) -> Translation:
         self = super().__new__(cls, text)
         self.source, self.score, self.log_prob = source, float(score), float(log_prob)
-        self.tokens, self.truncated = list(tokens), truncated
+        self.tokens, self.truncated, self.stopped = list(tokens), truncated, stopped
         self.nbest = list(nbest) if nbest is not None else [self]
         return self
 
@@ -205,15 +209,16 @@ class Translation(str):
         return str.__str__(self)
 
     def to_dict(self, nbest: bool = False) -> dict[str, Any]:
-        """Plain data for JSON: source, translation, score, log_prob, tokens, truncated (and the n-best list, each
-        with its translation, score, log_prob and tokens, when asked)."""
+        """Plain data for JSON: source, translation, score, log_prob, tokens, truncated, stopped (and the n-best
+        list, each with its translation, score, log_prob, tokens and stopped, when asked)."""
         record: dict[str, Any] = {
             "source": self.source, "translation": self.text, "score": self.score, "log_prob": self.log_prob,
-            "tokens": self.tokens, "truncated": self.truncated,
+            "tokens": self.tokens, "truncated": self.truncated, "stopped": self.stopped,
         }
         if nbest:
             record["nbest"] = [
-                {"translation": h.text, "score": h.score, "log_prob": h.log_prob, "tokens": h.tokens} for h in self.nbest
+                {"translation": h.text, "score": h.score, "log_prob": h.log_prob, "tokens": h.tokens, "stopped": h.stopped}
+                for h in self.nbest
             ]
         return record
 
@@ -569,7 +574,7 @@ class Translator:
             nbest = [  # detokenize: one line of text, even where the model emitted the byte tokens of a newline
                 Translation(
                     self.tokenizer.detokenize(h.tokens), line, h.score, h.log_prob,
-                    [self.tokenizer.id_to_piece(t) for t in h.tokens], truncated=truncated[i],
+                    [self.tokenizer.id_to_piece(t) for t in h.tokens], truncated=truncated[i], stopped=h.stopped,
                 )
                 for h in by_line.get(i, [])
             ]
