@@ -833,3 +833,23 @@ def test_stopped_tells_a_translation_cut_at_the_maximum_length(parts, tmp_path: 
     records = [json.loads(line) for line in tfm(*args, "--n-best", "2", "--beam", "2", stdin="Bonjour.\n\n").stdout.splitlines()]
     assert [r["stopped"] for r in records] == ["max_len", "eos"]
     assert records[0]["nbest"][0]["stopped"] == "max_len" and all("stopped" in h for r in records for h in r["nbest"])
+
+
+def test_n_best_keeps_hypotheses_that_spell_the_same_text(parts, tmp_path: Path) -> None:
+    """--n-best K can give the same text twice: "a" as a learned piece and as its byte token <0x61> are different
+    hypotheses with the same text. They are kept (K lines an input, each with its own score and tokens, as fairseq,
+    Marian and CTranslate2 keep them), and the help and README now say so: neither did."""
+    _, tok = parts
+    model, tok = _constant_parts(parts, tok.piece_to_id("a"), eos_weight=2.9)
+    with torch.no_grad():  # the byte token of "a" just behind the piece
+        model.generator.weight[tok.piece_to_id("<0x61>")] = model.generator.weight[tok.eos_id] / 2.9 * 2.95
+    run = _run_dir(tmp_path / "run", (model, tok), None)
+    args = ["translate", "--model", str(run), "--device", "cpu", "--json", "--max-len", "2", "--beam", "2", "--n-best", "2"]
+    (record,) = [json.loads(line) for line in tfm(*args, "Bonjour.").stdout.splitlines()]
+    first, second = record["nbest"]
+    assert first["translation"] == second["translation"] and first["tokens"] != second["tokens"]
+    assert first["score"] > second["score"]
+    help_text = " ".join(w for w in tfm("translate", "--help").stdout.split() if w != "│")  # the panel's borders
+    assert "A text can repeat" in help_text and "both are kept" in help_text
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert "two can spell the same text" in readme
