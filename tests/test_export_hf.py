@@ -9,6 +9,7 @@ express (pre-norm, learned positions) or a foreign tokenizer are refused with on
 
 from __future__ import annotations
 
+import errno
 import gzip
 import importlib.util
 import itertools
@@ -17,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -415,3 +417,29 @@ def test_exports_forbid_unk_as_tfm_does(tmp_path, small_tokenizer):
     got = translator.translate_batch(tokens, beam_size=1, suppress_sequences=ban, min_decoding_length=0,
                                      max_decoding_length=len(want.tokens) + 1)[0].hypotheses[0]
     assert "<unk>" not in got and hf_tok.convert_tokens_to_string(got[: len(want.tokens)]) == want.text
+
+
+def test_a_full_temporary_folder_is_not_blamed_on_out(tmp_path, small_tokenizer, monkeypatch):
+    """The CTranslate2 check converts in TMPDIR: a full TMPDIR was reported as "--out could not be written: No
+    space left on device", sending the user to free space where there was room. It names the temporary folder."""
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install ctranslate2)")
+    run = _small_run(tmp_path / "run", small_tokenizer)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
+    def full_disk(hf_dir: Path, out: Path) -> Path:
+        out.mkdir()
+        (out / "model.bin").write_bytes(b"\0" * 10)  # a conversion cut short, as by a full disk
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out / "model.bin"))
+
+    monkeypatch.setattr(hf_export, "convert_to_ctranslate2", full_disk)
+    with pytest.raises(TfmError) as err:
+        run_export("huggingface", run, tmp_path / "hf", verify_lines=5)
+    assert str(err.value) == (
+        f"the CTranslate2 check could not convert the export in the temporary folder {scratch}: "
+        "No space left on device; nothing was exported"
+    )
+    assert "TMPDIR" in err.value.hint
+    assert not (tmp_path / "hf").exists() and list(scratch.iterdir()) == []  # nothing half-written left anywhere
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "scratch"]

@@ -84,6 +84,7 @@ from tfm_cli.export.common import (
     require,
     training_data_lines,
 )
+from tfm_cli.files import WRITE_ERRNOS, write_failure
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask
 from tfm_cli.model.transformer import sinusoidal_table
@@ -530,10 +531,16 @@ def _check_ctranslate2(
 
     name = f"greedy translations, CTranslate2 {ctranslate2.__version__} (converted from the export) vs tfm"
     ban = ct2_suppress_sequences(config)
-    with tempfile.TemporaryDirectory(prefix="tfm-ct2-") as tmp, _quiet(_transformers()):
-        convert_to_ctranslate2(out, Path(tmp) / "ct2")
+    with _scratch_for_ctranslate2() as tmp, _quiet(_transformers()):
+        try:
+            convert_to_ctranslate2(out, tmp / "ct2")
+        except Exception as error:
+            failure = write_failure(error, tmp / "ct2")
+            if failure is None or failure.errno not in WRITE_ERRNOS:
+                raise
+            raise _scratch_error(failure.strerror) from error
         translator = ctranslate2.Translator(
-            str(Path(tmp) / "ct2"), device="cpu", compute_type="float32", intra_threads=torch.get_num_threads()
+            str(tmp / "ct2"), device="cpu", compute_type="float32", intra_threads=torch.get_num_threads()
         )
         tokens = [hf_tokenizer.convert_ids_to_tokens(seq) for seq in hf_tokenizer(texts)["input_ids"]] if texts else []
         got: list[str] = []
@@ -548,6 +555,29 @@ def _check_ctranslate2(
                 got.append(hf_tokenizer.decode(_cut(out_ids, config.eos_id, limit), skip_special_tokens=True))
         del translator
     return agreement(f"{name} ({what})", expected, got)
+
+
+@contextlib.contextmanager
+def _scratch_for_ctranslate2() -> Iterator[Path]:
+    """A temporary folder for the CTranslate2 check's conversion (in TMPDIR, not beside --out): a TMPDIR that is
+    full or not writable is said as such, not blamed on --out."""
+    try:
+        tmp = tempfile.TemporaryDirectory(prefix="tfm-ct2-")
+    except OSError as error:
+        raise _scratch_error(error.strerror or str(error)) from None
+    with tmp as name:
+        yield Path(name)
+
+
+def _scratch_error(why: str) -> TfmError:
+    try:
+        where = f"the temporary folder {tempfile.gettempdir()}"
+    except OSError:  # no usable one at all: TMPDIR, TEMP, TMP, /tmp, ... all refused
+        where = "a temporary folder (none of TMPDIR, /tmp, /var/tmp is usable)"
+    return TfmError(
+        f"the CTranslate2 check could not convert the export in {where}: {why}; nothing was exported",
+        hint="free some space there or set TMPDIR to a folder with room (the check needs about the export's size)",
+    )
 
 
 def _encodable(tokenizer: Tokenizer, sources: list[str], limit: int) -> tuple[list[list[int]], list[int]]:
