@@ -274,6 +274,56 @@ def test_unknown_option_exits_2() -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "said", "command"),
+    [
+        (["translate", "--beem", "3", "x"], "No such option: --beem (Possible options: --beam)", "tfm translate"),
+        (["tokenize", "--bogus"], "No such option: --bogus", "tfm tokenize"),
+        (["translate", "--device"], "Option '--device' requires an argument.", "tfm translate"),
+        (["bench", "translate", "--model"], "Option '--model' requires an argument.", "tfm bench translate"),
+        (["trnslate"], "No such command 'trnslate'. Did you mean 'translate'?", "tfm"),
+        (["bench", "atention"], "No such command 'atention'", "tfm bench"),
+        (["translate", "--beam", "0", "x"], "Invalid value for '--beam' / '-b'", "tfm translate"),
+        (["export", "--format", "zip"], "Invalid value for --format: 'zip' is not one of", "tfm export"),
+        (["train"], "recipe is required", "tfm train"),
+    ],
+)
+def test_usage_errors_are_one_error_line_with_the_help_as_hint(args: list[str], said: str, command: str) -> None:
+    """A usage error was Typer's boxed panel under a usage line and "Try ... for help.": five lines or more, the
+    message wrapped inside the box at the terminal's width (COLUMNS=40 here). It is the one red line of every
+    other error, Click's "did you mean" kept, and a hint naming the command's --help; exit status 2."""
+    proc = tfm(*args, COLUMNS="40")
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+    assert not BOX & set(proc.stderr), proc.stderr
+    lines = _error_lines(proc.stderr)
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and said in lines[0], proc.stderr
+    assert proc.stderr.splitlines()[-1] == f"hint: see {command} --help", proc.stderr
+
+
+def test_a_reader_of_stdout_that_went_away_ends_the_command_quietly(random_run: Path) -> None:
+    """`tfm translate < in.txt | head -1` exited 1 once head had its line (Click's answer to a broken pipe, and
+    rich's for the help pages): in a `set -o pipefail` script or a CI log that reads as a failure with no word
+    said. Like `seq 1000000 | head -1`, the command ends quietly with the status the shell gives SIGPIPE, 141."""
+    model = ["--model", str(random_run), "--device", "cpu", "--max-len", "3"]
+    for args, stdin in (
+        (["--version"], b""),
+        (["--help"], b""),
+        (["translate", "--help"], b""),
+        (["translate", *model], b"Bonjour.\n" * 50),
+        (["translate", *model, "--json", "Bonjour."], b""),
+    ):
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # the reader is gone before the first write
+        try:
+            proc = subprocess.run(
+                [str(TFM), *args], input=stdin, stdout=write_end, stderr=subprocess.PIPE, env=_env(), timeout=120
+            )
+        finally:
+            os.close(write_end)
+        assert proc.returncode == 141, (args, proc.returncode, proc.stderr.decode())
+        assert proc.stderr == b"", (args, proc.stderr.decode())
+
+
 def test_a_sentence_that_starts_with_a_dash_is_pointed_to_double_dash(random_run: Path) -> None:
     """A dialogue line ("- Bonjour !") or "-5 °C" given as the sentence was refused with "No such option: -" or
     "No such option: -5", which names no sentence and no way out: the error says to put -- before it, and that

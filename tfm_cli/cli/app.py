@@ -1,18 +1,25 @@
 """The `tfm` Typer app: one module per command, this file only wires them together and handles errors.
 
-Problems the user can fix (TfmError) become one red line and exit status 1; usage errors exit 2 (Click); so
-does an operating-system error about a named file (a disk that fills up, a path that turns unwritable while
-a command runs), which the commands check for up front where they can. Anything else is a bug and keeps its
-traceback. TFM_DEBUG=1 shows the traceback of every error.
+Problems the user can fix (TfmError) become one red line and exit status 1; usage errors (an unknown option, a
+missing argument, a bad value: Click's) become the same red line, with the way to the command's help as its hint,
+and exit status 2. So does an operating-system error about a named file (a disk that fills up, a path that turns unwritable while
+a command runs), which the commands check for up front where they can, exit status 1. A reader of stdout that
+went away (`tfm translate < in.txt | head -1`) ends the command quietly with status 141, as the shell reports
+`seq 1000000 | head -1`. Anything else is a bug and keeps its traceback. TFM_DEBUG=1 shows the traceback of every error.
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import inspect
 import os
+import select
+import signal
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import typer
 
@@ -22,8 +29,57 @@ from tfm_cli.cli.common import SentenceCommand
 from tfm_cli.errors import TfmError
 from tfm_cli.files import WRITE_ERRNOS
 
+
+class StdoutGone(Exception):
+    """The reader of stdout went away (`| head -1`): not an OSError, so that Click's own answer to a broken pipe
+    (exit 1 from wherever the write was) lets it through to `main`."""
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe or socket whose reader has closed it (poll says POLLERR); True where poll is not
+    there to ask."""
+    if not hasattr(select, "poll"):
+        return True
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+class _Group(typer.core.TyperGroup):
+    """The `tfm` group: a broken pipe on stdout, wherever a command meets it, becomes StdoutGone."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:  # the group's options: --version
+        with _stdout_gone_raises():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:  # the commands
+        with _stdout_gone_raises():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _stdout_gone_raises() -> Iterator[None]:
+    try:
+        yield
+    except BrokenPipeError as error:
+        if error.filename is None and _stdout_gone():
+            raise StdoutGone from error
+        raise
+
+
+def _stdout_console_broken_pipe(console: Any) -> None:
+    """rich's answer to a broken pipe, for a console on stdout (the help pages, tables): StdoutGone, where rich
+    put /dev/null on stdout and exited 1. stderr's console (`common.err`) has its own: it goes quiet."""
+    console.quiet = True
+    raise StdoutGone
+
+
 app = typer.Typer(
     name="tfm",
+    cls=_Group,
     help="The Transformer of 'Attention Is All You Need' (Vaswani et al., 2017): tokenize, train, translate, inspect-attn, bench, export.",
     no_args_is_help=True,
     add_completion=False,  # static scripts live in completions/ (see the README)
@@ -79,8 +135,14 @@ def main() -> None:
             report_error(TfmError("standard output is closed: there is nowhere to write the results", hint="redirect it instead, e.g. > out.txt or > /dev/null"))
         sys.exit(1)
     _utf8_output()
+    from rich.console import Console
+
+    Console.on_broken_pipe = _stdout_console_broken_pipe  # type: ignore[method-assign]
     try:
-        app()
+        status = app(standalone_mode=False)
+    except StdoutGone:
+        _stdout_to_devnull()
+        sys.exit(128 + getattr(signal, "SIGPIPE", 13))
     except TfmError as error:
         if os.environ.get("TFM_DEBUG"):
             raise
@@ -89,6 +151,9 @@ def main() -> None:
         report_error(error)
         sys.exit(1)
     except OSError as error:
+        if error.errno == errno.EPIPE and error.filename is None and _stdout_gone():  # met outside a command
+            _stdout_to_devnull()
+            sys.exit(128 + getattr(signal, "SIGPIPE", 13))
         if os.environ.get("TFM_DEBUG") or not (error.filename or error.errno in WRITE_ERRNOS):
             raise
         from tfm_cli.cli.common import report_error
@@ -96,10 +161,63 @@ def main() -> None:
         if error.filename:
             report_error(TfmError(f"{error.filename}: {error.strerror or error}", hint="check the path, its permissions and the free space"))
         else:  # the results on stdout (the files a command writes are named in their own errors)
-            with contextlib.suppress(OSError):  # or Python's final flush of stdout fails again, with a traceback
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _stdout_to_devnull()
             report_error(TfmError(f"writing the output failed: {error.strerror or error}", hint="check the free space where stdout goes"))
         sys.exit(1)
+    except Exception as error:  # Click's usage errors and aborts: standalone_mode=False hands them here
+        if _is_a(error, "ClickException"):
+            _report_click_error(error)
+            sys.exit(error.exit_code)  # type: ignore[attr-defined]
+        if _is_a(error, "Abort"):  # end of input at a prompt
+            from tfm_cli.cli.common import report_error
+
+            report_error(TfmError("aborted"))
+            sys.exit(1)
+        raise
+    sys.exit(status if type(status) is int else 0)  # a typer.Exit(code), Ctrl-C's 130 included
+
+
+def _is_a(error: BaseException, name: str) -> bool:
+    """By class name, for the Click that this Typer carries (0.29 has its own copy)."""
+    return any(cls.__name__ == name for cls in type(error).__mro__)
+
+
+def _report_click_error(error: Any) -> None:
+    """A usage error as the one red line of every other error, with the way to the command's help as its hint
+    (Typer's boxed panel, with the usage line above it, was five lines; Click's "did you mean" stays in the
+    message). `tfm` and `tfm bench` alone print their help (Click's NoArgsIsHelpError), and nothing more."""
+    from tfm_cli.cli.common import report_error
+
+    if type(error).__name__ == "NoArgsIsHelpError":
+        return
+    ctx = getattr(error, "ctx", None)
+    hint = None
+    if _is_a(error, "UsageError"):  # (the parser's own errors, "Option '--device' requires an argument.", have no ctx)
+        hint = f"see {ctx.command_path if ctx is not None else _command_path(sys.argv[1:])} --help"
+    message = " ".join(error.format_message().split())  # one line, whatever the terminal's width
+    report_error(TfmError(message, hint=hint))
+
+
+def _command_path(args: list[str]) -> str:
+    """`tfm bench translate` for the arguments `bench translate --model`: the command words at their head."""
+    command, words = typer.main.get_command(app), ["tfm"]
+    for word in args:
+        commands = getattr(command, "commands", None)
+        if commands is None:  # a command: its arguments follow
+            break
+        if word.startswith("-"):  # the group's own options (--help, --version) take no value
+            continue
+        if word not in commands:
+            break
+        command = commands[word]
+        words.append(word)
+    return " ".join(words)
+
+
+def _stdout_to_devnull() -> None:
+    """/dev/null on stdout, or Python's final flush of what is left in its buffer fails again, with a traceback."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _utf8_output() -> None:
