@@ -168,10 +168,12 @@ def main() -> None:
         if _is_a(error, "ClickException"):
             _report_click_error(error)
             sys.exit(error.exit_code)  # type: ignore[attr-defined]
-        if _is_a(error, "Abort"):  # end of input at a prompt
+        if _is_a(error, "Abort"):  # Click's name for a Ctrl-C (or end of input) no command caught itself
+            if isinstance(error.__cause__, KeyboardInterrupt):
+                sys.exit(130)  # as the commands that stop on Ctrl-C: the shell's 128 + SIGINT, nothing more to say
             from tfm_cli.cli.common import report_error
 
-            report_error(TfmError("aborted"))
+            report_error(TfmError("aborted: the input ended"))
             sys.exit(1)
         raise
     sys.exit(status if type(status) is int else 0)  # a typer.Exit(code), Ctrl-C's 130 included
