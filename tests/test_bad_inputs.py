@@ -47,6 +47,7 @@ from tfm_cli.checkpoint import FINAL, checkpoint_path, load_model, read_metadata
 from tfm_cli.data import read_pairs
 from tfm_cli.errors import CheckpointError, CorpusError, RecipeError, TfmError
 from tfm_cli.model import ModelConfig, Transformer
+from tfm_cli.recipe import load_recipe
 from tfm_cli.tokenizer import train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -824,6 +825,31 @@ def test_resume_refuses_tokenizer_settings_it_would_only_write_down(trained: Pat
             error_line(proc, "--resume cannot change the tokenizer", named)
             assert snapshot(run) == before
     tfm("train", "--resume", str(run), "tokenizer.vocab_size=400", "train.max_steps=11", "--device", "cpu")  # unchanged
+
+
+def test_recipe_yaml_records_the_size_of_the_tokenizer_the_run_uses(root: Path, tmp_path: Path) -> None:
+    """A run on tokenizer.path (a 300-token tokenizer, the recipe asking for 400) recorded tokenizer.vocab_size 400
+    in recipe.yaml: a resume that gave the real size was refused as a change of the tokenizer ("400 -> 300"), and one
+    that gave 400 was accepted. recipe.yaml now records the tokenizer's 300 tokens; an older run's recorded 400 is
+    accepted too, and a plain resume of a finished older run still has nothing to do."""
+    tok = tmp_path / "tok.json"
+    tfm("tokenize", "--corpus", str(root / "train.tsv"), "--vocab-size", "300", "--out", str(tok))
+    run = tmp_path / "run"
+    tfm("train", str(root / "recipe.yaml"), f"tokenizer.path={tok}", "--out", str(run), "--device", "cpu")
+    assert load_recipe(run / "recipe.yaml").tokenizer.vocab_size == 300
+    assert json.loads((run / "summary.json").read_text())["recipe_resolved"]["tokenizer"]["vocab_size"] == 300
+    proc = tfm("train", "--resume", str(run), "tokenizer.vocab_size=300", "--device", "cpu")
+    assert "nothing to" in proc.stderr.lower() or "already" in proc.stderr.lower()
+    proc = tfm("train", "--resume", str(run), "tokenizer.vocab_size=500", "--device", "cpu", check=False)
+    error_line(proc, "--resume cannot change the tokenizer", "tokenizer.vocab_size 300 -> 500", "300 tokens")
+    # a run of an older tfm, which recorded the size asked for: both numbers are the run's
+    text = (run / "recipe.yaml").read_text()
+    (run / "recipe.yaml").write_text(text.replace("vocab_size: 300", "vocab_size: 400"))
+    before = snapshot(run)
+    for size in ("400", "300"):
+        tfm("train", "--resume", str(run), f"tokenizer.vocab_size={size}", "train.max_steps=10", "--dry-run", "--device", "cpu")
+    proc = tfm("train", "--resume", str(run), "--device", "cpu")
+    assert snapshot(run) == before, proc.stderr
 
 
 def test_tokenize_out_never_replaces_an_input_or_a_foreign_file(root: Path, tmp_path: Path) -> None:

@@ -27,6 +27,8 @@ from tfm_cli.errors import CheckpointError, CorpusError, TfmError, shell_word
 from tfm_cli.files import nearest_existing
 from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.recipe import (
+    MAX_VOCAB_SIZE,
+    MIN_VOCAB_SIZE,
     ModelRecipe,
     Recipe,
     load_recipe,
@@ -361,24 +363,39 @@ def check_resumable(run_dir: Path, weights: Path, config, step: int, max_steps: 
 
 
 def check_tokenizer_kept(recipe: Recipe, run_dir: Path) -> None:
-    """Refuse a resume whose tokenizer.vocab_size or tokenizer.min_frequency differ from the run's recipe.yaml: the
-    run goes on with its own tokenizer.json, so such an override changed nothing but what recipe.yaml then said
-    (a run of 500 tokens recorded as one of 800, and trained so by `tfm train RUN/recipe.yaml --out NEW`)."""
+    """Refuse a resume whose tokenizer.vocab_size or tokenizer.min_frequency differ from the run's: the run goes on
+    with its own tokenizer.json, so such an override changed nothing but what recipe.yaml then said (a run of 500
+    tokens recorded as one of 800, and trained so by `tfm train RUN/recipe.yaml --out NEW`). The size of the run's
+    tokenizer.json is the run's size too: recipe.yaml records it (an older tfm recorded the size asked for, which a
+    tokenizer.path, or a corpus too small for it, need not give), and either number is accepted."""
     try:
         saved = load_recipe(Path(run_dir) / "recipe.yaml").tokenizer
     except TfmError:  # said by the resume's own checks
         return
+    try:
+        actual = Tokenizer.load(Path(run_dir) / "tokenizer.json").vocab_size
+    except (OSError, TfmError):  # said by the resume's own checks
+        actual = saved.vocab_size
     changed = [
         f"tokenizer.{k} {getattr(saved, k)!r} -> {getattr(recipe.tokenizer, k)!r}"
         for k in ("vocab_size", "min_frequency")
-        if getattr(saved, k) != getattr(recipe.tokenizer, k)
+        if getattr(saved, k) != getattr(recipe.tokenizer, k) and not (k == "vocab_size" and recipe.tokenizer.vocab_size == actual)
     ]
     if changed:
         raise TfmError(
             f"--resume cannot change the tokenizer of {run_dir} ({'; '.join(changed)}): the run goes on with its own "
-            "tokenizer.json",
+            f"tokenizer.json ({actual:,} tokens)",
             hint="drop those overrides to continue the run, or start a new run with them (--out)",
         )
+
+
+def with_tokenizer_size(recipe: Recipe, vocab_size: int) -> Recipe:
+    """`recipe` with tokenizer.vocab_size set to the size of the tokenizer the run uses (one from tokenizer.path,
+    or one trained on a corpus too small for the size asked), so that recipe.yaml records the run's vocabulary;
+    unchanged where that size is outside the range a recipe accepts."""
+    if vocab_size == recipe.tokenizer.vocab_size or not MIN_VOCAB_SIZE <= vocab_size <= MAX_VOCAB_SIZE:
+        return recipe
+    return dataclasses.replace(recipe, tokenizer=dataclasses.replace(recipe.tokenizer, vocab_size=vocab_size))
 
 
 def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:

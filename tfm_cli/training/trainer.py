@@ -90,6 +90,7 @@ from tfm_cli.training.checks import (
     preflight,
     resume_recipe,
     with_absolute_paths,
+    with_tokenizer_size,
 )
 from tfm_cli.training.evaluation import evaluate, finish, load_dev
 from tfm_cli.training.optim import inverse_sqrt_lr, load_optimizer_state
@@ -336,6 +337,8 @@ class Trainer:
         if self.resume:  # read (and refuse) the trainer state before anything in the run is rewritten
             self._lock()
             self.step, weights, state = _resume_point(run_dir, self.events)
+            check_tokenizer_kept(self.recipe, run_dir)  # before a finished run returns: an override is not ignored
+            self.recipe = with_tokenizer_size(self.recipe, Tokenizer.load(run_dir / "tokenizer.json").vocab_size)
             self.finished = _finished_summary(run_dir, self.step, self.recipe)
             if self.finished is not None:  # nothing to train, average or evaluate: `fit` says so
                 return
@@ -399,6 +402,7 @@ class Trainer:
         try:
             prepared = _prepare_tokenizer(recipe, run_dir, self.events, self.resume) if main else None
             self.tokenizer = tok = _share_tokenizer(prepared, self.dist)
+            self.recipe = recipe = with_tokenizer_size(recipe, tok.vocab_size)  # recipe.yaml records the run's size
             self.config = model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id)
             check_beam(recipe, tok.vocab_size)  # a tokenizer trained here may hold fewer tokens than asked for
             read_start = time.perf_counter()
@@ -886,7 +890,11 @@ def _finished_summary(run_dir: Path, step: int, recipe: Recipe) -> dict[str, Any
             before = summary["recipe_resolved"]
         else:  # a summary of an older tfm: the run's recipe.yaml (older files: defaults)
             before = recipe_to_dict(with_absolute_paths(load_recipe(run_dir / "recipe.yaml")))
-        same = before == json.loads(json.dumps(recipe_to_dict(with_absolute_paths(recipe))))
+        now = json.loads(json.dumps(recipe_to_dict(with_absolute_paths(recipe))))
+        for side in (before, now):  # the run's tokenizer.json fixes it (an older tfm recorded the size asked for)
+            if isinstance(side, dict) and isinstance(side.get("tokenizer"), dict):
+                side["tokenizer"].pop("vocab_size", None)
+        same = before == now
         written = read_metadata(run_dir / FINAL).get("step") == str(step)
     except (OSError, ValueError, TfmError):  # a missing or damaged file: write the final model again
         return None
