@@ -852,6 +852,25 @@ def test_recipe_yaml_records_the_size_of_the_tokenizer_the_run_uses(root: Path, 
     assert snapshot(run) == before, proc.stderr
 
 
+def test_a_tokenizer_trained_on_other_text_is_warned_with_its_byte_share(root: Path, tmp_path: Path) -> None:
+    """tokenizer.path naming a tokenizer trained on other text (here: upper-case only, so every lower-case letter of
+    the corpus falls back to bytes) trained without a word; the start now measures the share of training tokens
+    that are byte fallback and names the characters. A tokenizer trained on the corpus itself gets no warning."""
+    other = write(tmp_path / "other.tsv", (root / "train.tsv").read_text().upper())
+    for corpus, warned in ((other, True), (root / "train.tsv", False)):
+        tok = tmp_path / f"tok-{warned}.json"
+        tfm("tokenize", "--corpus", str(corpus), "--vocab-size", "400", "--out", str(tok))
+        proc = tfm("train", str(root / "recipe.yaml"), f"tokenizer.path={tok}", "train.max_steps=2", "train.save_every=2",
+                   "--out", str(tmp_path / f"run-{warned}"), "--device", "cpu")
+        line = next((x for x in proc.stderr.splitlines() if "byte fallback" in x), None)
+        if not warned:
+            assert line is None, line
+            continue
+        assert line is not None and line.startswith("warning: the tokenizer tokenizer.path"), proc.stderr
+        share = float(re.search(r"encodes ([0-9.]+)% of the training tokens", line).group(1))
+        assert 20 < share <= 100 and "characters without a piece of their own: e " in line, line
+
+
 def test_tokenize_out_never_replaces_an_input_or_a_foreign_file(root: Path, tmp_path: Path) -> None:
     corpus = Path(shutil.copy(root / "train.tsv", tmp_path / "corpus.tsv"))
     kept = corpus.read_bytes()

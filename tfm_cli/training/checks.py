@@ -398,6 +398,51 @@ def with_tokenizer_size(recipe: Recipe, vocab_size: int) -> Recipe:
     return dataclasses.replace(recipe, tokenizer=dataclasses.replace(recipe.tokenizer, vocab_size=vocab_size))
 
 
+BYTE_SHARE_WARNING = 0.01  # a tokenizer trained on the corpus encodes well under 0.1% of the Tatoeba pairs as bytes
+
+
+def foreign_tokenizer(recipe: Recipe, corpus, tokenizer: Tokenizer, where: str) -> str | None:
+    """A warning when the tokenizer a start did not train (`where`: tokenizer.path, or one left in the run
+    directory) encodes more than 1% of the training tokens as byte fallback (or <unk>): it was trained on other
+    text (another language or script), so the model spends its steps and length on bytes. The share is measured
+    on every training token; the characters it has no piece for are named from the first 5,000 pairs."""
+    import itertools
+    from collections import Counter
+
+    import torch
+
+    from tfm_cli.data import read_pairs
+    from tfm_cli.tokenizer import FIRST_PIECE_ID, N_SPECIAL
+
+    src, _, tgt, _ = corpus.id_tensors()
+    total = len(src) + len(tgt)
+    if not total:
+        return None
+    byte = unk = 0
+    for ids in (src, tgt):
+        ids = ids.to(torch.int64)
+        byte += int(((ids >= N_SPECIAL) & (ids < FIRST_PIECE_ID)).sum())
+        unk += int((ids == Tokenizer.unk_id).sum())
+    share = (byte + unk) / total
+    if share <= BYTE_SHARE_WARNING:
+        return None
+    chars: Counter[str] = Counter()
+    try:
+        for pair in itertools.islice(read_pairs(recipe.data.train), 5000):
+            chars.update(pair[-2] + pair[-1])
+    except (OSError, TfmError):
+        pass
+    missing = [c for c, _ in chars.most_common() if not c.isspace()
+               and any(N_SPECIAL <= i < FIRST_PIECE_ID or i == Tokenizer.unk_id for i in tokenizer.encode(c))]
+    named = f" (characters without a piece of their own: {' '.join(missing[:10])}{' ...' if len(missing) > 10 else ''})" if missing else ""
+    return (
+        f"the tokenizer {where} encodes {share:.1%} of the training tokens as byte fallback"
+        f"{f' and <unk> ({unk / total:.1%})' if unk else ''}{named}: it was trained on other text than data.train, "
+        "and the model will spend its length on bytes; train one on this corpus with `tfm tokenize RECIPE`, or "
+        "set tokenizer.path: null"
+    )
+
+
 def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
     """The recipe a run was started with (its resolved recipe.yaml), with new overrides on top."""
     path = Path(run_dir) / "recipe.yaml"

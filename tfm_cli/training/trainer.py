@@ -87,6 +87,7 @@ from tfm_cli.training.checks import (
     check_room,
     check_tokenizer_kept,
     dev_is_train,
+    foreign_tokenizer,
     preflight,
     resume_recipe,
     with_absolute_paths,
@@ -421,6 +422,10 @@ class Trainer:
                     f"dev corpus: {n:,} pairs scored of {n + skipped:,} read ({skipped:,} with an empty side left out: "
                     "BLEU and chrF of the whole file, as `tfm translate --score` gives them, count these too)"
                 )
+            if main and not self.resume and (had_tokenizer or recipe.tokenizer.path):  # one this start did not train
+                where = f"tokenizer.path {recipe.tokenizer.path}" if not had_tokenizer else f"{run_dir / 'tokenizer.json'}"
+                if warning := foreign_tokenizer(recipe, corpus, tok, where):
+                    self.events.message(f"warning: {warning}")
             if main and (warning := dev_is_train(recipe)):
                 self.events.message(f"warning: {warning}")
             if self.dev is not None and self.dev.bleu_tokenize != "13a":  # said: sacrebleu's default is 13a
