@@ -438,8 +438,8 @@ def foreign_tokenizer(recipe: Recipe, corpus, tokenizer: Tokenizer, where: str) 
     return (
         f"the tokenizer {where} encodes {share:.1%} of the training tokens as byte fallback"
         f"{f' and <unk> ({unk / total:.1%})' if unk else ''}{named}: it was trained on other text than data.train, "
-        "and the model will spend its length on bytes; train one on this corpus with `tfm tokenize RECIPE`, or "
-        "set tokenizer.path: null"
+        "or its vocabulary is too small for this corpus's characters, and the model will spend its length on bytes; "
+        "train one on this corpus with `tfm tokenize RECIPE`, or set tokenizer.path: null"
     )
 
 
