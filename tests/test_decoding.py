@@ -410,3 +410,29 @@ def test_stopped_says_whether_the_model_ended_it_or_the_length_limit_did() -> No
     assert greedy == [(h.tokens, h.stopped) for h in results["beam1 True"]] == [(h.tokens, h.stopped) for h in results["greedy False"]]
     for h, s in zip(results["greedy True"], src_seqs, strict=True):
         assert h.stopped == ("max_len" if len(h.tokens) == len(s) + 2 else "eos")
+
+
+
+def test_a_live_beam_that_a_few_sure_tokens_would_make_best_is_not_dropped() -> None:
+    """With alpha > 0 a live beam's score can still rise: each near-certain token costs almost no log-probability
+    and lengthens ((5 + |Y|) / 6)^alpha. Beam 2 stopped once its two finished hypotheses beat the best live beam
+    scored at its present length (Hugging Face's early_stopping=False) and returned [14] (score -0.90), dropping the
+    live beam that ten sure tokens later scores -0.77: the search stops only when no live beam can still rank among
+    the finished ones at any length it may reach (tensor2tensor's bound)."""
+    V, good = 16, list(range(4, 14))  # pad, bos, eos, unk; a confident path of ten tokens; 14 ends at once
+    table = torch.full((V, V), -12.0)
+    table[BOS, good[0]], table[BOS, 14], table[BOS, EOS] = -1.9, -1.5, -1.5
+    for a, b in zip(good, [*good[1:], EOS], strict=True):
+        table[a, b] = 0.0
+    table[14, EOS] = 0.0
+    table = table.log_softmax(dim=-1)
+    src, src_mask = make_src([[3, 4, 5]])
+    path = [BOS, *good, EOS]
+    expected = float(sum(table[a, b] for a, b in itertools.pairwise(path)))
+    (hyps,) = beam_search(_MarkovEngine(table), src, src_mask, beam_size=2, alpha=0.6, max_len_offset=10, n_best=2)
+    assert hyps[0].tokens == good, [(h.tokens, h.score) for h in hyps]
+    assert hyps[0].score == pytest.approx(expected / lp(len(good) + 1, 0.6), abs=1e-5)
+    assert hyps[0].score > hyps[1].score
+    # alpha 0: log-probabilities only fall, so the present length already bounds a live beam: a short one wins
+    (hyps0,) = beam_search(_MarkovEngine(table), src, src_mask, beam_size=2, alpha=0.0, max_len_offset=10, n_best=2)
+    assert hyps0[0].tokens in ([], [14]) and hyps0[0].log_prob > expected

@@ -5,10 +5,13 @@ model is one engine, the exported ONNX graphs run by onnxruntime another (tfm_cl
 
 Beam search keeps `beam_size` live hypotheses per sentence, scores finished ones with the GNMT length penalty
 lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al., 2016; the paper uses alpha = 0.6), keeps the `beam_size` best finished
-ones, and stops a sentence once it holds `beam_size` finished hypotheses and its best live beam, scored at its
-present length, would not rank among them (Hugging Face's default rule), or at its maximum length, source length + 50
-by default. Stopping at the first `beam_size` finished ones (fairseq's rule) let a peaked model's weak beams end
-first and throw its best, still live, hypothesis away. Finished sentences leave the batch, so the rest decode faster.
+ones, and stops a sentence once it holds `beam_size` finished hypotheses and no live beam could still rank among
+them at any length up to the sentence's maximum (tensor2tensor's rule: the best live log-probability over lp at the
+maximum length), or at its maximum length, source length + 50 by default. Stopping at the first `beam_size`
+finished ones (fairseq's rule) let a peaked model's weak beams end first and throw its best, still live,
+hypothesis away; scoring the best live beam at its present length (Hugging Face's early_stopping=False) did the
+same with alpha > 0, where a few more near-certain tokens raise a score. Finished sentences leave the batch, so the
+rest decode faster.
 
 The search never outputs <pad>, <s> or <unk>. tfm's vocabularies put <unk> at id 3 (tokenizer.py) and never
 produce it (byte fallback encodes any text), so a model never sees it as a target and it means nothing in a
@@ -388,9 +391,13 @@ def beam_search(
 
         # The K best continuations that do not end become the next beams.
         cont_scores, cont_pos = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # (live, K)
-        # Done: K finished, and the best live beam, scored at its present length, would not rank among them.
+        # Done: K finished, and no live beam could still rank among them, at any length it may reach. Its
+        # log-probability only falls as it grows, and lp grows with the length (alpha >= 0), so the best score a
+        # live beam can reach is its log-probability now over lp at the sentence's maximum length (tensor2tensor's
+        # bound, the paper's code). Scoring it at its present length instead (Hugging Face's early_stopping=False)
+        # stopped while a confident live beam, a few near-certain tokens from a better score, was thrown away.
         worst_kept = fin_scores[sentence][:, -1]  # -inf until K have finished
-        done = worst_kept >= cont_scores[:, 0] / length_penalty(step + 2, alpha)  # its length, its EOS included
+        done = worst_kept >= cont_scores[:, 0] / length_penalty(max_len + 1, alpha)  # the longest, EOS included
         done |= ~cont_scores[:, 0].isfinite()  # nothing left to extend (e.g. forced EOS at max length)
         rows = (torch.arange(live, device=device)[:, None] * beams + top_beam.gather(1, cont_pos)).view(-1)
         last = top_token.gather(1, cont_pos).view(-1)

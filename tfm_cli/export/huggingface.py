@@ -44,8 +44,8 @@ makes it absent from the training targets, so it means nothing in a translation)
 the generation config suppresses it, and the CTranslate2 notes pass `["<unk>"]` in `suppress_sequences`. The
 generation config gives transformers' `generate` our search: start
 from <pad>, stop at </s>, never output <tfm_pad>, <s>, <unk> or <pad>, EOS forced at the position limit, beam size and
-alpha from the run's recipe, and tfm's stopping rule (`early_stopping=False`: a sentence ends when its best live
-beam, scored at its present length, would not rank among its finished ones). Greedy decoding reproduces tfm's; beam search may differ in a few sentences because
+alpha from the run's recipe, and tfm's stopping rule (`early_stopping="never"`: a sentence ends when its best live
+beam, scored at the maximum length, would not rank among its finished ones). Greedy decoding reproduces tfm's; beam search may differ in a few sentences because
 transformers' length penalty (score / length^alpha) is not GNMT's (score / ((5 + length) / 6)^alpha) and its
 forced EOS at the length limit costs nothing (log-probability 0; tfm counts the model's), and the per-sentence limit "source length + max_len_offset" has no equivalent there (pass max_new_tokens).
 
@@ -348,7 +348,7 @@ def generation_config(config: ModelConfig, beam: int, alpha: float):
         forced_eos_token_id=config.eos_id,  # at max_length the last token is </s>, as tfm forces it
         suppress_tokens=[*banned_ids(config), start],  # never outputs (<tfm_pad>, <s>, <unk>), as in tfm's search
         num_beams=beam, length_penalty=alpha, do_sample=False,
-        early_stopping=False,  # tfm's rule: done when the best live beam would not rank among the finished ones
+        early_stopping="never",  # tfm's rule: done when no live beam, at the longest, would rank among the finished
         max_length=config.max_positions + 1,  # the start token + at most max_positions - 1 tokens + </s>
     )
 
