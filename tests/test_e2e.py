@@ -88,14 +88,19 @@ def run(data: dict[str, Path]) -> dict:
 @pytest.fixture(scope="module")
 def resumed(data: dict[str, Path], run: dict) -> dict:
     """The same recipe trained to step 20, then `tfm train --resume RUN train.max_steps=30`."""
-    run_dir = data["root"] / "resumed"
-    run_dir.mkdir()
     # the same vocabulary as the straight run, so the weights can be compared exactly
-    shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
+    run_dir = _run_dir_with_tokenizer(data["root"] / "resumed", run)
     first = tfm("train", str(data["recipe"]), "train.max_steps=20", "--out", str(run_dir), "--device", "cpu")
     metrics_before = (run_dir / "metrics.jsonl").read_text(encoding="utf-8")
     second = tfm("train", "--resume", str(run_dir), "train.max_steps=30", "--device", "cpu")
     return {"dir": run_dir, "first": first, "second": second, "metrics_before": metrics_before}
+
+
+def _run_dir_with_tokenizer(run_dir: Path, run: dict) -> Path:
+    """A new run directory holding the shared run's tokenizer.json: the same vocabulary, trained once."""
+    run_dir.mkdir()
+    shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
+    return run_dir
 
 
 def _records(run_dir: Path) -> list[dict]:
@@ -426,9 +431,7 @@ def test_kill_9_then_resume_is_bit_exact(data: dict[str, Path], run: dict) -> No
     equal the uninterrupted run's step 40, bit for bit (fp32, CPU, one thread)."""
     import signal
 
-    run_dir = data["root"] / "killed"
-    run_dir.mkdir()
-    shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
+    run_dir = _run_dir_with_tokenizer(data["root"] / "killed", run)
     proc = start_tfm("train", str(data["recipe"]), "train.max_steps=100000", "--out", str(run_dir), "--device", "cpu",
                      stdout=subprocess.DEVNULL)
     state = run_dir / "checkpoints" / "step-00000020.state.pt"
@@ -444,9 +447,7 @@ def test_kill_9_then_resume_is_bit_exact(data: dict[str, Path], run: dict) -> No
 
 def test_resume_skips_a_checkpoint_that_lost_its_state(data: dict[str, Path], run: dict) -> None:
     """Killed between writing step 30's weights and its trainer state: resume from step 20, still exact."""
-    run_dir = data["root"] / "half-saved"
-    run_dir.mkdir()
-    shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
+    run_dir = _run_dir_with_tokenizer(data["root"] / "half-saved", run)
     tfm("train", str(data["recipe"]), "train.max_steps=30", "--out", str(run_dir), "--device", "cpu")
     (run_dir / "checkpoints" / "step-00000030.state.pt").unlink()
     (run_dir / "model.safetensors").unlink()
@@ -530,9 +531,7 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(data: dict[str, Path], r
     at the last completed step, then --resume carries on."""
     import signal
 
-    run_dir = data["root"] / f"interrupted-{signame}"
-    run_dir.mkdir()
-    shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
+    run_dir = _run_dir_with_tokenizer(data["root"] / f"interrupted-{signame}", run)
     args = [str(data["recipe"]), "train.max_steps=100000", "train.log_every=5", "train.save_every=100000",
             "train.eval_every=0", "--out", str(run_dir), "--device", "cpu"]
     # Ctrl-C as a terminal delivers it: a shell that starts a job in the background (`cmd &` without job control,
@@ -562,9 +561,7 @@ def test_sigterm_while_setting_up_says_there_is_nothing_to_resume(data: dict[str
     says so, no traceback, nothing of the run left but the tokenizer it was given; the same start then works."""
     import signal
 
-    run_dir = data["root"] / "set-up-interrupted"
-    run_dir.mkdir()
-    shutil.copy(run["dir"] / "tokenizer.json", run_dir / "tokenizer.json")
+    run_dir = _run_dir_with_tokenizer(data["root"] / "set-up-interrupted", run)
     args = [str(data["recipe"]), "data.train=bundled:tatoeba-fr-en/train.tsv.gz", "--out", str(run_dir), "--device", "cpu"]
     proc = start_tfm("train", *args)
     first = proc.stderr.readline().decode("utf-8")  # printed before the corpus is read (162k pairs: seconds)
@@ -608,9 +605,7 @@ def test_skipped_pairs_are_counted(data: dict[str, Path], run: dict, tmp_path: P
         + f"{words(32)}\thouse\n" + f"{words(31)}\thouse\n",
         encoding="utf-8",
     )
-    out = tmp_path / "run"
-    out.mkdir()
-    shutil.copy(run["dir"] / "tokenizer.json", out / "tokenizer.json")
+    out = _run_dir_with_tokenizer(tmp_path / "run", run)
     proc = tfm("train", str(data["recipe"]), f"data.train={corpus}", "train.max_steps=1", "train.save_every=1",
                "train.keep_last=1", "train.average_last=1", "--out", str(out), "--device", "cpu")
     assert "3,001 pairs kept of 3,004 read (1 with an empty side and 2 with a side over 31 tokens skipped: data.max_len=32 counts the </s>)" in proc.stderr
@@ -623,9 +618,7 @@ def test_summary_records_the_corpus_counts(data: dict[str, Path], run: dict, tmp
     long_src = " ".join(["maison"] * 80)
     corpus.write_text(data["train"].read_text(encoding="utf-8") + "\tempty source\n" + f"{long_src}\thouse\n", encoding="utf-8")
     dev.write_text(data["dev"].read_text(encoding="utf-8") + "Bonjour.\t \n", encoding="utf-8")
-    out = tmp_path / "run"
-    out.mkdir()
-    shutil.copy(run["dir"] / "tokenizer.json", out / "tokenizer.json")
+    out = _run_dir_with_tokenizer(tmp_path / "run", run)
     tfm("train", str(data["recipe"]), f"data.train={corpus}", f"data.dev={dev}", "train.max_steps=1", "train.save_every=1",
         "train.keep_last=1", "train.average_last=1", "--out", str(out), "--device", "cpu")
     summary = json.loads((out / "summary.json").read_text())
@@ -639,9 +632,7 @@ def test_relative_corpus_paths_resume_from_another_directory(data: dict[str, Pat
     work.mkdir()
     shutil.copy(data["train"], work / "train.tsv")
     shutil.copy(data["dev"], work / "dev.tsv")
-    out = tmp_path / "run"
-    out.mkdir()
-    shutil.copy(run["dir"] / "tokenizer.json", out / "tokenizer.json")
+    out = _run_dir_with_tokenizer(tmp_path / "run", run)
     overrides = ["data.train=train.tsv", "data.dev=dev.tsv", "train.max_steps=2", "train.save_every=1",
                  "train.keep_last=2", "train.average_last=1"]
     tfm("train", str(data["recipe"]), *overrides, "--out", str(out), "--device", "cpu", cwd=work)
@@ -673,9 +664,7 @@ def test_dev_scores_equal_tfm_translate_on_dev_sentences_longer_than_max_len(dat
     dev = tmp_path / "long-dev.tsv"  # two dev sentences a line: most over max_len=32 tokens, under 64 positions
     groups = [pairs[i : i + 2] for i in range(0, 50, 2)]
     dev.write_text("".join(" ".join(s for s, _ in g) + "\t" + " ".join(t for _, t in g) + "\n" for g in groups), encoding="utf-8")
-    out = tmp_path / "run"
-    out.mkdir()
-    shutil.copy(run["dir"] / "tokenizer.json", out / "tokenizer.json")
+    out = _run_dir_with_tokenizer(tmp_path / "run", run)
     lengths = [len(json.loads(tfm("tokenize", "--tokenizer", str(out), "--encode", " ".join(s for s, _ in g), "--json").stdout)["ids"]) for g in groups]
     assert sum(32 < n < 64 for n in lengths) >= 10 and max(lengths) < 64, lengths
     # decode.min_len: two steps' model emits nothing else, and what it emits depends on the source it was given
@@ -691,9 +680,7 @@ def test_dev_pairs_left_out_for_an_empty_side_are_counted(data: dict[str, Path],
     or `tfm translate --score` on the whole file counts them and gives other scores."""
     dev = tmp_path / "dev.tsv"
     dev.write_text(data["dev"].read_text(encoding="utf-8") + "Bonjour.\t \n\tHello.\n", encoding="utf-8")
-    out = tmp_path / "run"
-    out.mkdir()
-    shutil.copy(run["dir"] / "tokenizer.json", out / "tokenizer.json")
+    out = _run_dir_with_tokenizer(tmp_path / "run", run)
     proc = tfm("train", str(data["recipe"]), f"data.dev={dev}", "train.max_steps=1", "train.save_every=1",
                "train.keep_last=1", "train.average_last=1", "--out", str(out), "--device", "cpu")
     assert "dev corpus: 50 pairs scored of 52 read (2 with an empty side left out" in proc.stderr
