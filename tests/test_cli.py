@@ -565,6 +565,8 @@ def test_n_best_output_is_as_the_help_and_readme_say(random_run: Path) -> None:
     records = [json.loads(line) for line in tfm(*args, "--json", stdin="Bonjour.\n\nMerci.\n").stdout.splitlines()]
     assert [set(r) for r in records] == [{"source", "translation", "score", "log_prob", "tokens", "truncated", "stopped", "nbest"}] * 3
     assert all(len(r["nbest"]) == 2 and set(r["nbest"][0]) == {"translation", "score", "log_prob", "tokens", "stopped"} for r in records)
+    help_fields = re.sub(r" \([^)]*\)", "", help_text.split("One JSON object per input line:", 1)[1].split(" (and nbest", 1)[0])
+    assert {f.strip() for f in help_fields.split(",")} == set(records[0]) - {"nbest"}  # log_prob was left out
     for r in records[::2]:  # the non-empty lines: score = log_prob / ((5 + |Y|) / 6)^0.6, |Y| with the EOS
         for h in r["nbest"]:
             assert h["log_prob"] < 0 and h["score"] == pytest.approx(h["log_prob"] / ((6 + len(h["tokens"])) / 6) ** 0.6, abs=2e-4)
