@@ -79,7 +79,7 @@ complete -c tfm -n '__fish_seen_subcommand_from export' -l help -s h -d 'Show th
 complete -c tfm -n '__fish_seen_subcommand_from export' -l json -d 'Print the result (files, checks, notes) as JSON.'
 complete -c tfm -n '__fish_seen_subcommand_from export' -l opset -x -d 'onnx: the ONNX opset, 14 to 21 (default: 17).'
 complete -c tfm -n '__fish_seen_subcommand_from export' -l out -s o -r -F -d 'Directory to write (default: exports/RUN-FORMAT).'
-complete -c tfm -n '__fish_seen_subcommand_from export' -l verify-lines -x -d 'Dev sentences the translation checks use (0: all of the dev set).'
+complete -c tfm -n '__fish_seen_subcommand_from export' -l verify-lines -x -d 'Dev sentences the translation checks use (0: all of the dev set)'
 complete -c tfm -n '__fish_seen_subcommand_from export' -F
 
 # tfm inspect-attn

@@ -153,7 +153,7 @@ _tfm_export() {
         '--json[Print the result (files, checks, notes) as JSON.]' \
         '--opset[onnx\: the ONNX opset, 14 to 21 (default\: 17).]:opset: ' \
         '(--out -o)'{--out,-o}'[Directory to write (default\: exports/RUN-FORMAT).]:out:_files' \
-        '--verify-lines[Dev sentences the translation checks use (0\: all of the dev set).]:verify lines: ' \
+        '--verify-lines[Dev sentences the translation checks use (0\: all of the dev set)]:verify lines: ' \
         '1:model:_files'
 }
 

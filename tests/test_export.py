@@ -284,6 +284,8 @@ def test_a_release_whose_bleu_tokenizer_is_missing_here_is_written_unscored(trai
     proc = tfm("export", str(run), "--format", "release", "--dtype", "bf16", "--out", str(out), "--verify-lines", "5",
                env_extra={"PYTHONPATH": str(stubs)})
     assert "the model card has no dev scores: sacrebleu's 'ja-mecab' BLEU tokenizer could not be set up" in proc.stdout + proc.stderr
+    # the whole dev set is translated for the card whatever --verify-lines says: said before it starts
+    assert "for the model card's dev BLEU and chrF, the bf16 weights translate all of the run's dev set" in proc.stderr
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "- not scored on the run's dev set by tfm export: sacrebleu's 'ja-mecab'" in card and "dev BLEU" not in card
     assert Translator.load(out).translate("Je suis étudiant.").text  # the release works

@@ -31,7 +31,7 @@ def export(
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out directory (only once the new export is written and checked)."),
     dtype: str = typer.Option("fp32", "--dtype", help="release: store the weights as fp32, fp16 or bf16."),
     opset: int = typer.Option(None, "--opset", min=14, max=21, help="onnx: the ONNX opset, 14 to 21 (default: 17).", show_default=False),
-    verify_lines: int = typer.Option(200, "--verify-lines", min=0, help="Dev sentences the translation checks use (0: all of the dev set)."),
+    verify_lines: int = typer.Option(200, "--verify-lines", min=0, help="Dev sentences the translation checks use (0: all of the dev set); an fp16 or bf16 release also translates all of it for its model card's scores."),
     json_out: bool = typer.Option(False, "--json", help="Print the result (files, checks, notes) as JSON."),
 ) -> None:
     """Export a trained model, checked against the PyTorch original: release, ONNX or Hugging Face MarianMT.
@@ -63,6 +63,9 @@ def export(
 
     options = {"dtype": dtype} if fmt == "release" else {"opset": opset} if fmt == "onnx" else {}
     info(f"exporting {model or 'the most recent run'} as {fmt} (checking on {f'up to {verify_lines}' if verify_lines else 'all'} sentences of its dev set, else of its training data)")
+    if fmt == "release" and dtype != "fp32":  # --verify-lines does not bound this: it can be most of the time
+        info(f"then, for the model card's dev BLEU and chrF, the {dtype} weights translate all of the run's dev set "
+             "(beam search; --verify-lines does not bound it), as the run's own scores are of its fp32 weights")
     received: list[int] = []
     try:
         with stop_signals() as received:  # SIGTERM (kill, a scheduler) and SIGHUP clean up as Ctrl-C does
