@@ -60,20 +60,7 @@ def parts():
 def ending_parts(parts):
     """The same tokenizer with a model whose first choice is always end-of-sentence: without a minimum length
     every output is empty, so min_len decides each output's length exactly."""
-    _, tok = parts
-    torch.manual_seed(1)
-    config = ModelConfig(
-        vocab_size=tok.vocab_size, d_model=32, d_ff=64, n_heads=2, n_enc_layers=1, n_dec_layers=1,
-        max_positions=24, dropout=0.0, tie_embeddings=False, norm="pre",
-        pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id,
-    )
-    model = Transformer(config).eval()
-    with torch.no_grad():  # a constant decoder output b, and an EOS row that scores it highest
-        b = torch.randn(config.d_model)
-        model.decoder_norm.weight.zero_()
-        model.decoder_norm.bias.copy_(b)
-        model.generator.weight[tok.eos_id] = 3 * b
-    return model, tok
+    return _constant_parts(parts, favourite=parts[1].eos_id, eos_weight=3.0)
 
 
 def _run_dir(root: Path, parts, decode: str | None) -> Path:
