@@ -459,7 +459,7 @@ def test_gate_lists_peers_but_fails_on_tfm_figures_alone() -> None:
     now["records"][2].update(sentences_per_s=25.0, latency_p50_ms=180.0)  # the peer half as fast
     gate = compare(now, base, 0.1)
     assert gate["regressions"] == [] and gate["compared"] == 4
-    assert [(p["figure"], p["change"]) for p in gate["peers"]] == [("sentences_per_s", -0.5), ("latency_p50_ms", 1.0)]
+    assert [(p["figure"], p["change"], p["worse"]) for p in gate["peers"]] == [("sentences_per_s", -0.5, True), ("latency_p50_ms", 1.0, True)]
     now["records"][0]["sentences_per_s"] = 50.0  # tfm's own: still failed
     assert [r["id"] for r in compare(now, base, 0.1)["regressions"]] == ["translate/tfm/beam/cache/batch=8"]
 

@@ -113,8 +113,8 @@ def _changes(key: str, before: Any, now: Any) -> list[str]:
 def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float) -> dict[str, Any]:
     """Regressions of `current` against `baseline` beyond `tolerance` (a share: 0.1 = 10%).
 
-    Returns {"tolerance", "compared", "regressions": [{id, figure, baseline, current, change}], "peers": [the same
-    for every figure of a peer's record, gated or not: context, never a failure], "only_in_baseline",
+    Returns {"tolerance", "compared", "regressions": [{id, figure, baseline, current, change}], "peers": [the same,
+    with "worse" (beyond the tolerance), for every figure of a peer's record: context, never a failure], "only_in_baseline",
     "only_in_current", "not_ok_in_baseline" (ids on both sides whose baseline record failed), "environment_differs":
     [keys]}; `change` is the relative change (+ = larger).
     """
@@ -144,24 +144,23 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float)
         after = new.get(rid)
         if after is None or before.get("status", "ok") != "ok":
             continue
-        if after.get("peer"):  # marked on the current side: a baseline written before the mark still compares
-            for figure in GATED[kind]:
-                if before.get(figure) is not None and after.get(figure) is not None:
-                    b, a = float(before[figure]), float(after[figure])
-                    peers.append({"id": rid, "figure": figure, "baseline": b, "current": a, "change": (a - b) / b if b else 0.0})
-            continue
-        if after.get("status", "ok") != "ok":
+        peer = bool(after.get("peer"))  # marked on the current side: a baseline written before the mark still compares
+        if after.get("status", "ok") != "ok" and not peer:
             regressions.append({"id": rid, "figure": "status", "baseline": "ok", "current": after.get("status"), "change": None})
             continue
         for figure, better in GATED[kind].items():
             if before.get(figure) is None or after.get(figure) is None:
                 continue
-            compared += 1
             b, a = float(before[figure]), float(after[figure])
             change = (a - b) / b if b else 0.0
             worse = change < -tolerance if better == "higher" else change > tolerance
+            entry = {"id": rid, "figure": figure, "baseline": b, "current": a, "change": change}
+            if peer:
+                peers.append({**entry, "worse": worse})
+                continue
+            compared += 1
             if worse:
-                regressions.append({"id": rid, "figure": figure, "baseline": b, "current": a, "change": change})
+                regressions.append(entry)
     env_old, env_new = baseline.get("environment", {}), current.get("environment", {})
     return {
         "tolerance": tolerance,

@@ -141,8 +141,7 @@ def main() -> None:
     try:
         status = app(standalone_mode=False)
     except StdoutGone:
-        _stdout_to_devnull()
-        sys.exit(128 + getattr(signal, "SIGPIPE", 13))
+        _reader_went_away()
     except TfmError as error:
         if os.environ.get("TFM_DEBUG"):
             raise
@@ -152,8 +151,7 @@ def main() -> None:
         sys.exit(1)
     except OSError as error:
         if error.errno == errno.EPIPE and error.filename is None and _stdout_gone():  # met outside a command
-            _stdout_to_devnull()
-            sys.exit(128 + getattr(signal, "SIGPIPE", 13))
+            _reader_went_away()
         if os.environ.get("TFM_DEBUG") or not (error.filename or error.errno in WRITE_ERRNOS):
             raise
         from tfm_cli.cli.common import report_error
@@ -214,6 +212,12 @@ def _command_path(args: list[str]) -> str:
         command = commands[word]
         words.append(word)
     return " ".join(words)
+
+
+def _reader_went_away() -> None:
+    """End as the shell reports `seq 1000000 | head -1`: quietly, status 128 + SIGPIPE."""
+    _stdout_to_devnull()
+    sys.exit(128 + getattr(signal, "SIGPIPE", 13))
 
 
 def _stdout_to_devnull() -> None:

@@ -111,7 +111,7 @@ def _finish(result: dict[str, Any], json_out: bool, baseline: Path | None, gate_
     """Print the result (JSON or tables), then apply the gate."""
     gate = None
     if gate_inputs is not None:
-        from tfm_cli.bench.gate import GATED, compare
+        from tfm_cli.bench.gate import compare
 
         try:
             gate = compare(result, *gate_inputs)
@@ -132,8 +132,7 @@ def _finish(result: dict[str, Any], json_out: bool, baseline: Path | None, gate_
     if gate["only_in_baseline"]:
         warn(f"{len(gate['only_in_baseline'])} baseline figure(s) not measured now, e.g. {gate['only_in_baseline'][0]}")
     for r in gate["peers"]:  # context for the figures below: a peer slower by as much means the machine was
-        better = GATED[result["kind"]][r["figure"]]
-        if (r["change"] < -gate["tolerance"]) if better == "higher" else (r["change"] > gate["tolerance"]):
+        if r["worse"]:
             info(
                 f"peer (not gated): {r['id']} {r['figure']}: {r['baseline']:.4g} -> {r['current']:.4g} ({r['change']:+.1%}): "
                 "a peer that much worse too points at the machine, not at tfm"

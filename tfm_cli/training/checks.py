@@ -362,20 +362,17 @@ def check_resumable(run_dir: Path, weights: Path, config, step: int, max_steps: 
         )
 
 
-def check_tokenizer_kept(recipe: Recipe, run_dir: Path) -> None:
+def check_tokenizer_kept(recipe: Recipe, run_dir: Path, actual: int) -> None:
     """Refuse a resume whose tokenizer.vocab_size or tokenizer.min_frequency differ from the run's: the run goes on
     with its own tokenizer.json, so such an override changed nothing but what recipe.yaml then said (a run of 500
     tokens recorded as one of 800, and trained so by `tfm train RUN/recipe.yaml --out NEW`). The size of the run's
     tokenizer.json is the run's size too: recipe.yaml records it (an older tfm recorded the size asked for, which a
-    tokenizer.path, or a corpus too small for it, need not give), and either number is accepted."""
+    tokenizer.path, or a corpus too small for it, need not give), and either number is accepted. `actual` is the
+    size of the run's tokenizer.json, which the caller has loaded."""
     try:
         saved = load_recipe(Path(run_dir) / "recipe.yaml").tokenizer
     except TfmError:  # said by the resume's own checks
         return
-    try:
-        actual = Tokenizer.load(Path(run_dir) / "tokenizer.json").vocab_size
-    except (OSError, TfmError):  # said by the resume's own checks
-        actual = saved.vocab_size
     changed = [
         f"tokenizer.{k} {getattr(saved, k)!r} -> {getattr(recipe.tokenizer, k)!r}"
         for k in ("vocab_size", "min_frequency")

@@ -338,8 +338,9 @@ class Trainer:
         if self.resume:  # read (and refuse) the trainer state before anything in the run is rewritten
             self._lock()
             self.step, weights, state = _resume_point(run_dir, self.events)
-            check_tokenizer_kept(self.recipe, run_dir)  # before a finished run returns: an override is not ignored
-            self.recipe = with_tokenizer_size(self.recipe, Tokenizer.load(run_dir / "tokenizer.json").vocab_size)
+            size = Tokenizer.load(run_dir / "tokenizer.json").vocab_size
+            check_tokenizer_kept(self.recipe, run_dir, size)  # before a finished run returns: an override is not ignored
+            self.recipe = with_tokenizer_size(self.recipe, size)
             self.finished = _finished_summary(run_dir, self.step, self.recipe)
             if self.finished is not None:  # nothing to train, average or evaluate: `fit` says so
                 return
@@ -432,8 +433,7 @@ class Trainer:
                 why = f" ({self.dev.bleu_why})" if self.dev.bleu_why else ""
                 self.events.message(f"dev BLEU: sacrebleu tokenize={self.dev.bleu_tokenize}{why}")
             if self.resume:
-                check_resumable(run_dir, weights, self.config, self.step, self.t.max_steps)
-                check_tokenizer_kept(recipe, run_dir)
+                check_resumable(run_dir, weights, self.config, self.step, self.t.max_steps)  # (the tokenizer kept: above)
         except BaseException:
             if main and not had_tokenizer and not self.resume:  # take back what this start wrote (a tokenizer it trained)
                 (run_dir / "tokenizer.json").unlink(missing_ok=True)
@@ -793,7 +793,7 @@ def check_resume(recipe: Recipe, run_dir: Path, device: torch.device | None = No
     tok = Tokenizer.load(run_dir / "tokenizer.json")
     check_resumable(run_dir, weights, model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id), step,
                     recipe.train.max_steps)
-    check_tokenizer_kept(recipe, run_dir)
+    check_tokenizer_kept(recipe, run_dir, tok.vocab_size)
     corpus = usable_corpus(recipe, tok)
     stream = BatchStream(
         corpus, recipe.train.max_tokens, recipe.train.seed, tok.pad_id, tok.bos_id, tok.eos_id,
