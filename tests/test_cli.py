@@ -116,6 +116,40 @@ def test_help_prose_flows_at_the_terminal_width(command: list[str]) -> None:
     assert sentence in proc.stdout, proc.stdout
 
 
+def _command_paths() -> list[list[str]]:
+    """Every help page: `tfm`, each command, each group and each of its commands (`tfm bench train`)."""
+    group = typer.main.get_command(app)
+    paths, todo = [], [([], group)]
+    while todo:
+        path, command = todo.pop()
+        paths.append(path)
+        for name in getattr(command, "commands", {}):
+            todo.append(([*path, name], command.commands[name]))
+    return paths
+
+
+def test_flags_show_no_value_in_help() -> None:
+    """A flag takes no value, so its help line shows no type: Typer printed `--greedy <bool>` and `--help <bool>`,
+    which read as if `--greedy true` were expected. An option that takes a value keeps its type (`--beam <int`)."""
+    group = typer.main.get_command(app)
+    pages = 0
+    for path in _command_paths():
+        command = group
+        for name in path:
+            command = command.commands[name]
+        proc = tfm(*path, "--help")
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        flags = [p.opts[0] for p in command.params if getattr(p, "is_flag", False)] + ["--help"]
+        for flag in flags:
+            line = next(line for line in lines if re.search(rf"{re.escape(flag)}\b", line) and "Usage" not in line)
+            assert not re.search(r"\s<[a-z ]+>\s", line), (path, line)  # a type column: <bool>, <boolean>
+        pages += 1
+    assert pages >= 9  # tfm, six commands, bench's three
+    beam = next(line for line in tfm("translate", "--help").stdout.splitlines() if "--beam" in line)
+    assert "<int" in beam, beam
+
+
 def test_version() -> None:
     proc = tfm("--version")
     assert proc.returncode == 0

@@ -25,7 +25,7 @@ import typer
 
 from tfm_cli import __version__
 from tfm_cli.cli import bench, export, inspect_attn, tokenize, train, translate
-from tfm_cli.cli.common import SentenceCommand
+from tfm_cli.cli.common import Command, Group, SentenceCommand
 from tfm_cli.errors import TfmError
 from tfm_cli.files import WRITE_ERRNOS
 
@@ -48,7 +48,7 @@ def _stdout_gone() -> bool:
         return False
 
 
-class _Group(typer.core.TyperGroup):
+class _Group(Group):
     """The `tfm` group: a broken pipe on stdout, wherever a command meets it, becomes StdoutGone."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:  # the group's options: --version
@@ -105,12 +105,12 @@ def _main(
     """
 
 
-app.command("tokenize")(tokenize.tokenize)
-app.command("train")(train.train)
+app.command("tokenize", cls=Command)(tokenize.tokenize)
+app.command("train", cls=Command)(train.train)
 app.command("translate", cls=SentenceCommand)(translate.translate)
 app.command("inspect-attn", cls=SentenceCommand)(inspect_attn.inspect_attn)
 app.add_typer(bench.app, name="bench")
-app.command("export")(export.export)
+app.command("export", cls=Command)(export.export)
 
 
 def _reflowed(doc: str) -> str:

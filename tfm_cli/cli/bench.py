@@ -17,6 +17,8 @@ import typer
 
 from tfm_cli.cli.common import (
     DEVICE_HELP,
+    Command,
+    Group,
     err,
     fancy_stderr,
     fancy_stdout,
@@ -31,6 +33,7 @@ from tfm_cli.cli.common import (
 from tfm_cli.errors import TfmError
 
 app = typer.Typer(
+    cls=Group,
     help="Measure attention across lengths, training and translation throughput; compare with peers; gate CI.",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -171,7 +174,7 @@ def _percent(share: float) -> str:
 # ---- attention -------------------------------------------------------------------------------------------------
 
 
-@app.command("attention")
+@app.command("attention", cls=Command)
 def attention(
     lengths: str = typer.Option("64,128,256,512,1024,2048,4096", "--lengths", help="Sequence lengths, comma-separated (capped to what fits in memory)."),
     batch: int = typer.Option(2, "--batch", min=1, help="Batch size B."),
@@ -275,7 +278,7 @@ def _render_attention(result: dict[str, Any]) -> None:
 # ---- train -----------------------------------------------------------------------------------------------------
 
 
-@app.command("train")
+@app.command("train", cls=Command)
 def train(
     recipe: str = typer.Argument(..., help="Recipe YAML, e.g. recipes/tiny.yaml."),
     overrides: list[str] = typer.Argument(None, help="Recipe overrides as dotted.key=value.", show_default=False),
@@ -349,7 +352,7 @@ def _render_train(result: dict[str, Any]) -> None:
 # ---- translate -------------------------------------------------------------------------------------------------
 
 
-@app.command("translate")
+@app.command("translate", cls=Command)
 def translate(
     model: Path = typer.Option(None, "--model", "-m", parser=given_path, metavar="<path>", help="A trained run or .safetensors file (default: random weights of --recipe's shape).", show_default=False),
     recipe: Path = typer.Option(None, "--recipe", parser=given_path, metavar="<path>", help="Random weights with this recipe's model shape and vocabulary size (its tokenizer.path's, if it names one).", show_default=False),

@@ -422,7 +422,26 @@ def interrupted_status(received: list[int]) -> int:
     return 128 + (received[0] if received else signal.SIGINT)
 
 
-class SentenceCommand(typer.core.TyperCommand):
+class _FlagsTakeNoValue:
+    """Help pages show no type beside a flag: Typer 0.29 prints `--greedy <bool>` (and `--help <bool>`), which
+    reads as if the flag took a value. Options that take one keep theirs (`--beam <int>`)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        for param in self.get_params(ctx):  # type: ignore[attr-defined]
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        super().format_help(ctx, formatter)  # type: ignore[misc]
+
+
+class Command(_FlagsTakeNoValue, typer.core.TyperCommand):
+    """Every tfm command."""
+
+
+class Group(_FlagsTakeNoValue, typer.core.TyperGroup):
+    """Every group of tfm commands (`tfm`, `tfm bench`)."""
+
+
+class SentenceCommand(Command):
     """A command whose argument is a sentence (`translate`, `inspect-attn`). The parser reads a word that starts
     with "-" as an option, so a sentence such as "- Bonjour !" (a dialogue line) or "-5 °C" was refused with
     "No such option: -" or "No such option: -5", which names no sentence: the error says to put -- before it."""
