@@ -10,7 +10,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 TFM = Path(sys.executable).parent / "tfm"  # the console script next to the interpreter running pytest
+
+
+def tiny_recipe(name: str, **sections: Any) -> str:
+    """The YAML of a recipe for the smallest model the CLI tests train (32 wide, one layer a side, a 400-token
+    vocabulary, fp32, sentences of at most 32 tokens), each of `sections` updating its section key by key:
+    `tiny_recipe("e2e", data={"train": path, "dev": None}, train={"max_steps": 40})`."""
+    recipe: dict[str, Any] = {
+        "name": name,
+        "data": {"max_len": 32},
+        "tokenizer": {"vocab_size": 400},
+        "model": {"d_model": 32, "d_ff": 64, "n_heads": 2, "n_enc_layers": 1, "n_dec_layers": 1, "max_positions": 64},
+        "train": {"precision": "fp32"},
+    }
+    for section, values in sections.items():  # a section's keys are updated; a top-level value is set
+        recipe[section] = {**recipe.get(section, {}), **values} if isinstance(values, dict) else values
+    return yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True)
 
 
 def tfm(

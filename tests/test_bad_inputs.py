@@ -40,7 +40,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from clitools import TFM, tfm, tfm_env
+import yaml
+from clitools import TFM, tfm, tfm_env, tiny_recipe
 from safetensors.torch import load_file, save_file
 
 from tfm_cli.checkpoint import FINAL, checkpoint_path, load_model, read_metadata, save_weights, weights_state
@@ -53,34 +54,8 @@ from tfm_cli.tokenizer import train_tokenizer
 REPO = Path(__file__).resolve().parents[1]
 CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
 
-RECIPE = """\
-name: bad-inputs
-data:
-  train: {train}
-  dev: {dev}
-  max_len: 32
-tokenizer:
-  vocab_size: 400
-model:
-  d_model: 32
-  d_ff: 64
-  n_heads: 2
-  n_enc_layers: 1
-  n_dec_layers: 1
-  max_positions: 64
-train:
-  max_tokens: 512
-  max_steps: 10
-  warmup_steps: 5
-  save_every: 5
-  keep_last: 2
-  average_last: 2
-  log_every: 5
-  eval_every: 0
-  precision: fp32
-decode:
-  max_len_offset: 10
-"""
+TRAIN = {"max_tokens": 512, "max_steps": 10, "warmup_steps": 5, "save_every": 5, "keep_last": 2, "average_last": 2,
+         "log_every": 5, "eval_every": 0}
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------
@@ -126,7 +101,9 @@ def write(path: Path, data: str | bytes) -> Path:
 
 
 def recipe(folder: Path, train: str, dev: str = "null", name: str = "recipe.yaml") -> Path:
-    return write(folder / name, RECIPE.format(train=train, dev=dev))
+    """A tiny recipe whose data.train and data.dev are these YAML values ("[a.tsv, b.tsv]", "null", a path)."""
+    data = {"train": yaml.safe_load(train), "dev": yaml.safe_load(dev)}
+    return write(folder / name, tiny_recipe("bad-inputs", data=data, train=TRAIN, decode={"max_len_offset": 10}))
 
 
 def _head(n: int) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from clitools import TFM, has_module, tfm, tfm_env, wait_until
+from clitools import TFM, has_module, tfm, tfm_env, tiny_recipe, wait_until
 
 from tfm_cli.bench.common import fit_exponent, percentile, summarize
 from tfm_cli.bench.gate import compare, load_baseline, parse_tolerance
@@ -29,27 +29,6 @@ from tfm_cli.errors import TfmError
 REPO = Path(__file__).resolve().parents[1]
 CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
 ENV_KEYS = {"tfm", "torch", "python", "device", "device_name", "cpu", "cpu_capability", "cpu_native_bf16", "threads", "dtype"}
-RECIPE = """\
-name: bench
-data:
-  train: {train}
-  dev: null
-  max_len: 32
-tokenizer:
-  vocab_size: 400
-model:
-  d_model: 32
-  d_ff: 64
-  n_heads: 2
-  n_enc_layers: 1
-  n_dec_layers: 2
-  max_positions: 64
-train:
-  max_tokens: 400
-  warmup_steps: 10
-  log_every: 2
-  precision: fp32
-"""
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +37,9 @@ def recipe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with gzip.open(CORPORA / "train.tsv.gz", "rt", encoding="utf-8") as f:
         (root / "train.tsv").write_text("".join(itertools.islice(f, 2000)), encoding="utf-8")
     path = root / "bench.yaml"
-    path.write_text(RECIPE.format(train=root / "train.tsv"), encoding="utf-8")
+    train = {"max_tokens": 400, "warmup_steps": 10, "log_every": 2}
+    text = tiny_recipe("bench", data={"train": str(root / "train.tsv"), "dev": None}, model={"n_dec_layers": 2}, train=train)
+    path.write_text(text, encoding="utf-8")
     return path
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from clitools import has_lines, start_tfm, tfm, wait_until
+from clitools import has_lines, start_tfm, tfm, tiny_recipe, wait_until
 
 from tfm_cli.checkpoint import load_state
 from tfm_cli.data import BatchStream, TokenizedCorpus, make_batch
@@ -47,37 +47,14 @@ CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
 STEPS = 12
 TOLERANCE = 5e-5  # observed: 4.6e-6 after 12 steps, 1.7e-5 with accumulation (Adam at lr ~0.05 magnifies rounding)
 
-RECIPE = """\
-name: ddp
-data:
-  train: {train}
-  dev: null
-  max_len: 32
-tokenizer:
-  vocab_size: 400
-  min_frequency: 2
-model:
-  d_model: 32
-  d_ff: 64
-  n_heads: 2
-  n_enc_layers: 1
-  n_dec_layers: 1
-  max_positions: 64
-  dropout: 0.0
-train:
-  max_tokens: 512
-  max_steps: {steps}
-  warmup_steps: 10
-  save_every: 6
-  keep_last: 3
-  average_last: 2
-  log_every: 3
-  eval_every: 6
-  eval_sentences: 5
-  precision: fp32
-decode:
-  max_len_offset: 10
-"""
+
+def ddp_recipe(train: object, steps: int) -> str:
+    return tiny_recipe(
+        "ddp", data={"train": str(train), "dev": None}, tokenizer={"min_frequency": 2}, model={"dropout": 0.0},
+        train={"max_tokens": 512, "max_steps": steps, "warmup_steps": 10, "save_every": 6, "keep_last": 3,
+               "average_last": 2, "log_every": 3, "eval_every": 6, "eval_sentences": 5},
+        decode={"max_len_offset": 10},
+    )
 
 
 # ---- without processes: the pieces -------------------------------------------------------------------------
@@ -365,7 +342,7 @@ def test_a_lost_peer_is_told_from_other_errors() -> None:
 
 def test_bad_launcher_options_get_one_line(tmp_path: Path) -> None:
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(RECIPE.format(train="bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
+    recipe.write_text(ddp_recipe("bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
     cases = [
         (["--nproc-per-node", "0"], "--nproc-per-node"),  # Click's range check; its wording varies
         (["--nproc-per-node", "2", "--dry-run"], "drop them with --dry-run"),
@@ -392,7 +369,7 @@ def test_a_port_already_in_use_is_one_line(tmp_path: Path) -> None:
     import socket
 
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(RECIPE.format(train="bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
+    recipe.write_text(ddp_recipe("bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
     with socket.socket() as taken:
         taken.bind(("", 0))
         taken.listen()
@@ -470,7 +447,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     with gzip.open(CORPORA / "dev.tsv.gz", "rt", encoding="utf-8") as f:
         dev.write_text("".join(itertools.islice(f, 20)), encoding="utf-8")
     recipe = root / "ddp.yaml"
-    recipe.write_text(RECIPE.format(train=train, steps=STEPS), encoding="utf-8")
+    recipe.write_text(ddp_recipe(train, steps=STEPS), encoding="utf-8")
     tokenizer = root / "tokenizer.json"
     tfm("tokenize", str(recipe), "--out", str(tokenizer))
     return {"root": root, "recipe": recipe, "dev": dev, "tokenizer": tokenizer}

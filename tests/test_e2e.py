@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clitools import has_lines, start_tfm, tfm, wait_until
+from clitools import has_lines, start_tfm, tfm, tiny_recipe, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -27,37 +27,6 @@ REPO = Path(__file__).resolve().parents[1]
 CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
 
 MAX_STEPS = 40  # checkpoints at 10, 20, 30, 40; keep_last 3 prunes step 10
-RECIPE = """\
-name: e2e
-description: a tiny model for the end-to-end tests
-data:
-  train: {train}
-  dev: {dev}
-  max_len: 32
-tokenizer:
-  vocab_size: 400
-  min_frequency: 2
-model:
-  d_model: 32
-  d_ff: 64
-  n_heads: 2
-  n_enc_layers: 1
-  n_dec_layers: 1
-  max_positions: 64
-train:
-  max_tokens: 512
-  max_steps: {max_steps}
-  warmup_steps: 10
-  save_every: 10
-  keep_last: 3
-  average_last: 2
-  log_every: 10
-  eval_every: 20
-  eval_sentences: 20
-  precision: fp32
-decode:
-  max_len_offset: 20
-"""
 
 
 def _head(name: str, n: int) -> str:
@@ -72,7 +41,14 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     train.write_text(_head("train.tsv.gz", 3000), encoding="utf-8")  # short sentences come first
     dev.write_text(_head("dev.tsv.gz", 50), encoding="utf-8")
     recipe = root / "e2e.yaml"
-    recipe.write_text(RECIPE.format(train=train, dev=dev, max_steps=MAX_STEPS), encoding="utf-8")
+    text = tiny_recipe(
+        "e2e", description="a tiny model for the end-to-end tests", data={"train": str(train), "dev": str(dev)},
+        tokenizer={"min_frequency": 2},
+        train={"max_tokens": 512, "max_steps": MAX_STEPS, "warmup_steps": 10, "save_every": 10, "keep_last": 3,
+               "average_last": 2, "log_every": 10, "eval_every": 20, "eval_sentences": 20},
+        decode={"max_len_offset": 20},
+    )
+    recipe.write_text(text, encoding="utf-8")
     return {"root": root, "train": train, "dev": dev, "recipe": recipe}
 
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from clitools import has_module, tfm
+from clitools import has_module, tfm, tiny_recipe
 
 from tfm_cli.errors import RecipeError
 from tfm_cli.monitor import EarlyStopping, read_curves
@@ -23,35 +23,6 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
-RECIPE = """\
-name: watch
-data:
-  train: {train}
-  dev: {dev}
-  max_len: 32
-tokenizer:
-  vocab_size: 400
-model:
-  d_model: 32
-  d_ff: 64
-  n_heads: 2
-  n_enc_layers: 1
-  n_dec_layers: 1
-  max_positions: 64
-train:
-  max_tokens: 400
-  max_steps: 15
-  warmup_steps: 10
-  log_every: 5
-  save_every: 10
-  eval_every: 10
-  eval_sentences: 10
-  keep_last: 3
-  average_last: 2
-  precision: fp32
-decode:
-  max_len_offset: 5
-"""
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +32,13 @@ def recipe(tmp_path_factory: pytest.TempPathFactory) -> Path:
         with gzip.open(CORPORA / f"{name}.tsv.gz", "rt", encoding="utf-8") as f:
             (root / f"{name}.tsv").write_text("".join(itertools.islice(f, n)), encoding="utf-8")
     path = root / "watch.yaml"
-    path.write_text(RECIPE.format(train=root / "train.tsv", dev=root / "dev.tsv"), encoding="utf-8")
+    text = tiny_recipe(
+        "watch", data={"train": str(root / "train.tsv"), "dev": str(root / "dev.tsv")},
+        train={"max_tokens": 400, "max_steps": 15, "warmup_steps": 10, "log_every": 5, "save_every": 10,
+               "eval_every": 10, "eval_sentences": 10, "keep_last": 3, "average_last": 2},
+        decode={"max_len_offset": 5},
+    )
+    path.write_text(text, encoding="utf-8")
     return path
 
 
