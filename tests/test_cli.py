@@ -499,6 +499,68 @@ def test_translate_invalid_utf8_names_the_line(random_run: Path) -> None:
     _assert_one_line_error(proc, "line 2", "UTF-8")
 
 
+def _read_lines(proc: subprocess.Popen, count: int, timeout: float = 90) -> list[str]:
+    """The next `count` lines of `proc`'s stdout, or a failure naming what came after `timeout` seconds."""
+    import select
+    import time
+
+    got, deadline = b"", time.monotonic() + timeout
+    while got.count(b"\n") < count:
+        left = deadline - time.monotonic()
+        readable = select.select([proc.stdout], [], [], max(left, 0))[0]
+        assert readable, f"no answer within {timeout:.0f} s (got {got!r}); stderr: {proc.stderr.read1().decode() if proc.poll() is not None else ''}"
+        data = os.read(proc.stdout.fileno(), 65536)
+        assert data, f"stdout ended after {got!r}: {proc.communicate()[1].decode()}"
+        got += data
+    return got.decode("utf-8").splitlines()
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--n-best", "2", "--beam", "2"]])
+def test_translate_answers_a_co_process_line_by_line(random_run: Path, extra: list[str]) -> None:
+    """stdin was translated 2,000 lines at a time: a program that writes a line and waits for its translation
+    (as fairseq-interactive or Marian's server are used), or `tail -f`, got nothing until 2,000 lines or the end."""
+    args = ["translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3", *extra]
+    sources = ["Bonjour.", "", "Merci beaucoup."]
+    proc = subprocess.Popen(
+        [str(TFM), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env()
+    )
+    per_line = 2 if "--n-best" in extra else 1
+    answers = []
+    try:
+        for source in sources:  # the next line is written only once this one's translation came back
+            proc.stdin.write(f"{source}\n".encode())
+            proc.stdin.flush()
+            answers += _read_lines(proc, per_line)
+        rest, err = proc.communicate(timeout=60)  # closes stdin: the end of the input
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0 and rest == b"" and b"Traceback" not in err, err.decode()
+    batch = tfm(*args, stdin="".join(f"{s}\n" for s in sources))  # all at once: the same lines
+    assert answers == batch.stdout.splitlines() and len(answers) == per_line * len(sources)
+
+
+def test_translate_a_bad_line_after_answered_ones_names_it(random_run: Path) -> None:
+    """Streaming keeps the line numbers of the UTF-8 check: line 1 is answered, line 2 refused by its number."""
+    proc = subprocess.Popen(
+        [str(TFM), "translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+    )
+    try:
+        proc.stdin.write(b"Bonjour.\n")
+        proc.stdin.flush()
+        assert len(_read_lines(proc, 1)) == 1
+        rest, err = proc.communicate(b"caf\xe9\nMerci.\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1 and rest == b""
+    lines = _error_lines(err.decode())
+    assert lines == ["Error: stdin line 2: invalid UTF-8 at byte 4"], err.decode()
+
+
 def test_translate_precision_errors(random_run: Path) -> None:
     proc = tfm("translate", "--model", str(random_run), "--device", "cpu", "--precision", "fp16", "x")
     _assert_one_line_error(proc, "fp16", "CUDA")

@@ -369,6 +369,31 @@ def test_stream_keeps_order_and_holds_only_a_chunk(translator: Translator) -> No
     assert [r.text for r in results] == [r.text for r in translator.translate(SOURCES * 3)]
 
 
+def test_stream_translates_what_was_read_when_the_next_line_would_wait(translator: Translator) -> None:
+    """`ready` says whether the next line is there; when it is not, what was read is translated before waiting
+    (a co-process got nothing until `chunk_lines` lines had come). Order, and chunk_lines as the bound, stay."""
+    lines = [f"{s}\n" for s in SOURCES * 2]
+    consumed = 0
+    there = set(range(4, 11))  # after reading line N, is line N + 1 there? Lines 4 to 11 came together
+
+    def source():
+        nonlocal consumed
+        for line in lines:
+            consumed += 1
+            yield line
+
+    stream = translator.translate_stream(source(), chunk_lines=3, ready=lambda: consumed in there)
+    results, read_at = [], []
+    for result in stream:
+        results.append(result)
+        read_at.append(consumed)
+    # lines 1-3 one at a time; 4-11 in chunks of at most 3 (4-6, 7-9, 10-11); then 12-14 one at a time again
+    assert read_at == [1, 2, 3, 6, 6, 6, 9, 9, 9, 11, 11, 12, 13, 14]
+    assert [r.text for r in results] == [r.text for r in translator.translate(SOURCES * 2)]
+    with pytest.raises(TypeError, match="ready takes a function .*, not bool"):
+        translator.translate_stream(lines, ready=True)
+
+
 def test_stream_of_a_file(translator: Translator, tmp_path: Path) -> None:
     path = tmp_path / "in.fr"
     path.write_text("Bonjour.\r\n\nMerci beaucoup.\n", encoding="utf-8")

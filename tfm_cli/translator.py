@@ -451,6 +451,7 @@ class Translator:
         *,
         chunk_lines: int = CHUNK_LINES,
         progress: Callable[[int], None] | None = None,
+        ready: Callable[[], bool] | None = None,
         **settings: Any,
     ) -> Iterator[Translation]:
         """Translate an iterable of lines (a file, stdin, a generator) lazily, yielding results in input order.
@@ -459,8 +460,15 @@ class Translator:
         Trailing newlines are stripped from each line. The arguments and settings are checked at the call, before
         any line is read; a line that is not text is named when it is reached.
 
+        `ready`, when given, is asked after each line read whether the next one can be had without waiting; when it
+        says no, the lines read so far are translated and yielded before the next is read. So a writer that sends
+        one line and waits for its translation (a co-process, `tail -f`) gets it at once, while an input that is all
+        there is still translated `chunk_lines` at a time. Without it, a chunk ends only at `chunk_lines` lines or
+        the end of the input (`chunk_lines=1` translates line by line).
+
         Raises:
-            TypeError: `lines` is a string or not iterable, a line is not a string, `progress` is not callable.
+            TypeError: `lines` is a string or not iterable, a line is not a string, `progress` or `ready` is not
+                callable.
             ValueError: `chunk_lines` is not an integer >= 1.
             TfmError: a decode setting of the wrong type or out of range.
         """
@@ -474,18 +482,35 @@ class Translator:
             )
         _check_ordered(lines, "translate_stream()")
         _check_progress(progress)
+        if ready is not None and not callable(ready):
+            raise TypeError(f"ready takes a function that says whether the next line can be read without waiting, not {type(ready).__name__}")
         decode = self.settings.updated(**settings)
         self._check_beam(decode)
         # checked above, at the call: a generator function checked nothing until its first next(), so a bad
         # setting surfaced wherever the results were first read
-        return self._stream(lines, chunk_lines, decode, progress)
+        return self._stream(lines, chunk_lines, decode, progress, ready)
 
     def _stream(
-        self, lines: Iterable[str], chunk_lines: int, decode: DecodeSettings, progress: Callable[[int], None] | None
+        self,
+        lines: Iterable[str],
+        chunk_lines: int,
+        decode: DecodeSettings,
+        progress: Callable[[int], None] | None,
+        ready: Callable[[], bool] | None,
     ) -> Iterator[Translation]:
         source = (_line(line, number) for number, line in enumerate(lines, start=1))
         first = 1
-        while chunk := list(itertools.islice(source, chunk_lines)):
+        while True:
+            if ready is None:
+                chunk = list(itertools.islice(source, chunk_lines))
+            else:  # up to chunk_lines, but no waiting for a line while those read are untranslated
+                chunk = []
+                for line in source:
+                    chunk.append(line)
+                    if len(chunk) >= chunk_lines or not ready():
+                        break
+            if not chunk:
+                return
             yield from self._translate_lines(chunk, first, decode, progress)
             first += len(chunk)
 

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import json
 import os
+import select
 import signal
 import stat
 import sys
@@ -266,30 +267,108 @@ def stdin_lines(command: str) -> Iterator[str]:
     """Lines of stdin, decoded strictly as UTF-8 so that a bad byte is reported with its line; `command` (e.g.
     "tfm translate") is the one the hints pipe into."""
     for number, raw in enumerate(sys.stdin.buffer, start=1):
-        if number == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-            raise TfmError("stdin is UTF-16 text, not UTF-8", hint="re-encode the input, e.g. iconv -f utf-16 -t utf-8")
-        compressed = _compression(raw) if number == 1 else None
-        if compressed:
-            kind, tool = compressed
-            raise TfmError(f"stdin is {kind}-compressed, not text", hint=f"decompress it on the way in, e.g. {tool} input | {command}")
-        if b"\x00" in raw:
-            raise TfmError(
-                f"stdin line {number}: a NUL byte at byte {raw.index(0) + 1}: binary data, not text",
-                hint="pipe in UTF-8 text, one sentence per line",
-            )
+        yield _stdin_line(number, raw, command)
+
+
+class StdinLines:
+    """stdin's lines, checked as `stdin_lines` checks them, read from its file descriptor so that `ready()` can tell
+    whether the next line is there without waiting for the writer. `tfm translate` uses it to translate what has
+    been read whenever reading on would wait: a co-process that writes one line and waits for its translation, or
+    `tail -f`, gets each translation at once, while a file piped in is still read in large batches. At most the
+    line being read and one read's worth of bytes (64 KiB) are held beyond the lines handed out."""
+
+    READ_BYTES = 1 << 16
+
+    def __init__(self, command: str) -> None:
+        self._command = command
+        self._fd = sys.stdin.fileno()
+        self._buffer = b""
+        self._pos = 0  # where the next line starts in _buffer
+        self._eof = False
+        self._number = 0
+
+    @staticmethod
+    def usable() -> bool:
+        """Whether stdin is a file descriptor that select() can watch (not on Windows, where select takes sockets
+        only; not a replaced sys.stdin without one)."""
+        if os.name == "nt" or sys.stdin is None:
+            return False
         try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise TfmError(
-                f"stdin line {number}: invalid UTF-8 at byte {e.start + 1}",
-                hint="re-encode the input as UTF-8, e.g. iconv -f latin1 -t utf-8",
-            ) from None
-        if "\r" in text.removesuffix("\n").removesuffix("\r"):  # CR-only line ends would glue sentences together
-            raise TfmError(
-                f"stdin line {number}: a carriage return (\\r) inside the line: the input ends its lines with CR alone",
-                hint=f"convert the line ends, e.g. tr '\\r' '\\n' < input.txt | {command}",
-            )
-        yield text  # (a byte-order mark, on line 1 or after a `cat` of two files, is dropped by the Translator)
+            sys.stdin.fileno()
+        except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is an OSError and a ValueError
+            return False
+        return True
+
+    def __iter__(self) -> StdinLines:
+        return self
+
+    def __next__(self) -> str:
+        while True:
+            end = self._buffer.find(b"\n", self._pos)
+            if end >= 0:
+                raw, self._pos = self._buffer[self._pos : end + 1], end + 1
+                break
+            if self._eof:
+                if self._pos >= len(self._buffer):
+                    raise StopIteration
+                raw, self._pos = self._buffer[self._pos :], len(self._buffer)
+                break
+            self._read()  # waits for the writer when nothing is there
+        self._number += 1
+        return _stdin_line(self._number, raw, self._command)
+
+    def ready(self) -> bool:
+        """Whether the next line, or the end of the input, can be had without waiting."""
+        while self._buffer.find(b"\n", self._pos) < 0 and not self._eof:
+            try:
+                readable = select.select([self._fd], [], [], 0)[0]
+            except (OSError, ValueError):  # a descriptor select() cannot watch: say "no", so nothing waits on it
+                return False
+            if not readable:
+                return False
+            self._read()
+        return True
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self._fd, self.READ_BYTES)
+                break
+            except BlockingIOError:  # a non-blocking descriptor (shared with a writer that set O_NONBLOCK): wait
+                select.select([self._fd], [], [])
+        if not data:
+            self._eof = True
+        self._buffer = self._buffer[self._pos :] + data  # what is left of the last read, and the new bytes
+        self._pos = 0
+
+
+def _stdin_line(number: int, raw: bytes, command: str) -> str:
+    """stdin's line `number`, as read (line end included), checked and decoded: UTF-16, a compressed stream, a NUL
+    byte, invalid UTF-8 and CR-only line ends are a TfmError naming the line."""
+    if number == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise TfmError("stdin is UTF-16 text, not UTF-8", hint="re-encode the input, e.g. iconv -f utf-16 -t utf-8")
+    compressed = _compression(raw) if number == 1 else None
+    if compressed:
+        kind, tool = compressed
+        raise TfmError(f"stdin is {kind}-compressed, not text", hint=f"decompress it on the way in, e.g. {tool} input | {command}")
+    if b"\x00" in raw:
+        raise TfmError(
+            f"stdin line {number}: a NUL byte at byte {raw.index(0) + 1}: binary data, not text",
+            hint="pipe in UTF-8 text, one sentence per line",
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TfmError(
+            f"stdin line {number}: invalid UTF-8 at byte {e.start + 1}",
+            hint="re-encode the input as UTF-8, e.g. iconv -f latin1 -t utf-8",
+        ) from None
+    if "\r" in text.removesuffix("\n").removesuffix("\r"):  # CR-only line ends would glue sentences together
+        raise TfmError(
+            f"stdin line {number}: a carriage return (\\r) inside the line: the input ends its lines with CR alone",
+            hint=f"convert the line ends, e.g. tr '\\r' '\\n' < input.txt | {command}",
+        )
+    return text  # (a byte-order mark, on line 1 or after a `cat` of two files, is dropped by the Translator)
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -14,6 +14,7 @@ import typer
 
 from tfm_cli.cli.common import (
     DEVICE_HELP,
+    StdinLines,
     check_output_file,
     check_utf8,
     file_path,
@@ -31,7 +32,7 @@ from tfm_cli.cli.common import (
 from tfm_cli.errors import TfmError, shell_word
 from tfm_cli.scoring import AUTO, BLEU_TOKENIZERS
 
-CHUNK_LINES = 2000  # stdin is translated in chunks of this many lines, so huge inputs stream
+CHUNK_LINES = 2000  # stdin is translated in chunks of at most this many lines, so huge inputs stream
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")  # tfm_cli.runtime.PRECISIONS + int8, without importing torch
 Engine = Literal["auto", "torch", "onnxruntime"]  # as tfm_cli.translator.ENGINES
 
@@ -140,12 +141,19 @@ def translate(
             raise typer.BadParameter("give a sentence, or pipe lines into stdin (e.g. tfm translate < input.txt)", param_hint="TEXT")
         # A live bar only when the translations go to a file: at a terminal they are the progress.
         bar = progress_bar("translate", total=None) if not sys.stdout.isatty() else contextlib.nullcontext()
+        # What has been read is translated whenever reading on would wait (StdinLines.ready), and each result is
+        # flushed: a co-process that writes a line and waits for its translation gets it, as `tail -f` does; a
+        # file piped in is all there, so it is still translated CHUNK_LINES at a time.
+        if StdinLines.usable():
+            lines: Any = StdinLines("tfm translate")
+            ready = lines.ready
+        else:  # no select() on this stdin (Windows): chunks of CHUNK_LINES, or the end of the input
+            lines, ready = stdin_lines("tfm translate"), None
         with bar as advance:
-            results = translator.translate_stream(stdin_lines("tfm translate"), chunk_lines=CHUNK_LINES, progress=advance, **settings)
+            results = translator.translate_stream(lines, chunk_lines=CHUNK_LINES, progress=advance, ready=ready, **settings)
             for line_no, result in enumerate(results, start=1):
                 _emit(result, json_out, n_best, line_no)
-                if line_no % CHUNK_LINES == 0:
-                    sys.stdout.flush()
+                sys.stdout.flush()
 
 
 def _alpha(value: float | None) -> float | None:
