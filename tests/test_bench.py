@@ -486,9 +486,11 @@ def test_gate_through_the_cli(tmp_path: Path) -> None:
     early = tfm(*slow, "--baseline", str(tmp_path / "nowhere.json"), check=False, timeout=60)
     assert early.returncode == 1 and "nowhere.json does not exist" in early.stderr
     wrong = tfm(*slow, "--baseline", str(tmp_path / "generous.json"), "--tolerance", "lots", check=False, timeout=60)
-    assert wrong.returncode == 1 and "--tolerance 'lots' is not a number" in wrong.stderr
+    # a usage error, exit 2 as a bad --lengths: exit 1 is what a CI job reads as "a figure got worse"
+    said = "Error: Invalid value for --tolerance: 'lots' is not a number; write it as 10% or 0.1"
+    assert wrong.returncode == 2 and wrong.stderr.splitlines() == [said, "hint: see tfm bench attention --help"]
     alone = tfm(*slow, "--tolerance", "lots", check=False, timeout=60)  # without --baseline: not ignored either
-    assert alone.returncode == 1 and "--tolerance 'lots' is not a number" in alone.stderr
+    assert alone.returncode == 2 and alone.stderr.splitlines() == [said, "hint: see tfm bench attention --help"]
     (tmp_path / "translate.json").write_text(json.dumps({**generous, "kind": "translate"}))
     other = tfm(*slow, "--baseline", str(tmp_path / "translate.json"), check=False, timeout=60)
     assert other.returncode == 1 and "is a benchmark of translate, this is one of attention" in other.stderr

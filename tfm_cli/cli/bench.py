@@ -98,7 +98,11 @@ def _gate_inputs(baseline: Path | None, tolerance: str, kind: str) -> tuple[dict
     """Read --baseline and --tolerance before measuring, so a wrong path fails in a second, not after the run."""
     from tfm_cli.bench.gate import load_baseline, parse_tolerance
 
-    share = parse_tolerance(tolerance)  # without --baseline too: a bad value is not silently ignored
+    try:
+        share = parse_tolerance(tolerance)  # without --baseline too: a bad value is not silently ignored
+    except TfmError as error:  # a usage error (exit 2, as a bad --lengths), not exit 1, which a CI job reads as "slower"
+        said = error.message.removeprefix("--tolerance ")
+        raise typer.BadParameter(f"{said}; {error.hint}" if error.hint else said, param_hint="--tolerance") from None
     if baseline is None:
         return None
     data = load_baseline(baseline)
