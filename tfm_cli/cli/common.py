@@ -532,6 +532,14 @@ class SentenceCommand(Command):
         try:
             return super().parse_args(ctx, args)
         except Exception as error:  # Click's NoSuchOption, of whichever Click this Typer uses (0.29 has its own copy)
+            if type(error).__name__ == "MissingParameter" and getattr(getattr(error, "param", None), "name", None) == "sentence":
+                # "Missing argument 'SENTENCE'." said neither what a sentence is here nor that - reads stdin
+                # (`echo ... | tfm inspect-attn` without the -, as tfm translate takes stdin without one)
+                error.message = (  # type: ignore[attr-defined]
+                    'Give the sentence to inspect, in quotes (tfm inspect-attn "Je suis étudiant."), or - to read '
+                    "it from stdin (head -n 1 input.fr | tfm inspect-attn -)"
+                )
+                raise
             if type(error).__name__ != "NoSuchOption" or getattr(error, "possibilities", None):
                 raise  # another usage error, or a mistyped option (--beem): Click's "Possible options" stands
             known = {name for param in self.params for name in (*param.opts, *param.secondary_opts)}

@@ -40,7 +40,7 @@ Precision = Literal["auto", "fp32", "bf16", "fp16"]  # tfm_cli.runtime.PRECISION
 
 
 def inspect_attn(
-    sentence: str = typer.Argument(..., help="The source sentence to translate and inspect (-: one line from stdin)."),
+    sentence: str = typer.Argument(..., metavar="SENTENCE", help="The source sentence to translate and inspect (-: one line from stdin)."),
     model: Path = typer.Option(None, "--model", "-m", parser=given_path, metavar="<path>", help="Run directory, release directory or .safetensors file (default: the most recent run under runs/).", show_default=False),
     target: str = typer.Option(None, "--target", "-t", help="Inspect this target (teacher-forced) instead of the model's translation.", show_default=False),
     kind: str = typer.Option(None, "--kind", "-k", help="encoder, decoder or cross (default: cross; with --token, where the token is).", show_default=False),

@@ -38,7 +38,7 @@ Engine = Literal["auto", "torch", "onnxruntime"]  # as tfm_cli.translator.ENGINE
 
 
 def translate(
-    text: str = typer.Argument(None, help="A sentence to translate. Without it (or with -), lines are read from stdin.", show_default=False),
+    text: str = typer.Argument(None, metavar="TEXT", help="A sentence to translate. Without it (or with -), lines are read from stdin.", show_default=False),
     model: Path = typer.Option(None, "--model", "-m", parser=given_path, metavar="<path>", help="Run directory, .safetensors checkpoint, release or ONNX export directory (default: the most recent run under runs/).", show_default=False),
     beam: int = typer.Option(None, "--beam", "-b", min=1, help="Beam size (default: the run's recipe, 4).", show_default=False),
     alpha: float = typer.Option(None, "--alpha", callback=lambda v: _alpha(v), help="GNMT length penalty, 0 to 10 (default: the run's recipe, 0.6).", show_default=False),
