@@ -564,6 +564,39 @@ def test_translate_a_bad_line_after_answered_ones_names_it(random_run: Path) -> 
     assert lines == ["Error: stdin line 2: invalid UTF-8 at byte 4"], err.decode()
 
 
+def test_translate_dash_at_a_terminal_translates_each_line_typed(random_run: Path) -> None:
+    """`tfm translate -` at a terminal was refused ("pipe lines into stdin"): no way to type sentences and read
+    their translations, as fairseq-interactive does. Without -, and with --reference (which waited for sources
+    typed at the terminal without a word), a terminal stdin is still refused, now before the model loads."""
+    args = ["translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3"]
+    master, slave = pty.openpty()
+    try:
+        for extra, said in (
+            ([], "Invalid value for TEXT: give a sentence, or pipe lines into stdin (e.g. tfm translate < input.txt), or give - to type them"),
+            (["--reference", str(random_run / "tokenizer.json")], "Invalid value for --reference: --reference scores the sentences read from stdin, and stdin is the terminal"),
+        ):
+            refused = subprocess.run([str(TFM), *args, *extra], stdin=slave, capture_output=True, env=_env(), timeout=60)
+            assert refused.returncode == 2 and refused.stdout == b"", refused.stderr.decode()
+            lines = _error_lines(refused.stderr.decode())
+            assert len(lines) == 1 and lines[0].startswith(f"Error: {said}"), refused.stderr.decode()
+        proc = subprocess.Popen([str(TFM), *args, "-"], stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+        try:
+            os.write(master, b"Bonjour.\n")
+            typed = _read_lines(proc, 1)  # answered while the terminal stays open
+            os.write(master, b"\x04")  # Ctrl-D: the end of the input
+            rest, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert proc.returncode == 0 and rest == b"", err.decode()
+    assert "type a sentence and press Enter to translate it; Ctrl-D ends" in err.decode()
+    assert typed == tfm(*args, "Bonjour.").stdout.splitlines()
+
+
 def test_translate_precision_errors(random_run: Path) -> None:
     proc = tfm("translate", "--model", str(random_run), "--device", "cpu", "--precision", "fp16", "x")
     _assert_one_line_error(proc, "fp16", "CUDA")

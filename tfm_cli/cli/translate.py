@@ -38,7 +38,7 @@ Engine = Literal["auto", "torch", "onnxruntime"]  # as tfm_cli.translator.ENGINE
 
 
 def translate(
-    text: str = typer.Argument(None, metavar="TEXT", help="A sentence to translate. Without it (or with -), lines are read from stdin.", show_default=False),
+    text: str = typer.Argument(None, metavar="TEXT", help="A sentence to translate. Without it (or with -), lines are read from stdin; - at a terminal translates each line typed.", show_default=False),
     model: Path = typer.Option(None, "--model", "-m", parser=given_path, metavar="<path>", help="Run directory, .safetensors checkpoint, release or ONNX export directory (default: the most recent run under runs/).", show_default=False),
     beam: int = typer.Option(None, "--beam", "-b", min=1, help="Beam size (default: the run's recipe, 4).", show_default=False),
     alpha: float = typer.Option(None, "--alpha", callback=lambda v: _alpha(v), help="GNMT length penalty, 0 to 10 (default: the run's recipe, 0.6).", show_default=False),
@@ -74,7 +74,8 @@ def translate(
 
       tfm translate --score test.en-zh.tsv --bleu-tokenize zh
     """
-    if text == "-":  # as for cat, sacrebleu and most of the field's tools: stdin
+    dash = text == "-"
+    if dash:  # as for cat, sacrebleu and most of the field's tools: stdin (a terminal too: typed lines)
         text = None
     if greedy and n_best > 1:
         raise typer.BadParameter("--n-best needs beam search; drop --greedy", param_hint="--n-best")
@@ -97,6 +98,18 @@ def translate(
     reads_stdin = text is None and not score
     if reads_stdin and sys.stdin is None:  # started with stdin closed (<&-)
         raise TfmError("standard input is closed: there is nothing to translate", hint="give a sentence, or pipe lines into stdin")
+    if reads_stdin and not dash and sys.stdin.isatty():  # said before the model loads: reading would wait, silently
+        if reference is not None:  # it waited for sources typed at the terminal, without a word
+            raise typer.BadParameter(
+                "--reference scores the sentences read from stdin, and stdin is the terminal: pipe them in "
+                "(tfm translate --reference ref.en < src.fr), or give - to type them (Ctrl-D ends)",
+                param_hint="--reference",
+            )
+        raise typer.BadParameter(
+            "give a sentence, or pipe lines into stdin (e.g. tfm translate < input.txt), or give - to type them, "
+            "one a line (Ctrl-D ends)",
+            param_hint="TEXT",
+        )
     if reference is not None and reads_stdin and reads_from_stdin(reference):
         # /dev/stdin of a `< src` file opens that file again: the sources were scored against themselves
         raise TfmError(
@@ -137,8 +150,8 @@ def translate(
         if text is not None:
             _emit(translator.translate(text, **settings), json_out, n_best, line=1)
             return
-        if sys.stdin.isatty():
-            raise typer.BadParameter("give a sentence, or pipe lines into stdin (e.g. tfm translate < input.txt)", param_hint="TEXT")
+        if sys.stdin.isatty():  # `tfm translate -` at a terminal: each line typed is translated when Enter is pressed
+            info("type a sentence and press Enter to translate it; Ctrl-D ends")
         # A live bar only when the translations go to a file: at a terminal they are the progress.
         bar = progress_bar("translate", total=None) if not sys.stdout.isatty() else contextlib.nullcontext()
         # What has been read is translated whenever reading on would wait (StdinLines.ready), and each result is
