@@ -578,6 +578,38 @@ def test_the_launcher_passes_on_a_worker_s_exit_status_without_torchrun_s_traceb
     assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr
 
 
+def test_the_launcher_leaves_no_log_directory_behind(tmp_path: Path) -> None:
+    """torchrun made a `torchelastic_XXXX` log directory in TMPDIR for every job and never removed it: after the
+    test suite /tmp held hundreds. The launcher now gives the job a temporary one and removes it, whether the
+    workers succeeded or failed (their exit status still passed on)."""
+    import sys
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    for code in (0, 3):
+        script = tmp_path / f"exits-{code}.py"
+        script.write_text(f"import sys\nsys.exit({code})\n", encoding="utf-8")
+        proc = subprocess.run(
+            [sys.executable, "-m", "tfm_cli.torchrun", "--nproc-per-node=1", "--standalone", str(script)],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(scratch)},
+        )
+        assert proc.returncode == code, proc.stderr
+        assert list(scratch.iterdir()) == [], proc.stderr
+
+
+def test_tfm_train_under_torchrun_leaves_no_log_directory_in_tmpdir(tmp_path: Path) -> None:
+    """`tfm train --nproc-per-node` itself: the run is written, and no torchelastic log directory is left in
+    TMPDIR (torch's own per-user `torchinductor_USER` cache, one for all runs, may be)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE.format(train="bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
+    tfm("train", str(recipe), "train.eval_every=0", "--out", str(tmp_path / "run"), "--device", "cpu",
+        "--nproc-per-node", "1", env_extra={"TMPDIR": str(scratch)}, timeout=300)
+    assert (tmp_path / "run" / "model.safetensors").is_file()
+    assert [p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_")] == []
+
+
 @pytest.mark.slow
 def test_a_bad_input_under_two_processes_is_one_line(data: dict[str, Path], pair: dict, tmp_path: Path) -> None:
     """Every process reads the corpora and the run: a line without a tab was said by each process (twice), or,

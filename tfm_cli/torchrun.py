@@ -6,11 +6,17 @@ torchrun's own traceback after either would bury that line. The exit status is t
 128 + the signal. It stops (SIGTERM, passed on to the workers) when `tfm train` ends, even by `kill -9`. A job that
 cannot meet (node 0's port taken by another program, an address that cannot be reached) is one `Error:` line and
 status 1, instead of torchrun's traceback.
+
+torchrun keeps its workers' error files in a log directory that it makes in TMPDIR (`torchelastic_XXXX`) and never
+removes: one more left behind by every job. Unless `--log-dir` is given, the job's goes in a temporary directory
+of tfm's own, removed when torchrun returns (a worker's error has been read by then), however the job ended.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 
 
@@ -30,8 +36,10 @@ def main(argv: Sequence[str]) -> int:
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import main as torchrun
 
+    argv = list(argv)
+    logs = None if _gives_log_dir(argv) else tempfile.mkdtemp(prefix="tfm-torchrun-")
     try:
-        torchrun(list(argv))
+        torchrun([f"--log-dir={logs}", *argv] if logs else argv)
     except SignalException as stop:  # the workers were sent the same signal and have saved
         return 128 + int(stop.sigval)
     except ChildFailedError as failed:
@@ -46,7 +54,20 @@ def main(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 1
+    finally:
+        if logs:
+            shutil.rmtree(logs, ignore_errors=True)
     return 0
+
+
+def _gives_log_dir(argv: Sequence[str]) -> bool:
+    """Whether torchrun's own options (those before `-m module`, as tfm starts it) name a log directory."""
+    for arg in argv:
+        if arg == "-m":
+            return False
+        if arg.split("=", 1)[0] in ("--log-dir", "--log_dir"):
+            return True
+    return False
 
 
 if __name__ == "__main__":
