@@ -463,6 +463,22 @@ def test_translate_a_file_name_is_refused_not_translated(random_run: Path, tmp_p
     assert dash.returncode == 0 and dash.stdout == piped.stdout and len(dash.stdout.splitlines()) == 2
 
 
+def test_translate_a_symlinked_weights_file_finds_its_run_s_tokenizer(random_run: Path, tmp_path: Path) -> None:
+    """`ln -s /shared/runs/x/model.safetensors ~/models/fr-en.safetensors`, then `--model` the link: tfm looked
+    for tokenizer.json beside the link only ("is missing"). Where none is there, the linked file's own run
+    directory (what the link stands for) gives it; a tokenizer.json beside the link still comes first."""
+    link = tmp_path / "models" / "fr-en.safetensors"
+    link.parent.mkdir()
+    link.symlink_to(random_run / "model.safetensors")
+    direct = tfm("translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3", "Bonjour.")
+    proc = tfm("translate", "--model", str(link), "--device", "cpu", "--max-len", "3", "Bonjour.")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout == direct.stdout
+    (link.parent / "tokenizer.json").write_text("{}", encoding="utf-8")  # beside the link: that one is used
+    proc = tfm("translate", "--model", str(link), "--device", "cpu", "x")
+    _assert_one_line_error(proc, str(link.parent / "tokenizer.json"))
+
+
 def test_translate_empty_model_dir(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -280,9 +280,21 @@ def _warn_if_trained_on(loaded: LoadedModel) -> None:
         )
 
 
+def _tokenizer_folder(path: Path) -> Path:
+    """The run directory whose tokenizer.json goes with the weights file `path`: its own folder (its run's, for a
+    checkpoint), or, where that has none and `path` is a symbolic link (`ln -s /shared/runs/x/model.safetensors
+    fr-en.safetensors`), the folder of the file it links to."""
+    run_dir = run_dir_of(path)
+    if not (run_dir / "tokenizer.json").exists() and path.is_symlink():
+        target = run_dir_of(path.resolve())
+        if (target / "tokenizer.json").is_file():
+            return target
+    return run_dir
+
+
 def _load_model(path: Path, device: str | torch.device) -> LoadedModel:
     metadata = read_metadata(path)
-    run_dir = run_dir_of(path)
+    run_dir = _tokenizer_folder(path)
     tok_path = run_dir / "tokenizer.json"
     if tok_path.exists() and not tok_path.is_file():
         raise CheckpointError(
@@ -293,7 +305,7 @@ def _load_model(path: Path, device: str | torch.device) -> LoadedModel:
         raise CheckpointError(
             f"{tok_path} is missing: {path} needs the tokenizer it was trained with",
             hint=f"copy the run's tokenizer.json into {run_dir.absolute()} (a .safetensors file finds it in its own "
-            "folder; a checkpoint, in its run's folder)",
+            "folder; a checkpoint, in its run's folder; a symbolic link, beside the file it links to when not beside itself)",
         )
     tokenizer = Tokenizer.load(tok_path)
     expected = metadata["tokenizer_sha256"]
