@@ -660,6 +660,19 @@ def test_tokenize_into_a_run_is_refused(root: Path, copy: Path) -> None:
     assert snapshot(copy) == before
 
 
+def test_tokenize_beside_a_run_s_tokenizer_under_another_name_is_written(root: Path, copy: Path) -> None:
+    """`--out RUN/tok-300.json` (another tokenizer kept beside a run's): refused as "replacing tok-300.json would
+    break it", though the run's model is bound to its tokenizer.json alone, which is left as it was."""
+    before = snapshot(copy)
+    proc = tfm("tokenize", str(root / "recipe.yaml"), "tokenizer.vocab_size=300", "--out", str(copy / "tok-300.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert (copy / "tok-300.json").is_file()
+    after = snapshot(copy)
+    del after["tok-300.json"]
+    assert after == before
+    assert tfm("translate", "--model", str(copy), "--device", "cpu", "--max-len", "3", "Bonjour.").returncode == 0
+
+
 def test_tokenize_into_a_run_before_its_first_checkpoint_is_refused(root: Path, run: Path, tmp_path: Path) -> None:
     """A run that `tfm train` started (recipe.yaml, config.json, its tokenizer) but that has no checkpoint yet, as
     while it trains its first steps: `tfm tokenize RECIPE` (the same default runs/NAME/tokenizer.json) replaced its

@@ -131,19 +131,20 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
 
     target = out if out is not None else default_out
     run_dir = target.parent
-    if run_dir.is_dir() and not DirectoryLock(run_dir).acquire():  # kept to the end: a start meanwhile is refused
+    runs_own = target.name == "tokenizer.json"  # the file a run's model is bound to; another name beside it is not
+    if runs_own and run_dir.is_dir() and not DirectoryLock(run_dir).acquire():  # kept to the end: a start meanwhile is refused
         # `tfm train` holds it from its first moment, before its recipe.yaml and config.json are written: the
         # tokenizer it has loaded would no longer be the run's tokenizer.json, and its model could not be used
         raise TfmError(
             f"{run_dir} is being trained by another process right now: replacing {target.name} would break its model",
             hint="choose another --out",
         )
-    if checkpoint_steps(run_dir) or (run_dir / "model.safetensors").is_file():
+    if runs_own and (checkpoint_steps(run_dir) or (run_dir / "model.safetensors").is_file()):
         raise TfmError(
             f"{run_dir} already holds a trained model: replacing {target.name} would break it",
             hint="choose another --out, or train a new run",
         )
-    if target.name == "tokenizer.json" and (run_dir / "recipe.yaml").is_file() and (run_dir / "config.json").is_file():
+    if runs_own and (run_dir / "recipe.yaml").is_file() and (run_dir / "config.json").is_file():
         # a start wrote these (its model, training now or to be restarted, is built on the tokenizer already
         # there), or an export that has no model.safetensors (onnx): either way the tokenizer is the model's
         raise TfmError(
