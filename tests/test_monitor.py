@@ -206,6 +206,30 @@ def test_time_budget_ends_the_run_cleanly(recipe: Path, tmp_path: Path) -> None:
     assert json.loads((run / "summary.json").read_text())["steps"] == step + 3 and "resumed from" in resumed.stderr
 
 
+def test_time_budget_counts_training_time_across_resumes(recipe: Path, tmp_path: Path) -> None:
+    """train.max_time counted from `tfm train`'s start (tokenizer and corpus reading included) and afresh at each
+    resume: a plain --resume of a run its budget had ended trained for another max_time. Now it counts the training
+    of all sessions (as fairseq's --stop-time-hours), the final model is said to come after it, and summary.json
+    splits the session's time."""
+    run = tmp_path / "run"
+    proc = tfm("train", str(recipe), "train.max_steps=1000000", "train.max_time=2s", "train.save_every=100000",
+               "--out", str(run), "--device", "cpu")
+    assert "train.max_time counts training only: averaging the last checkpoints and evaluating the final model on all 20 dev sentences" in proc.stderr
+    first = json.loads((run / "summary.json").read_text())
+    assert 2 <= first["train_seconds"] < 2 + 5  # training only: not the set-up, not the final evaluation
+    assert first["session_seconds"] >= first["setup_seconds"] + first["train_seconds"] + first["final_seconds"] - 0.5
+    again = tfm("train", "--resume", str(run), "--device", "cpu")  # the budget is spent: nothing to do
+    assert "when its time budget ran out (train.max_time=2s" in again.stderr and "nothing to do" in again.stderr
+    assert "train.max_time=LONGER" in again.stderr
+    assert json.loads((run / "summary.json").read_text()) == first
+    more = tfm("train", "--resume", str(run), "train.max_time=4s", "--device", "cpu")  # 2 more seconds of training
+    assert "resumed from" in more.stderr
+    second = json.loads((run / "summary.json").read_text())
+    assert second["steps"] > first["steps"] and 4 <= second["train_seconds"] < 4 + 5
+    assert second["stopped"].startswith(f"time budget: train.max_time=4s used up at step {second['steps']} ")
+    assert "s of training in all sessions)" in second["stopped"]
+
+
 def test_durations() -> None:
     from tfm_cli.recipe import parse_duration
 

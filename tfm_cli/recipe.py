@@ -92,7 +92,7 @@ class TrainRecipe:
     max_tokens: int = 25000  # tokens per batch on each side (source and target, padding included)
     accum_steps: int = 1  # batches per optimizer step (gradient accumulation)
     max_steps: int = 100000  # optimizer steps
-    max_time: str | None = None  # time budget for the steps, e.g. "15m", "2h", "1h30m"; null = none (fairseq --stop-time-hours)
+    max_time: str | None = None  # training time budget, all sessions (first step to last), e.g. "15m", "2h"; null = none (fairseq --stop-time-hours)
     warmup_steps: int = 4000  # linear warmup of the learning rate, then inverse square root decay
     lr_factor: float = 1.0  # multiplies the paper's schedule d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam beta1, beta2

@@ -99,6 +99,7 @@ from tfm_cli.training.step import setup_model, step_tokens, train_step
 from tfm_cli.training.stopping import HeldStops
 
 TRIM_EVERY = 50  # CPU: steps between returning the heap's free pages to the kernel (see runtime.py)
+TIME_BUDGET = "time budget:"  # how summary.json's "stopped" begins when train.max_time ended the run
 MAX_BAD_STEPS = 5  # this many NaN/infinite losses in a row stop the run (each one alone is skipped)
 
 
@@ -304,6 +305,10 @@ class Trainer:
         self.early = EarlyStopping(self.t.patience, self.t.patience_metric)
         self.started = time.perf_counter()
         self.earlier_seconds = 0.0  # training time of the sessions before a resume, up to its checkpoint
+        # this session's training loop (its first step to its last; set-up and the final model excluded): with
+        # earlier_seconds, the training time that train.max_time counts and checkpoints save (`train_seconds`)
+        self.loop_started: float | None = None
+        self.loop_ended: float | None = None
         self.lock = DirectoryLock(run_dir)  # rank 0 holds it while it trains the run
         self.finished: dict[str, Any] | None = None  # a resumed run that was already finished: its summary.json
         self.corpus_stats: CorpusStats | None = None  # what reading data.train kept and skipped (summary.json)
@@ -341,7 +346,7 @@ class Trainer:
             size = Tokenizer.load(run_dir / "tokenizer.json").vocab_size
             check_tokenizer_kept(self.recipe, run_dir, size)  # before a finished run returns: an override is not ignored
             self.recipe = with_tokenizer_size(self.recipe, size)
-            self.finished = _finished_summary(run_dir, self.step, self.recipe)
+            self.finished = _finished_summary(run_dir, self.step, self.recipe, float(state.get("train_seconds", 0.0)))
             if self.finished is not None:  # nothing to train, average or evaluate: `fit` says so
                 return
         created = _make_run_dir(run_dir) if self.main else False
@@ -498,7 +503,14 @@ class Trainer:
         """Train to train.max_steps or a stop; then average, evaluate and write the final model (rank 0)."""
         t, dist = self.t, self.dist
         if self.finished is not None:
-            if self.step < t.max_steps:  # early stopping ended it
+            if str(self.finished.get("stopped", "")).startswith(TIME_BUDGET):
+                self.events.message(
+                    f"{self.run_dir} stopped at step {self.step} when its time budget ran out (train.max_time={t.max_time}; "
+                    f"{self.finished.get('train_seconds', 0):,.0f}s of training in all its sessions) and its final model is written: "
+                    f"nothing to do; to train on: tfm train --resume {shell_word(self.run_dir)} train.max_time=LONGER "
+                    "(it counts the training time of all sessions) or train.max_time=null"
+                )
+            elif self.step < t.max_steps:  # early stopping ended it
                 self.events.message(
                     f"{self.run_dir} stopped early at step {self.step} ({self.finished['stopped']}) and its final model "
                     f"is written: nothing to do; to train on: tfm train --resume {shell_word(self.run_dir)} "
@@ -523,18 +535,27 @@ class Trainer:
         )
         self.events.start(self.step, t.max_steps)
         self.last_saved = self.step
-        budget = parse_duration(t.max_time) if t.max_time else None  # seconds of this invocation, or no limit
+        # seconds of training, all sessions together (as fairseq's --stop-time-hours): a resume continues the count
+        budget = parse_duration(t.max_time) if t.max_time else None
         window, rising = _Window(), RisingLoss()
         skipped = bad_in_a_row = 0  # steps whose loss was NaN or infinite: in all, and in a row
         save_owed = False  # a checkpoint put off while the loss was NaN
         stopped = ""
+        self.loop_started = time.perf_counter()
+        if budget is not None and self.earlier_seconds >= budget and self.step < t.max_steps:  # spent before this resume
+            stopped = (
+                f"{TIME_BUDGET} train.max_time={t.max_time} used up at step {self.step} of {t.max_steps} "
+                f"({self.earlier_seconds:,.0f}s of training in the sessions before this resume)"
+            )
+            self.events.message(f"{stopped}: no step to train; writing the final model")
+            self._said_after_budget()
         stream_state = batches.state_dict()
         # the prefetching thread stopped at the end of training, an error or Ctrl-C; with several processes a stop
         # signal stops every rank after the same step
         said = getattr(self.events, "stopping", None) if not dist.enabled else None  # (DDP: torchrun passes Ctrl-C twice)
         with batches, HeldStops(dist, said) as stops:
             try:
-                while self.step < t.max_steps:
+                while self.step < t.max_steps and not stopped:
                     stream_state = batches.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
                     waited = time.perf_counter()
                     group = next(batches)  # t.accum_steps batches
@@ -585,10 +606,11 @@ class Trainer:
                     )
                     if evaluating and self.main and not stops.received:  # rank 0 alone (the weights are the same)
                         stopped = self.evaluate_dev(stops.interruptible)
-                    if not stopped and budget is not None and time.perf_counter() - self.started >= budget:
+                    if not stopped and budget is not None and (spent := self._train_seconds()) >= budget:
                         stopped = (
-                            f"time budget: train.max_time={t.max_time} used up at step {self.step} "
-                            f"of {t.max_steps} ({time.perf_counter() - self.started:,.0f}s)"
+                            f"{TIME_BUDGET} train.max_time={t.max_time} used up at step {self.step} "
+                            f"of {t.max_steps} ({spent:,.0f}s of training"
+                            f"{' in all sessions' if self.earlier_seconds else ''})"
                         )
                     if dist.enabled and (evaluating or budget is not None):
                         stopped = dist.broadcast(stopped)  # rank 0 decides: only it evaluated, and the clocks differ
@@ -598,6 +620,8 @@ class Trainer:
                             self.save_checkpoint(stream_state)
                             stops.check()  # a stop signal during that save: an interrupted run, as anywhere else
                         self.events.message(stopped)
+                        if stopped.startswith(TIME_BUDGET):
+                            self._said_after_budget()
                         break
             except KeyboardInterrupt:
                 return self._interrupted(stream_state, together=stops.agreed)
@@ -605,7 +629,25 @@ class Trainer:
                 if dist.enabled and lost_a_peer(error):
                     raise self._lost_a_peer() from error
                 raise
+        self.loop_ended = time.perf_counter()
         return self._finish(stopped)
+
+    def _train_seconds(self) -> float:
+        """Training time so far, all sessions: what train.max_time counts and each checkpoint saves. A session
+        counts from its first step to its last (periodic dev evaluations and checkpoints included); reading the
+        corpus, training the tokenizer, building the model and writing the final model are not training."""
+        if self.loop_started is None:
+            return self.earlier_seconds
+        return self.earlier_seconds + (self.loop_ended or time.perf_counter()) - self.loop_started
+
+    def _said_after_budget(self) -> None:
+        """The final model comes after the time budget, not inside it: said, with what it costs."""
+        if self.main and self.dev is not None:
+            self.events.message(
+                f"train.max_time counts training only: averaging the last checkpoints and evaluating the final model on "
+                f"all {len(self.dev.sources):,} dev sentences (beam {self.recipe.decode.beam}) follow, outside it "
+                "(summary.json: final_seconds)"
+            )
 
     def evaluate_dev(self, interruptible: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> str:
         """Rank 0's periodic dev evaluation: logged, the best weights kept as best.safetensors. Returns why the
@@ -648,7 +690,7 @@ class Trainer:
             "stream": stream_state, "rng": rng, "best_bleu": self.best_bleu, "tfm_version": __version__,
             "processes": dist.world_size,
             "early_stopping": self.early.state_dict(), "scoring": self._scoring(),
-            "train_seconds": self.earlier_seconds + time.perf_counter() - self.started,
+            "train_seconds": self._train_seconds(),
         }
         if rng_ranks is not None:
             state["rng_ranks"] = rng_ranks
@@ -708,14 +750,18 @@ class Trainer:
         if not self.main:  # rank 0 writes the final model and the summary; the others are done
             return TrainResult(self.run_dir, self.step, False, {}, time.perf_counter() - self.started, stopped)
         run_dir, t = self.run_dir, self.t
+        finishing = time.perf_counter()
         final = finish(run_dir, self.recipe, self.model, self.tokenizer, self.dev, self.amp, self.events, self.board)
         self.board.close()
         result = TrainResult(run_dir, self.step, False, final, time.perf_counter() - self.started, stopped)
         summary = {
             "recipe": self.recipe.name, "steps": self.step, "parameters": self.model.num_parameters(),
             "precision": self.precision, "device": str(self.device), "processes": self.dist.world_size,
-            # all sessions (those before a resume up to the checkpoint it continued from), and this one
-            "train_seconds": round(self.earlier_seconds + result.seconds, 1), "session_seconds": round(result.seconds, 1),
+            # the training time of all sessions (what train.max_time counts: each session's loop, from its first
+            # step to its last), and this session's wall time: its set-up, its training and the final model
+            "train_seconds": round(self._train_seconds(), 1), "session_seconds": round(result.seconds, 1),
+            "setup_seconds": round((self.loop_started or finishing) - self.started, 1),
+            "final_seconds": round(time.perf_counter() - finishing, 1),  # averaging and the final evaluation
             "tfm_version": __version__, **self._corpus_counts(), "dev": final,
             "final_model": final.get("final_model"), "stopped": stopped or f"reached train.max_steps={t.max_steps}",
             # the recipe this final model was made with: recipe.yaml is rewritten when a resume starts, so a resume
@@ -881,15 +927,18 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
     return step, weights, state
 
 
-def _finished_summary(run_dir: Path, step: int, recipe: Recipe) -> dict[str, Any] | None:
+def _finished_summary(run_dir: Path, step: int, recipe: Recipe, train_seconds: float = 0.0) -> dict[str, Any] | None:
     """The summary.json of a run that a resume finds finished, or None: its newest checkpoint is at
-    train.max_steps or where early stopping ended it, its final model and summary were written from it, and the
+    train.max_steps, where early stopping ended it or where its time budget ran out (`train_seconds`: the
+    training time that checkpoint saved, all sessions, against train.max_time), its final model and summary were written from it, and the
     resume changes nothing in its recipe (a changed setting, `train.average_last=3` or `train.patience=8` say,
     writes the final model again, or trains on)."""
     try:
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         early = isinstance(summary, dict) and str(summary.get("stopped", "")).startswith(EARLY_STOP)
-        if step < recipe.train.max_steps and not early:  # an early stop is as final: its patience is spent
+        budget = parse_duration(recipe.train.max_time) if recipe.train.max_time else None
+        spent = budget is not None and train_seconds >= budget  # as final: a resume continues the count
+        if step < recipe.train.max_steps and not early and not spent:  # an early stop is as final: its patience is spent
             return None
         if isinstance(summary, dict) and "recipe_resolved" in summary:  # the recipe its final model was made with
             before = summary["recipe_resolved"]
