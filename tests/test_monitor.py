@@ -7,6 +7,7 @@ checked in a pipe; the PNG where matplotlib is installed; and a machine without 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import itertools
 import json
@@ -228,6 +229,37 @@ def test_time_budget_counts_training_time_across_resumes(recipe: Path, tmp_path:
     assert second["steps"] > first["steps"] and 4 <= second["train_seconds"] < 4 + 5
     assert second["stopped"].startswith(f"time budget: train.max_time=4s used up at step {second['steps']} ")
     assert "s of training in all sessions)" in second["stopped"]
+
+
+def test_dev_decoding_shows_its_progress(recipe: Path, tmp_path: Path) -> None:
+    """The final evaluation of a barely trained model (every sentence run to the maximum length) took minutes on a
+    CPU without a line: it looked hung. Each dev evaluation's beam search now says how many sentences it decodes
+    and its progress (plain lines here; a row on the training bar at a terminal), and the API gets it too."""
+    from tfm_cli import TrainEvents, train
+
+    proc = tfm("train", str(recipe), "--out", str(tmp_path / "run"), "--device", "cpu")  # eval at 10, final at 15
+    err = proc.stderr
+    assert "dev evaluation at step 10: decoding 10 dev sentences" in err
+    assert "dev evaluation at step 10: 10 dev sentences decoded in " in err
+    assert "final model: the last checkpoint: decoding 20 dev sentences" in err
+    assert "final model: the average of 2 checkpoints: 20 dev sentences decoded in " in err
+
+    class Recorder(TrainEvents):
+        def __init__(self) -> None:
+            self.decoded: list[tuple[str, int, int]] = []
+
+        @contextlib.contextmanager
+        def decoding(self, what: str, sentences: int):
+            done = [0]
+            yield lambda n: done.__setitem__(0, done[0] + n)
+            self.decoded.append((what, sentences, done[0]))
+
+    events = Recorder()
+    train(recipe, tmp_path / "api", device="cpu", events=events)
+    assert events.decoded == [
+        ("dev evaluation at step 10", 10, 10), ("final model: the last checkpoint", 20, 20),
+        ("final model: the average of 2 checkpoints", 20, 20),
+    ]
 
 
 def test_durations() -> None:

@@ -34,6 +34,7 @@ from tfm_cli.errors import TfmError, shell_word
 from tfm_cli.signals import PARENT_ENV
 
 _DIST = "Several processes or machines (torchrun, DDP)"
+PLAIN_EVERY = 30.0  # seconds between the progress lines of a dev evaluation's decoding, when stderr is no terminal
 
 
 def train(
@@ -456,7 +457,7 @@ class _Progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.bar = Progress(
-            TextColumn("[bold]train[/bold]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
+            TextColumn("[bold]{task.description}[/bold]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
             TimeRemainingColumn(), console=err, transient=False, redirect_stdout=False,
         )
         self.bar.start()
@@ -492,6 +493,32 @@ class _Progress:
             self.bar.console.print(text, markup=False)
         else:
             info(text)
+
+    @contextlib.contextmanager
+    def decoding(self, what: str, sentences: int):
+        """A dev evaluation's beam search: a second row on the training bar at a terminal, else a line when it
+        starts, one every PLAIN_EVERY seconds, and one when it ends (a barely trained model runs every sentence to
+        the maximum length: minutes on a CPU, which a silent log would make look hung)."""
+        if self.bar is not None:
+            task = self.bar.add_task(what, total=sentences, stats="dev sentences decoded")
+            try:
+                yield lambda n: self.bar.advance(task, n)
+            finally:
+                self.bar.remove_task(task)
+            return
+        started = last = time.perf_counter()
+        done = 0
+        info(f"{what}: decoding {sentences:,} dev sentences")
+
+        def advance(n: int) -> None:
+            nonlocal done, last
+            done += n
+            if time.perf_counter() - last >= PLAIN_EVERY and done < sentences:
+                last = time.perf_counter()
+                info(f"{what}: {done:,}/{sentences:,} dev sentences decoded ({_duration(last - started)})")
+
+        yield advance
+        info(f"{what}: {done:,} dev sentences decoded in {_duration(time.perf_counter() - started)}")
 
     def close(self) -> None:
         if self.bar is not None:

@@ -3,6 +3,7 @@ run's final model between the average of the last checkpoints (the paper, sectio
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,18 +101,24 @@ def dev_loss(model: Transformer, dev: DevSet, max_tokens: int, smoothing: float,
 
 
 def evaluate(
-    model: Transformer, tokenizer: Tokenizer, dev: DevSet, recipe: Recipe, amp, sentences: int = 0
+    model: Transformer, tokenizer: Tokenizer, dev: DevSet, recipe: Recipe, amp, sentences: int = 0,
+    events=None, what: str = "dev evaluation",
 ) -> dict[str, Any]:
-    """Dev loss and perplexity, then BLEU/chrF of beam-search output on the first `sentences` (0 = all)."""
+    """Dev loss and perplexity, then BLEU/chrF of beam-search output on the first `sentences` (0 = all).
+
+    The beam search is the slow part (minutes on a CPU for a barely trained model, which runs every sentence to
+    the maximum length): its progress goes to `events.decoding(what, sentences)` when the events have it."""
     was_training = model.training
     model.eval()
     metrics: dict[str, Any] = dev_loss(model, dev, recipe.train.max_tokens, recipe.train.label_smoothing, amp)
     n = len(dev.sources) if sentences <= 0 else min(sentences, len(dev.sources))
     d = recipe.decode
-    hyps = translate_ids(
-        model, dev.src_ids[:n], beam_size=d.beam, alpha=d.alpha, max_len_offset=d.max_len_offset,
-        max_tokens=d.max_tokens, autocast=amp, min_len=d.min_len,
-    )
+    decoding = getattr(events, "decoding", None)  # (the CLI's events are duck-typed)
+    with decoding(what, n) if decoding is not None else contextlib.nullcontext(None) as advance:
+        hyps = translate_ids(
+            model, dev.src_ids[:n], beam_size=d.beam, alpha=d.alpha, max_len_offset=d.max_len_offset,
+            max_tokens=d.max_tokens, autocast=amp, min_len=d.min_len, on_batch=advance,
+        )
     outputs = [tokenizer.detokenize(h[0].tokens if h else []) for h in hyps]  # the text `tfm translate` prints
     metrics.update(score_translations(outputs, dev.references[:n], dev.bleu_tokenize))
     metrics["sentences"] = n
@@ -142,9 +149,9 @@ def finish(
         )
         device = next(model.parameters()).device
         load_state(model, {k: v.to(device) for k, v in read_weights(last[-1]).items()}, last[-1])
-        last_scores = evaluate(model, tokenizer, dev, recipe, amp, 0)
+        last_scores = evaluate(model, tokenizer, dev, recipe, amp, 0, events, "final model: the last checkpoint")
         load_state(model, {k: v.to(device) for k, v in averaged.items()}, run_dir / FINAL)
-        avg_scores = evaluate(model, tokenizer, dev, recipe, amp, 0)
+        avg_scores = evaluate(model, tokenizer, dev, recipe, amp, 0, events, f"final model: the average of {len(last)} checkpoints")
         chosen = "average" if avg_scores["bleu"] >= last_scores["bleu"] else "last"
         scores = {"average": _brief(avg_scores), "last": _brief(last_scores)}
         result = avg_scores if chosen == "average" else last_scores
@@ -170,7 +177,7 @@ def finish(
         events.message(f"final model: evaluating it on all {len(dev.sources):,} dev sentences (beam {recipe.decode.beam})")
         device = next(model.parameters()).device
         load_state(model, {k: v.to(device) for k, v in averaged.items()}, run_dir / FINAL)
-        result = evaluate(model, tokenizer, dev, recipe, amp, 0)
+        result = evaluate(model, tokenizer, dev, recipe, amp, 0, events, "final model")
     result = {**result, "final_model": final_model}
     append_metrics(run_dir, {"kind": "final", "step": step, **result})
     if board is not None:

@@ -118,6 +118,12 @@ class TrainEvents:
     def evaluation(self, step: int, metrics: dict[str, Any]) -> None:
         """After a dev-set evaluation."""
 
+    def decoding(self, what: str, sentences: int) -> contextlib.AbstractContextManager[Callable[[int], None] | None]:
+        """Around the beam search of a dev evaluation (`what`: "dev evaluation at step N", "final model..."), which
+        translates `sentences` dev sentences: a context manager that yields a function called with the number of
+        sentences done after each batch (progress), or None."""
+        return contextlib.nullcontext(None)
+
     def stopping(self, signum: int) -> None:
         """A stop signal came during a step, which ends first (`HeldStops`). Called inside the signal handler:
         take no lock (write with os.write, not print)."""
@@ -656,7 +662,10 @@ class Trainer:
         the logging after it takes locks (tensorboard's queue) and is not interrupted."""
         result = None
         with interruptible():
-            result = evaluate(self.model, self.tokenizer, self.dev, self.recipe, self.amp, self.t.eval_sentences)
+            result = evaluate(
+                self.model, self.tokenizer, self.dev, self.recipe, self.amp, self.t.eval_sentences, self.events,
+                f"dev evaluation at step {self.step}",
+            )
         if result is None:
             return ""
         self.log({"kind": "eval", "step": self.step, **result})
