@@ -5,6 +5,7 @@ The ONNX and Hugging Face formats have their own files (test_export_onnx.py, tes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -289,6 +290,39 @@ def test_a_release_whose_bleu_tokenizer_is_missing_here_is_written_unscored(trai
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "- not scored on the run's dev set by tfm export: sacrebleu's 'ja-mecab'" in card and "dev BLEU" not in card
     assert Translator.load(out).translate("Je suis étudiant.").text  # the release works
+
+
+def test_release_translating_shows_its_progress(tmp_path: Path) -> None:
+    """An fp16/bf16 release translates the whole dev set for its model card: with a barely trained model (every
+    sentence to the maximum length) minutes without a line, which looked hung. Each translating the release does
+    now says how many sentences and its progress (plain lines here, a bar at a terminal), through the API too."""
+    run = _random_run(tmp_path / "run")  # random weights: they run every sentence to the maximum length
+    dev = tmp_path / "dev.tsv"
+    lines = [f"{line} {n}" for n in range(4) for line in SENTENCES.splitlines()]  # 12 pairs
+    dev.write_text("".join(f"{line}\t{line.lower()}\n" for line in lines), encoding="utf-8")
+    (run / "recipe.yaml").write_text(f"name: run\ndata:\n  dev: {dev}\n", encoding="utf-8")
+    proc = tfm("export", str(run), "--format", "release", "--dtype", "bf16", "--out", str(tmp_path / "out"),
+               "--verify-lines", "3")
+    err = proc.stderr
+    assert "check: the source weights translate dev sentences: 3 sentences to decode" in err
+    assert "check: the bf16 release translates dev sentences: 3 sentences decoded in " in err
+    assert "model card: the bf16 release scores the dev set: 12 sentences to decode" in err
+    assert "model card: the bf16 release scores the dev set: 12 sentences decoded in " in err
+    said: list[tuple[str, int, int]] = []
+
+    @contextlib.contextmanager
+    def progress(what: str, sentences: int):
+        done = [0]
+        yield lambda n: done.__setitem__(0, done[0] + n)
+        said.append((what, sentences, done[0]))
+
+    run_export("release", run, tmp_path / "api", dtype="fp16", verify_lines=2, progress=progress)
+    assert said == [
+        ("check: the source weights translate dev sentences", 2, 2), ("check: the fp16 release translates dev sentences", 2, 2),
+        ("model card: the fp16 release scores the dev set", 12, 12),
+    ]
+    with pytest.raises(TypeError, match="progress"):
+        run_export("release", run, tmp_path / "bad", progress=5)
 
 
 def _random_run(root: Path) -> Path:

@@ -239,9 +239,9 @@ def test_dev_decoding_shows_its_progress(recipe: Path, tmp_path: Path) -> None:
 
     proc = tfm("train", str(recipe), "--out", str(tmp_path / "run"), "--device", "cpu")  # eval at 10, final at 15
     err = proc.stderr
-    assert "dev evaluation at step 10: decoding 10 dev sentences" in err
+    assert "dev evaluation at step 10: 10 dev sentences to decode" in err
     assert "dev evaluation at step 10: 10 dev sentences decoded in " in err
-    assert "final model: the last checkpoint: decoding 20 dev sentences" in err
+    assert "final model: the last checkpoint: 20 dev sentences to decode" in err
     assert "final model: the average of 2 checkpoints: 20 dev sentences decoded in " in err
 
     class Recorder(TrainEvents):

@@ -15,6 +15,7 @@ import signal
 import stat
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -455,6 +456,40 @@ def progress_bar(label: str, total: int | None) -> Iterator[Callable[[int], None
     task = bar.add_task(label, total=total)
     with bar:
         yield lambda n: bar.advance(task, n)
+
+
+PLAIN_EVERY = 30.0  # seconds between the progress lines of a long count when stderr is no terminal
+
+
+@contextlib.contextmanager
+def counted_progress(what: str, total: int, noun: str = "sentences") -> Iterator[Callable[[int], None]]:
+    """The progress of `total` things done in batches (a beam search over a dev set), advanced by the callable it
+    yields: a transient rich bar at a terminal, else a line when it starts and one every PLAIN_EVERY seconds; in
+    both, a line when it ends, with the time it took. Minutes of silence look hung."""
+    started = last = time.perf_counter()
+    done = 0
+    if fancy_stderr():
+        with progress_bar(what, total) as advance:
+            yield advance
+    else:
+        info(f"{what}: {total:,} {noun} to decode")
+
+        def advance(n: int) -> None:
+            nonlocal done, last
+            done += n
+            if time.perf_counter() - last >= PLAIN_EVERY and done < total:
+                last = time.perf_counter()
+                info(f"{what}: {done:,}/{total:,} {noun} decoded ({duration(last - started)})")
+
+        yield advance
+    info(f"{what}: {total:,} {noun} decoded in {duration(time.perf_counter() - started)}")
+
+
+def duration(seconds: float) -> str:
+    """0:42, 12:05, 1:02:03."""
+    h, rem = divmod(int(seconds), 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 # ---- stop signals ----------------------------------------------------------------------------------------------

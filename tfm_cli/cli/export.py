@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from tfm_cli.cli.common import (
+    counted_progress,
     given_path,
     info,
     interrupted_status,
@@ -70,7 +71,7 @@ def export(
     try:
         with stop_signals() as received:  # SIGTERM (kill, a scheduler) and SIGHUP clean up as Ctrl-C does
             with route_warnings():  # a final model older than the run's newest checkpoint is said
-                result = run_export(fmt, model, out, force=force, verify_lines=verify_lines, **options)
+                result = run_export(fmt, model, out, force=force, verify_lines=verify_lines, progress=counted_progress, **options)
     except ExportCheckError as error:
         _show(error.result, json_out)
         raise

@@ -19,6 +19,7 @@ import typer
 from tfm_cli.cli.common import (
     DEVICE_HELP,
     JSON_HELP,
+    counted_progress,
     err,
     fancy_stderr,
     given_path,
@@ -34,7 +35,6 @@ from tfm_cli.errors import TfmError, shell_word
 from tfm_cli.signals import PARENT_ENV
 
 _DIST = "Several processes or machines (torchrun, DDP)"
-PLAIN_EVERY = 30.0  # seconds between the progress lines of a dev evaluation's decoding, when stderr is no terminal
 
 
 def train(
@@ -497,28 +497,19 @@ class _Progress:
     @contextlib.contextmanager
     def decoding(self, what: str, sentences: int):
         """A dev evaluation's beam search: a second row on the training bar at a terminal, else a line when it
-        starts, one every PLAIN_EVERY seconds, and one when it ends (a barely trained model runs every sentence to
+        starts, one every 30 seconds (`counted_progress`), and one when it ends (a barely trained model runs every sentence to
         the maximum length: minutes on a CPU, which a silent log would make look hung)."""
-        if self.bar is not None:
-            task = self.bar.add_task(what, total=sentences, stats="dev sentences decoded")
-            try:
-                yield lambda n: self.bar.advance(task, n)
-            finally:
-                self.bar.remove_task(task)
+        if self.bar is None:
+            with counted_progress(what, sentences, "dev sentences") as advance:
+                yield advance
             return
-        started = last = time.perf_counter()
-        done = 0
-        info(f"{what}: decoding {sentences:,} dev sentences")
-
-        def advance(n: int) -> None:
-            nonlocal done, last
-            done += n
-            if time.perf_counter() - last >= PLAIN_EVERY and done < sentences:
-                last = time.perf_counter()
-                info(f"{what}: {done:,}/{sentences:,} dev sentences decoded ({_duration(last - started)})")
-
-        yield advance
-        info(f"{what}: {done:,} dev sentences decoded in {_duration(time.perf_counter() - started)}")
+        started = time.perf_counter()
+        task = self.bar.add_task(what, total=sentences, stats="dev sentences decoded")
+        try:
+            yield lambda n: self.bar.advance(task, n)
+        finally:
+            self.bar.remove_task(task)
+        self.message(f"{what}: {sentences:,} dev sentences decoded in {_duration(time.perf_counter() - started)}")
 
     def close(self) -> None:
         if self.bar is not None:

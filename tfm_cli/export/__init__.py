@@ -12,8 +12,10 @@ to verify on, writes into a staging directory, and only then puts the export at 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,7 @@ def run_export(
     force: bool = False,
     verify_lines: int = 200,
     runs_root: str | Path = "runs",
+    progress: Callable[[str, int], contextlib.AbstractContextManager[Callable[[int], None] | None]] | None = None,
     **options: Any,
 ) -> ExportResult:
     """Export a run's model in format `fmt` and verify it.
@@ -62,6 +65,9 @@ def run_export(
         out: the export directory (default: exports/<run name>-<format>). A non-empty one needs `force`.
         force: replace a non-empty `out` (only after the new export is written and verified).
         verify_lines: how many dev sentences the translation checks use (0: the whole dev set).
+        progress: release: called as `progress(what, sentences)` around each translating it does (the checks,
+            and an fp16/bf16 release's scoring of the whole dev set for its model card), a context manager that
+            yields a function called with the sentences done after each batch (or None); unused by the others.
         **options: format options (release: dtype; onnx: opset).
 
     Returns:
@@ -84,6 +90,8 @@ def run_export(
         known = ", ".join(OPTIONS[fmt]) or "none"
         raise TfmError(f"{', '.join(unknown)} is not an option of the {fmt} export (its options: {known})",
                        hint="see run_export's docstring for each format's options")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"run_export(progress=...) takes a function of (what, sentences), not {type(progress).__name__}")
     if isinstance(verify_lines, bool) or not isinstance(verify_lines, int) or verify_lines < 0:  # -1 meant "all"
         raise TfmError(f"verify_lines must be an integer >= 0 (0: the whole dev set), not {verify_lines!r}")
     if "opset" in options and options["opset"] is not None and (
@@ -100,7 +108,8 @@ def run_export(
     exporter = getattr(importlib.import_module(module_name), func_name)
     sources = probe_sources(loaded.run_dir, verify_lines, loaded.tokenizer)
     with staging(out, force, protect=[loaded.run_dir]) as tmp:
-        result: ExportResult = exporter(loaded, tmp, sources, **options)
+        extra = {"progress": progress} if fmt == "release" and progress is not None else {}
+        result: ExportResult = exporter(loaded, tmp, sources, **options, **extra)
         result.path = out
         result.notes = [note.replace(str(tmp), str(out)) for note in result.notes]  # name the final place
         info = {"format": fmt, "tfm_version": __version__, "step": loaded.step, **result.to_dict()}

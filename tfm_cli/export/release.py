@@ -13,9 +13,11 @@ with the source weights: logits and translations on the dev sentences.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,12 @@ from tfm_cli.tokenizer import Tokenizer
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def export_release(loaded: LoadedModel, out: Path, sources: list[str], dtype: str = "fp32") -> ExportResult:
+Progress = Callable[[str, int], contextlib.AbstractContextManager[Callable[[int], None] | None]]
+
+
+def export_release(
+    loaded: LoadedModel, out: Path, sources: list[str], dtype: str = "fp32", progress: Progress | None = None
+) -> ExportResult:
     """Write a release of `loaded` into the empty directory `out` and verify it.
 
     Args:
@@ -39,6 +46,8 @@ def export_release(loaded: LoadedModel, out: Path, sources: list[str], dtype: st
         out: an empty directory to write into.
         sources: source sentences the translation check runs on.
         dtype: "fp32" (exact), "fp16" or "bf16" (half the size; the check reports how much changes).
+        progress: called with what is translated and how many sentences around each translating (the checks; an
+            fp16/bf16 release's scoring of the whole dev set): a context manager yielding a per-batch callback.
 
     Raises:
         TfmError: an unknown dtype.
@@ -79,10 +88,13 @@ def export_release(loaded: LoadedModel, out: Path, sources: list[str], dtype: st
     cut = sum(len(tokenizer.encode(s)) > limit for s in sources)
     with warnings.catch_warnings():  # both sides cut an over-long sentence alike, as tfm translate does: said once
         warnings.simplefilter("ignore", InputTruncatedWarning)
-        expected = original.translate(sources, **settings)
-        got = released.translate(sources, **settings)
-        scores = _dev_scores(loaded, released, dtype)
-    name = f"translations on {len(sources)} {getattr(sources, 'what', 'dev')} sentences (beam {settings.get('beam', 4)})"
+        what = getattr(sources, "what", "dev")
+        with _watch(progress, f"check: the source weights translate {what} sentences", len(sources)) as advance:
+            expected = original.translate(sources, progress=advance, **settings)
+        with _watch(progress, f"check: the {dtype} release translates {what} sentences", len(sources)) as advance:
+            got = released.translate(sources, progress=advance, **settings)
+        scores = _dev_scores(loaded, released, dtype, progress)
+    name = f"translations on {len(sources)} {what} sentences (beam {settings.get('beam', 4)})"
     if dtype == "fp32":
         checks.append(agreement(name, [t.text for t in expected], [t.text for t in got]))
     else:  # rounding the weights may change a few translations: measured and reported, not required
@@ -99,6 +111,10 @@ def export_release(loaded: LoadedModel, out: Path, sources: list[str], dtype: st
     if cut:
         notes.append(f"{cut} {getattr(sources, 'what', 'dev')} sentences longer than the model takes ({limit} tokens) were cut to it for the checks")
     return ExportResult("release", out, loaded.path, files, checks, notes=notes)
+
+
+def _watch(progress: Progress | None, what: str, sentences: int) -> contextlib.AbstractContextManager:
+    return progress(what, sentences) if progress is not None else contextlib.nullcontext(None)
 
 
 def _decode_settings(run_dir: Path) -> dict[str, Any]:
@@ -131,7 +147,7 @@ def _logit_check(reference: torch.nn.Module, released: torch.nn.Module, dtype: s
     return Check(name, f"{worst:.3g}", True, f"reported ({dtype} weights)")
 
 
-def _dev_scores(loaded: LoadedModel, released, dtype: str) -> dict[str, Any] | None:
+def _dev_scores(loaded: LoadedModel, released, dtype: str, progress: Progress | None = None) -> dict[str, Any] | None:
     """Dev BLEU/chrF for the model card: the run's own final evaluation when the released weights are the run's
     final model in fp32, else a fresh evaluation of the release on the run's dev set; None without a dev set, and
     {"unscored": why} when the run's BLEU tokenizer cannot be set up here."""
@@ -153,7 +169,8 @@ def _dev_scores(loaded: LoadedModel, released, dtype: str) -> dict[str, Any] | N
         except TfmError as error:  # MeCab missing here (the run trained where it was): the release stands unscored
             return {"unscored": f"{error}{f' ({error.hint})' if error.hint else ''}"}
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    result = released.score(sources, references, bleu_tokenize, **_decode_settings(loaded.run_dir))
+    with _watch(progress, f"model card: the {dtype} release scores the dev set", len(sources)) as advance:
+        result = released.score(sources, references, bleu_tokenize, progress=advance, **_decode_settings(loaded.run_dir))
     result.pop("translations")
     return {**result, "how": "evaluated by tfm export on the run's dev set, fp32 arithmetic"}
 
