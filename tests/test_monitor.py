@@ -231,6 +231,15 @@ def test_time_budget_counts_training_time_across_resumes(recipe: Path, tmp_path:
     assert "s of training in all sessions)" in second["stopped"]
 
 
+def test_eta_ends_at_the_time_budget(recipe: Path, tmp_path: Path) -> None:
+    """With train.max_time and a far train.max_steps, the progress line's eta counted to max_steps (hours) although
+    the run would end within seconds."""
+    proc = tfm("train", str(recipe), "train.max_steps=1000000", "train.max_time=3s", "train.log_every=2",
+               "train.eval_every=0", "train.save_every=100000", "--out", str(tmp_path / "run"), "--device", "cpu")
+    etas = [line.rsplit("eta ", 1)[1] for line in proc.stderr.splitlines() if line.startswith("step ")]
+    assert etas and all(len(eta.split(":")) == 2 and int(eta.split(":")[0]) == 0 and int(eta.split(":")[1]) <= 3 for eta in etas), etas
+
+
 def test_dev_decoding_shows_its_progress(recipe: Path, tmp_path: Path) -> None:
     """The final evaluation of a barely trained model (every sentence run to the maximum length) took minutes on a
     CPU without a line: it looked hung. Each dev evaluation's beam search now says how many sentences it decodes

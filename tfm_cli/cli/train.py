@@ -434,6 +434,7 @@ class _Progress:
         self.started = time.perf_counter()
         self.first_step = 0
         self.last: dict[str, Any] = {}
+        self.deadline: float | None = None  # when train.max_time runs out (perf_counter), if it is set
 
     # the TrainEvents interface (duck-typed so that importing this module does not load torch)
     def stopping(self, signum: int) -> None:
@@ -455,13 +456,30 @@ class _Progress:
         if not fancy_stderr():
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.text import Text
+
+        progress = self
+
+        class Remaining(TimeRemainingColumn):  # the training's ends at train.max_time when that comes first
+            def render(self, task):
+                left = progress.left()
+                if task.description != "train" or left is None or (task.time_remaining or 0) <= left:
+                    return super().render(task)
+                return Text(_duration(left), style="progress.remaining")
 
         self.bar = Progress(
             TextColumn("[bold]{task.description}[/bold]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
-            TimeRemainingColumn(), console=err, transient=False, redirect_stdout=False,
+            Remaining(), console=err, transient=False, redirect_stdout=False,
         )
         self.bar.start()
         self.task = self.bar.add_task("train", total=max_steps, completed=step, stats="")
+
+    def time_budget(self, seconds_left: float) -> None:
+        self.deadline = time.perf_counter() + seconds_left
+
+    def left(self) -> float | None:
+        """Seconds until train.max_time runs out, or None without one."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.perf_counter())
 
     def step(self, step: int, metrics: dict[str, Any]) -> None:
         if metrics:
@@ -477,6 +495,8 @@ class _Progress:
             done = step - self.first_step
             spent = time.perf_counter() - self.started
             eta = spent / max(done, 1) * (self.max_steps - step)
+            if (left := self.left()) is not None:
+                eta = min(eta, left)
             info(
                 f"step {step}/{self.max_steps}  loss {m['loss']:.3f}  ppl {m['ppl']:.1f}  lr {m['lr']:.2e}  "
                 f"{m['tgt_tokens_per_s']:,.0f} tgt tok/s  epoch {m['epoch']}  eta {_duration(eta)}"

@@ -112,6 +112,10 @@ class TrainEvents:
     def start(self, step: int, max_steps: int) -> None:
         """Training steps begin at `step` (0, or where a resumed run stopped)."""
 
+    def time_budget(self, seconds_left: float) -> None:
+        """After `start`, when train.max_time is set: the training time it leaves this session (all sessions count),
+        so that an estimate of the time remaining can end there rather than at train.max_steps."""
+
     def step(self, step: int, metrics: dict[str, Any]) -> None:
         """After every optimizer step; `metrics` holds loss, lr, tokens/s when a log line was due."""
 
@@ -555,6 +559,10 @@ class Trainer:
             )
             self.events.message(f"{stopped}: no step to train; writing the final model")
             self._said_after_budget()
+        elif budget is not None:
+            said = getattr(self.events, "time_budget", None)  # (the CLI's events are duck-typed)
+            if said is not None:
+                said(budget - self.earlier_seconds)
         stream_state = batches.state_dict()
         # the prefetching thread stopped at the end of training, an error or Ctrl-C; with several processes a stop
         # signal stops every rank after the same step
