@@ -403,6 +403,13 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
         vocab = Tokenizer.load(tok_path).vocab_size
     parameters = parameter_count(model_config(recipe, vocab, 0, 1, 2))  # shapes only: no memory is allocated
     t = recipe.train
+    budget: dict[str, Any] = {}
+    if resumes_at is not None and t.max_time:  # the budget counts all sessions: what this resume has left of it
+        from tfm_cli.recipe import parse_duration
+        from tfm_cli.training import trained_seconds
+
+        used = trained_seconds(Path(run_dir))
+        budget = {"train_seconds_used": round(used, 1), "train_seconds_left": round(max(0.0, parse_duration(t.max_time) - used), 1)}
     facts = {
         "run_dir": str(run_dir),
         "parameters": parameters,
@@ -410,6 +417,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
         "tokens_per_step": t.max_tokens * t.accum_steps,
         "sentence_pairs": pairs,
         **({"resumes_at_step": resumes_at} if resumes_at is not None else {}),
+        **budget,
         "note": "tokens_per_step is the most source (and target) tokens per optimizer step, padding included",
     }
     if json_out:
@@ -422,6 +430,10 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     print("# sentence pairs: " + ", ".join(f"{n:,} in {key}" for key, n in pairs.items()))
     if resumes_at is not None:
         print(f"# resumes from step {resumes_at:,} to train.max_steps={recipe.train.max_steps:,}")
+    if budget:
+        left = budget["train_seconds_left"]
+        then = f"{left:,.0f}s left" if left > 0 else "spent: the resume trains no step, it writes the final model"
+        print(f"# train.max_time={t.max_time} counts all sessions: {budget['train_seconds_used']:,.0f}s of training used, {then}")
 
 
 class _Progress:

@@ -27,10 +27,12 @@ from tfm_cli.training.trainer import (
     check_start,
     load_trainer_state,
     train,
+    trained_seconds,
 )
 
 __all__ = [
     "LOSS_CHUNK_LOGITS", "DevSet", "TrainEvents", "TrainResult", "adam", "check_resume", "check_start", "evaluate", "finish", "inverse_sqrt_lr",
     "label_smoothed_loss", "load_dev", "load_optimizer_state", "load_trainer_state", "output_loss", "parameter_count", "preflight",
     "resume_recipe", "scan_corpora", "score_translations", "setup_model", "step_tokens", "train", "train_step",
+    "trained_seconds",
 ]

@@ -866,6 +866,13 @@ def check_resume(recipe: Recipe, run_dir: Path, device: torch.device | None = No
     return step
 
 
+def trained_seconds(run_dir: Path) -> float:
+    """The training time (seconds, all sessions: what train.max_time counts) saved with the checkpoint a resume of
+    `run_dir` continues from (0 for a checkpoint of an older tfm, which saved none)."""
+    _, _, state = _resume_point(run_dir, TrainEvents())
+    return float(state.get("train_seconds", 0.0))
+
+
 def check_start(recipe: Recipe, run_dir: Path) -> None:
     """What a fresh start's `--dry-run` can check of data.train beyond reading it: when the tokenizer is already
     there (tokenizer.path, or one `tfm tokenize` left in the run directory), that some pair fits data.max_len."""
