@@ -236,6 +236,17 @@ def test_time_budget_counts_training_time_across_resumes(recipe: Path, tmp_path:
     assert "s of training in all sessions)" in second["stopped"]
 
 
+def test_a_budget_that_ran_out_after_a_checkpoint_and_an_evaluation_is_spent_on_resume(recipe: Path, tmp_path: Path) -> None:
+    """The step's checkpoint was saved before its dev evaluation, and the budget ran out during that evaluation: the
+    checkpoint's training time was under the budget, so a plain --resume trained on instead of having nothing to do."""
+    run = tmp_path / "run"
+    tfm("train", str(recipe), "train.max_steps=1000000", "train.max_time=2s", "train.save_every=1", "train.eval_every=1",
+        "--out", str(run), "--device", "cpu")
+    first = json.loads((run / "summary.json").read_text())
+    again = tfm("train", "--resume", str(run), "--device", "cpu")
+    assert "nothing to do" in again.stderr and json.loads((run / "summary.json").read_text()) == first
+
+
 def test_eta_ends_at_the_time_budget(recipe: Path, tmp_path: Path) -> None:
     """With train.max_time and a far train.max_steps, the progress line's eta counted to max_steps (hours) although
     the run would end within seconds."""

@@ -961,7 +961,10 @@ def _finished_summary(run_dir: Path, step: int, recipe: Recipe, train_seconds: f
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         early = isinstance(summary, dict) and str(summary.get("stopped", "")).startswith(EARLY_STOP)
         budget = parse_duration(recipe.train.max_time) if recipe.train.max_time else None
-        spent = budget is not None and train_seconds >= budget  # as final: a resume continues the count
+        # as final: a resume continues the count. Its summary says so too where the checkpoint was saved before
+        # the budget ran out at the same step (a checkpoint, then a periodic evaluation, then the budget check)
+        by_budget = isinstance(summary, dict) and str(summary.get("stopped", "")).startswith(TIME_BUDGET)
+        spent = budget is not None and (train_seconds >= budget or by_budget)
         if step < recipe.train.max_steps and not early and not spent:  # an early stop is as final: its patience is spent
             return None
         if isinstance(summary, dict) and "recipe_resolved" in summary:  # the recipe its final model was made with
