@@ -603,7 +603,7 @@ def test_tfm_train_under_torchrun_leaves_no_log_directory_in_tmpdir(tmp_path: Pa
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(RECIPE.format(train="bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
+    recipe.write_text(ddp_recipe("bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
     tfm("train", str(recipe), "train.eval_every=0", "--out", str(tmp_path / "run"), "--device", "cpu",
         "--nproc-per-node", "1", env_extra={"TMPDIR": str(scratch)}, timeout=300)
     assert (tmp_path / "run" / "model.safetensors").is_file()
