@@ -137,13 +137,18 @@ def test_a_recipe_kept_in_the_run_directory_is_not_replaced(root: Path, trained:
 
 def test_a_second_process_on_a_run_in_training_is_refused(trained: Path, tmp_path: Path) -> None:
     """A --resume of a run still training read a checkpoint that the first process then pruned (a
-    FileNotFoundError traceback), or trained beside it, both writing into the run."""
+    FileNotFoundError traceback), or trained beside it, both writing into the run. A start into it (not a resume)
+    was told the run "already holds a trained run", as for a finished one."""
     run = Path(shutil.copytree(trained, tmp_path / "run"))
     first = start_tfm("train", "--resume", str(run), "train.max_steps=1000000", "train.save_every=5", "--device", "cpu")
     try:
         wait_until(first, lambda: any(step > 10 for step, _ in checkpoint_steps(run)), "the first process saves checkpoints")
         proc = train("--resume", str(run), "train.max_steps=1000000")
         error_line(proc, f"{run} is being trained by another process right now")
+        for extra in ([], ["--dry-run"]):  # a start into it said "already holds a trained run": it is training
+            proc = train(str(run / "recipe.yaml"), "--out", str(run), *extra)
+            error_line(proc, f"{run} is being trained by another process right now")
+            assert "hint: train into another --out" in proc.stderr, proc.stderr
     finally:
         first.send_signal(signal.SIGTERM)
         _, err = first.communicate(timeout=120)

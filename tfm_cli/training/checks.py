@@ -24,7 +24,7 @@ from tfm_cli.data import (
     resolve_corpus_path,
 )
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, shell_word
-from tfm_cli.files import nearest_existing
+from tfm_cli.files import DirectoryLock, nearest_existing
 from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.recipe import (
     MAX_VOCAB_SIZE,
@@ -53,6 +53,11 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
         raise CheckpointError(
             f"{run_dir} is an export written by `tfm export` (it holds {EXPORT_INFO}), not a run directory",
             hint=f"train from its recipe into a new folder: tfm train {run_dir / 'recipe.yaml'} --out NEW_DIR",
+        )
+    if not resume and run_dir.is_dir() and _trained_now(run_dir):  # not "already holds a trained run": it is training
+        raise TfmError(
+            f"{run_dir} is being trained by another process right now",
+            hint="train into another --out, or wait until that run ends",
         )
     prior = checkpoint_steps(run_dir)
     if not resume and (prior or (run_dir / FINAL).is_file()):  # refuse before writing anything into the run
@@ -93,6 +98,17 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
     given = own if own.is_file() else wanted  # the tokenizer the run will use, when it is not trained by the start
     if given is not None:
         check_beam(recipe, Tokenizer.load(given).vocab_size)
+
+
+def _trained_now(run_dir: Path) -> bool:
+    """Whether another process holds the run's lock: `tfm train` holds it while it trains the run."""
+    lock = DirectoryLock(run_dir)
+    try:
+        return not lock.acquire()
+    except OSError:  # a directory that cannot be opened: the checks below name what is wrong with it
+        return False
+    finally:
+        lock.release()
 
 
 def check_recipe_file(recipe_file: str | Path, recipe: Recipe, run_dir: Path) -> None:
