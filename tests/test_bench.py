@@ -484,7 +484,10 @@ def test_gate_through_the_cli(tmp_path: Path) -> None:
     # A bad baseline fails before anything is measured: here a length that would take minutes is never run.
     slow = ["bench", "attention", "--lengths", "8192", "--impl", "naive", "--device", "cpu", "--repeat", "50"]
     early = tfm(*slow, "--baseline", str(tmp_path / "nowhere.json"), check=False, timeout=60)
-    assert early.returncode == 1 and "nowhere.json does not exist" in early.stderr
+    assert early.returncode == 2 and early.stderr.splitlines() == [
+        f"Error: Invalid value for --baseline: {tmp_path / 'nowhere.json'} does not exist; write one with `tfm bench ... --json > FILE`",
+        "hint: see tfm bench attention --help",
+    ]  # a usage error too, as a bad --tolerance: exit 1 is the gate's "a figure got worse"
     wrong = tfm(*slow, "--baseline", str(tmp_path / "generous.json"), "--tolerance", "lots", check=False, timeout=60)
     # a usage error, exit 2 as a bad --lengths: exit 1 is what a CI job reads as "a figure got worse"
     said = "Error: Invalid value for --tolerance: 'lots' is not a number; write it as 10% or 0.1"
@@ -493,12 +496,12 @@ def test_gate_through_the_cli(tmp_path: Path) -> None:
     assert alone.returncode == 2 and alone.stderr.splitlines() == [said, "hint: see tfm bench attention --help"]
     (tmp_path / "translate.json").write_text(json.dumps({**generous, "kind": "translate"}))
     other = tfm(*slow, "--baseline", str(tmp_path / "translate.json"), check=False, timeout=60)
-    assert other.returncode == 1 and "is a benchmark of translate, this is one of attention" in other.stderr
+    assert other.returncode == 2 and "--baseline: " in other.stderr and "is a benchmark of translate, this is one of attention" in other.stderr
     (tmp_path / "bad.json").write_text("{not json")
     bad = tfm(*args, "--baseline", str(tmp_path / "bad.json"), check=False)
-    assert bad.returncode == 1 and "bad.json is not a JSON file" in bad.stderr
+    assert bad.returncode == 2 and "bad.json is not a JSON file" in bad.stderr
     wrong_kind = tfm(*args, "--baseline", str(tmp_path / "nowhere.json"), check=False)
-    assert wrong_kind.returncode == 1 and "nowhere.json does not exist" in wrong_kind.stderr
+    assert wrong_kind.returncode == 2 and "nowhere.json does not exist" in wrong_kind.stderr
 
 
 def test_gate_refuses_baselines_it_cannot_compare(tmp_path: Path) -> None:

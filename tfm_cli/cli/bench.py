@@ -98,20 +98,30 @@ def _gate_inputs(baseline: Path | None, tolerance: str, kind: str) -> tuple[dict
     """Read --baseline and --tolerance before measuring, so a wrong path fails in a second, not after the run."""
     from tfm_cli.bench.gate import load_baseline, parse_tolerance
 
+    # A bad --tolerance or --baseline is a usage error (exit 2, as a bad --lengths), not exit 1, which a CI job
+    # reads as "a figure got worse".
     try:
         share = parse_tolerance(tolerance)  # without --baseline too: a bad value is not silently ignored
-    except TfmError as error:  # a usage error (exit 2, as a bad --lengths), not exit 1, which a CI job reads as "slower"
-        said = error.message.removeprefix("--tolerance ")
-        raise typer.BadParameter(f"{said}; {error.hint}" if error.hint else said, param_hint="--tolerance") from None
+    except TfmError as error:
+        raise _usage_error(error, "--tolerance", "--tolerance ") from None
     if baseline is None:
         return None
-    data = load_baseline(baseline)
-    if data["kind"] != kind:
-        raise TfmError(
-            f"baseline {baseline} is a benchmark of {data['kind']}, this is one of {kind}",
-            hint=f"compare with a baseline written by `tfm bench {kind} --json`",
-        )
+    try:
+        data = load_baseline(baseline)
+        if data["kind"] != kind:
+            raise TfmError(
+                f"baseline {baseline} is a benchmark of {data['kind']}, this is one of {kind}",
+                hint=f"compare with a baseline written by `tfm bench {kind} --json`",
+            )
+    except TfmError as error:
+        raise _usage_error(error, "--baseline", "baseline ") from None
     return data, share
+
+
+def _usage_error(error: TfmError, option: str, prefix: str) -> typer.BadParameter:
+    """`error` about `option`'s value as Click's usage error: "Invalid value for OPTION: ...; HINT", exit 2."""
+    said = error.message.removeprefix(prefix)
+    return typer.BadParameter(f"{said}; {error.hint}" if error.hint else said, param_hint=option)
 
 
 def _finish(result: dict[str, Any], json_out: bool, baseline: Path | None, gate_inputs, render) -> None:
