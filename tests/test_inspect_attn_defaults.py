@@ -68,3 +68,38 @@ def test_cli_align_names_the_layer_it_reads(tok, tmp_path: Path) -> None:
     assert result.stdout.splitlines()[0] == " ".join(f"{i}-{j}" for i, j in expected)
     data = json.loads(tfm("inspect-attn", "--model", str(run), "--device", "cpu", SENTENCE, "--target", "I am a student.", "--json").stdout)
     assert data["alignment"] == result.stdout.splitlines()[0]
+
+
+def test_summary_shows_the_decoder_sink_on_start_of_sentence(tok, tmp_path: Path) -> None:
+    """Decoder self-attention's keys are <s> and the target: it has no </s>, so its "</s>" share was always 0% and
+    a head resting on <s> (81% on the quickstart model's head 1.3) went unseen; and its first query, which sees
+    only <s>, counted as a sharp, diagonal row of every head."""
+    model = _model(tok, 2, seed=3)
+    with torch.no_grad():  # head 1 of decoder layer 1 made a sink: its one query direction meets only <s>'s key
+        attn = model.decoder_layers[0].self_attn
+        model.tgt_embed.token.weight[tok.bos_id] = torch.eye(model.config.d_model)[0]
+        attn.w_q.weight[: attn.d_k].zero_(), attn.w_q.bias[: attn.d_k].zero_(), attn.w_k.weight[: attn.d_k].zero_()
+        attn.w_k.bias[: attn.d_k].zero_()
+        attn.w_q.bias[0], attn.w_k.weight[0, 0] = 4.0, 4.0
+    run = _run_dir(tmp_path / "run", model, tok)
+    target = "I am a student here."
+    report = attention_report(Translator.load(run, device="cpu", precision="fp32"), SENTENCE, target)
+    from tfm_cli.attention import head_summary
+
+    rows = [r for r in head_summary(report) if r["kind"] == "decoder"]
+    w = report.weights["decoder"][:, :, 1:]  # the first query's only key is <s>: left out
+    for r in rows:
+        m = w[r["layer"] - 1, r["head"] - 1]
+        assert r["bos_share"] == pytest.approx(float(m[:, 0].mean()), abs=1e-6)
+        assert r["max_weight"] == pytest.approx(float(m.max(-1).values.mean()), abs=1e-6)
+        assert r["eos_share"] == 0.0
+    assert all(r["bos_share"] == 0.0 for r in head_summary(report) if r["kind"] != "decoder")
+    assert rows[0]["bos_share"] > 0.99 and all(r["bos_share"] < 0.5 for r in rows[1:])
+    printed = tfm("inspect-attn", "--model", str(run), "--device", "cpu", SENTENCE, "--target", target, "--summary").stdout
+    table = [line.split("\t") for line in printed.splitlines() if line.startswith("decoder\t")]
+    header = next(line.split("\t") for line in printed.splitlines() if line.startswith("kind\t"))
+    column = header.index("<s>")
+    assert [cells[column] for cells in table] == [f"{r['bos_share']:.0%}" for r in rows]
+    assert [("rests on <s>" in cells[-1]) for cells in table] == [r["bos_share"] > 0.5 for r in rows]
+    data = json.loads(tfm("inspect-attn", "--model", str(run), "--device", "cpu", SENTENCE, "--target", target, "--json").stdout)
+    assert [r["bos_share"] for r in data["summary"] if r["kind"] == "decoder"] == [r["bos_share"] for r in rows]

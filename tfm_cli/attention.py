@@ -359,19 +359,25 @@ def _is_punctuation(token: str) -> bool:
 
 def head_summary(report: AttentionReport) -> list[dict[str, Any]]:
     """For every kind, layer and head: mean entropy of the rows (nats), mean maximum weight, share of attention
-    on the end-of-sentence key and on punctuation keys, and mean distance from the diagonal (in key positions;
-    for cross-attention the diagonal runs corner to corner). Queries are averaged with equal weight."""
+    on the end-of-sentence key, on the start-of-sentence key (decoder self-attention's keys begin with "<s>", and
+    have no "</s>") and on punctuation keys, and mean distance from the diagonal (in key positions; for
+    cross-attention the diagonal runs corner to corner). Queries are averaged with equal weight; in decoder
+    self-attention the first query, which sees only "<s>" and so puts all of its weight there whatever the head
+    does, is left out (unless it is the only one)."""
     rows = []
     for kind in KINDS:
         w = report.weights[kind]  # (L, H, Q, K)
         keys = report.key_tokens(kind)
         n_q, n_k = w.size(2), w.size(3)
         eos = torch.tensor([t == EOS for t in keys])
+        bos = torch.tensor([t == BOS for t in keys])
         punct = torch.tensor([_is_punctuation(t) for t in keys])
         q_pos = torch.arange(n_q, dtype=torch.float32)
         if kind == "cross" and n_q > 1:
             q_pos = q_pos * (n_k - 1) / (n_q - 1)
         distance = (torch.arange(n_k, dtype=torch.float32)[None, :] - q_pos[:, None]).abs()  # (Q, K)
+        if kind == "decoder" and n_q > 1:  # the first query's one visible key says nothing of the head
+            w, distance = w[:, :, 1:], distance[1:]
         entropy = -(w * w.clamp_min(1e-12).log()).sum(-1).mean(-1)  # (L, H)
         for layer in range(w.size(0)):
             for head in range(w.size(1)):
@@ -381,6 +387,7 @@ def head_summary(report: AttentionReport) -> list[dict[str, Any]]:
                     "entropy": float(entropy[layer, head]),
                     "max_weight": float(m.max(-1).values.mean()),
                     "eos_share": float(m[:, eos].sum(-1).mean()) if eos.any() else 0.0,
+                    "bos_share": float(m[:, bos].sum(-1).mean()) if bos.any() else 0.0,
                     "punct_share": float(m[:, punct].sum(-1).mean()) if punct.any() else 0.0,
                     "diagonal_distance": float((m * distance).sum(-1).mean()),
                 })

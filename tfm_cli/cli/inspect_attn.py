@@ -48,7 +48,7 @@ def inspect_attn(
     head: str = typer.Option("mean", "--head", help="Head, from 1, or 'mean' of all heads."),
     token: str = typer.Option(None, "--token", help="Focus on one query token: its text (a word inside a piece counts: 'il' finds qu'il; a word in several pieces is found at its first) or its number.", show_default=False),
     explain_head: bool = typer.Option(False, "--explain", help="With --token: one head step by step (q.k, /sqrt(d_k), softmax, values)."),
-    summary: bool = typer.Option(False, "--summary", help="Statistics of every head: entropy, maximum, share on </s> and punctuation, distance from the diagonal."),
+    summary: bool = typer.Option(False, "--summary", help="Statistics of every head: entropy, maximum, share on </s>, <s> and punctuation, distance from the diagonal."),
     align: bool = typer.Option(False, "--align", help="Print the source-target word alignment from cross-attention (Pharaoh i-j)."),
     words: bool = typer.Option(False, "--words", help="Merge subword pieces into words (keys summed, queries averaged)."),
     numbers: bool = typer.Option(False, "--numbers", help="Print the weights (in %) in the heatmap cells."),
@@ -393,18 +393,21 @@ def _render_summary(report) -> None:
             notes.append("sharp")
         if r["eos_share"] > 0.5:
             notes.append("rests on </s>")
+        if r["bos_share"] > 0.5:
+            notes.append("rests on <s>")
         if r["diagonal_distance"] < 0.5:
             notes.append("diagonal")
         if r["punct_share"] > 0.5:
             notes.append("punctuation")
         table.append((
-            r["kind"], r["layer"], r["head"], f"{r['entropy']:.2f}", f"{r['max_weight']:.2f}", f"{r['eos_share']:.0%}",
+            r["kind"], r["layer"], r["head"], f"{r['entropy']:.2f}", f"{r['max_weight']:.2f}", f"{r['eos_share']:.0%}", f"{r['bos_share']:.0%}",
             f"{r['punct_share']:.0%}", f"{r['diagonal_distance']:.2f}", ", ".join(notes),
         ))
     _table(
-        "Every head: mean row entropy (nats; 0 = one key), mean maximum weight, share on </s> and on punctuation, "
-        "mean distance from the diagonal (positions)",
-        ["kind", "layer", "head", "entropy", "max", "</s>", "punct", "diagonal", "notes"], table,
+        "Every head: mean row entropy (nats; 0 = one key), mean maximum weight, share on </s>, on <s> (decoder "
+        "self-attention's first key) and on punctuation, mean distance from the diagonal (positions); decoder rows "
+        "leave out the first query, which sees only <s>",
+        ["kind", "layer", "head", "entropy", "max", "</s>", "<s>", "punct", "diagonal", "notes"], table,
     )
     for kind in ("encoder", "decoder", "cross"):
         mine = [r for r in rows if r["kind"] == kind]
