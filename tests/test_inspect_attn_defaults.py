@@ -103,3 +103,23 @@ def test_summary_shows_the_decoder_sink_on_start_of_sentence(tok, tmp_path: Path
     assert [("rests on <s>" in cells[-1]) for cells in table] == [r["bos_share"] > 0.5 for r in rows]
     data = json.loads(tfm("inspect-attn", "--model", str(run), "--device", "cpu", SENTENCE, "--target", target, "--json").stdout)
     assert [r["bos_share"] for r in data["summary"] if r["kind"] == "decoder"] == [r["bos_share"] for r in rows]
+
+
+def test_a_translation_cut_at_the_maximum_length_is_said(tok, tmp_path: Path) -> None:
+    """A translation that runs to the maximum output length ends with a forced </s>: the last row was labelled
+    "</s>" as if the model had predicted it, with no word of the cut (a 60-token sentence on the quickstart model,
+    most sentences on a barely trained one)."""
+    model = _model(tok, 1, seed=1)
+    with torch.no_grad():  # the model never chooses </s>: every translation runs to the maximum length
+        model.generator.weight[tok.eos_id] = -10.0 * model.generator.weight[tok.eos_id].abs().sign()
+    run = _run_dir(tmp_path / "run", model, tok)
+    translator = Translator.load(run, device="cpu", precision="fp32")
+    assert translator.translate(SENTENCE).stopped == "max_len"
+    base = ("inspect-attn", "--model", str(run), "--device", "cpu", SENTENCE)
+    cut = tfm(*base)
+    n = len(attention_report(translator, SENTENCE).tgt_tokens) - 1
+    assert f"warning: the translation reached the maximum output length ({n} tokens) and was cut there" in cut.stderr
+    assert "Traceback" not in cut.stderr
+    assert json.loads(tfm(*base, "--json").stdout)["stopped"] == "max_len"
+    forced = tfm(*base, "--target", "I am a student.", "--json")
+    assert "maximum output length" not in forced.stderr and json.loads(forced.stdout)["stopped"] is None

@@ -47,6 +47,9 @@ class AttentionReport:
     weights: dict[str, torch.Tensor]
     d_k: int
     word_level: bool = False
+    # Why the model's translation ended: "eos" (the model predicted "</s>") or "max_len" (it reached the maximum
+    # output length and "</s>" was forced there, so the last target row is no prediction); None for a given target.
+    stopped: str | None = None
     # For each kind: the (layers, heads, queries, Dh) queries and (layers, heads, keys, Dh) keys and values
     # at each attention, for `explain` (subword level only).
     vectors: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)
@@ -74,7 +77,7 @@ class AttentionReport:
         """The documented JSON shape: tokens and weights[kind][layer][head][query][key]."""
         return {
             "source": self.source, "target": self.target, "forced_target": self.forced_target, "model": self.model,
-            "word_level": self.word_level,
+            "word_level": self.word_level, "stopped": self.stopped,
             "src_tokens": self.src_tokens, "tgt_tokens": self.tgt_tokens, "tgt_inputs": self.tgt_inputs,
             "n_layers": self.n_layers, "n_heads": self.n_heads, "d_k": self.d_k,
             "attention": {k: self.weights[k].double().round(decimals=decimals).tolist() for k in KINDS},
@@ -98,9 +101,9 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     if target is None:
         result = translator.translate(source, **decode)
         tgt_ids = [tok.piece_to_id(p) for p in result.tokens]
-        target_text, forced = result.text, False
+        target_text, forced, stopped = result.text, False, result.stopped
     else:
-        tgt_ids, target_text, forced = tok.encode(target), target, True
+        tgt_ids, target_text, forced, stopped = tok.encode(target), target, True, None
         if not tgt_ids:
             raise TfmError("--target is empty", hint="give the target sentence to teacher-force, or leave --target out")
     if len(tgt_ids) > limit:
@@ -123,7 +126,7 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     return AttentionReport(
         source, target_text, forced, str(translator.path or "<in memory>"),
         pieces + [EOS], out_pieces + [EOS], [BOS] + out_pieces, weights, cfg.d_model // cfg.n_heads,
-        vectors=vectors,
+        stopped=stopped, vectors=vectors,
     )
 
 
@@ -239,7 +242,7 @@ def merge_words(report: AttentionReport) -> AttentionReport:
     return AttentionReport(
         report.source, report.target, report.forced_target, report.model,
         [_word_text(report.src_tokens, g) for g in src_g], [_word_text(report.tgt_tokens, g) for g in tgt_g],
-        [_word_text(report.tgt_inputs, g) for g in in_g], weights, report.d_k, word_level=True,
+        [_word_text(report.tgt_inputs, g) for g in in_g], weights, report.d_k, word_level=True, stopped=report.stopped,
     )
 
 

@@ -111,6 +111,11 @@ def inspect_attn(
         if path is not None:  # again, now that the model's own files are known: they are inputs too
             check_output_file(path, option, inputs=translator.files)
     report = attention_report(translator, sentence, target)
+    if report.stopped == "max_len":  # as likely a sign of an untrained model as of a long sentence: say it
+        warn(
+            f"the translation reached the maximum output length ({len(report.tgt_tokens) - 1} tokens) and was cut "
+            "there: its last row, </s>, was forced, not predicted (teacher-force a target with --target)"
+        )
     shown = merge_words(report) if words else report
     if token is not None:
         kind, query = _locate(shown, kind, token)
