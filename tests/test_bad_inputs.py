@@ -507,6 +507,32 @@ def test_compressed_stdin_says_how_to_decompress(run: Path) -> None:
     assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1
 
 
+def _follow(hint: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run the command a message suggests, as a user pastes it into a shell (`tfm` being the installed one)."""
+    command = hint.replace("tfm ", f"{TFM} ")
+    return subprocess.run(command, shell=True, cwd=cwd, capture_output=True, text=True, env=tfm_env(), timeout=120)
+
+
+def test_hints_that_pipe_into_tfm_keep_the_command_as_typed(run: Path, tmp_path: Path) -> None:
+    """`zcat input | tfm translate` and `tfm translate < input.fr` dropped --model (and every other option): pasted
+    as given, they translated with the most recent run under runs/, another model, without a word."""
+    options = ["--model", str(run), "--device", "cpu", "--max-len", "3"]
+    write(tmp_path / "input.fr", "Bonjour.\nMerci.\n")
+    write(tmp_path / "input", gzip.compress(b"Bonjour.\nMerci.\n"))  # as the hint calls it
+    proc = tfm("translate", *options, stdin=(tmp_path / "input").read_bytes(), check=False)
+    error_line(proc, "stdin is gzip-compressed, not text")
+    hint = proc.stderr.split("hint: decompress it on the way in, e.g. ", 1)[1].strip()
+    assert hint == f"zcat input | tfm translate --model {run} --device cpu --max-len 3"
+    followed = _follow(hint, tmp_path)
+    assert followed.returncode == 0 and len(followed.stdout.splitlines()) == 2, followed.stderr
+    proc = tfm("translate", *options, "input.fr", cwd=tmp_path, check=False)
+    line = error_line(proc, "input.fr is a file, not a sentence", code=2)
+    hint = re.search(r"give them on stdin \((.*)\)$", line).group(1)
+    assert hint == f"tfm translate --model {run} --device cpu --max-len 3 < input.fr"
+    followed = _follow(hint, tmp_path)
+    assert followed.returncode == 0 and len(followed.stdout.splitlines()) == 2, followed.stderr
+
+
 def test_scoring_nothing_is_an_error_not_a_traceback(run: Path, tmp_path: Path) -> None:
     """Empty stdin and an empty reference file agree on their 0 lines, but there is no BLEU of nothing (sacrebleu
     raised IndexError)."""

@@ -454,7 +454,8 @@ def test_translate_a_file_name_is_refused_not_translated(random_run: Path, tmp_p
     (tmp_path / "input.fr").write_text("Bonjour.\nMerci.\n", encoding="utf-8")
     proc = tfm("translate", "--model", str(random_run), "--device", "cpu", "input.fr", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
-    assert "is a file, not a sentence" in proc.stderr and "tfm translate <" in proc.stderr
+    assert "is a file, not a sentence" in proc.stderr
+    assert f"tfm translate --model {random_run} --device cpu < input.fr" in proc.stderr
     proc = tfm("translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3", "output.fr", cwd=tmp_path)
     assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1  # no such file: a sentence
     # "-" is stdin, as for cat or sacrebleu (it translated the character "-")

@@ -264,6 +264,22 @@ def _compression(first_line: bytes) -> tuple[str, str] | None:
     return None
 
 
+def typed_command(name: str, drop: str | None = None) -> str:
+    """The command line as the user typed it (`tfm translate --model runs/tiny`), quoted for the shell, for a hint
+    that pipes into it or redirects into it: a hint with a bare `tfm translate` would run another model (the most
+    recent run) and lose the other options. `drop` leaves out one argument (a file given as the sentence);
+    `tfm NAME` when the process was not started as that command."""
+    import shlex
+
+    args = sys.argv[1:]
+    if args[:1] != [name]:
+        return f"tfm {name}"
+    if drop is not None and drop in args[1:]:
+        at = len(args) - 1 - args[::-1].index(drop)
+        args = args[:at] + args[at + 1 :]
+    return shlex.join(["tfm", *args])
+
+
 def stdin_lines(command: str) -> Iterator[str]:
     """Lines of stdin, decoded strictly as UTF-8 so that a bad byte is reported with its line; `command` (e.g.
     "tfm translate") is the one the hints pipe into."""

@@ -30,6 +30,7 @@ from tfm_cli.cli.common import (
     print_table,
     route_warnings,
     stdin_lines,
+    typed_command,
     warn,
 )
 from tfm_cli.errors import TfmError, shell_word
@@ -173,7 +174,7 @@ def _stdin_sentence() -> str:
     if sys.stdin.isatty():
         raise typer.BadParameter("- reads the sentence from stdin: pipe one in (e.g. head -n 1 input.fr | tfm inspect-attn -)", param_hint="SENTENCE")
     found: list[tuple[int, str]] = []
-    for number, line in enumerate(stdin_lines("tfm inspect-attn -"), start=1):
+    for number, line in enumerate(stdin_lines(typed_command("inspect-attn")), start=1):
         line = line.rstrip("\r\n").lstrip("\ufeff")  # a byte-order mark is no part of the sentence shown
         if line.strip():
             found.append((number, line))

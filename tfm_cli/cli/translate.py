@@ -27,6 +27,7 @@ from tfm_cli.cli.common import (
     reads_from_stdin,
     route_warnings,
     stdin_lines,
+    typed_command,
     write_output,
 )
 from tfm_cli.errors import TfmError, shell_word
@@ -102,11 +103,11 @@ def translate(
         if reference is not None:  # it waited for sources typed at the terminal, without a word
             raise typer.BadParameter(
                 "--reference scores the sentences read from stdin, and stdin is the terminal: pipe them in "
-                "(tfm translate --reference ref.en < src.fr), or give - to type them (Ctrl-D ends)",
+                f"({typed_command('translate')} < src.fr), or give - to type them (Ctrl-D ends)",
                 param_hint="--reference",
             )
         raise typer.BadParameter(
-            "give a sentence, or pipe lines into stdin (e.g. tfm translate < input.txt), or give - to type them, "
+            f"give a sentence, or pipe lines into stdin (e.g. {typed_command('translate')} < input.txt), or give - to type them, "
             "one a line (Ctrl-D ends)",
             param_hint="TEXT",
         )
@@ -123,7 +124,8 @@ def translate(
         check_utf8(text, "the sentence to translate")
         if names_a_file(text):  # `tfm translate input.fr` translated the file's name
             raise typer.BadParameter(
-                f"{text} is a file, not a sentence: to translate its lines, give them on stdin (tfm translate < {shell_word(text)})",
+                f"{text} is a file, not a sentence: to translate its lines, give them on stdin "
+                f"({typed_command('translate', drop=text)} < {shell_word(text)})",
                 param_hint="TEXT",
             )
 
@@ -158,10 +160,10 @@ def translate(
         # flushed: a co-process that writes a line and waits for its translation gets it, as `tail -f` does; a
         # file piped in is all there, so it is still translated CHUNK_LINES at a time.
         if StdinLines.usable():
-            lines: Any = StdinLines("tfm translate")
+            lines: Any = StdinLines(typed_command("translate"))
             ready = lines.ready
         else:  # no select() on this stdin (Windows): chunks of CHUNK_LINES, or the end of the input
-            lines, ready = stdin_lines("tfm translate"), None
+            lines, ready = stdin_lines(typed_command("translate")), None
         with bar as advance:
             results = translator.translate_stream(lines, chunk_lines=CHUNK_LINES, progress=advance, ready=ready, **settings)
             for line_no, result in enumerate(results, start=1):
@@ -201,7 +203,7 @@ def _score(translator, settings: dict[str, Any], text, score, reference, output,
         sources, references, what = [s for s, _ in pairs], [t for _, t in pairs], " ".join(map(str, score))
         files = {"sources": str(score[0]), "references": str(score[-1])}  # a TSV holds both
     else:
-        sources = [text] if text is not None else [line.rstrip("\r\n") for line in stdin_lines("tfm translate")]
+        sources = [text] if text is not None else [line.rstrip("\r\n") for line in stdin_lines(typed_command("translate"))]
         while sources and not sources[-1]:  # blank lines at the end, as read_lines drops the references'
             sources.pop()
         references = read_lines(reference, option="--reference")
