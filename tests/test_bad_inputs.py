@@ -533,6 +533,15 @@ def test_hints_that_pipe_into_tfm_keep_the_command_as_typed(run: Path, tmp_path:
     assert followed.returncode == 0 and len(followed.stdout.splitlines()) == 2, followed.stderr
 
 
+def test_n_best_above_the_models_beam_with_a_wider_beam(run: Path) -> None:
+    """`--n-best 5 --beam 5` was refused as "cannot exceed the beam size 4" (the model's, which --beam replaces):
+    no n-best list wider than the recipe's beam could be had at all."""
+    proc = translate(run, "--beam", "5", "--n-best", "5", "--max-len", "3", "Bonjour.")
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 5, proc.stderr
+    proc = translate(run, "--n-best", "5", "--max-len", "3", "Bonjour.")
+    error_line(proc, "--n-best 5 cannot exceed the model's beam size 4", "(--beam 5 --n-best 5)", code=2)
+
+
 def test_scoring_nothing_is_an_error_not_a_traceback(run: Path, tmp_path: Path) -> None:
     """Empty stdin and an empty reference file agree on their 0 lines, but there is no BLEU of nothing (sacrebleu
     raised IndexError)."""

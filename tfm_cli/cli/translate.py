@@ -139,8 +139,12 @@ def translate(
         check_output_file(
             output, "--output", inputs=[*(score or []), *([reference] if reference else []), *translator.files], reads_stdin=reads_stdin
         )
-    if n_best > translator.settings.beam and not greedy:
-        raise typer.BadParameter(f"--n-best {n_best} cannot exceed the beam size {translator.settings.beam}", param_hint="--n-best")
+    if beam is None and n_best > translator.settings.beam and not greedy:  # a --beam given was checked above
+        raise typer.BadParameter(
+            f"--n-best {n_best} cannot exceed the model's beam size {translator.settings.beam}: widen the beam with it "
+            f"(--beam {n_best} --n-best {n_best})",
+            param_hint="--n-best",
+        )
     settings = dict(
         beam=beam, alpha=alpha, max_len_offset=max_len, min_len=min_len, max_tokens=batch_tokens, greedy=greedy,
         n_best=n_best,
