@@ -360,3 +360,43 @@ def test_a_stop_signal_inside_a_weights_read_is_raised_after_it(copy: Path, monk
     with pytest.raises(KeyboardInterrupt), stop_signals() as received:
         checkpoint.read_weights(weights)
     assert finished == [str(weights)] and received == [signal.SIGTERM]
+
+
+def _new_run(proc, tmp_path: Path) -> str:
+    """The command a refused resume suggests for a new run, with NEW_DIR filled in; checked by a dry run."""
+    hint = proc.stderr.split("hint: ", 1)[1].strip()
+    command = "tfm train " + hint.split(": tfm train ", 1)[1]
+    assert command.endswith(" --out NEW_DIR"), hint
+    command = command.replace("NEW_DIR", str(tmp_path / "new"))
+    followed = test_bad_inputs._follow(f"{command} --device cpu --dry-run", tmp_path)
+    assert followed.returncode == 0, f"{command}:\n{followed.stderr}"
+    return command
+
+
+@pytest.mark.parametrize(
+    ("override", "refused"),
+    [("model.d_model=64", "--resume cannot change the model"), ("model.norm=pre", "--resume cannot change the model"),
+     ("tokenizer.min_frequency=5", "--resume cannot change the tokenizer"), ("data.max_len=6", "cannot continue from its data position")],
+)
+def test_a_refused_resume_says_how_to_start_the_new_run(copy: Path, tmp_path: Path, override: str, refused: str) -> None:
+    """The hint was "start a new run with them (--out)", and `tfm train --resume RUN OVERRIDE --out NEW` is refused
+    in turn ("--resume continues RUN in place; drop --out"): it now gives the command, from the run's recipe with
+    the same override, which a dry run accepts."""
+    proc = train("--resume", str(copy), override, "train.max_steps=12")
+    error_line(proc, refused)
+    assert _new_run(proc, tmp_path) == f"tfm train {copy / 'recipe.yaml'} {override} --out {tmp_path / 'new'}"
+
+
+def test_a_damaged_trainer_state_says_which_files_to_delete(copy: Path, tmp_path: Path) -> None:
+    """"delete it and its .safetensors ..., or start a new run (--out)": the second way on was refused as above; the
+    weights file to delete is named."""
+    state = state_path(checkpoint_path(copy, 10))
+    state.write_bytes(state.read_bytes()[:100])
+    proc = train("--resume", str(copy), "train.max_steps=12")
+    error_line(proc, f"{state} is damaged")
+    assert "hint: delete it and its step-00000010.safetensors to resume from the checkpoint before" in proc.stderr
+    assert _new_run(proc, tmp_path) == f"tfm train {copy / 'recipe.yaml'} --out {tmp_path / 'new'}"
+    state.unlink()
+    checkpoint_path(copy, 10).unlink()
+    proc = train("--resume", str(copy), "train.max_steps=12")
+    assert proc.returncode == 0 and "resumed from" in proc.stderr and "at step 5" in proc.stderr, proc.stderr

@@ -356,20 +356,26 @@ _TRAINING_ONLY = ("dropout", "attn_dropout")
 _RECIPE_MODEL_KEYS = {f.name for f in dataclasses.fields(ModelRecipe)}
 
 
+def new_run_hint(run_dir: Path, settings: list[tuple[str, object]]) -> str:
+    """The command that starts a new run from `run_dir`'s recipe with `settings` (dotted key, value) as overrides:
+    what a resume refuses to change. (`--out` alone is no way on: `--resume RUN --out NEW` is refused.)"""
+    words = [f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in settings]
+    given = "".join(f" {shell_word(word)}" for word in words)
+    return f"tfm train {shell_word(run_dir / 'recipe.yaml')}{given} --out NEW_DIR"
+
+
 def check_resumable(run_dir: Path, weights: Path, config, step: int, max_steps: int) -> None:
     """Refuse a resume, before anything in the run is rewritten, whose overrides change the model the checkpoint
     holds (its shapes, or shape-preserving settings such as model.n_heads or model.norm that would change what
     the weights compute), or whose train.max_steps is already behind the checkpoint."""
     saved = json.loads(read_metadata(weights)["config"])
-    changed = [
-        f"{'model.' + k if k in _RECIPE_MODEL_KEYS else k} {saved.get(k)!r} -> {v!r}"
-        for k, v in config.to_dict().items()
-        if k not in _TRAINING_ONLY and k in saved and saved[k] != v
-    ]
+    differ = [(k, v) for k, v in config.to_dict().items() if k not in _TRAINING_ONLY and k in saved and saved[k] != v]
+    changed = [f"{'model.' + k if k in _RECIPE_MODEL_KEYS else k} {saved.get(k)!r} -> {v!r}" for k, v in differ]
     if changed:
         raise TfmError(
             f"--resume cannot change the model of {run_dir} ({'; '.join(changed)}): {weights.name} holds the other one",
-            hint="drop those overrides to continue the run, or start a new run with them (--out)",
+            hint="drop those overrides to continue the run, or start a new run with them: "
+            + new_run_hint(run_dir, [(f"model.{k}", v) for k, v in differ if k in _RECIPE_MODEL_KEYS]),
         )
     if step > max_steps:
         raise TfmError(
@@ -389,16 +395,17 @@ def check_tokenizer_kept(recipe: Recipe, run_dir: Path, actual: int) -> None:
         saved = load_recipe(Path(run_dir) / "recipe.yaml").tokenizer
     except TfmError:  # said by the resume's own checks
         return
-    changed = [
-        f"tokenizer.{k} {getattr(saved, k)!r} -> {getattr(recipe.tokenizer, k)!r}"
-        for k in ("vocab_size", "min_frequency")
+    differ = [
+        k for k in ("vocab_size", "min_frequency")
         if getattr(saved, k) != getattr(recipe.tokenizer, k) and not (k == "vocab_size" and recipe.tokenizer.vocab_size == actual)
     ]
+    changed = [f"tokenizer.{k} {getattr(saved, k)!r} -> {getattr(recipe.tokenizer, k)!r}" for k in differ]
     if changed:
         raise TfmError(
             f"--resume cannot change the tokenizer of {run_dir} ({'; '.join(changed)}): the run goes on with its own "
             f"tokenizer.json ({actual:,} tokens)",
-            hint="drop those overrides to continue the run, or start a new run with them (--out)",
+            hint="drop those overrides to continue the run, or start a new run with them: "
+            + new_run_hint(run_dir, [(f"tokenizer.{k}", getattr(recipe.tokenizer, k)) for k in differ]),
         )
 
 

@@ -88,6 +88,7 @@ from tfm_cli.training.checks import (
     check_tokenizer_kept,
     dev_is_train,
     foreign_tokenizer,
+    new_run_hint,
     preflight,
     resume_recipe,
     with_absolute_paths,
@@ -1002,17 +1003,20 @@ def restore_stream(stream: BatchStream, saved: dict[str, int], recipe: Recipe, r
         except TfmError:
             before = {}
         now = recipe_to_dict(with_absolute_paths(recipe))
-        changed = [
-            f"{key} {before[section][name]!r} -> {now[section][name]!r}"
+        differ = [
+            (key, section, name)
             for key in _STREAM_KEYS
             for section, name in [key.split(".")]
             if section in before and before[section].get(name) != now[section].get(name)
         ]
+        changed = [f"{key} {before[section][name]!r} -> {now[section][name]!r}" for key, section, name in differ]
         why = f"this resume changes {'; '.join(changed)}" if changed else str(error)
         raise CheckpointError(
             f"{run_dir} cannot continue from its data position (epoch {saved.get('epoch')}, batch "
             f"{saved.get('position')}): {why}",
-            hint=f"resume with the run's own {', '.join(_STREAM_KEYS)} (its recipe.yaml), or start a new run (--out)",
+            hint=f"resume with the run's own {', '.join(_STREAM_KEYS)} (its recipe.yaml), or start a new run with "
+            f"{'them' if changed else 'its recipe'}: "
+            + new_run_hint(run_dir, [(key, now[section][name]) for key, section, name in differ]),
         ) from None
 
 
@@ -1056,16 +1060,18 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
         CheckpointError: in one line, for a file that is damaged or holds anything but tensors and plain data
             (a pickle that would run code is refused, never executed).
     """
+    weights_name = path.name.removesuffix(".state.pt") + ".safetensors"
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # UnpicklingError, RuntimeError, EOFError...: torch's text is many lines long
         why = "is damaged" if isinstance(err, (EOFError, RuntimeError)) and "Unpickl" not in str(err) else "holds more than tensors and plain data (it could run code), so it was not loaded"
         raise CheckpointError(
             f"{path} {why}",
-            hint="delete it and its .safetensors to resume from the checkpoint before, or start a new run (--out)",
+            hint=f"delete it and its {weights_name} to resume from the checkpoint before, or start a new run from the "
+            f"run's recipe: {new_run_hint(path.parent.parent, [])}",  # RUN/checkpoints/step-N.state.pt
         ) from None
     if not isinstance(state, dict) or not {"optimizer", "scaler", "stream", "rng"} <= state.keys():
-        raise CheckpointError(f"{path} is not a tfm trainer state", hint="delete it and its .safetensors to resume from the checkpoint before")
+        raise CheckpointError(f"{path} is not a tfm trainer state", hint=f"delete it and its {weights_name} to resume from the checkpoint before")
     return state
 
 
