@@ -220,7 +220,7 @@ def test_range_and_cross_field_rules():
         "tokenizer.vocab_size=100 must be between 300 (the byte fallback needs 256 byte tokens + 4 special "
         "tokens, plus room for merges) and 1,000,000; e.g. 8000 for a small corpus, 37000 for the paper's",
         "train.precision='fp8' must be one of: auto, fp32, bf16, fp16",
-        "train.average_last=3 must be at most train.keep_last=2 (raise train.keep_last to 3)",
+        "train.average_last=3 must be at most train.keep_last=2 (raise train.keep_last to 3, or lower train.average_last to 2)",
         "train.label_smoothing=1.0 must be in [0, 1) (the paper uses 0.1)",
         "train.betas=[0.9, 1.5] must be two numbers in [0, 1), e.g. [0.9, 0.98]",
         "train.eps=0.0 must be > 0 (the paper uses 1e-9)",

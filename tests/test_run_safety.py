@@ -16,6 +16,7 @@ import pytest
 import test_bad_inputs
 import torch
 from clitools import start_tfm, tfm, wait_until
+from safetensors.torch import load_file
 from test_bad_inputs import error_line, snapshot, write
 
 from tfm_cli.checkpoint import checkpoint_path, checkpoint_steps, read_metadata, state_path
@@ -400,3 +401,37 @@ def test_a_damaged_trainer_state_says_which_files_to_delete(copy: Path, tmp_path
     checkpoint_path(copy, 10).unlink()
     proc = train("--resume", str(copy), "train.max_steps=12")
     assert proc.returncode == 0 and "resumed from" in proc.stderr and "at step 5" in proc.stderr, proc.stderr
+
+
+def test_a_full_disk_says_how_many_checkpoints_fit(root: Path, copy: Path, tmp_path: Path, monkeypatch) -> None:
+    """"free some space, lower train.keep_last, or choose another --out": lowering train.keep_last alone was refused
+    (train.average_last must be at most train.keep_last, which in turn said only to raise train.keep_last), a
+    resume cannot take another --out, and the count that fits was not said. The hint now gives the overrides that
+    fit (for a resume, the whole command) and, for a resume, a copy of the run instead of --out; followed, the run
+    trains."""
+    import shutil as shutil_module
+    from collections import namedtuple
+
+    import tfm_cli.training.checks as checks
+    from tfm_cli.errors import TfmError
+    from tfm_cli.training import resume_recipe
+    from tfm_cli.training import train as train_in_process
+
+    params = sum(t.numel() for t in load_file(str(copy / "model.safetensors")).values())
+    usage = namedtuple("usage", "total used free")
+    free = params * 12 * 2 + params * 8 + 100  # one checkpoint, the final and best weights: keep_last=1 fits
+    monkeypatch.setattr(checks.shutil, "disk_usage", lambda path: usage(10**12, 10**12 - free, free))
+    assert checks.shutil is shutil_module
+    with pytest.raises(TfmError) as err:
+        train_in_process(resume_recipe(copy, ["train.max_steps=12"]), copy, device="cpu", resume=True)
+    assert err.value.hint == (f"free some space, keep fewer checkpoints (tfm train --resume {copy} train.keep_last=1 "
+                              f"train.average_last=1), or copy {copy} where there is room and write access, and resume the copy")
+    overrides = err.value.hint.split(f"--resume {copy} ", 1)[1].split(")", 1)[0].split()
+    result = train_in_process(resume_recipe(copy, [*overrides, "train.max_steps=12"]), copy, device="cpu", resume=True)
+    assert result.step == 12
+    with pytest.raises(TfmError) as err:  # a start: the same overrides, and another --out
+        train_in_process(load_recipe(root / "recipe.yaml"), tmp_path / "new", device="cpu")
+    assert err.value.hint == "free some space, keep fewer checkpoints (train.keep_last=1 train.average_last=1), or choose another --out"
+    with pytest.raises(RecipeError) as err:
+        load_recipe(root / "recipe.yaml", ["train.keep_last=1"])
+    assert "(raise train.keep_last to 2, or lower train.average_last to 1)" in str(err.value)

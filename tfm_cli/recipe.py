@@ -475,7 +475,7 @@ def _validate(recipe: Recipe, skip: set[str]) -> list[str]:
     if keep is not None and average is not None and average > keep:
         problems.append(
             f"train.average_last={average} must be at most train.keep_last={keep} "
-            f"(raise train.keep_last to {average})"
+            f"(raise train.keep_last to {average}, or lower train.average_last to {keep})"
         )
     max_len, max_positions = good.get("data.max_len"), good.get("model.max_positions")
     if (

@@ -308,7 +308,7 @@ def with_absolute_paths(recipe: Recipe) -> Recipe:
     return dataclasses.replace(recipe, data=data, tokenizer=tokenizer)
 
 
-def check_room(run_dir: Path, config, t) -> None:
+def check_room(run_dir: Path, config, t, resume: bool = False) -> None:
     """Fail before training when checkpoints cannot be written into `run_dir`, or will not fit on its disk.
 
     A checkpoint holds the fp32 weights and Adam's two moments (about 12 bytes a parameter); the run keeps
@@ -321,7 +321,8 @@ def check_room(run_dir: Path, config, t) -> None:
             pass
     except OSError as err:
         raise TfmError(
-            f"cannot write checkpoints into {folder}: {err.strerror}", hint="choose another --out, or fix that folder's permissions"
+            f"cannot write checkpoints into {folder}: {err.strerror}",
+            hint=f"fix that folder's permissions, or {_elsewhere(run_dir, resume)}",
         ) from None
     # What a resume writes into in place (the rest is written under a temporary name and renamed): a read-only
     # metrics.jsonl stopped the run at its first log line, a read-only tensorboard/ before the first step with a
@@ -331,7 +332,7 @@ def check_room(run_dir: Path, config, t) -> None:
         if not os.access(path, os.W_OK | (os.X_OK if path.is_dir() else 0)):
             raise TfmError(
                 f"cannot write into {path}: Permission denied (the run adds to it)",
-                hint=f"fix its permissions (chmod u+w{'x' if path.is_dir() else ''} {shell_word(path)}), or choose another --out",
+                hint=f"fix its permissions (chmod u+w{'x' if path.is_dir() else ''} {shell_word(path)}), or {_elsewhere(run_dir, resume)}",
             )
     params = parameter_count(config)
     need = params * 12 * (t.keep_last + 1) + params * 4 * 2
@@ -340,8 +341,26 @@ def check_room(run_dir: Path, config, t) -> None:
         raise TfmError(
             f"{run_dir} has {_size(free)} free, but {t.keep_last} checkpoints of this {params:,}-parameter model "
             f"and its final and best weights need about {_size(need)}",
-            hint="free some space, lower train.keep_last, or choose another --out",
+            hint=", ".join(["free some space", *_fewer(run_dir, t, resume, (free - params * 4 * 2) // (params * 12) - 1),
+                            f"or {_elsewhere(run_dir, resume)}"]),
         )
+
+
+def _fewer(run_dir: Path, t, resume: bool, fits: int) -> list[str]:
+    """How to keep as many checkpoints as fit (`fits`), when one does: train.average_last may not exceed
+    train.keep_last, so it is lowered with it."""
+    if fits < 1:
+        return []
+    words = [f"train.keep_last={fits}"] + ([f"train.average_last={fits}"] if t.average_last > fits else [])
+    command = " ".join([f"tfm train --resume {shell_word(run_dir)}", *words] if resume else words)
+    return [f"keep fewer checkpoints ({command})"]
+
+
+def _elsewhere(run_dir: Path, resume: bool) -> str:
+    """Where else a run can go: another --out for a start; a resume continues in place (--out is refused), so a copy."""
+    if resume:
+        return f"copy {shell_word(run_dir)} where there is room and write access, and resume the copy"
+    return "choose another --out"
 
 
 def _size(n: int) -> str:

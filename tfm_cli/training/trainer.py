@@ -381,7 +381,7 @@ class Trainer:
         had_checkpoints = (run_dir / CHECKPOINTS).exists()
         try:
             if self.main:  # an unwritable or full run directory is said now, not after an hour
-                check_room(run_dir, self.config, t)
+                check_room(run_dir, self.config, t, self.resume)
             # a model too large for the memory is said before the run's files are written
             self.model, self.optimizer, self.scaler = setup_model(self.config, t, self.device, self.precision)
         except BaseException:
