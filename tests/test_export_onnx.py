@@ -196,6 +196,7 @@ def test_a_damaged_or_mismatched_graph_is_refused_at_load(trained, exported, tmp
         (damaged("truncated", truncate), "decoder.onnx is not a readable ONNX graph, or is truncated or corrupt"),
         (damaged("edited", edit_config), "encoder.onnx was exported from another model than its config.json describes (n_heads"),
         (damaged("mixed", lambda c: shutil.copy(other / "encoder.onnx", c)), "encoder.onnx was exported from another model"),
+        (damaged("no-manifest", lambda c: (c / "onnx.json").unlink()), "onnx.json is missing"),
     ]
     for folder, message in cases:
         with pytest.raises(TfmError) as caught:
@@ -204,3 +205,8 @@ def test_a_damaged_or_mismatched_graph_is_refused_at_load(trained, exported, tmp
         proc = tfm("translate", "--model", str(folder), "Je suis étudiant.", check=False)
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert proc.stderr.startswith("Error: ") and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 2
+        # the hint's command replaces this export (`tfm export RUN --format onnx` alone wrote exports/RUN-onnx and
+        # left it damaged)
+        assert proc.stderr.strip().endswith(f"export it again: tfm export RUN --format onnx --out {folder} --force")
+    tfm("export", str(trained["dir"]), "--format", "onnx", "--out", str(cases[0][0]), "--force", "--verify-lines", "5")
+    assert Translator.load(cases[0][0]).translate("Je suis étudiant.")

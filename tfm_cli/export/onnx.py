@@ -482,7 +482,7 @@ def _session(ort, path: Path, options, providers: list, config: ModelConfig):
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(
             f"{path} is not a readable ONNX graph, or is truncated or corrupt ({reason})",
-            hint="copy the export again, or export again with `tfm export RUN --format onnx`",
+            hint=f"copy the export again, or {_export_again(path.parent)}",
         ) from None
     recorded = session.get_modelmeta().custom_metadata_map.get("config")
     if recorded is not None:
@@ -496,7 +496,7 @@ def _session(ort, path: Path, options, providers: list, config: ModelConfig):
             more = f" and {len(differ) - 2} more" if len(differ) > 2 else ""
             raise CheckpointError(
                 f"{path} was exported from another model than its config.json describes ({'; '.join(differ[:2])}{more})",
-                hint="put back the export's own files together, or export again with `tfm export RUN --format onnx`",
+                hint=f"put back the export's own files together, or {_export_again(path.parent)}",
             )
     return session
 
@@ -562,14 +562,14 @@ def load_onnx(path: str | Path, device: str | torch.device = "cpu", threads: int
         if not (path / name).is_file():
             raise CheckpointError(
                 f"{path / name} is missing: {path} is not a complete ONNX export",
-                hint="export again with `tfm export RUN --format onnx`",
+                hint=_export_again(path),
             )
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise CheckpointError(f"{path / MANIFEST} is not readable JSON ({err})") from None
+        raise CheckpointError(f"{path / MANIFEST} is not readable JSON ({err})", hint=_export_again(path)) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{path / MANIFEST} does not describe a tfm ONNX export", hint="export again with `tfm export RUN --format onnx`")
+        raise CheckpointError(f"{path / MANIFEST} does not describe a tfm ONNX export", hint=_export_again(path))
     config = _read_config(path / "config.json")
     tokenizer = Tokenizer.load(path / "tokenizer.json")
     expected = manifest.get("tokenizer_sha256")
@@ -585,8 +585,14 @@ def load_onnx(path: str | Path, device: str | torch.device = "cpu", threads: int
     return LoadedOnnx(engine, tokenizer, path, int(manifest.get("step", 0)), manifest)
 
 
+def _export_again(directory: Path) -> str:
+    """The command that replaces a damaged export in place (without --out and --force, `tfm export RUN --format
+    onnx` wrote a new one under exports/ and left this one as it was)."""
+    return f"export it again: tfm export RUN --format onnx --out {shell_word(directory)} --force"
+
+
 def _read_config(path: Path) -> ModelConfig:
     try:
         return ModelConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError) as err:
-        raise CheckpointError(f"{path}: not a readable model config ({err})") from None
+        raise CheckpointError(f"{path}: not a readable model config ({err})", hint=_export_again(path.parent)) from None
