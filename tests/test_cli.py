@@ -321,7 +321,7 @@ def test_unknown_option_exits_2() -> None:
         (["export", "--format", "zip"], "Invalid value for --format: 'zip' is not one of", "tfm export"),
         (["train"], "recipe is required", "tfm train"),
         (["inspect-attn"], "Missing argument 'SENTENCE'. Give the sentence to inspect, in quotes", "tfm inspect-attn"),
-        (["inspect-attn", "--summary"], "or - to read it from stdin (head -n 1 input.fr | tfm inspect-attn -)", "tfm inspect-attn"),
+        (["inspect-attn", "--summary"], "or - to read it from stdin (head -n 1 input.fr | tfm inspect-attn --summary -)", "tfm inspect-attn"),
         (["bench", "attention", "--tolerance", "5"], "Invalid value for --tolerance: '5' is a share of 500%", "tfm bench attention"),
     ],
 )

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import subprocess
 import unicodedata
 from pathlib import Path
 
 import pytest
 import torch
-from clitools import has_module, tfm
+from clitools import TFM, has_module, tfm, tfm_env
 
 from tfm_cli import Translator
 from tfm_cli.attention import (
@@ -222,14 +224,22 @@ def test_cli_sentence_from_stdin_or_a_file_name(trained: dict, tmp_path: Path) -
     piped = json.loads(tfm(*base, "-", stdin=f"\ufeff\n{SENTENCE}\r\n\n").stdout)
     assert piped["source"] == SENTENCE and piped["src_tokens"] == given["src_tokens"]
     assert piped["attention"] == given["attention"]
-    for stdin, message in (("Je suis là.\n\nTu es là.\n", "stdin holds more than one sentence (lines 1 and 3)"),
-                           (" \n", "stdin holds no sentence to inspect")):
+    typed = shlex.join(["tfm", *base, "-"])  # the hints pipe into the command as given: --model kept
+    for stdin, message, hint in (("Je suis là.\n\nTu es là.\n", "stdin holds more than one sentence (lines 1 and 3)",
+                                  f"sed -n 3p input.fr | {typed}"),
+                                 (" \n", "stdin holds no sentence to inspect", f"head -n 1 input.fr | {typed}")):
         proc = tfm(*base, "-", stdin=stdin, check=False)
         assert proc.returncode == 1 and f"Error: {message}" in proc.stderr and proc.stdout == "", proc.stderr
+        assert proc.stderr.strip().endswith(hint), proc.stderr
     sentences = tmp_path / "input.fr"
     sentences.write_text(SENTENCE + "\n", encoding="utf-8")
-    proc = tfm(*base, str(sentences), check=False)
+    proc = tfm(*base, "input.fr", check=False, cwd=tmp_path)
     assert proc.returncode == 2 and "is a file, not a sentence" in proc.stderr and proc.stdout == ""
+    # `head -n 1 input.fr | tfm inspect-attn -` dropped --model: pasted, it inspected the most recent run under runs/
+    command = re.search(r"give it on stdin \((.*)\)$", proc.stderr.splitlines()[0]).group(1)
+    assert command == f"head -n 1 input.fr | {typed}"
+    followed = subprocess.run(command.replace("| tfm ", f"| {TFM} "), shell=True, cwd=tmp_path, capture_output=True, env=tfm_env())
+    assert followed.returncode == 0 and json.loads(followed.stdout)["attention"] == given["attention"], followed.stderr
 
 
 def test_word_units_of_scripts_written_without_spaces() -> None:

@@ -586,9 +586,10 @@ class SentenceCommand(Command):
             if type(error).__name__ == "MissingParameter" and getattr(getattr(error, "param", None), "name", None) == "sentence":
                 # "Missing argument 'SENTENCE'." said neither what a sentence is here nor that - reads stdin
                 # (`echo ... | tfm inspect-attn` without the -, as tfm translate takes stdin without one)
+                typed = typed_command("inspect-attn")  # the options given, --model above all, stay in the examples
                 error.message = (  # type: ignore[attr-defined]
-                    'Give the sentence to inspect, in quotes (tfm inspect-attn "Je suis étudiant."), or - to read '
-                    "it from stdin (head -n 1 input.fr | tfm inspect-attn -)"
+                    f'Give the sentence to inspect, in quotes ({typed} "Je suis étudiant."), or - to read '
+                    f"it from stdin (head -n 1 input.fr | {typed} -)"
                 )
                 raise
             if type(error).__name__ != "NoSuchOption" or getattr(error, "possibilities", None):

@@ -89,7 +89,7 @@ def inspect_attn(
     if names_a_file(sentence):  # `tfm inspect-attn input.fr` inspected the file's name
         raise typer.BadParameter(
             f"{sentence} is a file, not a sentence: to inspect one of its lines, give it on stdin "
-            f"(head -n 1 {shell_word(sentence)} | tfm inspect-attn -)",
+            f"(head -n 1 {shell_word(sentence)} | {typed_command('inspect-attn', drop=sentence)} -)",
             param_hint="SENTENCE",
         )
     if target is not None:
@@ -172,7 +172,9 @@ def _stdin_sentence() -> str:
     if sys.stdin is None:  # started with stdin closed (<&-)
         raise TfmError("standard input is closed: there is no sentence to inspect", hint='give the sentence, e.g. tfm inspect-attn "Je suis étudiant."')
     if sys.stdin.isatty():
-        raise typer.BadParameter("- reads the sentence from stdin: pipe one in (e.g. head -n 1 input.fr | tfm inspect-attn -)", param_hint="SENTENCE")
+        raise typer.BadParameter(
+            f"- reads the sentence from stdin: pipe one in (e.g. head -n 1 input.fr | {typed_command('inspect-attn')})", param_hint="SENTENCE"
+        )
     found: list[tuple[int, str]] = []
     for number, line in enumerate(stdin_lines(typed_command("inspect-attn")), start=1):
         line = line.rstrip("\r\n").lstrip("\ufeff")  # a byte-order mark is no part of the sentence shown
@@ -181,10 +183,10 @@ def _stdin_sentence() -> str:
         if len(found) > 1:  # said at once, without reading the rest of a long file
             raise TfmError(
                 f"stdin holds more than one sentence (lines {found[0][0]} and {found[1][0]}): inspect-attn shows one",
-                hint="pipe in the one line to inspect, e.g. sed -n 3p input.fr | tfm inspect-attn -",
+                hint=f"pipe in the one line to inspect, e.g. sed -n 3p input.fr | {typed_command('inspect-attn')}",
             )
     if not found:
-        raise TfmError("stdin holds no sentence to inspect", hint="pipe in one line, e.g. head -n 1 input.fr | tfm inspect-attn -")
+        raise TfmError("stdin holds no sentence to inspect", hint=f"pipe in one line, e.g. head -n 1 input.fr | {typed_command('inspect-attn')}")
     return found[0][1]
 
 
