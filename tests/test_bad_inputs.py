@@ -32,6 +32,7 @@ import json
 import lzma
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -1195,6 +1196,19 @@ def test_tokenizer_path_that_is_a_run_directory_names_its_tokenizer(root: Path, 
                check=False)
     error_line(proc, f"tokenizer.path: {run} is not a file")
     assert f"hint: give the file: tokenizer.path={run / 'tokenizer.json'}" in proc.stderr
+
+
+def test_a_missing_tokenizer_path_says_how_to_train_it_there(root: Path, tmp_path: Path) -> None:
+    """The hint was "train one with `tfm tokenize`": bare, that is a usage error, and `tfm tokenize RECIPE` writes
+    runs/NAME/tokenizer.json, not tokenizer.path. Followed now, the start finds its tokenizer."""
+    wanted = tmp_path / "toks" / "my tokenizer.json"
+    args = [str(root / "recipe.yaml"), f"tokenizer.path={wanted}", "--out", str(tmp_path / "out"), "--dry-run"]
+    proc = tfm("train", *args, check=False)
+    error_line(proc, f"tokenizer.path: {wanted} does not exist")
+    command = re.search(r"with `(tfm tokenize RECIPE --out .*?)`", proc.stderr).group(1)
+    assert command == f"tfm tokenize RECIPE --out '{wanted}'"
+    tfm("tokenize", *shlex.split(command.replace("RECIPE", str(root / "recipe.yaml")))[2:])
+    tfm("train", *args)
 
 
 def test_a_beam_wider_than_the_tokenizer_is_refused_before_anything_is_written(root: Path, run: Path, tmp_path: Path) -> None:

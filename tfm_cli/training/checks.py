@@ -87,7 +87,9 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
         raise TfmError(
             f"tokenizer.path: {recipe.tokenizer.path} {what}",
             hint=f"give the file: tokenizer.path={shell_word(inside)}" if inside.is_file()
-            else "train one with `tfm tokenize`, or set tokenizer.path: null to train one with the run",
+            # (a bare `tfm tokenize` is a usage error, and `tfm tokenize RECIPE` writes runs/NAME/tokenizer.json)
+            else f"train it there with `tfm tokenize RECIPE --out {shell_word(recipe.tokenizer.path)}`, or set "
+            "tokenizer.path: null to train one with the run",
         )
     if wanted is not None and own.is_file() and Tokenizer.load(own).sha256 != Tokenizer.load(wanted).sha256:
         raise TfmError(
