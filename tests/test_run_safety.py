@@ -129,6 +129,13 @@ def test_a_recipe_kept_in_the_run_directory_is_not_replaced(root: Path, trained:
     for extra in (["--dry-run"], []):
         error_line(train(str(mine), "--out", str(project), *extra), "is the file the run writes its resolved recipe to")
     assert mine.read_text().endswith("# my notes on this recipe\n") and [p.name for p in project.iterdir()] == ["recipe.yaml"]
+    # the hint's command works as given (it said `cp`: the copy left was then "another run's recipe.yaml")
+    proc = train(str(mine), "--out", str(project), "--dry-run")
+    command = proc.stderr.split("train with it: ", 1)[1].split(";", 1)[0]
+    assert command == f"mv {mine} my-recipe.yaml && tfm train my-recipe.yaml --out {project}"
+    followed = test_bad_inputs._follow(f"{command} --device cpu train.max_steps=2", tmp_path)
+    assert followed.returncode == 0 and (project / "model.safetensors").is_file(), followed.stderr
+    assert (tmp_path / "my-recipe.yaml").read_text().endswith("# my notes on this recipe\n")
     # a run's own (resolved) recipe.yaml may start that run again before its first checkpoint
     again = tmp_path / "again"
     again.mkdir()

@@ -130,7 +130,9 @@ def check_recipe_file(recipe_file: str | Path, recipe: Recipe, run_dir: Path) ->
         raise TfmError(
             f"the recipe {recipe_file} is the file the run writes its resolved recipe to ({target}): training into "
             f"{run_dir} would replace it",
-            hint=f"keep your recipe outside the run directory (e.g. cp {target} my-recipe.yaml), or choose another --out",
+            # (a copy left the run directory holding another recipe.yaml: the start was then refused as another run's)
+            hint=f"move your recipe out of the run directory and train with it: mv {shell_word(target)} my-recipe.yaml && "
+            f"tfm train my-recipe.yaml --out {shell_word(run_dir)}; or choose another --out",
         )
 
 
