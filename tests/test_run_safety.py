@@ -442,3 +442,17 @@ def test_a_full_disk_says_how_many_checkpoints_fit(root: Path, copy: Path, tmp_p
     with pytest.raises(RecipeError) as err:
         load_recipe(root / "recipe.yaml", ["train.keep_last=1"])
     assert "(raise train.keep_last to 2, or lower train.average_last to 1)" in str(err.value)
+
+
+def test_a_run_without_checkpoints_says_how_to_start_it_again(copy: Path) -> None:
+    """A run stopped before its first checkpoint: the hint was "start it again without --resume", without the
+    command (the run's recipe.yaml into the run itself), which works as given."""
+    shutil.rmtree(copy / "checkpoints")
+    for name in ("model.safetensors", "best.safetensors"):
+        (copy / name).unlink(missing_ok=True)
+    proc = train("--resume", str(copy))
+    error_line(proc, f"{copy} has no checkpoint to resume from")
+    command = proc.stderr.split("hint: start it again without --resume: ", 1)[1].strip()
+    assert command == f"tfm train {copy / 'recipe.yaml'} --out {copy}"
+    proc = train(*command.split()[2:])
+    assert proc.returncode == 0 and (copy / "model.safetensors").is_file(), proc.stderr

@@ -907,7 +907,8 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
     # A start into run_dir is refused once it holds checkpoints or a final model: then the way on is a new run.
     anew = f"start a new run from its recipe: tfm train {run_dir / 'recipe.yaml'} --out NEW_DIR"
     if not found:
-        hint = anew if (run_dir / FINAL).is_file() else "start it again without --resume"
+        again = f"start it again without --resume: tfm train {shell_word(run_dir / 'recipe.yaml')} --out {shell_word(run_dir)}"
+        hint = anew if (run_dir / FINAL).is_file() else again
         raise CheckpointError(f"{run_dir} has no checkpoint to resume from", hint=hint)
     # Weights are written before their trainer state: a run killed between the two leaves weights that
     # cannot be resumed exactly, so resume from the newest checkpoint that has both.
