@@ -241,6 +241,18 @@ def test_a_model_that_ends_at_once_passes_the_ctranslate2_check(tmp_path, small_
     assert result.ok and len(ct2) == 1 and ct2[0].value.startswith("10/10 identical"), result.checks
 
 
+def test_a_run_whose_recipe_decodes_greedily_exports(tmp_path, small_tokenizer):
+    """decode.beam: 1 in the run's recipe: transformers refused to save a GenerationConfig of num_beams=1 with
+    length_penalty and early_stopping set, and `tfm export --format huggingface` ended in a ValueError traceback."""
+    from clitools import tfm, tiny_recipe
+
+    run = _small_run(tmp_path / "run", small_tokenizer)
+    (run / "recipe.yaml").write_text(tiny_recipe("greedy", decode={"beam": 1}), encoding="utf-8")
+    proc = tfm("export", str(run), "--format", "huggingface", "--out", str(tmp_path / "hf"), "--verify-lines", "3", check=False)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert json.loads((tmp_path / "hf" / "generation_config.json").read_text())["num_beams"] == 1
+
+
 def test_the_documented_ctranslate2_call_gives_the_models_decoding_limit(tmp_path, small_tokenizer):
     """The call the export documented left CTranslate2's max_decoding_length at its default, 256: for a model of
     fewer positions a translation that runs on failed with "No position encodings are defined for positions >=

@@ -347,9 +347,11 @@ def generation_config(config: ModelConfig, beam: int, alpha: float):
         decoder_start_token_id=start, bos_token_id=config.bos_id, eos_token_id=config.eos_id, pad_token_id=start,
         forced_eos_token_id=config.eos_id,  # at max_length the last token is </s>, as tfm forces it
         suppress_tokens=[*banned_ids(config), start],  # never outputs (<tfm_pad>, <s>, <unk>), as in tfm's search
-        num_beams=beam, length_penalty=alpha, do_sample=False,
-        early_stopping="never",  # tfm's rule: done when no live beam, at the longest, would rank among the finished
+        num_beams=beam, do_sample=False,
         max_length=config.max_positions + 1,  # the start token + at most max_positions - 1 tokens + </s>
+        # tfm's rule: done when no live beam, at the longest, would rank among the finished. Beam settings only with
+        # a beam: transformers refuses to save a config of num_beams=1 that sets them (a recipe's decode.beam: 1)
+        **({"length_penalty": alpha, "early_stopping": "never"} if beam > 1 else {}),
     )
 
 
