@@ -455,3 +455,21 @@ def test_a_full_temporary_folder_is_not_blamed_on_out(tmp_path, small_tokenizer,
     assert "TMPDIR" in err.value.hint
     assert not (tmp_path / "hf").exists() and list(scratch.iterdir()) == []  # nothing half-written left anywhere
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "scratch"]
+
+
+def test_generate_with_the_saved_config_stops_when_the_beams_have_ended(exported, trained):
+    """The generation config said early_stopping="never", whose bound transformers takes at max_length, here the
+    position table's end: every `generate` call ran its decoder to max_positions steps, however short the
+    translations (the quickstart model: 1,024 steps, 9 s for 8 short sentences instead of 0.55 s)."""
+    hf = MarianMTModel.from_pretrained(exported["dir"]).eval()
+    tok = AutoTokenizer.from_pretrained(exported["dir"])
+    steps = []
+    handle = hf.model.decoder.register_forward_hook(lambda *_: steps.append(1))
+    try:
+        batch = tok(trained["sources"][:4], return_tensors="pt", padding=True)
+        with torch.inference_mode():
+            out = hf.generate(**batch)  # nothing but the saved config: beam 4, the recipe's alpha
+    finally:
+        handle.remove()
+    assert out.size(1) < hf.config.max_position_embeddings // 2
+    assert len(steps) <= out.size(1) + 2, (len(steps), out.size(1))

@@ -44,8 +44,11 @@ makes it absent from the training targets, so it means nothing in a translation)
 the generation config suppresses it, and the CTranslate2 notes pass `["<unk>"]` in `suppress_sequences`. The
 generation config gives transformers' `generate` our search: start
 from <pad>, stop at </s>, never output <tfm_pad>, <s>, <unk> or <pad>, EOS forced at the position limit, beam size and
-alpha from the run's recipe, and tfm's stopping rule (`early_stopping="never"`: a sentence ends when its best live
-beam, scored at the maximum length, would not rank among its finished ones). Greedy decoding reproduces tfm's; beam search may differ in a few sentences because
+alpha from the run's recipe, and transformers' stopping rule (`early_stopping=False`: a sentence ends when its best
+live beam, scored at its present length, would not rank among its finished ones). tfm's rule scores it at the
+sentence's maximum length (`early_stopping="never"`), but transformers takes that length from `max_length`, one
+for the batch, which the config can only set to the position table's end: every batch then ran to max_positions
+tokens; with `max_new_tokens` set to tfm's limit a caller can ask for it. Greedy decoding reproduces tfm's; beam search may differ in a few sentences because
 transformers' length penalty (score / length^alpha) is not GNMT's (score / ((5 + length) / 6)^alpha) and its
 forced EOS at the length limit costs nothing (log-probability 0; tfm counts the model's), and the per-sentence limit "source length + max_len_offset" has no equivalent there (pass max_new_tokens).
 
@@ -349,9 +352,13 @@ def generation_config(config: ModelConfig, beam: int, alpha: float):
         suppress_tokens=[*banned_ids(config), start],  # never outputs (<tfm_pad>, <s>, <unk>), as in tfm's search
         num_beams=beam, do_sample=False,
         max_length=config.max_positions + 1,  # the start token + at most max_positions - 1 tokens + </s>
-        # tfm's rule: done when no live beam, at the longest, would rank among the finished. Beam settings only with
-        # a beam: transformers refuses to save a config of num_beams=1 that sets them (a recipe's decode.beam: 1)
-        **({"length_penalty": alpha, "early_stopping": "never"} if beam > 1 else {}),
+        # Beam settings only with a beam: transformers refuses to save a config of num_beams=1 that sets them (a
+        # recipe's decode.beam: 1). The stopping rule is transformers' own (the best live beam scored at its present
+        # length). Its "never" (tfm's bound: the best live beam scored at the longest length) takes that length from
+        # max_length, one for the whole batch and here the position table's end: every batch then ran to
+        # max_positions tokens (1,024: 16x slower on short sentences). Pass early_stopping="never" with
+        # max_new_tokens (tfm's limit) for tfm's rule.
+        **({"length_penalty": alpha, "early_stopping": False} if beam > 1 else {}),
     )
 
 
@@ -678,7 +685,11 @@ print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 `generate` uses beam {beam} by default (`num_beams=1` for greedy, which gives tfm's greedy translations); its
 length penalty (score / length^{alpha:g}) is not tfm's GNMT penalty, and a hypothesis that reaches the length limit
 gets its forced `</s>` free (tfm counts its log-probability), so a few beam translations may differ.
-Set `max_new_tokens` for a length limit (tfm stops at source length + max_len_offset).
+Set `max_new_tokens` for a length limit (tfm stops at source length + max_len_offset). The saved config ends a
+beam search by transformers' rule (`early_stopping=False`: the best live beam scored at its present length);
+tfm scores it at the longest length it may reach, which is `early_stopping="never"` with `max_new_tokens` set to
+tfm's limit. Without `max_new_tokens`, "never" takes the position table's end ({config.max_positions}) as that
+length and runs every batch to {config.max_positions} tokens.
 
 Vocabulary: tfm's ids, with id 0 renamed `{RENAMED_PAD}` (unused) and `{EXPORT_PAD}` appended as id {config.vocab_size},
 the decoder's start token (zero embedding, as in OPUS-MT); tfm's `<s>` embedding is folded into decoder position 0.
