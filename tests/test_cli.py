@@ -13,6 +13,7 @@ import json
 import os
 import pty
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -589,7 +590,7 @@ def test_translate_dash_at_a_terminal_translates_each_line_typed(random_run: Pat
     master, slave = pty.openpty()
     try:
         for extra, said in (
-            ([], "Invalid value for TEXT: give a sentence, or pipe lines into stdin (e.g. tfm translate < input.txt), or give - to type them"),
+            ([], f"Invalid value for TEXT: give a sentence, or pipe lines into stdin (e.g. {shlex.join(['tfm', *args])} < input.txt), or give - to type them"),
             (["--reference", str(random_run / "tokenizer.json")], "Invalid value for --reference: --reference scores the sentences read from stdin, and stdin is the terminal"),
         ):
             refused = subprocess.run([str(TFM), *args, *extra], stdin=slave, capture_output=True, env=_env(), timeout=60)
