@@ -265,8 +265,10 @@ def test_the_documented_ctranslate2_call_gives_the_models_decoding_limit(tmp_pat
     run = _small_run(tmp_path / "run", small_tokenizer)  # random weights, 24 positions: outputs run to the limit
     result = run_export("huggingface", run, tmp_path / "hf", verify_lines=3)
     card = (tmp_path / "hf" / "README.md").read_text(encoding="utf-8")
-    limits = {int(n) for text in (card, *result.notes) for n in re.findall(r"max_decoding_length=`?(\d+)", text)}
+    limits = {int(n) for text in (card, *result.notes) for n in re.findall(r"max_decoding_length=`?(?:min\(L \+ \d+, )?(\d+)", text)}
     assert limits == {23}
+    # and the recipe's beam and alpha, where CTranslate2's defaults (beam 2, length penalty 1) differ
+    assert all("beam_size=4" in text and "length_penalty=0.6" in text for text in (card, " ".join(result.notes))), card
     TransformersConverter(str(tmp_path / "hf")).convert(str(tmp_path / "ct2"))
     tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)

@@ -394,7 +394,7 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
     hf_tokenizer = build_tokenizer(tokenizer, config)
     out = Path(out)
     save_marian(hf_model, hf_tokenizer, out)
-    (out / "README.md").write_text(_readme(loaded, settings.beam, settings.alpha), encoding="utf-8")
+    (out / "README.md").write_text(_readme(loaded, settings.beam, settings.alpha, settings.max_len_offset), encoding="utf-8")
 
     # Verify what a user gets: the directory loaded back, offline.
     with _quiet(transformers):
@@ -419,9 +419,12 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
         f"Python: MarianMTModel.from_pretrained('{out}'), AutoTokenizer.from_pretrained('{out}'), then "
         "model.generate(**tokenizer(sentences, return_tensors='pt', padding=True))",
         "CTranslate2: ct2-transformers-converter --model DIR --output_dir DIR-ct2, then "
-        f"ctranslate2.Translator('DIR-ct2').translate_batch(tokens, suppress_sequences={ct2_suppress_sequences(config)}, "
-        f"min_decoding_length=0, max_decoding_length={config.max_positions - 1}) "
-        "with tokens = tokenizer.convert_ids_to_tokens(tokenizer(sentence).input_ids)",
+        f"ctranslate2.Translator('DIR-ct2').translate_batch(tokens, beam_size={settings.beam}, "
+        f"length_penalty={settings.alpha:g}, suppress_sequences={ct2_suppress_sequences(config)}, "
+        f"min_decoding_length=0, max_decoding_length=min(L + {settings.max_len_offset + 1}, {config.max_positions - 1})) "
+        "with tokens = tokenizer.convert_ids_to_tokens(tokenizer(sentence).input_ids) and L the batch's longest "
+        f"len(tokens): tfm's limit (source length + {settings.max_len_offset}, and </s>; CTranslate2's own default is "
+        "beam 2, length penalty 1 and 256 tokens, and a translation that never ends runs on to the limit)",
         "commands: tfm export RUN --format huggingface --out DIR; "
         "ct2-transformers-converter --model DIR --output_dir DIR-ct2",
         "greedy decoding reproduces tfm's; beam search may differ in a few sentences: transformers divides by "
@@ -665,7 +668,7 @@ def _name_tokenizer_class(path: Path) -> None:
     path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _readme(loaded: LoadedModel, beam: int, alpha: float) -> str:
+def _readme(loaded: LoadedModel, beam: int, alpha: float, max_len_offset: int) -> str:
     config = loaded.model.config
     data = "\n".join(training_data_lines(loaded.run_dir))
     return f"""# {loaded.run_dir.name} (tfm, MarianMT format)
@@ -694,12 +697,14 @@ length and runs every batch to {config.max_positions} tokens.
 Vocabulary: tfm's ids, with id 0 renamed `{RENAMED_PAD}` (unused) and `{EXPORT_PAD}` appended as id {config.vocab_size},
 the decoder's start token (zero embedding, as in OPUS-MT); tfm's `<s>` embedding is folded into decoder position 0.
 
-CTranslate2: `ct2-transformers-converter --model DIR --output_dir DIR-ct2`; pass
-`suppress_sequences={json.dumps(ct2_suppress_sequences(config), ensure_ascii=False)}` to `translate_batch` to forbid what tfm's search forbids (`<unk>` included: tfm never outputs it; the generation config suppresses it for `generate` too),
+CTranslate2: `ct2-transformers-converter --model DIR --output_dir DIR-ct2`; pass `beam_size={beam}` and
+`length_penalty={alpha:g}` (the recipe's; CTranslate2's defaults are 2 and 1; its length penalty is transformers'
+length^alpha, not GNMT's), `suppress_sequences={json.dumps(ct2_suppress_sequences(config), ensure_ascii=False)}` to `translate_batch` to forbid what tfm's search forbids (`<unk>` included: tfm never outputs it; the generation config suppresses it for `generate` too),
 `min_decoding_length=0` (its default is 1) to allow what it allows: an empty translation, and
-`max_decoding_length={config.max_positions - 1}`: the decoder has {config.max_positions} positions (the start token takes
+`max_decoding_length` = the batch's longest source in tokens + {max_len_offset + 1} (tfm stops at the source's length + max_len_offset, then `</s>`; a
+translation that never ends otherwise runs on to the limit), at most `max_decoding_length={config.max_positions - 1}`: the decoder has {config.max_positions} positions (the start token takes
 the first), and past them CTranslate2's default limit of 256 ends in "No position encodings are defined for
-positions >= {config.max_positions}" where a translation runs on. tfm itself stops at the source's length + max_len_offset.
+positions >= {config.max_positions}" where a translation runs on.
 
 ## Saving it again
 
