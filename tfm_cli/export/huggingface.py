@@ -688,7 +688,9 @@ print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 `generate` uses beam {beam} by default (`num_beams=1` for greedy, which gives tfm's greedy translations); its
 length penalty (score / length^{alpha:g}) is not tfm's GNMT penalty, and a hypothesis that reaches the length limit
 gets its forced `</s>` free (tfm counts its log-probability), so a few beam translations may differ.
-Set `max_new_tokens` for a length limit (tfm stops at source length + max_len_offset). The saved config ends a
+Set `max_new_tokens` for a length limit (tfm stops at source length + max_len_offset). tfm gives an empty or
+blank line an empty translation without decoding it; `generate` translates its lone `</s>` into some sentence:
+leave such lines out. The saved config ends a
 beam search by transformers' rule (`early_stopping=False`: the best live beam scored at its present length);
 tfm scores it at the longest length it may reach, which is `early_stopping="never"` with `max_new_tokens` set to
 tfm's limit. Without `max_new_tokens`, "never" takes the position table's end ({config.max_positions}) as that
