@@ -20,6 +20,7 @@ from tfm_cli.cli.common import (
     DEVICE_HELP,
     JSON_HELP,
     counted_progress,
+    duration,
     err,
     fancy_stderr,
     given_path,
@@ -477,7 +478,7 @@ class _Progress:
                 left = progress.left()
                 if task.description != "train" or left is None or (task.time_remaining or 0) <= left:
                     return super().render(task)
-                return Text(_duration(left), style="progress.remaining")
+                return Text(duration(left), style="progress.remaining")
 
         self.bar = Progress(
             TextColumn("[bold]{task.description}[/bold]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
@@ -511,7 +512,7 @@ class _Progress:
                 eta = min(eta, left)
             info(
                 f"step {step}/{self.max_steps}  loss {m['loss']:.3f}  ppl {m['ppl']:.1f}  lr {m['lr']:.2e}  "
-                f"{m['tgt_tokens_per_s']:,.0f} tgt tok/s  epoch {m['epoch']}  eta {_duration(eta)}"
+                f"{m['tgt_tokens_per_s']:,.0f} tgt tok/s  epoch {m['epoch']}  eta {duration(eta)}"
             )
 
     def evaluation(self, step: int, metrics: dict[str, Any]) -> None:
@@ -541,7 +542,7 @@ class _Progress:
             yield lambda n: self.bar.advance(task, n)
         finally:
             self.bar.remove_task(task)
-        self.message(f"{what}: {sentences:,} dev sentences decoded in {_duration(time.perf_counter() - started)}")
+        self.message(f"{what}: {sentences:,} dev sentences decoded in {duration(time.perf_counter() - started)}")
 
     def close(self) -> None:
         if self.bar is not None:
@@ -549,8 +550,3 @@ class _Progress:
             self.bar = None
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
