@@ -16,6 +16,7 @@ The data side (each rank's share of every global batch) is `tfm_cli.data.BatchSt
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -132,8 +133,14 @@ class Distributed:
         return values
 
     def cleanup(self) -> None:
-        """Leave the process group if `setup` joined it."""
+        """Leave the process group if `setup` joined it.
+
+        What still holds the group (a DDP wrapper and its gradient reducer) should be gone by now (the trainer lets
+        go of its own first); whatever a reference cycle kept is collected before the group is destroyed, not at
+        some later collection or in the interpreter's exit, where the group's threads were torn down with it.
+        """
         if self.owns_group and dist.is_initialized():
+            gc.collect()
             dist.destroy_process_group()
 
 

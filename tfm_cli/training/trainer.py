@@ -12,6 +12,7 @@ tokens, and rank 0 alone evaluates, writes and reports.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -296,6 +297,7 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dis
         return trainer.fit()
     finally:
         trainer.lock.release()
+        trainer.release()
 
 
 class Trainer:
@@ -372,7 +374,9 @@ class Trainer:
         if self.device.type == "cpu":
             tune_cpu_allocator()
         self.precision = resolve_precision(t.precision, self.device)
-        self.amp = lambda: autocast(self.device, self.precision)
+        # (a partial, not a lambda over self: that made the trainer a reference cycle, which outlived train() and
+        # held the DDP wrapper, and the process group with it, past Distributed.cleanup; see `release`)
+        self.amp = functools.partial(autocast, self.device, self.precision)
         torch.manual_seed(t.seed)
         random.seed(t.seed)
         had_tokenizer = (run_dir / "tokenizer.json").exists()
@@ -646,6 +650,14 @@ class Trainer:
                 raise
         self.loop_ended = time.perf_counter()
         return self._finish(stopped)
+
+    def release(self) -> None:
+        """Let go of the DDP wrapper, the run's one holder of the process group (its gradient reducer), so that
+        `Distributed.cleanup` destroys the group with nothing else holding it. The wrapper was left to the garbage
+        collector, so it outlived the group and was freed at an unpredictable moment, the interpreter's exit
+        included (the suspected cause of rank 1's rare "terminate called without an active exception", SIGABRT,
+        at the end of a 2-process run on CPU)."""
+        self.step_model = getattr(self, "model", None)
 
     def _train_seconds(self) -> float:
         """Training time so far, all sessions: what train.max_time counts and each checkpoint saves. A session
