@@ -140,7 +140,7 @@ complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_s
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l greedy -d 'Greedy decoding instead of beam search.'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l help -s h -d 'Show this message and exit.'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l json -d 'One JSON object per input line: source, translation, score, log_prob, tokens, truncated, stopped...'
-complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l max-len -x -d 'Output may be at most input length + this many tokens (default: the run\'s recipe, 50).'
+complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l max-len -x -d 'Output may be at most input length + this many tokens (default: the run\'s recipe, 50)'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l min-len -x -d 'No end of sentence before this many output tokens (default: the run\'s recipe, 0).'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l model -s m -r -F -d 'Run directory, .safetensors checkpoint, release or ONNX export directory (default: the most recen...'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l n-best -s n -x -d 'Print the K best translations of each input, best first, one a line: input line number TAB score...'

@@ -223,7 +223,7 @@ _tfm_translate() {
         '--greedy[Greedy decoding instead of beam search.]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[One JSON object per input line\: source, translation, score, log_prob, tokens, truncated, stopped...]' \
-        '--max-len[Output may be at most input length + this many tokens (default\: the run'\''s recipe, 50).]:max len: ' \
+        '--max-len[Output may be at most input length + this many tokens (default\: the run'\''s recipe, 50)]:max len: ' \
         '--min-len[No end of sentence before this many output tokens (default\: the run'\''s recipe, 0).]:min len: ' \
         '(--model -m)'{--model,-m}'[Run directory, .safetensors checkpoint, release or ONNX export directory (default\: the most recen...]:model:_files' \
         '(--n-best -n)'{--n-best,-n}'[Print the K best translations of each input, best first, one a line\: input line number TAB score...]:n best: ' \

@@ -847,6 +847,34 @@ def test_stopped_tells_a_translation_cut_at_the_maximum_length(parts, tmp_path: 
     assert records[0]["nbest"][0]["stopped"] == "max_len" and all("stopped" in h for r in records for h in r["nbest"])
 
 
+def test_translate_says_once_how_many_translations_were_cut_at_the_maximum_length(parts, tmp_path: Path) -> None:
+    """`tfm translate` printed translations cut at the maximum output length (the search out of steps before </s>)
+    without a word on stderr: only --json's "stopped" told them. It now says it once, at the end, counted and with
+    the lines, naming the knob that lengthens them (--max-len; the recipe's decode.max_len_offset); also when
+    scoring, where cut translations lower the BLEU. Nothing is said when every translation ended."""
+    _, tok = parts
+    piece = tok.piece_to_id("a")
+    cut = _run_dir(tmp_path / "cut", _constant_parts(parts, piece, eos_weight=2.9), None)
+    ends = _run_dir(tmp_path / "ends", _constant_parts(parts, piece, eos_weight=3.1), None)
+    base = ["translate", "--device", "cpu", "--max-len", "3"]
+    stream = tfm(*base, "--model", str(cut), stdin="Bonjour.\n\nMerci.\nIl fait beau.\n")
+    (line,) = [w for w in stream.stderr.splitlines() if "maximum output length" in w]
+    assert line.startswith("warning: 3 of 4 translations (lines 1, 3, 4) were cut at the maximum output length (input tokens + 3)")
+    assert "raise --max-len (the recipe's decode.max_len_offset)" in line and len(stream.stdout.splitlines()) == 4
+    one = tfm(*base, "--model", str(cut), "--beam", "2", "--n-best", "2", "Bonjour.").stderr
+    assert "warning: the translation was cut at the maximum output length (input tokens + 3) before the model ended it" in one
+    ref = tmp_path / "ref.en"
+    ref.write_text("a\nb\n", encoding="utf-8")
+    scored = tfm(*base, "--model", str(cut), "--reference", str(ref), "--json", stdin="Bonjour.\nMerci.\n").stderr
+    assert "2 of 2 translations (lines 1, 2) were cut" in scored and "--json marks" not in scored
+    for run, args in ((ends, ()), (cut, ("--max-len", "30"))):  # 30: past the model's 23 positions
+        said = tfm(*base, "--model", str(run), *args, stdin="Bonjour.\nMerci.\n").stderr
+        assert ("maximum output length" in said) == (run == cut), said
+    capped = tfm(*base, "--model", str(cut), "--max-len", "30", "Bonjour.").stderr
+    assert "length (the model's limit of 23 tokens (model.max_positions - 1), which --max-len cannot raise)" in capped
+    assert "split such inputs" in capped and "raise --max-len" not in capped
+
+
 def test_n_best_keeps_hypotheses_that_spell_the_same_text(parts, tmp_path: Path) -> None:
     """--n-best K can give the same text twice: "a" as a learned piece and as its byte token <0x61> are different
     hypotheses with the same text. They are kept (K lines an input, each with its own score and tokens, as fairseq,

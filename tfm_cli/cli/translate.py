@@ -28,6 +28,7 @@ from tfm_cli.cli.common import (
     route_warnings,
     stdin_lines,
     typed_command,
+    warn,
     write_output,
 )
 from tfm_cli.errors import TfmError, shell_word
@@ -43,7 +44,7 @@ def translate(
     model: Path = typer.Option(None, "--model", "-m", parser=given_path, metavar="<path>", help="Run directory, .safetensors checkpoint, release or ONNX export directory (default: the most recent run under runs/).", show_default=False),
     beam: int = typer.Option(None, "--beam", "-b", min=1, help="Beam size (default: the run's recipe, 4).", show_default=False),
     alpha: float = typer.Option(None, "--alpha", callback=lambda v: _alpha(v), help="GNMT length penalty, 0 to 10 (default: the run's recipe, 0.6).", show_default=False),
-    max_len: int = typer.Option(None, "--max-len", min=0, help="Output may be at most input length + this many tokens (default: the run's recipe, 50).", show_default=False),
+    max_len: int = typer.Option(None, "--max-len", min=0, help="Output may be at most input length + this many tokens (default: the run's recipe, 50); translations cut there are counted on stderr at the end.", show_default=False),
     greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding instead of beam search."),
     n_best: int = typer.Option(1, "--n-best", "-n", min=1, help="Print the K best translations of each input, best first, one a line: input line number TAB score TAB translation (--json: an nbest list). A text can repeat: two hypotheses may spell it with different subword tokens (--json shows them); both are kept, as fairseq, Marian and CTranslate2 keep them."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per input line: source, translation, score, log_prob, tokens, truncated, stopped (eos, or max_len: cut at the maximum output length, see --max-len) (and nbest with --n-best, each with its own stopped)."),
@@ -149,12 +150,17 @@ def translate(
         beam=beam, alpha=alpha, max_len_offset=max_len, min_len=min_len, max_tokens=batch_tokens, greedy=greedy,
         n_best=n_best,
     )
+    cuts = _Cuts(translator, max_len)
     with route_warnings():
         if score or reference is not None:
-            _score(translator, settings, text, score, reference, output, json_out, bleu_tokenize)
+            _score(translator, settings, text, score, reference, output, json_out, bleu_tokenize, cuts)
+            cuts.say(json_marks=False)  # scoring's --json is the report, not the translations
             return
         if text is not None:
-            _emit(translator.translate(text, **settings), json_out, n_best, line=1)
+            result = translator.translate(text, **settings)
+            _emit(result, json_out, n_best, line=1)
+            cuts.count(result, 1)
+            cuts.say(json_marks=not json_out)
             return
         if sys.stdin.isatty():  # `tfm translate -` at a terminal: each line typed is translated when Enter is pressed
             info("type a sentence and press Enter to translate it; Ctrl-D ends")
@@ -173,6 +179,45 @@ def translate(
             for line_no, result in enumerate(results, start=1):
                 _emit(result, json_out, n_best, line_no)
                 sys.stdout.flush()
+                cuts.count(result, line_no)
+        cuts.say(json_marks=not json_out)
+
+
+class _Cuts:
+    """The translations cut at the maximum output length (the search ran out of steps before </s>), said once on
+    stderr when the command ends, counted, as Marian and fairseq warn: each line of a cut stream looked like any
+    other, and `--json`'s "stopped": "max_len" was the only trace. With --n-best, the best hypothesis counts."""
+
+    SHOWN = 5  # line numbers named
+
+    def __init__(self, translator, max_len: int | None) -> None:
+        self.offset = max_len if max_len is not None else translator.settings.max_len_offset
+        self.limit = translator.max_source_tokens  # the model's own bound: max_positions - 1 output tokens
+        self.total, self.lines, self.at_limit = 0, [], 0
+
+    def count(self, result, line: int) -> None:
+        self.total += 1
+        if result.stopped == "max_len":
+            self.lines.append(line)
+            self.at_limit += len(result.tokens) >= self.limit
+
+    def say(self, json_marks: bool = True) -> None:
+        if not self.lines:
+            return
+        n = len(self.lines)
+        if self.total == 1:
+            what = "the translation was"
+        else:
+            shown = ", ".join(map(str, self.lines[: self.SHOWN])) + (", …" if n > self.SHOWN else "")
+            what = f"{n} of {self.total} translations (line{'s' if n > 1 else ''} {shown}) {'were' if n > 1 else 'was'}"
+        model_limit = f"the model's limit of {self.limit} tokens (model.max_positions - 1), which --max-len cannot raise"
+        if self.at_limit == n:  # the position table ends there: a longer --max-len changes nothing
+            where, advice = model_limit, "split such inputs"
+        else:
+            where = f"input tokens + {self.offset}" + (f"; {self.at_limit} at {model_limit}" if self.at_limit else "")
+            advice = "raise --max-len (the recipe's decode.max_len_offset), or the model is undertrained"
+        marks = ' (--json marks each "stopped": "max_len")' if json_marks else ""
+        warn(f"{what} cut at the maximum output length ({where}) before the model ended {'it' if n == 1 else 'them'}: likely incomplete; {advice}{marks}")
 
 
 def _alpha(value: float | None) -> float | None:
@@ -197,7 +242,9 @@ def _emit(result, json_out: bool, n_best: int, line: int) -> None:
         sys.stdout.write(result.text + "\n")
 
 
-def _score(translator, settings: dict[str, Any], text, score, reference, output, json_out: bool, bleu_tokenize: str) -> None:
+def _score(
+    translator, settings: dict[str, Any], text, score, reference, output, json_out: bool, bleu_tokenize: str, cuts: _Cuts
+) -> None:
     """Read sources and references, then print the Translator's corpus BLEU/chrF (sacrebleu)."""
     from tfm_cli.data import read_lines, read_pairs
 
@@ -222,6 +269,8 @@ def _score(translator, settings: dict[str, Any], text, score, reference, output,
     with progress_bar("translate", total=len(sources)) as advance:
         report = translator.score(sources, references, bleu_tokenize, progress=advance, **settings)
     translations = report.pop("translations")
+    for line, translation in enumerate(translations, start=1):
+        cuts.count(translation, line)
     if output is not None:  # checked to be possible before the work; written whole or not at all
         text = "".join(t.text + "\n" for t in translations)
         write_output(output, "--output", lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
