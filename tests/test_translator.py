@@ -16,6 +16,8 @@ import pickle
 import re
 import subprocess
 import sys
+import threading
+import time
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -357,16 +359,64 @@ def test_stream_keeps_order_and_holds_only_a_chunk(translator: Translator) -> No
             yield line
 
     chunk = 4
-    stream = translator.translate_stream(source(), chunk_lines=chunk)
-    assert consumed == 0  # lazy: nothing is read before the first result is asked for
-    results = []
-    for i, result in enumerate(stream):
-        # When result i comes out, at most the chunk holding line i has been read.
-        assert consumed <= (i // chunk + 1) * chunk
-        results.append(result)
-    assert consumed == len(lines)
-    assert [r.source for r in results] == [line.rstrip("\n") for line in lines]
-    assert [r.text for r in results] == [r.text for r in translator.translate(SOURCES * 3)]
+    for ready in (lambda: True, None):  # read in the caller's thread; read ahead by a thread (the default)
+        consumed = 0
+        stream = translator.translate_stream(source(), chunk_lines=chunk, ready=ready)
+        assert consumed == 0  # lazy: nothing is read before the first result is asked for
+        results = []
+        for i, result in enumerate(stream):
+            if ready is not None:  # when result i comes out, at most the chunk holding line i has been read
+                assert consumed <= (i // chunk + 1) * chunk
+            else:  # that chunk, at most one more read ahead, and the line the reader holds
+                assert consumed <= i + 2 * chunk + 1
+            results.append(result)
+        assert consumed == len(lines)
+        assert [r.source for r in results] == [line.rstrip("\n") for line in lines]
+        assert [r.text for r in results] == [r.text for r in translator.translate(SOURCES * 3)]
+
+
+def test_stream_of_a_slow_iterator_yields_each_line_once_it_has_come(translator: Translator) -> None:
+    """Without `ready`, translate_stream waited for `chunk_lines` (2,000) lines before the first translation: a
+    service reading a socket or a queue line by line saw nothing for as long. The lines that have come are now
+    translated whenever the iterator has nothing more at hand (it is read by a thread), in order, and an error of
+    the iterator comes after the translations of the lines before it."""
+    given = threading.Event()  # set once the translation of the line before the pause is out
+    waited_in_vain = []
+
+    def source():
+        yield "Bonjour.\n"
+        yield "Merci.\n"
+        if not given.wait(20):  # blocks as a socket does until the other side has its answer
+            waited_in_vain.append(True)
+        yield "Il fait beau.\n"
+        raise OSError("connection reset")
+
+    stream = translator.translate_stream(source(), greedy=True)
+    first, second = next(stream), next(stream)
+    given.set()
+    assert not waited_in_vain, "no translation came while the iterator waited"
+    third = next(stream)
+    with pytest.raises(OSError, match="connection reset"):
+        next(stream)
+    assert [r.source for r in (first, second, third)] == ["Bonjour.", "Merci.", "Il fait beau."]
+    assert [first, second, third] == translator.translate(["Bonjour.", "Merci.", "Il fait beau."], greedy=True)
+    blocked = threading.Event()
+
+    def endless():
+        yield "Bonjour."
+        blocked.wait(20)
+        yield from itertools.repeat("Merci.")
+
+    stream = translator.translate_stream(endless(), chunk_lines=3, greedy=True)
+    assert next(stream).source == "Bonjour."
+    blocked.set()
+    assert [next(stream).source for _ in range(5)] == ["Merci."] * 5
+    stream.close()  # the reading thread stops, as it does when a consumer breaks out of its loop
+    for _ in range(50):
+        if not any(t.name == "tfm-translate-stream" for t in threading.enumerate()):
+            break
+        time.sleep(0.1)
+    assert not any(t.name == "tfm-translate-stream" for t in threading.enumerate())
 
 
 def test_stream_translates_what_was_read_when_the_next_line_would_wait(translator: Translator) -> None:

@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import numbers
 import os
+import threading
 import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
+from queue import Empty, Full, Queue
 from typing import Any, overload
 
 import torch
@@ -140,6 +141,13 @@ class DecodeSettings:
         d = load_recipe(recipe_file).decode
         return cls(d.beam, d.alpha, d.max_len_offset, d.min_len, d.max_tokens)
 
+
+
+@dataclass(frozen=True)
+class _End:
+    """The end of `translate_stream`'s read-ahead: the input's end (`error` None) or what stopped it."""
+
+    error: BaseException | None
 
 
 def _check_ordered(given: Any, what: str) -> None:
@@ -456,15 +464,21 @@ class Translator:
     ) -> Iterator[Translation]:
         """Translate an iterable of lines (a file, stdin, a generator) lazily, yielding results in input order.
 
-        At most `chunk_lines` lines are held at a time, so memory stays bounded however long the input is.
+        At most `chunk_lines` lines are translated at a time, so memory stays bounded however long the input is.
         Trailing newlines are stripped from each line. The arguments and settings are checked at the call, before
-        any line is read; a line that is not text is named when it is reached.
+        any line is read; a line that is not text is named when it is reached, after the lines before it are
+        yielded, and so is an error raised by `lines` itself.
 
-        `ready`, when given, is asked after each line read whether the next one can be had without waiting; when it
-        says no, the lines read so far are translated and yielded before the next is read. So a writer that sends
-        one line and waits for its translation (a co-process, `tail -f`) gets it at once, while an input that is all
-        there is still translated `chunk_lines` at a time. Without it, a chunk ends only at `chunk_lines` lines or
-        the end of the input (`chunk_lines=1` translates line by line).
+        By default (`ready=None`) the lines are read ahead by a background thread, at most `chunk_lines` ahead of
+        the translating: whenever it has nothing more at hand, the lines that have come are translated and yielded
+        rather than waited on. So a slow iterator (a socket, a queue) gets each line's translation as soon as the
+        line is there, not once `chunk_lines` lines have come, while an input that is all there (a file, a list) is
+        still translated in chunks of up to `chunk_lines` lines. `lines` is iterated from that thread only.
+
+        `ready`, when given, replaces the thread: it is asked after each line read whether the next one can be had
+        without waiting; when it says no, the lines read so far are translated and yielded before the next is read
+        (`tfm translate` asks `select()` on stdin). `ready=lambda: True` reads in the caller's thread and ends a
+        chunk only at `chunk_lines` lines or the end of the input.
 
         Raises:
             TypeError: `lines` is a string or not iterable, a line is not a string, `progress` or `ready` is not
@@ -498,21 +512,84 @@ class Translator:
         progress: Callable[[int], None] | None,
         ready: Callable[[], bool] | None,
     ) -> Iterator[Translation]:
+        if ready is None:
+            yield from self._stream_read_ahead(lines, chunk_lines, decode, progress)
+            return
         source = (_line(line, number) for number, line in enumerate(lines, start=1))
         first = 1
         while True:
-            if ready is None:
-                chunk = list(itertools.islice(source, chunk_lines))
-            else:  # up to chunk_lines, but no waiting for a line while those read are untranslated
-                chunk = []
-                for line in source:
-                    chunk.append(line)
-                    if len(chunk) >= chunk_lines or not ready():
-                        break
+            chunk = []  # up to chunk_lines, but no waiting for a line while those read are untranslated
+            for line in source:
+                chunk.append(line)
+                if len(chunk) >= chunk_lines or not ready():
+                    break
             if not chunk:
                 return
             yield from self._translate_lines(chunk, first, decode, progress)
             first += len(chunk)
+
+    def _stream_read_ahead(
+        self,
+        lines: Iterable[str],
+        chunk_lines: int,
+        decode: DecodeSettings,
+        progress: Callable[[int], None] | None,
+    ) -> Iterator[Translation]:
+        """`_stream` without `ready`: a thread reads `lines` into a queue of at most `chunk_lines` entries; a chunk
+        is what the queue holds when the first line of it has come (up to `chunk_lines`). Without it a service
+        reading a socket line by line waited for 2,000 lines before its first translation."""
+        queue: Queue[tuple[int, Any] | _End] = Queue(maxsize=chunk_lines)
+        stop = threading.Event()
+
+        def put(item: tuple[int, Any] | _End) -> bool:
+            while not stop.is_set():  # the consumer may be gone (a `break`, an error): give up then
+                try:
+                    queue.put(item, timeout=0.1)
+                    return True
+                except Full:
+                    continue
+            return False
+
+        def read() -> None:
+            try:
+                for number, line in enumerate(lines, start=1):
+                    if not put((number, line)):
+                        return
+            except BaseException as error:  # raised where the results are read, after the lines before it
+                put(_End(error))
+                return
+            put(_End(None))
+
+        reader = threading.Thread(target=read, name="tfm-translate-stream", daemon=True)
+        reader.start()
+        first, end = 1, None
+        try:
+            while end is None:
+                chunk: list[str] = []
+                item = queue.get()  # nothing to translate: wait for a line
+                while True:
+                    if isinstance(item, _End):
+                        end = item
+                        break
+                    number, line = item
+                    try:
+                        chunk.append(_line(line, number))
+                    except TypeError as error:
+                        end = _End(error)
+                        break
+                    if len(chunk) >= chunk_lines:
+                        break
+                    try:
+                        item = queue.get_nowait()
+                    except Empty:  # the iterator has nothing more at hand: translate what came
+                        break
+                if chunk:
+                    yield from self._translate_lines(chunk, first, decode, progress)
+                    first += len(chunk)
+            if end.error is not None:
+                raise end.error
+        finally:
+            stop.set()
 
     def score(
         self, sources: Iterable[str], references: Iterable[str], bleu_tokenize: str = "auto", **settings: Any
