@@ -925,6 +925,28 @@ def test_translate_says_once_how_many_translations_were_cut_at_the_maximum_lengt
     assert "split such inputs" in capped and "raise --max-len" not in capped
 
 
+def test_score_and_reference_read_a_dash_from_stdin(parts, tmp_path: Path) -> None:
+    """`tfm translate --score -` (the TSV piped in, as sacrebleu reads `-`) said "--score - does not exist", and so
+    did `--reference -` with a TEXT, though `-` is stdin for TEXT. Both read stdin now, reported as "stdin"; two
+    `-` (stdin read twice) and a `-` at a terminal are refused."""
+    run = _run_dir(tmp_path / "run", parts, None)
+    base = ["translate", "--model", str(run), "--device", "cpu", "--greedy", "--max-len", "3", "--json"]
+    tsv = tmp_path / "dev.tsv"
+    tsv.write_text("Bonjour.\tHello.\nMerci.\tThanks.\n", encoding="utf-8")
+    src = tmp_path / "src.fr"
+    src.write_text("Bonjour.\nMerci.\n", encoding="utf-8")
+    from_file = json.loads(tfm(*base, "--score", str(tsv)).stdout)
+    piped = json.loads(tfm(*base, "--score", "-", stdin=tsv.read_text(encoding="utf-8")).stdout)
+    assert (piped["sources"], piped["references"]) == ("stdin", "stdin")
+    assert (piped["bleu"], piped["chrf"], piped["sentences"]) == (from_file["bleu"], from_file["chrf"], 2)
+    refs = json.loads(tfm(*base, "--score", str(src), "--score", "-", stdin="Hello.\nThanks.\n").stdout)
+    assert (refs["sources"], refs["references"], refs["chrf"]) == (str(src), "stdin", from_file["chrf"])
+    one = json.loads(tfm(*base, "--reference", "-", "Bonjour.", stdin="Hello.\n").stdout)
+    assert (one["sources"], one["references"], one["sentences"]) == ("TEXT", "stdin", 1)
+    twice = tfm(*base, "--score", "-", "--score", "-", stdin=tsv.read_text(encoding="utf-8"), check=False)
+    assert twice.returncode == 2 and "stdin can be read once" in twice.stderr and "Traceback" not in twice.stderr
+
+
 def test_n_best_keeps_hypotheses_that_spell_the_same_text(parts, tmp_path: Path) -> None:
     """--n-best K can give the same text twice: "a" as a learned piece and as its byte token <0x61> are different
     hypotheses with the same text. They are kept (K lines an input, each with its own score and tokens, as fairseq,

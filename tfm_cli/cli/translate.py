@@ -48,8 +48,8 @@ def translate(
     greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding instead of beam search."),
     n_best: int = typer.Option(1, "--n-best", "-n", min=1, help="Print the K best translations of each input, best first, one a line: input line number TAB score TAB translation (--json: an nbest list). A text can repeat: two hypotheses may spell it with different subword tokens (--json shows them); both are kept, as fairseq, Marian and CTranslate2 keep them."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per input line: source, translation, score, log_prob, tokens, truncated, stopped (eos, or max_len: cut at the maximum output length, see --max-len) (and nbest with --n-best, each with its own stopped)."),
-    reference: Path = typer.Option(None, "--reference", "-r", parser=given_path, metavar="<path>", help="Reference translations, one per input line: print BLEU and chrF instead of translations.", show_default=False),
-    score: list[Path] = typer.Option(None, "--score", parser=given_path, metavar="<path>", help="Score on a TSV (source TAB reference), or give --score SRC --score REF: print BLEU and chrF.", show_default=False),
+    reference: Path = typer.Option(None, "--reference", "-r", parser=given_path, metavar="<path>", help="Reference translations, one per input line: print BLEU and chrF instead of translations (- reads them from stdin when TEXT is given).", show_default=False),
+    score: list[Path] = typer.Option(None, "--score", parser=given_path, metavar="<path>", help="Score on a TSV (source TAB reference), or give --score SRC --score REF: print BLEU and chrF (- reads one from stdin).", show_default=False),
     output: Path = typer.Option(None, "--output", parser=file_path("translations.txt"), metavar="<path>", help="When scoring, also write the translations to this file.", show_default=False),
     bleu_tokenize: str = typer.Option("auto", "--bleu-tokenize", help="When scoring, sacrebleu's BLEU tokenizer: auto (zh for Chinese references, char for Japanese, Thai and other scripts without spaces, else 13a), 13a, intl, zh, char, ja-mecab, ko-mecab, flores101, flores200, none."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
@@ -118,6 +118,12 @@ def translate(
             f"--reference {reference} is the standard input the sentences to translate are read from",
             hint="give the references a file of their own, e.g. tfm translate --reference ref.en < src.fr",
         )
+    if score:  # `--score -`, as sacrebleu and `tfm translate -` read stdin: it said "--score - does not exist"
+        if sum(str(p) == "-" for p in score) > 1:
+            raise typer.BadParameter("stdin can be read once: give - to one of them, and a file to the other", param_hint="--score")
+        score = [_stdin_file(p, "--score") for p in score]
+    if reference is not None and text is not None:  # with sources on stdin, a - was refused above
+        reference = _stdin_file(reference, "--reference")
     if output is not None:  # before the model loads and the sentences are translated
         check_output_file(output, "--output", inputs=[*(score or []), *([reference] if reference else [])], reads_stdin=reads_stdin)
 
@@ -220,6 +226,27 @@ class _Cuts:
         warn(f"{what} cut at the maximum output length ({where}) before the model ended {'it' if n == 1 else 'them'}: likely incomplete; {advice}{marks}")
 
 
+def _stdin_file(path: Path, option: str) -> Path:
+    """`-` as the file that reads standard input (/dev/stdin); any other path as it is."""
+    if str(path) != "-":
+        return path
+    if sys.stdin is None:
+        raise TfmError(f"{option} - reads standard input, and it is closed", hint=f"give {option} a file")
+    if sys.stdin.isatty():  # reading would wait for lines typed at the terminal, without a word
+        raise typer.BadParameter(
+            f"- reads standard input, and it is the terminal: pipe the file in ({typed_command('translate')} < FILE)",
+            param_hint=option,
+        )
+    if not Path("/dev/stdin").exists():  # Windows
+        raise TfmError(f"{option} - (standard input) cannot be read as a file here", hint=f"give {option} a file")
+    return Path("/dev/stdin")
+
+
+def _named(path: Path) -> str:
+    """A scored file as the report names it: `-` (read as /dev/stdin) is "stdin"."""
+    return "stdin" if str(path) == "/dev/stdin" else str(path)
+
+
 def _alpha(value: float | None) -> float | None:
     """--alpha between 0 and 10 (nan and inf included in the refusal: Click's range said 'must be <= 10' of nan)."""
     from tfm_cli.recipe import MAX_ALPHA
@@ -251,14 +278,14 @@ def _score(
     if score:
         spec = str(score[0]) if len(score) == 1 else [str(p) for p in score]
         pairs = [(s, t) for _, s, t in read_pairs(spec, once=True, option="--score")]
-        sources, references, what = [s for s, _ in pairs], [t for _, t in pairs], " ".join(map(str, score))
-        files = {"sources": str(score[0]), "references": str(score[-1])}  # a TSV holds both
+        sources, references, what = [s for s, _ in pairs], [t for _, t in pairs], " ".join(map(_named, score))
+        files = {"sources": _named(score[0]), "references": _named(score[-1])}  # a TSV holds both
     else:
         sources = [text] if text is not None else [line.rstrip("\r\n") for line in stdin_lines(typed_command("translate"))]
         while sources and not sources[-1]:  # blank lines at the end, as read_lines drops the references'
             sources.pop()
         references = read_lines(reference, option="--reference")
-        what = str(reference)
+        what = _named(reference)
         files = {"sources": "TEXT" if text is not None else "stdin", "references": what}
         if len(references) != len(sources):
             raise TfmError(
