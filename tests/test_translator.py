@@ -947,6 +947,17 @@ def test_score_and_reference_read_a_dash_from_stdin(parts, tmp_path: Path) -> No
     assert twice.returncode == 2 and "stdin can be read once" in twice.stderr and "Traceback" not in twice.stderr
 
 
+def test_n_best_is_refused_when_scoring(tmp_path: Path) -> None:
+    """`--n-best 4 --score dev.tsv --output hyp.en` scored the best translations and wrote only them, without a word
+    that --n-best did nothing. It is refused before the model loads (exit 2, one line naming --n-best)."""
+    tsv = tmp_path / "dev.tsv"
+    tsv.write_text("Bonjour.\tHello.\n", encoding="utf-8")
+    for args in (["--score", str(tsv)], ["--reference", str(tsv), "Bonjour."]):
+        proc = tfm("translate", "--model", str(tmp_path / "none"), "--n-best", "4", *args, "--output", str(tmp_path / "o"), check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert "--n-best" in proc.stderr and "scores the best translation" in proc.stderr and not (tmp_path / "o").exists()
+
+
 def test_n_best_keeps_hypotheses_that_spell_the_same_text(parts, tmp_path: Path) -> None:
     """--n-best K can give the same text twice: "a" as a learned piece and as its byte token <0x61> are different
     hypotheses with the same text. They are kept (K lines an input, each with its own score and tokens, as fairseq,

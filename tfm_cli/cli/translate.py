@@ -46,7 +46,7 @@ def translate(
     alpha: float = typer.Option(None, "--alpha", callback=lambda v: _alpha(v), help="GNMT length penalty, 0 to 10 (default: the run's recipe, 0.6).", show_default=False),
     max_len: int = typer.Option(None, "--max-len", min=0, help="Output may be at most input length + this many tokens (default: the run's recipe, 50); translations cut there are counted on stderr at the end.", show_default=False),
     greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding instead of beam search."),
-    n_best: int = typer.Option(1, "--n-best", "-n", min=1, help="Print the K best translations of each input, best first, one a line: input line number TAB score TAB translation (--json: an nbest list). A text can repeat: two hypotheses may spell it with different subword tokens (--json shows them); both are kept, as fairseq, Marian and CTranslate2 keep them."),
+    n_best: int = typer.Option(1, "--n-best", "-n", min=1, help="Print the K best translations of each input, best first, one a line: input line number TAB score TAB translation (--json: an nbest list). A text can repeat: two hypotheses may spell it with different subword tokens (--json shows them); both are kept, as fairseq, Marian and CTranslate2 keep them. Not with --score/--reference, which score the best."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per input line: source, translation, score, log_prob, tokens, truncated, stopped (eos, or max_len: cut at the maximum output length, see --max-len) (and nbest with --n-best, each with its own stopped)."),
     reference: Path = typer.Option(None, "--reference", "-r", parser=given_path, metavar="<path>", help="Reference translations, one per input line: print BLEU and chrF instead of translations (- reads them from stdin when TEXT is given).", show_default=False),
     score: list[Path] = typer.Option(None, "--score", parser=given_path, metavar="<path>", help="Score on a TSV (source TAB reference), or give --score SRC --score REF: print BLEU and chrF (- reads one from stdin).", show_default=False),
@@ -89,6 +89,12 @@ def translate(
         raise typer.BadParameter("--score reads sources and references from its file(s); drop TEXT and --reference", param_hint="--score")
     if score and len(score) > 2:
         raise typer.BadParameter("give one TSV, or a source file and a reference file", param_hint="--score")
+    if n_best > 1 and (score or reference is not None):  # scored the best and wrote only it to --output, silently
+        raise typer.BadParameter(
+            f"scoring (--score, --reference) scores the best translation of each input and --output writes only it; "
+            f"drop --n-best {n_best}, or translate without scoring to print {n_best} hypotheses an input",
+            param_hint="--n-best",
+        )
     if output is not None and not (score or reference):
         raise typer.BadParameter("--output is for scoring runs; redirect stdout otherwise", param_hint="--output")
     if bleu_tokenize not in BLEU_TOKENIZERS:
