@@ -280,6 +280,41 @@ def test_the_documented_ctranslate2_call_gives_the_models_decoding_limit(tmp_pat
     assert 0 < len(out[0].hypotheses[0]) <= 23
 
 
+def test_the_documented_ctranslate2_limit_is_tfms(tmp_path, small_tokenizer):
+    """The notes and card gave max_decoding_length = L + 51 (L: the source's tokens with </s>), where tfm outputs
+    at most L - 1 + 50 tokens, then </s>: CTranslate2 counts the tokens it outputs and adds no </s> at its limit,
+    so a translation that never ends came out two tokens longer than tfm's (the quickstart model: 92 of the 2,000
+    dev sentences in greedy decoding, one at a time). With the documented limit, per sentence, CTranslate2's
+    greedy output is tfm's, on a random model whose outputs run to the limit."""
+    import re
+
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install ctranslate2)")
+    from ctranslate2.converters import TransformersConverter
+
+    run = _small_run(tmp_path / "run", small_tokenizer, max_positions=96)  # room for source + 50: no cap
+    result = run_export("huggingface", run, tmp_path / "hf", verify_lines=3)
+    card = (tmp_path / "hf" / "README.md").read_text(encoding="utf-8")
+    terms = {m for text in (card, *result.notes) for m in re.findall(r"(?:L|len\(tokens\))`?\)?`? ([+-] \d+)", text)}
+    assert len(terms) == 1, terms  # one formula, in the notes and the card
+    offset = int(terms.pop().replace(" ", ""))
+    TransformersConverter(str(tmp_path / "hf")).convert(str(tmp_path / "ct2"))
+    tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    ours = Translator.load(run, device="cpu", precision="fp32")
+    sources = [s for s in _texts(40)[::2] if s.strip()][:8]
+    want = ours.translate(sources, greedy=True)
+    assert sum(t.stopped == "max_len" for t in want) >= 4  # the limit is what is compared
+    ban = [[RENAMED_PAD], ["<s>"], ["<unk>"]]
+    for source, expected in zip(sources, want, strict=True):
+        tokens = tok.convert_ids_to_tokens(tok(source).input_ids)
+        out = translator.translate_batch(
+            [tokens], beam_size=1, suppress_sequences=ban, min_decoding_length=0,
+            max_decoding_length=min(len(tokens) + offset, 95),
+        )[0].hypotheses[0]
+        got = tok.decode(tok.convert_tokens_to_ids(out), skip_special_tokens=True)
+        assert (len(out), got) == (len(expected.tokens), expected.text), source
+
+
 def test_a_model_too_short_for_every_dev_sentence_is_checked_on_made_up_ones(tmp_path, small_tokenizer):
     """max_positions 8 and a dev set whose every sentence is longer: the translation checks ran on no sentence
     and passed ('0/0 identical ... ok'). They now run on made-up sentences that fit, and say so."""

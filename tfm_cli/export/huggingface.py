@@ -336,6 +336,21 @@ def convert_to_ctranslate2(hf_dir: Path, out: Path) -> Path:
     return Path(out)
 
 
+def ct2_length_offset(max_len_offset: int) -> int:
+    """What CTranslate2's max_decoding_length adds to len(tokens) for tfm's limit.
+
+    tokens are the source's pieces and </s>; tfm outputs at most the pieces + max_len_offset tokens, then </s>.
+    CTranslate2's maximum counts the tokens it outputs, </s> included when it ends before it: a hypothesis that
+    reaches it has that many tokens and no </s>, which is the text tfm gives with its forced </s>.
+    """
+    return max_len_offset - 1
+
+
+def _signed(n: int) -> str:
+    """'+ 49', '- 1': a term added to a length in the notes' formulas."""
+    return f"{'-' if n < 0 else '+'} {abs(n)}"
+
+
 def ct2_suppress_sequences(config: ModelConfig) -> list[list[str]]:
     """CTranslate2's `suppress_sequences` for what tfm's search never outputs: <tfm_pad>, <s> and <unk>."""
     names = {config.pad_id: RENAMED_PAD, config.bos_id: Tokenizer.BOS, DECODING_UNK: Tokenizer.UNK}
@@ -421,10 +436,13 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
         "CTranslate2: ct2-transformers-converter --model DIR --output_dir DIR-ct2, then "
         f"ctranslate2.Translator('DIR-ct2').translate_batch(tokens, beam_size={settings.beam}, "
         f"length_penalty={settings.alpha:g}, suppress_sequences={ct2_suppress_sequences(config)}, "
-        f"min_decoding_length=0, max_decoding_length=min(L + {settings.max_len_offset + 1}, {config.max_positions - 1})) "
-        "with tokens = tokenizer.convert_ids_to_tokens(tokenizer(sentence).input_ids) and L the batch's longest "
-        f"len(tokens): tfm's limit (source length + {settings.max_len_offset}, and </s>; CTranslate2's own default is "
-        "beam 2, length penalty 1 and 256 tokens, and a translation that never ends runs on to the limit)",
+        f"min_decoding_length=0, max_decoding_length=min(L {_signed(ct2_length_offset(settings.max_len_offset))}, "
+        f"{config.max_positions - 1})) with tokens = tokenizer.convert_ids_to_tokens(tokenizer(sentence).input_ids) "
+        "and L the batch's longest len(tokens), </s> included: tfm's limit (the source's pieces + "
+        f"{settings.max_len_offset} tokens, then </s>; CTranslate2's maximum counts the tokens it outputs, and one that "
+        "reaches it has no </s>; its own default is beam 2, length penalty 1 and 256 tokens, and a translation that "
+        "never ends runs on to the limit); the limit is the batch's, so cut each output to its own "
+        f"len(tokens) {_signed(ct2_length_offset(settings.max_len_offset))} tokens (greedy: then tfm's translations exactly)",
         "commands: tfm export RUN --format huggingface --out DIR; "
         "ct2-transformers-converter --model DIR --output_dir DIR-ct2",
         "greedy decoding reproduces tfm's; beam search may differ in a few sentences: transformers divides by "
@@ -558,8 +576,10 @@ def _check_ctranslate2(
         got: list[str] = []
         for chunk in range(0, len(texts), _BATCH):
             part = slice(chunk, chunk + _BATCH)
+            # the notes' limit: the batch's longest len(tokens) + ct2_length_offset (= tfm's limit: CTranslate2's
+            # counts the output tokens, and one that reaches it has no </s>), each output cut at its own
             results = translator.translate_batch(
-                tokens[part], beam_size=1, max_decoding_length=max(limits[part]) + 1, suppress_sequences=ban,
+                tokens[part], beam_size=1, max_decoding_length=max(limits[part]), suppress_sequences=ban,
                 min_decoding_length=0,  # its default is 1: tfm (min_len 0) may end at once with an empty translation
             )
             for result, limit in zip(results, limits[part], strict=True):
@@ -703,8 +723,10 @@ CTranslate2: `ct2-transformers-converter --model DIR --output_dir DIR-ct2`; pass
 `length_penalty={alpha:g}` (the recipe's; CTranslate2's defaults are 2 and 1; its length penalty is transformers'
 length^alpha, not GNMT's), `suppress_sequences={json.dumps(ct2_suppress_sequences(config), ensure_ascii=False)}` to `translate_batch` to forbid what tfm's search forbids (`<unk>` included: tfm never outputs it; the generation config suppresses it for `generate` too),
 `min_decoding_length=0` (its default is 1) to allow what it allows: an empty translation, and
-`max_decoding_length` = the batch's longest source in tokens + {max_len_offset + 1} (tfm stops at the source's length + max_len_offset, then `</s>`; a
-translation that never ends otherwise runs on to the limit), at most `max_decoding_length={config.max_positions - 1}`: the decoder has {config.max_positions} positions (the start token takes
+`max_decoding_length` = the batch's longest `len(tokens)` (`</s>` included) {_signed(ct2_length_offset(max_len_offset))}: tfm outputs at most the source's pieces +
+{max_len_offset} tokens, then `</s>`; CTranslate2's maximum counts the tokens it outputs, and one that reaches it has no `</s>`. A
+translation that never ends otherwise runs on to the limit, which is the batch's: cut each output to its own
+`len(tokens) {_signed(ct2_length_offset(max_len_offset))}` tokens (greedy decoding then gives tfm's translations exactly). At most `max_decoding_length={config.max_positions - 1}`: the decoder has {config.max_positions} positions (the start token takes
 the first), and past them CTranslate2's default limit of 256 ends in "No position encodings are defined for
 positions >= {config.max_positions}" where a translation runs on.
 
