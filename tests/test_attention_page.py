@@ -391,3 +391,26 @@ def test_page_in_chromium_reads_right_to_left_tokens_in_their_direction(browser,
     assert period < first
     assert browser.title == f"Attention: \u2068{arabic['source']}\u2069 → {arabic['target']}"
     assert browser.find_element(By.ID, "target").text == arabic["target"]
+
+
+def test_page_in_chromium_says_the_translation_was_cut(browser, tmp_path, report):
+    """The text views and --json say when the translation reached the maximum output length ("stopped":
+    "max_len": its last row, </s>, was forced, not predicted); the page showed such a target as any other."""
+    from selenium.webdriver.common.by import By
+
+    for stopped in ("eos", None):  # the model ended it, or a given target: no note
+        browser.get(write_html({**report, "stopped": stopped}, tmp_path / f"{stopped}.html").as_uri())
+        assert not browser.find_element(By.ID, "stopped").is_displayed()
+        assert browser.find_element(By.ID, "target-label").text == "target (model's output)"
+    browser.get(write_html({**report, "stopped": "max_len"}, tmp_path / "cut.html").as_uri())
+    note = browser.find_element(By.ID, "stopped")
+    assert note.is_displayed(), "the page does not say the translation was cut"
+    assert note.text == (
+        f"The translation reached the maximum output length ({len(report['tgt_tokens']) - 1} tokens) and was cut "
+        "there: its last row, </s>, was forced, not predicted (teacher-force a target with --target)."
+    )
+    assert browser.find_element(By.ID, "target-label").text == "target (model's output, cut)"
+    words = {**report, "stopped": "max_len", "word_level": True}  # words are no count of the tokens the limit counts
+    browser.get(write_html(words, tmp_path / "words.html").as_uri())
+    assert browser.find_element(By.ID, "stopped").text.startswith("The translation reached the maximum output length and was cut")
+    assert _severe(browser) == []
