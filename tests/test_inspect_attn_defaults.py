@@ -123,3 +123,31 @@ def test_a_translation_cut_at_the_maximum_length_is_said(tok, tmp_path: Path) ->
     assert json.loads(tfm(*base, "--json").stdout)["stopped"] == "max_len"
     forced = tfm(*base, "--target", "I am a student.", "--json")
     assert "maximum output length" not in forced.stderr and json.loads(forced.stdout)["stopped"] is None
+
+
+def test_words_summary_keeps_the_first_target_word(tok, tmp_path: Path) -> None:
+    """`--words --summary` left the whole first target word out of decoder self-attention's statistics: the row
+    left out is the first query's, which sees only <s>, but over words the first row is the first word's, and its
+    later pieces ("Tomatoes" as "▁Tom" "ato" "es") see more than <s>. Only that first piece is left out now."""
+    from tfm_cli.attention import head_summary, word_groups
+
+    run = _run_dir(tmp_path / "run", _model(tok, 2, seed=3), tok)
+    target = "Tomatoes are red."
+    report = attention_report(Translator.load(run, device="cpu", precision="fp32"), SENTENCE, target)
+    queries, keys = word_groups(report.tgt_tokens), word_groups(report.tgt_inputs)
+    assert len(queries[0]) > 1, report.tgt_tokens  # else this test shows nothing
+    w = report.weights["decoder"]
+    w = torch.stack([w[..., g].sum(dim=-1) for g in keys], dim=-1)
+    rows = [queries[0][1:], *queries[1:]]  # every piece but the first one, grouped into words
+    expected = torch.stack([w[..., g, :].mean(dim=-2) for g in rows], dim=-2)  # (L, H, words, keys)
+    words = [r for r in head_summary(merge_words(report)) if r["kind"] == "decoder"]
+    assert len(words) == 4
+    for r in words:
+        m = expected[r["layer"] - 1, r["head"] - 1]
+        assert r["bos_share"] == pytest.approx(float(m[:, 0].mean()), abs=1e-6)
+        assert r["max_weight"] == pytest.approx(float(m.max(-1).values.mean()), abs=1e-6)
+    base = ("inspect-attn", "--model", str(run), "--device", "cpu", SENTENCE, "--target", target, "--words")
+    data = json.loads(tfm(*base, "--summary", "--json").stdout)
+    printed = [r for r in data["summary"] if r["kind"] == "decoder"]
+    assert [r["max_weight"] for r in printed] == pytest.approx([r["max_weight"] for r in words], abs=1e-6)
+    assert "decoder rows leave out the first word's first piece, which sees only <s>" in tfm(*base, "--summary").stdout

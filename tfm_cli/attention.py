@@ -53,6 +53,9 @@ class AttentionReport:
     # For each kind: the (layers, heads, queries, Dh) queries and (layers, heads, keys, Dh) keys and values
     # at each attention, for `explain` (subword level only).
     vectors: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)
+    # Word level only: decoder self-attention's first row (layers, heads, keys) without its first piece, the query
+    # that sees only "<s>"; None when the first word is one piece (its row is that query's alone). For `head_summary`.
+    decoder_first_row: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def n_layers(self) -> dict[str, int]:
@@ -234,15 +237,18 @@ def merge_words(report: AttentionReport) -> AttentionReport:
         return report
     src_g, tgt_g, in_g = word_groups(report.src_tokens), word_groups(report.tgt_tokens), word_groups(report.tgt_inputs)
     groups = {"encoder": (src_g, src_g), "decoder": (tgt_g, in_g), "cross": (tgt_g, src_g)}
-    weights = {}
+    weights, first_row = {}, None
     for kind, (queries, keys) in groups.items():
         w = report.weights[kind]
         w = torch.stack([w[..., g].sum(dim=-1) for g in keys], dim=-1)  # sum over each word's key pieces
         weights[kind] = torch.stack([w[..., g, :].mean(dim=-2) for g in queries], dim=-2)  # mean over its queries
+        if kind == "decoder" and len(queries[0]) > 1:  # the first word's later pieces see more than "<s>"
+            first_row = w[..., queries[0][1:], :].mean(dim=-2)
     return AttentionReport(
         report.source, report.target, report.forced_target, report.model,
         [_word_text(report.src_tokens, g) for g in src_g], [_word_text(report.tgt_tokens, g) for g in tgt_g],
         [_word_text(report.tgt_inputs, g) for g in in_g], weights, report.d_k, word_level=True, stopped=report.stopped,
+        decoder_first_row=first_row,
     )
 
 
@@ -366,7 +372,8 @@ def head_summary(report: AttentionReport) -> list[dict[str, Any]]:
     have no "</s>") and on punctuation keys, and mean distance from the diagonal (in key positions; for
     cross-attention the diagonal runs corner to corner). Queries are averaged with equal weight; in decoder
     self-attention the first query, which sees only "<s>" and so puts all of its weight there whatever the head
-    does, is left out (unless it is the only one)."""
+    does, is left out (unless it is the only one); over words (`merge_words`), that query is the first word's
+    first piece, and the word's other pieces stay in."""
     rows = []
     for kind in KINDS:
         w = report.weights[kind]  # (L, H, Q, K)
@@ -379,7 +386,9 @@ def head_summary(report: AttentionReport) -> list[dict[str, Any]]:
         if kind == "cross" and n_q > 1:
             q_pos = q_pos * (n_k - 1) / (n_q - 1)
         distance = (torch.arange(n_k, dtype=torch.float32)[None, :] - q_pos[:, None]).abs()  # (Q, K)
-        if kind == "decoder" and n_q > 1:  # the first query's one visible key says nothing of the head
+        if kind == "decoder" and report.decoder_first_row is not None:  # words: the first word less its first piece
+            w = torch.cat([report.decoder_first_row[:, :, None, :], w[:, :, 1:]], dim=2)
+        elif kind == "decoder" and n_q > 1:  # the first query's one visible key says nothing of the head
             w, distance = w[:, :, 1:], distance[1:]
         entropy = -(w * w.clamp_min(1e-12).log()).sum(-1).mean(-1)  # (L, H)
         for layer in range(w.size(0)):

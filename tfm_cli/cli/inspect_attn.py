@@ -411,10 +411,11 @@ def _render_summary(report) -> None:
             r["kind"], r["layer"], r["head"], f"{r['entropy']:.2f}", f"{r['max_weight']:.2f}", f"{r['eos_share']:.0%}", f"{r['bos_share']:.0%}",
             f"{r['punct_share']:.0%}", f"{r['diagonal_distance']:.2f}", ", ".join(notes),
         ))
+    first = "the first word's first piece" if report.word_level else "the first query"
     _table(
         "Every head: mean row entropy (nats; 0 = one key), mean maximum weight, share on </s>, on <s> (decoder "
         "self-attention's first key) and on punctuation, mean distance from the diagonal (positions); decoder rows "
-        "leave out the first query, which sees only <s>",
+        f"leave out {first}, which sees only <s>",
         ["kind", "layer", "head", "entropy", "max", "</s>", "<s>", "punct", "diagonal", "notes"], table,
     )
     for kind in ("encoder", "decoder", "cross"):
