@@ -162,13 +162,13 @@ _tfm_inspect_attn() {
         '--align[Print the source-target word alignment from cross-attention (Pharaoh i-j).]' \
         '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
         '--explain[With --token\: one head step by step (q.k, /sqrt(d_k), softmax, values).]' \
-        '--head[Head, from 1, or '\''mean'\'' of all heads.]:head: ' \
+        '--head[Head, from 1, or '\''mean'\'' of all heads (--json keeps every head unless a number is given).]:head: ' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--html[Also write a self-contained HTML page to explore every head.]:html:_files' \
         '--image[Also write the heatmap as an image (.png or .svg]:image:_files' \
-        '--json[Print tokens and every weight (kind, layer, head) as JSON.]' \
+        '--json[Print tokens and the weights as JSON\: of every kind, layer and head, or of those --kind, --layer...]' \
         '(--kind -k)'{--kind,-k}'[encoder, decoder or cross (default\: cross]:kind:(cross decoder encoder)' \
-        '(--layer -l)'{--layer,-l}'[Layer, from 1 (default\: the last).]:layer: ' \
+        '(--layer -l)'{--layer,-l}'[Layer, from 1 (default\: the last]:layer: ' \
         '(--model -m)'{--model,-m}'[Run directory, release directory or .safetensors file (default\: the most recent run under runs/).]:model:_files' \
         '--numbers[Print the weights (in %) in the heatmap cells.]' \
         '--precision[The arithmetic of the translation, as tfm translate'\''s\: auto (bf16 on CUDA and on CPUs with native...]:precision:(auto bf16 fp16 fp32)' \

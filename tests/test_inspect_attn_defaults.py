@@ -151,3 +151,31 @@ def test_words_summary_keeps_the_first_target_word(tok, tmp_path: Path) -> None:
     printed = [r for r in data["summary"] if r["kind"] == "decoder"]
     assert [r["max_weight"] for r in printed] == pytest.approx([r["max_weight"] for r in words], abs=1e-6)
     assert "decoder rows leave out the first word's first piece, which sees only <s>" in tfm(*base, "--summary").stdout
+
+
+def test_json_keeps_the_kind_layer_and_head_given(tok, tmp_path: Path) -> None:
+    """--json printed every weight of every kind, layer and head whatever --kind, --layer and --head said (a
+    970-token sentence on the quickstart model: 250 MB), with no way to ask for less. The ones given are kept, the
+    others are null, so attention[kind][layer][head] is the same head; none given is every weight, as before."""
+    run = _run_dir(tmp_path / "run", _model(tok, 2, seed=3), tok)
+    base = ("inspect-attn", "--model", str(run), "--device", "cpu", SENTENCE, "--target", "I am a student.", "--json")
+    everything = tfm(*base).stdout
+    full = json.loads(everything)
+    assert full["selection"] == {"kind": None, "layer": None, "head": None}
+    assert all(h is not None for kind in full["attention"].values() for layer in kind for h in layer)
+    assert json.loads(tfm(*base, "--head", "mean").stdout)["attention"] == full["attention"]  # the mean needs them all
+    one = tfm(*base, "--kind", "cross", "--layer", "2", "--head", "1").stdout
+    data = json.loads(one)
+    assert data["selection"] == {"kind": "cross", "layer": 1, "head": 0}
+    assert data["attention"]["encoder"] is None and data["attention"]["decoder"] is None
+    assert data["attention"]["cross"] == [None, [full["attention"]["cross"][1][0], None]]
+    assert data["summary"] == full["summary"] and data["tgt_tokens"] == full["tgt_tokens"]
+    assert len(one) < len(everything) / 3
+    kind = json.loads(tfm(*base, "--kind", "decoder").stdout)["attention"]
+    assert kind == {"encoder": None, "decoder": full["attention"]["decoder"], "cross": None}
+    layer = json.loads(tfm(*base, "--layer", "1").stdout)["attention"]
+    assert layer == {k: [full["attention"][k][0], *([None] * (len(full["attention"][k]) - 1))] for k in full["attention"]}
+    proc = tfm(*base, "--layer", "2", check=False)  # the encoder has one layer: not every kind has a layer 2
+    assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("Error: --layer 2 is out of range for --json: it keeps that layer of every kind, "
+                                  "and the encoder has layers 1-1"), proc.stderr

@@ -76,14 +76,32 @@ class AttentionReport:
         w = self.weights[kind][layer]
         return w.mean(dim=0) if head is None else w[head]
 
-    def to_dict(self, decimals: int = 5) -> dict[str, Any]:
-        """The documented JSON shape: tokens and weights[kind][layer][head][query][key]."""
+    def to_dict(self, decimals: int = 5, kind: str | None = None, layer: int | None = None, head: int | None = None) -> dict[str, Any]:
+        """The documented JSON shape: tokens and weights[kind][layer][head][query][key].
+
+        `kind`, `layer` and `head` (0-based; None: all) keep only those weights, as a long sentence's every weight
+        is a large document (970 tokens: some 250 MB); the others are null, so that attention[kind][layer][head]
+        indexes the same head as in the whole report, and "selection" says what was kept."""
+        attention: dict[str, Any] = {}
+        for name in KINDS:
+            w = self.weights[name]
+            if kind is not None and name != kind:
+                attention[name] = None
+            elif layer is None and head is None:
+                attention[name] = w.double().round(decimals=decimals).tolist()
+            else:
+                attention[name] = [
+                    [w[i, h].double().round(decimals=decimals).tolist() if head in (None, h) else None for h in range(w.size(1))]
+                    if layer in (None, i) else None
+                    for i in range(w.size(0))
+                ]
         return {
             "source": self.source, "target": self.target, "forced_target": self.forced_target, "model": self.model,
             "word_level": self.word_level, "stopped": self.stopped,
             "src_tokens": self.src_tokens, "tgt_tokens": self.tgt_tokens, "tgt_inputs": self.tgt_inputs,
             "n_layers": self.n_layers, "n_heads": self.n_heads, "d_k": self.d_k,
-            "attention": {k: self.weights[k].double().round(decimals=decimals).tolist() for k in KINDS},
+            "selection": {"kind": kind, "layer": layer, "head": head},
+            "attention": attention,
         }
 
 

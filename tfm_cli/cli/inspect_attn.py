@@ -44,16 +44,16 @@ def inspect_attn(
     sentence: str = typer.Argument(..., metavar="SENTENCE", help="The source sentence to translate and inspect (-: one line from stdin)."),
     model: Path = typer.Option(None, "--model", "-m", parser=given_path, metavar="<path>", help="Run directory, release directory or .safetensors file (default: the most recent run under runs/).", show_default=False),
     target: str = typer.Option(None, "--target", "-t", help="Inspect this target (teacher-forced) instead of the model's translation.", show_default=False),
-    kind: str = typer.Option(None, "--kind", "-k", help="encoder, decoder or cross (default: cross; with --token, where the token is).", show_default=False),
-    layer: int = typer.Option(None, "--layer", "-l", help="Layer, from 1 (default: the last).", show_default=False),
-    head: str = typer.Option("mean", "--head", help="Head, from 1, or 'mean' of all heads."),
+    kind: str = typer.Option(None, "--kind", "-k", help="encoder, decoder or cross (default: cross; with --token, where the token is; --json: every kind unless given).", show_default=False),
+    layer: int = typer.Option(None, "--layer", "-l", help="Layer, from 1 (default: the last; --json: every layer unless given).", show_default=False),
+    head: str = typer.Option("mean", "--head", help="Head, from 1, or 'mean' of all heads (--json keeps every head unless a number is given)."),
     token: str = typer.Option(None, "--token", help="Focus on one query token: its text (a word inside a piece counts: 'il' finds qu'il; a word in several pieces is found at its first) or its number.", show_default=False),
     explain_head: bool = typer.Option(False, "--explain", help="With --token: one head step by step (q.k, /sqrt(d_k), softmax, values)."),
     summary: bool = typer.Option(False, "--summary", help="Statistics of every head: entropy, maximum, share on </s>, <s> and punctuation, distance from the diagonal."),
     align: bool = typer.Option(False, "--align", help="Print the source-target word alignment from cross-attention (Pharaoh i-j)."),
     words: bool = typer.Option(False, "--words", help="Merge subword pieces into words (keys summed, queries averaged)."),
     numbers: bool = typer.Option(False, "--numbers", help="Print the weights (in %) in the heatmap cells."),
-    json_out: bool = typer.Option(False, "--json", help="Print tokens and every weight (kind, layer, head) as JSON."),
+    json_out: bool = typer.Option(False, "--json", help="Print tokens and the weights as JSON: of every kind, layer and head, or of those --kind, --layer and --head give (every weight of a 970-token sentence is some 250 MB)."),
     html: Path = typer.Option(None, "--html", parser=file_path("attention.html"), metavar="<path>", help="Also write a self-contained HTML page to explore every head.", show_default=False),
     image: Path = typer.Option(None, "--image", parser=file_path("attention.png"), metavar="<path>", help="Also write the heatmap as an image (.png or .svg; needs the plot extra).", show_default=False),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
@@ -118,6 +118,7 @@ def inspect_attn(
             "there: its last row, </s>, was forced, not predicted (teacher-force a target with --target)"
         )
     shown = merge_words(report) if words else report
+    given_kind = kind  # --json keeps the kind, layer and head given (the views' defaults aside): all when none is
     if token is not None:
         kind, query = _locate(shown, kind, token)
     kind = kind or "cross"
@@ -138,8 +139,10 @@ def inspect_attn(
             f"{'the summary' if summary else 'the --token table'} shows every layer and head "
             "(they choose the heatmap's, --explain's, --align's and --image's)"
         )
+    kept = _json_selection(shown, given_kind, layer, head_index) if json_out else {}
+    narrowed = any(v is not None for v in kept.values())
     # Every weight as numbers, made once for the page, the image and the JSON (a long sentence has millions).
-    data = shown.to_dict() if (html is not None or image is not None or json_out) else None
+    data = shown.to_dict() if (html is not None or image is not None or (json_out and not narrowed)) else None
     if html is not None:
         from tfm_cli.cli.views.page import write_html
 
@@ -150,7 +153,8 @@ def inspect_attn(
         info(f"wrote {write_image(data, image, kind, layer_index if layer is not None else None, head_index)}")
     if json_out:
         aligned = (None if layer is None else layer - 1, head_index) if align else (None, None)  # else the default
-        print_json(_json(data, report, shown, kind, layer_index, head_index, token, query if token else None, explain_head, aligned))
+        selected = shown.to_dict(**kept) if narrowed else data
+        print_json(_json(selected, report, shown, kind, layer_index, head_index, token, query if token else None, explain_head, aligned))
         return
     _header(shown)
     if token is not None:
@@ -253,6 +257,20 @@ def _head(head: str, heads: int) -> int | None:
     if not 1 <= number <= heads:
         raise TfmError(f"--head {head} is out of range: the model has heads 1-{heads}", hint=f"use --head 1 to {heads}, or --head mean")
     return number - 1
+
+
+def _json_selection(report, kind: str | None, layer: int | None, head: int | None) -> dict[str, Any]:
+    """The weights --json keeps (0-based, None: all): --kind, --layer and --head as given. A --layer given without
+    --kind is kept in every kind, so it must be a layer of both stacks."""
+    if layer is not None:
+        for stack in ("encoder", "decoder") if kind is None else ("encoder" if kind == "encoder" else "decoder",):
+            layers = report.n_layers[stack]
+            if layer > layers:
+                raise TfmError(
+                    f"--layer {layer} is out of range for --json: it keeps that layer of every kind, and the {stack} has layers 1-{layers}",
+                    hint=f"use --layer 1 to {layers}, or choose the kind with --kind",
+                )
+    return {"kind": kind, "layer": None if layer is None else layer - 1, "head": head}
 
 
 def _json(data, report, shown, kind, layer, head, token, query, explain_head, aligned) -> dict[str, Any]:
