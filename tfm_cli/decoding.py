@@ -256,6 +256,22 @@ def _hypotheses(
     return out
 
 
+def _start_search(
+    model: Transformer | Engine, src: torch.Tensor, src_mask: torch.Tensor, max_len_offset: int, use_cache: bool
+) -> tuple[Engine, DecoderState, torch.Tensor, torch.Tensor]:
+    """What greedy and beam search both start from, for (B, S) sources (B > 0).
+
+    Returns the engine; its decoder state after encoding, one row per sentence; each sentence's maximum output
+    length, (B,); and the first decoder input, BOS, (B,).
+    """
+    engine = as_engine(model, use_cache)
+    cfg = engine.config
+    max_len = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)  # (B,)
+    state = engine.start(src, src_mask, 1)
+    bos = torch.full((src.size(0),), cfg.bos_id, dtype=torch.long, device=src.device)  # (B,)
+    return engine, state, max_len, bos
+
+
 @torch.inference_mode()
 def greedy_search(
     model: Transformer | Engine,
@@ -275,19 +291,16 @@ def greedy_search(
         min_len: no EOS before this many output tokens (the maximum length still wins where they conflict).
         use_cache: decode over the K/V cache (False recomputes every prefix: the same result, slower).
     """
-    engine = as_engine(model, use_cache)
-    cfg = engine.config
     batch, device = src.size(0), src.device
     if batch == 0:
         return []
-    max_len = limits = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)
-    state = engine.start(src, src_mask, 1)
+    engine, state, max_len, last = _start_search(model, src, src_mask, max_len_offset, use_cache)
+    cfg, limits = engine.config, max_len  # max_len shrinks with the live rows; limits stays, one per sentence
     # The books are tensors indexed by sentence, read once at the end: no per-sentence Python at each step.
     tokens = torch.zeros(batch, int(max_len.max()) + 1, dtype=torch.long, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
     totals = torch.zeros(batch, device=device)
     alive = torch.arange(batch, device=device)  # original index of each live row
-    last = torch.full((batch,), cfg.bos_id, dtype=torch.long, device=device)
     log_prob = torch.zeros(batch, device=device)
     step = 0
     while alive.numel():
@@ -336,21 +349,18 @@ def beam_search(
     """
     if beam_size < 1 or not 1 <= n_best <= beam_size:
         raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size, got {beam_size} and {n_best}")
-    engine = as_engine(model, use_cache)
-    cfg = engine.config
     k = beam_size
     n, device = src.size(0), src.device
     if n == 0:
         return []
-    max_len = limits = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)  # (n,)
-    width = int(max_len.max()) + 1
     # The first step has one hypothesis per sentence (BOS): it runs on n rows, and its K best tokens then
     # become the K beams, whose rows are copies of their sentence's row (the `select` below).
-    state = engine.start(src, src_mask, 1)
+    engine, state, max_len, last = _start_search(model, src, src_mask, max_len_offset, use_cache)
+    cfg, limits = engine.config, max_len  # max_len shrinks with the live sentences; limits stays, (n,)
+    width = int(max_len.max()) + 1
     sentence = torch.arange(n, device=device)  # original index of each live sentence
     seqs = torch.empty(n, 0, dtype=torch.long, device=device)  # generated tokens of each beam
     beam_scores = torch.zeros(n, 1, device=device)
-    last = torch.full((n,), cfg.bos_id, dtype=torch.long, device=device)
     # Finished hypotheses, indexed by sentence and slot; read into Python once, at the end.
     fin_tokens = torch.zeros(n, k, width, dtype=torch.long, device=device)
     fin_lengths = torch.zeros(n, k, dtype=torch.long, device=device)
