@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfm_cli.model import KVCache, ModelConfig, Transformer
-from tfm_cli.model.masks import causal_mask
+from tfm_cli.model.masks import causal_mask, padding_mask
 from tfm_cli.packing import module_view, packed_view, tensor_version
 
 UNK_ID = 3  # <unk> in tfm's vocabulary layout (tokenizer.py: 0 <pad>, 1 <s>, 2 </s>, 3 <unk>): never an output
@@ -487,8 +487,8 @@ def translate_ids(
         src = torch.full((len(indices), width), cfg.pad_id, dtype=torch.long)
         for row, i in enumerate(indices):
             src[row, : lengths[i]] = torch.tensor(sequences[i] + [cfg.eos_id])
-        src = src.to(device)
-        src_mask = (src != cfg.pad_id)[:, None, None, :]
+        src = src.to(device)  # (B, S)
+        src_mask = padding_mask(src, cfg.pad_id)  # (B, 1, 1, S)
         with autocast() if autocast is not None else contextlib.nullcontext():
             if greedy:
                 hyps = greedy_search(engine, src, src_mask, max_len_offset, alpha, min_len)
