@@ -299,21 +299,21 @@ def greedy_search(
     # The books are tensors indexed by sentence, read once at the end: no per-sentence Python at each step.
     tokens = torch.zeros(batch, int(max_len.max()) + 1, dtype=torch.long, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
-    totals = torch.zeros(batch, device=device)
-    alive = torch.arange(batch, device=device)  # original index of each live row
-    log_prob = torch.zeros(batch, device=device)
+    totals = torch.zeros(batch, device=device)  # log-probability of each finished sentence
+    alive = torch.arange(batch, device=device)  # (B_alive,) original index of each live row
+    alive_total = torch.zeros(batch, device=device)  # (B_alive,) log-probability of each live row so far
     step = 0
     while alive.numel():
-        log_probs = _step_log_probs(engine, last, state, step >= max_len, step < min_len)
-        best_lp, best = log_probs.max(dim=-1)  # (B_alive,)
-        log_prob += best_lp
+        log_probs = _step_log_probs(engine, last, state, step >= max_len, step < min_len)  # (B_alive, V)
+        best_log_prob, best = log_probs.max(dim=-1)  # (B_alive,)
+        alive_total += best_log_prob
         tokens[alive, step] = best
         ended = best == cfg.eos_id
         if ended.any():  # finished sentences leave every per-row tensor
             done = alive[ended]
-            lengths[done], totals[done] = step, log_prob[ended]
+            lengths[done], totals[done] = step, alive_total[ended]
             keep = (~ended).nonzero().squeeze(1)
-            alive, last, log_prob, max_len = alive[keep], best[keep], log_prob[keep], max_len[keep]
+            alive, last, alive_total, max_len = alive[keep], best[keep], alive_total[keep], max_len[keep]
             state.select(keep)
         else:
             last = best
@@ -350,24 +350,24 @@ def beam_search(
     if beam_size < 1 or not 1 <= n_best <= beam_size:
         raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size, got {beam_size} and {n_best}")
     k = beam_size
-    n, device = src.size(0), src.device
+    n, device = src.size(0), src.device  # n sentences
     if n == 0:
         return []
     # The first step has one hypothesis per sentence (BOS): it runs on n rows, and its K best tokens then
     # become the K beams, whose rows are copies of their sentence's row (the `select` below).
     engine, state, max_len, last = _start_search(model, src, src_mask, max_len_offset, use_cache)
     cfg, limits = engine.config, max_len  # max_len shrinks with the live sentences; limits stays, (n,)
-    width = int(max_len.max()) + 1
-    sentence = torch.arange(n, device=device)  # original index of each live sentence
-    seqs = torch.empty(n, 0, dtype=torch.long, device=device)  # generated tokens of each beam
-    beam_scores = torch.zeros(n, 1, device=device)
+    width = int(max_len.max()) + 1  # token slots of a finished hypothesis: the longest output, then EOS
+    sentence = torch.arange(n, device=device)  # (live,) original index of each live sentence
+    seqs = torch.empty(n, 0, dtype=torch.long, device=device)  # (live * beams, step) generated tokens of each beam
+    beam_scores = torch.zeros(n, 1, device=device)  # (live, beams) log-probability of each beam so far
     # Finished hypotheses, indexed by sentence and slot; read into Python once, at the end.
     fin_tokens = torch.zeros(n, k, width, dtype=torch.long, device=device)
     fin_lengths = torch.zeros(n, k, dtype=torch.long, device=device)
-    fin_totals = torch.zeros(n, k, device=device)
+    fin_totals = torch.zeros(n, k, device=device)  # log-probabilities
     fin_scores = torch.full((n, k), float("-inf"), device=device)  # length-penalised; -inf: an empty slot
     n_finished = torch.zeros(n, dtype=torch.long, device=device)
-    beams_to_rows = torch.arange(k, device=device)
+    beam_offsets = torch.arange(k, device=device)  # a beam's row among its sentence's K rows
     step = 0
     while sentence.numel():
         live, beams = sentence.numel(), beam_scores.size(1)
@@ -386,18 +386,20 @@ def beam_search(
         # the K best by length-penalised score are kept.
         ends = is_eos[:, :k] & top_scores[:, :k].isfinite()  # (live, K)
         if ends.any():
-            r = ends.any(dim=1).nonzero().squeeze(1)  # live rows where something ends
-            i = sentence[r]
-            new_scores = (top_scores[r, :k] / length_penalty(step + 1, alpha)).masked_fill(~ends[r], float("-inf"))
-            kept, pick = torch.cat([fin_scores[i], new_scores], dim=1).topk(k, dim=1)  # (rows, K) of 2K
-            new_tokens = torch.zeros(r.numel(), k, width, dtype=torch.long, device=device)
-            new_tokens[:, :, :step] = seqs.view(live, beams, step)[r[:, None], top_beam[r, :k]]
-            fin_tokens[i] = torch.cat([fin_tokens[i], new_tokens], dim=1).gather(1, pick[:, :, None].expand(-1, -1, width))
-            lengths_now = torch.full((r.numel(), k), step, dtype=torch.long, device=device)
-            fin_lengths[i] = torch.cat([fin_lengths[i], lengths_now], dim=1).gather(1, pick)
-            fin_totals[i] = torch.cat([fin_totals[i], top_scores[r, :k]], dim=1).gather(1, pick)
-            fin_scores[i] = kept
-            n_finished[i] = kept.isfinite().sum(dim=1)
+            ending = ends.any(dim=1).nonzero().squeeze(1)  # (E,) live sentences where a hypothesis ends
+            ids = sentence[ending]  # (E,) their original indices
+            new_scores = top_scores[ending, :k] / length_penalty(step + 1, alpha)  # (E, K)
+            new_scores = new_scores.masked_fill(~ends[ending], float("-inf"))  # only those that end
+            # The K slots already held and the K new ones, side by side: `pick` (E, K) names the K best of the 2K.
+            kept, pick = torch.cat([fin_scores[ids], new_scores], dim=1).topk(k, dim=1)
+            new_tokens = torch.zeros(ending.numel(), k, width, dtype=torch.long, device=device)  # (E, K, width)
+            new_tokens[:, :, :step] = seqs.view(live, beams, step)[ending[:, None], top_beam[ending, :k]]
+            new_lengths = torch.full((ending.numel(), k), step, dtype=torch.long, device=device)  # (E, K)
+            fin_tokens[ids] = torch.cat([fin_tokens[ids], new_tokens], dim=1).gather(1, pick[:, :, None].expand(-1, -1, width))
+            fin_lengths[ids] = torch.cat([fin_lengths[ids], new_lengths], dim=1).gather(1, pick)
+            fin_totals[ids] = torch.cat([fin_totals[ids], top_scores[ending, :k]], dim=1).gather(1, pick)
+            fin_scores[ids] = kept
+            n_finished[ids] = kept.isfinite().sum(dim=1)
 
         # The K best continuations that do not end become the next beams.
         cont_scores, cont_pos = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # (live, K)
@@ -409,18 +411,19 @@ def beam_search(
         worst_kept = fin_scores[sentence][:, -1]  # -inf until K have finished
         done = worst_kept >= cont_scores[:, 0] / length_penalty(max_len + 1, alpha)  # the longest, EOS included
         done |= ~cont_scores[:, 0].isfinite()  # nothing left to extend (e.g. forced EOS at max length)
-        rows = (torch.arange(live, device=device)[:, None] * beams + top_beam.gather(1, cont_pos)).view(-1)
+        # (live * K,) the row each next beam extends, and its new token
+        parents = (torch.arange(live, device=device)[:, None] * beams + top_beam.gather(1, cont_pos)).view(-1)
         last = top_token.gather(1, cont_pos).view(-1)
-        seqs = torch.cat([seqs.index_select(0, rows), last[:, None]], dim=1)
+        seqs = torch.cat([seqs.index_select(0, parents), last[:, None]], dim=1)
         if beams == 1:
-            state.select(rows)  # the first step: each sentence's one row becomes K rows
+            state.select(parents)  # the first step: each sentence's one row becomes K rows
         else:
-            state.reorder(rows)
+            state.reorder(parents)
         beam_scores = cont_scores
 
         if done.any():  # finished sentences leave the batch
             keep = (~done).nonzero().squeeze(1)
-            keep_rows = (keep[:, None] * k + beams_to_rows).view(-1)
+            keep_rows = (keep[:, None] * k + beam_offsets).view(-1)
             sentence, max_len, beam_scores = sentence[keep], max_len[keep], beam_scores[keep]
             seqs, last = seqs[keep_rows], last[keep_rows]
             state.select(keep_rows)
