@@ -395,9 +395,9 @@ def beam_search(
             new_tokens = torch.zeros(ending.numel(), k, width, dtype=torch.long, device=device)  # (E, K, width)
             new_tokens[:, :, :step] = seqs.view(live, beams, step)[ending[:, None], top_beam[ending, :k]]
             new_lengths = torch.full((ending.numel(), k), step, dtype=torch.long, device=device)  # (E, K)
-            fin_tokens[ids] = torch.cat([fin_tokens[ids], new_tokens], dim=1).gather(1, pick[:, :, None].expand(-1, -1, width))
-            fin_lengths[ids] = torch.cat([fin_lengths[ids], new_lengths], dim=1).gather(1, pick)
-            fin_totals[ids] = torch.cat([fin_totals[ids], top_scores[ending, :k]], dim=1).gather(1, pick)
+            fin_tokens[ids] = _pick(fin_tokens[ids], new_tokens, pick)
+            fin_lengths[ids] = _pick(fin_lengths[ids], new_lengths, pick)
+            fin_totals[ids] = _pick(fin_totals[ids], top_scores[ending, :k], pick)
             fin_scores[ids] = kept
             n_finished[ids] = kept.isfinite().sum(dim=1)
 
@@ -435,6 +435,14 @@ def beam_search(
     return [
         sorted(found[i * k : i * k + counts[i]], key=lambda x: x.score, reverse=True)[:n_best] for i in range(n)
     ]
+
+
+def _pick(held: torch.Tensor, new: torch.Tensor, pick: torch.Tensor) -> torch.Tensor:
+    """(E, K, ...) `held` and (E, K, ...) `new` side by side -> (E, K, ...): the K columns of the 2K that the
+    (E, K) indices `pick` name, in their order."""
+    both = torch.cat([held, new], dim=1)  # (E, 2K, ...)
+    index = pick.view(*pick.shape, *[1] * (both.dim() - 2)).expand(-1, -1, *both.shape[2:])
+    return both.gather(1, index)
 
 
 def length_sorted_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
