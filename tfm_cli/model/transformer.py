@@ -13,6 +13,7 @@ Masks are bool, True = may attend, shaped to broadcast to (B, H, queries, keys);
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -48,13 +49,12 @@ def attention(
     (B, H, Tq, Tk) weights are returned too; both paths compute the same function.
     """
     if not need_weights:
-        if q.device.type == "cpu" and q.dtype in _REDUCED and k.size(-2) <= _CPU_SHORT_KEYS:
-            # On CPU the fused (flash) kernel in bf16 is 2-5x slower than SDPA's math kernel for short
-            # sequences (L=16: 26.6 vs 5.1 ms fwd+bwd; L=64: 16.5 vs 8.5; L=256: 16.1 vs 20.7, measured on a
-            # 2-core AVX-512 CPU); fp32 is unaffected. NMT sentences are short, so pick the math kernel there.
-            with sdpa_kernel(SDPBackend.MATH):
-                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
+        # On CPU the fused (flash) kernel in bf16 is 2-5x slower than SDPA's math kernel for short
+        # sequences (L=16: 26.6 vs 5.1 ms fwd+bwd; L=64: 16.5 vs 8.5; L=256: 16.1 vs 20.7, measured on a
+        # 2-core AVX-512 CPU); fp32 is unaffected. NMT sentences are short, so pick the math kernel there.
+        short_on_cpu = q.device.type == "cpu" and q.dtype in _REDUCED and k.size(-2) <= _CPU_SHORT_KEYS
+        with sdpa_kernel(SDPBackend.MATH) if short_on_cpu else contextlib.nullcontext():
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
