@@ -73,9 +73,10 @@ class Dropout(nn.Dropout):
     (`random_` over the full int64 range, viewed as int16), instead of `bernoulli_` or `torch.rand`: one element
     is dropped when its integer falls in the lowest round(p * 65536) of the 65,536 values, so p is taken to the
     nearest multiple of 2^-16 (0.1 becomes 0.100006) and the survivors are scaled by the exact 1 / (1 - p) of
-    that rate (in bf16 and fp16 each product x * 1 / (1 - p) is rounded on its own, the scale is never rounded). Measured on a 2-core AVX-512 CPU for the quickstart's (3,400 x 256) bf16 activations: the masked
-    product 5.5 ms with F.dropout (bernoulli_), 2.9 ms with `torch.rand(...) >= p`, 1.5 ms this way; 17
-    dropouts run per training step. The generator is torch's, so seeds and saved RNG states (exact resume) work
+    that rate (in bf16 and fp16 each product x * 1 / (1 - p) is rounded on its own, the scale is never rounded).
+    Measured on a 2-core AVX-512 CPU for the quickstart's (3,400 x 256) bf16 activations: the masked product
+    5.5 ms with F.dropout (bernoulli_), 2.9 ms with `torch.rand(...) >= p`, 1.5 ms this way; 17 dropouts run
+    per training step. The generator is torch's, so seeds and saved RNG states (exact resume) work
     as for any other draw. Elsewhere F.dropout (fused on CUDA).
     """
 
@@ -91,9 +92,16 @@ class Dropout(nn.Dropout):
             # down alike (the mean of a dropout of ones was 0.9985, a bias that no rounding noise averages out).
             # x times the scale in fp32 arithmetic, each product rounded on its own (the mean is kept), then the
             # dropped elements zeroed: the same draws as the mask below, one pass fewer.
-            dropped = min(round(self.p * 65536), 65535)
-            return x.mul(65536 / (65536 - dropped)).masked_fill_(_uniform16(x.shape, x.device).lt(dropped - 32768), 0)
+            dropped, scale = _drop_rate(self.p)
+            return x.mul(scale).masked_fill_(_uniform16(x.shape, x.device).lt(dropped - 32768), 0)
         return x * keep_mask(x.shape, self.p, x.dtype, x.device)
+
+
+def _drop_rate(p: float) -> tuple[int, float]:
+    """How many of the 65,536 16-bit values drop an element (p to the nearest 2^-16, at most 65,535 of them),
+    and 1 / (1 - p) for the rate actually drawn."""
+    dropped = min(round(p * 65536), 65535)
+    return dropped, 65536 / (65536 - dropped)
 
 
 def _uniform16(shape: torch.Size, device: torch.device) -> torch.Tensor:
@@ -106,9 +114,8 @@ def _uniform16(shape: torch.Size, device: torch.device) -> torch.Tensor:
 def keep_mask(shape: torch.Size, p: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A dropout mask of `shape`: 0 with probability p (to the nearest 2^-16), else 1 / (1 - p), in `dtype`."""
     uniform16 = _uniform16(shape, device)  # four independent uniform integers in [-2^15, 2^15)
-    dropped = min(round(p * 65536), 65535)  # how many of the 65,536 values drop an element
-    scale = 65536 / (65536 - dropped)  # 1 / (1 - p) for the rate actually drawn
-    return uniform16.ge(dropped - 32768).to(dtype).mul_(scale)
+    dropped, scale = _drop_rate(p)
+    return uniform16.ge(dropped - 32768).to(dtype).mul_(scale)  # the lowest `dropped` values drop
 
 
 # --- 3.2.2 Multi-head attention --------------------------------------------------------------------------------
