@@ -159,13 +159,13 @@ class MultiHeadAttention(nn.Module):
         """
         q = self._split(self.w_q(query))  # (B, H, Tq, Dh)
         if memory is None:
-            k, v = self._split(self.w_k(query)), self._split(self.w_v(query))
+            k, v = self._split(self.w_k(query)), self._split(self.w_v(query))  # (B, H, Tq, Dh)
             if cache is not None:
                 k, v = cache.append_self(k, v)  # (B, H, t, Dh): all positions decoded so far
         elif cache is not None and cache.cross_k is not None:
             k, v = cache.cross_k, cache.cross_v  # memory does not change while decoding
         else:
-            k, v = self._split(self.w_k(memory)), self._split(self.w_v(memory))
+            k, v = self._split(self.w_k(memory)), self._split(self.w_v(memory))  # (B, H, S, Dh)
             if cache is not None:
                 cache.cross_k, cache.cross_v = k, v
         dropout_p = self.attn_dropout if self.training else 0.0
@@ -335,8 +335,9 @@ class Transformer(nn.Module):
             self.generator.weight = tgt_token.weight
 
     def _init_weights(self) -> None:
-        """Xavier-uniform for projections (Annotated Transformer); embeddings N(0, d^-0.5) so that
-        embedding * sqrt(d_model) has unit scale like the positional encoding (fairseq)."""
+        """Xavier-uniform for projections (Annotated Transformer), zero biases; token embeddings N(0, d^-0.5) so
+        that embedding * sqrt(d_model) has unit scale like the positional encoding (fairseq), the padding row 0.
+        Learned positions keep `nn.Embedding`'s N(0, 1), the same unit scale; LayerNorms start as the identity."""
         for name, p in self.named_parameters():
             if p.dim() > 1 and "embed" not in name:
                 nn.init.xavier_uniform_(p)
@@ -373,7 +374,8 @@ class Transformer(nn.Module):
 
         With a `cache`, `tgt` holds only the new positions; their position indices start at `cache.length`,
         and the cache grows by T. For one new token `tgt_mask` may be None (it sees every cached position);
-        for several, pass a (1, 1, T, t) mask that keeps them causal among themselves.
+        for several, pass a (1, 1, T, cache.length + T) mask (keys: the cached positions, then the new ones)
+        that keeps them causal among themselves.
         With `need_weights`, also returns per-layer self-attention and cross-attention weights.
         With `features_only`, returns the (B, T, D) decoder output before the output projection instead of
         logits (as fairseq's decoders do): training computes the projection and the loss together, in chunks.
