@@ -1,8 +1,9 @@
 """Attention masks (paper section 3.2.3): padding masks for keys and the decoder's causal mask.
 
 Convention (the same as `F.scaled_dot_product_attention`): a bool mask, True = this query may attend to this key.
-Masks cover keys only, broadcast over heads and queries, so no softmax row is ever fully masked as long as each
-sequence holds at least one real token.
+Padding masks cover keys only (broadcast over heads and queries) and the causal mask always keeps the diagonal, so
+no softmax row is ever fully masked as long as each sequence holds a real token, and each target starts with one
+(BOS): a padded query position then still sees real keys (its output is never used).
 """
 
 from __future__ import annotations
