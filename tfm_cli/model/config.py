@@ -46,10 +46,6 @@ class ModelConfig:
     def d_k(self) -> int:
         return self.d_model // self.n_heads
 
-    def problems(self) -> list[str]:
-        """Every shape rule this config breaks, as readable lines (empty when valid)."""
-        return config_problems(dataclasses.asdict(self))
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
