@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,9 +103,10 @@ def config_problems(values: dict[str, Any], prefix: str = "") -> list[str]:
     return out
 
 
-def _divisible_fix(d_model: int, n_heads: int, key, even: bool) -> str:
-    """The nearest valid d_model (a multiple of n_heads, even for sinusoids) and head counts that divide d_model."""
-    step = n_heads * 2 // math.gcd(n_heads, 2) if even else n_heads
+def _divisible_fix(d_model: int, n_heads: int, key: Callable[[str], str], even: bool) -> str:
+    """The nearest valid d_model (a multiple of n_heads, even for sinusoids) and the nearest head count, up to
+    2 * n_heads, that divides d_model."""
+    step = math.lcm(n_heads, 2) if even else n_heads
     widths = sorted({max(step, d_model // step * step), d_model // step * step + step}, key=lambda w: (abs(w - d_model), w))
     heads = sorted((h for h in range(1, 2 * n_heads + 1) if d_model % h == 0), key=lambda h: (abs(h - n_heads), h))
     fix = f"try {widths[0]}"
