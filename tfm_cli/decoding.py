@@ -219,12 +219,15 @@ def as_engine(model: Transformer | Engine, use_cache: bool = True) -> Engine:
     return TorchEngine(model, use_cache) if isinstance(model, Transformer) else model
 
 
-def _step_log_probs(engine: Engine, last: torch.Tensor, state, at_max: torch.Tensor, ban_eos: bool):
-    """Log-probabilities of the next token for each row.
+def _step_log_probs(
+    engine: Engine, last: torch.Tensor, state: DecoderState, at_max: torch.Tensor, ban_eos: bool
+) -> torch.Tensor:
+    """(B,) last tokens -> (B, V) fp32 log-probabilities of the next token for each row.
 
-    Padding, BOS and <unk> are never outputs. Rows at their length limit may only end (EOS); with `ban_eos`
-    (fewer than `min_len` tokens so far) the other rows may not end. As in fairseq, banned tokens get -inf after the log-softmax (no renormalisation), so
-    scores stay log-probabilities of the model and comparable with and without `min_len`.
+    Padding, BOS and <unk> are never outputs. Rows at their length limit ((B,) bool `at_max`) may only end (EOS);
+    with `ban_eos` (fewer than `min_len` tokens so far) the other rows may not end. As in fairseq, banned tokens
+    get -inf after the log-softmax (no renormalisation), so scores stay log-probabilities of the model and
+    comparable with and without `min_len`.
     """
     cfg = engine.config
     logits = engine.step(last, state).float()  # (B, V)
