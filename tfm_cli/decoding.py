@@ -24,6 +24,7 @@ Pure torch: no tokenizer, no CLI. Token ids in, token ids out.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -292,7 +293,8 @@ def greedy_search(
         max_len_offset: output may be at most source length + this many tokens (then EOS is forced).
         alpha: length penalty used for the reported score only (greedy choices do not depend on it).
         min_len: no EOS before this many output tokens (the maximum length still wins where they conflict).
-        use_cache: decode over the K/V cache (False recomputes every prefix: the same result, slower).
+        use_cache: decode over the K/V cache (False recomputes every prefix: the same result, slower); for a
+            `Transformer` only: an engine decodes as it was built.
     """
     batch, device = src.size(0), src.device
     if batch == 0:
@@ -345,7 +347,8 @@ def beam_search(
         max_len_offset: output may be at most source length + this many tokens (then EOS is forced).
         n_best: how many finished hypotheses to return per sentence (at most `beam_size`), best first.
         min_len: no EOS before this many output tokens (the maximum length still wins where they conflict).
-        use_cache: decode over the K/V cache (False recomputes every prefix: the same result, slower).
+        use_cache: decode over the K/V cache (False recomputes every prefix: the same result, slower); for a
+            `Transformer` only: an engine decodes as it was built.
 
     Returns:
         For each sentence, up to `n_best` hypotheses sorted by score, best first.
@@ -474,8 +477,8 @@ def translate_ids(
     n_best: int = 1,
     max_tokens: int = 8000,
     greedy: bool = False,
-    autocast=None,
-    on_batch=None,
+    autocast: Callable[[], contextlib.AbstractContextManager] | None = None,
+    on_batch: Callable[[int], None] | None = None,
     min_len: int = 0,
     use_cache: bool = True,
 ) -> list[list[Hypothesis]]:
@@ -487,7 +490,9 @@ def translate_ids(
         beam_size, alpha, max_len_offset, n_best: beam search settings (ignored with `greedy`, which returns 1).
         min_len: no EOS before this many output tokens, for greedy and beam search alike.
         use_cache: decode over the K/V cache; False recomputes every prefix (to measure what the cache saves).
-        max_tokens: padded source tokens per batch (times the beam size for beam search).
+            For a `Transformer` only: an engine decodes as it was built.
+        max_tokens: padded source tokens per batch times the beam size (1 for greedy); a sentence longer than
+            that gets a batch of its own.
         autocast: a context-manager factory for mixed precision, or None.
         on_batch: called with the number of sentences after each batch (progress display).
     """
