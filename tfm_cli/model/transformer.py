@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -250,7 +251,10 @@ class Sublayer(nn.Module):
         self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
-    def forward(self, x: torch.Tensor, sublayer) -> tuple[torch.Tensor, Weights]:
+    def forward(
+        self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], tuple[torch.Tensor, Weights]]
+    ) -> tuple[torch.Tensor, Weights]:
+        """(B, L, D) -> (B, L, D); `sublayer` maps (B, L, D) to (B, L, D) and its attention weights (or None)."""
         if self.pre_norm:
             out, weights = sublayer(self.norm(x))
             return x + self.dropout(out), weights
@@ -352,7 +356,7 @@ class Transformer(nn.Module):
         self, src: torch.Tensor, src_mask: torch.Tensor | None, need_weights: bool = False
     ) -> torch.Tensor | tuple[torch.Tensor, list[Weights]]:
         """(B, S) source ids -> (B, S, D) memory; with `need_weights`, also each layer's (B, H, S, S) weights."""
-        x = self.src_embed(src)
+        x = self.src_embed(src)  # (B, S, D)
         weights: list[Weights] = []
         for layer in self.encoder_layers:
             x, w = layer(x, src_mask, need_weights)
@@ -381,7 +385,7 @@ class Transformer(nn.Module):
         logits (as fairseq's decoders do): training computes the projection and the loss together, in chunks.
         """
         offset = cache.length if cache is not None else 0
-        x = self.tgt_embed(tgt, offset)
+        x = self.tgt_embed(tgt, offset)  # (B, T, D)
         self_ws: list[Weights] = []
         cross_ws: list[Weights] = []
         for i, layer in enumerate(self.decoder_layers):
