@@ -510,9 +510,14 @@ def translate_ids(
         src_mask = padding_mask(src, cfg.pad_id)  # (B, 1, 1, S)
         with autocast() if autocast is not None else contextlib.nullcontext():
             if greedy:
-                hyps = greedy_search(engine, src, src_mask, max_len_offset, alpha, min_len)
+                hyps = greedy_search(
+                    engine, src, src_mask, max_len_offset=max_len_offset, alpha=alpha, min_len=min_len
+                )
             else:
-                hyps = beam_search(engine, src, src_mask, beam_size, alpha, max_len_offset, n_best, min_len)
+                hyps = beam_search(
+                    engine, src, src_mask, beam_size=beam_size, alpha=alpha, max_len_offset=max_len_offset,
+                    n_best=n_best, min_len=min_len,
+                )
         for i, h in zip(indices, hyps, strict=True):
             results[i] = h
         if on_batch is not None:
