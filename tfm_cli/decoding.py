@@ -64,7 +64,8 @@ def banned_ids(config: ModelConfig) -> list[int]:
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
-    """GNMT length penalty ((5 + length) / 6) ** alpha; `length` counts output tokens including EOS."""
+    """GNMT length penalty lp(Y) = (5 + |Y|)^alpha / (5 + 1)^alpha (Wu et al., 2016, section 7); `length` counts
+    output tokens including EOS."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -288,6 +289,8 @@ def greedy_search(
 ) -> list[list[Hypothesis]]:
     """Pick the most probable token at every step. Returns one hypothesis per sentence (as a 1-element list).
 
+    The output is at most input length + 50 tokens by default, the paper's limit (section 6.1).
+
     Args:
         src: (B, S) source ids ending with EOS, right-padded; src_mask: (B, 1, 1, S) bool.
         max_len_offset: output may be at most source length + this many tokens (then EOS is forced).
@@ -339,6 +342,8 @@ def beam_search(
     use_cache: bool = True,
 ) -> list[list[Hypothesis]]:
     """Beam search with the GNMT length penalty, batched over sentences and beams, over the K/V cache.
+
+    The defaults are the paper's (section 6.1): beam size 4, alpha 0.6, at most input length + 50 tokens.
 
     Args:
         src: (B, S) source ids ending with EOS, right-padded; src_mask: (B, 1, 1, S) bool.
