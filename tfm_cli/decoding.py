@@ -372,12 +372,7 @@ def beam_search(
     sentence = torch.arange(n, device=device)  # (live,) original index of each live sentence
     seqs = torch.empty(n, 0, dtype=torch.long, device=device)  # (live * beams, step) generated tokens of each beam
     beam_scores = torch.zeros(n, 1, device=device)  # (live, beams) log-probability of each beam so far
-    # Finished hypotheses, indexed by sentence and slot; read into Python once, at the end.
-    fin_tokens = torch.zeros(n, k, width, dtype=torch.long, device=device)
-    fin_lengths = torch.zeros(n, k, dtype=torch.long, device=device)
-    fin_totals = torch.zeros(n, k, device=device)  # log-probabilities
-    fin_scores = torch.full((n, k), float("-inf"), device=device)  # length-penalised; -inf: an empty slot
-    n_finished = torch.zeros(n, dtype=torch.long, device=device)
+    finished = _Finished(n, k, width, device)
     beam_offsets = torch.arange(k, device=device)  # a beam's row among its sentence's K rows
     step = 0
     while sentence.numel():
@@ -401,16 +396,9 @@ def beam_search(
             ids = sentence[ending]  # (E,) their original indices
             new_scores = top_scores[ending, :k] / length_penalty(step + 1, alpha)  # (E, K)
             new_scores = new_scores.masked_fill(~ends[ending], float("-inf"))  # only those that end
-            # The K slots already held and the K new ones, side by side: `pick` (E, K) names the K best of the 2K.
-            kept, pick = torch.cat([fin_scores[ids], new_scores], dim=1).topk(k, dim=1)
             new_tokens = torch.zeros(ending.numel(), k, width, dtype=torch.long, device=device)  # (E, K, width)
             new_tokens[:, :, :step] = seqs.view(live, beams, step)[ending[:, None], top_beam[ending, :k]]
-            new_lengths = torch.full((ending.numel(), k), step, dtype=torch.long, device=device)  # (E, K)
-            fin_tokens[ids] = _pick(fin_tokens[ids], new_tokens, pick)
-            fin_lengths[ids] = _pick(fin_lengths[ids], new_lengths, pick)
-            fin_totals[ids] = _pick(fin_totals[ids], top_scores[ending, :k], pick)
-            fin_scores[ids] = kept
-            n_finished[ids] = kept.isfinite().sum(dim=1)
+            finished.add(ids, new_tokens, step, top_scores[ending, :k], new_scores)
 
         # The K best continuations that do not end become the next beams.
         cont_scores, cont_pos = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # (live, K)
@@ -419,7 +407,7 @@ def beam_search(
         # live beam can reach is its log-probability now over lp at the sentence's maximum length (tensor2tensor's
         # bound, the paper's code). Scoring it at its present length instead (Hugging Face's early_stopping=False)
         # stopped while a confident live beam, a few near-certain tokens from a better score, was thrown away.
-        worst_kept = fin_scores[sentence][:, -1]  # -inf until K have finished
+        worst_kept = finished.scores[sentence][:, -1]  # -inf until K have finished
         done = worst_kept >= cont_scores[:, 0] / length_penalty(max_len + 1, alpha)  # the longest, EOS included
         done |= ~cont_scores[:, 0].isfinite()  # nothing left to extend (e.g. forced EOS at max length)
         # (live * K,) the row each next beam extends, and its new token
@@ -439,13 +427,47 @@ def beam_search(
             seqs, last = seqs[keep_rows], last[keep_rows]
             state.select(keep_rows)
         step += 1
-    found = _hypotheses(
-        fin_tokens.view(n * k, width), fin_lengths.view(-1), fin_totals.view(-1), limits.repeat_interleave(k), alpha
-    )
-    counts = n_finished.tolist()
-    return [
-        sorted(found[i * k : i * k + counts[i]], key=lambda x: x.score, reverse=True)[:n_best] for i in range(n)
-    ]
+    return finished.hypotheses(limits, alpha, n_best)
+
+
+class _Finished:
+    """Beam search's finished hypotheses: K slots per sentence holding the K best by length-penalised score.
+
+    The books are tensors indexed by (sentence, slot), read into Python once, at the end.
+    """
+
+    def __init__(self, n: int, k: int, width: int, device: torch.device) -> None:
+        self.k, self.width = k, width
+        self.tokens = torch.zeros(n, k, width, dtype=torch.long, device=device)  # (n, K, width), EOS not kept
+        self.lengths = torch.zeros(n, k, dtype=torch.long, device=device)  # (n, K) output tokens before EOS
+        self.totals = torch.zeros(n, k, device=device)  # (n, K) log-probabilities
+        self.scores = torch.full((n, k), float("-inf"), device=device)  # (n, K) length-penalised; -inf: empty
+        self.counts = torch.zeros(n, dtype=torch.long, device=device)  # (n,) slots filled
+
+    def add(
+        self, ids: torch.Tensor, tokens: torch.Tensor, length: int, totals: torch.Tensor, scores: torch.Tensor
+    ) -> None:
+        """Offer sentences `ids` (E,) K new hypotheses each, all `length` tokens long: (E, K, width) tokens, (E, K)
+        log-probabilities and length-penalised scores (-inf: no hypothesis). Each keeps the K best of its 2K."""
+        # The K slots already held and the K new ones, side by side: `pick` (E, K) names the K best of the 2K.
+        kept, pick = torch.cat([self.scores[ids], scores], dim=1).topk(self.k, dim=1)
+        self.tokens[ids] = _pick(self.tokens[ids], tokens, pick)
+        self.lengths[ids] = _pick(self.lengths[ids], torch.full_like(pick, length), pick)
+        self.totals[ids] = _pick(self.totals[ids], totals, pick)
+        self.scores[ids] = kept
+        self.counts[ids] = kept.isfinite().sum(dim=1)
+
+    def hypotheses(self, limits: torch.Tensor, alpha: float, n_best: int) -> list[list[Hypothesis]]:
+        """For each sentence, its `n_best` best hypotheses, best first; `limits` (n,) are the maximum lengths."""
+        n, k = self.counts.numel(), self.k
+        found = _hypotheses(
+            self.tokens.view(n * k, self.width), self.lengths.view(-1), self.totals.view(-1),
+            limits.repeat_interleave(k), alpha,
+        )
+        counts = self.counts.tolist()
+        return [
+            sorted(found[i * k : i * k + counts[i]], key=lambda x: x.score, reverse=True)[:n_best] for i in range(n)
+        ]
 
 
 def _pick(held: torch.Tensor, new: torch.Tensor, pick: torch.Tensor) -> torch.Tensor:
