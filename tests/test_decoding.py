@@ -308,7 +308,7 @@ class _MarkovEngine:
         self.config = ModelConfig(vocab_size=table.size(0), d_model=8, n_heads=2, d_ff=8, n_enc_layers=1, n_dec_layers=1, max_positions=64)
         self.device = torch.device("cpu")
 
-    def start(self, src: torch.Tensor, src_mask: torch.Tensor, beams: int) -> State:
+    def start(self, src: torch.Tensor, src_mask: torch.Tensor) -> State:
         return self.State()
 
     def step(self, last: torch.Tensor, state: State) -> torch.Tensor:

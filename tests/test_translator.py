@@ -751,8 +751,8 @@ class _OtherEngine:
         self.config, self.device = model.config, self._torch.device
         self.steps = 0
 
-    def start(self, src, src_mask, beams):
-        return self._torch.start(src, src_mask, beams)
+    def start(self, src, src_mask):
+        return self._torch.start(src, src_mask)
 
     def step(self, last, state):
         self.steps += 1

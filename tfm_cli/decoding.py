@@ -89,8 +89,9 @@ class Engine(Protocol):
     config: ModelConfig  # pad/bos/eos ids, vocab_size, max_positions
     device: torch.device
 
-    def start(self, src: torch.Tensor, src_mask: torch.Tensor, beams: int) -> DecoderState:
-        """Encode (B, S) sources; the returned state holds B * beams rows (each source repeated `beams` times)."""
+    def start(self, src: torch.Tensor, src_mask: torch.Tensor) -> DecoderState:
+        """Encode (B, S) sources; the returned state holds one row per source (beam search's `select` makes the
+        beams of a sentence copies of its row)."""
         ...
 
     def step(self, last: torch.Tensor, state: DecoderState) -> torch.Tensor:
@@ -184,16 +185,13 @@ class TorchEngine:
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["model"], state["use_cache"])
 
-    def start(self, src: torch.Tensor, src_mask: torch.Tensor, beams: int) -> TorchState:
+    def start(self, src: torch.Tensor, src_mask: torch.Tensor) -> TorchState:
         if _parameters_key(self.model) != self._parameters:
             # a parameter replaced by another object (load_state_dict(assign=True)) or given new data (p.data = x):
             # the view and its packed copies still held the old weights, and translated with them silently
             self._view(self.model)
         memory = self.net.encode(src, src_mask)  # (B, S, D)
-        if beams > 1:
-            memory, src_mask = memory.repeat_interleave(beams, dim=0), src_mask.repeat_interleave(beams, dim=0)
-        rows = memory.size(0)
-        cache = self.net.new_cache() if self.use_cache else Recompute(rows, src.device)
+        cache = self.net.new_cache() if self.use_cache else Recompute(memory.size(0), src.device)
         return TorchState(memory, src_mask, cache)
 
     def step(self, last: torch.Tensor, state: TorchState) -> torch.Tensor:
@@ -272,7 +270,7 @@ def _start_search(
     engine = as_engine(model, use_cache)
     cfg = engine.config
     max_len = max_output_lengths(src_mask, max_len_offset, cfg.max_positions - 1)  # (B,)
-    state = engine.start(src, src_mask, 1)
+    state = engine.start(src, src_mask)
     bos = torch.full((src.size(0),), cfg.bos_id, dtype=torch.long, device=src.device)  # (B,)
     return engine, state, max_len, bos
 

@@ -444,13 +444,10 @@ class OnnxEngine:
         logits, *present = self.decoder.run(None, {name: _array(x) for name, x in zip(self._step_inputs, values, strict=True)})
         return torch.from_numpy(logits), [torch.from_numpy(x) for x in present]
 
-    def start(self, src: torch.Tensor, src_mask: torch.Tensor, beams: int) -> OnnxState:
-        """Encode (B, S) sources once; the state holds B * beams rows."""
+    def start(self, src: torch.Tensor, src_mask: torch.Tensor) -> OnnxState:
+        """Encode (B, S) sources once; the state holds one row per source."""
         cross = self.encode(src)
         mask = src_mask.reshape(src.size(0), -1).cpu()  # (B, S)
-        if beams > 1:
-            cross = [x.repeat_interleave(beams, dim=0) for x in cross]
-            mask = mask.repeat_interleave(beams, dim=0)
         cfg = self.config
         empty = torch.zeros(mask.size(0), cfg.n_heads, 0, cfg.d_k)  # (B, H, 0, Dh): nothing decoded yet
         return OnnxState(mask, cross, [empty] * len(cross))
