@@ -259,8 +259,54 @@ def test_value_out_of_range_is_named(tmp_path: Path, text: str, expected: str) -
 def test_a_bad_override_on_resume_touches_nothing(copy: Path) -> None:
     before = snapshot(copy)
     proc = tfm("train", "--resume", str(copy), "train.warmup_steps=0", "--device", "cpu", check=False)
-    error_line(proc, f"{copy / 'recipe.yaml'}: train.warmup_steps=0 must be >= 1")
+    line = error_line(proc, "Error: override 'train.warmup_steps=0': train.warmup_steps=0 must be >= 1")
+    assert str(copy) not in line  # the run's recipe.yaml holds no such value
     assert snapshot(copy) == before
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["train.max_steps=abc"], "override 'train.max_steps=abc': train.max_steps='abc' must be an integer"),
+        (["train.max_stepz=10"], "override 'train.max_stepz=10': train.max_stepz is not a recipe key; did you mean train.max_steps?"),
+        (["train.max_steps=-5"], "override 'train.max_steps=-5': train.max_steps=-5 must be a positive integer"),
+        (["train.average_last=9"], "override 'train.average_last=9': train.average_last=9 must be at most train.keep_last=2"),
+        (["train.max_steps"], "override 'train.max_steps' must look like key=value (e.g. train.max_steps=2000)"),
+        (["train=5"], "override 'train=5' must set one key inside train"),
+        (["train.max_steps", "=", "5"], "override 'train.max_steps = 5' is 3 words"),
+        # given twice, the last one wins: it is the one a problem is blamed on
+        (["train.max_steps=5", "train.max_steps=abc"], "override 'train.max_steps=abc': train.max_steps='abc' must be"),
+    ],
+    ids=["wrong-type", "unknown-key", "out-of-range", "cross-field", "no-equals", "section", "spaced", "given-twice"],
+)
+def test_a_bad_override_is_blamed_on_the_command_line_not_the_recipe(
+    root: Path, overrides: list[str], expected: str
+) -> None:
+    """`tfm train recipe.yaml train.max_steps=abc` said "recipe.yaml: train.max_steps='abc' must be an integer", a
+    value the file does not hold: the line now starts with the override, leaves the file out, and the hint says to
+    fix the command."""
+    path = root / "recipe.yaml"
+    proc = tfm("train", str(path), *overrides, "--dry-run", "--device", "cpu", check=False)
+    line = error_line(proc, f"Error: {expected}")
+    assert str(path) not in line, line
+    assert f"hint: the override is on the command line (key=value after the recipe), not in {path}: correct it in " \
+        "the command, or leave it out" in proc.stderr, proc.stderr
+
+
+def test_problems_of_the_recipe_and_of_an_override_say_which_is_which(tmp_path: Path) -> None:
+    path = write(tmp_path / "bad.yaml", "name: bad\nmodel:\n  d_modle: 32\n")
+    proc = tfm("train", str(path), "train.max_steps=abc", "--dry-run", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [
+        f"Error: {path} has 2 problems:",
+        "model.d_modle is not a recipe key; did you mean model.d_model?",
+        "override 'train.max_steps=abc': train.max_steps='abc' must be an integer",
+        f"hint: the problems starting with 'override' are the command line's (key=value after the recipe): correct "
+        f"them in the command; the others are in {path}",
+    ], proc.stderr
+    proc = tfm("train", str(REPO / "recipes" / "tiny.yaml"), "train.max_steps=abc", "model.d_modle=3", "--dry-run", check=False)
+    assert proc.stderr.startswith(f"Error: the overrides given with {REPO / 'recipes' / 'tiny.yaml'} have 2 problems:\n")
 
 
 # ---- 5-8: corpora: missing, line counts, empty, binary or not UTF-8 ---------------------------------------
@@ -982,7 +1028,7 @@ def test_vocabulary_size_and_length_penalty_have_upper_bounds(run: Path, root: P
         with pytest.raises(RecipeError) as caught:
             load_recipe(root / "recipe.yaml", [override])
         (problem,) = caught.value.problems
-        assert problem.startswith(key) and "must be between" in problem, problem
+        assert problem.startswith(f"override {override!r}: {key}") and "must be between" in problem, problem
     with pytest.raises(TfmError, match="too large"):
         train_tokenizer(["a b c"], vocab_size=10**10)  # the Rust trainer would abort the process
     proc = tfm("tokenize", "--corpus", str(root / "train.tsv"), "--vocab-size", str(2**64), "--out", str(tmp_path / "t.json"), check=False)

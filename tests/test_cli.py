@@ -276,7 +276,7 @@ def test_an_override_split_by_spaces_around_the_equals_sign_is_said_once(tmp_pat
         proc = tfm("train", tiny, *words, "--dry-run", cwd=tmp_path)
         assert proc.returncode == 1 and "Traceback" not in proc.stderr
         assert _error_lines(proc.stderr) == [
-            f"Error: {tiny}: override {' '.join(words)!r} is {len(words)} words: write it without spaces around '=', "
+            f"Error: override {' '.join(words)!r} is {len(words)} words: write it without spaces around '=', "
             "train.max_steps=10 (quote a value with spaces: 'key=a b')"
         ], proc.stderr
     run = tmp_path / "run"

@@ -150,7 +150,7 @@ def test_key_of_another_section_is_pointed_there(tmp_path):
             "train.beam is not a recipe key; did you mean decode.beam?",
             "train.dropout is not a recipe key; did you mean model.dropout?",
             "data.max_tokens is not a recipe key; did you mean train.max_tokens or decode.max_tokens?",
-            "model.max_len is not a recipe key; did you mean data.max_len?",
+            "override 'model.max_len=10': model.max_len is not a recipe key; did you mean data.max_len?",
         ]
     )
 
@@ -166,8 +166,8 @@ def test_a_key_in_other_case_or_with_dashes_is_pointed_to_the_key(tmp_path):
         f"TRAIN is not a recipe key; did you mean train? {why}",
         f"model.D_MODEL is not a recipe key; did you mean model.d_model? {why}",
         f"model.n-heads is not a recipe key; did you mean model.n_heads? {why}",
-        f"Train.Max_Steps is not a recipe key; did you mean train.max_steps? {why}",
-        f"decode.max-len-offset is not a recipe key; did you mean decode.max_len_offset? {why}",
+        f"override 'Train.Max_Steps=5': Train.Max_Steps is not a recipe key; did you mean train.max_steps? {why}",
+        f"override 'decode.max-len-offset=3': decode.max-len-offset is not a recipe key; did you mean decode.max_len_offset? {why}",
     ]
 
 
@@ -332,8 +332,8 @@ def test_a_string_that_yaml_reads_as_a_mapping_or_a_list_says_to_quote_it(tmp_pa
     with pytest.raises(RecipeError) as excinfo:
         load_recipe(path, ["description=Tatoeba fr-en: small", "name=[draft]"])
     assert problems_of(excinfo) == [
-        "name=['draft'] must be a string (YAML reads [...] as a list: put it in quotes)",
-        "description={'Tatoeba fr-en': 'small'} must be a string (YAML reads a: b as a mapping: put it in quotes)",
+        "override 'name=[draft]': name=['draft'] must be a string (YAML reads [...] as a list: put it in quotes)",
+        "override 'description=Tatoeba fr-en: small': description={'Tatoeba fr-en': 'small'} must be a string (YAML reads a: b as a mapping: put it in quotes)",
     ]
     assert load_recipe(path, ['description="Tatoeba fr-en: small"']).description == "Tatoeba fr-en: small"
 
@@ -429,15 +429,16 @@ def test_override_problems_reported_with_the_rest():
         )
     assert sorted(problems_of(excinfo)) == sorted(
         [
-            "train.warmup_step is not a recipe key; did you mean train.warmup_steps?",
+            "override 'train.warmup_step=10': train.warmup_step is not a recipe key; did you mean train.warmup_steps?",
             "override 'foo' must look like key=value (e.g. train.max_steps=2000)",
-            "modle.d_model is not a recipe key; did you mean model.d_model?",
+            "override 'modle.d_model=3': modle.d_model is not a recipe key; did you mean model.d_model?",
             "override 'model=3' must set one key inside model, e.g. model.d_model=...",
-            "train.max_steps=0 must be a positive integer",
-            "model.d_model=510 must be divisible by model.n_heads=8 (try 512, or model.n_heads=6)",
+            "override 'train.max_steps=0': train.max_steps=0 must be a positive integer",
+            "override 'model.d_model=510': model.d_model=510 must be divisible by model.n_heads=8 (try 512, or model.n_heads=6)",
         ]
     )
     assert excinfo.value.source == str(RECIPES / "base.yaml")
+    assert excinfo.value.only_overrides  # base.yaml itself is fine: every problem is an override's
 
 
 def test_recipe_keys_cover_every_field():
@@ -604,7 +605,8 @@ def test_integers_that_yaml_1_1_reads_as_octal_or_base_60_are_not_silently_other
         "train.max_time='1:30' is not a duration: write e.g. 90s, 15m, 2h or 1h30m (or null for no time limit)",
         "train.seed=010 has a leading zero, which makes it octal to YAML 1.1 (8): write 10 without the zero "
         "(or 8 if octal was meant)",
-        "train.eval_every=-0_10 has a leading zero, which makes it octal to YAML 1.1 (-8): write -10 without the zero "
+        "override 'train.eval_every=-0_10': train.eval_every=-0_10 has a leading zero, which makes it octal to YAML "
+        "1.1 (-8): write -10 without the zero "
         "(or -8 if octal was meant)",
     ]
     # elsewhere it is the text it was written as: a name, a path, a float; and the recipe dumps back to YAML

@@ -41,14 +41,25 @@ def install_hint(extra: str) -> str:
 
 
 class RecipeError(TfmError):
-    """One or more problems in a recipe; `problems` lists each as a line."""
+    """One or more problems in a recipe; `problems` lists each as a line. `from_overrides` says, problem by problem,
+    whether a `key=value` override (not the recipe `source`) is to blame; such a problem starts with the override."""
 
-    def __init__(self, source: str, problems: list[str]) -> None:
+    def __init__(self, source: str, problems: list[str], from_overrides: list[bool] | None = None) -> None:
         self.source = source
         self.problems = list(problems)
+        self.from_overrides = list(from_overrides) if from_overrides is not None else [False] * len(self.problems)
         n = len(self.problems)
-        head = f"{source} has {n} problem{'s' if n != 1 else ''}:"
+        s = "s" if n != 1 else ""
+        if self.only_overrides:
+            head = f"the override{s} given with {source} ha{'ve' if n != 1 else 's'} {n} problem{s}:"
+        else:
+            head = f"{source} has {n} problem{s}:"
         super().__init__(head + "".join(f"\n  {p}" for p in self.problems))
+
+    @property
+    def only_overrides(self) -> bool:
+        """Every problem is an override's: the recipe file itself is fine."""
+        return bool(self.problems) and all(self.from_overrides)
 
 
 class CorpusError(TfmError):

@@ -663,9 +663,14 @@ def _spaced_overrides(overrides: list[str], problems: list[str]) -> list[str]:
 
 def _apply_overrides(
     raw: dict[str, Any], sections: dict[str, dict[str, Any] | None], overrides: Sequence[str]
-) -> list[str]:
-    """Set each override's leaf in `raw` / `sections` (a None section is broken and already reported)."""
+) -> tuple[list[str], dict[str, str]]:
+    """Set each override's leaf in `raw` / `sections` (a None section is broken and already reported).
+
+    Returns the overrides' own problems (each naming its override) and, for each key set, the override that set
+    it last (`{"train.max_steps": "train.max_steps=abc"}`), so that a value's problem found later is blamed on the
+    override, not on the recipe file."""
     problems: list[str] = []
+    set_by: dict[str, str] = {}
     overrides = list(overrides)
     for text in _spaced_overrides(overrides, problems):
         try:
@@ -676,6 +681,7 @@ def _apply_overrides(
         parts = key.split(".")
         if len(parts) == 1 and parts[0] in SCALARS:
             raw[parts[0]] = value
+            set_by[key] = text
         elif len(parts) == 1 and parts[0] in SECTIONS:
             example = _section_fields(SECTIONS[parts[0]])[0]
             problems.append(
@@ -685,9 +691,23 @@ def _apply_overrides(
             target = sections[parts[0]]
             if target is not None:
                 target[parts[1]] = value
+                set_by[key] = text
         else:
-            problems.append(_unknown_key(key))
-    return problems
+            problems.append(f"override {_shown(text)}: {_unknown_key(key)}")
+    return problems, set_by
+
+
+def _blamed_on_overrides(problem: str, set_by: dict[str, str]) -> str | None:
+    """`problem` (a value's type, range or cross-field rule) with the overrides that set the keys it names put in
+    front (`override 'train.max_steps=abc': train.max_steps='abc' must be an integer`), or None when it names no
+    key an override set (the value is the recipe file's)."""
+    texts = [
+        text for key, text in set_by.items()
+        if re.search(rf"(?<![\w.]){re.escape(key)}(=| is )", problem)
+    ]
+    if not texts:
+        return None
+    return f"override{'s' if len(texts) > 1 else ''} {', '.join(_shown(t) for t in texts)}: {problem}"
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -695,11 +715,12 @@ def _apply_overrides(
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _build(data: Any, overrides: Sequence[str]) -> tuple[Recipe | None, list[str]]:
+def _build(data: Any, overrides: Sequence[str]) -> tuple[Recipe | None, list[str], list[bool]]:
+    """The recipe, its problems and, for each problem, whether an override (not the data) is to blame."""
     if not isinstance(data, dict):
         return None, [
             f"the top level must be a mapping of recipe keys ({', '.join(TOP_LEVEL_KEYS)}), not {_a(data)}"
-        ]
+        ], [False]
     problems: list[str] = []
     skip: set[str] = set()
     raw: dict[str, Any] = {}
@@ -729,7 +750,7 @@ def _build(data: Any, overrides: Sequence[str]) -> tuple[Recipe | None, list[str
             sections[section] = None
             skip.add(section)
 
-    problems += _apply_overrides(raw, sections, overrides)
+    override_problems, set_by = _apply_overrides(raw, sections, overrides)
 
     if "name" not in raw:
         problems.append("name is missing: every recipe needs a name (it names runs/<name>/), e.g. name: base")
@@ -741,8 +762,13 @@ def _build(data: Any, overrides: Sequence[str]) -> tuple[Recipe | None, list[str
         built[section] = cls(**{k: _convert(v, kinds[k]) for k, v in values.items()})
     description = raw.get("description")  # `description:` left blank (a template's) is no description
     recipe = Recipe(name=_plain(raw.get("name", "")), description=_plain("" if description is None else description), **built)
-    problems += _validate(recipe, skip)
-    return recipe, problems
+    blamed = [False] * len(problems) + [True] * len(override_problems)
+    problems += override_problems
+    for problem in _validate(recipe, skip):
+        on_overrides = _blamed_on_overrides(problem, set_by)
+        problems.append(on_overrides or problem)
+        blamed.append(on_overrides is not None)
+    return recipe, problems, blamed
 
 
 def recipe_from_dict(data: dict[str, Any], source: str = "<recipe>", overrides: Sequence[str] = ()) -> Recipe:
@@ -759,11 +785,13 @@ def recipe_from_dict(data: dict[str, Any], source: str = "<recipe>", overrides: 
         The validated `Recipe` (float fields hold floats even when written as ints or as `1e-9`).
 
     Raises:
-        RecipeError: listing every problem: unknown keys, wrong types, out-of-range values, bad overrides.
+        RecipeError: listing every problem: unknown keys, wrong types, out-of-range values, bad overrides. A
+            problem with a value an override set starts with that override (`override 'train.max_steps=abc': ...`)
+            and is flagged in `from_overrides`.
     """
-    recipe, problems = _build(data, overrides)
+    recipe, problems, blamed = _build(data, overrides)
     if problems or recipe is None:
-        raise RecipeError(source, problems)
+        raise RecipeError(source, problems, from_overrides=blamed)
     return recipe
 
 

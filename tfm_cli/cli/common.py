@@ -135,13 +135,28 @@ def _escape(text: str) -> str:
 def report_error(error: TfmError) -> None:
     """The one red line (plus an indented hint) that replaces a traceback for problems the user can fix."""
     lines = str(error).splitlines() or [error.__class__.__name__]
+    hint = error.hint
     if isinstance(error, RecipeError) and len(error.problems) == 1:  # one problem: one line, file first
-        lines = [f"{error.source}: {error.problems[0]}"]
+        # unless a command-line override is to blame: the problem starts with it, and the file is not named
+        lines = [error.problems[0] if error.only_overrides else f"{error.source}: {error.problems[0]}"]
+    if isinstance(error, RecipeError) and hint is None and any(error.from_overrides):
+        hint = _override_hint(error)
     err.print(f"[bold red]Error:[/bold red] {_escape(lines[0])}", soft_wrap=True)
     for line in lines[1:]:
         err.print(_escape(line), soft_wrap=True)
-    if error.hint:
-        err.print(f"[dim]hint:[/dim] {_escape(error.hint)}", soft_wrap=True)
+    if hint:
+        err.print(f"[dim]hint:[/dim] {_escape(hint)}", soft_wrap=True)
+
+
+def _override_hint(error: RecipeError) -> str:
+    """Where a command-line override's problem is fixed: in the command, not in the recipe file."""
+    if error.only_overrides:
+        one = len(error.problems) == 1
+        it = "it" if one else "them"
+        return (f"the override{'' if one else 's'} {'is' if one else 'are'} on the command line (key=value after the "
+                f"recipe), not in {error.source}: correct {it} in the command, or leave {it} out")
+    return (f"the problems starting with 'override' are the command line's (key=value after the recipe): correct them "
+            f"in the command; the others are in {error.source}")
 
 
 _EMPTY_PATH = "is empty (an unset shell variable?): give a path"
