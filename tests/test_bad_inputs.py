@@ -517,6 +517,27 @@ def test_model_file_that_does_not_exist(tmp_path: Path) -> None:
     error_line(translate(missing, "Bonjour."), f"model {missing} does not exist")
 
 
+def test_a_path_that_does_not_exist_is_said_so_by_every_command(root: Path, tmp_path: Path) -> None:
+    """`tfm train --resume /no/such/dir` said "/no/such/dir/recipe.yaml is missing: /no/such/dir is not a tfm run
+    directory", `--curves` "has no metrics.jsonl", `tfm tokenize --tokenizer` "no tokenizer at", and `tfm export`
+    printed "exporting /no/such as onnx" before its error: each now says the path does not exist, and the resume
+    says how to start a run there, a command that works."""
+    nowhere = tmp_path / "no" / "such"
+    proc = tfm("train", "--resume", str(nowhere), "--device", "cpu", check=False)
+    error_line(proc, f"Error: run directory {nowhere} does not exist")
+    start = proc.stderr.split("hint: check the path, or start a run there: ", 1)[1].strip()
+    assert start == f"tfm train recipes/tiny.yaml --out {nowhere}", proc.stderr
+    proc = tfm("train", str(root / "recipe.yaml"), "--out", str(nowhere), "--dry-run", "--device", "cpu", check=False)
+    assert proc.returncode == 0, proc.stderr  # the command's shape is right (with this test's recipe)
+    proc = tfm("train", "--resume", str(root / "train.tsv"), "--device", "cpu", check=False)
+    error_line(proc, f"Error: {root / 'train.tsv'} is a file, not a run directory")
+    error_line(tfm("train", "--curves", str(nowhere), check=False), f"Error: run directory {nowhere} does not exist")
+    error_line(tfm("tokenize", "--tokenizer", str(nowhere), "--encode", "x", check=False),
+               f"Error: tokenizer {nowhere} does not exist")
+    proc = tfm("export", str(nowhere), "--format", "onnx", "--out", str(tmp_path / "out"), check=False)
+    assert proc.stderr.startswith(f"Error: model {nowhere} does not exist\n"), proc.stderr  # not "exporting ..." first
+
+
 # ---- 13-15: what `tfm translate` reads: not UTF-8, empty, very long ------------------------------------------
 
 

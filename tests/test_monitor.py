@@ -120,6 +120,10 @@ def test_curves_in_a_pipe_and_png(recipe: Path, tmp_path: Path) -> None:
     else:
         assert not png.exists() and "matplotlib" in shown.stderr
     missing = tfm("train", "--curves", str(tmp_path / "nowhere"), check=False)
+    assert missing.returncode == 1 and f"Error: run directory {tmp_path / 'nowhere'} does not exist" in missing.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    missing = tfm("train", "--curves", str(empty), check=False)
     assert missing.returncode == 1 and "has no metrics.jsonl" in missing.stderr
 
 

@@ -104,6 +104,11 @@ def checkpoint_steps(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def missing_model(path: Path) -> CheckpointError:
+    """The error for a model path that does not exist, worded alike by every command that reads one."""
+    return CheckpointError(f"model {path} does not exist", hint="pass a run directory (runs/NAME) or a .safetensors file")
+
+
 def checkpoint_path(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / CHECKPOINTS / f"step-{step:08d}.safetensors"
 
@@ -196,7 +201,7 @@ def resolve_weights(spec: str | Path | None, runs_root: str | Path = "runs") -> 
     if path.is_file():
         return path
     if not path.exists():
-        raise CheckpointError(f"model {path} does not exist", hint="pass a run directory (runs/NAME) or a .safetensors file")
+        raise missing_model(path)
     for candidate in (path / FINAL, path / BEST):
         if candidate.is_file():
             return candidate

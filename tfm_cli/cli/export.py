@@ -63,6 +63,10 @@ def export(
     from tfm_cli.export import ExportCheckError, run_export
 
     options = {"dtype": dtype} if fmt == "release" else {"opset": opset} if fmt == "onnx" else {}
+    if model is not None and not model.exists():  # said before "exporting MODEL as ...", which it is not
+        from tfm_cli.checkpoint import missing_model
+
+        raise missing_model(model)
     info(f"exporting {model or 'the most recent run'} as {fmt} (checking on {f'up to {verify_lines}' if verify_lines else 'all'} sentences of its dev set, else of its training data)")
     if fmt == "release" and dtype != "fp32":  # --verify-lines does not bound this: it can be most of the time
         info(f"then, for the model card's dev BLEU and chrF, the {dtype} weights translate all of the run's dev set "

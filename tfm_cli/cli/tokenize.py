@@ -63,6 +63,8 @@ def _find_tokenizer(spec: Path | None):
         return Tokenizer.load(spec)
     if spec is not None and (spec / "tokenizer.json").is_file():
         return Tokenizer.load(spec / "tokenizer.json")
+    if spec is not None and not spec.exists():
+        raise TfmError(f"tokenizer {spec} does not exist", hint="give a tokenizer.json or a run directory that holds one")
     if spec is not None:
         raise TfmError(f"no tokenizer at {spec}", hint="give a tokenizer.json or a run directory that holds one")
     try:

@@ -358,6 +358,8 @@ def _show_curves(run_dir: Path, json_out: bool) -> None:
     """`tfm train --curves RUN`: the run's curves from metrics.jsonl, as a chart or as JSON."""
     from tfm_cli.monitor import read_curves, write_curves_png
 
+    if not run_dir.exists():
+        raise TfmError(f"run directory {run_dir} does not exist", hint="check the path; runs are under runs/, e.g. runs/tiny")
     try:
         data = read_curves(run_dir)
     except (FileNotFoundError, NotADirectoryError):

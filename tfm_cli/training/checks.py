@@ -489,6 +489,13 @@ def foreign_tokenizer(recipe: Recipe, corpus, tokenizer: Tokenizer, where: str) 
 def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
     """The recipe a run was started with (its resolved recipe.yaml), with new overrides on top."""
     path = Path(run_dir) / "recipe.yaml"
+    if not Path(run_dir).exists():  # a typo, or a run not started yet: "not a tfm run directory" said neither
+        raise CheckpointError(
+            f"run directory {run_dir} does not exist",
+            hint=f"check the path, or start a run there: tfm train recipes/tiny.yaml --out {shell_word(run_dir)}",
+        )
+    if not Path(run_dir).is_dir():
+        raise CheckpointError(f"{run_dir} is a file, not a run directory", hint="pass the run's folder, e.g. runs/tiny")
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: {run_dir} is not a tfm run directory", hint="pass the run's folder, e.g. runs/tiny")
     return load_recipe(path, overrides)
