@@ -512,6 +512,30 @@ def test_broken_weights_variants(copy: Path, damage: str, expected: str) -> None
     one_line(err.value, str(weights), expected)
 
 
+def test_a_baseline_of_another_kind_names_the_command_that_writes_the_right_one(root: Path, run: Path, tmp_path: Path) -> None:
+    """A translate result given to `tfm bench train --baseline` was told to "compare with a baseline written by
+    `tfm bench train --json`" (no recipe: a usage error), and a missing or broken baseline to "write one with
+    `tfm bench ... --json > FILE`", literally: the hint is now the command as typed, less --baseline and
+    --tolerance, with --json, and it writes a baseline this command accepts."""
+    recipe_file = str(root / "recipe.yaml")
+    translate_result = write(tmp_path / "translate.json", json.dumps({"kind": "translate", "records": []}))
+    args = ["bench", "train", recipe_file, "train.max_tokens=256", "--steps", "1", "--warmup", "0", "--device", "cpu"]
+    proc = tfm(*args, "--baseline", str(translate_result), "--tolerance", "20%", check=False)
+    said = error_line(proc, f"{translate_result} is a result of `tfm bench translate`, not of `tfm bench train`", code=2)
+    command = shlex.join(["tfm", *args, "--json"])
+    assert said.endswith(f"; write a train baseline with `{command} > train-baseline.json`"), said
+    missing = tmp_path / "nowhere.json"
+    said = error_line(tfm(*args, f"--baseline={missing}", "--json", check=False), code=2)
+    assert said.endswith(f"{missing} does not exist; write one with `{command} > {missing}`"), said
+    written = _follow(f"{command} > {missing}", tmp_path)
+    assert written.returncode == 0, written.stderr
+    proc = tfm(*args, "--baseline", str(missing), "--tolerance", "1000%", check=False)  # the hint's file gates
+    assert proc.returncode == 0 and "gate: 2 figure(s) within 1000%" in proc.stderr, proc.stderr
+    broken = write(tmp_path / "broken.json", "{not json")
+    said = error_line(tfm("bench", "translate", "--model", str(run), "--baseline", str(broken), check=False), code=2)
+    assert said.endswith(f"; write one with `tfm bench translate --model {run} --json > translate-baseline.json`"), said
+
+
 def test_model_file_that_does_not_exist(tmp_path: Path) -> None:
     missing = tmp_path / "runs" / "tiny" / "model.safetensors"
     error_line(translate(missing, "Bonjour."), f"model {missing} does not exist")

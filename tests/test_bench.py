@@ -14,6 +14,7 @@ import itertools
 import json
 import math
 import re
+import shlex
 import signal
 import subprocess
 from pathlib import Path
@@ -485,7 +486,8 @@ def test_gate_through_the_cli(tmp_path: Path) -> None:
     slow = ["bench", "attention", "--lengths", "8192", "--impl", "naive", "--device", "cpu", "--repeat", "50"]
     early = tfm(*slow, "--baseline", str(tmp_path / "nowhere.json"), check=False, timeout=60)
     assert early.returncode == 2 and early.stderr.splitlines() == [
-        f"Error: Invalid value for --baseline: {tmp_path / 'nowhere.json'} does not exist; write one with `tfm bench ... --json > FILE`",
+        f"Error: Invalid value for --baseline: {tmp_path / 'nowhere.json'} does not exist; write one with "
+        f"`{shlex.join(['tfm', *slow, '--json'])} > {tmp_path / 'nowhere.json'}`",
         "hint: see tfm bench attention --help",
     ]  # a usage error too, as a bad --tolerance: exit 1 is the gate's "a figure got worse"
     wrong = tfm(*slow, "--baseline", str(tmp_path / "generous.json"), "--tolerance", "lots", check=False, timeout=60)
@@ -496,7 +498,7 @@ def test_gate_through_the_cli(tmp_path: Path) -> None:
     assert alone.returncode == 2 and alone.stderr.splitlines() == [said, "hint: see tfm bench attention --help"]
     (tmp_path / "translate.json").write_text(json.dumps({**generous, "kind": "translate"}))
     other = tfm(*slow, "--baseline", str(tmp_path / "translate.json"), check=False, timeout=60)
-    assert other.returncode == 2 and "--baseline: " in other.stderr and "is a benchmark of translate, this is one of attention" in other.stderr
+    assert other.returncode == 2 and "--baseline: " in other.stderr and "is a result of `tfm bench translate`, not of `tfm bench attention`" in other.stderr
     (tmp_path / "bad.json").write_text("{not json")
     bad = tfm(*args, "--baseline", str(tmp_path / "bad.json"), check=False)
     assert bad.returncode == 2 and "bad.json is not a JSON file" in bad.stderr

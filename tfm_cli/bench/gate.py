@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tfm_cli.errors import TfmError
+from tfm_cli.errors import TfmError, shell_word
 
 GATED: dict[str, dict[str, str]] = {
     "attention": {"median_ms": "lower"},
@@ -54,24 +54,43 @@ def parse_tolerance(text: str) -> float:
     return tolerance
 
 
-def load_baseline(path: Path) -> dict[str, Any]:
-    """A result written by `tfm bench ... --json`; TfmError naming the file if it is not one."""
+WRITES: dict[str, str] = {  # how a baseline of each kind is written, where the command typed is not known
+    "attention": "tfm bench attention --json",
+    "train": "tfm bench train RECIPE --json",
+    "translate": "tfm bench translate --model RUN --json",
+}
+
+
+def load_baseline(path: Path, kind: str | None = None, command: str | None = None) -> dict[str, Any]:
+    """A result written by `tfm bench KIND --json`; TfmError naming the file if it is not one, or (with `kind`) if
+    it is a result of another kind. The hints say how to write one: `command` (the benchmark command that gates,
+    without --baseline; `tfm bench KIND ... --json` otherwise) redirected into a file."""
+    def write(into: str | Path, again: bool = False) -> str:
+        writes = command or (WRITES[kind] if kind in WRITES else "tfm bench attention|train|translate ... --json")
+        return f"write {'the baseline again' if again else 'one'} with `{writes} > {shell_word(into)}`"
+
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise TfmError(f"baseline {path} does not exist", hint="write one with `tfm bench ... --json > FILE`") from None
+        raise TfmError(f"baseline {path} does not exist", hint=write(path)) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise TfmError(f"baseline {path} is not a JSON file ({error})", hint="write one with `tfm bench ... --json > FILE`") from None
+        raise TfmError(f"baseline {path} is not a JSON file ({error})", hint=write(f"{kind or 'bench'}-baseline.json")) from None
     if not isinstance(data, dict) or not isinstance(data.get("kind"), str) or data["kind"] not in GATED or not isinstance(data.get("records"), list):
         raise TfmError(
             f"baseline {path} is not a tfm bench result (no kind and records)",
-            hint="write one with `tfm bench ... --json > FILE`",
+            hint=write(f"{kind or 'bench'}-baseline.json"),
+        )
+    if kind is not None and data["kind"] != kind:  # its records' ids and figures answer another benchmark
+        raise TfmError(
+            f"baseline {path} is a result of `tfm bench {data['kind']}`, not of `tfm bench {kind}`: it can only gate "
+            f"`tfm bench {data['kind']}`",
+            hint=f"write a {kind} baseline with `{command or WRITES[kind]} > {kind}-baseline.json`",
         )
     for key in ("settings", "environment"):  # read by the gate after the measuring: a list or null failed there
         if key in data and not isinstance(data[key], dict):
             raise TfmError(
                 f"baseline {path}: its \"{key}\" is {json.dumps(data[key])[:40]}, not an object",
-                hint="write the baseline again with `tfm bench ... --json > FILE`",
+                hint=write(path, again=True),
             )
     seen: dict[str, int] = {}
     for i, record in enumerate(data["records"], start=1):  # checked before anything is measured
@@ -79,7 +98,7 @@ def load_baseline(path: Path) -> dict[str, Any]:
         if problem is None and record["id"] in seen:  # one of the two would be compared, the other never
             problem = f"repeats the id {record['id']} of record {seen[record['id']]}"
         if problem:
-            raise TfmError(f"baseline {path}: record {i} {problem}", hint="write the baseline again with `tfm bench ... --json > FILE`")
+            raise TfmError(f"baseline {path}: record {i} {problem}", hint=write(path, again=True))
         seen[record["id"]] = i
     return data
 
@@ -122,7 +141,7 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float)
     if baseline["kind"] != kind:
         raise TfmError(
             f"the baseline is a benchmark of {baseline['kind']}, this is one of {kind}",
-            hint=f"compare with a baseline written by `tfm bench {kind} --json`",
+            hint=f"compare with a baseline written by `{WRITES[kind]} > {kind}-baseline.json`",
         )
     before_settings, now_settings = baseline.get("settings") or {}, current.get("settings") or {}
     keys = WORKLOAD[kind]

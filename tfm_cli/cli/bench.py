@@ -107,15 +107,31 @@ def _gate_inputs(baseline: Path | None, tolerance: str, kind: str) -> tuple[dict
     if baseline is None:
         return None
     try:
-        data = load_baseline(baseline)
-        if data["kind"] != kind:
-            raise TfmError(
-                f"baseline {baseline} is a benchmark of {data['kind']}, this is one of {kind}",
-                hint=f"compare with a baseline written by `tfm bench {kind} --json`",
-            )
+        data = load_baseline(baseline, kind, _baseline_command(kind))
     except TfmError as error:
         raise _usage_error(error, "--baseline", "baseline ") from None
     return data, share
+
+
+def _baseline_command(kind: str) -> str | None:
+    """The benchmark command as typed, less --baseline, --tolerance and --json, with --json: what writes a baseline
+    that this command can be gated on (`tfm bench train recipes/tiny.yaml --json`); None when not started as it."""
+    import shlex
+    import sys
+
+    args = sys.argv[1:]
+    if args[:2] != ["bench", kind]:
+        return None
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("--baseline", "--tolerance"):
+            skip = True
+        elif not arg.startswith(("--baseline=", "--tolerance=")) and arg != "--json":
+            kept.append(arg)
+    return shlex.join(["tfm", *kept, "--json"])
 
 
 def _usage_error(error: TfmError, option: str, prefix: str) -> typer.BadParameter:
