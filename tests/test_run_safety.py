@@ -426,8 +426,11 @@ def test_a_full_disk_says_how_many_checkpoints_fit(root: Path, copy: Path, tmp_p
 
     params = sum(t.numel() for t in load_file(str(copy / "model.safetensors")).values())
     usage = namedtuple("usage", "total used free")
-    free = params * 12 * 2 + params * 8 + 100  # one checkpoint, the final and best weights: keep_last=1 fits
-    monkeypatch.setattr(checks.shutil, "disk_usage", lambda path: usage(10**12, 10**12 - free, free))
+    # The run holds its 2 checkpoints (steps 5 and 10) and its final model: a resume with train.keep_last=2
+    # needs room for one more checkpoint and the best weights (about 16 bytes a parameter); with keep_last=1 for
+    # the next checkpoint alone (12), written before the older ones are pruned.
+    free = [params * 13]
+    monkeypatch.setattr(checks.shutil, "disk_usage", lambda path: usage(10**12, 10**12 - free[0], free[0]))
     assert checks.shutil is shutil_module
     with pytest.raises(TfmError) as err:
         train_in_process(resume_recipe(copy, ["train.max_steps=12"]), copy, device="cpu", resume=True)
@@ -436,12 +439,43 @@ def test_a_full_disk_says_how_many_checkpoints_fit(root: Path, copy: Path, tmp_p
     overrides = err.value.hint.split(f"--resume {copy} ", 1)[1].split(")", 1)[0].split()
     result = train_in_process(resume_recipe(copy, [*overrides, "train.max_steps=12"]), copy, device="cpu", resume=True)
     assert result.step == 12
+    free[0] = params * 12 * 2 + params * 8 + 100  # a start: one checkpoint (and the next), the final and best weights
     with pytest.raises(TfmError) as err:  # a start: the same overrides, and another --out
         train_in_process(load_recipe(root / "recipe.yaml"), tmp_path / "new", device="cpu")
     assert err.value.hint == "free some space, keep fewer checkpoints (train.keep_last=1 train.average_last=1), or choose another --out"
     with pytest.raises(RecipeError) as err:
         load_recipe(root / "recipe.yaml", ["train.keep_last=1"])
     assert "(raise train.keep_last to 2, or lower train.average_last to 1)" in str(err.value)
+
+
+def test_the_free_space_a_resume_needs_counts_the_checkpoints_it_prunes(copy: Path, monkeypatch) -> None:
+    """The disk check counted train.keep_last + 1 new checkpoints and new final and best weights on a resume too, as
+    if the run's checkpoints on disk were kept beside them: a resume with keep_last=2 of a run holding 2 checkpoints
+    and its final model was refused with room for the one checkpoint and the best weights it adds (the saves prune
+    the old ones, the final model is replaced)."""
+    from collections import namedtuple
+
+    import tfm_cli.training.checks as checks
+    from tfm_cli.errors import TfmError
+    from tfm_cli.training import resume_recipe
+    from tfm_cli.training import train as train_in_process
+
+    assert len(checkpoint_steps(copy)) == 2
+    params = sum(t.numel() for t in load_file(str(copy / "model.safetensors")).values())
+    assert not (copy / "best.safetensors").exists()
+    held = params * 12 * 2 + params * 4  # the estimate's 12 bytes a parameter per checkpoint, 4 for the final model
+    peak = params * 12 * 3 + params * 8  # 2 checkpoints and the next one before a prune, the final and best weights
+    usage = namedtuple("usage", "total used free")
+    free = [peak - held - 1000]  # short of the peak by a little: refused, and the message says what is counted
+    monkeypatch.setattr(checks.shutil, "disk_usage", lambda path: usage(10**12, 10**12 - free[0], free[0]))
+    with pytest.raises(TfmError) as err:
+        train_in_process(resume_recipe(copy, ["train.max_steps=12"]), copy, device="cpu", resume=True)
+    assert str(err.value).startswith(f"{copy} has ") and ", but resuming needs about " in str(err.value)
+    assert f"of which about {checks._size(held)} is on disk already" in str(err.value), str(err.value)
+    free[0] = peak - held + 1000  # the peak fits: well under the 44 bytes a parameter of a fresh start
+    assert free[0] < peak * 0.5
+    result = train_in_process(resume_recipe(copy, ["train.max_steps=12"]), copy, device="cpu", resume=True)
+    assert result.step == 12 and [s for s, _ in checkpoint_steps(copy)] == [10, 12]
 
 
 def test_a_run_without_checkpoints_says_how_to_start_it_again(copy: Path) -> None:

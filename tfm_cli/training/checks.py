@@ -316,7 +316,10 @@ def check_room(run_dir: Path, config, t, resume: bool = False) -> None:
     """Fail before training when checkpoints cannot be written into `run_dir`, or will not fit on its disk.
 
     A checkpoint holds the fp32 weights and Adam's two moments (about 12 bytes a parameter); the run keeps
-    `keep_last` of them, plus the final model and the best one.
+    `keep_last` of them (one more while the oldest is pruned, after the new one is written), plus the final model
+    and the best one. A resume counts what is on disk already: the checkpoints that its saves prune and the final
+    and best weights they replace take room that the free space does not have to give again; but each save needs
+    room for one more checkpoint.
     """
     folder = run_dir / CHECKPOINTS
     try:
@@ -339,15 +342,28 @@ def check_room(run_dir: Path, config, t, resume: bool = False) -> None:
                 hint=f"fix its permissions (chmod u+w{'x' if path.is_dir() else ''} {shell_word(path)}), or {_elsewhere(run_dir, resume)}",
             )
     params = parameter_count(config)
-    need = params * 12 * (t.keep_last + 1) + params * 4 * 2
+    checkpoint, weights = params * 12, params * 4
+    peak = checkpoint * (t.keep_last + 1) + weights * 2  # what the run's files come to at most
+    held = _held(run_dir, checkpoint, weights) if resume else 0
+    need = max(peak - held, checkpoint)
     free = shutil.disk_usage(folder).free
     if free < need:
+        fits = (free + held - weights * 2) // checkpoint - 1 if free >= checkpoint else 0
+        what = (f"{t.keep_last} checkpoints of this {params:,}-parameter model (one more while the oldest is pruned) "
+                f"and its final and best weights")
+        said = (f"resuming needs about {_size(need)} more: {what} come to about {_size(peak)}, of which about "
+                f"{_size(held)} is on disk already" if resume else f"{what} need about {_size(need)}")
         raise TfmError(
-            f"{run_dir} has {_size(free)} free, but {t.keep_last} checkpoints of this {params:,}-parameter model "
-            f"and its final and best weights need about {_size(need)}",
-            hint=", ".join(["free some space", *_fewer(run_dir, t, resume, (free - params * 4 * 2) // (params * 12) - 1),
-                            f"or {_elsewhere(run_dir, resume)}"]),
+            f"{run_dir} has {_size(free)} free, but {said}",
+            hint=", ".join(["free some space", *_fewer(run_dir, t, resume, fits), f"or {_elsewhere(run_dir, resume)}"]),
         )
+
+
+def _held(run_dir: Path, checkpoint: int, weights: int) -> int:
+    """The room, in the estimate's units, that a run's files already take and its training prunes or replaces: its
+    periodic checkpoints and its final and best weights."""
+    final_and_best = sum((run_dir / name).is_file() for name in (FINAL, BEST))
+    return len(checkpoint_steps(run_dir)) * checkpoint + final_and_best * weights
 
 
 def _fewer(run_dir: Path, t, resume: bool, fits: int) -> list[str]:
