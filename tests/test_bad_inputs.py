@@ -536,6 +536,28 @@ def test_a_baseline_of_another_kind_names_the_command_that_writes_the_right_one(
     assert said.endswith(f"; write one with `tfm bench translate --model {run} --json > translate-baseline.json`"), said
 
 
+def test_onnxruntime_says_nothing_where_home_cannot_hold_its_telemetry_id(run: Path, tmp_path: Path, monkeypatch) -> None:
+    """With HOME unset or not writable (a CI container), onnxruntime printed "[W:onnxruntime:Default,
+    telemetry_1ds.cc:613 operator()] Failed to persist telemetry device ID; using an in-memory identifier" when
+    imported: in the output of `tfm export --format onnx` and of every onnxruntime translation. tfm imports it
+    with its telemetry off, unless ORT_DISABLE_TELEMETRY is set."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    home = write(tmp_path / "home", "a file: no cache folder can be made under it")
+    out = tmp_path / "onnx"
+    proc = tfm("export", str(run), "--format", "onnx", "--out", str(out), "--verify-lines", "3",
+               env_extra={"HOME": str(home), "XDG_CACHE_HOME": ""}, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "[W:onnxruntime" not in proc.stderr and "telemetry" not in proc.stderr, proc.stderr
+    proc = tfm("translate", "--model", str(out), "Bonjour.", env_extra={"HOME": str(home), "XDG_CACHE_HOME": ""}, check=False)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    from tfm_cli.export.common import require
+
+    monkeypatch.setenv("ORT_DISABLE_TELEMETRY", "0")  # the user's choice is kept
+    require("onnxruntime", "onnx", "a test")
+    assert os.environ["ORT_DISABLE_TELEMETRY"] == "0"
+
+
 def test_model_file_that_does_not_exist(tmp_path: Path) -> None:
     missing = tmp_path / "runs" / "tiny" / "model.safetensors"
     error_line(translate(missing, "Bonjour."), f"model {missing} does not exist")

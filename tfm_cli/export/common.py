@@ -75,7 +75,15 @@ class ExportCheckError(TfmError):
 
 
 def require(module: str, extra: str, purpose: str) -> ModuleType:
-    """Import an optional dependency, or fail with one line naming the extra that installs it."""
+    """Import an optional dependency, or fail with one line naming the extra that installs it.
+
+    onnxruntime is imported with its usage telemetry off (ORT_DISABLE_TELEMETRY=1, unless the environment sets it):
+    where it cannot keep its device id under the cache folder (HOME unset or read-only, as in many CI containers)
+    it printed "[W:onnxruntime:Default, telemetry_1ds.cc] Failed to persist telemetry device ID; using an
+    in-memory identifier" on import, into the output of every export and onnxruntime translation.
+    """
+    if module.split(".")[0] == "onnxruntime":
+        os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     try:
         return importlib.import_module(module)
     except ImportError:
