@@ -14,6 +14,7 @@ of tfm's own, removed when torchrun returns (a worker's error has been read by t
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 import tempfile
@@ -36,6 +37,11 @@ def main(argv: Sequence[str]) -> int:
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import main as torchrun
 
+    # torchrun's agent logged, after a worker's own one-line error, the SIGTERM it sends the other workers ("W...
+    # Sending process N closing signal SIGTERM") and the failure ("E... failed (exitcode: 1) local_rank: 0 (pid:
+    # N) of binary: ..."), which buried that line. Its elastic loggers are quiet; a worker killed by a signal,
+    # which says nothing itself, is said below in one line of tfm's own.
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     argv = list(argv)
     logs = None if _gives_log_dir(argv) else tempfile.mkdtemp(prefix="tfm-torchrun-")
     try:
@@ -43,7 +49,11 @@ def main(argv: Sequence[str]) -> int:
     except SignalException as stop:  # the workers were sent the same signal and have saved
         return 128 + int(stop.sigval)
     except ChildFailedError as failed:
-        code = failed.get_first_failure()[1].exitcode
+        rank, failure = failed.get_first_failure()
+        code = failure.exitcode
+        if code < 0:  # killed by signal -code: the process could not say so itself
+            print(f"tfm train: process {rank} of the job (pid {failure.pid}) was killed by {_signal_name(-code)}"
+                  f"{' (out of memory?)' if -code == signal.SIGKILL else ''}", file=sys.stderr)
         return code if code > 0 else 128 - code if code < 0 else 1  # a negative code: killed by signal -code
     except (DistError, RendezvousError) as error:  # the rendezvous, before any worker started
         lines = str(error).strip().splitlines() or [type(error).__name__]
@@ -58,6 +68,15 @@ def main(argv: Sequence[str]) -> int:
         if logs:
             shutil.rmtree(logs, ignore_errors=True)
     return 0
+
+
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _gives_log_dir(argv: Sequence[str]) -> bool:
