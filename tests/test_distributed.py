@@ -758,19 +758,29 @@ def test_a_stop_signal_to_one_rank_stops_every_rank_after_the_same_step(data: di
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="finds the rank's process through /proc (Linux)")
-def test_a_process_killed_mid_run_leaves_its_peer_one_line(data: dict[str, Path]) -> None:
-    """kill -9 of rank 1 (the out-of-memory killer, a lost machine): rank 0, waiting in a collective, got gloo's
-    'Connection reset by peer' traceback. It now says what happened, that the checkpoints are intact and how to
-    resume; the job's status is the killed process's (137)."""
-    proc, out = _start_two_processes(data, "killed", save_every=3)
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_process_killed_mid_run_is_one_error_line_with_the_resume_command(data: dict[str, Path], rank: int) -> None:
+    """kill -9 of one rank (the out-of-memory killer, a lost machine). Of rank 0, the job ended with one line of no
+    `Error:` kind, no step and no resume command (rank 1 stops on torchrun's SIGTERM and says nothing); of rank 1,
+    rank 0 said "lost contact" only when gloo's error beat torchrun's SIGTERM to it. Now the launcher says it: which
+    process died and of what, up to which step the checkpoints are whole, and the resume command with the same
+    processes; the job's status is the killed process's (137), and no process of the job is left."""
+    proc, out = _start_two_processes(data, f"killed-{rank}", save_every=3)
     # the first log line may come before the first checkpoint (a slow machine): the message then says so instead
     wait_until(proc, lambda: any((out / "checkpoints").glob("*.state.pt")), "no checkpoint was saved", timeout=180)
-    os.kill(_worker(proc.pid, rank=1), signal.SIGKILL)
+    workers = [_worker(proc.pid, rank=r) for r in (0, 1)]
+    os.kill(workers[rank], signal.SIGKILL)
     _, stderr = proc.communicate(timeout=120)
     stderr = stderr.decode("utf-8")
     assert proc.returncode == 137, stderr
-    assert "Traceback" not in stderr and "process 0 of 2 lost contact with another process of the job" in stderr
-    assert "checkpoints (up to step" in stderr and f"tfm train --resume {out}" in stderr
+    assert "Traceback" not in stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("Error:")]
+    assert errors and errors[-1].startswith(f"Error: process {rank} of the job (pid {workers[rank]}) was killed by SIGKILL"), stderr
+    newest = max(int(p.name.split("-")[1].split(".")[0]) for p in (out / "checkpoints").glob("step-*.state.pt"))
+    assert f"the checkpoints of {out} (up to step {newest}) are intact" in errors[-1], stderr
+    assert stderr.rstrip().endswith(f"hint: continue with `tfm train --resume {out} --nproc-per-node 2 --device cpu`"), stderr
+    assert not any(_alive(pid) for pid in workers)
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="finds the job's processes through /proc (Linux)")

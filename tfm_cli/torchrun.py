@@ -2,10 +2,12 @@
 
 The same launcher with the same options, quieter where tfm has already spoken: a worker that failed has printed
 its one-line error, and a stop signal (Ctrl-C, SIGTERM) reaches the workers, which save a checkpoint and say so;
-torchrun's own traceback after either would bury that line. The exit status is the first failed worker's, or
-128 + the signal. It stops (SIGTERM, passed on to the workers) when `tfm train` ends, even by `kill -9`. A job that
-cannot meet (node 0's port taken by another program, an address that cannot be reached) is one `Error:` line and
-status 1, instead of torchrun's traceback.
+torchrun's own traceback after either would bury that line. A worker killed by a signal (`kill -9`, the
+out-of-memory killer) cannot say so itself, and its peers stop on torchrun's SIGTERM: that is one `Error:` line
+here, naming the process, the newest whole checkpoint and the command that resumes the run with the same
+processes. The exit status is the first failed worker's, or 128 + the signal. It stops (SIGTERM, passed on to
+the workers) when `tfm train` ends, even by `kill -9`. A job that cannot meet (node 0's port taken by another
+program, an address that cannot be reached) is one `Error:` line and status 1, instead of torchrun's traceback.
 
 torchrun keeps its workers' error files in a log directory that it makes in TMPDIR (`torchelastic_XXXX`) and never
 removes: one more left behind by every job. Unless `--log-dir` is given, the job's goes in a temporary directory
@@ -19,6 +21,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def main(argv: Sequence[str]) -> int:
@@ -40,7 +43,7 @@ def main(argv: Sequence[str]) -> int:
     # torchrun's agent logged, after a worker's own one-line error, the SIGTERM it sends the other workers ("W...
     # Sending process N closing signal SIGTERM") and the failure ("E... failed (exitcode: 1) local_rank: 0 (pid:
     # N) of binary: ..."), which buried that line. Its elastic loggers are quiet; a worker killed by a signal,
-    # which says nothing itself, is said below in one line of tfm's own.
+    # which says nothing itself, is said below in one Error line of tfm's own.
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     argv = list(argv)
     logs = None if _gives_log_dir(argv) else tempfile.mkdtemp(prefix="tfm-torchrun-")
@@ -52,8 +55,7 @@ def main(argv: Sequence[str]) -> int:
         rank, failure = failed.get_first_failure()
         code = failure.exitcode
         if code < 0:  # killed by signal -code: the process could not say so itself
-            print(f"tfm train: process {rank} of the job (pid {failure.pid}) was killed by {_signal_name(-code)}"
-                  f"{' (out of memory?)' if -code == signal.SIGKILL else ''}", file=sys.stderr)
+            print(_killed(rank, failure.pid, -code, argv), file=sys.stderr)
         return code if code > 0 else 128 - code if code < 0 else 1  # a negative code: killed by signal -code
     except (DistError, RendezvousError) as error:  # the rendezvous, before any worker started
         lines = str(error).strip().splitlines() or [type(error).__name__]
@@ -68,6 +70,56 @@ def main(argv: Sequence[str]) -> int:
         if logs:
             shutil.rmtree(logs, ignore_errors=True)
     return 0
+
+
+def _killed(rank: int, pid: int, signum: int, argv: Sequence[str]) -> str:
+    """The Error line (and hint) for a worker killed by `signum`: which one, what of the run is intact, and the
+    command that resumes it with the same processes (from `argv`: torchrun's options, then `-m tfm_cli train
+    ... --out RUN` or `--resume RUN`, as `tfm train --nproc-per-node` starts it)."""
+    import signal
+
+    from tfm_cli.errors import shell_word
+
+    line = (f"Error: process {rank} of the job (pid {pid}) was killed by {_signal_name(signum)}"
+            f"{' (out of memory?)' if signum == signal.SIGKILL else ''}, which stopped the job")
+    run_dir, options = _run_and_launch_options(argv)
+    if run_dir is None:
+        return line
+    from tfm_cli.checkpoint import checkpoint_steps, state_path
+
+    whole = [step for step, weights in checkpoint_steps(Path(run_dir)) if state_path(weights).is_file()]
+    if not whole:
+        return f"{line}; no checkpoint was saved yet\nhint: start the run again"
+    resume = " ".join(["tfm train --resume", shell_word(run_dir), *options])
+    return f"{line}; the checkpoints of {shell_word(run_dir)} (up to step {whole[-1]}) are intact\nhint: continue with `{resume}`"
+
+
+def _run_and_launch_options(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The run directory of `-m tfm_cli train ... --out RUN` (or `--resume RUN`) in torchrun's `argv`, and the
+    `tfm train` options that start the same job: the launcher's (`torchrun_command`'s, read back) and --device."""
+    argv = list(argv)
+    try:
+        start = argv.index("-m")
+    except ValueError:
+        return None, []
+    launcher, command = argv[:start], argv[start + 1:]
+    if command[:2] != ["tfm_cli", "train"]:
+        return None, []
+    run_dir = None
+    for option in ("--resume", "--out"):
+        if option in command[:-1]:
+            run_dir = command[command.index(option) + 1]
+            break
+    given = dict(arg[2:].split("=", 1) for arg in launcher if arg.startswith("--") and "=" in arg)
+    options = [f"--nproc-per-node {given.get('nproc-per-node', '1')}"]
+    if given.get("nnodes", "1") != "1":
+        options.append(f"--nnodes {given['nnodes']}")
+    for name in ("node-rank", "master-addr", "master-port", "rdzv-endpoint"):
+        if name in given:
+            options.append(f"--{name} {given[name]}")
+    if "--device" in command[:-1] and (device := command[command.index("--device") + 1]) != "auto":
+        options.append(f"--device {device}")
+    return run_dir, options
 
 
 def _signal_name(number: int) -> str:
