@@ -87,6 +87,19 @@ def test_torchrun_command() -> None:
     assert "--rdzv-backend=c10d" in rdzv and "--rdzv-endpoint=head:29400" in rdzv and "--master-addr" not in " ".join(rdzv)
 
 
+def test_the_resume_command_gives_the_job_s_processes() -> None:
+    """A stopped multi-process run said `tfm train --resume RUN`, which resumes it in one process: allowed, but not
+    bit for bit. It now names the job's processes per node (torchrun's LOCAL_WORLD_SIZE), and its nodes."""
+    from tfm_cli.distributed import resume_command
+
+    assert resume_command("runs/my run", {}) == "tfm train --resume 'runs/my run'"
+    assert resume_command("r", {"RANK": "0", "WORLD_SIZE": "1"}) == "tfm train --resume r"
+    job = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    assert resume_command("r", job) == "tfm train --resume r --nproc-per-node 2"
+    nodes = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}
+    assert resume_command("r", nodes) == "tfm train --resume r --nproc-per-node 4 --nnodes 2"
+
+
 def test_threads_are_shared_out_unless_set() -> None:
     assert threads_per_process(2, {"OMP_NUM_THREADS": "3"}) is None
     assert threads_per_process(10_000, {}) == 1
@@ -740,6 +753,7 @@ def test_ctrl_c_to_the_launcher_alone_stops_the_job(data: dict[str, Path]) -> No
     stderr = stderr.decode("utf-8")
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "interrupted: saved" in stderr
+    assert f"continue with `tfm train --resume {out} --nproc-per-node 2`" in stderr  # the same processes: exact
     _saved_by_every_rank(out)
 
 

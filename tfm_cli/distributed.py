@@ -192,6 +192,26 @@ def lost_a_peer(error: BaseException) -> bool:
     return isinstance(error, network) or (isinstance(error, RuntimeError) and any(k in str(error) for k in _LOST_PEER))
 
 
+def resume_command(run_dir: str | os.PathLike, environ: Mapping[str, str] | None = None) -> str:
+    """`tfm train --resume RUN`, with the processes of the torchrun job this process belongs to, so that the
+    resume is exact (the same number of processes): `--nproc-per-node N`, and `--nnodes M` over several nodes
+    (each node then adds its own --node-rank and --master-addr, or --rdzv-endpoint)."""
+    from tfm_cli.errors import shell_word
+
+    command = f"tfm train --resume {shell_word(run_dir)}"
+    found = torchrun_env(environ)
+    if found is None or found[2] == 1:
+        return command
+    environ = os.environ if environ is None else environ
+    world_size = found[2]
+    per_node = environ.get("LOCAL_WORLD_SIZE", "")
+    per_node_n = int(per_node) if per_node.isdigit() and int(per_node) > 0 else world_size
+    command += f" --nproc-per-node {per_node_n}"
+    if world_size > per_node_n:
+        command += f" --nnodes {world_size // per_node_n}"
+    return command
+
+
 def sync_gradients(model: torch.nn.Module, sync: bool):
     """The context of one micro-batch's backward: DDP all-reduces gradients only when `sync` (the last one
     before an optimizer step); the others just accumulate locally (`no_sync`). A no-op for a plain model."""

@@ -220,12 +220,13 @@ def _interrupted_outside_the_loop(run_dir: Path, received: list[int]) -> None:
     """Ctrl-C or a stop signal before the first step or while the final model was written: every file is written
     under a temporary name and renamed, so what is there is whole; say what to run next, and exit 128 + signal."""
     from tfm_cli.checkpoint import checkpoint_steps
+    from tfm_cli.distributed import resume_command
 
     why = signal.Signals(received[0]).name if received else "Ctrl-C"
     steps = checkpoint_steps(run_dir) if run_dir.is_dir() else []
     if steps:
         info(f"tfm train: stopped by {why} outside a training step; its checkpoints (up to step {steps[-1][0]}) are "
-             f"intact; continue, or write the final model, with `tfm train --resume {shell_word(run_dir)}`")
+             f"intact; continue, or write the final model, with `{resume_command(run_dir)}`")
     else:
         info(f"tfm train: stopped by {why} before the first checkpoint; nothing to resume: start again")
     raise typer.Exit(interrupted_status(received))

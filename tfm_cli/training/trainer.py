@@ -52,7 +52,7 @@ from tfm_cli.data import (
     pad_multiple_for,
     read_pairs,
 )
-from tfm_cli.distributed import Distributed, RankError, lost_a_peer
+from tfm_cli.distributed import Distributed, RankError, lost_a_peer, resume_command
 from tfm_cli.distributed import setup as setup_distributed
 from tfm_cli.errors import CheckpointError, RecipeError, TfmError, shell_word
 from tfm_cli.files import WRITE_ERRNOS, DirectoryLock, atomic_write
@@ -741,7 +741,7 @@ class Trainer:
         """Ctrl-C: keep the last completed step and say how to continue. With `together` (the ranks agreed to stop,
         see `HeldStops`) every rank is at this step and takes part in the save; otherwise rank 0 saves alone."""
         self.optimizer.zero_grad(set_to_none=True)
-        resume = f"continue with `tfm train --resume {shell_word(self.run_dir)}`"
+        resume = f"continue with `{resume_command(self.run_dir)}`"
         if self.step > self.last_saved and (self.main or together):
             with _sigint_ignored():  # a second Ctrl-C must not cut the save short (the first one asked for it)
                 path = self.save_checkpoint(stream_state, every_rank=together)
@@ -759,7 +759,7 @@ class Trainer:
         return RankError(
             f"process {self.dist.rank} of {self.dist.world_size} lost contact with another process of the job after "
             f"step {self.step} (it stopped, or its machine did: its own output or torchrun's says why); {where}",
-            hint=f"continue with `tfm train --resume {shell_word(self.run_dir)}`" if saved else "start the run again",
+            hint=f"continue with `{resume_command(self.run_dir)}`" if saved else "start the run again",
         )
 
     def _corpus_counts(self) -> dict[str, Any]:
