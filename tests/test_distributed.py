@@ -754,6 +754,7 @@ def test_ctrl_c_to_the_launcher_alone_stops_the_job(data: dict[str, Path]) -> No
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "interrupted: saved" in stderr
     assert f"continue with `tfm train --resume {out} --nproc-per-node 2`" in stderr  # the same processes: exact
+    assert "death signal" not in stderr  # torchrun's "W... Received 2 death signal, shutting down workers"
     _saved_by_every_rank(out)
 
 

@@ -44,7 +44,13 @@ def main(argv: Sequence[str]) -> int:
     # Sending process N closing signal SIGTERM") and the failure ("E... failed (exitcode: 1) local_rank: 0 (pid:
     # N) of binary: ..."), which buried that line. Its elastic loggers are quiet; a worker killed by a signal,
     # which says nothing itself, is said below in one Error line of tfm's own.
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    # Each of its modules' loggers has a level of its own (torch's get_logger sets WARNING), so the parent's level
+    # alone let "W... Received 2 death signal, shutting down workers" through on Ctrl-C or SIGTERM: its records
+    # now stop at the parent, whatever their logger's level.
+    elastic = logging.getLogger("torch.distributed.elastic")
+    elastic.setLevel(logging.CRITICAL)
+    elastic.addHandler(logging.NullHandler())
+    elastic.propagate = False
     argv = list(argv)
     logs = None if _gives_log_dir(argv) else tempfile.mkdtemp(prefix="tfm-torchrun-")
     try:
