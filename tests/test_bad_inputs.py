@@ -1387,6 +1387,20 @@ def test_train_override_in_place_of_the_recipe_says_so(tmp_path: Path) -> None:
     error_line(proc, "train.max_steps=3", "looks like an override", "recipes/tiny.yaml train.max_steps=3")
 
 
+@pytest.mark.parametrize("command", [["train"], ["bench", "train"], ["tokenize"]])
+def test_a_missing_recipe_is_said_as_every_missing_path(command: list[str], tmp_path: Path) -> None:
+    """A missing recipe said `Error: /no/r.yaml: no such file` where every other missing path (--resume, --model,
+    --tokenizer, a corpus) says `X does not exist`; now `recipe X does not exist`, with what to give as the hint."""
+    missing = tmp_path / "no" / "r.yaml"
+    proc = tfm(*command, str(missing), check=False)
+    error_line(proc, f"Error: recipe {missing} does not exist")
+    assert "hint: check the path; give a recipe file such as recipes/tiny.yaml" in proc.stderr
+    (tmp_path / "base.yaml").write_text("name: x\n", encoding="utf-8")
+    proc = tfm(*command, str(tmp_path / "bsae.yaml"), check=False)
+    error_line(proc, f"Error: recipe {tmp_path / 'bsae.yaml'} does not exist")
+    assert f"hint: did you mean {tmp_path / 'base.yaml'}?" in proc.stderr
+
+
 def test_tokenize_encode_without_tokenizer_finds_the_one_tokenize_wrote(root: Path, tmp_path: Path) -> None:
     """`tfm tokenize RECIPE` then `tfm tokenize --encode TEXT`, the README's order: the second looked only for runs
     with trained weights, so it failed with 'no trained model found' and a hint naming --model, an option

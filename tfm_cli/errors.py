@@ -62,6 +62,15 @@ class RecipeError(TfmError):
         return bool(self.problems) and all(self.from_overrides)
 
 
+class RecipeNotFoundError(RecipeError):
+    """A recipe file that does not exist, said as every other missing path is (`recipe X does not exist`, with
+    what to give instead as the hint), not as a problem of the file (`X: no such file`)."""
+
+    def __init__(self, source: str, message: str, hint: str | None = None) -> None:
+        super().__init__(source, [])
+        TfmError.__init__(self, message, hint)
+
+
 class CorpusError(TfmError):
     """A corpus file that cannot be read: the message names the file and the line."""
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from tfm_cli.errors import RecipeError, TfmError
+from tfm_cli.errors import RecipeError, RecipeNotFoundError, TfmError
 from tfm_cli.model.config import ModelConfig, config_problems
 from tfm_cli.scoring import BLEU_TOKENIZERS
 
@@ -832,23 +832,28 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
-def _not_found(path: Path) -> str:
+def _not_found(path: Path, source: str) -> RecipeNotFoundError:
+    """`recipe X does not exist`, with a close name, the recipes beside it or a recipe to start from as the hint."""
+    said = f"recipe {source} does not exist"
     if "=" in path.name and "." in path.name.split("=")[0]:  # `tfm train train.max_steps=3`: the recipe left out
-        return f"no such file: it looks like an override (key=value), and overrides follow a recipe (e.g. recipes/tiny.yaml {path.name})"
+        return RecipeNotFoundError(
+            source, f"{said}: it looks like an override (key=value), and overrides follow a recipe "
+            f"(e.g. recipes/tiny.yaml {path.name})"
+        )
     parent = path.parent if str(path.parent) else Path(".")
     if parent.is_dir():
         siblings = sorted(p.name for p in parent.glob("*.y*ml"))
         close = difflib.get_close_matches(path.name, siblings, n=1)
         if close:
-            return f"no such file; did you mean {parent / close[0]}?"
+            return RecipeNotFoundError(source, said, hint=f"did you mean {parent / close[0]}?")
         if siblings:
-            return f"no such file; recipes in {parent}: {', '.join(siblings)}"
-    return "no such file"
+            return RecipeNotFoundError(source, said, hint=f"the recipes in {parent}: {', '.join(siblings)}")
+    return RecipeNotFoundError(source, said, hint="check the path; give a recipe file such as recipes/tiny.yaml")
 
 
 def _read_yaml(path: Path, source: str) -> Any:
     if not path.exists():
-        raise RecipeError(source, [_not_found(path)])
+        raise _not_found(path, source)
     if path.is_dir():
         inside = sorted(p.name for p in path.glob("*.y*ml"))
         hint = f"; pass a recipe file such as {path / inside[0]}" if inside else ""
