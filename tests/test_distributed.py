@@ -448,14 +448,28 @@ def test_train_step_over_two_ranks_equals_one_process(tmp_path: Path) -> None:
         torch.testing.assert_close(ddp["weights"][name], w, rtol=0, atol=1e-6, msg=name)
 
 
-def _train_rank(rank: int, port: int, recipe: str, run: str, out: str) -> None:
+def _train_rank(rank: int, port: int, recipe: str, run: str, out: str, fail_at: int = 0) -> None:
     """One rank of a 2-process `train()` (the environment torchrun would give it), the collector off: what still
-    holds a DDP wrapper when the process group is destroyed is recorded in `out`-RANK.json."""
+    holds a DDP wrapper when the process group is destroyed is recorded in `out`-RANK.json. With `fail_at`, every
+    rank's step of that number raises RuntimeError after its backward, the DDP wrapper among its frame's locals
+    (as an out-of-memory error inside the step does); the error is recorded in `out`-RANK.error."""
     import gc
 
     from torch.nn.parallel import DistributedDataParallel
 
-    from tfm_cli.training import train
+    from tfm_cli.training import train, trainer
+
+    if fail_at:
+        real_step, steps = trainer.train_step, []
+
+        def failing_step(model, *args, **kwargs):
+            result = real_step(model, *args, **kwargs)
+            steps.append(1)
+            if len(steps) == fail_at:
+                raise RuntimeError(f"step {fail_at} failed")
+            return result
+
+        trainer.train_step = failing_step
 
     gc.disable()  # a reference cycle is then freed by nothing: what the collector would free, it frees only now and then
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
@@ -469,6 +483,10 @@ def _train_rank(rank: int, port: int, recipe: str, run: str, out: str) -> None:
     torch.distributed.destroy_process_group = destroy
     try:
         train(recipe, run, device="cpu")
+    except RuntimeError as error:
+        if not fail_at:
+            raise
+        Path(f"{out}-{rank}.error").write_text(str(error), encoding="utf-8")
     finally:
         torch.distributed.destroy_process_group = real
         Path(f"{out}-{rank}.json").write_text(json.dumps(alive), encoding="utf-8")
@@ -496,6 +514,30 @@ def test_the_process_group_is_destroyed_with_nothing_holding_it(data: dict[str, 
     out = tmp_path / "alive"
     mp.spawn(_train_rank, args=(port, str(recipe), str(run), str(out)), nprocs=WORLD)
     assert (run / "model.safetensors").is_file()
+    assert [json.loads(Path(f"{out}-{rank}.json").read_text()) for rank in range(WORLD)] == [[0], [0]]
+
+
+@pytest.mark.slow
+def test_a_failed_step_leaves_nothing_holding_the_process_group(data: dict[str, Path], tmp_path: Path) -> None:
+    """A step that raises (a CUDA out-of-memory error, a bug) under DDP: the traceback's frames hold the DDP
+    wrapper (the step's `model`), and `train()` destroyed the process group while the error was on its way out,
+    the wrapper and its gradient reducer still alive, to be freed later, or in the interpreter's exit (the suspected
+    cause of a rank's rare SIGABRT, see above). The failed frames' locals are let go of before the group is destroyed."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(data["tokenizer"], run / "tokenizer.json")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(ddp_recipe(data["root"] / "train.tsv", steps=4), encoding="utf-8")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "alive"
+    mp.spawn(_train_rank, args=(port, str(recipe), str(run), str(out), 2), nprocs=WORLD)
+    assert [Path(f"{out}-{rank}.error").read_text() for rank in range(WORLD)] == ["step 2 failed"] * WORLD
     assert [json.loads(Path(f"{out}-{rank}.json").read_text()) for rank in range(WORLD)] == [[0], [0]]
 
 

@@ -285,8 +285,26 @@ def train(
     events = (events or TrainEvents()) if dist.is_main else TrainEvents()  # rank 0 alone reports
     try:
         return _train(recipe, run_dir, resume, events, dist)
+    except BaseException as error:
+        if dist.owns_group:
+            _let_go_of_frames(error)
+        raise
     finally:
         dist.cleanup()
+
+
+def _let_go_of_frames(error: BaseException) -> None:
+    """Clear the locals of the finished frames that `error` (and the errors it was raised from) carries, before
+    `Distributed.cleanup` destroys the process group: a step's frame holds the DDP wrapper (`model`), which then
+    outlived the group with its gradient reducer, to be freed at some later moment or in the interpreter's exit
+    (see `Trainer.release`). The traceback's lines stay as they were."""
+    import traceback
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)  # a frame still running (this one, its callers) is skipped
+        error = error.__cause__ or error.__context__
 
 
 def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dist: Distributed) -> TrainResult:
