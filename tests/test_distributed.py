@@ -861,6 +861,27 @@ def test_kill_9_of_the_launcher_leaves_no_worker_training_on(data: dict[str, Pat
     _saved_by_every_rank(out)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="finds the job's processes through /proc (Linux)")
+def test_kill_9_of_torchrun_alone_is_one_error_line_with_the_resume_command(data: dict[str, Path]) -> None:
+    """kill -9 of the torchrun between `tfm train --nproc-per-node 2` and its workers: tfm exited 247 (its child's
+    -9 as an exit status) with no word of its own. Now it waits for the workers to save their step and let go of
+    the run, then says what was killed, up to which step the checkpoints are whole and how to resume; exit 137."""
+    proc, out = _start_two_processes(data, "torchrun-killed")
+    workers = [_worker(proc.pid, rank=r) for r in (0, 1)]
+    agent = _parent(workers[0])
+    os.kill(agent, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=150)
+    stderr = stderr.decode("utf-8")
+    assert proc.returncode == 137, stderr
+    assert "Traceback" not in stderr
+    step = _saved_by_every_rank(out)  # the workers saved the step they were in before tfm spoke
+    errors = [line for line in stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"Error: torchrun (pid {agent}), which ran the job's processes"), stderr
+    assert f"the checkpoints of {out} (up to step {step}) are intact" in errors[0]
+    assert f"hint: continue with `tfm train --resume {out} --nproc-per-node 2 --device cpu`" in stderr
+
+
 def _parent(pid: int) -> int:
     return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
 

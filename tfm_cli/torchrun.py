@@ -61,7 +61,7 @@ def main(argv: Sequence[str]) -> int:
         rank, failure = failed.get_first_failure()
         code = failure.exitcode
         if code < 0:  # killed by signal -code: the process could not say so itself
-            print(_killed(rank, failure.pid, -code, argv), file=sys.stderr)
+            print(killed_message(f"process {rank} of the job (pid {failure.pid})", -code, argv), file=sys.stderr)
         return code if code > 0 else 128 - code if code < 0 else 1  # a negative code: killed by signal -code
     except (DistError, RendezvousError) as error:  # the rendezvous, before any worker started
         lines = str(error).strip().splitlines() or [type(error).__name__]
@@ -78,15 +78,15 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _killed(rank: int, pid: int, signum: int, argv: Sequence[str]) -> str:
-    """The Error line (and hint) for a worker killed by `signum`: which one, what of the run is intact, and the
-    command that resumes it with the same processes (from `argv`: torchrun's options, then `-m tfm_cli train
-    ... --out RUN` or `--resume RUN`, as `tfm train --nproc-per-node` starts it)."""
+def killed_message(who: str, signum: int, argv: Sequence[str]) -> str:
+    """The Error line (and hint) for a process of the job (`who`) killed by `signum`: what of the run is intact,
+    and the command that resumes it with the same processes (from `argv`: torchrun's options, then `-m tfm_cli
+    train ... --out RUN` or `--resume RUN`, as `tfm train --nproc-per-node` starts it)."""
     import signal
 
     from tfm_cli.errors import shell_word
 
-    line = (f"Error: process {rank} of the job (pid {pid}) was killed by {_signal_name(signum)}"
+    line = (f"Error: {who} was killed by {_signal_name(signum)}"
             f"{' (out of memory?)' if signum == signal.SIGKILL else ''}, which stopped the job")
     run_dir, options = _run_and_launch_options(argv)
     if run_dir is None:

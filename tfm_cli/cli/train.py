@@ -10,6 +10,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -330,7 +331,35 @@ class _Launch:
             if forwarded and not sent:  # it came while torchrun was being started
                 forward(forwarded.pop(), None)
             status = torchrun[0].wait()
-        return interrupted_status(forwarded) if forwarded else status
+        if forwarded:
+            return interrupted_status(forwarded)
+        if status < 0:  # torchrun itself killed (kill -9, the out-of-memory killer): it could say nothing
+            from tfm_cli.torchrun import killed_message
+
+            _wait_for_the_workers(args)  # they get SIGTERM when torchrun ends, and save the step they are in
+            who = f"torchrun (pid {torchrun[0].pid}), which ran the job's processes on this node,"
+            print(killed_message(who, -status, cmd[3:]), file=sys.stderr)
+            return 128 - status
+        return status
+
+
+def _wait_for_the_workers(args: list[str], timeout: float = 120) -> None:
+    """Wait (at most `timeout` seconds) until rank 0 of this node lets go of the run directory's lock: the workers
+    have saved the step they were in and ended, so the checkpoints said next are all there and a resume may start."""
+    from tfm_cli.files import DirectoryLock
+
+    option = "--resume" if "--resume" in args else "--out"
+    run_dir = Path(args[args.index(option) + 1])
+    deadline = time.monotonic() + timeout
+    while run_dir.is_dir() and time.monotonic() < deadline:
+        lock = DirectoryLock(run_dir)
+        try:
+            if lock.acquire():
+                lock.release()
+                return
+        except (OSError, ImportError):  # a directory it cannot open, no flock (not Linux): nothing to wait on
+            return
+        time.sleep(0.2)
 
 
 @contextlib.contextmanager
