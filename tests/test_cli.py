@@ -14,8 +14,10 @@ import os
 import pty
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -582,6 +584,48 @@ def test_translate_a_bad_line_after_answered_ones_names_it(random_run: Path) -> 
     assert proc.returncode == 1 and rest == b""
     lines = _error_lines(err.decode())
     assert lines == ["Error: stdin line 2: invalid UTF-8 at byte 4"], err.decode()
+
+
+def test_translate_a_bad_line_in_a_piped_file_comes_after_the_lines_before_it(random_run: Path) -> None:
+    """`printf 'Il fait beau.\\n\\xff\\xfe\\n' | tfm translate` printed only the error: the lines read before a bad
+    one in the same chunk (up to 2,000 of them, a whole file piped in) were never translated. They are now
+    written, then the error names the bad line, as sed would have written them before failing."""
+    args = ["translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3"]
+    good = ["Bonjour.", "Merci beaucoup.", "Il fait beau."]
+    proc = tfm(*args, stdin=("\n".join(good) + "\n").encode() + b"\xff\xfe\nSalut.\n")
+    _assert_one_line_error(proc, "stdin line 4: invalid UTF-8 at byte 1")
+    assert proc.stdout.splitlines() == tfm(*args, stdin="".join(f"{s}\n" for s in good)).stdout.splitlines()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_translate_stopped_by_a_signal_writes_the_lines_it_translated(random_run: Path, tmp_path: Path, sig: int) -> None:
+    """`tfm translate < big > out` stopped part-way (Ctrl-C, or SIGTERM: `kill`, a scheduler, `timeout`) lost the
+    translations of the chunk of up to 2,000 lines it was working on (SIGTERM ended it at once, Ctrl-C dropped
+    them), where sed or awk would have written every line done. The lines translated before the signal are now
+    written, in order, and the command ends with one line saying so and 128 + the signal."""
+    args = ["translate", "--model", str(random_run), "--device", "cpu", "--max-len", "40", "--batch-tokens", "16"]
+    proc = subprocess.Popen(
+        [str(TFM), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # (a shell's background job ignores it)
+    )
+    try:
+        proc.stdin.write(b"Bonjour.\n")
+        proc.stdin.flush()
+        first = _read_lines(proc, 1)  # the model is loaded and answering
+        proc.stdin.write(b"Bonjour.\n" * 1999)  # one chunk, taking far longer than the wait below
+        proc.stdin.flush()
+        time.sleep(4)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    lines = out.decode().splitlines()
+    assert 0 < len(lines) < 1999 and set(lines) == set(first), (len(lines), err.decode())  # a part of the chunk
+    assert proc.returncode == 128 + sig, err.decode()
+    said = [line for line in err.decode().splitlines() if line.strip()]
+    assert said == [f"tfm translate: interrupted; the translations of input lines 1-{len(lines) + 1} were written"], err.decode()
 
 
 def test_translate_dash_at_a_terminal_translates_each_line_typed(random_run: Path) -> None:

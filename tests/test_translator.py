@@ -444,6 +444,46 @@ def test_stream_translates_what_was_read_when_the_next_line_would_wait(translato
         translator.translate_stream(lines, ready=True)
 
 
+@pytest.mark.parametrize("ready", [None, lambda: True], ids=["read-ahead", "ready"])
+def test_stream_interrupted_mid_chunk_yields_the_lines_done_before_it(translator: Translator, ready) -> None:
+    """A KeyboardInterrupt (Ctrl-C; `tfm translate` turns SIGTERM into one) in the middle of a chunk lost every
+    translation of that chunk, up to 2,000 lines of work: those of its first lines already done are now yielded,
+    in order, before the interrupt goes on."""
+    lines = ["Bonjour."] * 6  # one length: batches of one line each (max_tokens=1), in input order
+    expected = [r.text for r in translator.translate(lines, greedy=True)]
+    batches = 0
+
+    def progress(n: int) -> None:
+        nonlocal batches
+        batches += 1
+        if batches == 3:  # as if Ctrl-C came while the 4th line was being translated
+            raise KeyboardInterrupt
+
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for result in translator.translate_stream(lines, greedy=True, max_tokens=1, progress=progress, ready=ready):
+            got.append(result.text)
+    assert got == expected[:3]
+
+
+@pytest.mark.parametrize("ready", [None, lambda: True], ids=["read-ahead", "ready"])
+def test_stream_yields_the_lines_before_a_bad_one_then_raises(translator: Translator, ready) -> None:
+    """With `ready` (as `tfm translate` reads stdin), an error raised by the lines (a line that is not UTF-8) lost
+    the lines read before it in the same chunk: `printf 'Il fait beau.\\n\\xff\\n' | tfm translate` printed only
+    the error. They are translated and yielded first, as without `ready`."""
+
+    def source():
+        yield "Bonjour.\n"
+        yield "Merci beaucoup.\n"
+        raise TfmError("stdin line 3: invalid UTF-8 at byte 1")
+
+    got = []
+    with pytest.raises(TfmError, match="stdin line 3"):
+        for result in translator.translate_stream(source(), greedy=True, ready=ready):
+            got.append(result.text)
+    assert got == [r.text for r in translator.translate(["Bonjour.", "Merci beaucoup."], greedy=True)]
+
+
 def test_stream_of_a_file(translator: Translator, tmp_path: Path) -> None:
     path = tmp_path / "in.fr"
     path.write_text("Bonjour.\r\n\nMerci beaucoup.\n", encoding="utf-8")

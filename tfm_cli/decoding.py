@@ -506,6 +506,7 @@ def translate_ids(
     on_batch: Callable[[int], None] | None = None,
     min_len: int = 0,
     use_cache: bool = True,
+    into: list[list[Hypothesis]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate token-id sequences (without EOS), batched by length, results in input order.
 
@@ -520,10 +521,14 @@ def translate_ids(
             that gets a batch of its own.
         autocast: a context-manager factory for mixed precision, or None.
         on_batch: called with the number of sentences after each batch (progress display).
+        into: a list of one empty list per sequence, filled (and returned) as each batch finishes, so that a
+            caller stopped half-way (Ctrl-C: KeyboardInterrupt) still has the sentences already translated.
     """
     engine = as_engine(model, use_cache)
     cfg, device = engine.config, engine.device
-    results: list[list[Hypothesis]] = [[] for _ in sequences]
+    if into is not None and len(into) != len(sequences):
+        raise ValueError(f"translate_ids(into=...) needs one list per sequence ({len(sequences)}), got {len(into)}")
+    results: list[list[Hypothesis]] = into if into is not None else [[] for _ in sequences]
     lengths = [len(s) + 1 for s in sequences]
     budget = max(max_tokens // (1 if greedy else beam_size), max(lengths, default=1))
     for indices in length_sorted_batches(lengths, budget):

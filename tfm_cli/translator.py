@@ -40,7 +40,7 @@ from typing import Any, overload
 import torch
 
 from tfm_cli.checkpoint import BEST, CHECKPOINTS, EXPORT_INFO, FINAL, load_model
-from tfm_cli.decoding import Engine, TorchEngine, translate_ids
+from tfm_cli.decoding import Engine, Hypothesis, TorchEngine, translate_ids
 from tfm_cli.errors import TfmError
 from tfm_cli.files import as_path
 from tfm_cli.model import Transformer
@@ -50,6 +50,8 @@ from tfm_cli.runtime import PRECISIONS, autocast, resolve_device, resolve_precis
 from tfm_cli.tokenizer import Tokenizer
 
 CHUNK_LINES = 2000  # translate_stream reads and translates this many lines at a time
+# translate_stream yields a chunk's translations in windows of about this many full batches (of decode.max_tokens)
+STREAM_WINDOW_BATCHES = 2
 TRANSLATE_PRECISIONS = (*PRECISIONS, "int8")  # training's, and int8 (CPU: quantized linear layers)
 ENGINES = ("auto", "torch", "onnxruntime")  # auto: onnxruntime for an ONNX export directory, else torch
 
@@ -516,17 +518,51 @@ class Translator:
             yield from self._stream_read_ahead(lines, chunk_lines, decode, progress)
             return
         source = (_line(line, number) for number, line in enumerate(lines, start=1))
-        first = 1
-        while True:
+        first, error = 1, None
+        while error is None:
             chunk = []  # up to chunk_lines, but no waiting for a line while those read are untranslated
-            for line in source:
-                chunk.append(line)
-                if len(chunk) >= chunk_lines or not ready():
-                    break
+            try:
+                for line in source:
+                    chunk.append(line)
+                    if len(chunk) >= chunk_lines or not ready():
+                        break
+            except Exception as stop:  # a bad line (or a read that failed): raised after the lines before it
+                error = stop
             if not chunk:
-                return
-            yield from self._translate_lines(chunk, first, decode, progress)
+                break
+            yield from self._translated(chunk, first, decode, progress)
             first += len(chunk)
+        if error is not None:
+            raise error
+
+    def _translated(
+        self, chunk: list[str], first: int, decode: DecodeSettings, progress: Callable[[int], None] | None
+    ) -> Iterator[Translation]:
+        """A chunk's translations, in order, yielded a window at a time: a window is enough lines for about
+        STREAM_WINDOW_BATCHES full batches, sorted by length within it as a whole chunk was. Interrupted
+        (KeyboardInterrupt: Ctrl-C, or the SIGTERM that `tfm translate` turns into one) part-way through a window,
+        it yields those of the window's first lines already translated, then lets the interrupt go on.
+
+        A chunk (2,000 lines for `tfm translate`) was translated whole before its first line came out, its batches
+        longest first: `tfm translate < big > out` stopped after ten minutes had nothing of the chunk it was on
+        in `out` (a `kill -9` still loses the window being translated), where sed or awk would have written every
+        line done."""
+        lines, ids, truncated = self._encoded(chunk, first, decode)
+        budget = STREAM_WINDOW_BATCHES * max(decode.max_tokens // (1 if decode.greedy else decode.beam), 1)
+        start = 0
+        while start < len(lines):
+            end, tokens = start, 0
+            while end < len(lines) and (end == start or tokens + len(ids[end]) + 1 <= budget):
+                tokens += len(ids[end]) + 1  # (+ 1: the end of sentence)
+                end += 1
+            finished: list[Translation] = []
+            try:
+                results = self._search(lines[start:end], ids[start:end], truncated[start:end], decode, progress, finished)
+            except KeyboardInterrupt:
+                yield from finished
+                raise
+            yield from results
+            start = end
 
     def _stream_read_ahead(
         self,
@@ -584,7 +620,7 @@ class Translator:
                     except Empty:  # the iterator has nothing more at hand: translate what came
                         break
                 if chunk:
-                    yield from self._translate_lines(chunk, first, decode, progress)
+                    yield from self._translated(chunk, first, decode, progress)
                     first += len(chunk)
             if end.error is not None:
                 raise end.error
@@ -640,6 +676,14 @@ class Translator:
         self, lines: list[str], first_line: int, decode: DecodeSettings, progress: Callable[[int], None] | None
     ) -> list[Translation]:
         """Tokenise, cut what the model cannot take, search, detokenise; `first_line` numbers the warnings."""
+        lines, ids, truncated = self._encoded(lines, first_line, decode)
+        return self._search(lines, ids, truncated, decode, progress)
+
+    def _encoded(
+        self, lines: list[str], first_line: int, decode: DecodeSettings
+    ) -> tuple[list[str], list[list[int]], list[bool]]:
+        """`lines` without byte-order marks, their token ids (cut to what the model takes: warned, numbered from
+        `first_line`; none for a line of invisible characters), and which of them were cut."""
         self._check_beam(decode)
         lines = [_without_bom(line) for line in lines]
         try:
@@ -658,19 +702,49 @@ class Translator:
                     f"input line {first_line + i} has {len(seq)} tokens; the model takes at most {limit}, "
                     f"so only its first {limit} tokens were translated",
                     InputTruncatedWarning,
-                    stacklevel=3,
+                    stacklevel=4,
                 )
                 ids[i] = seq[:limit]
+        return lines, ids, truncated
+
+    def _search(
+        self,
+        lines: list[str],
+        ids: list[list[int]],
+        truncated: list[bool],
+        decode: DecodeSettings,
+        progress: Callable[[int], None] | None,
+        finished: list[Translation] | None = None,
+    ) -> list[Translation]:
+        """The translations of `lines` (encoded by `_encoded`), in order.
+
+        `finished`, when given, receives on a KeyboardInterrupt during the search (Ctrl-C, or a SIGTERM that
+        `tfm translate` turns into one) the translations of the lines already done, from the first line up to
+        the first one not done, before the interrupt goes on: batches run by length, not in line order.
+        """
         todo = [i for i, seq in enumerate(ids) if seq]  # empty lines give empty lines, without the model
-        hyps = translate_ids(
-            self.engine, [ids[i] for i in todo], beam_size=decode.beam, alpha=decode.alpha,
-            max_len_offset=decode.max_len_offset, min_len=decode.min_len, n_best=decode.n_best,
-            max_tokens=decode.max_tokens, greedy=decode.greedy, on_batch=progress,
-            autocast=self._autocast,
-        )
+        hyps: list[list[Hypothesis]] = [[] for _ in todo]
+        try:
+            translate_ids(
+                self.engine, [ids[i] for i in todo], beam_size=decode.beam, alpha=decode.alpha,
+                max_len_offset=decode.max_len_offset, min_len=decode.min_len, n_best=decode.n_best,
+                max_tokens=decode.max_tokens, greedy=decode.greedy, on_batch=progress,
+                autocast=self._autocast, into=hyps,
+            )
+        except KeyboardInterrupt:
+            if finished is not None:
+                by_line = dict(zip(todo, hyps, strict=True))
+                done = next((i for i in todo if not by_line[i]), len(lines))  # the first line not translated
+                finished.extend(self._results(lines[:done], by_line, truncated, decode))
+            raise
         if progress is not None and len(todo) < len(lines):  # the empty lines are finished too: a bar reaches its total
             progress(len(lines) - len(todo))
-        by_line = dict(zip(todo, hyps, strict=True))
+        return self._results(lines, dict(zip(todo, hyps, strict=True)), truncated, decode)
+
+    def _results(
+        self, lines: list[str], by_line: dict[int, list[Hypothesis]], truncated: list[bool], decode: DecodeSettings
+    ) -> list[Translation]:
+        """The Translations of `lines` from the hypotheses of each (by its index; none: an empty line)."""
         results = []
         for i, line in enumerate(lines):
             nbest = [  # detokenize: one line of text, even where the model emitted the byte tokens of a newline

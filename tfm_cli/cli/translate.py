@@ -6,7 +6,9 @@ A thin face over `tfm_cli.translator.Translator`: parse options, call it, print.
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,6 +22,7 @@ from tfm_cli.cli.common import (
     file_path,
     given_path,
     info,
+    interrupted_status,
     names_a_file,
     print_json,
     print_table,
@@ -27,6 +30,7 @@ from tfm_cli.cli.common import (
     reads_from_stdin,
     route_warnings,
     stdin_lines,
+    stop_signals,
     typed_command,
     warn,
     write_output,
@@ -142,57 +146,100 @@ def translate(
                 param_hint="TEXT",
             )
 
-    from tfm_cli.translator import Translator
+    written = _Written()
+    written.scoring = bool(score or reference is not None)
+    with _stopping(written, output):  # Ctrl-C, SIGTERM (kill, a scheduler) and SIGHUP: what was translated is kept
+        from tfm_cli.translator import Translator
 
-    with route_warnings():  # a final model older than the run's newest checkpoint is said
-        translator = Translator.load(model, engine=engine, device=device, precision=precision)
-    if model is None:
-        info(f"using {translator.path} (the most recent run; choose another with --model)")
-    if output is not None:  # again, now that the model's own files are known: they are inputs too
-        check_output_file(
-            output, "--output", inputs=[*(score or []), *([reference] if reference else []), *translator.files], reads_stdin=reads_stdin
+        with route_warnings():  # a final model older than the run's newest checkpoint is said
+            translator = Translator.load(model, engine=engine, device=device, precision=precision)
+        if model is None:
+            info(f"using {translator.path} (the most recent run; choose another with --model)")
+        if output is not None:  # again, now that the model's own files are known: they are inputs too
+            check_output_file(
+                output, "--output", inputs=[*(score or []), *([reference] if reference else []), *translator.files], reads_stdin=reads_stdin
+            )
+        if beam is None and n_best > translator.settings.beam and not greedy:  # a --beam given was checked above
+            raise typer.BadParameter(
+                f"--n-best {n_best} cannot exceed the model's beam size {translator.settings.beam}: widen the beam with it "
+                f"(--beam {n_best} --n-best {n_best})",
+                param_hint="--n-best",
+            )
+        settings = dict(
+            beam=beam, alpha=alpha, max_len_offset=max_len, min_len=min_len, max_tokens=batch_tokens, greedy=greedy,
+            n_best=n_best,
         )
-    if beam is None and n_best > translator.settings.beam and not greedy:  # a --beam given was checked above
-        raise typer.BadParameter(
-            f"--n-best {n_best} cannot exceed the model's beam size {translator.settings.beam}: widen the beam with it "
-            f"(--beam {n_best} --n-best {n_best})",
-            param_hint="--n-best",
-        )
-    settings = dict(
-        beam=beam, alpha=alpha, max_len_offset=max_len, min_len=min_len, max_tokens=batch_tokens, greedy=greedy,
-        n_best=n_best,
-    )
-    cuts = _Cuts(translator, max_len)
-    with route_warnings():
-        if score or reference is not None:
-            _score(translator, settings, text, score, reference, output, json_out, bleu_tokenize, cuts)
-            cuts.say(json_marks=False)  # scoring's --json is the report, not the translations
-            return
-        if text is not None:
-            result = translator.translate(text, **settings)
-            _emit(result, json_out, n_best, line=1)
-            cuts.count(result, 1)
+        cuts = _Cuts(translator, max_len)
+        with route_warnings():
+            if score or reference is not None:
+                _score(translator, settings, text, score, reference, output, json_out, bleu_tokenize, cuts)
+                cuts.say(json_marks=False)  # scoring's --json is the report, not the translations
+                return
+            if text is not None:
+                result = translator.translate(text, **settings)
+                _emit(result, json_out, n_best, line=1)
+                written.lines = 1
+                cuts.count(result, 1)
+                cuts.say(json_marks=not json_out)
+                return
+            if sys.stdin.isatty():  # `tfm translate -` at a terminal: each line typed is translated when Enter is pressed
+                info("type a sentence and press Enter to translate it; Ctrl-D ends")
+            # A live bar only when the translations go to a file: at a terminal they are the progress.
+            bar = progress_bar("translate", total=None) if not sys.stdout.isatty() else contextlib.nullcontext()
+            # What has been read is translated whenever reading on would wait (StdinLines.ready), and each result is
+            # flushed: a co-process that writes a line and waits for its translation gets it, as `tail -f` does; a
+            # file piped in is all there, so it is still translated CHUNK_LINES at a time.
+            if StdinLines.usable():
+                lines: Any = StdinLines(typed_command("translate"))
+                ready = lines.ready
+            else:  # no select() on this stdin (Windows): chunks of CHUNK_LINES, or the end of the input
+                lines, ready = stdin_lines(typed_command("translate")), None
+            with bar as advance:
+                results = translator.translate_stream(lines, chunk_lines=CHUNK_LINES, progress=advance, ready=ready, **settings)
+                for line_no, result in enumerate(results, start=1):
+                    _emit(result, json_out, n_best, line_no)
+                    sys.stdout.flush()
+                    written.lines = line_no
+                    cuts.count(result, line_no)
             cuts.say(json_marks=not json_out)
-            return
-        if sys.stdin.isatty():  # `tfm translate -` at a terminal: each line typed is translated when Enter is pressed
-            info("type a sentence and press Enter to translate it; Ctrl-D ends")
-        # A live bar only when the translations go to a file: at a terminal they are the progress.
-        bar = progress_bar("translate", total=None) if not sys.stdout.isatty() else contextlib.nullcontext()
-        # What has been read is translated whenever reading on would wait (StdinLines.ready), and each result is
-        # flushed: a co-process that writes a line and waits for its translation gets it, as `tail -f` does; a
-        # file piped in is all there, so it is still translated CHUNK_LINES at a time.
-        if StdinLines.usable():
-            lines: Any = StdinLines(typed_command("translate"))
-            ready = lines.ready
-        else:  # no select() on this stdin (Windows): chunks of CHUNK_LINES, or the end of the input
-            lines, ready = stdin_lines(typed_command("translate")), None
-        with bar as advance:
-            results = translator.translate_stream(lines, chunk_lines=CHUNK_LINES, progress=advance, ready=ready, **settings)
-            for line_no, result in enumerate(results, start=1):
-                _emit(result, json_out, n_best, line_no)
-                sys.stdout.flush()
-                cuts.count(result, line_no)
-        cuts.say(json_marks=not json_out)
+
+
+class _Written:
+    """How far an interrupted `tfm translate` got, for the line it ends with."""
+
+    def __init__(self) -> None:
+        self.lines = 0  # the input lines whose translations were written to stdout
+        self.scoring = False
+
+    def say(self, output: Path | None) -> str:
+        if self.scoring:  # the scores (and --output, written whole) come once everything is translated
+            kept = f"; --output {output} was not written (a file there is as it was)" if output is not None else ""
+            return f"nothing was scored{kept}"
+        if not self.lines:
+            return "no translation was finished before it"
+        if self.lines == 1:
+            return "the translation of input line 1 was written"
+        return f"the translations of input lines 1-{self.lines} were written"
+
+
+@contextlib.contextmanager
+def _stopping(written: _Written, output: Path | None) -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP (`stop_signals`) end the command with one line saying what was written, and
+    128 + the signal (130, 143) as the shell's status. The stream's translations are written as they come (a
+    chunk a window of about two batches at a time), and those of a window's first lines already translated when
+    the signal came are written before it ends (`Translator.translate_stream`): `tfm translate < big > out`
+    stopped after an hour keeps that hour's work. SIGTERM used to end the process at once, without a word, and
+    Ctrl-C too lost the up to 2,000 lines of the chunk being translated."""
+    received: list[int] = []
+    try:
+        with stop_signals() as received:
+            yield
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # on the way out: a second Ctrl-C changes nothing
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        info(f"tfm translate: interrupted; {written.say(output)}")
+        raise typer.Exit(interrupted_status(received)) from None
 
 
 class _Cuts:
