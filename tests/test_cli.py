@@ -1051,3 +1051,33 @@ def test_stop_signals_stop_once_and_leave_other_handlers_alone() -> None:
         assert _interrupted_status([signal.SIGTERM]) == 143 and _interrupted_status([]) == 130
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+def test_inspect_attn_stopped_by_sigterm_leaves_no_temporary_file(random_run: Path, tmp_path: Path) -> None:
+    """SIGTERM (`kill`, `timeout`) while `tfm inspect-attn --image` drew its image ended the process at once: the
+    hidden .NAME.XXXX.tmp it was writing stayed beside the image for good, and nothing was said. It now stops as
+    Ctrl-C does (tokenize too): the temporary file removed, the image there before kept, status 143."""
+    pytest.importorskip("matplotlib")
+    image, log = tmp_path / "attn.png", tmp_path / "stderr.txt"
+    image.write_bytes(b"the image of an earlier run")
+    with open(log, "wb") as stderr:
+        proc = subprocess.Popen(
+            [str(TFM), "inspect-attn", "--model", str(random_run), "--device", "cpu", "Bonjour.",
+             "--html", str(tmp_path / "attn.html"), "--image", str(image)],
+            stdout=subprocess.DEVNULL, stderr=stderr, env=_env(),
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while b"wrote" not in log.read_bytes():  # the page is written; the image is being drawn
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.005)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    err = log.read_text()
+    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
+    assert image.read_bytes() == b"the image of an earlier run"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["attn.html", "attn.png", "stderr.txt"]

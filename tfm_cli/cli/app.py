@@ -25,7 +25,7 @@ import typer
 
 from tfm_cli import __version__
 from tfm_cli.cli import bench, export, inspect_attn, tokenize, train, translate
-from tfm_cli.cli.common import Command, Group, SentenceCommand
+from tfm_cli.cli.common import Command, Group, SentenceCommand, stopping_on_signals
 from tfm_cli.errors import TfmError
 from tfm_cli.files import WRITE_ERRNOS
 
@@ -105,10 +105,10 @@ def _main(
     """
 
 
-app.command("tokenize", cls=Command)(tokenize.tokenize)
+app.command("tokenize", cls=Command)(stopping_on_signals(tokenize.tokenize))
 app.command("train", cls=Command)(train.train)
 app.command("translate", cls=SentenceCommand)(translate.translate)
-app.command("inspect-attn", cls=SentenceCommand)(inspect_attn.inspect_attn)
+app.command("inspect-attn", cls=SentenceCommand)(stopping_on_signals(inspect_attn.inspect_attn))
 app.add_typer(bench.app, name="bench")
 app.command("export", cls=Command)(export.export)
 

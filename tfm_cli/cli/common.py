@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import select
@@ -560,6 +561,24 @@ def handling_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]
         yield
     finally:
         swap_handlers(previous)
+
+
+def stopping_on_signals(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`command` with SIGTERM and SIGHUP stopping it as Ctrl-C does (`stop_signals`): the file being written
+    (`write_output`) is left as it was, its temporary file removed, and the exit status is 128 + the signal.
+    SIGTERM used to end the process at once, leaving a hidden .NAME.XXXX.tmp beside an --image or --out."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        received: list[int] = []
+        try:
+            with stop_signals() as received:
+                return command(*args, **kwargs)
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # on the way out: a second Ctrl-C changes nothing
+            raise typer.Exit(interrupted_status(received)) from None
+
+    return run
 
 
 def interrupted_status(received: list[int]) -> int:
