@@ -550,7 +550,9 @@ def test_onnxruntime_says_nothing_where_home_cannot_hold_its_telemetry_id(run: P
     assert proc.returncode == 0, proc.stderr
     assert "[W:onnxruntime" not in proc.stderr and "telemetry" not in proc.stderr, proc.stderr
     proc = tfm("translate", "--model", str(out), "Bonjour.", env_extra={"HOME": str(home), "XDG_CACHE_HOME": ""}, check=False)
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    # nothing but tfm's own warning that this barely trained model's translation was cut at the maximum length
+    others = [line for line in proc.stderr.splitlines() if "cut at the maximum output length" not in line]
+    assert proc.returncode == 0 and others == [], proc.stderr
     from tfm_cli.export.common import require
 
     monkeypatch.setenv("ORT_DISABLE_TELEMETRY", "0")  # the user's choice is kept
@@ -573,7 +575,7 @@ def test_a_bad_input_under_torchrun_is_our_one_line_without_torchrun_s_log(root:
     proc = subprocess.run([sys.executable, "-m", "tfm_cli.torchrun", "--nproc-per-node=1", "--standalone", str(script)],
                           capture_output=True, text=True, timeout=120, env=tfm_env())
     assert proc.returncode == 137
-    assert re.fullmatch(r"tfm train: process 0 of the job \(pid \d+\) was killed by SIGKILL \(out of memory\?\)\n", proc.stderr), proc.stderr
+    assert re.fullmatch(r"Error: process 0 of the job \(pid \d+\) was killed by SIGKILL \(out of memory\?\), which stopped the job\n", proc.stderr), proc.stderr
 
 
 def test_model_file_that_does_not_exist(tmp_path: Path) -> None:
@@ -779,7 +781,8 @@ def test_a_100000_character_line_is_cut_with_a_warning(run: Path) -> None:
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stdout.split("\n")) == 6 and proc.stdout.endswith("\n")  # 5 lines, each ended by a newline
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 3, proc.stderr
+    assert len(warnings) == 4 and "cut at the maximum output length" in warnings[3], proc.stderr  # then: the outputs cut
+    warnings = warnings[:3]
     for line_no, warning in zip((2, 3, 4), warnings, strict=True):
         assert f"input line {line_no} has " in warning and "the model takes at most 63" in warning
     assert seconds < 30, f"{seconds:.1f} s"
