@@ -492,13 +492,9 @@ def _train_rank(rank: int, port: int, recipe: str, run: str, out: str, fail_at: 
         Path(f"{out}-{rank}.json").write_text(json.dumps(alive), encoding="utf-8")
 
 
-@pytest.mark.slow
-def test_the_process_group_is_destroyed_with_nothing_holding_it(data: dict[str, Path], tmp_path: Path) -> None:
-    """At the end of a 2-process run the DDP wrapper (whose reducer holds the process group) is gone before the
-    group is destroyed. The trainer was a reference cycle (a lambda over itself), so the wrapper outlived
-    train() and the group's destruction, until some later collection or the interpreter's exit; rank 1 of
-    test_a_resume_with_another_number_of_processes_says_it_is_not_exact once in ~20 CI runs died in its exit
-    with "terminate called without an active exception" (SIGABRT)."""
+def _spawn_train(data: dict[str, Path], tmp_path: Path, steps: int, fail_at: int | None = None) -> tuple[Path, Path]:
+    """Run `_train_rank` on WORLD spawned processes for `steps` steps (a step failing at `fail_at`, if given);
+    returns the run directory and the prefix of the files each rank writes."""
     import socket
 
     import torch.multiprocessing as mp
@@ -507,12 +503,24 @@ def test_the_process_group_is_destroyed_with_nothing_holding_it(data: dict[str, 
     run.mkdir()
     shutil.copy(data["tokenizer"], run / "tokenizer.json")
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(ddp_recipe(data["root"] / "train.tsv", steps=2), encoding="utf-8")
+    recipe.write_text(ddp_recipe(data["root"] / "train.tsv", steps=steps), encoding="utf-8")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "alive"
-    mp.spawn(_train_rank, args=(port, str(recipe), str(run), str(out)), nprocs=WORLD)
+    args = (port, str(recipe), str(run), str(out)) + (() if fail_at is None else (fail_at,))
+    mp.spawn(_train_rank, args=args, nprocs=WORLD)
+    return run, out
+
+
+@pytest.mark.slow
+def test_the_process_group_is_destroyed_with_nothing_holding_it(data: dict[str, Path], tmp_path: Path) -> None:
+    """At the end of a 2-process run the DDP wrapper (whose reducer holds the process group) is gone before the
+    group is destroyed. The trainer was a reference cycle (a lambda over itself), so the wrapper outlived
+    train() and the group's destruction, until some later collection or the interpreter's exit; rank 1 of
+    test_a_resume_with_another_number_of_processes_says_it_is_not_exact once in ~20 CI runs died in its exit
+    with "terminate called without an active exception" (SIGABRT)."""
+    run, out = _spawn_train(data, tmp_path, steps=2)
     assert (run / "model.safetensors").is_file()
     assert [json.loads(Path(f"{out}-{rank}.json").read_text()) for rank in range(WORLD)] == [[0], [0]]
 
@@ -523,20 +531,7 @@ def test_a_failed_step_leaves_nothing_holding_the_process_group(data: dict[str, 
     wrapper (the step's `model`), and `train()` destroyed the process group while the error was on its way out,
     the wrapper and its gradient reducer still alive, to be freed later, or in the interpreter's exit (the suspected
     cause of a rank's rare SIGABRT, see above). The failed frames' locals are let go of before the group is destroyed."""
-    import socket
-
-    import torch.multiprocessing as mp
-
-    run = tmp_path / "run"
-    run.mkdir()
-    shutil.copy(data["tokenizer"], run / "tokenizer.json")
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(ddp_recipe(data["root"] / "train.tsv", steps=4), encoding="utf-8")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = tmp_path / "alive"
-    mp.spawn(_train_rank, args=(port, str(recipe), str(run), str(out), 2), nprocs=WORLD)
+    run, out = _spawn_train(data, tmp_path, steps=4, fail_at=2)
     assert [Path(f"{out}-{rank}.error").read_text() for rank in range(WORLD)] == ["step 2 failed"] * WORLD
     assert [json.loads(Path(f"{out}-{rank}.json").read_text()) for rank in range(WORLD)] == [[0], [0]]
 

@@ -570,15 +570,27 @@ def stopping_on_signals(command: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> Any:
-        received: list[int] = []
-        try:
-            with stop_signals() as received:
-                return command(*args, **kwargs)
-        except KeyboardInterrupt:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # on the way out: a second Ctrl-C changes nothing
-            raise typer.Exit(interrupted_status(received)) from None
+        with stopped_by_signals():
+            return command(*args, **kwargs)
 
     return run
+
+
+@contextlib.contextmanager
+def stopped_by_signals(say: Callable[[], str] | None = None) -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP (`stop_signals`) end the block, and the command, with 128 + the signal as the
+    shell's status (130, 143, 129), after the line `say()` gives (what was kept), when given."""
+    received: list[int] = []
+    try:
+        with stop_signals() as received:
+            yield
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # on the way out: a second Ctrl-C changes nothing
+        if say is not None:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout.flush()
+            info(say())
+        raise typer.Exit(interrupted_status(received)) from None
 
 
 def interrupted_status(received: list[int]) -> int:

@@ -6,9 +6,7 @@ A thin face over `tfm_cli.translator.Translator`: parse options, call it, print.
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +20,6 @@ from tfm_cli.cli.common import (
     file_path,
     given_path,
     info,
-    interrupted_status,
     names_a_file,
     print_json,
     print_table,
@@ -30,7 +27,7 @@ from tfm_cli.cli.common import (
     reads_from_stdin,
     route_warnings,
     stdin_lines,
-    stop_signals,
+    stopped_by_signals,
     typed_command,
     warn,
     write_output,
@@ -148,7 +145,11 @@ def translate(
 
     written = _Written()
     written.scoring = bool(score or reference is not None)
-    with _stopping(written, output):  # Ctrl-C, SIGTERM (kill, a scheduler) and SIGHUP: what was translated is kept
+    # Ctrl-C, SIGTERM (kill, a scheduler) and SIGHUP end with a line saying what was written: the stream's
+    # translations are written as they come (a window of about two batches at a time), and those of a window's
+    # first lines already translated when the signal came are written before it ends (Translator.translate_stream),
+    # so `tfm translate < big > out` stopped after an hour keeps that hour's work.
+    with stopped_by_signals(lambda: f"tfm translate: interrupted; {written.say(output)}"):
         from tfm_cli.translator import Translator
 
         with route_warnings():  # a final model older than the run's newest checkpoint is said
@@ -220,26 +221,6 @@ class _Written:
         if self.lines == 1:
             return "the translation of input line 1 was written"
         return f"the translations of input lines 1-{self.lines} were written"
-
-
-@contextlib.contextmanager
-def _stopping(written: _Written, output: Path | None) -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP (`stop_signals`) end the command with one line saying what was written, and
-    128 + the signal (130, 143) as the shell's status. The stream's translations are written as they come (a
-    chunk a window of about two batches at a time), and those of a window's first lines already translated when
-    the signal came are written before it ends (`Translator.translate_stream`): `tfm translate < big > out`
-    stopped after an hour keeps that hour's work. SIGTERM used to end the process at once, without a word, and
-    Ctrl-C too lost the up to 2,000 lines of the chunk being translated."""
-    received: list[int] = []
-    try:
-        with stop_signals() as received:
-            yield
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # on the way out: a second Ctrl-C changes nothing
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()
-        info(f"tfm translate: interrupted; {written.say(output)}")
-        raise typer.Exit(interrupted_status(received)) from None
 
 
 class _Cuts:
