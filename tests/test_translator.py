@@ -13,6 +13,7 @@ import gzip
 import itertools
 import json
 import pickle
+import platform
 import re
 import subprocess
 import sys
@@ -629,6 +630,38 @@ def test_precision_auto_follows_the_cpu_and_each_can_be_forced(parts, tmp_path: 
     assert bf16.precision == "bf16"
     results = bf16.translate(SOURCES)
     assert [r.source for r in results] == SOURCES and all(isinstance(r.score, float) for r in results)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() != "x86_64",
+                    reason="reads the x86 flags of /proc/cpuinfo")
+def test_native_bf16_is_the_cpus_bf16_instructions_not_any_avx512() -> None:
+    """The kernel's own flags are the reference: oneDNN's check says yes on every AVX-512 CPU, and 'auto' chose
+    bf16 on a Cascade Lake that emulates it, 3x slower than fp32."""
+    from tfm_cli.runtime import cpu_has_fast_bf16, resolve_precision
+
+    flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")).split()
+    native = bool({"avx512_bf16", "amx_bf16"} & set(flags))
+    assert cpu_has_fast_bf16() is native
+    assert resolve_precision("auto", torch.device("cpu")) == ("bf16" if native else "fp32")
+
+
+@pytest.mark.parametrize(("found", "native"), [
+    ({"architecture": "x86_64", "avx512_f": True, "avx512_vnni": True, "avx512_bf16": False, "amx_bf16": False}, False),
+    ({"architecture": "x86_64", "avx512_f": True, "avx512_bf16": True, "amx_bf16": False}, True),
+    ({"architecture": "x86_64", "avx512_f": True, "avx512_bf16": False, "amx_bf16": True}, True),
+    ({"architecture": "x86_64", "avx2": True}, False),
+    ({"architecture": "arm64", "neon": True, "bf16": True}, True),
+    ({"architecture": "arm64", "neon": True, "bf16": False}, False),
+])
+def test_native_bf16_on_cpus_we_do_not_have(monkeypatch, found: dict, native: bool) -> None:
+    from tfm_cli import runtime
+
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: found, raising=False)
+    runtime.cpu_has_fast_bf16.cache_clear()
+    try:
+        assert runtime.cpu_has_fast_bf16() is native
+    finally:
+        runtime.cpu_has_fast_bf16.cache_clear()
 
 
 def test_int8_quantizes_a_copy_and_stays_close_to_fp32(parts, tmp_path: Path) -> None:

@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tfm_cli.runtime import cpu_has_fast_bf16
+
 
 def packing_available() -> bool:
     """Whether this PyTorch build has oneDNN's linear kernels for prepacked weights (the x86 wheels do)."""
@@ -37,14 +39,6 @@ def packing_available() -> bool:
         return False
     try:
         return bool(torch.ops.mkldnn._linear_pointwise) and bool(torch.ops.mkldnn._reorder_linear_weight)
-    except (AttributeError, RuntimeError):
-        return False
-
-
-def _bf16_supported() -> bool:
-    """Whether oneDNN runs bf16 natively on this CPU (AVX512-BF16, AMX); elsewhere bf16 stays with F.linear."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
 
@@ -78,7 +72,7 @@ class PackedLinear(nn.Module):
         versions = self._versions()
         if dtype not in self._packed or self._packed[dtype][0] != versions:
             packed = None
-            if dtype == torch.float32 or (dtype == torch.bfloat16 and _bf16_supported()):
+            if dtype == torch.float32 or (dtype == torch.bfloat16 and cpu_has_fast_bf16()):
                 with torch.no_grad():
                     weight = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().to(dtype))
                     bias = None if self.bias is None else self.bias.detach().to(dtype)
