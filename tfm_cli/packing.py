@@ -8,7 +8,8 @@ products through oneDNN (which torch also ships, and which `torch.compile` uses 
 weight reordered once into oneDNN's blocked layout take 29, 29 and 106 us. oneDNN has a fixed cost of about 20 us
 a call, so tiny products (one row by 256 x 256) are slower, but a whole decoding step is faster at every batch
 size measured (quickstart model, 2 threads: beam 4 at 1 / 8 / 32 sentences a batch 1.3 / 1.3 / 1.3x as many
-sentences a second in fp32, greedy 1.1 / 1.4 / 1.2x).
+sentences a second in fp32, greedy 1.1 / 1.4 / 1.2x). That is MKL off Intel's CPUs: on an Intel Xeon (Cascade
+Lake) MKL was the faster of the two, and fp32 stays with it there (`fp32_packing_pays`).
 
 The results are the same function computed by another kernel: they differ from MKL's in the last bits (max |diff|
 about 1e-6 relative), and the quickstart model's 2,000 dev translations were identical both ways, in fp32 and in
@@ -30,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfm_cli.runtime import cpu_has_fast_bf16
+from tfm_cli.runtime import cpu_has_fast_bf16, cpu_vendor
 
 
 def packing_available() -> bool:
@@ -43,6 +44,19 @@ def packing_available() -> bool:
         return False
 
 
+def fp32_packing_pays() -> bool:
+    """Whether fp32 decoding should run on packed oneDNN weights rather than `F.linear`'s MKL: everywhere but on
+    Intel CPUs with an MKL build of torch.
+
+    MKL takes its slow paths off Intel's CPUs: on a 2-core AMD EPYC it took 2-6x as long as packed oneDNN for a
+    decoding step's products (module docstring). On Intel's own it is the faster one: on a 2-core Cascade Lake
+    Xeon (AVX-512, 2 threads, the quickstart model, fp32) plain `F.linear` translated 500 dev sentences with
+    beam 4 in 2.86 s against 3.44 s packed, and one sentence at a time 1.4x (beam 4) and 1.7x (greedy) as fast,
+    with the same translations.
+    """
+    return not (cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available())
+
+
 def tensor_version(tensor: torch.Tensor) -> int:
     """`tensor`'s in-place version counter; -1 for an inference tensor (made under inference_mode), which has none."""
     return -1 if tensor.is_inference() else tensor._version
@@ -53,7 +67,8 @@ class PackedLinear(nn.Module):
     under autocast).
 
     Shares `weight` and `bias` with the layer it was made from. It runs the packed kernel only on the CPU without
-    gradients; otherwise it is `F.linear`, and so is a dtype oneDNN cannot run here (bf16 without native support).
+    gradients; otherwise it is `F.linear`, and so is a dtype oneDNN cannot run here (bf16 without native support)
+    or should not (fp32 on an Intel CPU, where MKL is faster: `fp32_packing_pays`).
     """
 
     def __init__(self, linear: nn.Linear) -> None:
@@ -72,7 +87,7 @@ class PackedLinear(nn.Module):
         versions = self._versions()
         if dtype not in self._packed or self._packed[dtype][0] != versions:
             packed = None
-            if dtype == torch.float32 or (dtype == torch.bfloat16 and cpu_has_fast_bf16()):
+            if (dtype == torch.float32 and fp32_packing_pays()) or (dtype == torch.bfloat16 and cpu_has_fast_bf16()):
                 with torch.no_grad():
                     weight = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().to(dtype))
                     bias = None if self.bias is None else self.bias.detach().to(dtype)
@@ -106,10 +121,13 @@ def packed_view(model: nn.Module) -> nn.Module:
     """A copy of `model`'s modules sharing its parameters and buffers, whose `nn.Linear` layers are `PackedLinear`.
 
     The model itself is left as it is. Returns `model` unchanged where packing does not apply: not on the CPU,
-    no linear layer (e.g. int8-quantized ones), or a PyTorch without oneDNN.
+    no linear layer (e.g. int8-quantized ones), a PyTorch without oneDNN, or a CPU where it pays for neither fp32
+    (`fp32_packing_pays`) nor bf16 (no native bf16).
     """
     params = list(model.parameters())
     if not params or params[0].device.type != "cpu" or not packing_available():
+        return model
+    if not (fp32_packing_pays() or cpu_has_fast_bf16()):
         return model
     if not any(type(m) is nn.Linear for m in model.modules()):
         return model

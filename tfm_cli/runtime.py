@@ -9,6 +9,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import functools
+import platform
 import sys
 
 import torch
@@ -58,6 +59,20 @@ def cpu_has_fast_bf16() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+@functools.cache
+def cpu_vendor() -> str | None:
+    """The CPU's vendor string ("GenuineIntel", "AuthenticAMD", ...) where the system tells it; None elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    processor = platform.processor()  # Windows: "Intel64 Family 6 Model 85 Stepping 7, GenuineIntel"
+    return next((v for v in ("GenuineIntel", "AuthenticAMD") if v in processor), None)
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
