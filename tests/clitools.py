@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import select
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -11,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from forkserver import FORKED_ENV
 
 TFM = Path(sys.executable).parent / "tfm"  # the console script next to the interpreter running pytest
 
@@ -42,18 +48,123 @@ def tfm(
     """Run `tfm ARGS`; stdout and stderr come back as text. With `check`, a non-zero exit or a traceback fails.
 
     One torch thread: the CI box has 2 shared cores, where torch's default thread pool spins against other
-    jobs, and exact-resume comparisons need the same thread count anyway.
+    jobs, and exact-resume comparisons need the same thread count anyway. The process is forked from this worker's
+    fork server (tests/forkserver.py: the same entry point, without `import torch` each time) wherever the
+    environment allows, else started afresh.
     """
     data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
-    proc = subprocess.run(
-        [str(TFM), *args], input=data if data is not None else b"", capture_output=True, env=tfm_env(env_extra),
-        cwd=cwd, timeout=timeout,
-    )
+    env = tfm_env(env_extra)
+    server = _fork_server()
+    if server is not None and server.forkable(env):
+        proc = server.run(args, data or b"", env, cwd, timeout)
+    else:
+        proc = subprocess.run(
+            [str(TFM), *args], input=data if data is not None else b"", capture_output=True, env=env, cwd=cwd,
+            timeout=timeout,
+        )
     proc.stdout, proc.stderr = proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
     if check:
         assert proc.returncode == 0, f"tfm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}"
         assert "Traceback" not in proc.stderr
     return proc
+
+
+class ForkServer:
+    """This worker's tests/forkserver.py: started once, with the environment `tfm_env()` gives every call."""
+
+    def __init__(self) -> None:
+        self.channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.env = tfm_env()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("forkserver.py")), str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=self.env,
+        )
+        theirs.close()
+        self._reply(120)  # {"ready"}: the libraries are imported
+        atexit.register(self.close)
+
+    def forkable(self, env: dict[str, str]) -> bool:
+        """Whether a call's environment agrees with the server's on what was read once, when it started."""
+        read_at_start = {k for k in {*env, *self.env} if k.startswith(("PYTHON", "LD_"))} | set(FORKED_ENV)
+        return all(env.get(k) == self.env.get(k) for k in read_at_start)
+
+    def run(
+        self, args: tuple[str, ...], stdin: bytes, env: dict[str, str], cwd: Path | None, timeout: float
+    ) -> subprocess.CompletedProcess:
+        """`tfm ARGS` in a forked child whose stdin, stdout and stderr are pipes to this process, as
+        `subprocess.run(..., input=stdin, capture_output=True)` gives them."""
+        pipes = [os.pipe() for _ in range(3)]  # (read, write) each
+        theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
+        request = {"args": list(args), "env": env, "cwd": str(cwd or Path.cwd()), "script": str(TFM)}
+        try:
+            socket.send_fds(self.channel, [json.dumps(request).encode()], theirs)
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        pid = self._reply(30)["pid"]
+        with open(pipes[0][1], "wb") as to_child, open(pipes[1][0], "rb") as out, open(pipes[2][0], "rb") as err:
+            try:
+                stdout, stderr = _communicate(to_child, out, err, stdin, timeout)
+                status = self._reply(timeout)["status"]
+            except subprocess.TimeoutExpired:
+                os.kill(pid, signal.SIGKILL)
+                self._reply(30)
+                raise subprocess.TimeoutExpired([str(TFM), *args], timeout) from None
+        return subprocess.CompletedProcess([str(TFM), *args], status, stdout, stderr)
+
+    def _reply(self, timeout: float) -> dict:
+        ready, _, _ = select.select([self.channel], [], [], timeout)
+        if not ready:
+            raise subprocess.TimeoutExpired("the fork server's reply", timeout)
+        message = self.channel.recv(1 << 16)
+        if not message:
+            raise RuntimeError(f"the fork server ended (exit {self.proc.wait()})")
+        return json.loads(message)
+
+    def close(self) -> None:
+        self.channel.close()  # the server reads the end of the stream and returns
+        self.proc.wait(timeout=30)
+
+
+def _communicate(to_child, out, err, data: bytes, timeout: float) -> tuple[bytes, bytes]:
+    """Write `data` to the child's stdin and read its stdout and stderr to their ends, all at once (a child that
+    writes much before it reads all its input would otherwise wait on a full pipe), as `Popen.communicate` does."""
+    deadline = time.monotonic() + timeout
+    chunks: dict[int, list[bytes]] = {out.fileno(): [], err.fileno(): []}
+    readers, writers, view = [out, err], [to_child] if data else [], memoryview(data)
+    if not data:
+        to_child.close()
+    while readers or writers:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired("tfm", timeout)
+        readable, writable, _ = select.select(readers, writers, [], left)
+        for f in writable:
+            try:
+                view = view[os.write(f.fileno(), view[: 1 << 16]):]
+            except BrokenPipeError:  # the child stopped reading (it ended, or refused its input)
+                view = view[:0]
+            if not view:
+                writers.remove(f)
+                f.close()
+        for f in readable:
+            chunk = os.read(f.fileno(), 1 << 16)
+            if chunk:
+                chunks[f.fileno()].append(chunk)
+            else:
+                readers.remove(f)
+    return b"".join(chunks[out.fileno()]), b"".join(chunks[err.fileno()])
+
+
+_SERVER: list[ForkServer] = []
+
+
+def _fork_server() -> ForkServer | None:
+    if os.environ.get("TFM_TEST_FORK", "1") == "0":
+        return None
+    if not _SERVER:
+        _SERVER.append(ForkServer())
+    return _SERVER[0]
 
 
 def tfm_env(env_extra: dict[str, str] | None = None) -> dict[str, str]:
