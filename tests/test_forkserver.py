@@ -1,6 +1,6 @@
-"""The CLI tests' fork server (tests/forkserver.py) answers as a freshly started `tfm` does: the same output, the
-same exit status, standard streams that are pipes, the environment and directory of the call, and nothing left
-over from an earlier call. If it did not, every CLI test run through it would test something else."""
+"""The CLI tests' fork server (tests/forkserver.py) answers as a freshly started `tfm` does: the same exit status,
+stdout and stderr, with the environment, directory and stdin of each call. If it did not, every CLI test run
+through it would test something else."""
 
 from __future__ import annotations
 
