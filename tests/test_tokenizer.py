@@ -58,6 +58,7 @@ def test_id_layout(tok: Tokenizer) -> None:
         "\u0065\u0301 decomposed é",  # NFC composes it
         "<s> </s> <pad> <unk> are plain text here",
         "a\u2581b",  # the metaspace mark itself counts as whitespace
+        "می\u200cخواهم 👨\u200d👩\u200d👧! l'été, dit-il... (3.14)",
         "\x07bell and \u200bzero width",
         "",
         "   ",
@@ -101,6 +102,49 @@ def test_pieces_read_well_and_unseen_characters_fall_back_to_bytes(tok: Tokenize
     assert tok.pieces("😀") == ["▁", "<0xF0>", "<0x9F>", "<0x98>", "<0x80>"]
     ids = tok.encode("😀")
     assert all(tok.is_byte(i) for i in ids[1:])
+
+
+def _mixed(pieces: list[str]) -> list[str]:
+    """The pieces that hold both a letter and punctuation."""
+    return [p for p in pieces if any(c.isalpha() for c in p) and any(c in ".,!?;:«»\"()" for c in p)]
+
+
+def test_words_and_punctuation_never_share_a_piece(tok: Tokenizer) -> None:
+    """A word is learned without the punctuation that follows it ("matin." is "matin" then "."), as
+    sentencepiece splits by script; apostrophes and hyphens inside a word stay in it."""
+    vocabulary = [tok.id_to_piece(i) for i in range(260, tok.vocab_size)]
+    assert _mixed(vocabulary) == []
+    assert tok.pieces("Je suis là.")[-2:] == ["▁là", "."]
+    assert tok.pieces("Où est la gare ?")[-1] == "▁?"
+    pre = tok.backend.pre_tokenizer.pre_tokenize_str
+    assert [w for w, _ in pre(tok.normalize("Aujourd'hui, dit-il, j’ai 25 ans... «Oui» 你好，世界。"))] == [
+        "▁Aujourd'hui", ",", "▁dit-il", ",", "▁j’ai", "▁25", "▁ans", "...", "▁«", "Oui", "»", "▁你好", "，", "世界", "。",
+    ]
+    # a Persian word keeps its zero-width non-joiner, a family emoji its zero-width joiners
+    assert [w for w, _ in pre(tok.normalize("می\u200cخواهم 👨\u200d👩\u200d👧!"))] == [
+        "▁می\u200cخواهم", "▁👨\u200d👩\u200d👧!",
+    ]
+
+
+def test_a_tokenizer_saved_before_punctuation_was_split_encodes_as_it_did(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A run's tokenizer.json carries its own pre-tokenizer: one trained when tfm split at whitespace alone
+    (pieces such as "▁là." were learned) keeps encoding that way, so its model sees the pieces it was trained on."""
+    import tfm_cli.tokenizer as tokenizer_module
+
+    with monkeypatch.context() as m:
+        m.setattr(
+            tokenizer_module, "_pre_tokenizer",
+            lambda: pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
+        )
+        train_tokenizer(_texts(_bundled_pairs("train.tsv.gz", 20000)), vocab_size=2000).save(tmp_path / "tokenizer.json")
+    old = Tokenizer.load(tmp_path / "tokenizer.json")
+    learned = _mixed([old.id_to_piece(i) for i in range(260, old.vocab_size)])
+    assert "▁là." in learned and len(learned) > 100
+    assert old.pieces("Je suis là.")[-1] == "▁là."
+    assert old.decode(old.encode("Je suis là.")) == "Je suis là."
+    assert train_tokenizer(["Je suis là."] * 5, vocab_size=300).pieces("Je suis là.")[-1] == "."  # trained anew
 
 
 def test_round_trip_on_the_whole_bundled_dev_set(tok: Tokenizer) -> None:
