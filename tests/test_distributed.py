@@ -45,10 +45,18 @@ from tfm_cli.training.trainer import _restore_rng, _rng_state
 REPO = Path(__file__).resolve().parents[1]
 CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
 STEPS = 12
-# Observed: 4.6e-6 after 12 steps, 1.7e-5 with accumulation on an AMD EPYC; 5.1e-5 with accumulation on an Intel
-# Cascade Lake (MKL rounds the two processes' half-batches otherwise). Adam at lr ~0.05 magnifies rounding; a
-# gradient lost or counted twice moves weights by about the learning rate, hundreds of times this.
-TOLERANCE = 1e-4
+# 1 and 2 processes sum the same gradients in another order, so their weights agree to rounding, until a rounding
+# decides something: a ReLU unit whose input is ~0 for some token on or off, which Adam's normalisation (and lr ~0.05)
+# then turns into visible steps. Observed on a Cascade Lake, 8 steps with accumulation: 4e-7 apart up to step 5; at
+# step 6 one decoder FFN unit's row moved 2e-4 and by step 8 the rest followed: largest difference 2.1e-3, 1.7% of
+# the weights over 1e-4, median 3.8e-6, logits 5.7e-3 apart (scale 6). A gradient lost or counted twice moves every
+# weight: the same run with half of each step's batches lost was 0.25 apart at most, with 99.7% of the weights over
+# 1e-4, a median of 2.2e-2 and logits 2.5 apart. The comparison is of the many (median and share), not of the one.
+MEDIAN_TOLERANCE = 1e-5  # of |w1 - w2| over all weights
+SHARE_OVER = 1e-4  # at most ...
+MAX_SHARE = 0.05  # ... of the weights this far apart
+MAX_TOLERANCE = 1e-2  # no weight further (about a fifth of the learning rate at step 8)
+LOGITS_TOLERANCE = 5e-2  # absolute, on logits of scale ~6
 
 
 def ddp_recipe(train: object, steps: int) -> str:
@@ -194,6 +202,16 @@ def test_held_stops_stop_every_rank_at_the_same_point() -> None:
     handler (which records the signal for the exit status); later signals are ignored while the step is saved; a
     signal in an `interruptible` block ends that block at once; one after the last check is delivered at the end;
     a single process is left as it was."""
+    # SIGHUP as a terminal leaves it: pytest started under `nohup` inherits it ignored, and stop_signals rightly
+    # keeps an ignored SIGHUP ignored (the run must outlive the terminal), so the test below saw no signal at all
+    hangup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        _held_stops_stop_every_rank_at_the_same_point()
+    finally:
+        signal.signal(signal.SIGHUP, hangup)
+
+
+def _held_stops_stop_every_rank_at_the_same_point() -> None:
     from tfm_cli.cli.common import stop_signals
     from tfm_cli.training.stopping import HeldStops
 
@@ -583,13 +601,17 @@ def _weights(run: Path, step: int) -> dict[str, torch.Tensor]:
     return load_file(str(run / "checkpoints" / f"step-{step:08d}.safetensors"))
 
 
-def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+def _assert_same_training(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], where: object = None) -> None:
+    """The weights of two runs that should differ by rounding alone (see MEDIAN_TOLERANCE)."""
     assert a.keys() == b.keys()
     # Key projections are left out: attention is invariant to adding the same score to every key of a query,
     # so the key bias (and, for nearly constant memory, directions of the key weights) has a true gradient of ~0
     # there, and Adam's normalisation turns rounding noise into drift (2e-4 on cross-attention keys' weights
     # after 8 steps at lr ~0.05). The model's function is compared separately (`_logits`).
-    return max(float((a[k] - b[k]).abs().max()) for k in a if ".w_k." not in k)
+    diff = torch.cat([(a[k] - b[k]).abs().flatten() for k in a if ".w_k." not in k])
+    median, share, most = float(diff.median()), float((diff > SHARE_OVER).float().mean()), float(diff.max())
+    figures = f"{where}: median {median:.1e}, {share:.1%} over {SHARE_OVER}, largest {most:.1e}"
+    assert median <= MEDIAN_TOLERANCE and share <= MAX_SHARE and most <= MAX_TOLERANCE, figures
 
 
 def _logits(weights: dict[str, torch.Tensor], run: Path) -> torch.Tensor:
@@ -610,8 +632,8 @@ def _records(run: Path) -> list[dict]:
 def test_two_processes_train_the_weights_of_one(pair: dict) -> None:
     for step in (6, STEPS):
         one, two = _weights(pair["one"], step), _weights(pair["two"], step)
-        assert _max_diff(one, two) <= TOLERANCE, (step, _max_diff(one, two))
-        torch.testing.assert_close(_logits(two, pair["two"]), _logits(one, pair["one"]), rtol=1e-4, atol=1e-4)
+        _assert_same_training(one, two, f"step {step}")
+        torch.testing.assert_close(_logits(two, pair["two"]), _logits(one, pair["one"]), rtol=0, atol=LOGITS_TOLERANCE)
 
 
 @pytest.mark.slow
@@ -635,8 +657,10 @@ def test_accumulation_over_two_processes(data: dict[str, Path]) -> None:
     """train.accum_steps=2: the first batch of each step skips the all-reduce (no_sync); same weights as 1 process."""
     one, _ = _train(data, "accum-one", "train.accum_steps=2", "train.eval_every=0", "train.max_steps=8", "train.save_every=8")
     two, _ = _train(data, "accum-two", "train.accum_steps=2", "train.eval_every=0", "train.max_steps=8", "train.save_every=8", processes=2)
-    assert _max_diff(_weights(one, 8), _weights(two, 8)) <= TOLERANCE
-    torch.testing.assert_close(_logits(_weights(two, 8), two), _logits(_weights(one, 8), one), rtol=1e-4, atol=1e-4)
+    _assert_same_training(_weights(one, 8), _weights(two, 8), "step 8")
+    torch.testing.assert_close(
+        _logits(_weights(two, 8), two), _logits(_weights(one, 8), one), rtol=0, atol=LOGITS_TOLERANCE
+    )
 
 
 @pytest.mark.slow
