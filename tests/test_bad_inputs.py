@@ -45,11 +45,12 @@ import yaml
 from clitools import TFM, tfm, tfm_env, tiny_recipe
 from safetensors.torch import load_file, save_file
 
-from tfm_cli.checkpoint import FINAL, checkpoint_path, load_model, read_metadata, save_weights, weights_state
-from tfm_cli.data import read_pairs
+from tfm_cli.checkpoint import load_model, read_metadata, save_weights, weights_state
+from tfm_cli.corpus import read_pairs
 from tfm_cli.errors import CheckpointError, CorpusError, RecipeError, TfmError
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.recipe import load_recipe
+from tfm_cli.runs import FINAL, checkpoint_path
 from tfm_cli.tokenizer import train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]

@@ -423,8 +423,9 @@ def random_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run directory with a tokenizer and an untrained tiny model: enough to load and decode."""
     import torch
 
-    from tfm_cli.checkpoint import FINAL, save_weights, weights_state
+    from tfm_cli.checkpoint import save_weights, weights_state
     from tfm_cli.model import ModelConfig, Transformer
+    from tfm_cli.runs import FINAL
     from tfm_cli.tokenizer import train_tokenizer
 
     run = tmp_path_factory.mktemp("random-run")

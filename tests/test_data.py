@@ -13,16 +13,8 @@ import pytest
 import torch
 
 import tfm_cli
-from tfm_cli.data import (
-    Batch,
-    BatchStream,
-    TokenizedCorpus,
-    encode_corpus,
-    make_batch,
-    read_pairs,
-    resolve_corpus_path,
-    token_batches,
-)
+from tfm_cli.corpus import read_pairs, resolve_corpus_path
+from tfm_cli.data import Batch, BatchStream, TokenizedCorpus, encode_corpus, make_batch, token_batches
 from tfm_cli.errors import CorpusError, TfmError
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer
 
@@ -218,7 +210,7 @@ def test_error_unreadable_file_says_permission(tmp_path: Path, monkeypatch: pyte
         def denied(file, *args, **kwargs):
             raise PermissionError(13, "Permission denied", str(file))
 
-        monkeypatch.setattr("tfm_cli.data.open", denied, raising=False)
+        monkeypatch.setattr("tfm_cli.corpus.open", denied, raising=False)
     with pytest.raises(CorpusError) as err:
         list(read_pairs(path))
     assert str(err.value) == f"{path}: permission denied: make the file readable (chmod +r {path}) or run tfm as a user who may read it"

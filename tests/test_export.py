@@ -329,8 +329,9 @@ def _random_run(root: Path) -> Path:
     """A run of random weights (d_model 16, 1+1 layers) with a tokenizer of 300 pieces: quick to export."""
     import torch
 
-    from tfm_cli.checkpoint import FINAL, save_weights, weights_state
+    from tfm_cli.checkpoint import save_weights, weights_state
     from tfm_cli.model import ModelConfig, Transformer
+    from tfm_cli.runs import FINAL
     from tfm_cli.tokenizer import train_tokenizer
 
     texts = [s for line in SENTENCES.splitlines() for s in (line, line.lower(), line.upper())] * 20

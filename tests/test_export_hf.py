@@ -25,13 +25,14 @@ import pytest
 import torch
 
 from tfm_cli import TfmError, Translator
-from tfm_cli.checkpoint import FINAL, load_model, save_weights, weights_state
+from tfm_cli.checkpoint import load_model, save_weights, weights_state
 from tfm_cli.export import huggingface as hf_export
 from tfm_cli.export import run_export
 from tfm_cli.export.common import agreement
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask
 from tfm_cli.model.transformer import sinusoidal_table
+from tfm_cli.runs import FINAL
 from tfm_cli.tokenizer import train_tokenizer
 
 transformers = pytest.importorskip(

@@ -19,12 +19,13 @@ from clitools import tfm
 pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
-from tfm_cli.checkpoint import FINAL, save_weights, weights_state  # noqa: E402
+from tfm_cli.checkpoint import save_weights, weights_state  # noqa: E402
 from tfm_cli.decoding import TorchEngine, beam_search, greedy_search  # noqa: E402
 from tfm_cli.errors import TfmError  # noqa: E402
 from tfm_cli.export import run_export  # noqa: E402
 from tfm_cli.export.onnx import OnnxEngine  # noqa: E402
 from tfm_cli.model import ModelConfig, Transformer, padding_mask  # noqa: E402
+from tfm_cli.runs import FINAL  # noqa: E402
 from tfm_cli.translator import Translator  # noqa: E402
 
 FILES = ["encoder.onnx", "decoder.onnx", "config.json", "tokenizer.json", "recipe.yaml", "onnx.json", "tfm-export.json"]

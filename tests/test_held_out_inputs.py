@@ -22,9 +22,10 @@ from clitools import TFM, has_module, tfm, tfm_env
 from safetensors.torch import load_file, save_file
 from test_bad_inputs import error_line, translate, write
 
-from tfm_cli.checkpoint import FINAL, read_metadata
+from tfm_cli.checkpoint import read_metadata
 from tfm_cli.cli.common import print_json, write_output
 from tfm_cli.errors import CheckpointError, TfmError
+from tfm_cli.runs import FINAL
 from tfm_cli.translator import Translator
 
 root, run = test_bad_inputs.root, test_bad_inputs.run  # its fixtures: the random tiny run, made once here too

@@ -19,9 +19,10 @@ from clitools import start_tfm, tfm, wait_until
 from safetensors.torch import load_file
 from test_bad_inputs import error_line, snapshot, write
 
-from tfm_cli.checkpoint import checkpoint_path, checkpoint_steps, read_metadata, state_path
+from tfm_cli.checkpoint import read_metadata
 from tfm_cli.errors import RecipeError
 from tfm_cli.recipe import load_recipe
+from tfm_cli.runs import checkpoint_path, checkpoint_steps, state_path
 
 root, trained = test_bad_inputs.root, test_bad_inputs.trained  # its fixtures: a corpus and recipe, the run
 

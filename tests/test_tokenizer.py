@@ -265,11 +265,46 @@ def test_library_layer_imports() -> None:
         "import sys, tfm_cli.tokenizer; "
         "bad = [m for m in ('torch', 'typer', 'rich') if m in sys.modules]; "
         "assert not bad, bad; "
+        "import tfm_cli.corpus, tfm_cli.runs; "
+        "bad = [m for m in ('torch', 'typer', 'rich') if m in sys.modules]; "
+        "assert not bad, bad; "
         "import tfm_cli.data; "
         "bad = [m for m in ('typer', 'rich') if m in sys.modules]; "
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# `tfm tokenize ARGS` through the entry point in a fresh interpreter; the last stderr line says whether torch loaded
+_WITHOUT_TORCH = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: print('torch loaded:', 'torch' in sys.modules, file=sys.stderr))\n"
+    "from tfm_cli.cli.app import main\n"
+    "sys.argv = ['tfm', 'tokenize', *sys.argv[1:]]\n"
+    "main()\n"
+)
+
+
+def test_tokenize_command_never_loads_torch(tmp_path: Path) -> None:
+    """Training a tokenizer (from a corpus and from a recipe) and encoding with one (a file, a run, the newest run)
+    is plain Python and `tokenizers`: the command starts without PyTorch's seconds of import."""
+    corpus = tmp_path / "c.tsv"
+    corpus.write_text("".join(f"phrase numéro {i} ici .\tsentence number {i} here .\n" for i in range(300)), encoding="utf-8")
+    (tmp_path / "r.yaml").write_text(f"name: r\ndata:\n  train: {corpus}\n  dev: {corpus}\n", encoding="utf-8")
+    calls = [
+        ["--corpus", str(corpus), "--vocab-size", "300", "--out", "tok.json"],
+        ["r.yaml", "tokenizer.vocab_size=300"],  # -> runs/r/tokenizer.json
+        ["--tokenizer", "tok.json", "--encode", "phrase numéro 7"],
+        ["--encode", "phrase numéro 7"],  # the newest run's (runs/r)
+    ]
+    for args in calls:
+        done = subprocess.run(
+            [sys.executable, "-c", _WITHOUT_TORCH, *args], cwd=tmp_path, capture_output=True, text=True, encoding="utf-8"
+        )
+        assert done.returncode == 0, (args, done.stderr)
+        assert done.stderr.splitlines()[-1] == "torch loaded: False", (args, done.stderr)
+    assert (tmp_path / "runs" / "r" / "tokenizer.json").is_file()
+    assert "decoded: phrase numéro 7" in done.stderr
 
 
 def test_saved_json_has_no_added_tokens(tok: Tokenizer, tmp_path: Path) -> None:

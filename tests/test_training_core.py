@@ -18,9 +18,7 @@ from torch import nn
 
 from tfm_cli import __version__
 from tfm_cli.checkpoint import (
-    FINAL,
     average_checkpoints,
-    checkpoint_path,
     load_model,
     load_state,
     read_metadata,
@@ -32,6 +30,7 @@ from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.model.masks import padding_mask, target_mask
 from tfm_cli.model.transformer import Dropout
 from tfm_cli.recipe import TrainRecipe
+from tfm_cli.runs import FINAL, checkpoint_path
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer
 from tfm_cli.training import (
     inverse_sqrt_lr,

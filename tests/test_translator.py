@@ -29,8 +29,9 @@ import torch
 from clitools import tfm
 
 from tfm_cli import DecodeSettings, InputTruncatedWarning, TfmError, Translation, Translator
-from tfm_cli.checkpoint import FINAL, save_weights, weights_state
+from tfm_cli.checkpoint import save_weights, weights_state
 from tfm_cli.model import ModelConfig, Transformer
+from tfm_cli.runs import FINAL
 from tfm_cli.tokenizer import train_tokenizer
 
 CORPUS = Path(__file__).resolve().parents[1] / "tfm_cli" / "corpora" / "tatoeba-fr-en" / "train.tsv.gz"

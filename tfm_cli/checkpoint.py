@@ -12,14 +12,13 @@ A run directory (`runs/<recipe name>/` by default) holds:
     model.safetensors      the final model: the average of the last checkpoints (paper section 6.1)
 
 Weights are safetensors with tied tensors stored once. Every file is written to a temporary name and renamed,
-so an interrupted write never leaves a truncated checkpoint behind.
+so an interrupted write never leaves a truncated checkpoint behind. The file names, and which weights a run
+directory or `--model` path means, are `tfm_cli.runs` (no torch there).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,14 +33,9 @@ from tfm_cli import __version__
 from tfm_cli.errors import CheckpointError, shell_word
 from tfm_cli.files import atomic_write
 from tfm_cli.model import ModelConfig, Transformer
+from tfm_cli.runs import FINAL, checkpoint_steps, resolve_weights, run_dir_of, state_path
 from tfm_cli.signals import held_stop_signals
 from tfm_cli.tokenizer import Tokenizer
-
-FINAL = "model.safetensors"
-BEST = "best.safetensors"
-EXPORT_INFO = "tfm-export.json"  # written into every export (tfm_cli.export): format, source weights, tfm version, checks
-CHECKPOINTS = "checkpoints"
-_STEP_FILE = re.compile(r"step-(\d+)\.safetensors$")
 
 
 def weights_state(model: Transformer) -> dict[str, torch.Tensor]:
@@ -93,46 +87,6 @@ def read_metadata(path: Path) -> dict[str, str]:
     return metadata
 
 
-def checkpoint_steps(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, path) of every periodic checkpoint in the run, oldest first."""
-    folder = Path(run_dir) / CHECKPOINTS
-    found = []
-    for path in folder.glob("step-*.safetensors") if folder.is_dir() else []:
-        match = _STEP_FILE.search(path.name)
-        if match:
-            found.append((int(match.group(1)), path))
-    return sorted(found)
-
-
-def missing_model(path: Path) -> CheckpointError:
-    """The error for a model path that does not exist, worded alike by every command that reads one."""
-    return CheckpointError(f"model {path} does not exist", hint="pass a run directory (runs/NAME) or a .safetensors file")
-
-
-def checkpoint_path(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / CHECKPOINTS / f"step-{step:08d}.safetensors"
-
-
-def state_path(weights: Path) -> Path:
-    return weights.with_name(weights.name.replace(".safetensors", ".state.pt"))
-
-
-def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
-    """Delete all but the newest `keep_last` periodic checkpoints (weights and trainer state), and the trainer
-    states older than those whose weights are gone (a prune cut short between its two deletions, `kill -9`, left
-    one behind for good: each a few hundred MB on a real model)."""
-    found = checkpoint_steps(run_dir)
-    for _, path in found[:-keep_last]:
-        path.unlink(missing_ok=True)
-        state_path(path).unlink(missing_ok=True)
-    kept = found[-keep_last:]
-    if kept:
-        for state in (Path(run_dir) / CHECKPOINTS).glob("step-*.state.pt"):
-            match = re.fullmatch(r"step-(\d+)\.state\.pt", state.name)
-            if match and int(match.group(1)) < kept[0][0] and not state.with_name(state.name.replace(".state.pt", ".safetensors")).exists():
-                state.unlink(missing_ok=True)
-
-
 def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     """The tensors of a safetensors file (safetensors' `load_file`), read with the stop signals held: Ctrl-C or
     SIGTERM landing inside it raised KeyboardInterrupt in the Python calls its Rust code makes, which came out as
@@ -180,71 +134,6 @@ class LoadedModel:
     run_dir: Path
     step: int
     metadata: dict[str, str]
-
-
-def resolve_weights(spec: str | Path | None, runs_root: str | Path = "runs") -> Path:
-    """The weights file meant by `spec`: a .safetensors file, or a run directory, or (None) the newest run.
-
-    In a run directory the final averaged model wins, then the best checkpoint, then the newest checkpoint.
-    """
-    if spec is None:
-        root = Path(runs_root)
-        candidates = [p for p in root.glob("*/") if p.is_dir()] if root.is_dir() else []
-        runs = [(weights_mtime(p), p) for p in candidates]
-        runs = [(t, p) for t, p in runs if t is not None]
-        if not runs:
-            raise CheckpointError(
-                f"no trained model found under {root}/", hint="train one with `tfm train recipes/tiny.yaml`, or name the run directory (e.g. runs/tiny)"
-            )
-        return resolve_weights(max(runs)[1])
-    path = Path(spec)
-    if path.is_file():
-        return path
-    if not path.exists():
-        raise missing_model(path)
-    for candidate in (path / FINAL, path / BEST):
-        if candidate.is_file():
-            return candidate
-    steps = checkpoint_steps(path)
-    if steps:
-        return steps[-1][1]
-    if path.is_dir() and any(path.glob("*.onnx")):  # `tfm export --format onnx` (whole or not): graphs, no weights
-        lacking = [name for name in ("encoder.onnx", "decoder.onnx") if not (path / name).is_file()]
-        if lacking:
-            raise CheckpointError(
-                f"{path} is an incomplete ONNX export: {' and '.join(lacking)} {'is' if len(lacking) == 1 else 'are'} missing",
-                hint=f"export it again: tfm export RUN --format onnx --out {shell_word(path)} --force",
-            )
-        raise CheckpointError(
-            f"{path} is an ONNX export ({', '.join(sorted(p.name for p in path.glob('*.onnx')))}): it holds no PyTorch weights",
-            hint="translate it with `tfm translate --model DIR` (onnxruntime); for this command, give the run it was "
-            "exported from (its tfm-export.json names the weights)",
-        )
-    if path.is_dir() and (path / "model.bin").is_file():  # CTranslate2's converters write model.bin + config.json
-        raise CheckpointError(
-            f"{path} is a CTranslate2 model (model.bin), not tfm's",
-            hint="translate with it through ctranslate2.Translator, or give tfm the run it was converted from",
-        )
-    raise CheckpointError(
-        f"{path} holds no model ({FINAL}, {BEST} or {CHECKPOINTS}/step-*.safetensors)",
-        hint="train into it with `tfm train RECIPE --out DIR`, or point --model at a run that finished a checkpoint",
-    )
-
-
-def weights_mtime(run_dir: Path) -> float | None:
-    """Modification time of the newest weights file in a run directory, or None if it has none."""
-    files = [run_dir / FINAL, run_dir / BEST, *(p for _, p in checkpoint_steps(run_dir))]
-    times = []
-    for path in files:
-        with contextlib.suppress(OSError):  # not there, or pruned by a run training right now
-            times.append(path.stat().st_mtime)
-    return max(times) if times else None
-
-
-def run_dir_of(weights: Path) -> Path:
-    """The run directory a weights file belongs to (checkpoints live one level down)."""
-    parent = weights.parent
-    return parent.parent if parent.name == CHECKPOINTS else parent
 
 
 def load_model(spec: str | Path | None, device: str | torch.device = "cpu", runs_root: str | Path = "runs") -> LoadedModel:

@@ -1,55 +1,27 @@
 """Parallel corpora, token-based length-bucketed batching, and the training Batch.
 
-The pipeline is: `read_pairs` streams (line_no, src, tgt) from a corpus file (or a pair of files),
-`encode_corpus` turns them into one compact `TokenizedCorpus` (flat id buffers + offsets), `token_batches`
+The pipeline is: `tfm_cli.corpus.read_pairs` streams (line_no, src, tgt) from a corpus file (or a pair of
+files), `encode_corpus` turns them into one compact `TokenizedCorpus` (flat id buffers + offsets), `token_batches`
 groups indices into batches of about `max_tokens` tokens per side, sorted by length like fairseq, and
 `make_batch` pads them into a `Batch` (Annotated Transformer: src, tgt_in, tgt_out and their masks).
 `BatchStream` repeats this epoch after epoch and can resume at the exact next batch; it pads straight from the
 corpus's id buffers with tensor operations (`corpus_batch`), the same batches as `make_batch` at a fraction of
 the host time. `tfm_cli.batches.Prefetcher` builds them ahead of the training step, on a background thread.
-
-A corpus spec is one of:
-  - "path/to/corpus.tsv[.gz]": source TAB target per line; columns after the second are ignored;
-  - ["src.txt", "tgt.txt"]: two line-aligned files, one sentence per line;
-  - "bundled:tatoeba-fr-en/train.tsv.gz": a file shipped inside the package (tfm_cli/corpora/...).
-Gzip is detected by its magic bytes, not by the file name.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gzip
-import os
 import random
-import re
-import shlex
-import zlib
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from importlib.resources import files
-from pathlib import Path
-from typing import IO, Protocol
+from typing import Protocol
 
 import torch
 
-from tfm_cli.errors import CorpusError, TfmError
+from tfm_cli.corpus import CorpusSpec, read_pairs
+from tfm_cli.errors import TfmError
 from tfm_cli.model.masks import padding_mask, target_mask
-
-BUNDLED_PREFIX = "bundled:"
-GZIP_MAGIC = b"\x1f\x8b"
-# Compressed formats that are not read (gzip is): their first bytes, their name, the command that undoes them
-# (a file), and the one that streams them (a pipe into stdin).
-OTHER_COMPRESSION = {
-    re.compile(rb"\xfd7zXZ\x00"): ("xz", "unxz -k", "xzcat"),
-    re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"): ("bzip2", "bunzip2 -k", "bzcat"),
-    re.compile(rb"\(\xb5/\xfd"): ("zstd", "unzstd", "zstdcat"),
-    re.compile(rb"PK\x03\x04"): ("zip", "unzip", "unzip -p"),
-}
-UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
-
-Pair = tuple[int, str, str]  # (line number, 1-based; source sentence; target sentence)
-CorpusSpec = str | os.PathLike | Sequence[str | os.PathLike]
 
 
 class _Encoder(Protocol):
@@ -59,272 +31,6 @@ class _Encoder(Protocol):
     def vocab_size(self) -> int: ...
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]: ...
-
-
-# ---- reading corpora ------------------------------------------------------------------------------------
-
-
-def bundled_dir() -> Path:
-    """The folder that holds the bundled corpora (`<tfm_cli package>/corpora`)."""
-    return Path(str(files("tfm_cli"))) / "corpora"
-
-
-def resolve_corpus_path(spec: str | os.PathLike, once: bool = False, option: str | None = None) -> Path:
-    """Turn one corpus file spec into an existing path; `bundled:NAME/FILE` resolves inside the package.
-
-    A pipe (`<(cut -f2 dev.tsv)`, /dev/stdin) is refused unless the caller reads the file only `once`.
-    `option` names the command-line option the path came from (e.g. "--reference"); otherwise it came from a
-    recipe or a corpus option, and the message says where to look for it there.
-
-    Raises:
-        CorpusError: the file does not exist (the message names it and says what to check).
-    """
-    text = os.fspath(spec)
-    if not text.strip():  # Path("") is the current directory
-        raise CorpusError(f"{option or 'a corpus file path'} is empty (an unset shell variable?): give the path of a .tsv or .txt file")
-    if text.startswith(BUNDLED_PREFIX):
-        rel = text[len(BUNDLED_PREFIX) :].lstrip("/")
-        root = bundled_dir()
-        path = root / rel
-        if ".." in Path(rel).parts or not path.is_file():
-            available = sorted(
-                f"{BUNDLED_PREFIX}{p.parent.name}/{p.name}"
-                for p in root.glob("*/*")
-                if p.is_file() and ".tsv" in p.name
-            )
-            raise CorpusError(
-                f"bundled corpus file {text} does not exist; the bundled corpus files are: "
-                + (", ".join(available) if available else "none (is the package installed with its data?)")
-            )
-        return path
-    path = Path(text).expanduser()
-    if not path.exists() and option is not None:
-        raise CorpusError(f"{option} {text} does not exist", hint=f"check the path given to {option}")
-    if not path.exists():
-        raise CorpusError(
-            f"corpus file {text} does not exist: check the path (data.train / data.dev in the recipe, "
-            "or the path you gave), or use a bundled corpus such as bundled:tatoeba-fr-en/train.tsv.gz"
-        )
-    if path.is_dir() and option is not None:
-        raise CorpusError(f"{option} {text} is a directory, not a file", hint=f"give {option} the path of a text file")
-    if path.is_dir():
-        raise CorpusError(f"corpus file {text} is not a file but a directory: give the path of a .tsv or .txt file")
-    if not path.is_file() and not once:  # a pipe (/dev/stdin, <(zcat ...)) or a device: it can be read only once
-        raise CorpusError(
-            f"corpus file {text} is a pipe or a device, not a file: a corpus is read more than once, "
-            "so save it to a file first (gzip it if it is large: tfm reads .gz as a stream)"
-        )
-    return path
-
-
-@contextlib.contextmanager
-def _open_binary(path: Path) -> Iterator[IO[bytes]]:
-    """A corpus file opened for binary line reading, gunzipped if it starts with the gzip magic bytes (looked at
-    without reading them, so that a pipe works too)."""
-    with open(path, "rb") as f:
-        if f.peek(2)[:2] == GZIP_MAGIC:
-            with gzip.GzipFile(fileobj=f, mode="rb") as unzipped:
-                yield unzipped
-        else:
-            yield f
-
-
-def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterator[tuple[int, str]]:
-    """Yield (line_no, text) with the newline (and a CR before it) stripped, decoded as strict UTF-8.
-
-    Blank lines at the very end of the file are dropped unless `trailing_blanks`; blank lines elsewhere are
-    yielded as "".
-    """
-    pending_blank: list[int] = []
-    try:
-        with _open_binary(path) as f:
-            for line_no, raw in enumerate(f, start=1):
-                if raw.endswith(b"\n"):
-                    raw = raw[:-1]
-                if raw.endswith(b"\r"):
-                    raw = raw[:-1]
-                if (line_no == 1 or b"\x00" in raw) and (problem := _not_text(raw, line_no, path)):
-                    raise CorpusError(f"{shown}:{line_no}: {problem}")
-                if b"\r" in raw:  # read as one line, it would silently glue many sentences together
-                    raise CorpusError(f"{shown}:{line_no}: {_carriage_return(path)}")
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    name, fixed = _shell_path(path), _shell_path(path, "utf8-")
-                    fix = (
-                        "pipe it through iconv -f latin1 -t utf-8"
-                        if not path.is_file()
-                        else f"zcat {name} | iconv -f latin1 -t utf-8 | gzip > {fixed}"
-                        if isinstance(f, gzip.GzipFile)
-                        else f"iconv -f latin1 -t utf-8 {name} > {fixed}"
-                    )
-                    raise CorpusError(
-                        f"{shown}:{line_no}: invalid UTF-8 at byte {err.start + 1} of the line "
-                        f"({raw[err.start : err.start + 1]!r}); re-encode the file as UTF-8 (e.g. {fix})"
-                    ) from None
-                if text.startswith("\ufeff"):  # a UTF-8 byte-order mark is not part of a sentence: at the start
-                    text = text[1:]  # of the file, or of a later line where files saved with one were concatenated
-                if not text:
-                    pending_blank.append(line_no)
-                    continue
-                for blank in pending_blank:
-                    yield blank, ""
-                pending_blank.clear()
-                yield line_no, text
-            if trailing_blanks:
-                for blank in pending_blank:
-                    yield blank, ""
-    except PermissionError:  # the file is fine, its mode is not: asking whether it is complete would mislead
-        raise CorpusError(
-            f"{shown}: permission denied: make the file readable (chmod +r {_shell_path(path)}) or run tfm as a "
-            "user who may read it"
-        ) from None
-    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
-        raise CorpusError(
-            f"{shown}: cannot read the file ({err}); is it a complete, uncompressed or gzip text file?"
-        ) from err
-
-
-def _shell_path(path: Path, prefix: str = "") -> str:
-    """`path` (or the file beside it named `prefix` + its name) as a shell word, for the commands a message
-    suggests: they work from the directory the user ran tfm in, whatever the file's name."""
-    return shlex.quote(str(path.with_name(prefix + path.name) if prefix else path))
-
-
-def _carriage_return(path: Path) -> str:
-    """The problem of a line holding a carriage return that does not end it (CR-only line ends, old Mac style)."""
-    cat, name = "zcat" if path.name.endswith(".gz") else "cat", _shell_path(path)
-    fixed = shlex.quote(str(path.with_name("fixed-" + path.name.removesuffix(".gz"))))
-    return (
-        "a carriage return (\\r) inside the line: if the file ends its lines with CR alone (old Mac style), convert "
-        f"them ({cat} {name} | tr '\\r' '\\n' > {fixed}); if they are stray characters in sentences, make them "
-        f"spaces ({cat} {name} | tr '\\r' ' ' > {fixed})"
-    )
-
-
-def _not_text(raw: bytes, line_no: int, path: Path) -> str | None:
-    """What a line is when it is not UTF-8 text at all (compressed, UTF-16, binary), or None."""
-    name = _shell_path(path)
-    if line_no == 1:
-        for magic, (kind, undo, _) in OTHER_COMPRESSION.items():
-            if magic.match(raw):
-                return f"{kind}-compressed data, not text: tfm reads plain or gzip text; decompress it first (e.g. {undo} {name})"
-        if raw.startswith(UTF16_BOMS):
-            return f"UTF-16 text, not UTF-8: re-encode the file (e.g. iconv -f utf-16 -t utf-8 {name} > {_shell_path(path, 'utf8-')})"
-    if b"\x00" in raw:  # valid UTF-8, but no text holds NUL bytes
-        return (
-            f"a NUL byte at byte {raw.index(0) + 1} of the line: a binary file (or UTF-16), not UTF-8 text; "
-            "give a plain or gzip UTF-8 text file"
-        )
-    return None
-
-
-def read_lines(spec: str | os.PathLike, option: str | None = None) -> list[str]:
-    """All lines of one text file (plain or gzip, strict UTF-8; a pipe too), e.g. reference translations;
-    `option` names the command-line option that gave the path, for the messages.
-
-    Raises:
-        CorpusError: the file is missing or unreadable, or a line is not valid UTF-8 (file and line named).
-    """
-    path = resolve_corpus_path(spec, once=True, option=option)
-    return [text for _, text in _read_lines(path, _shown(spec, path))]
-
-
-def _shown(spec: str | os.PathLike, path: Path) -> str:
-    text = os.fspath(spec)
-    return text if text.startswith(BUNDLED_PREFIX) else str(path)
-
-
-def read_pairs(spec: CorpusSpec, once: bool = False, option: str | None = None) -> Iterator[Pair]:
-    """Stream the sentence pairs of a corpus, line by line (nothing is held in memory).
-
-    The files are checked for existence at once; their lines are read lazily as the stream is consumed.
-
-    Args:
-        spec: a TSV path, `bundled:NAME/FILE`, or a list/tuple [source_file, target_file].
-        once: the caller reads the corpus once (scoring), so a pipe will do; training reads it more than once.
-        option: the command-line option that gave the path(s) (e.g. "--score"), for the messages.
-
-    Returns:
-        A generator of (line_no, src, tgt), line_no 1-based. A pair with an empty side is yielded as is
-        (`encode_corpus` skips and counts it).
-
-    Raises:
-        CorpusError: a missing file (at the call), or while iterating: invalid UTF-8, a TSV line without a tab,
-            source/target files with different line counts, or no pair at all. The message names the file and line and says what to do.
-        TfmError: `spec` is neither a path nor a pair of paths.
-    """
-    if isinstance(spec, (str, os.PathLike)):
-        path = resolve_corpus_path(spec, once, option)
-        return _read_tsv(path, _shown(spec, path), option)
-    if isinstance(spec, (list, tuple)) and len(spec) == 2:
-        src_path, tgt_path = resolve_corpus_path(spec[0], once, option), resolve_corpus_path(spec[1], once, option)
-        return _read_parallel(src_path, _shown(spec[0], src_path), tgt_path, _shown(spec[1], tgt_path))
-    raise TfmError(
-        f"corpus {spec!r} is not a corpus spec: give a TSV file path (source<TAB>target per line) "
-        "or a list of two line-aligned files [source_file, target_file]"
-    )
-
-
-def _read_tsv(path: Path, shown: str, option: str | None = None) -> Iterator[Pair]:
-    n = full = 0  # lines, and lines with text on both sides
-    for line_no, text in _read_lines(path, shown):
-        parts = text.split("\t", 2)  # columns after the second (a Tatoeba/Anki attribution) are ignored
-        if len(parts) < 2:
-            what = "is blank" if not text else "has no tab"
-            # the two files as the user gives them: a recipe's list, or the option twice on a command line
-            pair = f"{option} SOURCE_FILE {option} TARGET_FILE" if option else "[source_file, target_file]"
-            raise CorpusError(
-                f"{shown}:{line_no}: the line {what}: each line must be source<TAB>target "
-                f"(remove blank lines; for one sentence per line, give {pair})"
-            )
-        n += 1
-        full += bool(parts[0].strip() and parts[1].strip())
-        yield line_no, parts[0], parts[1]
-    if n == 0:
-        raise CorpusError(f"{shown} contains no sentence pairs: expected source<TAB>target lines")
-    if full == 0:
-        raise CorpusError(
-            f"{shown} has {n} lines but none with both a source and a target: every line has an empty side "
-            "(expected source<TAB>target lines)"
-        )
-
-
-def _read_parallel(src_path: Path, src_shown: str, tgt_path: Path, tgt_shown: str) -> Iterator[Pair]:
-    # Blank lines at the end are read as lines: a last sentence may be empty on one side (a pair skipped like
-    # any other with an empty side), so "a\nb\nc\n" and "x\ny\n\n" are aligned, as `wc -l` says.
-    src_lines = _read_lines(src_path, src_shown, trailing_blanks=True)
-    tgt_lines = _read_lines(tgt_path, tgt_shown, trailing_blanks=True)
-    n = full = 0  # lines, and lines with text on both sides
-    while True:
-        src_item, tgt_item = next(src_lines, None), next(tgt_lines, None)
-        if src_item is None or tgt_item is None:
-            break
-        n += 1
-        full += bool(src_item[1].strip() and tgt_item[1].strip())
-        yield src_item[0], src_item[1], tgt_item[1]
-    first = src_item if src_item is not None else tgt_item
-    if first is not None:
-        # One file ended first: count the rest of the other one (still streaming). Blank lines alone there are
-        # the end of that file (an editor's extra newline), not sentences without a counterpart.
-        extra, text_left = 1, bool(first[1])
-        for _, text in src_lines if src_item is not None else tgt_lines:
-            extra, text_left = extra + 1, text_left or bool(text)
-    if first is not None and text_left:
-        n_src = n + (extra if src_item is not None else 0)
-        n_tgt = n + (extra if tgt_item is not None else 0)
-        longer = src_shown if n_src > n_tgt else tgt_shown
-        raise CorpusError(
-            f"{src_shown} has {n_src} lines but {tgt_shown} has {n_tgt}: the source and target files must be "
-            f"line-aligned (one sentence per line, in the same order); {longer}:{n + 1} has no counterpart"
-        )
-    if n == 0:
-        raise CorpusError(f"{src_shown} and {tgt_shown} contain no sentence pairs: both files are empty")
-    if full == 0:
-        raise CorpusError(
-            f"{src_shown} and {tgt_shown} have {n} lines but no pair with both a source and a target sentence "
-            "(every line is blank on one side)"
-        )
 
 
 # ---- the tokenized corpus -------------------------------------------------------------------------------
@@ -449,7 +155,7 @@ def encode_corpus(
     """Read and tokenize a corpus in chunks, keeping only pairs that fit the model.
 
     Args:
-        spec: a corpus spec (see `read_pairs`).
+        spec: a corpus spec (see `tfm_cli.corpus.read_pairs`).
         tokenizer: a `tfm_cli.tokenizer.Tokenizer` (anything with `vocab_size` and `encode_batch`).
         max_len: the model's longest sequence. A side may have at most max_len - 1 tokens, leaving room for the
             EOS (source, tgt_out) or BOS (tgt_in).

@@ -91,7 +91,7 @@ def killed_message(who: str, signum: int, argv: Sequence[str]) -> str:
     run_dir, options = _run_and_launch_options(argv)
     if run_dir is None:
         return line
-    from tfm_cli.checkpoint import checkpoint_steps, state_path
+    from tfm_cli.runs import checkpoint_steps, state_path
 
     whole = [step for step, weights in checkpoint_steps(Path(run_dir)) if state_path(weights).is_file()]
     if not whole:

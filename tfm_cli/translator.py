@@ -39,13 +39,14 @@ from typing import Any, overload
 
 import torch
 
-from tfm_cli.checkpoint import BEST, CHECKPOINTS, EXPORT_INFO, FINAL, load_model
+from tfm_cli.checkpoint import load_model
 from tfm_cli.decoding import Engine, Hypothesis, TorchEngine, translate_ids
 from tfm_cli.errors import TfmError
 from tfm_cli.files import as_path
 from tfm_cli.model import Transformer
 from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.recipe import MAX_ALPHA
+from tfm_cli.runs import BEST, CHECKPOINTS, EXPORT_INFO, FINAL
 from tfm_cli.runtime import PRECISIONS, autocast, resolve_device, resolve_precision
 from tfm_cli.tokenizer import Tokenizer
 

@@ -302,7 +302,7 @@ def recipe_tokenizer(recipe: Recipe, events: Callable[[str], None] | None = None
     """The recipe's tokenizer (`tokenizer.path`), else one trained on its corpus as `tfm train` would."""
     if recipe.tokenizer.path:
         return Tokenizer.load(recipe.tokenizer.path)
-    from tfm_cli.data import read_pairs
+    from tfm_cli.corpus import read_pairs
     from tfm_cli.tokenizer import train_tokenizer
 
     started = time.perf_counter()

@@ -265,7 +265,7 @@ def names_a_file(text: str) -> bool:
 def _compression(first_line: bytes) -> tuple[str, str] | None:
     """(name, the command that streams it) of a compressed stdin, by its first bytes (the corpus reader's table);
     None for a line of text (bzip2's and zip's magic bytes are ASCII: a text line may start with them)."""
-    from tfm_cli.data import GZIP_MAGIC, OTHER_COMPRESSION
+    from tfm_cli.corpus import GZIP_MAGIC, OTHER_COMPRESSION
 
     try:
         if b"\x00" not in first_line and first_line.decode("utf-8"):

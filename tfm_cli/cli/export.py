@@ -64,7 +64,7 @@ def export(
 
     options = {"dtype": dtype} if fmt == "release" else {"opset": opset} if fmt == "onnx" else {}
     if model is not None and not model.exists():  # said before "exporting MODEL as ...", which it is not
-        from tfm_cli.checkpoint import missing_model
+        from tfm_cli.runs import missing_model
 
         raise missing_model(model)
     info(f"exporting {model or 'the most recent run'} as {fmt} (checking on {f'up to {verify_lines}' if verify_lines else 'all'} sentences of its dev set, else of its training data)")

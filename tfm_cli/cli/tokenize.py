@@ -56,7 +56,7 @@ def tokenize(
 
 
 def _find_tokenizer(spec: Path | None):
-    from tfm_cli.checkpoint import resolve_weights, run_dir_of
+    from tfm_cli.runs import resolve_weights, run_dir_of
     from tfm_cli.tokenizer import Tokenizer
 
     if spec is not None and spec.is_file():
@@ -126,9 +126,9 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     if spec is None:
         raise typer.BadParameter("give a RECIPE or --corpus to train on (or --encode TEXT to inspect)", param_hint="RECIPE")
     settings.update({k: v for k, v in (("vocab_size", vocab_size), ("min_frequency", min_frequency)) if v is not None})
-    from tfm_cli.checkpoint import checkpoint_steps
-    from tfm_cli.data import read_pairs
+    from tfm_cli.corpus import read_pairs
     from tfm_cli.files import DirectoryLock
+    from tfm_cli.runs import checkpoint_steps
     from tfm_cli.tokenizer import tokenizer_stats, train_tokenizer
 
     target = out if out is not None else default_out

@@ -195,7 +195,7 @@ def _example_source(recipe) -> str:
     at most 40 characters among the first 200 pairs (not one that starts with "-", which would read as an option)."""
     import itertools
 
-    from tfm_cli.data import read_pairs
+    from tfm_cli.corpus import read_pairs
 
     for spec in (recipe.data.dev, recipe.data.train):
         if not spec:
@@ -220,8 +220,8 @@ def _exiting() -> None:
 def _interrupted_outside_the_loop(run_dir: Path, received: list[int]) -> None:
     """Ctrl-C or a stop signal before the first step or while the final model was written: every file is written
     under a temporary name and renamed, so what is there is whole; say what to run next, and exit 128 + signal."""
-    from tfm_cli.checkpoint import checkpoint_steps
     from tfm_cli.distributed import resume_command
+    from tfm_cli.runs import checkpoint_steps
 
     why = signal.Signals(received[0]).name if received else "Ctrl-C"
     steps = checkpoint_steps(run_dir) if run_dir.is_dir() else []

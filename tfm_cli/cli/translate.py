@@ -307,7 +307,7 @@ def _score(
     translator, settings: dict[str, Any], text, score, reference, output, json_out: bool, bleu_tokenize: str, cuts: _Cuts
 ) -> None:
     """Read sources and references, then print the Translator's corpus BLEU/chrF (sacrebleu)."""
-    from tfm_cli.data import read_lines, read_pairs
+    from tfm_cli.corpus import read_lines, read_pairs
 
     if score:
         spec = str(score[0]) if len(score) == 1 else [str(p) for p in score]

@@ -36,7 +36,7 @@ OPTIONS = {"release": ("dtype",), "onnx": ("opset",), "huggingface": ()}  # each
 
 def default_out(model: str | Path | None, fmt: str, runs_root: str | Path = "runs") -> Path:
     """exports/<run name>-<format>: beside the runs, never inside one."""
-    from tfm_cli.checkpoint import resolve_weights, run_dir_of
+    from tfm_cli.runs import resolve_weights, run_dir_of
 
     return _out_for(run_dir_of(resolve_weights(model, runs_root)), fmt)
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tfm_cli.checkpoint import EXPORT_INFO as EXPORT_INFO  # tfm-export.json, kept with the run's file names
 from tfm_cli.errors import TfmError, install_hint
 from tfm_cli.files import WRITE_ERRNOS, current_umask, nearest_existing, write_failure
+from tfm_cli.runs import EXPORT_INFO as EXPORT_INFO  # tfm-export.json, kept with the run's file names
 
 
 @dataclass
@@ -136,7 +136,7 @@ def probe_sources(run_dir: Path | None, n: int, tokenizer=None) -> ProbeSentence
     to pseudo-sentences decoded from a fixed sequence of token ids, which exercise the graphs just as well.
     The result's `what` says which.
     """
-    from tfm_cli.data import read_pairs
+    from tfm_cli.corpus import read_pairs
     from tfm_cli.recipe import load_recipe
 
     recipe_file = Path(run_dir) / "recipe.yaml" if run_dir is not None else None
@@ -178,7 +178,7 @@ def pseudo_sentences(tokenizer, count: int, longest: int = 20) -> list[str]:
 
 def corpus_lines(spec: Any) -> list[str]:
     """Where the training data came from, and the bundled corpus's attribution paragraph when it is one."""
-    from tfm_cli.data import BUNDLED_PREFIX, bundled_dir
+    from tfm_cli.corpus import BUNDLED_PREFIX, bundled_dir
 
     if not isinstance(spec, str) or not spec.startswith(BUNDLED_PREFIX):
         return [f"- training data: `{spec}` (a user corpus: give its attribution when you publish)"]

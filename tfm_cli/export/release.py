@@ -24,9 +24,10 @@ from typing import Any
 import torch
 
 from tfm_cli import __version__
-from tfm_cli.checkpoint import FINAL, LoadedModel, save_weights, weights_state
+from tfm_cli.checkpoint import LoadedModel, save_weights, weights_state
 from tfm_cli.errors import TfmError, shell_word
 from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff, training_data_lines
+from tfm_cli.runs import FINAL
 from tfm_cli.scoring import AUTO, bleu_metric
 from tfm_cli.tokenizer import Tokenizer
 
@@ -177,7 +178,7 @@ def _dev_scores(loaded: LoadedModel, released, dtype: str, progress: Progress | 
 
 def _dev_pairs(run_dir: Path, tokenizer: Tokenizer) -> tuple[list[tuple[str, str]], str]:
     """The run's dev pairs and the BLEU tokenizer its training scored them with (none, "auto": no recipe)."""
-    from tfm_cli.data import read_pairs
+    from tfm_cli.corpus import read_pairs
     from tfm_cli.recipe import load_recipe
 
     try:

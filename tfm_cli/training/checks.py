@@ -11,18 +11,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tfm_cli.checkpoint import (
-    BEST,
-    CHECKPOINTS,
-    EXPORT_INFO,
-    FINAL,
-    checkpoint_steps,
-    read_metadata,
-)
-from tfm_cli.data import (
-    read_pairs,
-    resolve_corpus_path,
-)
+from tfm_cli.checkpoint import read_metadata
+from tfm_cli.corpus import read_pairs, resolve_corpus_path
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, shell_word
 from tfm_cli.files import DirectoryLock, nearest_existing
 from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
@@ -35,6 +25,7 @@ from tfm_cli.recipe import (
     recipe_text,
     recipe_to_dict,
 )
+from tfm_cli.runs import BEST, CHECKPOINTS, EXPORT_INFO, FINAL, checkpoint_steps
 from tfm_cli.scoring import AUTO, bleu_metric
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training.step import parameter_count
@@ -470,7 +461,7 @@ def foreign_tokenizer(recipe: Recipe, corpus, tokenizer: Tokenizer, where: str) 
 
     import torch
 
-    from tfm_cli.data import read_pairs
+    from tfm_cli.corpus import read_pairs
     from tfm_cli.tokenizer import FIRST_PIECE_ID, N_SPECIAL
 
     src, _, tgt, _ = corpus.id_tensors()

@@ -11,19 +11,9 @@ from typing import Any
 
 import torch
 
-from tfm_cli.checkpoint import (
-    FINAL,
-    average_checkpoints,
-    checkpoint_steps,
-    load_state,
-    read_weights,
-    save_weights,
-)
-from tfm_cli.data import (
-    make_batch,
-    read_pairs,
-    token_batches,
-)
+from tfm_cli.checkpoint import average_checkpoints, load_state, read_weights, save_weights
+from tfm_cli.corpus import read_pairs
+from tfm_cli.data import make_batch, token_batches
 from tfm_cli.decoding import translate_ids
 from tfm_cli.errors import TfmError
 from tfm_cli.model import Transformer
@@ -31,6 +21,7 @@ from tfm_cli.monitor import append_metrics
 from tfm_cli.recipe import (
     Recipe,
 )
+from tfm_cli.runs import FINAL, checkpoint_steps
 from tfm_cli.scoring import AUTO, bleu_metric, bleu_tokenize_for, score_translations
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training.loss import output_loss

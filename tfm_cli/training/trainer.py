@@ -30,28 +30,9 @@ import yaml
 
 from tfm_cli import __version__
 from tfm_cli.batches import PREFETCH_GROUPS, Prefetcher
-from tfm_cli.checkpoint import (
-    BEST,
-    CHECKPOINTS,
-    FINAL,
-    checkpoint_path,
-    checkpoint_steps,
-    load_state,
-    prune_checkpoints,
-    read_metadata,
-    read_weights,
-    save_weights,
-    state_path,
-    weights_state,
-)
-from tfm_cli.data import (
-    BatchStream,
-    CorpusStats,
-    TokenizedCorpus,
-    encode_corpus,
-    pad_multiple_for,
-    read_pairs,
-)
+from tfm_cli.checkpoint import load_state, read_metadata, read_weights, save_weights, weights_state
+from tfm_cli.corpus import read_pairs
+from tfm_cli.data import BatchStream, CorpusStats, TokenizedCorpus, encode_corpus, pad_multiple_for
 from tfm_cli.distributed import Distributed, RankError, lost_a_peer, resume_command
 from tfm_cli.distributed import setup as setup_distributed
 from tfm_cli.errors import CheckpointError, RecipeError, TfmError, shell_word
@@ -72,6 +53,15 @@ from tfm_cli.recipe import (
     parse_duration,
     recipe_to_dict,
     validate_recipe,
+)
+from tfm_cli.runs import (
+    BEST,
+    CHECKPOINTS,
+    FINAL,
+    checkpoint_path,
+    checkpoint_steps,
+    prune_checkpoints,
+    state_path,
 )
 from tfm_cli.runtime import (
     autocast,
