@@ -42,7 +42,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from clitools import TFM, tfm, tfm_env, tiny_recipe
+from clitools import TFM, start_tfm, tfm, tfm_env, tiny_recipe
 from safetensors.torch import load_file, save_file
 
 from tfm_cli.checkpoint import load_model, read_metadata, save_weights, weights_state
@@ -1094,6 +1094,46 @@ def test_outputs_never_replace_the_model_they_come_from(copy: Path, tmp_path: Pa
     assert snapshot(copy) == before
     translate(copy, "--score", str(pairs), "--output", str(copy / "hyp.en"))  # beside the model is fine
     assert len((copy / "hyp.en").read_text(encoding="utf-8").splitlines()) == 5
+
+
+def test_an_output_file_that_is_also_standard_output_is_refused(run: Path, tmp_path: Path) -> None:
+    """`--output out.txt > out.txt` (or `--output /dev/stdout > out.txt`) gave two writers of one file, each from its
+    own offset: the scores table written over the start of the translations, or the translations left and the
+    scores lost, with exit 0. Refused before any translating; a pipe or terminal behind both stays fine."""
+    src, ref = write(tmp_path / "s.fr", "Bonjour.\nMerci.\n"), write(tmp_path / "r.en", "Hello.\nThanks.\n")
+    out = tmp_path / "out.txt"
+    for output in (str(out), "/dev/stdout"):
+        out.write_text("before\n", encoding="utf-8")
+        with open(src, "rb") as stdin, open(out, "wb") as stdout:
+            proc = start_tfm("translate", "--model", str(run), "--device", "cpu", "--reference", str(ref),
+                             "--output", output, stdin=stdin, stdout=stdout, text=True)
+            _, stderr = proc.communicate(timeout=120)
+        error_line(subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr), "--output", "also where standard output goes")
+        assert out.read_text(encoding="utf-8") == "", output  # the shell's `>` emptied it; tfm wrote nothing
+    proc = translate(run, "--reference", str(ref), "--output", "/dev/stdout", stdin=src.read_bytes())  # a pipe
+    assert proc.returncode == 0 and "BLEU" in proc.stdout and len(proc.stdout.splitlines()) > 2, proc.stderr
+
+
+def test_a_stray_carriage_return_in_stdin_is_told_apart_from_cr_line_ends(run: Path) -> None:
+    """A CR inside one line of LF-ended input was called "CR-only line ends" with `tr '\\r' '\\n'` as the fix, which
+    splits that line in two (one output line more than the input: a --reference run out of step)."""
+    proc = translate(run, stdin=b"Bonjour !\nMerci\rOui.\nFin.\n")
+    error_line(proc, "stdin line 2", "stray carriage return")
+    assert "tr '\\r' ' '" in proc.stderr and "tr '\\r' '\\n'" not in proc.stderr, proc.stderr
+    proc = translate(run, stdin=b"Merci\rOui.")  # no line feed at all: either kind, both fixes said
+    error_line(proc, "stdin line 1", "carriage return")
+    assert "tr '\\r' ' '" in proc.stderr and "tr '\\r' '\\n'" in proc.stderr, proc.stderr
+
+
+def test_a_cut_caused_by_min_len_blames_min_len(run: Path) -> None:
+    """With --min-len at or past the maximum output length the end of sentence is forbidden up to the cut, and the
+    warning advised raising --max-len, which only makes such outputs longer."""
+    proc = translate(run, "--min-len", "20", "--max-len", "3", "Merci.")
+    assert proc.returncode == 0, proc.stderr
+    assert "--min-len 20 forbids the end of sentence" in proc.stderr and "raise --max-len" not in proc.stderr, proc.stderr
+    proc = translate(run, "--max-len", "1", "--greedy", "Je ne sais pas ce que tu veux dire.")  # a plain short limit
+    if "cut at the maximum output length" in proc.stderr:  # (unless this model ends it within one token)
+        assert "raise --max-len" in proc.stderr and "--min-len" not in proc.stderr, proc.stderr
 
 
 def test_carriage_return_line_ends_are_not_read_as_one_line(run: Path, tmp_path: Path) -> None:

@@ -757,6 +757,8 @@ def test_n_best_output_is_as_the_help_and_readme_say(random_run: Path) -> None:
     args = ["translate", "--model", str(random_run), "--device", "cpu", "--n-best", "2", "--beam", "2"]
     lines = tfm(*args, stdin="Bonjour.\n\nMerci.\n").stdout.splitlines()
     assert [line.split("\t")[0] for line in lines] == ["1", "1", "2", "2", "3", "3"]
+    assert lines[2:4] == ["2\t0.0000\t"] * 2  # the empty line: K empty ones of score 0, as the README says
+    assert "an empty input line, which is not translated, gets K\nempty ones of score 0" in readme
     for first, second in zip(lines[::2], lines[1::2], strict=True):
         assert len(first.split("\t")) == 3 and float(first.split("\t")[1]) >= float(second.split("\t")[1])
     records = [json.loads(line) for line in tfm(*args, "--json", stdin="Bonjour.\n\nMerci.\n").stdout.splitlines()]

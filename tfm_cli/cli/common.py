@@ -213,6 +213,12 @@ def check_output_file(
                     f"{option} {path} is also an input of this command: writing it would destroy it",
                     hint=f"give {option} another path",
                 )
+        if _is_stdout(path):  # `--output out.txt > out.txt`: two writers of one file, each from its own offset
+            raise TfmError(
+                f"{option} {path} is also where standard output goes (> {path}): what the command prints and what it "
+                "writes there would overwrite each other",
+                hint=f"give {option} another path, or send standard output elsewhere",
+            )
         if reads_stdin and _is_stdin(path):
             raise TfmError(
                 f"{option} {path} is the file the input is read from (standard input): writing it would destroy it",
@@ -397,9 +403,15 @@ def _stdin_line(number: int, raw: bytes, command: str) -> str:
             hint="re-encode the input as UTF-8, e.g. iconv -f latin1 -t utf-8",
         ) from None
     if "\r" in text.removesuffix("\n").removesuffix("\r"):  # CR-only line ends would glue sentences together
-        raise TfmError(
-            f"stdin line {number}: a carriage return (\\r) inside the line: the input ends its lines with CR alone",
-            hint=f"convert the line ends, e.g. tr '\\r' '\\n' < input.txt | {command}",
+        if number > 1 or text.endswith("\n"):  # the input ends its lines with LF: a stray CR inside a sentence
+            raise TfmError(
+                f"stdin line {number}: a stray carriage return (\\r) inside the line",
+                hint=f"make such characters spaces (one output line per input line stays), e.g. tr '\\r' ' ' < input.txt | {command}",
+            )
+        raise TfmError(  # no line feed at all yet: CR-only line ends (old Mac style), or one line with a stray CR
+            f"stdin line {number}: a carriage return (\\r) inside the line",
+            hint=f"if the input ends its lines with CR alone, convert them (tr '\\r' '\\n' < input.txt | {command}); "
+            f"if they are stray characters in a sentence, make them spaces (tr '\\r' ' ')",
         )
     return text  # (a byte-order mark, on line 1 or after a `cat` of two files, is dropped by the Translator)
 
@@ -421,6 +433,16 @@ def reads_from_stdin(path: Path) -> bool:
     except OSError:  # stdin closed, or path not there
         return False
     return (stdin.st_dev, stdin.st_ino) == (target.st_dev, target.st_ino)
+
+
+def _is_stdout(path: Path) -> bool:
+    """True when standard output is a regular file and `path` is that file (`/dev/stdout` included), by device and
+    inode. A terminal or a pipe behind both is fine: it has no offsets to collide."""
+    try:
+        out, target = os.fstat(1), os.stat(path)
+    except OSError:  # stdout closed, or path not there
+        return False
+    return stat.S_ISREG(out.st_mode) and (out.st_dev, out.st_ino) == (target.st_dev, target.st_ino)
 
 
 def _is_stdin(path: Path) -> bool:

@@ -170,7 +170,7 @@ def translate(
             beam=beam, alpha=alpha, max_len_offset=max_len, min_len=min_len, max_tokens=batch_tokens, greedy=greedy,
             n_best=n_best,
         )
-        cuts = _Cuts(translator, max_len)
+        cuts = _Cuts(translator, max_len, min_len)
         with route_warnings():
             if score or reference is not None:
                 _score(translator, settings, text, score, reference, output, json_out, bleu_tokenize, cuts)
@@ -230,16 +230,19 @@ class _Cuts:
 
     SHOWN = 5  # line numbers named
 
-    def __init__(self, translator, max_len: int | None) -> None:
+    def __init__(self, translator, max_len: int | None, min_len: int | None) -> None:
         self.offset = max_len if max_len is not None else translator.settings.max_len_offset
+        self.min_len = min_len if min_len is not None else translator.settings.min_len
         self.limit = translator.max_source_tokens  # the model's own bound: max_positions - 1 output tokens
-        self.total, self.lines, self.at_limit = 0, [], 0
+        self.total, self.lines, self.at_limit, self.by_min_len = 0, [], 0, 0
 
     def count(self, result, line: int) -> None:
         self.total += 1
         if result.stopped == "max_len":
             self.lines.append(line)
             self.at_limit += len(result.tokens) >= self.limit
+            # the end of sentence was forbidden up to the maximum: the cut is min_len's doing, not a short limit's
+            self.by_min_len += len(result.tokens) <= self.min_len
 
     def say(self, json_marks: bool = True) -> None:
         if not self.lines:
@@ -251,6 +254,13 @@ class _Cuts:
             shown = ", ".join(map(str, self.lines[: self.SHOWN])) + (", …" if n > self.SHOWN else "")
             what = f"{n} of {self.total} translations (line{'s' if n > 1 else ''} {shown}) {'were' if n > 1 else 'was'}"
         model_limit = f"the model's limit of {self.limit} tokens (model.max_positions - 1), which --max-len cannot raise"
+        if self.by_min_len == n:  # raising --max-len would only let them run on longer
+            warn(
+                f"{what} cut at the maximum output length (input tokens + {self.offset}) before the model could end "
+                f"{'it' if n == 1 else 'them'}: --min-len {self.min_len} forbids the end of sentence until then; lower "
+                "--min-len (the recipe's decode.min_len) below the output length you expect"
+            )
+            return
         if self.at_limit == n:  # the position table ends there: a longer --max-len changes nothing
             where, advice = model_limit, "split such inputs"
         else:
