@@ -477,6 +477,43 @@ def test_weights_of_another_architecture(copy: Path, kind: str) -> None:
     assert proc.stdout == "" and snapshot(copy) == before
 
 
+def test_files_of_another_kind_given_as_the_model_are_named_for_what_they_are(copy: Path) -> None:
+    """A trainer state, an ONNX graph, a tokenizer or a run's checkpoints folder given as --model were all called
+    "not a readable safetensors file, or truncated or corrupt ... copy a damaged file again": intact files, of the
+    wrong kind. Each is now said to be what it is, with what to give instead."""
+    state = copy / "checkpoints" / "step-00000010.state.pt"
+    state.write_bytes(b"PK\x03\x04 a torch.save zip")
+    graph = copy / "export" / "decoder.onnx"
+    graph.parent.mkdir()
+    graph.write_bytes(b"\x08\x07 an onnx protobuf")
+    before = snapshot(copy)
+    cases = [
+        (state, ["is a checkpoint's trainer state", "not its weights"], "step-00000010.safetensors"),
+        (graph, ["is one graph of an ONNX export"], f"give the export directory ({graph.parent})"),
+        (copy / "tokenizer.json", ["is a JSON file, not a model's weights"], f"give the run directory that holds it ({copy})"),
+        (copy / "checkpoints", ["is the checkpoints folder of a run, not a run"], "step-00000010.safetensors"),
+    ]
+    for model, said, hint in cases:
+        proc = translate(model, "Bonjour.")
+        error_line(proc, str(model), *said)
+        assert hint in proc.stderr and "corrupt" not in proc.stderr, proc.stderr
+    assert snapshot(copy) == before
+
+
+def test_a_config_json_that_disagrees_with_the_weights_is_said(copy: Path) -> None:
+    """A release whose config.json was edited (or copied from another run) translated without a word: tfm uses the
+    config the weights carry, but every other tool reads config.json."""
+    path = copy / "config.json"  # as `tfm train` and `tfm export --format release` write it
+    config = json.loads(read_metadata(copy / "model.safetensors")["config"])
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    plain = translate(copy, "Bonjour.")
+    path.write_text(json.dumps({**config, "n_heads": config["n_heads"] * 2}), encoding="utf-8")
+    proc = translate(copy, "Bonjour.")
+    assert proc.returncode == 0 and proc.stdout == plain.stdout, proc.stderr  # the weights' config, as before
+    assert f"warning: {path} describes another model than {copy / 'model.safetensors'} (n_heads" in proc.stderr
+    assert "describes another model" not in plain.stderr, plain.stderr
+
+
 def _resave(weights: Path, state: dict | None = None, **metadata: str) -> None:
     old = read_metadata(weights)
     save_file(state if state is not None else load_file(str(weights)), str(weights), metadata={**old, **metadata})

@@ -224,10 +224,30 @@ def _load_model(path: Path, device: str | torch.device) -> LoadedModel:
             f"{tok_path} has {tokenizer.vocab_size} tokens but {path} was trained with {config.vocab_size}",
             hint="put back the tokenizer.json this model was trained with",
         )
+    _warn_if_config_differs(run_dir / "config.json", config, path)
     model = Transformer(config)
     load_state(model, read_weights(path), path)
     model.to(device).eval()
     return LoadedModel(model, tokenizer, path, run_dir, step, metadata)
+
+
+def _warn_if_config_differs(config_json: Path, config: ModelConfig, path: Path) -> None:
+    """The weights carry their own config, which tfm uses; a config.json beside them that says otherwise (edited,
+    or copied from another run) is what other tools read, so a release with it would build them another model."""
+    try:
+        theirs = json.loads(config_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none (a bare .safetensors file), or unreadable: nothing to compare
+        return
+    ours = config.to_dict()
+    differ = [f"{k} {theirs[k]} there, {v} in the weights" for k, v in ours.items() if isinstance(theirs, dict) and k in theirs and theirs[k] != v]
+    if differ:
+        more = f" and {len(differ) - 2} more" if len(differ) > 2 else ""
+        warnings.warn(
+            f"{config_json} describes another model than {path} ({'; '.join(differ[:2])}{more}): tfm uses the config "
+            "the weights carry; other tools read config.json (write it again from the weights, e.g. "
+            "`tfm export RUN --format release`)",
+            stacklevel=4,
+        )
 
 
 def _kind(t: torch.Tensor) -> str:

@@ -78,12 +78,22 @@ def resolve_weights(spec: str | Path | None, runs_root: str | Path = "runs") -> 
         return resolve_weights(max(runs)[1])
     path = Path(spec)
     if path.is_file():
+        other = _not_weights(path)
+        if other is not None:
+            raise other
         return path
     if not path.exists():
         raise missing_model(path)
     for candidate in (path / FINAL, path / BEST):
         if candidate.is_file():
             return candidate
+    inside = [p for p in path.glob("step-*.safetensors") if _STEP_FILE.search(p.name)] if path.is_dir() else []
+    if inside and not checkpoint_steps(path):  # runs/NAME/checkpoints itself: which of its checkpoints?
+        run, newest = shell_word(path.parent), shell_word(max(inside, key=lambda p: p.name))
+        raise CheckpointError(
+            f"{path} is the checkpoints folder of a run, not a run",
+            hint=f"give the run directory ({run}) for its final model, or one checkpoint, e.g. {newest}",
+        )
     steps = checkpoint_steps(path)
     if steps:
         return steps[-1][1]
@@ -108,6 +118,36 @@ def resolve_weights(spec: str | Path | None, runs_root: str | Path = "runs") -> 
         f"{path} holds no model ({FINAL}, {BEST} or {CHECKPOINTS}/step-*.safetensors)",
         hint="train into it with `tfm train RECIPE --out DIR`, or point --model at a run that finished a checkpoint",
     )
+
+
+def _not_weights(path: Path) -> CheckpointError | None:
+    """The error for a file that is, by its name, something other than weights (an ONNX graph, a trainer state, a
+    run's tokenizer or config), so that it is named for what it is, not called a damaged safetensors file."""
+    name, folder = path.name, shell_word(path.parent)
+    if name.endswith(".state.pt"):
+        weights = shell_word(path.with_name(name.removesuffix(".state.pt") + ".safetensors"))
+        return CheckpointError(
+            f"{path} is a checkpoint's trainer state (optimizer, schedule, RNG: for --resume), not its weights",
+            hint=f"give the checkpoint's weights ({weights}) or the run directory ({shell_word(run_dir_of(path))})",
+        )
+    if path.suffix == ".onnx":
+        return CheckpointError(
+            f"{path} is one graph of an ONNX export, not a model's weights",
+            hint=f"give the export directory ({folder}): `tfm translate` runs it with onnxruntime",
+        )
+    if path.suffix in (".pt", ".pth", ".ckpt"):  # torch.save files: fairseq, OpenNMT-py, JoeyNMT checkpoints
+        return CheckpointError(
+            f"{path} is a PyTorch pickle (torch.save), not safetensors: tfm loads weights only from safetensors files",
+            hint="give a run directory or a .safetensors file written by tfm train",
+        )
+    kinds = {".json": "a JSON", ".jsonl": "a JSON lines", ".yaml": "a YAML", ".yml": "a YAML", ".txt": "a text",
+             ".tsv": "a text", ".gz": "a gzip"}
+    if path.suffix in kinds:
+        return CheckpointError(
+            f"{path} is {kinds[path.suffix]} file, not a model's weights",
+            hint=f"give the run directory that holds it ({folder}) or a .safetensors file",
+        )
+    return None
 
 
 def weights_mtime(run_dir: Path) -> float | None:
