@@ -128,15 +128,26 @@ def test_an_out_that_is_a_broken_link_is_named_before_the_export(trained, tmp_pa
     assert link.is_symlink() and sorted(p.name for p in link.parent.iterdir()) == ["tiny"]
 
 
-def test_an_out_that_links_to_an_empty_folder_takes_the_export_without_force(trained, tmp_path: Path) -> None:
-    """Once a non-forced export was installed with a rename that never replaces a non-empty folder, a link to
-    an empty folder failed as "filled by another process (another tfm export?)"; it takes the export."""
-    (tmp_path / "empty").mkdir()
+def test_an_out_that_links_to_a_folder_puts_the_export_where_it_points(trained, tmp_path: Path) -> None:
+    """A link to an empty folder failed as "filled by another process (another tfm export?)"; then it was replaced
+    by a folder beside it: the link lost, the export on the link's disk, not the target's, and with --force the
+    folder the user asked to replace left as it was. The export goes into the link's target; the link stays."""
+    (tmp_path / "disk" / "empty").mkdir(parents=True)
     link = tmp_path / "link"
-    link.symlink_to(tmp_path / "empty")
+    link.symlink_to(tmp_path / "disk" / "empty")
     proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(link), "--verify-lines", "2", check=False)
     assert proc.returncode == 0, proc.stderr
-    assert (link / "model.safetensors").is_file() and not any((tmp_path / "empty").iterdir())
+    assert link.is_symlink() and (tmp_path / "disk" / "empty" / "model.safetensors").is_file()
+    (old := tmp_path / "disk" / "old").mkdir()
+    (old / "old.txt").write_text("an earlier export", encoding="utf-8")
+    link.unlink()
+    link.symlink_to(old)
+    proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(link), "--verify-lines", "2", check=False)
+    assert proc.returncode == 1 and "is not empty" in proc.stderr and (old / "old.txt").is_file()  # no --force: kept
+    proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(link), "--force", "--verify-lines", "2", check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and (old / "model.safetensors").is_file() and not (old / "old.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["disk", "link"]  # nothing written beside the link
 
 
 def test_the_run_itself_is_never_the_destination(trained) -> None:

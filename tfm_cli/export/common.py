@@ -240,6 +240,8 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
             f"{out} is a symbolic link to {os.readlink(out)}, which does not exist",
             hint="remove the link or create its target, or choose another --out directory",
         )
+    if out.is_symlink():  # a link to a folder (on a bigger disk, say): the export goes where it points, the link stays
+        out = resolved
     if out.exists() and not out.is_dir():
         raise TfmError(f"{out} exists and is not a directory", hint="choose another --out directory")
     if out.is_dir() and ((out / "checkpoints").is_dir() or (out / "metrics.jsonl").is_file()):
@@ -271,7 +273,7 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
         for path in tmp.rglob("*"):
             if path.is_file():
                 path.chmod(mode)
-        if out.exists() and (force or out.is_symlink()):  # a link to an empty folder is replaced, as before
+        if out.exists() and force:
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
             try:
                 out.rename(old / out.name)
@@ -304,7 +306,7 @@ def _install_new(tmp: Path, out: Path) -> None:
     meanwhile: the rename, which never replaces a non-empty folder, then fails, and that export is kept rather
     than silently replaced by this one without --force.
     """
-    if out.is_dir() and not out.is_symlink():
+    if out.is_dir():
         with contextlib.suppress(OSError):
             out.rmdir()  # the empty folder that was there (only an empty one goes)
     try:
