@@ -706,6 +706,27 @@ def test_hints_that_pipe_into_tfm_keep_the_command_as_typed(run: Path, tmp_path:
     assert followed.returncode == 0 and len(followed.stdout.splitlines()) == 2, followed.stderr
 
 
+def test_a_sentence_argument_of_several_lines_is_refused(run: Path, tmp_path: Path) -> None:
+    """`tfm translate "$(cat input.fr)"` glued the lines into one sentence and printed one translation, and
+    `tfm inspect-attn "$(head -3 input.fr)"` inspected three sentences as one (stdin with two lines is refused there):
+    refused, with the way that works. Blank lines around one sentence are fine."""
+    proc = tfm("translate", "--model", str(run), "--device", "cpu", "--max-len", "3", "Bonjour.\nMerci.\n", check=False)
+    line = error_line(proc, "TEXT holds 2 lines", code=2)
+    hint = re.search(r"pipe them in \((.*)\);", line).group(1)
+    assert hint == f"tfm translate --model {run} --device cpu --max-len 3 < input.fr"
+    write(tmp_path / "input.fr", "Bonjour.\nMerci.\n")
+    followed = _follow(hint, tmp_path)
+    assert followed.returncode == 0 and len(followed.stdout.splitlines()) == 2, followed.stderr
+    assert translate(run, "--max-len", "3", "\nBonjour.\n\n").returncode == 0
+    for args, said in (
+        (["Bonjour.\r\nMerci."], "the sentence to inspect holds 2 lines"),
+        (["Bonjour.", "--target", "Hello.\nThanks."], "--target holds 2 lines"),
+    ):
+        proc = tfm("inspect-attn", "--model", str(run), "--device", "cpu", *args, check=False)
+        error_line(proc, said)
+        assert proc.stdout == ""
+
+
 def test_n_best_above_the_models_beam_with_a_wider_beam(run: Path) -> None:
     """`--n-best 5 --beam 5` was refused as "cannot exceed the beam size 4" (the model's, which --beam replaces):
     no n-best list wider than the recipe's beam could be had at all."""

@@ -92,8 +92,10 @@ def inspect_attn(
             f"(head -n 1 {shell_word(sentence)} | {typed_command('inspect-attn', drop=sentence)} -)",
             param_hint="SENTENCE",
         )
+    _one_line(sentence, "the sentence to inspect", '"$(sed -n 3p input.fr)"')
     if target is not None:
         check_utf8(target, "--target")
+        _one_line(target, "--target", '"$(sed -n 3p output.en)"')
     if not sentence.strip():
         raise TfmError("the sentence to inspect is empty", hint='give a sentence, e.g. tfm inspect-attn "Je suis étudiant."')
 
@@ -169,6 +171,17 @@ def inspect_attn(
         _render_focus(shown, kind, query)
     if not (summary or align or token is not None):
         _render_heatmap(shown, kind, layer_index, head_index, numbers)
+
+
+def _one_line(text: str, what: str, example: str) -> None:
+    """Refuse text of several lines (`"$(head -3 input.fr)"`): their line breaks became spaces, and three sentences
+    glued together were inspected as one without a word, while stdin with more than one line is refused."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) > 1:
+        raise TfmError(
+            f"{what} holds {len(lines)} lines: inspect-attn shows one sentence and its one translation",
+            hint=f"give one line, e.g. {example}",
+        )
 
 
 def _stdin_sentence() -> str:

@@ -142,6 +142,14 @@ def translate(
                 f"({typed_command('translate', drop=text)} < {shell_word(text)})",
                 param_hint="TEXT",
             )
+        lines = [line for line in text.splitlines() if line.strip()]
+        if len(lines) > 1:  # `tfm translate "$(cat input.fr)"`: the lines were glued into one sentence, silently
+            raise typer.BadParameter(
+                f"TEXT holds {len(lines)} lines, and is one sentence: to translate them one a line, pipe them in "
+                f"({typed_command('translate', drop=text)} < input.fr); to translate them as one sentence, join them "
+                "(tr '\\n' ' ')",
+                param_hint="TEXT",
+            )
 
     written = _Written()
     written.scoring = bool(score or reference is not None)
