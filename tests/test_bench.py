@@ -138,7 +138,9 @@ def test_attention_bad_options() -> None:
     proc = tfm("bench", "attention", "--lengths", "16,x", check=False)
     assert proc.returncode == 2 and "--lengths" in proc.stderr
     proc = tfm("bench", "attention", "--impl", "sdpa-cudnn", "--device", "cpu", check=False)
-    assert proc.returncode == 2 and "not available on cpu" in proc.stderr
+    assert proc.returncode == 2 and "'sdpa-cudnn' runs on CUDA only; on cpu choose from: naive, tfm," in proc.stderr
+    proc = tfm("bench", "attention", "--impl", "bogus", "--device", "cpu", check=False)  # not "not available on cpu"
+    assert proc.returncode == 2 and "'bogus' is not one of: naive, tfm," in proc.stderr and "sdpa-cudnn" in proc.stderr
     proc = tfm("bench", "attention", "--dtype", "fp16", "--device", "cpu", check=False)
     assert proc.returncode == 1 and "fp16 needs a CUDA device" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -359,7 +361,9 @@ def test_translate_outputs_shorter_than_their_sources(recipe: Path) -> None:
 
 def test_translate_bad_options(recipe: Path) -> None:
     proc = tfm("bench", "translate", check=False)
-    assert proc.returncode == 2 and "--model" in proc.stderr
+    assert proc.returncode == 2 and "give a trained model (--model RUN) or a recipe" in proc.stderr
+    proc = tfm("bench", "translate", "--model", "runs/x", "--recipe", str(recipe), check=False)  # was "give ... or ..."
+    assert proc.returncode == 2 and "--model and --recipe exclude each other" in proc.stderr
     proc = tfm("bench", "translate", "--recipe", str(recipe), "--src-len", "60", "--out-len", "70", "--device", "cpu", check=False)
     assert proc.returncode == 1 and "max_positions=64" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -84,7 +84,7 @@ def load_baseline(path: Path, kind: str | None = None, command: str | None = Non
         raise TfmError(
             f"baseline {path} is a result of `tfm bench {data['kind']}`, not of `tfm bench {kind}`: it can only gate "
             f"`tfm bench {data['kind']}`",
-            hint=f"write a {kind} baseline with `{command or WRITES[kind]} > {kind}-baseline.json`",
+            hint=f"write {'an' if kind[0] in 'aeiou' else 'a'} {kind} baseline with `{command or WRITES[kind]} > {kind}-baseline.json`",
         )
     for key in ("settings", "environment"):  # read by the gate after the measuring: a list or null failed there
         if key in data and not isinstance(data[key], dict):

@@ -232,6 +232,8 @@ def attention(
 
       tfm bench attention --lengths 128,512,2048 --mask causal --dtype bf16 --json > attention.json
     """
+    import torch
+
     from tfm_cli.bench.attention import MASKS, PASSES, bench_attention, implementations
     from tfm_cli.bench.common import DTYPES
     from tfm_cli.runtime import resolve_device
@@ -245,10 +247,12 @@ def attention(
     torch_device = resolve_device(device)
     if dtype == "fp16" and torch_device.type != "cuda":
         raise TfmError("--dtype fp16 needs a CUDA device", hint="use --dtype fp32 or bf16 on CPU")
-    available = implementations(torch_device)
+    available, every = implementations(torch_device), implementations(torch.device("cuda"))
     for name in impl or []:
+        if name not in every:
+            raise typer.BadParameter(f"{name!r} is not one of: {', '.join(every)}", param_hint="--impl")
         if name not in available:
-            raise typer.BadParameter(f"{name!r} is not available on {torch_device.type}; choose from: {', '.join(available)}", param_hint="--impl")
+            raise typer.BadParameter(f"{name!r} runs on CUDA only; on {torch_device.type} choose from: {', '.join(available)}", param_hint="--impl")
     gate_inputs = _gate_inputs(baseline, tolerance, "attention")
     with _stoppable(), _progress() as progress:
         done = [0]
@@ -423,7 +427,9 @@ def translate(
 
     if greedy_only and beam_only:
         raise typer.BadParameter("choose --greedy-only or --beam-only, not both", param_hint="--greedy-only")
-    if (model is None) == (recipe is None):
+    if model is not None and recipe is not None:
+        raise typer.BadParameter("--model and --recipe exclude each other: a trained model, or random weights of a recipe's shape", param_hint="--recipe")
+    if model is None and recipe is None:
         raise typer.BadParameter("give a trained model (--model RUN) or a recipe for random weights (--recipe FILE)", param_hint="--model")
     if precision not in TRANSLATE_PRECISIONS:
         raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(TRANSLATE_PRECISIONS)}", param_hint="--precision")
