@@ -252,6 +252,23 @@ def test_closed_stdout_is_one_line_before_the_work(run: Path, tmp_path: Path) ->
     assert not (tmp_path / "out").exists()
 
 
+def test_closed_stderr_trains_and_translates_quietly(run: Path, tmp_path: Path) -> None:
+    """`tfm train ... 2>&-` (a cron line): Python starts with sys.stderr None, and the first progress line ended the
+    run with an AttributeError no one could see: exit 1, recipe.yaml and tokenizer.json written, no checkpoint."""
+    out = tmp_path / "out"
+    for args in (["train", str(run / "recipe.yaml"), "--out", str(out), "--device", "cpu"],
+                 ["translate", "--model", str(run), "--device", "cpu", "--greedy", "Bonjour."],
+                 ["translate", "--model", str(tmp_path / "nowhere"), "Bonjour."]):
+        proc = subprocess.run(
+            [str(TFM), *args], stdout=subprocess.PIPE, text=True, env=tfm_env(), preexec_fn=lambda: os.close(2),
+        )
+        if "nowhere" in args[2]:  # an error with nowhere to be said: the exit status still says it
+            assert proc.returncode == 1 and proc.stdout == ""
+        else:
+            assert proc.returncode == 0 and proc.stdout.strip(), args
+    assert (out / "model.safetensors").is_file()
+
+
 def _stderr_reader_gone(args: list[str], stdin: bytes = b"") -> subprocess.CompletedProcess:
     """`tfm ARGS` whose stderr is a pipe nobody reads any more (`2>&1 | tee log` whose tee was killed)."""
     read_end, write_end = os.pipe()
