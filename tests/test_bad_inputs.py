@@ -1271,6 +1271,10 @@ def test_dry_run_makes_the_checks_of_a_real_start(root: Path, tmp_path: Path) ->
         error_line(tfm(*dry[:2], *extra, "--out", str(dangling), check=False), "dangling", "broken symbolic link")
     assert not (tmp_path / "gone").exists()
     error_line(tfm(*dry, "--device", "tpu", check=False), "tpu")
+    for extra in ((), ("--dry-run",)):  # a dry run passed fp16 on a CPU, which a start refuses
+        proc = tfm(*dry[:2], *extra, "train.precision=fp16", "--device", "cpu", "--out", str(tmp_path / "fp16"), check=False)
+        error_line(proc, "train.precision fp16 needs a CUDA device, and this runs on cpu")
+    assert not (tmp_path / "fp16").exists()
     error_line(tfm(*dry, "data.max_len=1", check=False), "data.max_len", "at least 2")
     dev = write(tmp_path / "dev.tsv", _head(5) + "no tab here\n")
     error_line(tfm(*dry, f"data.dev={dev}", check=False), "dev.tsv:6", "no tab")

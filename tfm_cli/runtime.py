@@ -75,16 +75,17 @@ def cpu_vendor() -> str | None:
     return next((v for v in ("GenuineIntel", "AuthenticAMD") if v in processor), None)
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """'auto' -> bf16 on CUDA GPUs and CPUs that run it natively, else fp32. fp16 is CUDA-only (loss scaling)."""
+def resolve_precision(precision: str, device: torch.device, what: str = "precision") -> str:
+    """'auto' -> bf16 on CUDA GPUs and CPUs that run it natively, else fp32. fp16 is CUDA-only (loss scaling).
+    `what` names where the value came from (`train.precision`, `--precision`) in the errors."""
     if precision not in PRECISIONS:
-        raise TfmError(f"precision {precision!r} is unknown", hint=f"use one of: {', '.join(PRECISIONS)}")
+        raise TfmError(f"{what} {precision!r} is unknown", hint=f"use one of: {', '.join(PRECISIONS)}")
     if precision == "auto":
         if device.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         return "bf16" if cpu_has_fast_bf16() else "fp32"
     if precision == "fp16" and device.type != "cuda":
-        raise TfmError("precision fp16 needs a CUDA device", hint="use bf16 or fp32 on CPU")
+        raise TfmError(f"{what} fp16 needs a CUDA device, and this runs on {device.type}", hint="use bf16 or fp32 on CPU")
     return precision
 
 

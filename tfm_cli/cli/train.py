@@ -111,11 +111,12 @@ def train(
         check_recipe_file(recipe, resolved, Path(run_dir))
 
     if dry_run:
-        from tfm_cli.runtime import resolve_device
+        from tfm_cli.runtime import resolve_device, resolve_precision
         from tfm_cli.training import check_resume, check_start, preflight, scan_corpora
         from tfm_cli.training.checks import dev_is_train
 
         torch_device = resolve_device(device)
+        resolve_precision(resolved.train.precision, torch_device, "train.precision")  # fp16 on a CPU is refused
         preflight(resolved, Path(run_dir), resume is not None)  # every check a real start makes before writing
         resumes_at = check_resume(resolved, Path(run_dir), torch_device) if resume is not None else None  # and a resume's
         pairs = scan_corpora(resolved)
@@ -141,7 +142,7 @@ def train(
 
     rank, local_rank, _ = torchrun_env() or (0, 0, 1)
     torch_device = resolve_device(device)
-    precision = resolve_precision(resolved.train.precision, torch_device)
+    precision = resolve_precision(resolved.train.precision, torch_device, "train.precision")
     with stop_signals() as received:
         try:
             if rank != 0:  # one rank of a torchrun job: rank 0 prints progress and the result

@@ -381,7 +381,7 @@ class Trainer:
         self.started = time.perf_counter()
         if self.device.type == "cpu":
             tune_cpu_allocator()
-        self.precision = resolve_precision(t.precision, self.device)
+        self.precision = resolve_precision(t.precision, self.device, "train.precision")
         # (a partial, not a lambda over self: that made the trainer a reference cycle, which outlived train() and
         # held the DDP wrapper, and the process group with it, past Distributed.cleanup; see `release`)
         self.amp = functools.partial(autocast, self.device, self.precision)
