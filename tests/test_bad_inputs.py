@@ -384,25 +384,36 @@ def test_corpus_that_is_not_text_says_what_it_is(tmp_path: Path, data: bytes, ex
     one_line(err.value, f"{corpus}{expected.replace(' c.tsv', f' {corpus}')}")
 
 
+_UTF16 = "Déjà vu.\tHello.\nMerci.\tThanks.\n".encode("utf-16")
+_LATIN1 = "Déjà vu.\tHello.\nMerci.\tThanks.\n".encode("latin-1")
+_CR = "Déjà vu.\tHello.\rMerci.\tThanks.\r".encode()
+
+
 @pytest.mark.parametrize(
-    ("data", "fixed"),
+    ("data", "name", "fixed"),
     [
-        ("Déjà vu.\tHello.\nMerci.\tThanks.\n".encode("utf-16"), "utf8-my corpus.tsv"),
-        ("Déjà vu.\tHello.\nMerci.\tThanks.\n".encode("latin-1"), "utf8-my corpus.tsv"),
-        ("Déjà vu.\tHello.\rMerci.\tThanks.\r".encode(), "fixed-my corpus.tsv"),
+        (_UTF16, "my corpus.tsv", "utf8-my corpus.tsv"),
+        (_LATIN1, "my corpus.tsv", "utf8-my corpus.tsv"),
+        (_CR, "my corpus.tsv", "fixed-my corpus.tsv"),
+        # gzip is told by the content, as the reader tells it, not by the name: iconv ran on compressed bytes, and
+        # zcat was offered a plain file named .gz ("not in gzip format"), cat a gzip file named otherwise
+        (gzip.compress(_UTF16), "my corpus.tsv.gz", "utf8-my corpus.tsv.gz"),
+        (gzip.compress(_LATIN1), "my corpus.tsv.gz", "utf8-my corpus.tsv.gz"),
+        (gzip.compress(_CR), "my corpus.tsv", "fixed-my corpus.tsv"),
+        (_CR, "my corpus.tsv.gz", "fixed-my corpus.tsv"),
     ],
-    ids=["utf-16", "latin-1", "cr-only"],
+    ids=["utf-16", "latin-1", "cr-only", "utf-16-gzip", "latin-1-gzip", "cr-only-gzip-named-tsv", "cr-only-plain-named-gz"],
 )
 def test_suggested_fix_command_works_from_where_tfm_ran(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes, fixed: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes, name: str, fixed: str
 ) -> None:
     """The message's command names the file as it was given (not its bare name, which is not there from the
     directory tfm ran in), quoted for the shell; run as printed, it writes a corpus tfm reads."""
     (tmp_path / "data").mkdir()
-    corpus = write(tmp_path / "data" / "my corpus.tsv", data)
+    corpus = write(tmp_path / "data" / name, data)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(CorpusError) as err:
-        list(read_pairs("data/my corpus.tsv"))  # as given on a command line, relative to the working directory
+        list(read_pairs(f"data/{name}"))  # as given on a command line, relative to the working directory
     command = re.search(r"\(e\.g\. (.*)\)$|convert them \((.*?)\);", str(err.value))
     assert command, str(err.value)
     subprocess.run(command.group(1) or command.group(2), shell=True, check=True)

@@ -125,10 +125,11 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterat
                     raw = raw[:-1]
                 if raw.endswith(b"\r"):
                     raw = raw[:-1]
-                if (line_no == 1 or b"\x00" in raw) and (problem := _not_text(raw, line_no, path)):
+                gzipped = isinstance(f, gzip.GzipFile)  # by its content, as read: the fixes say zcat or cat by it
+                if (line_no == 1 or b"\x00" in raw) and (problem := _not_text(raw, line_no, path, gzipped)):
                     raise CorpusError(f"{shown}:{line_no}: {problem}")
                 if b"\r" in raw:  # read as one line, it would silently glue many sentences together
-                    raise CorpusError(f"{shown}:{line_no}: {_carriage_return(path)}")
+                    raise CorpusError(f"{shown}:{line_no}: {_carriage_return(path, gzipped)}")
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as err:
@@ -173,9 +174,9 @@ def _shell_path(path: Path, prefix: str = "") -> str:
     return shlex.quote(str(path.with_name(prefix + path.name) if prefix else path))
 
 
-def _carriage_return(path: Path) -> str:
+def _carriage_return(path: Path, gzipped: bool) -> str:
     """The problem of a line holding a carriage return that does not end it (CR-only line ends, old Mac style)."""
-    cat, name = "zcat" if path.name.endswith(".gz") else "cat", _shell_path(path)
+    cat, name = "zcat" if gzipped else "cat", _shell_path(path)
     fixed = shlex.quote(str(path.with_name("fixed-" + path.name.removesuffix(".gz"))))
     return (
         "a carriage return (\\r) inside the line: if the file ends its lines with CR alone (old Mac style), convert "
@@ -184,15 +185,16 @@ def _carriage_return(path: Path) -> str:
     )
 
 
-def _not_text(raw: bytes, line_no: int, path: Path) -> str | None:
+def _not_text(raw: bytes, line_no: int, path: Path, gzipped: bool) -> str | None:
     """What a line is when it is not UTF-8 text at all (compressed, UTF-16, binary), or None."""
-    name = _shell_path(path)
+    name, fixed = _shell_path(path), _shell_path(path, "utf8-")
     if line_no == 1:
         for magic, (kind, undo, _) in OTHER_COMPRESSION.items():
             if magic.match(raw):
                 return f"{kind}-compressed data, not text: tfm reads plain or gzip text; decompress it first (e.g. {undo} {name})"
         if raw.startswith(UTF16_BOMS):
-            return f"UTF-16 text, not UTF-8: re-encode the file (e.g. iconv -f utf-16 -t utf-8 {name} > {_shell_path(path, 'utf8-')})"
+            fix = f"zcat {name} | iconv -f utf-16 -t utf-8 | gzip > {fixed}" if gzipped else f"iconv -f utf-16 -t utf-8 {name} > {fixed}"
+            return f"UTF-16 text, not UTF-8: re-encode the file (e.g. {fix})"
     if b"\x00" in raw:  # valid UTF-8, but no text holds NUL bytes
         return (
             f"a NUL byte at byte {raw.index(0) + 1} of the line: a binary file (or UTF-16), not UTF-8 text; "
