@@ -863,16 +863,24 @@ def test_a_100000_character_line_is_cut_with_a_warning(run: Path) -> None:
 
 
 def test_train_into_a_directory_holding_a_final_model_is_refused(root: Path, run: Path, tmp_path: Path) -> None:
-    """Only a model.safetensors and its tokenizer (a copied model): refused before anything is written (a run with
-    checkpoints: test_e2e.py::test_fresh_train_refuses_a_run_with_checkpoints)."""
+    """A finished run, and only a model.safetensors and its tokenizer (a copied model, or another toolkit's weights):
+    refused before anything is written (a run with checkpoints: test_e2e.py::test_fresh_train_refuses_a_run_with_
+    checkpoints). The folder without recipe.yaml is no tfm run: "continue it with --resume" sent the user to a
+    command that said so."""
+    finished = Path(shutil.copytree(run, tmp_path / "finished"))
+    (finished / "checkpoints").rename(tmp_path / "aside")
+    proc = tfm("train", str(root / "recipe.yaml"), "--out", str(finished), "--device", "cpu", check=False)
+    error_line(proc, f"{finished} already holds a trained run (a final model.safetensors)")
+    assert f"tfm train --resume {finished}" in proc.stderr
     target = tmp_path / "final-only"
     target.mkdir()
     for name in ("model.safetensors", "tokenizer.json"):
         shutil.copy(run / name, target / name)
     before = snapshot(target)
-    proc = tfm("train", str(root / "recipe.yaml"), "--out", str(target), "--device", "cpu", check=False)
-    error_line(proc, f"{target} already holds a trained run (a final model.safetensors)")
-    assert f"tfm train --resume {target}" in proc.stderr and snapshot(target) == before
+    for extra in ((), ("--dry-run",)):
+        proc = tfm("train", str(root / "recipe.yaml"), "--out", str(target), "--device", "cpu", *extra, check=False)
+        error_line(proc, f"{target} is not a tfm run directory (it has no recipe.yaml) but holds model.safetensors, which a start would overwrite")
+        assert "--resume" not in proc.stderr and snapshot(target) == before
 
 
 @pytest.mark.parametrize("name", ["config.json", "metrics.jsonl", "summary.json"])
@@ -1458,6 +1466,19 @@ def test_a_missing_tokenizer_path_says_how_to_train_it_there(root: Path, tmp_pat
     assert command == f"tfm tokenize RECIPE --out '{wanted}'"
     tfm("tokenize", *shlex.split(command.replace("RECIPE", str(root / "recipe.yaml")))[2:])
     tfm("train", *args)
+
+
+def test_a_tokenizer_path_that_is_an_empty_folder_says_how_to_train_into_it(root: Path, tmp_path: Path) -> None:
+    """The hint was `tfm tokenize RECIPE --out FOLDER`, which tfm tokenize refuses ("--out FOLDER is a directory").
+    Followed now (a file in the folder, given as tokenizer.path), the start finds its tokenizer."""
+    folder = tmp_path / "toks"
+    folder.mkdir()
+    args = [str(root / "recipe.yaml"), f"tokenizer.path={folder}", "--out", str(tmp_path / "out"), "--dry-run"]
+    proc = tfm("train", *args, check=False)
+    error_line(proc, f"tokenizer.path: {folder} is not a file")
+    command, path = re.search(r"with `(tfm tokenize RECIPE --out .*?)` and give (tokenizer.path=\S+),", proc.stderr).groups()
+    tfm("tokenize", *shlex.split(command.replace("RECIPE", str(root / "recipe.yaml")))[2:])
+    tfm("train", *args[:1], *shlex.split(path), *args[2:])
 
 
 def test_a_beam_wider_than_the_tokenizer_is_refused_before_anything_is_written(root: Path, run: Path, tmp_path: Path) -> None:

@@ -51,6 +51,13 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
             hint="train into another --out, or wait until that run ends",
         )
     prior = checkpoint_steps(run_dir)
+    if not resume and (prior or (run_dir / FINAL).is_file()) and not (run_dir / "recipe.yaml").is_file():
+        # a folder of weights that is no tfm run (a Hugging Face model's): "continue it with --resume" could not
+        what = f"{CHECKPOINTS}/step-*.safetensors" if prior else FINAL
+        raise CheckpointError(
+            f"{run_dir} is not a tfm run directory (it has no recipe.yaml) but holds {what}, which a start would overwrite",
+            hint="choose another --out (a new or empty folder)",
+        )
     if not resume and (prior or (run_dir / FINAL).is_file()):  # refuse before writing anything into the run
         where = f"checkpoints up to step {prior[-1][0]}" if prior else f"a final {FINAL}"
         raise CheckpointError(
@@ -78,6 +85,9 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
         raise TfmError(
             f"tokenizer.path: {recipe.tokenizer.path} {what}",
             hint=f"give the file: tokenizer.path={shell_word(inside)}" if inside.is_file()
+            # a folder: `tfm tokenize --out FOLDER` is refused; a file in it is what both can take
+            else f"train one into it with `tfm tokenize RECIPE --out {shell_word(inside)}` and give "
+            f"tokenizer.path={shell_word(inside)}, or set tokenizer.path: null to train one with the run" if wanted.is_dir()
             # (a bare `tfm tokenize` is a usage error, and `tfm tokenize RECIPE` writes runs/NAME/tokenizer.json)
             else f"train it there with `tfm tokenize RECIPE --out {shell_word(recipe.tokenizer.path)}`, or set "
             "tokenizer.path: null to train one with the run",
