@@ -981,6 +981,10 @@ def test_a_relative_path_found_only_beside_the_recipe_says_where_paths_are_read_
     assert "write train: [cfg/train.tsv, cfg/train.tsv]" in proc.stderr
     recipe(cfg, "train.tsv")
     tfm("train", "recipe.yaml", "--out", str(out), "--dry-run", cwd=cfg)  # from the recipe's folder it is found
+    recipe(cfg, str(root / "train.tsv"))  # the relative path is an override's, typed here: no "write it in the recipe"
+    proc = tfm("train", "cfg/recipe.yaml", "data.train=train.tsv", "--out", str(out), "--dry-run", cwd=tmp_path, check=False)
+    error_line(proc, "train.tsv does not exist")
+    assert "beside the recipe" not in proc.stderr and "cfg/recipe.yaml" not in proc.stderr.split("hint:", 1)[-1], proc.stderr
 
 
 def test_the_same_file_as_source_and_target_is_refused(root: Path, tmp_path: Path) -> None:

@@ -485,7 +485,7 @@ def _validate(recipe: Recipe, skip: set[str]) -> list[str]:
         and max_len > max_positions - 2
     ):
         problems.append(
-            f"data.max_len={max_len} must be at most model.max_positions - 2 = {max_positions - 2} "
+            f"data.max_len={max_len} must be at most model.max_positions={max_positions} - 2 = {max_positions - 2} "
             f"(room for BOS and EOS); lower data.max_len or raise model.max_positions to {max_len + 2}"
         )
     patience = good.get("train.patience")

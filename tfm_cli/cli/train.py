@@ -108,7 +108,7 @@ def train(
         run_dir = out if out is not None else Path("runs") / resolved.name
         from tfm_cli.training.checks import check_recipe_file
 
-        check_recipe_file(recipe, resolved, Path(run_dir))
+        check_recipe_file(recipe, resolved, Path(run_dir), overrides)
 
     if dry_run:
         from tfm_cli.runtime import resolve_device, resolve_precision

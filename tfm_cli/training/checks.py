@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from tfm_cli.checkpoint import read_metadata
@@ -114,12 +115,14 @@ def _trained_now(run_dir: Path) -> bool:
         lock.release()
 
 
-def check_recipe_file(recipe_file: str | Path, recipe: Recipe, run_dir: Path) -> None:
+def check_recipe_file(recipe_file: str | Path, recipe: Recipe, run_dir: Path, overrides: Sequence[str] = ()) -> None:
     """Refuse a start whose recipe file is the run directory's recipe.yaml, which the start replaces with the
     resolved recipe (`tfm train proj/recipe.yaml --out proj` lost the user's comments and layout), unless that
     file already is the resolved recipe (a run started again before its first checkpoint); and say so when a
-    relative path of the recipe is missing from the current directory but is there beside the recipe file."""
-    _check_paths_beside(Path(recipe_file), recipe)
+    relative path of the recipe file (not one of the `overrides`, typed where tfm runs) is missing from the current
+    directory but is there beside the recipe file."""
+    given = {text.split("=", 1)[0].strip() for text in overrides}
+    _check_paths_beside(Path(recipe_file), recipe, given)
     target = run_dir / "recipe.yaml"
     if (run_dir / EXPORT_INFO).is_file():  # not a run at all: preflight says so
         return
@@ -137,7 +140,7 @@ def check_recipe_file(recipe_file: str | Path, recipe: Recipe, run_dir: Path) ->
         )
 
 
-def _check_paths_beside(recipe_file: Path, recipe: Recipe) -> None:
+def _check_paths_beside(recipe_file: Path, recipe: Recipe, overridden: set[str]) -> None:
     """A relative corpus or tokenizer path is read from the current directory (as fairseq, OpenNMT-py and JoeyNMT
     read theirs), not from the recipe's folder: `tfm train configs/mine.yaml` with `train: train.tsv` meant the
     file beside the recipe, and was told only that train.tsv does not exist."""
@@ -159,6 +162,8 @@ def _check_paths_beside(recipe_file: Path, recipe: Recipe) -> None:
 
     specs = [("data.train", recipe.data.train), ("data.dev", recipe.data.dev), ("tokenizer.path", recipe.tokenizer.path)]
     for key, spec in specs:
+        if key in overridden:  # the command line's own path: "write it in the recipe" would be the wrong fix
+            continue
         for text in [] if spec is None else [spec] if isinstance(spec, str) else spec:
             if not only_beside(text):
                 continue
