@@ -1042,7 +1042,12 @@ def test_resume_refuses_another_architecture_before_touching_the_run(trained: Pa
         error_line(proc, "already at step 10", "train.max_steps=5")
         assert snapshot(run) == before
     proc = tfm("train", "--resume", str(run), "train.max_steps=12", "--dry-run", "--json")
-    assert json.loads(proc.stdout)["resumes_at_step"] == 10
+    assert json.loads(proc.stdout)["resumes_at_step"] == 10 and "finished" not in json.loads(proc.stdout)
+    # the run is finished: the dry run said "resumes from step 10 to train.max_steps=10", the resume "nothing to do"
+    proc = tfm("train", "--resume", str(run), "--dry-run")
+    assert "# finished at step 10 (reached train.max_steps=10) and its final model is written: the resume has nothing to do" in proc.stdout
+    assert "resumes from" not in proc.stdout and "nothing to do" in tfm("train", "--resume", str(run), "--device", "cpu").stderr
+    assert json.loads(tfm("train", "--resume", str(run), "--dry-run", "--json").stdout)["finished"] is True
     # without its tokenizer a resume would train or copy another one: refused, dry run or not
     moved = Path(shutil.move(run / "tokenizer.json", tmp_path / "tokenizer.json"))
     for extra in ([], ["--dry-run"]):

@@ -438,7 +438,12 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     parameters = parameter_count(model_config(recipe, vocab, 0, 1, 2))  # shapes only: no memory is allocated
     t = recipe.train
     budget: dict[str, Any] = {}
-    if resumes_at is not None and t.max_time:  # the budget counts all sessions: what this resume has left of it
+    finished = None
+    if resumes_at is not None:
+        from tfm_cli.training import finished_resume
+
+        finished = finished_resume(Path(run_dir), recipe)
+    if resumes_at is not None and t.max_time and finished is None:  # the budget counts all sessions: what this resume has left of it
         from tfm_cli.recipe import parse_duration
         from tfm_cli.training import trained_seconds
 
@@ -451,6 +456,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
         "tokens_per_step": t.max_tokens * t.accum_steps,
         "sentence_pairs": pairs,
         **({"resumes_at_step": resumes_at} if resumes_at is not None else {}),
+        **({"finished": True} if finished is not None else {}),
         **budget,
         "note": "tokens_per_step is the most source (and target) tokens per optimizer step, padding included",
     }
@@ -462,6 +468,10 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     print(f"# parameters: {facts['parameters']:,} (vocabulary {vocab:,})")
     print(f"# tokens per step: up to {facts['tokens_per_step']:,} source + {facts['tokens_per_step']:,} target")
     print("# sentence pairs: " + ", ".join(f"{n:,} in {key}" for key, n in pairs.items()))
+    if finished is not None:  # as the resume itself will say
+        stopped = finished.get("stopped") or f"train.max_steps={recipe.train.max_steps:,}"
+        print(f"# finished at step {resumes_at:,} ({stopped}) and its final model is written: the resume has nothing to do")
+        return
     if resumes_at is not None:
         print(f"# resumes from step {resumes_at:,} to train.max_steps={recipe.train.max_steps:,}")
     if budget:

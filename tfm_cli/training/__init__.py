@@ -25,13 +25,14 @@ from tfm_cli.training.trainer import (
     TrainResult,
     check_resume,
     check_start,
+    finished_resume,
     load_trainer_state,
     train,
     trained_seconds,
 )
 
 __all__ = [
-    "LOSS_CHUNK_LOGITS", "DevSet", "TrainEvents", "TrainResult", "adam", "check_resume", "check_start", "evaluate", "finish", "inverse_sqrt_lr",
+    "LOSS_CHUNK_LOGITS", "DevSet", "TrainEvents", "TrainResult", "adam", "check_resume", "check_start", "evaluate", "finish", "finished_resume", "inverse_sqrt_lr",
     "label_smoothed_loss", "load_dev", "load_optimizer_state", "load_trainer_state", "output_loss", "parameter_count", "preflight",
     "resume_recipe", "scan_corpora", "score_translations", "setup_model", "step_tokens", "train", "train_step",
     "trained_seconds",

@@ -894,6 +894,15 @@ def trained_seconds(run_dir: Path) -> float:
     return float(state.get("train_seconds", 0.0))
 
 
+def finished_resume(run_dir: Path, recipe: Recipe) -> dict[str, Any] | None:
+    """The summary.json of `run_dir` when a resume with `recipe` would find the run finished (at train.max_steps,
+    stopped early or its time budget spent, its final model written, nothing in the recipe changed) and do
+    nothing; None when it would train, or write the final model. What `tfm train --resume --dry-run` reports."""
+    step, _, state = _resume_point(run_dir, TrainEvents())
+    recipe = with_tokenizer_size(recipe, Tokenizer.load(run_dir / "tokenizer.json").vocab_size)
+    return _finished_summary(run_dir, step, recipe, float(state.get("train_seconds", 0.0)))
+
+
 def check_start(recipe: Recipe, run_dir: Path) -> None:
     """What a fresh start's `--dry-run` can check of data.train beyond reading it: when the tokenizer is already
     there (tokenizer.path, or one `tfm tokenize` left in the run directory), that some pair fits data.max_len."""
