@@ -328,6 +328,10 @@ def test_unknown_option_exits_2() -> None:
         (["inspect-attn"], "Missing argument 'SENTENCE'. Give the sentence to inspect, in quotes", "tfm inspect-attn"),
         (["inspect-attn", "--summary"], "or - to read it from stdin (head -n 1 input.fr | tfm inspect-attn --summary -)", "tfm inspect-attn"),
         (["bench", "attention", "--tolerance", "5"], "Invalid value for --tolerance: '5' is a share of 500%", "tfm bench attention"),
+        # training options with --encode were ignored without a word, as if they changed the encoding
+        (["tokenize", "--encode", "x", "--vocab-size", "500", "--min-frequency", "5"],
+         "--encode shows an existing tokenizer; drop --vocab-size and --min-frequency (they train a new one)", "tfm tokenize"),
+        (["tokenize", "--encode", "x", "--out", "t.json"], "drop --out (they train a new one)", "tfm tokenize"),
     ],
 )
 def test_usage_errors_are_one_error_line_with_the_help_as_hint(args: list[str], said: str, command: str) -> None:

@@ -44,8 +44,14 @@ def tokenize(
       tfm tokenize --tokenizer runs/tiny --encode "Je suis étudiant."
     """
     if encode:
-        if recipe or corpus or out is not None:
-            raise typer.BadParameter("--encode shows an existing tokenizer; drop RECIPE, --corpus and --out", param_hint="--encode")
+        training = [name for name, given in (("RECIPE", recipe), ("--corpus", corpus), ("--out", out is not None),
+                    ("--vocab-size", vocab_size is not None), ("--min-frequency", min_frequency is not None)) if given]
+        if training:  # options of training a tokenizer: ignored here, they would seem to change the encoding
+            raise typer.BadParameter(
+                f"--encode shows an existing tokenizer; drop {', '.join(training[:-1])}{' and ' if len(training) > 1 else ''}{training[-1]}"
+                " (they train a new one)",
+                param_hint="--encode",
+            )
         for number, text in enumerate(encode, start=1):  # before the tokenizer loads: it takes no undecodable bytes
             check_utf8(text, f"--encode text {number}" if len(encode) > 1 else "the --encode text")
         _encode(_find_tokenizer(tokenizer), encode, json_out)
