@@ -961,6 +961,24 @@ def test_a_start_on_a_bad_corpus_leaves_no_run_behind(root: Path, run: Path, tmp
         assert not out.exists(), sorted(p.name for p in out.iterdir())
 
 
+def test_a_tab_inside_a_few_sentences_is_warned_about(tmp_path: Path) -> None:
+    """`Je suis<TAB>étudiant.<TAB>I am a student.` trained the pair "Je suis" -> "étudiant." without a word: columns
+    after the second are ignored (a Tatoeba or Anki export's attribution). A file whose lines mostly have two
+    columns and a few more is warned about, dry run or not; one whose lines all have three is as documented."""
+    lines = _head(300).splitlines()
+    mixed = write(tmp_path / "mixed.tsv", "\n".join(["Je suis\tétudiant.\tI am a student.", *lines, "Oui\t!\tYes!"]) + "\n")
+    proc = tfm("train", str(recipe(tmp_path, str(mixed))), "--dry-run", "--out", str(tmp_path / "dry"))
+    said = f"warning: data.train {mixed}: 2 of 302 lines have more than two tab-separated columns (lines 1, 302) where"
+    assert said in proc.stderr, proc.stderr
+    command = proc.stderr.split("check them, e.g. ", 1)[1].splitlines()[0]
+    assert subprocess.run(command, shell=True, capture_output=True, text=True).stdout.split() == ["1", "302"]
+    proc = tfm("train", str(recipe(tmp_path, str(mixed))), "train.max_steps=1", "--out", str(tmp_path / "run"), "--device", "cpu")
+    assert "warning: data.train " in proc.stderr and "2 of 302 lines have more than two" in proc.stderr
+    attributed = write(tmp_path / "tatoeba.tsv", "".join(f"{line}\tCC-BY 2.0 (France) Attribution: tatoeba.org\n" for line in lines))
+    proc = tfm("train", str(recipe(tmp_path, str(attributed))), "--dry-run", "--out", str(tmp_path / "dry"))
+    assert "tab-separated columns" not in proc.stderr and "300 in data.train" in proc.stdout
+
+
 def test_a_relative_path_found_only_beside_the_recipe_says_where_paths_are_read_from(root: Path, tmp_path: Path) -> None:
     """Relative paths are read from the current directory (as fairseq, OpenNMT-py and JoeyNMT read theirs);
     `tfm train cfg/recipe.yaml` with `train: train.tsv` beside the recipe was told only 'train.tsv does not exist'."""

@@ -21,6 +21,7 @@ import re
 import shlex
 import zlib
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import IO
@@ -219,7 +220,41 @@ def _shown(spec: str | os.PathLike, path: Path) -> str:
     return text if text.startswith(BUNDLED_PREFIX) else str(path)
 
 
-def read_pairs(spec: CorpusSpec, once: bool = False, option: str | None = None) -> Iterator[Pair]:
+@dataclass
+class TsvColumns:
+    """A TSV corpus's lines counted by columns as `read_pairs` reads them: two, or more (the columns after the
+    second are ignored: a Tatoeba or Anki export's attribution). A file of both kinds most likely has a tab inside
+    a few sentences, where the rest of the source became the target: `warning` says so."""
+
+    shown: str = ""  # the file, as messages name it
+    two: int = 0  # lines of exactly two columns
+    more: int = 0  # lines of three or more
+    first_more: list[int] = field(default_factory=list)  # the first few of those (line numbers)
+
+    def count(self, line_no: int, columns: int) -> None:
+        if columns > 2:
+            self.more += 1
+            if len(self.first_more) < 3:
+                self.first_more.append(line_no)
+        else:
+            self.two += 1
+
+    def warning(self) -> str | None:
+        """What to say of a file whose lines mostly have two columns and some more, or None."""
+        if not (self.two and self.more):
+            return None
+        lines = ", ".join(map(str, self.first_more)) + (", ..." if self.more > len(self.first_more) else "")
+        return (
+            f"{self.shown}: {self.more:,} of {self.two + self.more:,} lines {'has' if self.more == 1 else 'have'} more than two tab-separated columns "
+            f"(line{'s' if self.more > 1 else ''} {lines}) where the others have two: a tab inside a sentence makes "
+            "the rest of it the target, and columns after the second are ignored; check them, e.g. "
+            f"zcat -f {_shell_path(Path(self.shown))} | awk -F'\\t' 'NF > 2 {{print NR}}'"
+        )
+
+
+def read_pairs(
+    spec: CorpusSpec, once: bool = False, option: str | None = None, columns: TsvColumns | None = None
+) -> Iterator[Pair]:
     """Stream the sentence pairs of a corpus, line by line (nothing is held in memory).
 
     The files are checked for existence at once; their lines are read lazily as the stream is consumed.
@@ -228,6 +263,7 @@ def read_pairs(spec: CorpusSpec, once: bool = False, option: str | None = None) 
         spec: a TSV path, `bundled:NAME/FILE`, or a list/tuple [source_file, target_file].
         once: the caller reads the corpus once (scoring), so a pipe will do; training reads it more than once.
         option: the command-line option that gave the path(s) (e.g. "--score"), for the messages.
+        columns: counts a TSV file's lines by their number of columns as they are read (two files: untouched).
 
     Returns:
         A generator of (line_no, src, tgt), line_no 1-based. A pair with an empty side is yielded as is
@@ -240,7 +276,7 @@ def read_pairs(spec: CorpusSpec, once: bool = False, option: str | None = None) 
     """
     if isinstance(spec, (str, os.PathLike)):
         path = resolve_corpus_path(spec, once, option)
-        return _read_tsv(path, _shown(spec, path), option)
+        return _read_tsv(path, _shown(spec, path), option, columns)
     if isinstance(spec, (list, tuple)) and len(spec) == 2:
         src_path, tgt_path = resolve_corpus_path(spec[0], once, option), resolve_corpus_path(spec[1], once, option)
         return _read_parallel(src_path, _shown(spec[0], src_path), tgt_path, _shown(spec[1], tgt_path))
@@ -250,10 +286,14 @@ def read_pairs(spec: CorpusSpec, once: bool = False, option: str | None = None) 
     )
 
 
-def _read_tsv(path: Path, shown: str, option: str | None = None) -> Iterator[Pair]:
+def _read_tsv(path: Path, shown: str, option: str | None = None, columns: TsvColumns | None = None) -> Iterator[Pair]:
     n = full = 0  # lines, and lines with text on both sides
+    if columns is not None:
+        columns.shown = shown
     for line_no, text in _read_lines(path, shown):
         parts = text.split("\t", 2)  # columns after the second (a Tatoeba/Anki attribution) are ignored
+        if columns is not None:
+            columns.count(line_no, len(parts))
         if len(parts) < 2:
             what = "is blank" if not text else "has no tab"
             # the two files as the user gives them: a recipe's list, or the option twice on a command line

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import torch
 
-from tfm_cli.corpus import CorpusSpec, read_pairs
+from tfm_cli.corpus import CorpusSpec, TsvColumns, read_pairs
 from tfm_cli.errors import TfmError
 from tfm_cli.model.masks import padding_mask, target_mask
 
@@ -44,6 +44,7 @@ class CorpusStats:
     kept: int  # pairs stored
     skipped_empty: int  # a side was empty after normalisation
     skipped_long: int  # a side had more than max_len - 1 tokens
+    columns_warning: str | None = None  # a TSV file with a few lines of more than two columns (`TsvColumns`)
 
 
 class TokenizedCorpus:
@@ -191,7 +192,8 @@ def encode_corpus(
 
     srcs: list[str] = []
     tgts: list[str] = []
-    for _, src, tgt in read_pairs(spec):
+    columns = TsvColumns()
+    for _, src, tgt in read_pairs(spec, columns=columns):
         stats.read += 1
         srcs.append(src)
         tgts.append(tgt)
@@ -200,6 +202,7 @@ def encode_corpus(
             srcs, tgts = [], []
     if srcs:
         flush(srcs, tgts)
+    stats.columns_warning = columns.warning()
     return TokenizedCorpus(src_ids, src_offsets, tgt_ids, tgt_offsets, stats)
 
 

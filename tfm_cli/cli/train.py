@@ -119,7 +119,10 @@ def train(
         resolve_precision(resolved.train.precision, torch_device, "train.precision")  # fp16 on a CPU is refused
         preflight(resolved, Path(run_dir), resume is not None)  # every check a real start makes before writing
         resumes_at = check_resume(resolved, Path(run_dir), torch_device) if resume is not None else None  # and a resume's
-        pairs = scan_corpora(resolved)
+        found: list[str] = []
+        pairs = scan_corpora(resolved, found)
+        for warning in found:
+            warn(warning)
         if warning := dev_is_train(resolved):
             warn(warning)
         if resume is None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tfm_cli.checkpoint import read_metadata
-from tfm_cli.corpus import read_pairs, resolve_corpus_path
+from tfm_cli.corpus import TsvColumns, read_pairs, resolve_corpus_path
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, shell_word
 from tfm_cli.files import DirectoryLock, nearest_existing
 from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
@@ -293,13 +293,17 @@ def dev_is_train(recipe: Recipe) -> str | None:
     return None
 
 
-def scan_corpora(recipe: Recipe) -> dict[str, int]:
+def scan_corpora(recipe: Recipe, warnings: list[str] | None = None) -> dict[str, int]:
     """Read every line of the recipe's corpora as a start would (`tfm train --dry-run`): the number of sentence
-    pairs in data.train and data.dev; a CorpusError names the first bad file and line."""
+    pairs in data.train and data.dev; a CorpusError names the first bad file and line. A TSV file with a few lines
+    of more than two columns is added to `warnings`."""
     counts = {}
     for key, spec in (("data.train", recipe.data.train), ("data.dev", recipe.data.dev)):
         if spec is not None:
-            counts[key] = sum(1 for _ in read_pairs(spec))
+            columns = TsvColumns()
+            counts[key] = sum(1 for _ in read_pairs(spec, columns=columns))
+            if warnings is not None and (warning := columns.warning()):
+                warnings.append(f"{key} {warning}")
     return counts
 
 
