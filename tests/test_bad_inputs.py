@@ -972,8 +972,9 @@ def test_a_tab_inside_a_few_sentences_is_warned_about(tmp_path: Path) -> None:
     assert said in proc.stderr, proc.stderr
     command = proc.stderr.split("check them, e.g. ", 1)[1].splitlines()[0]
     assert subprocess.run(command, shell=True, capture_output=True, text=True).stdout.split() == ["1", "302"]
-    proc = tfm("train", str(recipe(tmp_path, str(mixed))), "train.max_steps=1", "--out", str(tmp_path / "run"), "--device", "cpu")
-    assert "warning: data.train " in proc.stderr and "2 of 302 lines have more than two" in proc.stderr
+    proc = tfm("train", str(recipe(tmp_path, str(mixed), dev=str(mixed))), "train.max_steps=1", "--out", str(tmp_path / "run"), "--device", "cpu")
+    for key in ("data.train", "data.dev"):
+        assert f"warning: {key} {mixed}: 2 of 302 lines have more than two" in proc.stderr, proc.stderr
     attributed = write(tmp_path / "tatoeba.tsv", "".join(f"{line}\tCC-BY 2.0 (France) Attribution: tatoeba.org\n" for line in lines))
     proc = tfm("train", str(recipe(tmp_path, str(attributed))), "--dry-run", "--out", str(tmp_path / "dry"))
     assert "tab-separated columns" not in proc.stderr and "300 in data.train" in proc.stdout

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from tfm_cli.checkpoint import average_checkpoints, load_state, read_weights, save_weights
-from tfm_cli.corpus import read_pairs
+from tfm_cli.corpus import TsvColumns, read_pairs
 from tfm_cli.data import make_batch, token_batches
 from tfm_cli.decoding import translate_ids
 from tfm_cli.errors import TfmError
@@ -39,6 +39,7 @@ class DevSet:
     bleu_tokenize: str = "13a"
     bleu_why: str = ""
     skipped_empty: int = 0  # pairs of the file left out: a side empty once normalised
+    columns_warning: str | None = None  # a TSV file with a few lines of more than two columns (`TsvColumns`)
 
 
 def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str = AUTO) -> DevSet:
@@ -50,7 +51,8 @@ def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str 
     dev BLEU is the score of the text `tfm translate` prints for the same sources."""
     # References normalised as the translations are (NFC, one space): an NFD reference would never match the
     # model's NFC output. A side empty once normalised (only whitespace and '▁') is skipped, as in data.train.
-    read = [(s, tokenizer.normalize(t)) for _, s, t in read_pairs(spec)]
+    columns = TsvColumns()
+    read = [(s, tokenizer.normalize(t)) for _, s, t in read_pairs(spec, columns=columns)]
     pairs = [(s, ref) for s, ref in read if ref and tokenizer.normalize(s)]
     if not pairs:
         raise TfmError(
@@ -67,7 +69,7 @@ def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str 
     if bleu_tokenize == AUTO:
         bleu_tokenize, why = bleu_tokenize_for(references)
     bleu_metric(bleu_tokenize)
-    return DevSet(sources, references, src_ids, tgt_ids, bleu_tokenize, why, len(read) - len(pairs))
+    return DevSet(sources, references, src_ids, tgt_ids, bleu_tokenize, why, len(read) - len(pairs), columns.warning())
 
 
 @torch.no_grad()

@@ -447,6 +447,8 @@ class Trainer:
             if main and s.columns_warning:
                 self.events.message(f"warning: data.train {s.columns_warning}")
             self.dev = load_dev(recipe.data.dev, tok, recipe.model.max_positions, self.t.bleu_tokenize) if recipe.data.dev and main else None
+            if self.dev is not None and self.dev.columns_warning:
+                self.events.message(f"warning: data.dev {self.dev.columns_warning}")
             if self.dev is not None and self.dev.skipped_empty:  # said: sacrebleu on the whole file scores them too
                 n, skipped = len(self.dev.sources), self.dev.skipped_empty
                 self.events.message(
