@@ -410,6 +410,32 @@ def test_api_takes_any_path_like_object(run: Path) -> None:
         assert loaded.translate("Bonjour.").text == reference.translate("Bonjour.").text
 
 
+def test_api_refuses_an_empty_path_and_says_which_argument(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`train(recipe, "")` (an unset variable) wrote a whole run into the current directory, and `Translator.load("")`
+    loaded whatever model was there; the CLI refuses both. `train(run_dir=5)` and `train(device=0)` failed deep in
+    pathlib and as "'int' object has no attribute 'startswith'"."""
+    from tfm_cli.tokenizer import Tokenizer
+    from tfm_cli.training import train
+
+    work = tmp_path / "work"
+    shutil.copytree(run, work)  # a model in the current directory, to be loaded by mistake
+    monkeypatch.chdir(work)
+    before = sorted(p.name for p in work.iterdir())
+    with pytest.raises(TfmError, match=r"Translator.load\(\): the model as a path is empty \(an unset variable\?\)"):
+        Translator.load("", device="cpu")
+    with pytest.raises(TfmError, match=r"train\(\): run_dir as a path is empty"):
+        train(run / "recipe.yaml", "", device="cpu")
+    with pytest.raises(TfmError, match=r"Tokenizer.load\(\): the tokenizer.json as a path is empty"):
+        Tokenizer.load("")
+    with pytest.raises(TypeError, match=r"train\(\) takes run_dir as a path \(str or os.PathLike\) or None, not int"):
+        train(run / "recipe.yaml", 5, device="cpu")
+    with pytest.raises(TypeError, match=r"train\(device=...\) takes a str .* or a torch.device, not int"):
+        train(run / "recipe.yaml", tmp_path / "out", device=0)
+    with pytest.raises(TypeError, match=r"Tokenizer.load\(\) takes the path of a tokenizer.json .*, not None"):
+        Tokenizer.load(None)
+    assert sorted(p.name for p in work.iterdir()) == before and not (tmp_path / "out").exists()
+
+
 def test_api_text_with_a_lone_surrogate_names_the_line(translator: Translator) -> None:
     """Bytes read with errors='surrogateescape' failed deep inside the tokenizer with a TypeError."""
     with pytest.raises(TfmError, match=r"input line 2 is not valid text: '\\udcff' at character 2"):

@@ -20,11 +20,13 @@ WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
 def as_path(given: object, who: str, name: str = "a path") -> str | Path | None:
     """`given` as a str or Path, for an API that takes a path: any `os.PathLike` (a `PurePosixPath`, an
     `os.DirEntry`) is taken as the path it names; None stays None; anything else, a bytes path included, is a
-    TypeError naming `who`."""
+    TypeError naming `who`; an empty string (an unset variable: it would mean the current directory) a TfmError."""
     if isinstance(given, os.PathLike):
         given = os.fspath(given)
     if given is not None and not isinstance(given, (str, Path)):
         raise TypeError(f"{who} takes {name} (str or os.PathLike) or None, not {type(given).__name__}")
+    if isinstance(given, str) and not given.strip():  # Path("") is the current directory: a run written into it
+        raise TfmError(f"{who}: {name} is empty (an unset variable?): give a path")
     return given
 
 

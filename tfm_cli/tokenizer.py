@@ -33,7 +33,7 @@ from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, tra
 from tokenizers import Tokenizer as _HFTokenizer
 
 from tfm_cli.errors import TfmError
-from tfm_cli.files import write_failure
+from tfm_cli.files import as_path, write_failure
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 N_SPECIAL = len(SPECIAL_TOKENS)
@@ -156,7 +156,10 @@ class Tokenizer:
         Raises:
             TfmError: the file is missing, is not a tokenizers JSON file, or does not have the tfm layout.
         """
-        path = Path(path)
+        given = as_path(path, "Tokenizer.load()", "the tokenizer.json as a path")
+        if given is None:
+            raise TypeError("Tokenizer.load() takes the path of a tokenizer.json (str or os.PathLike), not None")
+        path = Path(given)
         if not path.is_file():
             what = "is a directory, not a file" if path.is_dir() else "does not exist"
             raise TfmError(

@@ -368,7 +368,7 @@ class Translator:
             TfmError: a missing or corrupt model, a tokenizer that does not match it, an engine that cannot run
                 what `model` holds, a bad device or setting.
         """
-        model = as_path(model, "Translator.load()")
+        model = as_path(model, "Translator.load()", "the model as a path")
         if not isinstance(device, (str, torch.device)):
             raise TypeError(f"device must be a string such as 'cpu', 'cuda' or 'cuda:1', or a torch.device, not {type(device).__name__}")
         if engine not in ENGINES:

@@ -36,7 +36,7 @@ from tfm_cli.data import BatchStream, CorpusStats, TokenizedCorpus, encode_corpu
 from tfm_cli.distributed import Distributed, RankError, lost_a_peer, resume_command
 from tfm_cli.distributed import setup as setup_distributed
 from tfm_cli.errors import CheckpointError, RecipeError, TfmError, shell_word
-from tfm_cli.files import WRITE_ERRNOS, DirectoryLock, atomic_write
+from tfm_cli.files import WRITE_ERRNOS, DirectoryLock, as_path, atomic_write
 from tfm_cli.monitor import (
     EARLY_STOP,
     EarlyStopping,
@@ -253,6 +253,9 @@ def train(
     """
     if not isinstance(resume, bool):  # resume="no" would resume
         raise TypeError(f"train(resume=...) must be True or False, not {resume!r}")
+    run_dir = as_path(run_dir, "train()", "run_dir as a path")  # "" trained into the current directory
+    if not isinstance(device, (str, torch.device)):  # device=0 failed as "'int' object has no attribute 'startswith'"
+        raise TypeError(f"train(device=...) takes a str (auto, cpu, cuda, cuda:N) or a torch.device, not {type(device).__name__}")
     recipe_file = None
     if recipe is None:
         if not (resume and run_dir is not None):
