@@ -408,8 +408,28 @@ def test_stopped_says_whether_the_model_ended_it_or_the_length_limit_did() -> No
     results = _every_search(model, src_seqs, offset=2)
     greedy = [(h.tokens, h.stopped) for h in results["greedy True"]]
     assert greedy == [(h.tokens, h.stopped) for h in results["beam1 True"]] == [(h.tokens, h.stopped) for h in results["greedy False"]]
-    for h, s in zip(results["greedy True"], src_seqs, strict=True):
-        assert h.stopped == ("max_len" if len(h.tokens) == len(s) + 2 else "eos")
+    for h, s in zip(results["greedy True"], src_seqs, strict=True):  # cut only at the limit (where EOS may be the
+        assert h.stopped == "eos" or len(h.tokens) == len(s) + 2  # model's own choice: the next test)
+
+
+def test_an_end_the_model_chose_at_the_length_limit_is_not_a_cut() -> None:
+    """A translation whose natural length was exactly the limit was reported "max_len" (and `tfm translate` warned
+    it was cut, likely incomplete) although the end of sentence forced there was the model's own first choice: the
+    same tokens and log-probability as without the limit. Only an end forced against the model's choice is a cut."""
+    V, path = 12, [4, 5, 6, 7, 8, 9]  # the model's sure path: these 6 tokens, then EOS
+    table = torch.full((V, V), -9.0)
+    for a, b in zip([BOS, *path], [*path, EOS], strict=True):
+        table[a, b] = -0.01
+    table = table.log_softmax(dim=-1)
+    src, src_mask = make_src([[4, 5, 6]])  # limit = 3 + offset
+    for offset, stopped, tokens in ((10, "eos", path), (3, "eos", path), (2, "max_len", path[:5])):
+        found = [greedy_search(_MarkovEngine(table), src, src_mask, max_len_offset=offset)[0][0]]
+        found += beam_search(_MarkovEngine(table), src, src_mask, beam_size=3, max_len_offset=offset, n_best=1)[0]
+        for h in found:
+            assert (h.tokens, h.stopped) == (tokens, stopped), (offset, h)
+    unlimited = greedy_search(_MarkovEngine(table), src, src_mask, max_len_offset=10)[0][0]
+    at_limit = greedy_search(_MarkovEngine(table), src, src_mask, max_len_offset=3)[0][0]
+    assert at_limit.log_prob == unlimited.log_prob  # nothing was forced
 
 
 

@@ -221,40 +221,44 @@ def as_engine(model: Transformer | Engine, use_cache: bool = True) -> Engine:
 
 def _step_log_probs(
     engine: Engine, last: torch.Tensor, state: DecoderState, at_max: torch.Tensor, ban_eos: bool
-) -> torch.Tensor:
-    """(B,) last tokens -> (B, V) fp32 log-probabilities of the next token for each row.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) last tokens -> (B, V) fp32 log-probabilities of the next token for each row, and (B,) bool: the rows
+    whose end was forced, against the model's choice.
 
     Padding, BOS and <unk> are never outputs. Rows at their length limit ((B,) bool `at_max`) may only end (EOS);
     with `ban_eos` (fewer than `min_len` tokens so far) the other rows may not end. As in fairseq, banned tokens
     get -inf after the log-softmax (no renormalisation), so scores stay log-probabilities of the model and
-    comparable with and without `min_len`.
+    comparable with and without `min_len`. A row at its limit whose most probable token was EOS anyway ended as
+    the model would have: it is not counted as forced (its hypothesis stopped at "eos", not "max_len").
     """
     cfg = engine.config
     logits = engine.step(last, state).float()  # (B, V)
     log_probs = logits.log_softmax(dim=-1)
     log_probs[:, banned_ids(cfg)] = float("-inf")  # padding, BOS and <unk> are never outputs
-    forced = at_max.any()
-    eos = log_probs[:, cfg.eos_id].clone() if forced else None
+    forced = at_max.clone()
+    if at_max.any():
+        forced[at_max] = log_probs[at_max].argmax(dim=-1) != cfg.eos_id  # the model's choice, before min_len's ban
+    eos = log_probs[:, cfg.eos_id].clone() if at_max.any() else None
     if ban_eos:
         log_probs[:, cfg.eos_id] = float("-inf")
-    if forced:  # the length limit wins over min_len: a row at its maximum must end
+    if eos is not None:  # the length limit wins over min_len: a row at its maximum must end
         log_probs[at_max] = float("-inf")
         log_probs[at_max, cfg.eos_id] = eos[at_max]
-    return log_probs
+    return log_probs, forced
 
 
 def _hypotheses(
-    tokens: torch.Tensor, lengths: torch.Tensor, log_probs: torch.Tensor, limits: torch.Tensor, alpha: float
+    tokens: torch.Tensor, lengths: torch.Tensor, log_probs: torch.Tensor, forced: torch.Tensor, alpha: float
 ) -> list[Hypothesis]:
     """Finished hypotheses from tensors: (N, L) tokens of which the first lengths[i] count, (N,) log-probs, (N,)
-    maximum lengths (a hypothesis that has its maximum length stopped there: "max_len").
+    bool: whose EOS the length limit forced against the model's choice (stopped "max_len"; else "eos").
 
     The score divides in Python floats, so it is the same number whichever way the search kept its books.
     """
     out = []
-    rows = zip(tokens.tolist(), lengths.tolist(), log_probs.tolist(), limits.tolist(), strict=True)
-    for row, n, total, limit in rows:
-        stopped = MAX_LEN if n >= limit else EOS
+    rows = zip(tokens.tolist(), lengths.tolist(), log_probs.tolist(), forced.tolist(), strict=True)
+    for row, n, total, cut in rows:
+        stopped = MAX_LEN if cut else EOS
         out.append(Hypothesis(row[:n], total / float(length_penalty(n + 1, alpha)), total, stopped))  # + 1: the EOS
     return out
 
@@ -301,30 +305,31 @@ def greedy_search(
     if batch == 0:
         return []
     engine, state, max_len, last = _start_search(model, src, src_mask, max_len_offset, use_cache)
-    cfg, limits = engine.config, max_len  # max_len shrinks with the live rows; limits stays, one per sentence
+    cfg = engine.config  # max_len shrinks with the live rows
     # The books are tensors indexed by sentence, read once at the end: no per-sentence Python at each step.
     tokens = torch.zeros(batch, int(max_len.max()) + 1, dtype=torch.long, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
     totals = torch.zeros(batch, device=device)  # log-probability of each finished sentence
+    cut = torch.zeros(batch, dtype=torch.bool, device=device)  # whose EOS the length limit forced
     alive = torch.arange(batch, device=device)  # (B_alive,) original index of each live row
     alive_total = torch.zeros(batch, device=device)  # (B_alive,) log-probability of each live row so far
     step = 0
     while alive.numel():
-        log_probs = _step_log_probs(engine, last, state, step >= max_len, step < min_len)  # (B_alive, V)
+        log_probs, forced = _step_log_probs(engine, last, state, step >= max_len, step < min_len)  # (B_alive, V)
         best_log_prob, best = log_probs.max(dim=-1)  # (B_alive,)
         alive_total += best_log_prob
         tokens[alive, step] = best
         ended = best == cfg.eos_id
         if ended.any():  # finished sentences leave every per-row tensor
             done = alive[ended]
-            lengths[done], totals[done] = step, alive_total[ended]
+            lengths[done], totals[done], cut[done] = step, alive_total[ended], forced[ended]
             keep = (~ended).nonzero().squeeze(1)
             alive, last, alive_total, max_len = alive[keep], best[keep], alive_total[keep], max_len[keep]
             state.select(keep)
         else:
             last = best
         step += 1
-    return [[h] for h in _hypotheses(tokens, lengths, totals, limits, alpha)]
+    return [[h] for h in _hypotheses(tokens, lengths, totals, cut, alpha)]
 
 
 @torch.inference_mode()
@@ -365,7 +370,7 @@ def beam_search(
     # The first step has one hypothesis per sentence (BOS): it runs on n rows, and its K best tokens then
     # become the K beams, whose rows are copies of their sentence's row (the `select` below).
     engine, state, max_len, last = _start_search(model, src, src_mask, max_len_offset, use_cache)
-    cfg, limits = engine.config, max_len  # max_len shrinks with the live sentences; limits stays, (n,)
+    cfg = engine.config  # max_len shrinks with the live sentences
     width = int(max_len.max()) + 1  # token slots of a finished hypothesis: the longest output, then EOS
     sentence = torch.arange(n, device=device)  # (live,) original index of each live sentence
     seqs = torch.empty(n, 0, dtype=torch.long, device=device)  # (live * beams, step) generated tokens of each beam
@@ -376,7 +381,7 @@ def beam_search(
     while sentence.numel():
         live, beams = sentence.numel(), beam_scores.size(1)
         at_max = (step >= max_len).repeat_interleave(beams)
-        log_probs = _step_log_probs(engine, last, state, at_max, step < min_len)  # (live*beams, V)
+        log_probs, forced = _step_log_probs(engine, last, state, at_max, step < min_len)  # (live*beams, V), (live*beams,)
         vocab = log_probs.size(-1)
         candidates = (beam_scores.view(-1, 1) + log_probs).view(live, beams * vocab)
         if candidates.size(1) < 2 * k:  # a vocabulary smaller than 2K on the first step: pad with dead ones
@@ -396,7 +401,8 @@ def beam_search(
             new_scores = new_scores.masked_fill(~ends[ending], float("-inf"))  # only those that end
             new_tokens = torch.zeros(ending.numel(), k, width, dtype=torch.long, device=device)  # (E, K, width)
             new_tokens[:, :, :step] = seqs.view(live, beams, step)[ending[:, None], top_beam[ending, :k]]
-            finished.add(ids, new_tokens, step, top_scores[ending, :k], new_scores)
+            new_cut = forced.view(live, beams)[ending[:, None], top_beam[ending, :k]]  # (E, K) each one's parent row
+            finished.add(ids, new_tokens, step, top_scores[ending, :k], new_scores, new_cut)
 
         # The K best continuations that do not end become the next beams.
         cont_scores, cont_pos = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # (live, K)
@@ -425,7 +431,7 @@ def beam_search(
             seqs, last = seqs[keep_rows], last[keep_rows]
             state.select(keep_rows)
         step += 1
-    return finished.hypotheses(limits, alpha, n_best)
+    return finished.hypotheses(alpha, n_best)
 
 
 class _Finished:
@@ -441,26 +447,29 @@ class _Finished:
         self.totals = torch.zeros(n, k, device=device)  # (n, K) log-probabilities
         self.scores = torch.full((n, k), float("-inf"), device=device)  # (n, K) length-penalised; -inf: empty
         self.counts = torch.zeros(n, dtype=torch.long, device=device)  # (n,) slots filled
+        self.cut = torch.zeros(n, k, dtype=torch.bool, device=device)  # (n, K) EOS forced by the length limit
 
     def add(
-        self, ids: torch.Tensor, tokens: torch.Tensor, length: int, totals: torch.Tensor, scores: torch.Tensor
+        self, ids: torch.Tensor, tokens: torch.Tensor, length: int, totals: torch.Tensor, scores: torch.Tensor,
+        cut: torch.Tensor,
     ) -> None:
         """Offer sentences `ids` (E,) K new hypotheses each, all `length` tokens long: (E, K, width) tokens, (E, K)
-        log-probabilities and length-penalised scores (-inf: no hypothesis). Each keeps the K best of its 2K."""
+        log-probabilities and length-penalised scores (-inf: no hypothesis), and (E, K) bool: EOS forced by the
+        length limit. Each keeps the K best of its 2K."""
         # The K slots already held and the K new ones, side by side: `pick` (E, K) names the K best of the 2K.
         kept, pick = torch.cat([self.scores[ids], scores], dim=1).topk(self.k, dim=1)
         self.tokens[ids] = _pick(self.tokens[ids], tokens, pick)
         self.lengths[ids] = _pick(self.lengths[ids], torch.full_like(pick, length), pick)
         self.totals[ids] = _pick(self.totals[ids], totals, pick)
+        self.cut[ids] = _pick(self.cut[ids], cut, pick)
         self.scores[ids] = kept
         self.counts[ids] = kept.isfinite().sum(dim=1)
 
-    def hypotheses(self, limits: torch.Tensor, alpha: float, n_best: int) -> list[list[Hypothesis]]:
-        """For each sentence, its `n_best` best hypotheses, best first; `limits` (n,) are the maximum lengths."""
+    def hypotheses(self, alpha: float, n_best: int) -> list[list[Hypothesis]]:
+        """For each sentence, its `n_best` best hypotheses, best first."""
         n, k = self.counts.numel(), self.k
         found = _hypotheses(
-            self.tokens.view(n * k, self.width), self.lengths.view(-1), self.totals.view(-1),
-            limits.repeat_interleave(k), alpha,
+            self.tokens.view(n * k, self.width), self.lengths.view(-1), self.totals.view(-1), self.cut.view(-1), alpha
         )
         counts = self.counts.tolist()
         return [
