@@ -689,6 +689,19 @@ def test_compressed_stdin_says_how_to_decompress(run: Path) -> None:
         assert f"{tool} input | tfm translate" in proc.stderr
     proc = translate(run, "--greedy", stdin=b"BZh91AY&SY\n")
     assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1
+    import io
+    import zipfile
+
+    for method in (zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED):
+        packed = io.BytesIO()
+        with zipfile.ZipFile(packed, "w", compression=method) as archive:
+            archive.writestr("src.fr", text)
+        data = packed.getvalue()
+        if method == zipfile.ZIP_STORED:  # as Info-ZIP's `zip` writes a stored file: "version needed" 1.0 = 0x0a, a
+            data = data[:4] + b"\x0a" + data[5:]  # newline right after the magic: a first line of valid UTF-8, which
+        proc = translate(run, stdin=data)  # was translated as text (junk on stdout), then stopped at a NUL on line 2
+        error_line(proc, "stdin is zip-compressed, not text")
+        assert "unzip -p input | tfm translate" in proc.stderr and proc.stdout == ""
 
 
 def _follow(hint: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -270,9 +270,13 @@ def names_a_file(text: str) -> bool:
 
 def _compression(first_line: bytes) -> tuple[str, str] | None:
     """(name, the command that streams it) of a compressed stdin, by its first bytes (the corpus reader's table);
-    None for a line of text (bzip2's and zip's magic bytes are ASCII: a text line may start with them)."""
+    None for a line of text (bzip2's magic bytes are ASCII: a text line may start with them). Zip's are the control
+    characters of no text (PK\x03\x04), and a stored zip's first line can be valid UTF-8 (`zip` of a text file:
+    the magic, then a newline byte): it was translated as text, then stopped at its NUL bytes on line 2."""
     from tfm_cli.corpus import GZIP_MAGIC, OTHER_COMPRESSION
 
+    if first_line.startswith(b"PK\x03\x04"):
+        return "zip", "unzip -p"
     try:
         if b"\x00" not in first_line and first_line.decode("utf-8"):
             return None
