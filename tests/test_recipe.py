@@ -619,3 +619,17 @@ def test_integers_that_yaml_1_1_reads_as_octal_or_base_60_are_not_silently_other
     assert (recipe.train.lr_factor, recipe.train.seed) == (10.0, 0)
     dump_recipe(recipe, tmp_path / "again.yaml")
     assert recipe_to_dict(load_recipe(tmp_path / "again.yaml")) == recipe_to_dict(recipe)
+
+
+def test_load_recipe_refuses_overrides_that_are_not_a_list_of_strings(tmp_path):
+    """`load_recipe(path, "train.max_steps=5")` listed 15 nonsense problems (one a character); None, a number and
+    a path of another type failed deep inside."""
+    path = write(tmp_path, "name: x\n")
+    for bad in ("train.max_steps=5", None, 5):
+        with pytest.raises(TypeError, match="takes overrides as a list of 'key=value' strings"):
+            load_recipe(path, bad)
+    with pytest.raises(TypeError, match="override 2 is int"):
+        load_recipe(path, ["train.max_steps=5", 5])
+    with pytest.raises(TypeError, match="load_recipe\\(\\) takes the recipe's path"):
+        load_recipe(None)
+    assert load_recipe(path, ("train.max_steps=5",)).train.max_steps == 5

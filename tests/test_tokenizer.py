@@ -355,3 +355,23 @@ def test_the_same_corpus_gives_the_same_tokenizer_in_every_process(tmp_path: Pat
     assert len(set(made)) == 1
     from_the_api = train_tokenizer(_texts(pairs), vocab_size=320)
     assert from_the_api.sha256 == Tokenizer.load(tmp_path / "tok0.json").sha256
+
+
+def test_the_api_refuses_a_str_where_it_takes_many(tok: Tokenizer) -> None:
+    """A str where a list is meant was taken character by character: `train_tokenizer("Bonjour le monde", 500)`
+    trained on letters, `encode_batch("abc")` encoded three texts, `decode("300")` gave '<unk>'. Ids outside the
+    vocabulary were an OverflowError (-1) or silently nothing (10**6); a vocab_size of "500" failed inside."""
+    with pytest.raises(TypeError, match="not one str"):
+        train_tokenizer("Bonjour le monde", 500)
+    for bad in ("500", 500.5, float("nan"), True):
+        with pytest.raises(TypeError, match="vocab_size must be an int"):
+            train_tokenizer(["Bonjour le monde"], bad)
+    with pytest.raises(TypeError, match="use encode\\(\\) for one"):
+        tok.encode_batch("abc")
+    with pytest.raises(TypeError, match="not a str"):
+        tok.decode("300")
+    for bad in (-1, tok.vocab_size, 10**6):
+        with pytest.raises(ValueError, match=f"token id {bad} is not in this tokenizer's vocabulary"):
+            tok.decode([5, bad])
+    ids = tok.encode("Bonjour le monde")
+    assert tok.decode(ids) == "Bonjour le monde" and tok.encode_batch(["Bonjour le monde"]) == [ids]

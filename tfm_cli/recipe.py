@@ -16,6 +16,7 @@ import datetime
 import difflib
 import json
 import math
+import os
 import re
 import reprlib
 import types
@@ -789,10 +790,24 @@ def recipe_from_dict(data: dict[str, Any], source: str = "<recipe>", overrides: 
             problem with a value an override set starts with that override (`override 'train.max_steps=abc': ...`)
             and is flagged in `from_overrides`.
     """
+    _check_overrides(overrides, "recipe_from_dict()")
     recipe, problems, blamed = _build(data, overrides)
     if problems or recipe is None:
         raise RecipeError(source, problems, from_overrides=blamed)
     return recipe
+
+
+def _check_overrides(overrides: object, who: str) -> None:
+    """A list of `key=value` strings: a bare string was taken character by character (15 nonsense problems for
+    "train.max_steps=5"), and None or a number failed deep inside."""
+    if isinstance(overrides, str) or not isinstance(overrides, (list, tuple)):
+        raise TypeError(
+            f"{who} takes overrides as a list of 'key=value' strings (e.g. ['train.max_steps=2000']), not "
+            f"{type(overrides).__name__}"
+        )
+    for i, item in enumerate(overrides):
+        if not isinstance(item, str):
+            raise TypeError(f"{who}: override {i + 1} is {type(item).__name__}, not a 'key=value' string")
 
 
 def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
@@ -933,6 +948,9 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
             (with line and column) or not a mapping, else listing every problem in the recipe and overrides.
         TfmError: `path` is empty.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"load_recipe() takes the recipe's path (str or os.PathLike), not {type(path).__name__}")
+    _check_overrides(overrides, "load_recipe()")
     source = str(path)
     if not source.strip():  # Path("") is the current directory
         raise TfmError("the recipe path is empty (an unset shell variable?): give a recipe file such as recipes/tiny.yaml")

@@ -211,6 +211,8 @@ class Tokenizer:
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of many texts at once (the batched, multi-threaded encoder)."""
+        if isinstance(texts, (str, bytes)):  # encoded character by character
+            raise TypeError("encode_batch() takes a list of texts, not one str: use encode() for one")
         return [enc.ids for enc in self._encode_batch(list(texts), add_special_tokens=False)]
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -218,7 +220,13 @@ class Tokenizer:
         does not stop at EOS, so cut the sequence first if that is what you want."""
         drop = (self.pad_id, self.bos_id, self.eos_id)
         ids = ids.tolist() if hasattr(ids, "tolist") else ids  # a tensor or array row
-        return self._tk.decode([int(i) for i in ids if int(i) not in drop], skip_special_tokens=False)
+        if isinstance(ids, (str, bytes)):  # "300" decoded its characters' ids
+            raise TypeError("decode() takes a sequence of token ids (ints), not a str")
+        ids = [int(i) for i in ids]
+        bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
+        if bad is not None:  # -1 was an OverflowError, an id past the vocabulary silently nothing
+            raise ValueError(f"decode(): token id {bad} is not in this tokenizer's vocabulary (0 to {self.vocab_size - 1})")
+        return self._tk.decode([i for i in ids if i not in drop], skip_special_tokens=False)
 
     def decode_batch(self, batch: Iterable[Sequence[int]]) -> list[str]:
         """`decode` for each sequence of ids (a list of lists, or a 2-D tensor)."""
@@ -306,6 +314,11 @@ def train_tokenizer(
     Raises:
         TfmError: `vocab_size` < 300 or > 1,000,000, `min_frequency` < 1, or `texts` holds no non-empty sentence.
     """
+    if isinstance(texts, (str, bytes)):  # trained on its characters, one "sentence" each
+        raise TypeError("train_tokenizer() takes sentences (a list or iterable of str, or a function returning one), not one str")
+    for name, value in (("vocab_size", vocab_size), ("min_frequency", min_frequency)):
+        if isinstance(value, bool) or not isinstance(value, int):  # "500", 500.5 and NaN failed inside the trainer
+            raise TypeError(f"train_tokenizer(): {name} must be an int, not {type(value).__name__} ({value!r})")
     if vocab_size < MIN_VOCAB_SIZE:
         raise TfmError(
             f"vocab_size={vocab_size} is too small: it must be at least {MIN_VOCAB_SIZE} "
