@@ -136,6 +136,35 @@ def test_focus_summary_and_alignment_agree_with_the_weights(report) -> None:
     assert all(0 <= i < len(words.src_tokens) - 1 for i, _ in pairs)
 
 
+def test_the_api_refuses_what_it_cannot_show(translator: Translator, report, trained: dict) -> None:
+    """A bad selection gave all-null weights (`to_dict(kind="cros")`, `to_dict(layer=3)` of a 2-layer model) or a
+    bare IndexError/KeyError (`matrix`, `focus`, `explain`, `alignment`); a path for the translator, None or bytes
+    for the sentence failed inside the tokenizer; the weights of an int8 translator were its quantized copy's; and
+    inside a caller's bf16 autocast the weights were bf16 (up to 0.011 apart), though documented fp32."""
+    layers, heads = report.n_layers["encoder"], report.n_heads
+    for call, said in (
+        (lambda: report.to_dict(kind="cros"), "kind='cros' is not one of"),
+        (lambda: report.to_dict(layer=layers), f"layer={layers} is out of range: 0 to {layers - 1}"),
+        (lambda: report.to_dict(layer=-1), "layer=-1 is out of range"),
+        (lambda: report.to_dict(head=heads), f"head={heads} is out of range"),
+        (lambda: report.matrix("cross", 0, heads), "head="),
+        (lambda: focus(report, "cross", len(report.tgt_tokens)), "query="),
+        (lambda: focus(report, None, 0), "kind=None is not one of"),
+        (lambda: explain(report, "bogus", 0, 0, 0), "kind='bogus' is not one of"),
+        (lambda: alignment(report, layer=layers + 5), "layer="),
+    ):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            call()
+    for args in ((str(trained["dir"]), "Je suis."), (translator, None), (translator, b"Je suis."), (translator, "Je suis.", 5)):
+        with pytest.raises(TypeError, match="attention_report\\(\\) takes"):
+            attention_report(*args)
+    with pytest.raises(TfmError, match="int8"):
+        attention_report(Translator.load(trained["dir"], device="cpu", precision="int8"), SENTENCE)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = attention_report(translator, SENTENCE)
+    assert all(torch.equal(inside.weights[k], report.weights[k]) for k in KINDS)
+
+
 def test_find_token() -> None:
     tokens = ["▁L'", "an", "▁qu'il", "▁était", "</s>"]
     assert find_token(tokens, "il") == 2 and find_token(tokens, "qu'il") == 2 and find_token(tokens, "3") == 2

@@ -71,8 +71,31 @@ class AttentionReport:
     def key_tokens(self, kind: str) -> list[str]:
         return {"encoder": self.src_tokens, "decoder": self.tgt_inputs, "cross": self.src_tokens}[kind]
 
+    def check(
+        self, kind: str | None = None, layer: int | None = None, head: int | None = None, query: int | None = None,
+        needs_kind: bool = False,
+    ) -> None:
+        """Raise ValueError for a kind, layer, head or query (0-based) this report has not; a layer with no kind must
+        be one of every kind. A bad one gave empty weights (`to_dict`) or a bare IndexError/KeyError."""
+        if (kind is not None or needs_kind) and kind not in KINDS:
+            raise ValueError(f"kind={kind!r} is not one of: {', '.join(KINDS)}")
+        kinds = [kind] if kind is not None else list(KINDS)
+        counts = {"encoder": self.n_layers["encoder"], "decoder": self.n_layers["decoder"], "cross": self.n_layers["decoder"]}
+        for name, value, limit in (
+            ("layer", layer, min(counts[k] for k in kinds)),
+            ("head", head, self.n_heads),
+            ("query", query, len(self.query_tokens(kind)) if kind is not None else None),
+        ):
+            if value is None or limit is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int (0-based) or None, not {type(value).__name__}")
+            if not 0 <= value < limit:
+                raise ValueError(f"{name}={value} is out of range: 0 to {limit - 1} (0-based) for {kind or 'every kind'}")
+
     def matrix(self, kind: str, layer: int, head: int | None) -> torch.Tensor:
         """(queries, keys) weights of one head, or their mean over heads when `head` is None (0-based)."""
+        self.check(kind, layer, head)
         w = self.weights[kind][layer]
         return w.mean(dim=0) if head is None else w[head]
 
@@ -81,7 +104,12 @@ class AttentionReport:
 
         `kind`, `layer` and `head` (0-based; None: all) keep only those weights, as a long sentence's every weight
         is a large document (970 tokens: some 250 MB); the others are null, so that attention[kind][layer][head]
-        indexes the same head as in the whole report, and "selection" says what was kept."""
+        indexes the same head as in the whole report, and "selection" says what was kept.
+
+        Raises:
+            ValueError: a kind, layer or head the report has not (a layer with no kind: one of every kind).
+        """
+        self.check(kind, layer, head)
         attention: dict[str, Any] = {}
         for name in KINDS:
             w = self.weights[name]
@@ -108,9 +136,33 @@ class AttentionReport:
 def attention_report(translator: Translator, source: str, target: str | None = None, **decode: Any) -> AttentionReport:
     """Translate `source` (or take `target`, teacher-forced) and collect every attention weight of the model.
 
+    The weights are computed in fp32, whatever autocast the caller is in, on the translation the translator makes
+    in its own precision.
+
     Raises:
-        TfmError: an empty source or target, or one longer than the model takes.
+        TfmError: an empty source or target, or one longer than the model takes; an int8 translator (its weights
+            are a quantized copy: load it in another precision).
+        TypeError: `translator` is not a Translator, or `source`/`target` is not a str.
     """
+    from tfm_cli.translator import Translator
+
+    if not isinstance(translator, Translator):  # a run's path failed as "'str' object has no attribute 'tokenizer'"
+        raise TypeError(f"attention_report() takes a Translator (Translator.load(path)), not {type(translator).__name__}")
+    for name, text in (("source", source), ("target", target)):
+        if (text is not None or name == "source") and not isinstance(text, str):  # failed inside the tokenizer
+            raise TypeError(f"attention_report() takes the {name} as a str, not {type(text).__name__}")
+        try:
+            (text or "").encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate (bytes read with errors='surrogateescape')
+            raise TfmError(
+                f"the {name} is not valid text: {text[e.start]!r} at character {e.start + 1} is a lone surrogate",
+                hint="decode it as UTF-8 strictly, or drop the bad characters",
+            ) from None
+    if translator.precision == "int8":  # the weights shown would be those of the quantized copy
+        raise TfmError(
+            "attention_report() shows the fp32 model's weights, and this translator's linear layers are int8",
+            hint="load it with precision='fp32' (or 'auto'), as `tfm inspect-attn` does",
+        )
     tok, model = translator.tokenizer, translator.model
     cfg = model.config
     src_ids = tok.encode(source)
@@ -135,7 +187,8 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     model = module_view(model).eval()  # the same weights without dropout, whatever mode the translator's model is in
     captured = _capture_projections(model)
     try:
-        with torch.no_grad():
+        # fp32 even inside a caller's torch.autocast block (it computed them in bf16 there, up to 0.011 apart)
+        with torch.no_grad(), torch.autocast(device_type=device.type, enabled=False):
             maps = model.attention_maps(src, tgt_in, padding_mask(src, cfg.pad_id), causal_mask(tgt_in.size(1), device))
     finally:
         for handle in captured.pop("handles"):
@@ -427,6 +480,7 @@ def head_summary(report: AttentionReport) -> list[dict[str, Any]]:
 def focus(report: AttentionReport, kind: str, query: int) -> dict[str, Any]:
     """Where query position `query` attends in every layer and head of `kind`: the top key and its weight per
     (layer, head), and the mean over heads per layer as a distribution over the keys."""
+    report.check(kind, query=query, needs_kind=True)
     w = report.weights[kind][:, :, query, :]  # (L, H, K)
     top_w, top_k = w.max(dim=-1)
     keys = report.key_tokens(kind)
@@ -444,6 +498,7 @@ def explain(report: AttentionReport, kind: str, layer: int, head: int, query: in
     """One head's attention for one query, step by step as the paper's formula reads: the dot products q.k for
     each key, divided by sqrt(d_k), the softmax, the value vectors' norms, and the weighted sum (0-based indices).
     Keys a causal mask hides are left out, as the model leaves them out."""
+    report.check(kind, layer, head, query, needs_kind=True)
     if report.word_level or kind not in report.vectors:
         raise TfmError("the step-by-step view needs subword tokens", hint="drop --words for --explain")
     vec = report.vectors[kind]
@@ -481,6 +536,7 @@ def default_alignment_layer(report: AttentionReport) -> int:
 def alignment(report: AttentionReport, layer: int | None = None, head: int | None = None) -> list[tuple[int, int]]:
     """Pharaoh (source word, target word) pairs, 0-based: each target word aligned to the source word its
     cross-attention weighs most (the mean over heads of `layer` unless `head` is given). "</s>" is left out."""
+    report.check("cross", layer, head)
     words = merge_words(report)
     layer = default_alignment_layer(words) if layer is None else layer
     m = words.matrix("cross", layer, head)
