@@ -325,3 +325,24 @@ def test_rising_loss_warns_once_per_climb_and_not_on_noise() -> None:
     assert watch.update(6.0, 7e-4) is None  # a fall re-arms it
     assert [watch.update(x, 7e-4) for x in (6.1, 6.2)] == [None, None]
     assert "6.000 -> 6.100 -> 6.200 -> 6.400" in watch.update(6.4, 7e-4)
+
+
+def test_a_run_that_raises_leaves_no_tensorboard_thread_behind(recipe: Path, tmp_path: Path) -> None:
+    """The TensorBoard writer was closed on the normal, interrupted and diverged paths only: a `train()` whose
+    events raised (or any crash) left its writer thread running, one more per call, in a notebook's process."""
+    import threading
+
+    from tfm_cli import TrainEvents
+    from tfm_cli.training import train
+
+    class Boom(TrainEvents):
+        def step(self, step: int, metrics: dict) -> None:
+            if step == 5:
+                raise RuntimeError("boom")
+
+    before = threading.active_count()
+    for i in range(2):
+        with pytest.raises(RuntimeError, match="boom"):
+            train(load_recipe(recipe, ["train.save_every=100"]), tmp_path / f"run{i}", device="cpu", events=Boom())
+    assert threading.active_count() == before, [t.name for t in threading.enumerate()]
+    assert any((tmp_path / "run0" / "tensorboard").iterdir())  # it did write its events

@@ -79,9 +79,11 @@ class TensorBoardLog:
             self.writer.flush()
 
     def close(self) -> None:
+        """Flush and stop the writer (and its thread); once: a second call does nothing."""
         if self.writer is not None:
             with held_stop_signals():
                 self.writer.close()
+            self.writer = None
 
 
 EARLY_STOP = "early stop"  # how the reason begins (summary.json's "stopped")

@@ -307,6 +307,9 @@ def _train(recipe: Recipe, run_dir: Path, resume: bool, events: TrainEvents, dis
         trainer.setup()
         return trainer.fit()
     finally:
+        board = getattr(trainer, "board", None)
+        if board is not None:  # an exception (a caller's events raising, a crash) left its writer thread running
+            board.close()
         trainer.lock.release()
         trainer.release()
 
