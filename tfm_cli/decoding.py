@@ -235,10 +235,11 @@ def _step_log_probs(
     logits = engine.step(last, state).float()  # (B, V)
     log_probs = logits.log_softmax(dim=-1)
     log_probs[:, banned_ids(cfg)] = float("-inf")  # padding, BOS and <unk> are never outputs
+    limited = bool(at_max.any())  # one host synchronisation a step, as before
     forced = at_max.clone()
-    if at_max.any():
+    if limited:
         forced[at_max] = log_probs[at_max].argmax(dim=-1) != cfg.eos_id  # the model's choice, before min_len's ban
-    eos = log_probs[:, cfg.eos_id].clone() if at_max.any() else None
+    eos = log_probs[:, cfg.eos_id].clone() if limited else None
     if ban_eos:
         log_probs[:, cfg.eos_id] = float("-inf")
     if eos is not None:  # the length limit wins over min_len: a row at its maximum must end
