@@ -433,6 +433,11 @@ def test_api_refuses_an_empty_path_and_says_which_argument(run: Path, tmp_path: 
         train(run / "recipe.yaml", tmp_path / "out", device=0)
     with pytest.raises(TypeError, match=r"Tokenizer.load\(\) takes the path of a tokenizer.json .*, not None"):
         Tokenizer.load(None)
+    from tfm_cli.export import run_export
+
+    for call in (lambda: Translator.load(runs_root=5), lambda: run_export("release", None, tmp_path / "x", runs_root=5)):
+        with pytest.raises(TypeError, match="runs_root must be a non-empty path"):  # pathlib's own TypeError
+            call()
     assert sorted(p.name for p in work.iterdir()) == before and not (tmp_path / "out").exists()
 
 

@@ -9,6 +9,7 @@ it.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from pathlib import Path
 
@@ -67,6 +68,10 @@ def resolve_weights(spec: str | Path | None, runs_root: str | Path = "runs") -> 
     In a run directory the final averaged model wins, then the best checkpoint, then the newest checkpoint.
     """
     if spec is None:
+        if isinstance(runs_root, os.PathLike):
+            runs_root = os.fspath(runs_root)
+        if not isinstance(runs_root, (str, Path)) or not str(runs_root).strip():  # runs_root=5 failed in pathlib
+            raise TypeError(f"runs_root must be a non-empty path (str or os.PathLike), not {runs_root!r}")
         root = Path(runs_root)
         candidates = [p for p in root.glob("*/") if p.is_dir()] if root.is_dir() else []
         runs = [(weights_mtime(p), p) for p in candidates]
