@@ -377,9 +377,9 @@ def translator(run: Path) -> Translator:
 
 
 def test_api_arguments_of_the_wrong_kind_are_clear_errors(translator: Translator, run: Path) -> None:
-    with pytest.raises(TypeError, match=r"Translator.load\(\) takes a path"):
+    with pytest.raises(TypeError, match=r"Translator.load\(\) takes the model as a path"):
         Translator.load(123)
-    with pytest.raises(TypeError, match=r"Translator.load\(\) takes a path \(str or os.PathLike\) or None, not bytes"):
+    with pytest.raises(TypeError, match=r"Translator.load\(\) takes the model as a path \(str or os.PathLike\) or None, not bytes"):
         Translator.load(bytes(run))
     with pytest.raises(TypeError, match=r"Translator\(\) takes a model in memory; to load .* use Translator.load"):
         Translator(PurePosixPath(run), translator.tokenizer)
