@@ -27,7 +27,7 @@ from tfm_cli.errors import TfmError
 from tfm_cli.model.masks import causal_mask, padding_mask
 from tfm_cli.packing import module_view
 from tfm_cli.scripts import unspaced
-from tfm_cli.translator import Translator
+from tfm_cli.translator import Translator, check_text
 
 KINDS = ("encoder", "decoder", "cross")
 EOS, BOS = "</s>", "<s>"
@@ -144,20 +144,13 @@ def attention_report(translator: Translator, source: str, target: str | None = N
             are a quantized copy: load it in another precision).
         TypeError: `translator` is not a Translator, or `source`/`target` is not a str.
     """
-    from tfm_cli.translator import Translator
-
     if not isinstance(translator, Translator):  # a run's path failed as "'str' object has no attribute 'tokenizer'"
         raise TypeError(f"attention_report() takes a Translator (Translator.load(path)), not {type(translator).__name__}")
     for name, text in (("source", source), ("target", target)):
         if (text is not None or name == "source") and not isinstance(text, str):  # failed inside the tokenizer
             raise TypeError(f"attention_report() takes the {name} as a str, not {type(text).__name__}")
-        try:
-            (text or "").encode("utf-8")
-        except UnicodeEncodeError as e:  # a lone surrogate (bytes read with errors='surrogateescape')
-            raise TfmError(
-                f"the {name} is not valid text: {text[e.start]!r} at character {e.start + 1} is a lone surrogate",
-                hint="decode it as UTF-8 strictly, or drop the bad characters",
-            ) from None
+        if text is not None:
+            check_text(text, f"the {name}")
     if translator.precision == "int8":  # the weights shown would be those of the quantized copy
         raise TfmError(
             "attention_report() shows the fp32 model's weights, and this translator's linear layers are int8",

@@ -812,14 +812,19 @@ def _invisible(line: str) -> bool:
 
 
 def _check_text(lines: Sequence[str], what: str, first: int) -> None:
-    """Raise TfmError naming the first of `lines` (numbered from `first`) that UTF-8 cannot encode: a lone
-    surrogate, as undecodable bytes read with errors='surrogateescape' leave (the tokenizer takes none)."""
+    """Raise TfmError naming the first of `lines` (numbered from `first`) that UTF-8 cannot encode."""
     for number, line in enumerate(lines, start=first):
-        try:
-            line.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise TfmError(
-                f"{what} {number} is not valid text: {line[e.start]!r} at character {e.start + 1} is a lone "
-                "surrogate (undecodable bytes read with errors='surrogateescape'?)",
-                hint=f"decode the {what.split()[0]}s as UTF-8 strictly, or drop the bad characters",
-            ) from None
+        check_text(line, f"{what} {number}", f"decode the {what.split()[0]}s as UTF-8 strictly, or drop the bad characters")
+
+
+def check_text(text: str, what: str, hint: str = "decode it as UTF-8 strictly, or drop the bad characters") -> None:
+    """Raise TfmError when UTF-8 cannot encode `text` (named `what`): a lone surrogate, as undecodable bytes read
+    with errors='surrogateescape' leave (the tokenizer takes none)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise TfmError(
+            f"{what} is not valid text: {text[e.start]!r} at character {e.start + 1} is a lone surrogate "
+            "(undecodable bytes read with errors='surrogateescape'?)",
+            hint=hint,
+        ) from None

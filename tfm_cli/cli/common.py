@@ -259,6 +259,12 @@ def check_utf8(text: str, what: str) -> str:
     return text
 
 
+def line_count(text: str) -> int:
+    """How many non-blank lines a sentence argument holds: more than one (`"$(cat input.fr)"`) would be glued into
+    one sentence, so `translate` and `inspect-attn` refuse it."""
+    return sum(1 for line in text.splitlines() if line.strip())
+
+
 def names_a_file(text: str) -> bool:
     """True when a sentence argument is the path of an existing file: the user meant its lines
     (`tfm translate input.fr`)."""

@@ -24,6 +24,7 @@ from tfm_cli.cli.common import (
     file_path,
     given_path,
     info,
+    line_count,
     names_a_file,
     out,
     print_json,
@@ -176,10 +177,9 @@ def inspect_attn(
 def _one_line(text: str, what: str, example: str) -> None:
     """Refuse text of several lines (`"$(head -3 input.fr)"`): their line breaks became spaces, and three sentences
     glued together were inspected as one without a word, while stdin with more than one line is refused."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    if len(lines) > 1:
+    if (lines := line_count(text)) > 1:
         raise TfmError(
-            f"{what} holds {len(lines)} lines: inspect-attn shows one sentence and its one translation",
+            f"{what} holds {lines} lines: inspect-attn shows one sentence and its one translation",
             hint=f"give one line, e.g. {example}",
         )
 

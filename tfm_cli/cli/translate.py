@@ -20,6 +20,7 @@ from tfm_cli.cli.common import (
     file_path,
     given_path,
     info,
+    line_count,
     names_a_file,
     print_json,
     print_table,
@@ -142,10 +143,9 @@ def translate(
                 f"({typed_command('translate', drop=text)} < {shell_word(text)})",
                 param_hint="TEXT",
             )
-        lines = [line for line in text.splitlines() if line.strip()]
-        if len(lines) > 1:  # `tfm translate "$(cat input.fr)"`: the lines were glued into one sentence, silently
+        if (lines := line_count(text)) > 1:  # `tfm translate "$(cat input.fr)"`: glued into one sentence, silently
             raise typer.BadParameter(
-                f"TEXT holds {len(lines)} lines, and is one sentence: to translate them one a line, pipe them in "
+                f"TEXT holds {lines} lines, and is one sentence: to translate them one a line, pipe them in "
                 f"({typed_command('translate', drop=text)} < input.fr); to translate them as one sentence, join them "
                 "(tr '\\n' ' ')",
                 param_hint="TEXT",
