@@ -1421,6 +1421,29 @@ def test_a_recipe_changed_in_code_is_checked_as_a_file_is(root: Path, tmp_path: 
     assert nothing_written(out)
 
 
+def test_a_recipe_built_in_code_takes_paths_tuples_and_numpy_numbers(root: Path, tmp_path: Path) -> None:
+    """`r.data.train = Path(...)`, `r.train.betas = (0.9, 0.98)`: a Python user's natural values were refused ("must
+    be one TSV file path ...", "must be a list of numbers"); they are taken as the YAML would hold them, and the
+    run's recipe.yaml is written with them as text and lists. The caller's recipe is left as it was."""
+    import numpy
+
+    import tfm_cli.training as training
+    from tfm_cli.recipe import load_recipe, validate_recipe
+
+    r = load_recipe(root / "recipe.yaml")
+    r.data.train, r.data.dev = Path(r.data.train), None
+    r.train.betas, r.train.max_steps, r.train.lr_factor = (0.9, 0.98), numpy.int64(2), numpy.float32(0.5)
+    assert validate_recipe(r) == []
+    result = training.train(r, tmp_path / "run", device="cpu")
+    assert result.step == 2
+    saved = yaml.safe_load((tmp_path / "run" / "recipe.yaml").read_text(encoding="utf-8"))
+    assert saved["data"]["train"] == str(r.data.train) and saved["train"]["betas"] == [0.9, 0.98]
+    assert saved["train"]["max_steps"] == 2 and saved["train"]["lr_factor"] == 0.5
+    assert isinstance(r.data.train, Path) and r.train.betas == (0.9, 0.98)  # a copy was written, not the caller's
+    r.data.train = [Path("a.fr"), b"b.en"]  # what stays wrong is still named
+    assert any("data.train=" in p and "must be one TSV file path" in p for p in validate_recipe(r))
+
+
 def test_a_section_replaced_in_code_is_a_recipe_error(root: Path, tmp_path: Path) -> None:
     """`r.train = None` (or a dict) after load_recipe: an AttributeError traceback from the checks."""
     import tfm_cli.training as training

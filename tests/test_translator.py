@@ -547,6 +547,16 @@ def test_truncation_warns_with_the_line_number(translator: Translator) -> None:
     with pytest.warns(InputTruncatedWarning, match=r"input line 3 has \d+ tokens; the model takes at most 23"):
         results = list(translator.translate_stream(["Bonjour.", "Merci.", long], chunk_lines=2, greedy=True))
     assert [r.truncated for r in results] == [False, False, True]
+    # the warning names the caller's line, as Python's own warnings do, however deep the call (it named
+    # translator.py for translate_stream, whose generators are deeper than translate())
+    for call in (
+        lambda: translator.translate(long, greedy=True),
+        lambda: list(translator.translate_stream([long], greedy=True)),
+        lambda: list(translator.translate_stream([long], ready=lambda: True, greedy=True)),
+    ):
+        with pytest.warns(InputTruncatedWarning) as caught:
+            call()
+        assert [w.filename for w in caught] == [__file__]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         translator.translate("Bonjour.")  # a short input warns of nothing
@@ -611,6 +621,12 @@ def test_bad_settings_are_errors(translator: Translator, parts, tmp_path: Path) 
         with pytest.raises(TfmError, match=re.escape(message)):
             translator.translate("Bonjour.", **given)
     assert translator.translate("Bonjour.", beam=numpy.int64(2), alpha=1) == translator.translate("Bonjour.", beam=2, alpha=1.0)
+    assert translator.translate("Bonjour.", greedy=numpy.bool_(True)) == translator.translate("Bonjour.", greedy=True)
+    assert DecodeSettings(greedy=numpy.bool_(True)).greedy is True  # numpy's bool, as numpy's ints, is taken
+    with pytest.raises(TfmError, match=re.escape("beam='4' must be an integer")):
+        DecodeSettings(beam="4")  # refused when made, not where first used
+    with pytest.raises(TfmError, match="cannot exceed the beam size"):
+        DecodeSettings(beam=2, n_best=3)
     run = _run_dir(tmp_path / "run", parts, None)
     with pytest.raises(TfmError, match="fp16 needs a CUDA device"):
         Translator.load(run, device="cpu", precision="fp16")

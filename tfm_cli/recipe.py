@@ -520,13 +520,42 @@ def validate_recipe(recipe: Recipe) -> list[str]:
     """Check a recipe's types, ranges and cross-field rules.
 
     Args:
-        recipe: a `Recipe`, e.g. built in code or returned by `recipe_from_dict`.
+        recipe: a `Recipe`, e.g. built in code or returned by `recipe_from_dict`. Values set in code are read as
+            `recipe_as_written` gives them (a `Path` as its text, a tuple as a list).
 
     Returns:
         One line per problem (empty when the recipe is valid), each naming the dotted key, the bad value,
         the rule and the fix.
     """
-    return _validate(recipe, set())
+    return _validate(recipe_as_written(recipe), set())
+
+
+def _as_written(value: Any, kind: str) -> Any:
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):  # numpy.int64(512) -> 512, numpy.bool_ -> bool
+        value = value.item()
+    if isinstance(value, tuple) and kind in ("path", "path?", "floats"):
+        value = list(value)
+    if isinstance(value, list):
+        return [_as_written(v, "path" if kind.startswith("path") else "float") for v in value]
+    if kind.startswith("path") and isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def recipe_as_written(recipe: Recipe) -> Recipe:
+    """A copy of `recipe` whose values set in code are as a YAML file holds them: a `pathlib.Path` as its text, a
+    tuple of two paths or of `betas` as a list, numpy's numbers as Python's. `data.train=Path(...)` and
+    `train.betas=(0.9, 0.98)` were refused as not paths or not a list. Other values are left as they are, for
+    `validate_recipe` to name."""
+    copy = dataclasses.replace(recipe)
+    for name in SCALARS:
+        setattr(copy, name, _as_written(getattr(recipe, name), _KINDS[""][name]))
+    for section, cls in SECTIONS.items():
+        part = getattr(recipe, section)
+        if isinstance(part, cls):  # anything else (None, another section's class) is validate_recipe's to name
+            kinds = _KINDS[section]
+            setattr(copy, section, dataclasses.replace(part, **{n: _as_written(getattr(part, n), k) for n, k in kinds.items()}))
+    return copy
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import numbers
 import os
+import sys
 import threading
 import unicodedata
 import warnings
@@ -66,6 +67,17 @@ class InputTruncatedWarning(UserWarning):
     """An input had more tokens than the model takes; only its first tokens were translated."""
 
 
+def _caller_stacklevel() -> int:
+    """`warnings.warn`'s stacklevel, for its caller, of the first frame outside this package: the user's line,
+    however deep the call that warns (translate(), or translate_stream()'s generators: a fixed stacklevel=4 named
+    a line of translator.py for those)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 @dataclass(frozen=True)
 class DecodeSettings:
     """How to search. Field names are the recipe's `decode:` keys plus `greedy` and `n_best`.
@@ -88,6 +100,12 @@ class DecodeSettings:
     greedy: bool = False
     n_best: int = 1
 
+    def __post_init__(self) -> None:
+        # checked when made: DecodeSettings(beam="4") was taken, and failed only where it was first used
+        if type(self.greedy).__module__ == "numpy" and type(self.greedy).__name__ in ("bool_", "bool"):
+            object.__setattr__(self, "greedy", bool(self.greedy))  # numpy's bool, as numpy's ints are taken
+        self.check()
+
     def updated(self, **given: Any) -> DecodeSettings:
         """A copy with the given values that are not None; unknown names are an error."""
         names = {f.name for f in dataclasses.fields(self)}
@@ -105,9 +123,7 @@ class DecodeSettings:
                 f"decode setting beam={given['beam']!r} has no effect: these settings decode greedily (greedy=True)",
                 hint="add greedy=False to search with a beam",
             )
-        settings = dataclasses.replace(self, **{k: v for k, v in given.items() if v is not None})
-        settings.check()
-        return settings
+        return dataclasses.replace(self, **{k: v for k, v in given.items() if v is not None})  # checked when made
 
     def check(self) -> None:
         """Raise TfmError naming the first setting of the wrong type or out of range."""
@@ -703,7 +719,7 @@ class Translator:
                     f"input line {first_line + i} has {len(seq)} tokens; the model takes at most {limit}, "
                     f"so only its first {limit} tokens were translated",
                     InputTruncatedWarning,
-                    stacklevel=4,
+                    stacklevel=_caller_stacklevel(),
                 )
                 ids[i] = seq[:limit]
         return lines, ids, truncated

@@ -51,6 +51,7 @@ from tfm_cli.recipe import (
     load_recipe,
     model_config,
     parse_duration,
+    recipe_as_written,
     recipe_to_dict,
     validate_recipe,
 )
@@ -262,6 +263,7 @@ def train(
             raise TfmError("train() needs a recipe, or resume=True with the run_dir to continue")
         recipe = resume_recipe(Path(run_dir), [])
     elif isinstance(recipe, Recipe):  # checked again: fields set in code after load_recipe were never checked
+        recipe = recipe_as_written(recipe)  # a Path as its text: recipe.yaml is written from it
         problems = validate_recipe(recipe)
         if problems:
             raise RecipeError(f"the recipe {recipe.name!r} given to train()", problems)
