@@ -104,6 +104,38 @@ def test_pieces_read_well_and_unseen_characters_fall_back_to_bytes(tok: Tokenize
     assert all(tok.is_byte(i) for i in ids[1:])
 
 
+def test_a_broken_character_spelled_in_bytes_spoils_only_itself(tok: Tokenizer) -> None:
+    """A run of byte tokens is read as UTF-8 would read it: a character cut short (a small model's slip, or the
+    length limit inside it) is one U+FFFD, and the characters spelled in bytes beside it stay. Hugging Face's
+    ByteFallback decoder turned the whole run into U+FFFD ("参", a cut character, "吅": eight of them); that is
+    still what `decode_as_saved` gives, as tools reading tokenizer.json decode."""
+    from tfm_cli.tokenizer import broken_characters
+
+    def spelled(raw: bytes) -> list[int]:
+        return [tok.piece_to_id(f"<0x{b:02X}>") for b in raw]
+
+    cases = [
+        "参".encode() + "吅".encode()[:2] + "吅".encode(),  # a cut character between two whole ones
+        "日本".encode() + b"\xe6",  # cut at the end, as a length limit cuts
+        b"\xbf" + "é".encode(),  # a continuation byte with no start
+        "�".encode() + b"\xff",  # an encoded U+FFFD is a character; 0xFF never is
+        "😀".encode(),  # whole
+    ]
+    for raw in cases:
+        ids = [tok.piece_to_id("▁Je"), tok.piece_to_id("▁")] + spelled(raw) + [tok.piece_to_id("▁suis")]
+        want = "Je " + raw.decode("utf-8", errors="replace") + " suis"  # Python's own UTF-8 decoder as reference
+        assert tok.decode(ids) == tok.detokenize(ids) == want, raw
+        assert tok.decode_batch([ids, ids[2:]]) == [want, want[3:]]
+        pieces = [tok.id_to_piece(i) for i in ids]
+        assert broken_characters(pieces) == want.count("\ufffd") - raw.count("�".encode()), raw
+        hf = tok.backend.decode(ids, skip_special_tokens=False)  # tokenizer.json's decoder
+        assert tok.decode_as_saved(ids) == hf
+        assert (hf == want) == (broken_characters(pieces) == 0), raw  # they differ only where a character is broken
+    assert tok.decode(spelled("参".encode() + "吅".encode()[:2] + "吅".encode())) == "参�吅"
+    assert broken_characters(["▁", "<0xE5>", "▁a", "<0x8F>"]) == 2  # a word between: two runs, each broken
+    assert broken_characters(tok.pieces("Je suis étudiant. 😀 你好")) == 0
+
+
 def _mixed(pieces: list[str]) -> list[str]:
     """The pieces that hold both a letter and punctuation."""
     return [p for p in pieces if any(c.isalpha() for c in p) and any(c in ".,!?;:«»\"()" for c in p)]

@@ -1015,6 +1015,28 @@ def test_translate_says_once_how_many_translations_were_cut_at_the_maximum_lengt
     assert "split such inputs" in capped and "raise --max-len" not in capped
 
 
+def test_translate_says_which_translations_hold_broken_characters(parts, tmp_path: Path) -> None:
+    """A model that spells a script in byte tokens can emit a character's bytes cut short: the text shows U+FFFD
+    there, and each such line looked like any other. `tfm translate` says it once at the end, counted, with the
+    lines, as it says the cuts at the maximum length; not for a model whose outputs are whole characters."""
+    _, tok = parts
+    lead = tok.piece_to_id("<0xE5>")  # the first byte of a 3-byte character, again and again: never a character
+    broken = _run_dir(tmp_path / "broken", _constant_parts(parts, lead, eos_weight=2.9), None)
+    whole = _run_dir(tmp_path / "whole", _constant_parts(parts, tok.piece_to_id("a"), eos_weight=2.9), None)
+    base = ["translate", "--device", "cpu", "--max-len", "3"]
+    out = tfm(*base, "--model", str(broken), stdin="Bonjour.\n\nMerci.\n")
+    assert out.stdout.splitlines()[0] == "\ufffd" * (len(tok.encode("Bonjour.")) + 3)
+    (line,) = [w for w in out.stderr.splitlines() if "U+FFFD" in w]
+    assert line.startswith("warning: 2 of 3 translations (lines 1, 3) hold byte tokens that make no UTF-8 character")
+    one = tfm(*base, "--model", str(broken), "--greedy", "Bonjour.").stderr
+    assert "warning: the translation holds byte tokens that make no UTF-8 character" in one
+    ref = tmp_path / "ref.en"
+    ref.write_text("a\nb\n", encoding="utf-8")
+    scored = tfm(*base, "--model", str(broken), "--reference", str(ref), stdin="Bonjour.\nMerci.\n").stderr
+    assert "2 of 2 translations (lines 1, 2) hold byte tokens" in scored
+    assert "U+FFFD" not in tfm(*base, "--model", str(whole), stdin="Bonjour.\nMerci.\n").stderr
+
+
 def test_score_and_reference_read_a_dash_from_stdin(parts, tmp_path: Path) -> None:
     """`tfm translate --score -` (the TSV piped in, as sacrebleu reads `-`) said "--score - does not exist", and so
     did `--reference -` with a TEXT, though `-` is stdin for TEXT. Both read stdin now, reported as "stdin"; two

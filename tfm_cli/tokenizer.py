@@ -226,14 +226,42 @@ class Tokenizer:
         bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
         if bad is not None:  # -1 was an OverflowError, an id past the vocabulary silently nothing
             raise ValueError(f"decode(): token id {bad} is not in this tokenizer's vocabulary (0 to {self.vocab_size - 1})")
-        return self._tk.decode([i for i in ids if i not in drop], skip_special_tokens=False)
+        return self._decode([i for i in ids if i not in drop])
 
     def decode_batch(self, batch: Iterable[Sequence[int]]) -> list[str]:
         """`decode` for each sequence of ids (a list of lists, or a 2-D tensor)."""
         drop = (self.pad_id, self.bos_id, self.eos_id)
         batch = batch.tolist() if hasattr(batch, "tolist") else batch  # a (B, T) tensor
-        clean = [[int(i) for i in ids if int(i) not in drop] for ids in batch]
-        return self._tk.decode_batch(clean, skip_special_tokens=False)
+        return [self._decode([int(i) for i in ids if int(i) not in drop]) for ids in batch]
+
+    def _decode(self, ids: list[int]) -> str:
+        """Each run of byte tokens is read as UTF-8, with one U+FFFD for each part that is not a character (as
+        `bytes.decode(errors="replace")` gives). Hugging Face's ByteFallback decoder, which tokenizer.json names,
+        turns every byte of a run that holds a broken character into U+FFFD: one cut character (a small model's
+        slip, or the length limit falling inside it) wiped out the whole run, the characters before and after it
+        spelled in bytes too ("参", a cut one, "吅" came out as eight U+FFFD)."""
+        if not any(self.is_byte(i) for i in ids):
+            return self._tk.decode(ids, skip_special_tokens=False)
+        tokens: list[str] = []
+        run = bytearray()
+        for i in ids:
+            if self.is_byte(i):
+                run.append(i - N_SPECIAL)
+                continue
+            if run:
+                tokens.append(run.decode("utf-8", errors="replace"))  # not "<0x..>": the decoder leaves it as it is
+                run.clear()
+            tokens.append(self._tk.id_to_token(i))
+        if run:
+            tokens.append(run.decode("utf-8", errors="replace"))
+        return self._tk.decoder.decode(tokens)
+
+    def decode_as_saved(self, ids: Sequence[int]) -> str:
+        """The text tokenizer.json's own decoder gives for `ids` (pad, BOS and EOS dropped), as other tools that
+        read the file (transformers, CTranslate2's users) decode: it differs from `decode` only where a run of
+        byte tokens is not valid UTF-8 (every byte of such a run becomes U+FFFD)."""
+        drop = (self.pad_id, self.bos_id, self.eos_id)
+        return self._tk.decode([int(i) for i in ids if int(i) not in drop], skip_special_tokens=False)
 
     def detokenize(self, ids: Sequence[int]) -> str:
         """The text of a translation: `decode`, then the normaliser (whitespace runs -> one space, ends stripped).
@@ -263,6 +291,24 @@ class Tokenizer:
     def is_byte(self, i: int) -> bool:
         """True for the 256 byte-fallback ids."""
         return N_SPECIAL <= i < FIRST_PIECE_ID
+
+
+_BYTE_VALUE = {tok: b for b, tok in enumerate(_BYTE_TOKENS)}
+
+
+def broken_characters(pieces: Sequence[str]) -> int:
+    """How many U+FFFD the decoding of these pieces holds for byte tokens that do not make a UTF-8 character (a
+    character cut short, or bytes in an order no character has); 0 when every run of byte tokens is text."""
+    broken, run = 0, bytearray()
+    for piece in [*pieces, ""]:
+        value = _BYTE_VALUE.get(piece)
+        if value is not None:
+            run.append(value)
+            continue
+        if run:  # an encoded U+FFFD (EF BF BD) is a character, not a broken one
+            broken += run.decode("utf-8", errors="replace").count("\ufffd") - run.count(b"\xef\xbf\xbd")
+            run.clear()
+    return broken
 
 
 def _check_layout(hf: _HFTokenizer) -> str | None:

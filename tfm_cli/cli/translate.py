@@ -178,18 +178,21 @@ def translate(
             beam=beam, alpha=alpha, max_len_offset=max_len, min_len=min_len, max_tokens=batch_tokens, greedy=greedy,
             n_best=n_best,
         )
-        cuts = _Cuts(translator, max_len, min_len)
+        cuts, broken = _Cuts(translator, max_len, min_len), _Broken()
         with route_warnings():
             if score or reference is not None:
-                _score(translator, settings, text, score, reference, output, json_out, bleu_tokenize, cuts)
+                _score(translator, settings, text, score, reference, output, json_out, bleu_tokenize, cuts, broken)
                 cuts.say(json_marks=False)  # scoring's --json is the report, not the translations
+                broken.say()
                 return
             if text is not None:
                 result = translator.translate(text, **settings)
                 _emit(result, json_out, n_best, line=1)
                 written.lines = 1
                 cuts.count(result, 1)
+                broken.count(result, 1)
                 cuts.say(json_marks=not json_out)
+                broken.say()
                 return
             if sys.stdin.isatty():  # `tfm translate -` at a terminal: each line typed is translated when Enter is pressed
                 info("type a sentence and press Enter to translate it; Ctrl-D ends")
@@ -210,7 +213,9 @@ def translate(
                     sys.stdout.flush()
                     written.lines = line_no
                     cuts.count(result, line_no)
+                    broken.count(result, line_no)
             cuts.say(json_marks=not json_out)
+            broken.say()
 
 
 class _Written:
@@ -278,6 +283,39 @@ class _Cuts:
         warn(f"{what} cut at the maximum output length ({where}) before the model ended {'it' if n == 1 else 'them'}: likely incomplete; {advice}{marks}")
 
 
+class _Broken:
+    """The translations holding byte tokens that make no UTF-8 character (shown as U+FFFD), said once at the end:
+    a model that spells a script byte by byte (a vocabulary too small for it, or a reused tokenizer that lacks
+    it) can emit a character's bytes cut short or out of order, and each line looked like any other."""
+
+    SHOWN = 5  # line numbers named
+
+    def __init__(self) -> None:
+        self.total, self.lines = 0, []
+
+    def count(self, result, line: int) -> None:
+        from tfm_cli.tokenizer import broken_characters
+
+        self.total += 1
+        if broken_characters(result.tokens):
+            self.lines.append(line)
+
+    def say(self) -> None:
+        if not self.lines:
+            return
+        n = len(self.lines)
+        if self.total == 1:
+            what = "the translation holds"
+        else:
+            shown = ", ".join(map(str, self.lines[: self.SHOWN])) + (", …" if n > self.SHOWN else "")
+            what = f"{n} of {self.total} translations (line{'s' if n > 1 else ''} {shown}) hold"
+        warn(
+            f"{what} byte tokens that make no UTF-8 character, shown as U+FFFD (\ufffd): the model spells characters "
+            "byte by byte where its vocabulary has no piece for them; a larger tokenizer.vocab_size, a tokenizer "
+            "trained on this language, or more training"
+        )
+
+
 def _stdin_file(path: Path, option: str) -> Path:
     """`-` as the file that reads standard input (/dev/stdin); any other path as it is."""
     if str(path) != "-":
@@ -322,7 +360,8 @@ def _emit(result, json_out: bool, n_best: int, line: int) -> None:
 
 
 def _score(
-    translator, settings: dict[str, Any], text, score, reference, output, json_out: bool, bleu_tokenize: str, cuts: _Cuts
+    translator, settings: dict[str, Any], text, score, reference, output, json_out: bool, bleu_tokenize: str,
+    cuts: _Cuts, broken: _Broken,
 ) -> None:
     """Read sources and references, then print the Translator's corpus BLEU/chrF (sacrebleu)."""
     from tfm_cli.corpus import read_lines, read_pairs
@@ -350,6 +389,7 @@ def _score(
     translations = report.pop("translations")
     for line, translation in enumerate(translations, start=1):
         cuts.count(translation, line)
+        broken.count(translation, line)
     if output is not None:  # checked to be possible before the work; written whole or not at all
         text = "".join(t.text + "\n" for t in translations)
         write_output(output, "--output", lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))

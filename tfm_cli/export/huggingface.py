@@ -626,7 +626,7 @@ def _tfm_greedy(model: Transformer, tokenizer: Tokenizer, ids: list[list[int]], 
     from tfm_cli.decoding import translate_ids
 
     hyps = translate_ids(model, ids, greedy=True, max_len_offset=max_len_offset)
-    return [tokenizer.decode(h[0].tokens) for h in hyps]
+    return [tokenizer.decode_as_saved(h[0].tokens) for h in hyps]  # as the exported tokenizer.json decodes
 
 
 @torch.no_grad()
