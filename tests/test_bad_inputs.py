@@ -332,6 +332,25 @@ def test_source_and_target_files_of_different_lengths(tmp_path: Path) -> None:
     assert nothing_written(out)
 
 
+def test_two_tsv_files_given_as_a_pair_are_refused(root: Path, tmp_path: Path) -> None:
+    """`data.train: [a.tsv, b.tsv]`, meant as "train on both", was read as a source file and a target file: each
+    "source sentence" a whole `source<TAB>target` line of a.tsv, silently. A side whose lines all hold a tab is
+    refused, for the dry run and `tfm tokenize` too; a pair of plain files with a tab in one line is not."""
+    other = write(tmp_path / "b.tsv", "Merci.\tThanks.\n" * 150)
+    out = tmp_path / "out"
+    proc = tfm("train", str(recipe(tmp_path, f"[{root / 'train.tsv'}, {other}]")), "--out", str(out), "--device", "cpu", check=False)
+    error_line(proc, f"{root / 'train.tsv'}, given as the source file of [source_file, target_file], holds a tab in every "
+               "one of its first 100 lines", "(cat a.tsv b.tsv > both.tsv)")
+    assert nothing_written(out)
+    src, short = write(tmp_path / "a.fr", "Bonjour.\nMerci.\n"), write(tmp_path / "c.tsv", "Hello.\tBonjour.\nThanks.\tMerci.\n")
+    proc = tfm("train", str(recipe(tmp_path, f"[{src}, {short}]")), "--dry-run", check=False)
+    error_line(proc, f"{short}, given as the target file", "in every one of its first 2 lines")
+    proc = tfm("tokenize", "--corpus", str(src), "--corpus", str(short), "--out", str(tmp_path / "t.json"), check=False)
+    error_line(proc, f"{short}, given as the target file")
+    tgt = write(tmp_path / "a.en", "Hello\tthere.\nThanks.\n")  # one tab, in one sentence: read as it is
+    assert [p[1:] for p in read_pairs([src, tgt])] == [("Bonjour.", "Hello\tthere."), ("Merci.", "Thanks.")]
+
+
 def test_a_corpus_without_a_single_full_pair(tmp_path: Path) -> None:
     """Every line has an empty side: not one pair to learn from, said with the file (it was 'cannot train a
     tokenizer: the training texts are empty', no file named)."""

@@ -314,19 +314,53 @@ def _read_tsv(path: Path, shown: str, option: str | None = None, columns: TsvCol
         )
 
 
+class _TabbedSides:
+    """Two TSV files given as a list (`data.train: [a.tsv, b.tsv]`, meant as "train on both") were read as a source
+    file and a target file: each "sentence" a whole `source<TAB>target` line, silently. A side whose every
+    non-blank line among the first LOOK holds a tab is refused, when those lines have been read."""
+
+    LOOK = 100
+
+    def __init__(self, src_shown: str, tgt_shown: str) -> None:
+        self.shown = (src_shown, tgt_shown)
+        self.text, self.tabbed = [0, 0], [0, 0]  # non-blank lines, and those holding a tab, per side
+
+    def count(self, n: int, *sides: str) -> None:
+        if n > self.LOOK:
+            return
+        for i, line in enumerate(sides):
+            self.text[i] += bool(line.strip())
+            self.tabbed[i] += "\t" in line.strip()
+        if n == self.LOOK:
+            self.check(n)
+
+    def check(self, n: int) -> None:
+        for i, shown in enumerate(self.shown):
+            if self.text[i] and self.tabbed[i] == self.text[i]:
+                lines = f"every one of its first {min(n, self.LOOK)} lines" if self.text[i] > 1 else "its line"
+                raise CorpusError(
+                    f"{shown}, given as the {('source', 'target')[i]} file of [source_file, target_file], holds a tab "
+                    f"in {lines}: it looks like a TSV (source<TAB>target); to train on two TSV files, join them "
+                    "(cat a.tsv b.tsv > both.tsv) and name that one file"
+                )
+
+
 def _read_parallel(src_path: Path, src_shown: str, tgt_path: Path, tgt_shown: str) -> Iterator[Pair]:
     # Blank lines at the end are read as lines: a last sentence may be empty on one side (a pair skipped like
     # any other with an empty side), so "a\nb\nc\n" and "x\ny\n\n" are aligned, as `wc -l` says.
     src_lines = _read_lines(src_path, src_shown, trailing_blanks=True)
     tgt_lines = _read_lines(tgt_path, tgt_shown, trailing_blanks=True)
     n = full = 0  # lines, and lines with text on both sides
+    tabs = _TabbedSides(src_shown, tgt_shown)
     while True:
         src_item, tgt_item = next(src_lines, None), next(tgt_lines, None)
         if src_item is None or tgt_item is None:
             break
         n += 1
         full += bool(src_item[1].strip() and tgt_item[1].strip())
+        tabs.count(n, src_item[1], tgt_item[1])
         yield src_item[0], src_item[1], tgt_item[1]
+    tabs.check(n)
     first = src_item if src_item is not None else tgt_item
     if first is not None:
         # One file ended first: count the rest of the other one (still streaming). Blank lines alone there are
