@@ -374,7 +374,7 @@ def test_binary_or_not_utf8_corpus_names_file_and_line(run: Path, tmp_path: Path
         src = write(tmp_path / "train.fr", "Bonjour.\nMerci.\nUn café.\n")
         tgt = write(tmp_path / "train.en", b"Hello.\nThanks.\nA caf\xe9.\n")
         corpus = [str(src), str(tgt)]
-        expected = [f"{tgt}:3: invalid UTF-8 at byte 6 of the line", "iconv -f latin1 -t utf-8"]
+        expected = [f"{tgt}:3: invalid UTF-8 at byte 6 of the line", "iconv -f cp1252 -t utf-8"]
     out = tmp_path / "tokenizer.json"
     args = [a for path in corpus for a in ("--corpus", path)]
     proc = tfm("tokenize", *args, "--vocab-size", "300", "--out", str(out), check=False)
@@ -406,6 +406,9 @@ def test_corpus_that_is_not_text_says_what_it_is(tmp_path: Path, data: bytes, ex
 _UTF16 = "Déjà vu.\tHello.\nMerci.\tThanks.\n".encode("utf-16")
 _LATIN1 = "Déjà vu.\tHello.\nMerci.\tThanks.\n".encode("latin-1")
 _CR = "Déjà vu.\tHello.\rMerci.\tThanks.\r".encode()
+# Windows' Western encoding: Latin-1's letters, and ’ € – where Latin-1 has control characters (`iconv -f latin1`,
+# the fix once offered, turned them into U+0092, U+0080, U+0096, which tfm then read without a word)
+_CP1252 = "Déjà vu.\tHello.\nMerci.\tThanks.\n".replace("vu.", "vu’ 5 € – «oui».").encode("cp1252")
 
 
 @pytest.mark.parametrize(
@@ -413,6 +416,7 @@ _CR = "Déjà vu.\tHello.\rMerci.\tThanks.\r".encode()
     [
         (_UTF16, "my corpus.tsv", "utf8-my corpus.tsv"),
         (_LATIN1, "my corpus.tsv", "utf8-my corpus.tsv"),
+        (_CP1252, "my corpus.tsv", "utf8-my corpus.tsv"),
         (_CR, "my corpus.tsv", "fixed-my corpus.tsv"),
         # gzip is told by the content, as the reader tells it, not by the name: iconv ran on compressed bytes, and
         # zcat was offered a plain file named .gz ("not in gzip format"), cat a gzip file named otherwise
@@ -421,7 +425,7 @@ _CR = "Déjà vu.\tHello.\rMerci.\tThanks.\r".encode()
         (gzip.compress(_CR), "my corpus.tsv", "fixed-my corpus.tsv"),
         (_CR, "my corpus.tsv.gz", "fixed-my corpus.tsv"),
     ],
-    ids=["utf-16", "latin-1", "cr-only", "utf-16-gzip", "latin-1-gzip", "cr-only-gzip-named-tsv", "cr-only-plain-named-gz"],
+    ids=["utf-16", "latin-1", "windows-1252", "cr-only", "utf-16-gzip", "latin-1-gzip", "cr-only-gzip-named-tsv", "cr-only-plain-named-gz"],
 )
 def test_suggested_fix_command_works_from_where_tfm_ran(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes, name: str, fixed: str
@@ -436,7 +440,8 @@ def test_suggested_fix_command_works_from_where_tfm_ran(
     command = re.search(r"\(e\.g\. (.*)\)$|convert them \((.*?)\);", str(err.value))
     assert command, str(err.value)
     subprocess.run(command.group(1) or command.group(2), shell=True, check=True)
-    assert [(s, t) for _, s, t in read_pairs(corpus.parent / fixed)] == [("Déjà vu.", "Hello."), ("Merci.", "Thanks.")]
+    first = "Déjà vu’ 5 € – «oui»." if data == _CP1252 else "Déjà vu."
+    assert [(s, t) for _, s, t in read_pairs(corpus.parent / fixed)] == [(first, "Hello."), ("Merci.", "Thanks.")]
 
 
 def test_text_that_looks_like_a_compression_header_is_still_text(tmp_path: Path) -> None:

@@ -123,7 +123,7 @@ def test_error_invalid_utf8(tmp_path: Path, gz: bool) -> None:
         list(read_pairs(path))
     msg = str(info.value)
     assert f"{path}:2: invalid UTF-8 at byte 2 of the line" in msg
-    assert "re-encode the file as UTF-8" in msg and "iconv -f latin1 -t utf-8" in msg
+    assert "re-encode the file as UTF-8" in msg and "iconv -f cp1252 -t utf-8" in msg
 
 
 def test_error_mismatched_line_counts(tmp_path: Path) -> None:

@@ -136,11 +136,11 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterat
                 except UnicodeDecodeError as err:
                     name, fixed = _shell_path(path), _shell_path(path, "utf8-")
                     fix = (
-                        "pipe it through iconv -f latin1 -t utf-8"
+                        "pipe it through iconv -f cp1252 -t utf-8"
                         if not path.is_file()
-                        else f"zcat {name} | iconv -f latin1 -t utf-8 | gzip > {fixed}"
+                        else f"zcat {name} | iconv -f cp1252 -t utf-8 | gzip > {fixed}"
                         if isinstance(f, gzip.GzipFile)
-                        else f"iconv -f latin1 -t utf-8 {name} > {fixed}"
+                        else f"iconv -f cp1252 -t utf-8 {name} > {fixed}"
                     )
                     raise CorpusError(
                         f"{shown}:{line_no}: invalid UTF-8 at byte {err.start + 1} of the line "
