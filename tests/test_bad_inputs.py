@@ -1174,6 +1174,31 @@ def test_a_tokenizer_trained_on_other_text_is_warned_with_its_byte_share(root: P
         assert line is not None and line.startswith("warning: the tokenizer tokenizer.path"), proc.stderr
         share = float(re.search(r"encodes ([0-9.]+)% of the training tokens", line).group(1))
         assert 20 < share <= 100 and "characters without a piece of their own: e " in line, line
+        # the dry run, which encodes the corpus with that tokenizer too, says it as well (it said nothing)
+        dry = tfm("train", str(root / "recipe.yaml"), f"tokenizer.path={tok}", "--out", str(tmp_path / "dry"), "--dry-run")
+        assert f"warning: {line.removeprefix('warning: ')}" in dry.stderr.replace("\n", " "), dry.stderr
+
+
+def test_a_dev_set_in_another_script_is_warned_about(root: Path, tmp_path: Path) -> None:
+    """A German run given a Russian dev set trained and scored to the end without a word, though the dev scores
+    pick the best checkpoint and the final model. A side of data.dev far more byte fallback than that side of
+    data.train is warned about, by the start and by the dry run; a dev set of the corpus's own language is not."""
+    greek = write(tmp_path / "greek.tsv", "Καλημέρα σας, φίλε μου.\tGood morning, my friend.\n" * 20)
+    own = write(tmp_path / "own.tsv", "".join((root / "train.tsv").read_text().splitlines(keepends=True)[-40:]))
+    tok = tmp_path / "tok.json"
+    tfm("tokenize", "--corpus", str(root / "train.tsv"), "--vocab-size", "400", "--out", str(tok))
+    for dev, warned in ((greek, True), (own, False)):
+        args = ["train", str(root / "recipe.yaml"), f"tokenizer.path={tok}", f"data.dev={dev}"]
+        start = tfm(*args, "train.max_steps=2", "train.save_every=2", "--out", str(tmp_path / f"run-{warned}"), "--device", "cpu")
+        dry = tfm(*args, "--out", str(tmp_path / f"dry-{warned}"), "--dry-run")
+        for proc in (start, dry):
+            text = proc.stderr.replace("\n", " ")
+            found = re.search(rf"warning: data\.dev {re.escape(str(dev))}: (\d+)% of its source tokens \(data\.train: ([0-9.]+)%\) "
+                              r"are byte fallback", text)
+            assert bool(found) == warned, proc.stderr
+            if warned:
+                assert int(found.group(1)) > 50 and float(found.group(2)) < 1 and "target tokens" not in text, text
+                assert "is it in the languages of data.train" in text
 
 
 def test_tokenize_out_never_replaces_an_input_or_a_foreign_file(root: Path, tmp_path: Path) -> None:

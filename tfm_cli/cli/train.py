@@ -126,7 +126,8 @@ def train(
         if warning := dev_is_train(resolved):
             warn(warning)
         if resume is None:
-            check_start(resolved, Path(run_dir))
+            for warning in check_start(resolved, Path(run_dir)):
+                warn(warning)
         _dry_run(resolved, run_dir, json_out, pairs, resumes_at)
         return
 

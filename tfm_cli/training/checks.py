@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import tempfile
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -490,7 +491,7 @@ def foreign_tokenizer(recipe: Recipe, corpus, tokenizer: Tokenizer, where: str) 
     byte = unk = 0
     for ids in (src, tgt):
         ids = ids.to(torch.int64)
-        byte += int(((ids >= N_SPECIAL) & (ids < FIRST_PIECE_ID)).sum())
+        byte += int(_is_byte(ids).sum())
         unk += int((ids == Tokenizer.unk_id).sum())
     share = (byte + unk) / total
     if share <= BYTE_SHARE_WARNING:
@@ -503,12 +504,50 @@ def foreign_tokenizer(recipe: Recipe, corpus, tokenizer: Tokenizer, where: str) 
         pass
     missing = [c for c, _ in chars.most_common() if not c.isspace()
                and any(N_SPECIAL <= i < FIRST_PIECE_ID or i == Tokenizer.unk_id for i in tokenizer.encode(c))]
-    named = f" (characters without a piece of their own: {' '.join(missing[:10])}{' ...' if len(missing) > 10 else ''})" if missing else ""
+    # a joiner, a variation selector or a combining mark printed bare shows as nothing: its code point instead
+    shown = [c if unicodedata.category(c)[0] not in "CMZ" else f"U+{ord(c):04X}" for c in missing[:10]]
+    named = f" (characters without a piece of their own: {' '.join(shown)}{' ...' if len(missing) > 10 else ''})" if missing else ""
     return (
         f"the tokenizer {where} encodes {share:.1%} of the training tokens as byte fallback"
         f"{f' and <unk> ({unk / total:.1%})' if unk else ''}{named}: it was trained on other text than data.train, "
         "or its vocabulary is too small for this corpus's characters, and the model will spend its length on bytes; "
         "train one on this corpus with `tfm tokenize RECIPE`, or set tokenizer.path: null"
+    )
+
+
+def _is_byte(ids):
+    """Which of these ids (an int64 tensor) are byte fallback or <unk>: text the tokenizer has no piece for."""
+    from tfm_cli.tokenizer import FIRST_PIECE_ID, N_SPECIAL
+
+    return ((ids >= N_SPECIAL) & (ids < FIRST_PIECE_ID)) | (ids == Tokenizer.unk_id)
+
+
+DEV_BYTE_SHARE_WARNING = 0.05  # the bundled dev set has none under the quickstart's tokenizer; a Russian dev of a German run, 88%
+
+
+def foreign_dev(spec, dev, corpus) -> str | None:
+    """A warning when a side of the dev set (`dev`: its DevSet, encoded with the run's tokenizer) is far more
+    byte fallback than that side of data.train (over 5%, and over 3x the training share): most likely it is in
+    another language or script than the model learns, a wrong file, and the dev scores that choose the best
+    checkpoint, stop early and pick the final model would rest on text the model cannot read."""
+    import torch
+
+    src, _, tgt, _ = corpus.id_tensors()
+    found = []
+    for side, train_ids, dev_ids in (("source", src, dev.src_ids), ("target", tgt, dev.tgt_ids)):
+        flat = torch.tensor([i for ids in dev_ids for i in ids], dtype=torch.int64)
+        if not len(flat) or not len(train_ids):
+            continue
+        share = float(_is_byte(flat).float().mean())
+        train_share = float(_is_byte(train_ids.to(torch.int64)).float().mean())
+        if share > max(DEV_BYTE_SHARE_WARNING, 3 * train_share):
+            found.append(f"{share:.0%} of its {side} tokens (data.train: {train_share:.1%})")
+    if not found:
+        return None
+    return (
+        f"data.dev {spec}: {' and '.join(found)} are byte fallback, characters the tokenizer has no piece for: is it "
+        "in the languages of data.train, source and target in the same order? The dev scores pick the best "
+        "checkpoint and the final model, and stop early"
     )
 
 

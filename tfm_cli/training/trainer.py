@@ -79,6 +79,7 @@ from tfm_cli.training.checks import (
     check_room,
     check_tokenizer_kept,
     dev_is_train,
+    foreign_dev,
     foreign_tokenizer,
     new_run_hint,
     preflight,
@@ -467,6 +468,8 @@ class Trainer:
                 where = f"tokenizer.path {recipe.tokenizer.path}" if not had_tokenizer else f"{run_dir / 'tokenizer.json'}"
                 if warning := foreign_tokenizer(recipe, corpus, tok, where):
                     self.events.message(f"warning: {warning}")
+            if self.dev is not None and (warning := foreign_dev(recipe.data.dev, self.dev, corpus)):
+                self.events.message(f"warning: {warning}")
             if main and (warning := dev_is_train(recipe)):
                 self.events.message(f"warning: {warning}")
             if self.dev is not None and self.dev.bleu_tokenize != "13a":  # said: sacrebleu's default is 13a
@@ -915,13 +918,23 @@ def finished_resume(run_dir: Path, recipe: Recipe) -> dict[str, Any] | None:
     return _finished_summary(run_dir, step, recipe, float(state.get("train_seconds", 0.0)))
 
 
-def check_start(recipe: Recipe, run_dir: Path) -> None:
-    """What a fresh start's `--dry-run` can check of data.train beyond reading it: when the tokenizer is already
-    there (tokenizer.path, or one `tfm tokenize` left in the run directory), that some pair fits data.max_len."""
+def check_start(recipe: Recipe, run_dir: Path) -> list[str]:
+    """What a fresh start's `--dry-run` can check of the corpora beyond reading them, when the tokenizer is
+    already there (tokenizer.path, or one `tfm tokenize` left in the run directory): that some pair fits
+    data.max_len, and the warnings a start gives with it (a tokenizer trained on other text, a dev set in
+    another language; they were said only once training started). Returns the warnings."""
     own = run_dir / "tokenizer.json"
     given = own if own.is_file() else Path(recipe.tokenizer.path).expanduser() if recipe.tokenizer.path else None
-    if given is not None:
-        usable_corpus(recipe, Tokenizer.load(given))
+    if given is None:
+        return []
+    tok = Tokenizer.load(given)
+    corpus = usable_corpus(recipe, tok)
+    where = f"{own}" if own.is_file() else f"tokenizer.path {recipe.tokenizer.path}"
+    found = [foreign_tokenizer(recipe, corpus, tok, where)]
+    if recipe.data.dev:
+        dev = load_dev(recipe.data.dev, tok, recipe.model.max_positions, recipe.train.bleu_tokenize)
+        found.append(foreign_dev(recipe.data.dev, dev, corpus))
+    return [warning for warning in found if warning]
 
 
 def usable_corpus(recipe: Recipe, tok: Tokenizer) -> TokenizedCorpus:
