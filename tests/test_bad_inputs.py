@@ -332,6 +332,15 @@ def test_source_and_target_files_of_different_lengths(tmp_path: Path) -> None:
     assert nothing_written(out)
 
 
+def test_a_corpus_on_stdin_is_said_to_be_impossible(tmp_path: Path) -> None:
+    """`xzcat c.tsv.xz | tfm tokenize --corpus -` (`-` is stdin to `tfm translate`) was told "--corpus - does not
+    exist"; a corpus is read more than once, so it cannot come from stdin, and that is what is said."""
+    proc = tfm("tokenize", "--corpus", "-", "--out", str(tmp_path / "t.json"), stdin="Bonjour.\tHello.\n", check=False)
+    error_line(proc, "--corpus - would be standard input", "save it to a file first")
+    proc = tfm("train", str(recipe(tmp_path, "'-'")), "--dry-run", check=False)
+    error_line(proc, "corpus file - would be standard input")
+
+
 def test_two_tsv_files_given_as_a_pair_are_refused(root: Path, tmp_path: Path) -> None:
     """`data.train: [a.tsv, b.tsv]`, meant as "train on both", was read as a source file and a target file: each
     "source sentence" a whole `source<TAB>target` line of a.tsv, silently. A side whose lines all hold a tab is
@@ -1016,6 +1025,11 @@ def test_a_tab_inside_a_few_sentences_is_warned_about(tmp_path: Path) -> None:
     attributed = write(tmp_path / "tatoeba.tsv", "".join(f"{line}\tCC-BY 2.0 (France) Attribution: tatoeba.org\n" for line in lines))
     proc = tfm("train", str(recipe(tmp_path, str(attributed))), "--dry-run", "--out", str(tmp_path / "dry"))
     assert "tab-separated columns" not in proc.stderr and "300 in data.train" in proc.stdout
+    # `tfm tokenize` learns from the same file and says the same (it said nothing)
+    proc = tfm("tokenize", "--corpus", str(mixed), "--vocab-size", "300", "--out", str(tmp_path / "tok.json"))
+    assert f"warning: --corpus {mixed}: 2 of 302 lines have more than two" in proc.stderr, proc.stderr
+    proc = tfm("tokenize", str(recipe(tmp_path, str(mixed))), "--out", str(tmp_path / "tok2.json"))
+    assert f"warning: data.train {mixed}: 2 of 302 lines have more than two" in proc.stderr, proc.stderr
 
 
 def test_a_relative_path_found_only_beside_the_recipe_says_where_paths_are_read_from(root: Path, tmp_path: Path) -> None:

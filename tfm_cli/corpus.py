@@ -80,6 +80,11 @@ def resolve_corpus_path(spec: str | os.PathLike, once: bool = False, option: str
                 + (", ".join(available) if available else "none (is the package installed with its data?)")
             )
         return path
+    if text == "-" and not once:  # stdin, as `-` is to `tfm translate`: said, not "does not exist"
+        raise CorpusError(
+            f"{option or 'corpus file'} - would be standard input, which can be read only once, and a corpus is read "
+            "more than once: save it to a file first (gzip it if it is large: tfm reads .gz as a stream)"
+        )
     path = Path(text).expanduser()
     if not path.exists() and option is not None:
         raise CorpusError(f"{option} {text} does not exist", hint=f"check the path given to {option}")

@@ -17,6 +17,7 @@ from tfm_cli.cli.common import (
     info,
     print_json,
     print_table,
+    warn,
     write_output,
 )
 from tfm_cli.errors import CheckpointError, TfmError
@@ -132,7 +133,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     if spec is None:
         raise typer.BadParameter("give a RECIPE or --corpus to train on (or --encode TEXT to inspect)", param_hint="RECIPE")
     settings.update({k: v for k, v in (("vocab_size", vocab_size), ("min_frequency", min_frequency)) if v is not None})
-    from tfm_cli.corpus import read_pairs
+    from tfm_cli.corpus import TsvColumns, read_pairs
     from tfm_cli.files import DirectoryLock
     from tfm_cli.runs import checkpoint_steps
     from tfm_cli.tokenizer import tokenizer_stats, train_tokenizer
@@ -181,7 +182,10 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
             f"pairs of pieces seen at least {settings['min_frequency']} times (a larger corpus, or a lower "
             "--min-frequency, gives more)"
         )
-    stats = tokenizer_stats(tok, ((s, t) for _, s, t in read_pairs(spec, option=option)))
+    columns = TsvColumns()  # a tab inside a few sentences, said as `tfm train` says it
+    stats = tokenizer_stats(tok, ((s, t) for _, s, t in read_pairs(spec, option=option, columns=columns)))
+    if warning := columns.warning():
+        warn(f"{option or 'data.train'} {warning}")
     report = {"tokenizer": str(target), "corpus": spec, "train_seconds": round(seconds, 2), **stats}
     if json_out:
         print_json(report)
