@@ -64,10 +64,18 @@ _LONG_WORD = re.compile(f"[^{_WHITESPACE}]{{{MAX_TRAINING_WORD + 1}}}")
 # and make one emoji of several.
 _INVISIBLE = "\ufeff\u200b\u2060\u00ad\u200e\u200f"
 
+# Typographic single quotes read as the ASCII apostrophe, as Moses' normalize-punctuation.perl reads them for WMT:
+# a word processor or a phone types "J’ai" where a keyboard types "J'ai", and a corpus holds mostly one of them
+# (the bundled French: 65,423 lines with ' and 705 with ’), so the other was translated as rarer text ("J’ai
+# faim." worse than "J'ai faim.": 15 of 29 held-out sentences changed with ’ for '). U+02BC, a letter in some
+# orthographies, stays.
+_APOSTROPHES = "\u2018\u2019"
+
 
 def _normalizer() -> normalizers.Normalizer:
     return normalizers.Sequence([
         normalizers.Replace(Regex(f"[{_INVISIBLE}]"), ""), normalizers.NFC(),
+        normalizers.Replace(Regex(f"[{_APOSTROPHES}]"), "'"),
         normalizers.Replace(Regex(f"[{_WHITESPACE}]+"), " "), normalizers.Strip(),
     ])
 
