@@ -50,7 +50,7 @@ from tfm_cli.corpus import read_pairs
 from tfm_cli.errors import CheckpointError, CorpusError, RecipeError, TfmError
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.recipe import load_recipe
-from tfm_cli.runs import FINAL, checkpoint_path
+from tfm_cli.runs import FINAL, checkpoint_path, checkpoint_steps
 from tfm_cli.tokenizer import train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1447,6 +1447,45 @@ def test_bench_translate_refuses_batches_larger_than_its_sentences(run: Path) ->
 def test_bench_translate_refuses_what_could_not_fit_in_memory(run: Path, args: list[str], expected: str) -> None:
     proc = tfm("bench", "translate", "--model", str(run), "--device", "cpu", *args, check=False)
     error_line(proc, "more than the", expected)
+
+
+@pytest.mark.parametrize("kind", ["cpu", "cuda"])
+def test_running_out_of_memory_in_a_step_is_one_line(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A step that cannot allocate (`ulimit -v`, a batch too large for the GPU) ended the run with a 40-line
+    traceback from inside backward(). It is one TfmError naming the device, the step, the last intact checkpoint
+    and the settings that take less memory; the checkpoints already written are kept."""
+    import tfm_cli.training.trainer as trainer
+    from tfm_cli.recipe import load_recipe
+
+    real_step, calls = trainer.train_step, []
+    errors = {
+        "cpu": RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                            "you tried to allocate 67108864 bytes. Error code 12 (Cannot allocate memory)"),
+        "cuda": torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB."),
+    }
+
+    def step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:
+            raise errors[kind]
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "train_step", step)
+    out = tmp_path / "run"
+    r = load_recipe(root / "recipe.yaml", ["train.max_steps=8", "train.save_every=2", "data.dev=null"])
+    with pytest.raises(TfmError) as caught:
+        trainer.train(r, out, device="cpu")
+    one_line(caught.value, "training ran out of memory on cpu after step 4", str(errors[kind]).splitlines()[-1],
+             "the last checkpoint (step-00000004.safetensors, step 4) is intact")
+    assert "lower train.max_tokens (raising train.accum_steps keeps the tokens per step)" in caught.value.hint
+    assert [s for s, _ in checkpoint_steps(out)] == [2, 4]
+    calls.clear()
+    monkeypatch.setattr(trainer, "train_step", lambda *a, **k: (_ for _ in ()).throw(MemoryError()))
+    with pytest.raises(TfmError) as caught:
+        trainer.train(r, tmp_path / "run2", device="cpu")
+    one_line(caught.value, "training ran out of memory on cpu in its first step (MemoryError); no checkpoint was saved yet")
 
 
 def test_a_model_too_large_to_build_is_one_line(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -667,9 +667,12 @@ class Trainer:
                         break
             except KeyboardInterrupt:
                 return self._interrupted(stream_state, together=stops.agreed)
-            except RuntimeError as error:
-                if dist.enabled and lost_a_peer(error):
+            except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
+                if dist.enabled and isinstance(error, RuntimeError) and lost_a_peer(error):
                     raise self._lost_a_peer() from error
+                if _out_of_memory(error):  # was a 40-line traceback from inside backward()
+                    self.board.close()
+                    raise _ran_out_of_memory(self.run_dir, self.step, self.device, error) from None
                 raise
         self.loop_ended = time.perf_counter()
         return self._finish(stopped)
@@ -1094,6 +1097,32 @@ def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int) -> TfmError:
     return TfmError(
         f"training stopped at step {step}: the loss was NaN or infinite {in_a_row} steps in a row at lr {lr:.3g}; {kept}",
         hint=f"lower the learning rate (train.lr_factor) or lengthen train.warmup_steps, {then}",
+    )
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """A CUDA or CPU allocation that failed (torch raises RuntimeError for the CPU's, MemoryError in places)."""
+    text = str(error)
+    return (
+        isinstance(error, (MemoryError, torch.OutOfMemoryError))
+        or "can't allocate memory" in text or "out of memory" in text.lower()
+    )
+
+
+def _ran_out_of_memory(run_dir: Path, step: int, device: torch.device, error: BaseException) -> TfmError:
+    """The error that stops a run whose step (or evaluation) could not allocate its tensors; it names the last
+    intact checkpoint and the settings that take less memory."""
+    found, kept = _last_intact(run_dir)
+    why = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+    then = (
+        f"then resume with them (`tfm train --resume {shell_word(run_dir)} train.max_tokens=...`, refused in one line "
+        "if the run's place in its batches does not exist with them) or start a new run with another --out"
+        if found
+        else f"and start again with another --out (or delete {shell_word(run_dir)} first: it has nothing to resume)"
+    )
+    return TfmError(
+        f"training ran out of memory on {device} {'in its first step' if step == 0 else f'after step {step}'} ({why}); {kept}",
+        hint=f"lower train.max_tokens (raising train.accum_steps keeps the tokens per step) or the model's size, {then}",
     )
 
 
