@@ -332,6 +332,15 @@ def test_source_and_target_files_of_different_lengths(tmp_path: Path) -> None:
     assert nothing_written(out)
 
 
+def test_tokenize_min_frequency_past_64_bits_is_a_usage_error(root: Path, tmp_path: Path) -> None:
+    """`--min-frequency 18446744073709551616` was an OverflowError traceback from the tokenizers library; the
+    option has the recipe key's bound (a 64-bit integer)."""
+    proc = tfm("tokenize", "--corpus", str(root / "train.tsv"), "--min-frequency", str(2**64), "--out",
+               str(tmp_path / "t.json"), check=False)
+    error_line(proc, "--min-frequency", f"less than or equal to {2**63 - 1}", code=2)
+    assert not (tmp_path / "t.json").exists()
+
+
 def test_a_corpus_on_stdin_is_said_to_be_impossible(tmp_path: Path) -> None:
     """`xzcat c.tsv.xz | tfm tokenize --corpus -` (`-` is stdin to `tfm translate`) was told "--corpus - does not
     exist"; a corpus is read more than once, so it cannot come from stdin, and that is what is said."""

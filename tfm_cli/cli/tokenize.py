@@ -28,7 +28,7 @@ def tokenize(
     overrides: list[str] = typer.Argument(None, help="Recipe overrides as dotted.key=value, e.g. tokenizer.vocab_size=8000.", show_default=False),
     corpus: list[str] = typer.Option(None, "--corpus", "-c", help="Train on this TSV (source TAB target), or give it twice: source file, target file.", show_default=False),
     vocab_size: int = typer.Option(None, "--vocab-size", min=300, max=1_000_000, help="Vocabulary size (default: the recipe's, else 8000).", show_default=False),
-    min_frequency: int = typer.Option(None, "--min-frequency", min=1, help="Minimum count of a merge (default: the recipe's, else 2).", show_default=False),
+    min_frequency: int = typer.Option(None, "--min-frequency", min=1, max=2**63 - 1, help="Minimum count of a merge (default: the recipe's, else 2).", show_default=False),
     out: Path = typer.Option(None, "--out", "-o", parser=file_path("tokenizer.json"), metavar="<path>", help="Where to save tokenizer.json (default: runs/<recipe name>/tokenizer.json, or ./tokenizer.json).", show_default=False),
     tokenizer: Path = typer.Option(None, "--tokenizer", "-t", parser=given_path, metavar="<path>", help="With --encode: a tokenizer.json or a run directory (default: the most recent run).", show_default=False),
     encode: list[str] = typer.Option(None, "--encode", "-e", help="Show the pieces and ids of this text (repeatable) instead of training.", show_default=False),
