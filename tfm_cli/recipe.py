@@ -241,10 +241,12 @@ def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    """`OldYamlInt`s as plain strings, inside lists too (the recipe's values must dump back to YAML)."""
+    """`OldYamlInt`s as plain strings, the items of a list too (the recipe's values must dump back to YAML). Only
+    one level: a list inside a list is wrong in every field, and walking it could take forever (a YAML alias
+    bomb: ten lines of `&a [*b, *b, ...]` are a billion items, which the loader shares by reference)."""
     if isinstance(value, OldYamlInt):
         return str(value)
-    return [_plain(v) for v in value] if isinstance(value, list) else value
+    return [str(v) if isinstance(v, OldYamlInt) else v for v in value] if isinstance(value, list) else value
 
 
 def _convert(value: Any, kind: str) -> Any:
@@ -531,15 +533,14 @@ def validate_recipe(recipe: Recipe) -> list[str]:
 
 
 def _as_written(value: Any, kind: str) -> Any:
-    if type(value).__module__ == "numpy" and hasattr(value, "item"):  # numpy.int64(512) -> 512, numpy.bool_ -> bool
-        value = value.item()
-    if isinstance(value, tuple) and kind in ("path", "path?", "floats"):
-        value = list(value)
-    if isinstance(value, list):
-        return [_as_written(v, "path" if kind.startswith("path") else "float") for v in value]
-    if kind.startswith("path") and isinstance(value, os.PathLike):
-        return os.fspath(value)
-    return value
+    def one(v: Any) -> Any:
+        if type(v).__module__ == "numpy" and hasattr(v, "item"):  # numpy.int64(512) -> 512, numpy.bool_ -> bool
+            v = v.item()
+        return os.fspath(v) if kind.startswith("path") and isinstance(v, os.PathLike) else v
+
+    if isinstance(value, (list, tuple)) and kind in ("path", "path?", "floats"):  # one level, as _plain
+        return [one(v) for v in value]
+    return one(value)
 
 
 def recipe_as_written(recipe: Recipe) -> Recipe:
