@@ -1497,6 +1497,17 @@ def test_running_out_of_memory_in_a_step_is_one_line(
     one_line(caught.value, "training ran out of memory on cpu in its first step (MemoryError); no checkpoint was saved yet")
 
 
+def test_the_dry_run_checks_the_room_for_checkpoints(root: Path, tmp_path: Path) -> None:
+    """`model.d_model=1000000000` passed `--dry-run` (exit 0), and the start refused it: its checkpoints would need
+    more than the disk has. The dry run says so too, and still writes nothing."""
+    out = tmp_path / "new" / "run"
+    proc = tfm("train", str(root / "recipe.yaml"), "model.d_model=1000000000", "--out", str(out), "--dry-run", check=False)
+    error_line(proc, "free, but 2 checkpoints of this", "-parameter model")
+    assert not (tmp_path / "new").exists()
+    proc = tfm("train", str(root / "recipe.yaml"), "--out", str(out), "--dry-run")
+    assert proc.returncode == 0 and not (tmp_path / "new").exists()
+
+
 def test_a_model_too_large_to_build_is_one_line(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """model.d_model=10**12 passed the recipe checks, then torch could not size its weights: a RuntimeError
     traceback from --dry-run and from a start (after the tokenizer was trained). A model the memory cannot hold

@@ -439,7 +439,8 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
         tok_path = Path(recipe.tokenizer.path).expanduser()
     if tok_path.is_file():
         vocab = Tokenizer.load(tok_path).vocab_size
-    parameters = parameter_count(model_config(recipe, vocab, 0, 1, 2))  # shapes only: no memory is allocated
+    config = model_config(recipe, vocab, 0, 1, 2)
+    parameters = parameter_count(config)  # shapes only: no memory is allocated
     t = recipe.train
     budget: dict[str, Any] = {}
     finished = None
@@ -447,6 +448,10 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
         from tfm_cli.training import finished_resume
 
         finished = finished_resume(Path(run_dir), recipe)
+    if finished is None:  # room for its checkpoints, as a start checks it (a dry run passed a model of 10**9 wide)
+        from tfm_cli.training.checks import check_room
+
+        check_room(Path(run_dir), config, t, resumes_at is not None, probe=False)
     if resumes_at is not None and t.max_time and finished is None:  # the budget counts all sessions: what this resume has left of it
         from tfm_cli.recipe import parse_duration
         from tfm_cli.training import trained_seconds

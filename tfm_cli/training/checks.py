@@ -348,25 +348,28 @@ def with_absolute_paths(recipe: Recipe) -> Recipe:
     return dataclasses.replace(recipe, data=data, tokenizer=tokenizer)
 
 
-def check_room(run_dir: Path, config, t, resume: bool = False) -> None:
+def check_room(run_dir: Path, config, t, resume: bool = False, probe: bool = True) -> None:
     """Fail before training when checkpoints cannot be written into `run_dir`, or will not fit on its disk.
 
     A checkpoint holds the fp32 weights and Adam's two moments (about 12 bytes a parameter); the run keeps
     `keep_last` of them (one more while the oldest is pruned, after the new one is written), plus the final model
     and the best one. A resume counts what is on disk already: the checkpoints that its saves prune and the final
     and best weights they replace take room that the free space does not have to give again; but each save needs
-    room for one more checkpoint.
+    room for one more checkpoint. With `probe=False` (the dry run, which writes nothing) no folder is made and no
+    file written to test it: the space is that of the nearest folder that exists.
     """
     folder = run_dir / CHECKPOINTS
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
-            pass
+        if probe:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+                pass
     except OSError as err:
         raise TfmError(
             f"cannot write checkpoints into {folder}: {err.strerror}",
             hint=f"fix that folder's permissions, or {_elsewhere(run_dir, resume)}",
         ) from None
+    there = next((p for p in (folder, *folder.parents) if p.is_dir()), Path("."))
     # What a resume writes into in place (the rest is written under a temporary name and renamed): a read-only
     # metrics.jsonl stopped the run at its first log line, a read-only tensorboard/ before the first step with a
     # traceback from tensorboard's writer thread, both after recipe.yaml had been rewritten.
@@ -382,7 +385,7 @@ def check_room(run_dir: Path, config, t, resume: bool = False) -> None:
     peak = checkpoint * (t.keep_last + 1) + weights * 2  # what the run's files come to at most
     held = _held(run_dir, checkpoint, weights) if resume else 0
     need = max(peak - held, checkpoint)
-    free = shutil.disk_usage(folder).free
+    free = shutil.disk_usage(there).free
     if free < need:
         fits = (free + held - weights * 2) // checkpoint - 1 if free >= checkpoint else 0
         what = (f"{t.keep_last} checkpoints of this {params:,}-parameter model (one more while the oldest is pruned) "
