@@ -470,6 +470,25 @@ def test_text_that_looks_like_a_compression_header_is_still_text(tmp_path: Path)
 # ---- 9-12: models: tokenizer, truncated or corrupt weights, another architecture, no such path ----------------
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="names that are not UTF-8: a Linux file system keeps their bytes")
+def test_a_model_in_a_folder_whose_name_is_not_utf8(run: Path, tmp_path: Path) -> None:
+    """A run in a folder named in Latin-1 (`b\xe9d/`, from a shared disk) was "not a readable safetensors file,
+    or is truncated or corrupt", with the hint to copy it again: the safetensors library takes only UTF-8 names.
+    Such a model is read now (translate); an export, whose files record the path in UTF-8, refuses it in one line
+    naming a way on, and so it does for an --out of such a name, leaving nothing behind."""
+    odd = Path(os.fsdecode(bytes(tmp_path) + b"/b\xe9d"))
+    shutil.copytree(run, odd)
+    proc = translate(odd, "--json", "Bonjour.")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["source"] == "Bonjour.", proc.stderr
+    proc = tfm("export", str(odd), "--format", "release", "--out", str(tmp_path / "exp"), check=False)
+    error_line(proc, "has a name that is not UTF-8", "model card and tfm-export.json record")
+    assert "ln -s" in proc.stderr and not (tmp_path / "exp").exists()
+    out = Path(os.fsdecode(bytes(tmp_path) + b"/exp\xe9"))
+    proc = tfm("export", str(run), "--format", "release", "--out", str(out), check=False)
+    error_line(proc, "the export folder", "has a name that is not UTF-8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [odd.name]
+
+
 def test_tokenizer_that_does_not_match_the_checkpoint(copy: Path) -> None:
     """Another vocabulary (the same size: test_cli.py; another size through the API: test_translator.py)."""
     train_tokenizer(_texts(300), vocab_size=300).save(copy / "tokenizer.json")

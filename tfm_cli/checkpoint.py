@@ -27,11 +27,11 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, load_file, save, save_file
 
 from tfm_cli import __version__
 from tfm_cli.errors import CheckpointError, shell_word
-from tfm_cli.files import atomic_write
+from tfm_cli.files import atomic_write, utf8_name
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.runs import FINAL, checkpoint_steps, resolve_weights, run_dir_of, state_path
 from tfm_cli.signals import held_stop_signals
@@ -63,14 +63,36 @@ def save_weights(
         "step": str(step),
     }
     metadata.update({k: json.dumps(v) for k, v in extra.items()})
-    atomic_write(Path(path), lambda tmp: save_file(state, tmp, metadata=metadata))
+    if utf8_name(path):
+        atomic_write(Path(path), lambda tmp: save_file(state, tmp, metadata=metadata))
+    else:  # a name the library cannot take: serialised in memory, written by Python
+        atomic_write(Path(path), lambda tmp: Path(tmp).write_bytes(save(state, metadata=metadata)))
+
+
+def _header_metadata(path: str | Path) -> dict[str, str]:
+    """The metadata of a safetensors file read by hand (the 8-byte header length, then the JSON header), for a
+    path the library cannot take: it takes only UTF-8 names (a run in a folder named in Latin-1 was "not a readable
+    safetensors file, or truncated or corrupt")."""
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        if not 2 <= size <= 100_000_000:
+            raise SafetensorError(f"a header of {size} bytes")
+        try:
+            header = json.loads(f.read(size))
+        except ValueError as err:
+            raise SafetensorError(f"its header is not JSON ({err})") from None
+    metadata = header.get("__metadata__") if isinstance(header, dict) else None
+    return metadata if isinstance(metadata, dict) else {}
 
 
 def read_metadata(path: Path) -> dict[str, str]:
     """The safetensors metadata of a tfm checkpoint; CheckpointError if it is not one."""
     try:
-        with safe_open(str(path), framework="pt") as f:
-            metadata = f.metadata() or {}
+        if utf8_name(path):
+            with safe_open(str(path), framework="pt") as f:
+                metadata = f.metadata() or {}
+        else:
+            metadata = _header_metadata(path)
     except (SafetensorError, OSError) as err:
         raise CheckpointError(
             f"{path} is not a readable safetensors file, or is truncated or corrupt ({err})",
@@ -93,7 +115,10 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     "ValueError: could not determine the shape of object type 'UntypedStorage'", a traceback instead of the
     interruption (an export stopped while it loaded its release to check it). Held, it is raised after the read."""
     with held_stop_signals():
-        return load_file(str(path))
+        if utf8_name(path):
+            return load_file(str(path))
+        with open(path, "rb") as f:  # a name the library cannot take: read whole, then parsed from memory
+            return load(f.read())
 
 
 def average_checkpoints(paths: Sequence[Path]) -> dict[str, torch.Tensor]:

@@ -81,6 +81,16 @@ def _no_space_left(folder: Path) -> bool:
         return False
 
 
+def utf8_name(path: str | Path) -> bool:
+    """Whether `path` is UTF-8 (a name in another encoding, Latin-1 on a shared disk, holds surrogates in Python),
+    as the safetensors library, tensorboard and JSON files that record the path need."""
+    try:
+        os.fsencode(path).decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
 def nearest_existing(path: Path) -> Path:
     """`path`, or the nearest of its parents that exists: where a writer would have to create the rest (as
     written: a relative path gives a relative answer, "." at most)."""

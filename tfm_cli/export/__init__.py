@@ -101,8 +101,15 @@ def run_export(
     from tfm_cli import __version__
     from tfm_cli.checkpoint import load_model
     from tfm_cli.export.common import probe_sources
+    from tfm_cli.files import utf8_name
 
     loaded = load_model(model, "cpu", runs_root)
+    if not utf8_name(loaded.path.absolute()):  # the export's files record where it came from, in UTF-8
+        raise TfmError(
+            f"{loaded.path} has a name that is not UTF-8 (bytes of another encoding), which the export's model "
+            "card and tfm-export.json record",
+            hint="give it a UTF-8 name (rename it, or link it: ln -s OLD NEW), then export that",
+        )
     out = Path(out) if out is not None else _out_for(loaded.run_dir, fmt)  # not resolved again: a run training now may have pruned it
     module_name, func_name = FORMATS[fmt].split(":")
     exporter = getattr(importlib.import_module(module_name), func_name)

@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from tfm_cli.errors import TfmError, install_hint
-from tfm_cli.files import WRITE_ERRNOS, current_umask, nearest_existing, write_failure
+from tfm_cli.files import WRITE_ERRNOS, current_umask, nearest_existing, utf8_name, write_failure
 from tfm_cli.runs import EXPORT_INFO as EXPORT_INFO  # tfm-export.json, kept with the run's file names
 
 
@@ -223,6 +223,11 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
     On any error the staging directory is removed and `out` is left as it was.
     """
     out = Path(out)
+    if not utf8_name(out.absolute()):  # the export records its path in UTF-8 JSON, and safetensors takes no other
+        raise TfmError(
+            f"the export folder {out} has a name that is not UTF-8 (bytes of another encoding)",
+            hint="choose an --out whose name is UTF-8 (e.g. ASCII letters, digits, '-', '_')",
+        )
     resolved = out.resolve()
     for path in protect:
         p = Path(path).resolve()
