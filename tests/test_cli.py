@@ -263,6 +263,9 @@ def test_bad_recipe_traceback_with_tfm_debug(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr
     assert "RecipeError" in proc.stderr
+    for off in ("0", "no", "false", "off", ""):  # TFM_DEBUG=0 in a CI file, meant to turn it off, showed tracebacks
+        proc = tfm("train", str(recipe), "--dry-run", TFM_DEBUG=off)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stderr.startswith("Error: "), (off, proc.stderr)
 
 
 def test_unknown_override_did_you_mean(tmp_path: Path) -> None:

@@ -126,6 +126,12 @@ for _info in [*app.registered_commands, *bench.app.registered_commands]:
         _info.help = _reflowed(_info.callback.__doc__)
 
 
+def _debug() -> bool:
+    """TFM_DEBUG set to a true value (1, yes, true, on): `TFM_DEBUG=0` in a CI file, meant to turn it off, showed
+    tracebacks."""
+    return os.environ.get("TFM_DEBUG", "").strip().lower() not in ("", "0", "no", "false", "off", "n", "f")
+
+
 def main() -> None:
     """Console-script entry point."""
     if sys.stdout is None:  # started with stdout closed (>&-): every command's results go there, said after the work
@@ -145,7 +151,7 @@ def main() -> None:
     except StdoutGone:
         _reader_went_away()
     except TfmError as error:
-        if os.environ.get("TFM_DEBUG"):
+        if _debug():
             raise
         from tfm_cli.cli.common import report_error
 
@@ -154,7 +160,7 @@ def main() -> None:
     except OSError as error:
         if error.errno == errno.EPIPE and error.filename is None and _stdout_gone():  # met outside a command
             _reader_went_away()
-        if os.environ.get("TFM_DEBUG") or not (error.filename or error.errno in WRITE_ERRNOS):
+        if _debug() or not (error.filename or error.errno in WRITE_ERRNOS):
             raise
         from tfm_cli.cli.common import report_error
 
