@@ -1477,6 +1477,25 @@ def test_bench_translate_refuses_what_could_not_fit_in_memory(run: Path, args: l
     error_line(proc, "more than the", expected)
 
 
+def test_the_temporary_files_of_a_killed_save_are_swept(root: Path, tmp_path: Path) -> None:
+    """`kill -9` in the middle of a checkpoint save left `checkpoints/.step-*.tmp` (a state file: hundreds of MB
+    for the base recipe) through resumes and the end of the run. The next trainer of the run, which holds its
+    lock, removes them; other files are left alone."""
+    import tfm_cli.training as training
+    from tfm_cli.recipe import load_recipe
+
+    out = tmp_path / "run"
+    r = load_recipe(root / "recipe.yaml", ["train.max_steps=2", "train.save_every=2", "data.dev=null"])
+    training.train(r, out, device="cpu")
+    stale = [out / "checkpoints" / ".step-00000004.state.pt.u3w_h6eb.tmp", out / "checkpoints" / ".step-00000004.safetensors.x1.tmp",
+             out / ".model.safetensors.k2.tmp", out / "checkpoints" / ".write-test-abc"]
+    kept = [out / "notes.tmp", out / "checkpoints" / "README"]
+    for path in stale + kept:
+        path.write_bytes(b"partial")
+    training.train(run_dir=out, resume=True, device="cpu")  # finished: nothing to do, but the lock was taken
+    assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)
+
+
 @pytest.mark.parametrize("kind", ["cpu", "cuda"])
 def test_running_out_of_memory_in_a_step_is_one_line(
     root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str

@@ -352,6 +352,8 @@ class Trainer:
                 hint="wait until it ends, or stop it (Ctrl-C or kill: it saves a checkpoint), then `tfm train --resume "
                 f"{shell_word(self.run_dir)}`; or train into another --out",
             )
+        if self.main:
+            _sweep_temporary_files(self.run_dir)
 
     def log(self, record: dict[str, Any]) -> None:
         """A record for metrics.jsonl (rank 0 writes it)."""
@@ -1076,6 +1078,19 @@ def restore_stream(stream: BatchStream, saved: dict[str, int], recipe: Recipe, r
             f"{'them' if changed else 'its recipe'}: "
             + new_run_hint(run_dir, [(key, now[section][name]) for key, section, name in differ]),
         ) from None
+
+
+def _sweep_temporary_files(run_dir: Path) -> None:
+    """Remove the half-written files of a trainer that was killed (`kill -9`, a machine that went down) in the
+    middle of a save: `checkpoints/.step-*.tmp` (a state file of the base recipe is hundreds of MB), the write
+    probe, and the final or best weights' temporary files. Only a trainer writes them, and this one holds the run's
+    lock, so none is being written now. They outlived resumes and the end of the run."""
+    folders = {run_dir / CHECKPOINTS: (".step-*.tmp", ".write-test-*"), run_dir: (f".{FINAL}.*.tmp", f".{BEST}.*.tmp")}
+    for folder, patterns in folders.items():
+        for pattern in patterns:
+            for stale in folder.glob(pattern):
+                with contextlib.suppress(OSError):
+                    stale.unlink()
 
 
 def _last_intact(run_dir: Path) -> tuple[bool, str]:
