@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bz2
 import dataclasses
+import errno
 import gzip
 import io
 import itertools
@@ -330,6 +331,30 @@ def test_source_and_target_files_of_different_lengths(tmp_path: Path) -> None:
     proc = tfm("train", str(recipe(tmp_path, f"[{src}, {tgt}]")), "--out", str(out), "--device", "cpu", check=False)
     error_line(proc, f"{src} has 2 lines but {tgt} has 3", f"{tgt}:3 has no counterpart")
     assert nothing_written(out)
+
+
+def test_an_output_name_too_long_is_refused_before_the_work_and_leaves_no_folders(root: Path, tmp_path: Path) -> None:
+    """`--output dir/sub/<300 characters>.en` was refused only by the write at the end, after every sentence was
+    translated, and left dir/sub behind (as a full disk did). A name longer than the file system takes, the
+    file's (with room for its temporary name) or a folder's on the way, is refused first; a write that fails
+    removes the folders it made."""
+    from tfm_cli.cli.common import write_output
+
+    long_name = "x" * 250 + ".json"  # fits 255, but not its temporary name (".NAME.XXXXXXXX.tmp")
+    proc = tfm("tokenize", "--corpus", str(root / "train.tsv"), "--out", str(tmp_path / "a" / "b" / long_name), check=False)
+    error_line(proc, "cannot be written: its name is 255 bytes, and this file system takes 241 at most there")
+    proc = tfm("tokenize", "--corpus", str(root / "train.tsv"), "--out", str(tmp_path / ("y" * 300) / "t.json"), check=False)
+    error_line(proc, "cannot be written: File name too long")  # (the file system says it: the folder's parent exists)
+    proc = tfm("tokenize", "--corpus", str(root / "train.tsv"), "--out", str(tmp_path / "new" / ("y" * 300) / "t.json"), check=False)
+    error_line(proc, "cannot be written: the folder name yyyyyyyyyyyyyyyyyyyy... is 300 bytes")
+    assert list(tmp_path.iterdir()) == []
+
+    def full(name: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", name)
+
+    with pytest.raises(TfmError, match="could not be written: No space left on device; nothing was written"):
+        write_output(tmp_path / "new" / "sub" / "o.en", "--output", full)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_tokenize_min_frequency_past_64_bits_is_a_usage_error(root: Path, tmp_path: Path) -> None:

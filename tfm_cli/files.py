@@ -9,7 +9,7 @@ import errno
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tfm_cli.errors import TfmError
@@ -28,6 +28,11 @@ def as_path(given: object, who: str, name: str = "a path") -> str | Path | None:
     if isinstance(given, str) and not given.strip():  # Path("") is the current directory: a run written into it
         raise TfmError(f"{who}: {name} is empty (an unset variable?): give a path")
     return given
+
+
+# How much longer than a file's name its temporary name is (".NAME." + mkstemp's 8 characters + ".tmp"): a name
+# within this of the file system's limit can be the file's but not its temporary file's.
+TEMPORARY_NAME_EXTRA = 14
 
 
 def atomic_write(path: Path, write: Callable[[str], object]) -> None:
@@ -89,6 +94,30 @@ def utf8_name(path: str | Path) -> bool:
         return True
     except UnicodeDecodeError:
         return False
+
+
+def name_too_long(path: Path, existing: Path) -> str | None:
+    """Why `path` cannot be created below `existing` (its nearest folder that exists) because a name on the way is
+    longer than the file system takes, or None: said before a command's work, not by the write at its end. The
+    file's own name must leave room for its temporary name (`atomic_write`)."""
+    limit = os.pathconf(existing, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
+    part, room = path.absolute(), limit - TEMPORARY_NAME_EXTRA
+    while part != existing and part != part.parent:
+        size = len(os.fsencode(part.name))
+        if size > room:
+            which = "its name" if room < limit else f"the folder name {part.name[:20]}..."
+            return f"{which} is {size} bytes, and this file system takes {room} at most there"
+        part, room = part.parent, limit
+    return None
+
+
+def remove_empty(folders: Sequence[Path]) -> None:
+    """Remove these folders (deepest first), as long as they are empty: those a failed write made on the way."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def nearest_existing(path: Path) -> Path:

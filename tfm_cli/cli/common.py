@@ -204,6 +204,10 @@ def check_output_file(
     folder on the way with a temporary file, so an unwritable place is said now, not after the work; the missing
     folders are left to the writer to create, so that a command that fails first leaves none behind.
     """
+    try:
+        path.exists()
+    except OSError as error:  # a name on the way longer than the file system takes (ENAMETOOLONG), a loop of links
+        raise TfmError(f"{option} {path} cannot be written: {error.strerror or error}", hint=f"give {option} another path") from None
     if path.is_dir():
         raise TfmError(f"{option} {path} is a directory", hint=f"give {option} a file path, e.g. {path / example}")
     if path.exists():
@@ -233,7 +237,7 @@ def check_output_file(
         if not os.access(path, os.W_OK):
             raise TfmError(f"{option} {path} cannot be written: permission denied", hint=f"give {option} a writable path")
         return path
-    from tfm_cli.files import nearest_existing
+    from tfm_cli.files import name_too_long, nearest_existing
 
     existing = nearest_existing(path.absolute().parent)
     try:
@@ -243,6 +247,8 @@ def check_output_file(
             pass
     except OSError as error:
         raise TfmError(f"{option} {path} cannot be written: {error.strerror or error}", hint=f"give {option} a writable path") from None
+    if why := name_too_long(path, existing):  # found by the write at the end, after all the work
+        raise TfmError(f"{option} {path} cannot be written: {why}", hint=f"give {option} a shorter name")
     return path
 
 
@@ -472,16 +478,18 @@ def write_output(path: Path, option: str, write: Callable[[str], object]) -> Pat
     Raises:
         TfmError: the file could not be written (the message names it, and says that nothing was replaced).
     """
+    from tfm_cli.files import atomic_write, remove_empty
+
     path = Path(path)
     in_place = path.is_symlink() or (path.exists() and not path.is_file())
+    made = [p for p in [path.absolute().parent, *path.absolute().parent.parents] if not p.exists()]
     try:
         if in_place:
             write(str(path))
         else:
-            from tfm_cli.files import atomic_write
-
             atomic_write(path, write)
     except OSError as error:
+        remove_empty(made)  # the folders made on the way: a command that fails leaves none behind
         kept = "" if in_place else ("; the file there is as it was" if path.exists() else "; nothing was written")
         raise TfmError(
             f"{option} {path} could not be written: {error.strerror or error}{kept}",

@@ -23,7 +23,14 @@ from types import ModuleType
 from typing import Any
 
 from tfm_cli.errors import TfmError, install_hint
-from tfm_cli.files import WRITE_ERRNOS, current_umask, nearest_existing, utf8_name, write_failure
+from tfm_cli.files import (
+    WRITE_ERRNOS,
+    current_umask,
+    nearest_existing,
+    remove_empty,
+    utf8_name,
+    write_failure,
+)
 from tfm_cli.runs import EXPORT_INFO as EXPORT_INFO  # tfm-export.json, kept with the run's file names
 
 
@@ -269,7 +276,7 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".partial", dir=out.parent))
     except OSError as err:
-        _remove_empty(made)
+        remove_empty(made)
         raise TfmError(f"{out} cannot be written: {err.strerror or err}", hint="choose a writable --out directory") from None
     try:
         tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; an export is meant to be shared
@@ -294,7 +301,7 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
     except BaseException as error:
         failure = write_failure(error, out)  # before the staging folder goes: a full disk is still full
         shutil.rmtree(tmp, ignore_errors=True)
-        _remove_empty(made)  # a failed export leaves no new folders behind either
+        remove_empty(made)  # a failed export leaves no new folders behind either
         if failure is None or failure.errno not in WRITE_ERRNOS:
             raise
         kept = f"{out} is as it was" if out.exists() else "nothing was written"
@@ -343,10 +350,3 @@ def _sweep_partials(out: Path) -> None:
             pass
 
 
-def _remove_empty(folders: Sequence[Path]) -> None:
-    """Remove the folders that staging created for `out` (deepest first), where they are still empty."""
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
