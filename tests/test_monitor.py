@@ -117,6 +117,10 @@ def test_curves_in_a_pipe_and_png(recipe: Path, tmp_path: Path) -> None:
     png = run / "curves.png"
     if has_module("matplotlib"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "curves:" in shown.stderr
+        # HOME unusable (unset or read-only in CI containers): matplotlib's own set-up said two lines of warnings
+        homeless = tfm("train", "--curves", str(run), env_extra={"HOME": "/dev/null/home", "MPLCONFIGDIR": "",
+                                                                  "XDG_CONFIG_HOME": "", "XDG_CACHE_HOME": ""})
+        assert homeless.stderr.splitlines() == [f"curves: {png}"], homeless.stderr
     else:
         assert not png.exists() and "matplotlib" in shown.stderr
     missing = tfm("train", "--curves", str(tmp_path / "nowhere"), check=False)

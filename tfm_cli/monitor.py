@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -228,6 +229,12 @@ def read_curves(run_dir: Path) -> dict[str, Any]:
 
 def write_curves_png(run_dir: Path, curves: dict[str, Any] | None = None) -> Path | None:
     """Training loss and dev BLEU against step as RUN/curves.png, when matplotlib is installed (else None)."""
+    # Where HOME is unset or read-only (CI containers), matplotlib's import said "mkdir -p failed for path ..." and
+    # "Matplotlib created a temporary cache directory ..." on stderr at every drawing: its own set-up, not ours
+    # to report (it uses a temporary folder and removes it), so its warnings are silenced while it is imported.
+    quiet = logging.getLogger("matplotlib")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         import matplotlib
 
@@ -235,6 +242,8 @@ def write_curves_png(run_dir: Path, curves: dict[str, Any] | None = None) -> Pat
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    finally:
+        quiet.setLevel(level)
     curves = curves if curves is not None else read_curves(run_dir)
     if not curves["train"]:
         return None
