@@ -256,6 +256,31 @@ def test_missing_corpus_fails_before_creating_the_run(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_a_table_wider_than_the_terminal_is_printed_whole(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """At a terminal narrower than a table, rich cut every cell ("entro…", "0.…": inspect-attn --summary at 80
+    columns; an empty table at 20). Such a table is printed as a pipe gets it, tab-separated, under its title;
+    one that fits is drawn as before."""
+    import io
+
+    from rich.console import Console
+
+    import tfm_cli.cli.common as common
+
+    screen = io.StringIO()
+    monkeypatch.setattr(common, "fancy_stdout", lambda: True)
+    monkeypatch.setattr(common, "out", Console(file=screen, width=40, force_terminal=True, color_system=None))
+    monkeypatch.setattr(common, "_piped_tables", 0)
+    rows = [("encoder", 1, 2, 0.4123, 0.8, "diagonal, sharp")]
+    common.print_table("Every head", ["kind", "layer", "head", "entropy", "max", "notes"], rows)
+    printed = screen.getvalue() + capsys.readouterr().out
+    assert "kind\tlayer\thead\tentropy\tmax\tnotes" in printed and "encoder\t1\t2\t0.4123\t0.8\tdiagonal, sharp" in printed
+    assert "…" not in printed and printed.startswith("Every head")
+    screen.truncate(0)
+    common.print_table("Pieces", ["piece", "id"], [("▁Je", "419")])
+    drawn = screen.getvalue()
+    assert "┏" in drawn and "▁Je" in drawn and "419" in drawn and "\t" not in drawn  # it fits: a drawn table
+
+
 def test_bad_recipe_traceback_with_tfm_debug(tmp_path: Path) -> None:
     recipe = tmp_path / "bad.yaml"
     recipe.write_text(BAD_RECIPE, encoding="utf-8")

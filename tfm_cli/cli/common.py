@@ -24,6 +24,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from tfm_cli.errors import RecipeError, TfmError, shell_word
@@ -73,8 +74,12 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
             table.add_column(_escape(column), justify="left" if i == 0 else "right")
         for row in rows:
             table.add_row(*(_escape(_cell(v, human=True)) for v in row))
-        out.print(table)
-        return
+        if Measurement.get(out, out.options.update(max_width=1_000_000), table).maximum <= out.width:  # unclamped
+            out.print(table)
+            return
+        # Wider than the terminal: rich cut every cell to "entro…", "0.…" (inspect-attn --summary at 80 columns);
+        # the rows as a pipe gets them, whole, under the title, instead
+        out.print(_escape(title), style="italic", soft_wrap=True)
     if _piped_tables:
         print()
     _piped_tables += 1
