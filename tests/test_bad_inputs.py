@@ -514,6 +514,19 @@ def test_a_model_in_a_folder_whose_name_is_not_utf8(run: Path, tmp_path: Path) -
     assert sorted(p.name for p in tmp_path.iterdir()) == [odd.name]
 
 
+def test_a_run_without_its_final_model_says_which_checkpoint_translates(run: Path, tmp_path: Path) -> None:
+    """`tfm translate -m RUN` (and inspect-attn) on a run still training used its newest checkpoint without a
+    word, so a score taken mid-run did not say which step it measured. It names the checkpoint; a run with its
+    final model, or a weights file named outright, is used without a note."""
+    training = Path(shutil.copytree(run, tmp_path / "training"))
+    (training / FINAL).unlink()
+    said = f"using {training / 'checkpoints' / 'step-00000010.safetensors'}: {training} has no final model yet"
+    assert said in translate(training, "Bonjour.").stderr
+    assert said in tfm("inspect-attn", "--model", str(training), "--device", "cpu", "Bonjour.", "--summary").stderr
+    assert "no final model" not in translate(run, "Bonjour.").stderr
+    assert "no final model" not in translate(training / "checkpoints" / "step-00000010.safetensors", "Bonjour.").stderr
+
+
 def test_tokenizer_that_does_not_match_the_checkpoint(copy: Path) -> None:
     """Another vocabulary (the same size: test_cli.py; another size through the API: test_translator.py)."""
     train_tokenizer(_texts(300), vocab_size=300).save(copy / "tokenizer.json")

@@ -257,6 +257,19 @@ def check_output_file(
     return path
 
 
+def say_which_weights(model: Path | None, weights: Path) -> None:
+    """Name, on stderr, the weights a command translates with when the user did not name the file: the newest
+    run's (no --model), or a checkpoint of a run given by its directory that has no final model yet (still
+    training, or stopped): a score of such a run said nothing of the step it measured."""
+    from tfm_cli.runs import BEST, CHECKPOINTS
+
+    if model is None:
+        info(f"using {weights} (the most recent run; choose another with --model)")
+    elif Path(model).is_dir() and (weights.parent.name == CHECKPOINTS or weights.name == BEST):
+        which = "its best checkpoint" if weights.name == BEST else "its newest checkpoint"
+        info(f"using {weights}: {model} has no final model yet (still training, or stopped), so {which}")
+
+
 def check_utf8(text: str, what: str) -> str:
     """`text` from the command line, refused when it is not valid UTF-8 (its bad bytes arrive as surrogate
     escapes, which the tokenizer cannot take); `what` names it in the message."""

@@ -30,6 +30,7 @@ from tfm_cli.cli.common import (
     print_json,
     print_table,
     route_warnings,
+    say_which_weights,
     stdin_lines,
     typed_command,
     warn,
@@ -109,8 +110,7 @@ def inspect_attn(
         # the precision `tfm translate` uses, so that the target inspected is the translation it prints (bf16 and
         # fp32 translate about one sentence in ten of a small model differently); the weights are fp32 either way
         translator = Translator.load(model, device=device, precision=precision)
-    if model is None:
-        info(f"using {translator.path} (the most recent run; choose another with --model)")
+    say_which_weights(model, Path(translator.path))
     for path, option in ((html, "--html"), (image, "--image")):
         if path is not None:  # again, now that the model's own files are known: they are inputs too
             check_output_file(path, option, inputs=translator.files)

@@ -27,6 +27,7 @@ from tfm_cli.cli.common import (
     progress_bar,
     reads_from_stdin,
     route_warnings,
+    say_which_weights,
     stdin_lines,
     stopped_by_signals,
     typed_command,
@@ -162,8 +163,7 @@ def translate(
 
         with route_warnings():  # a final model older than the run's newest checkpoint is said
             translator = Translator.load(model, engine=engine, device=device, precision=precision)
-        if model is None:
-            info(f"using {translator.path} (the most recent run; choose another with --model)")
+        say_which_weights(model, Path(translator.path))
         if output is not None:  # again, now that the model's own files are known: they are inputs too
             check_output_file(
                 output, "--output", inputs=[*(score or []), *([reference] if reference else []), *translator.files], reads_stdin=reads_stdin
