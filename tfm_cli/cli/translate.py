@@ -241,8 +241,6 @@ class _Cuts:
     stderr when the command ends, counted, as Marian and fairseq warn: each line of a cut stream looked like any
     other, and `--json`'s "stopped": "max_len" was the only trace. With --n-best, the best hypothesis counts."""
 
-    SHOWN = 5  # line numbers named
-
     def __init__(self, translator, max_len: int | None, min_len: int | None) -> None:
         self.offset = max_len if max_len is not None else translator.settings.max_len_offset
         self.min_len = min_len if min_len is not None else translator.settings.min_len
@@ -261,11 +259,7 @@ class _Cuts:
         if not self.lines:
             return
         n = len(self.lines)
-        if self.total == 1:
-            what = "the translation was"
-        else:
-            shown = ", ".join(map(str, self.lines[: self.SHOWN])) + (", …" if n > self.SHOWN else "")
-            what = f"{n} of {self.total} translations (line{'s' if n > 1 else ''} {shown}) {'were' if n > 1 else 'was'}"
+        what = _which(self.lines, self.total, "was", "were")
         model_limit = f"the model's limit of {self.limit} tokens (model.max_positions - 1), which --max-len cannot raise"
         if self.by_min_len == n:  # raising --max-len would only let them run on longer
             warn(
@@ -283,12 +277,20 @@ class _Cuts:
         warn(f"{what} cut at the maximum output length ({where}) before the model ended {'it' if n == 1 else 'them'}: likely incomplete; {advice}{marks}")
 
 
+def _which(lines: list[int], total: int, verb: str, verbs: str, shown: int = 5) -> str:
+    """The translations a warning is about, with its verb: "the translation was" (one input), "1 of 9
+    translations (line 4) was", "3 of 9 translations (lines 1, 4, 7) were" (the first `shown` line numbers)."""
+    if total == 1:
+        return f"the translation {verb}"
+    n = len(lines)
+    named = ", ".join(map(str, lines[:shown])) + (", …" if n > shown else "")
+    return f"{n} of {total} translations (line{'s' if n > 1 else ''} {named}) {verbs if n > 1 else verb}"
+
+
 class _Broken:
     """The translations holding byte tokens that make no UTF-8 character (shown as U+FFFD), said once at the end:
     a model that spells a script byte by byte (a vocabulary too small for it, or a reused tokenizer that lacks
     it) can emit a character's bytes cut short or out of order, and each line looked like any other."""
-
-    SHOWN = 5  # line numbers named
 
     def __init__(self) -> None:
         self.total, self.lines = 0, []
@@ -303,14 +305,8 @@ class _Broken:
     def say(self) -> None:
         if not self.lines:
             return
-        n = len(self.lines)
-        if self.total == 1:
-            what = "the translation holds"
-        else:
-            shown = ", ".join(map(str, self.lines[: self.SHOWN])) + (", …" if n > self.SHOWN else "")
-            what = f"{n} of {self.total} translations (line{'s' if n > 1 else ''} {shown}) hold"
         warn(
-            f"{what} byte tokens that make no UTF-8 character, shown as U+FFFD (\ufffd): the model spells characters "
+            f"{_which(self.lines, self.total, 'holds', 'hold')} byte tokens that make no UTF-8 character, shown as U+FFFD (\ufffd): the model spells characters "
             "byte by byte where its vocabulary has no piece for them; a larger tokenizer.vocab_size, a tokenizer "
             "trained on this language, or more training"
         )
