@@ -963,7 +963,8 @@ def test_a_100000_character_line_is_cut_with_a_warning(run: Path) -> None:
     seconds = time.perf_counter() - started
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stdout.split("\n")) == 6 and proc.stdout.endswith("\n")  # 5 lines, each ended by a newline
-    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    # (a random model may also spell broken characters in byte tokens: said in its own line at the end)
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:") and "U+FFFD" not in line]
     assert len(warnings) == 4 and "cut at the maximum output length" in warnings[3], proc.stderr  # then: the outputs cut
     warnings = warnings[:3]
     for line_no, warning in zip((2, 3, 4), warnings, strict=True):
