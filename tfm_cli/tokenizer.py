@@ -6,9 +6,11 @@ It is built on Hugging Face `tokenizers` and knows nothing of the model. The id 
     0 <pad>   1 <s>   2 </s>   3 <unk>   4..259 <0x00>..<0xFF>   260.. learned BPE pieces
 
 The 256 byte tokens are the byte fallback (as in sentencepiece and Llama): a character that has no piece of its
-own is encoded as the tokens of its UTF-8 bytes, so any text round-trips and `<unk>` is never produced.
+own is encoded as the tokens of its UTF-8 bytes, so any text round-trips and `<unk>` is never produced. Decoding
+reads each run of byte tokens as UTF-8 (a broken character is one U+FFFD, not the whole run).
 
-Text goes through a normaliser first (U+FEFF and the other invisible formatting marks dropped, NFC, every run of whitespace -> one space, both ends stripped), then a
+Text goes through a normaliser first (U+FEFF and the other invisible formatting marks dropped, NFC, ’ and ‘ read as
+', every run of whitespace -> one space, both ends stripped), then a
 Metaspace pre-tokenizer marks word starts with "▁" (pieces read `▁étudiant`), and a split keeps letters, digits
 and punctuation in pieces of their own (`▁étudiant` `.`; see _PRE_TOKEN). The guarantee is
 `decode(encode(x)) == normalize(x)` for every string x. "▁" (U+2581) in the input is treated as whitespace,
