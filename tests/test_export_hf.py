@@ -313,7 +313,10 @@ def test_the_documented_ctranslate2_limit_is_tfms(tmp_path, small_tokenizer):
             max_decoding_length=min(len(tokens) + offset, 95),
         )[0].hypotheses[0]
         got = tok.decode(tok.convert_tokens_to_ids(out), skip_special_tokens=True)
-        assert (len(out), got) == (len(expected.tokens), expected.text), source
+        # as the exported tokenizer.json decodes: HF's ByteFallback makes a run of bytes holding a broken character
+        # all U+FFFD, where tfm's own text keeps the whole characters of the run (this random model emits such runs)
+        ids = [ours.tokenizer.piece_to_id(p) for p in expected.tokens]
+        assert (len(out), got) == (len(expected.tokens), ours.tokenizer.normalize(ours.tokenizer.decode_as_saved(ids))), source
 
 
 def test_a_model_too_short_for_every_dev_sentence_is_checked_on_made_up_ones(tmp_path, small_tokenizer):
