@@ -50,7 +50,7 @@ from tfm_cli.checkpoint import load_model, read_metadata, save_weights, weights_
 from tfm_cli.corpus import read_pairs
 from tfm_cli.errors import CheckpointError, CorpusError, RecipeError, TfmError
 from tfm_cli.model import ModelConfig, Transformer
-from tfm_cli.recipe import load_recipe
+from tfm_cli.recipe import TrainRecipe, load_recipe
 from tfm_cli.runs import FINAL, checkpoint_path, checkpoint_steps
 from tfm_cli.tokenizer import train_tokenizer
 
@@ -1686,9 +1686,9 @@ def test_ctrl_c_while_the_model_is_built_is_ctrl_c(monkeypatch: pytest.MonkeyPat
         def __init__(self, config) -> None:
             raise RuntimeError("Error calling __set_name__ on 'Field' instance") from KeyboardInterrupt()
 
-    monkeypatch.setattr(training.step, "Transformer", Interrupted)
+    monkeypatch.setattr(training.step, "Transformer", Interrupted)  # where the trainer builds its model
     with pytest.raises(KeyboardInterrupt):
-        training.step.parameter_count(ModelConfig(vocab_size=32, d_model=16, d_ff=32, n_heads=2))
+        training.step.setup_model(ModelConfig(vocab_size=32, d_model=16, d_ff=32, n_heads=2), TrainRecipe(), torch.device("cpu"), "fp32")
 
 
 def test_tokenizer_path_is_the_tokenizer_the_run_trains_with(root: Path, run: Path, tmp_path: Path) -> None:

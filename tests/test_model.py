@@ -406,6 +406,22 @@ def meta_param_count(config: ModelConfig) -> int:
         return Transformer(config).num_parameters()
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"tie_embeddings": False}, {"positions": "learned"}, {"norm": "pre"},
+     {"n_enc_layers": 3, "n_dec_layers": 1, "tie_embeddings": False, "positions": "learned", "norm": "pre"}],
+)
+def test_the_config_counts_the_built_model_s_parameters(options: dict) -> None:
+    """ModelConfig.num_parameters (what `tfm train` reports and sizes its disk check by, without building the
+    model) against the parameters the built model holds, tied matrices counted once."""
+    shape = {"vocab_size": 53, "d_model": 24, "d_ff": 40, "n_heads": 3, "n_enc_layers": 2, "n_dec_layers": 2}
+    config = ModelConfig(**{**shape, "max_positions": 19, **options})
+    model = Transformer(config)
+    assert config.num_parameters() == model.num_parameters() == sum(p.numel() for p in model.parameters())
+    largest = max(t.numel() for t in [*model.parameters(), *model.buffers()])
+    assert config.largest_weight() == largest
+
+
 def test_parameter_counts_match_the_paper() -> None:
     base = meta_param_count(ModelConfig())
     print(f"\nbase Transformer parameters: {base:,} (paper: 65M)")

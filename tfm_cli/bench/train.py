@@ -218,7 +218,7 @@ def bench_train(
     timed = [b for group in groups[warmup:] for b in group]
     figures = batch_figures(timed, config)
     peak = matmul_peak(device, precision)
-    params = sum(p.numel() for p in _count_model(config).parameters())
+    params = config.num_parameters()
 
     phases = {"model step": bench_model_step(recipe, config, groups, device, precision, warmup, progress)}
     if trainer:
@@ -289,13 +289,6 @@ def check_steps_fit(recipe: Recipe, steps: int, warmup: int) -> None:
             "benchmark may use here",
             hint="lower --steps and --warmup (10 and 3 by default)",
         )
-
-
-def _count_model(config: ModelConfig):
-    from tfm_cli.model import Transformer
-
-    with torch.device("meta"):
-        return Transformer(config)
 
 
 def recipe_tokenizer(recipe: Recipe, events: Callable[[str], None] | None = None) -> Tokenizer:

@@ -47,6 +47,27 @@ class ModelConfig:
     def d_k(self) -> int:
         return self.d_model // self.n_heads
 
+    def num_parameters(self) -> int:
+        """The number of parameters of `Transformer(self)` (a tied matrix counted once), from the shapes alone.
+
+        No tensor is made: counting on the meta device costs `import torch._dynamo`, seconds of every
+        `tfm train` start. tests/test_model.py holds this to the built model's count for every option.
+        """
+        d, f, v = self.d_model, self.d_ff, self.vocab_size
+        attention = 4 * (d * d + d)  # W^Q, W^K, W^V, W^O, each with its bias
+        ffn = d * f + f + f * d + d  # W_1, b_1, W_2, b_2
+        norm = 2 * d  # LayerNorm's gain and bias
+        layers = self.n_enc_layers * (attention + ffn + 2 * norm) + self.n_dec_layers * (2 * attention + ffn + 3 * norm)
+        tokens = v * d * (1 if self.tie_embeddings else 3)  # source, target embeddings and the output projection
+        positions = 2 * self.max_positions * d if self.positions == "learned" else 0  # one table a side
+        final_norms = 2 * norm if self.norm == "pre" else 0  # each pre-norm stack ends with a LayerNorm
+        return layers + tokens + positions + final_norms
+
+    def largest_weight(self) -> int:
+        """The number of values in the largest tensor `Transformer(self)` holds, the sinusoidal table included."""
+        d = self.d_model
+        return max(d * d, d * self.d_ff, self.vocab_size * d, self.max_positions * d)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

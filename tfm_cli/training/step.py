@@ -3,7 +3,6 @@ trainer and `tfm bench train`, which times exactly this function as "the model s
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -16,31 +15,34 @@ from tfm_cli.training.optim import adam, inverse_sqrt_lr
 
 
 def _build_model(config, device: torch.device | str) -> Transformer:
-    """`Transformer(config)` on `device` ("meta": shapes only), or a TfmError when its tensors cannot be made
-    (too large for the memory, or for torch to size at all, e.g. model.d_model=10**12)."""
+    """`Transformer(config)` on `device`, or a TfmError when its tensors cannot be made (too large for the memory)."""
     try:
-        with torch.device("meta") if str(device) == "meta" else contextlib.nullcontext():
-            model = Transformer(config)
-        return model if str(device) == "meta" else model.to(device)
+        return Transformer(config).to(device)
     except (RuntimeError, MemoryError) as err:  # torch.OutOfMemoryError is a RuntimeError
         if isinstance(err.__cause__, KeyboardInterrupt):  # Ctrl-C in a class that torch defines on first use,
             raise err.__cause__ from None  # which Python wraps in "RuntimeError: Error calling __set_name__"
         why = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise TfmError(
-            f"the model (model.d_model={config.d_model}, model.d_ff={config.d_ff}, "
-            f"model.max_positions={config.max_positions}, vocabulary {config.vocab_size}) cannot be built on "
-            f"{'this machine' if str(device) == 'meta' else device}: {why}",
-            hint="lower model.d_model, model.d_ff, the layer counts or model.max_positions",
-        ) from None
+        raise _cannot_build(config, str(device), why) from None
+
+
+def _cannot_build(config, where: str, why: str) -> TfmError:
+    return TfmError(
+        f"the model (model.d_model={config.d_model}, model.d_ff={config.d_ff}, "
+        f"model.max_positions={config.max_positions}, vocabulary {config.vocab_size}) cannot be built on {where}: {why}",
+        hint="lower model.d_model, model.d_ff, the layer counts or model.max_positions",
+    )
 
 
 def parameter_count(config) -> int:
-    """The number of parameters of `Transformer(config)`, counted on the meta device (no memory is allocated).
+    """The number of parameters of `Transformer(config)`, from its shapes (no tensor is made).
 
     Raises:
-        TfmError: the model's tensors are too large for torch to size.
+        TfmError: a tensor of the model would be too large for torch to size (e.g. model.d_model=10**12).
     """
-    return _build_model(config, "meta").num_parameters()
+    largest = config.largest_weight()
+    if largest * 8 > torch.iinfo(torch.int64).max:  # bytes of a float64 table (the positions), as torch sizes them
+        raise _cannot_build(config, "this machine", f"a tensor of {largest:,} values is beyond what torch can size")
+    return config.num_parameters()
 
 
 def setup_model(config, t, device: torch.device, precision: str):
