@@ -41,7 +41,7 @@ def tfm(
     *args: str,
     stdin: bytes | str | None = None,
     cwd: Path | None = None,
-    env_extra: dict[str, str] | None = None,
+    env_extra: dict[str, str | None] | None = None,
     check: bool = True,
     timeout: int = 600,
 ) -> subprocess.CompletedProcess:
@@ -167,11 +167,12 @@ def _fork_server() -> ForkServer | None:
     return _SERVER[0]
 
 
-def tfm_env(env_extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment `tfm` runs in here: plain output, one torch thread, no TFM_DEBUG."""
+def tfm_env(env_extra: dict[str, str | None] | None = None) -> dict[str, str]:
+    """The environment `tfm` runs in here: plain output, one torch thread, no TFM_DEBUG; `env_extra` on top, where
+    a value of None removes the variable."""
     env = {k: v for k, v in os.environ.items() if k not in ("TFM_DEBUG", "FORCE_COLOR")}
     env.update({"NO_COLOR": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env_extra or {})})
-    return env
+    return {k: v for k, v in env.items() if v is not None}
 
 
 def start_tfm(*args: str, **popen: Any) -> subprocess.Popen:

@@ -1,8 +1,9 @@
 """A fork server for the CLI tests: `tfm` in a process of its own, without paying for `import torch` each time.
 
-A fresh `tfm` process spends about 3 s of a slow 2-core CPU importing PyTorch before it reads its first argument;
-the suite starts hundreds of them. This server imports the heavy third-party libraries once (torch, safetensors,
-tokenizers, typer, rich, yaml; never `tfm_cli`), then forks one child per call. The child is what a fresh
+A fresh `tfm` process spends about 3 s of a slow 2-core CPU importing PyTorch before it reads its first argument,
+and a training 2 s more importing the torch._dynamo that torch's optimizers import; the suite starts hundreds of
+them. This server imports the heavy third-party libraries once (torch and torch._dynamo, safetensors, tokenizers,
+typer, rich, yaml, sacrebleu, tensorboard; never `tfm_cli`), then forks one child per call. The child is what a fresh
 `tfm` process is from there on: it takes the call's environment, working directory, argv and standard streams,
 imports `tfm_cli` afresh (so no state of ours is shared between calls), runs the installed console script's entry
 point (`[project.scripts] tfm`, found through the package metadata, as the `tfm` script finds it), then ends as an
@@ -80,9 +81,12 @@ def _child(request: dict, fds: list[int]) -> None:
 
 def serve() -> None:
     import rich  # noqa: F401  (imported here once, so that no call pays for them again)
+    import sacrebleu  # noqa: F401
     import safetensors.torch  # noqa: F401
     import tokenizers  # noqa: F401
     import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401  (2 s: torch.optim's first param group imports it, so every training does)
+    import torch.utils.tensorboard  # noqa: F401
     import typer  # noqa: F401
     import yaml  # noqa: F401
 

@@ -272,7 +272,7 @@ def test_train_stopped_by_a_signal_removes_its_scratch_run(recipe: Path, tmp_pat
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     proc = subprocess.Popen(
-        [str(TFM), "bench", "train", str(recipe), "--steps", "500", "--warmup", "0", "--device", "cpu"],
+        [str(TFM), "bench", "train", str(recipe), "--steps", "200", "--warmup", "0", "--device", "cpu"],  # the trainer phase: seconds
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=tfm_env({"TMPDIR": str(scratch)}),
     )
     try:

@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import clitools
 import pytest
 import typer
 
@@ -44,19 +45,9 @@ def _env(**extra: str | None) -> dict[str, str]:
 
 
 def tfm(*args: str, stdin: bytes | str | None = None, cwd: Path | None = None, **env: str | None):
-    """Run the installed `tfm`; stdout/stderr come back as text."""
-    data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
-    proc = subprocess.run(
-        [str(TFM), *args],
-        input=data if data is not None else b"",
-        capture_output=True,
-        env=_env(**env),
-        cwd=cwd,
-        timeout=120,
-    )
-    proc.stdout = proc.stdout.decode("utf-8")
-    proc.stderr = proc.stderr.decode("utf-8")
-    return proc
+    """Run the installed `tfm` (forked from tests/forkserver.py where the environment allows); stdout/stderr come
+    back as text; `NAME=None` removes NAME from the environment."""
+    return clitools.tfm(*args, stdin=stdin, cwd=cwd, env_extra=env, check=False, timeout=120)
 
 
 def _error_lines(stderr: str) -> list[str]:
