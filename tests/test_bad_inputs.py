@@ -1154,7 +1154,7 @@ def test_a_dev_set_that_is_the_training_corpus_is_warned_about(root: Path, tmp_p
     assert "warning" not in proc.stderr
     # the same pairs in another file (a copy, its gzip, two plain files, the file's last lines): only the very same
     # file was warned about. The check itself in-process (the start and the dry run call it, as above), the CLI once
-    from tfm_cli.training.checks import dev_is_train
+    from tfm_cli.training.checks import dev_is_train, scan_corpora
 
     lines = train.read_text(encoding="utf-8").splitlines(keepends=True)
     copy = write(tmp_path / "copy.tsv", "".join(lines))
@@ -1166,8 +1166,12 @@ def test_a_dev_set_that_is_the_training_corpus_is_warned_about(root: Path, tmp_p
     base = load_recipe(recipe(tmp_path, str(train)))
     for dev, said in ((str(copy), "(100%)"), (str(gz), "(100%)"), ([str(src), str(tgt)], "(100%)"),
                       (str(tail), "300 of the 301 distinct pairs"), (str(few), None)):  # few: 1 of 41, as random splits share
-        warning = dev_is_train(dataclasses.replace(base, data=dataclasses.replace(base.data, dev=dev)))
+        with_dev = dataclasses.replace(base, data=dataclasses.replace(base.data, dev=dev))
+        warning = dev_is_train(with_dev)
         assert (warning is None) if said is None else (said in warning and "are in data.train too" in warning), (dev, warning)
+        scanned: list[str] = []  # the dry run's one reading of the corpora says the same
+        scan_corpora(with_dev, scanned)
+        assert scanned == ([] if warning is None else [warning])
     proc = tfm("train", str(recipe(tmp_path, str(train), dev=str(gz))), "--out", str(tmp_path / "o3"), "--dry-run")
     assert f"distinct pairs of data.dev {gz} (100%) are in data.train too" in proc.stderr.replace("\n", " "), proc.stderr
 

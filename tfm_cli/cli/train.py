@@ -113,17 +113,14 @@ def train(
     if dry_run:
         from tfm_cli.runtime import resolve_device, resolve_precision
         from tfm_cli.training import check_resume, check_start, preflight, scan_corpora
-        from tfm_cli.training.checks import dev_is_train
 
         torch_device = resolve_device(device)
         resolve_precision(resolved.train.precision, torch_device, "train.precision")  # fp16 on a CPU is refused
         preflight(resolved, Path(run_dir), resume is not None)  # every check a real start makes before writing
         resumes_at = check_resume(resolved, Path(run_dir), torch_device) if resume is not None else None  # and a resume's
         found: list[str] = []
-        pairs = scan_corpora(resolved, found)
+        pairs = scan_corpora(resolved, found)  # with the warning of a dev set that is (in) the training corpus
         for warning in found:
-            warn(warning)
-        if warning := dev_is_train(resolved):
             warn(warning)
         if resume is None:
             for warning in check_start(resolved, Path(run_dir)):

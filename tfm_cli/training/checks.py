@@ -288,49 +288,77 @@ def dev_is_train(recipe: Recipe) -> str | None:
     """A warning when data.dev is data.train (the same files), or when more than 5% of its pairs are training
     pairs too (a copy of the file, its gzip, the same pairs as two plain files, a dev split taken from the
     training file and left in it): its dev scores measure memorisation, not translation, and early stopping
-    would never stop. Reads data.train once more, as a stream (about a second per 160,000 pairs)."""
-    train, dev = recipe.data.train, recipe.data.dev
-    if dev is None:
+    would never stop. Reads data.train once more, as a stream (about a second per 160,000 pairs);
+    `scan_corpora` says the same from its own reading."""
+    if recipe.data.dev is None:
         return None
+    if same := _same_corpus(recipe):
+        return same
+    held = {_pair_key(s, t) for _, s, t in read_pairs(recipe.data.dev)} - {("", "")}
+    found = set()
+    for _, s, t in read_pairs(recipe.data.train) if held else ():
+        pair = _pair_key(s, t)
+        if pair in held:
+            found.add(pair)
+            if len(found) == len(held):
+                break
+    return _dev_in_train(recipe, found, held)
+
+
+def _same_corpus(recipe: Recipe) -> str | None:
+    train, dev = recipe.data.train, recipe.data.dev
     if isinstance(train, list) == isinstance(dev, list):
         pairs = zip(train, dev, strict=True) if isinstance(train, list) else [(train, dev)]
         if all(_same_file(a, b) for a, b in pairs):
             return (f"data.dev is the training corpus ({dev}): its BLEU and loss measure how well the model remembers "
                     "its training pairs, not how well it translates; give data.dev held-out pairs")
+    return None
 
-    def key(src: str, tgt: str) -> tuple[str, str]:
-        return " ".join(src.split()), " ".join(tgt.split())
 
-    held = {key(s, t) for _, s, t in read_pairs(dev)}
-    held.discard(("", ""))
-    if not held:
-        return None
-    found = set()
-    for _, s, t in read_pairs(train):
-        pair = key(s, t)
-        if pair in held:
-            found.add(pair)
-            if len(found) == len(held):
-                break
+def _pair_key(src: str, tgt: str) -> tuple[str, str]:
+    return " ".join(src.split()), " ".join(tgt.split())
+
+
+def _dev_in_train(recipe: Recipe, found: set, held: set) -> str | None:
     if len(found) <= DEV_IN_TRAIN_WARNING * len(held):
         return None
-    return (f"{len(found):,} of the {len(held):,} distinct pairs of data.dev {dev} ({100 * len(found) // len(held)}%) are "
-            "in data.train too: its BLEU and loss measure partly how well the model remembers its training pairs, "
-            "not how well it translates; give data.dev held-out pairs (or take them out of data.train)")
+    return (f"{len(found):,} of the {len(held):,} distinct pairs of data.dev {recipe.data.dev} "
+            f"({100 * len(found) // len(held)}%) are in data.train too: its BLEU and loss measure partly how well "
+            "the model remembers its training pairs, not how well it translates; give data.dev held-out pairs (or "
+            "take them out of data.train)")
 
 
 def scan_corpora(recipe: Recipe, warnings: list[str] | None = None) -> dict[str, int]:
     """Read every line of the recipe's corpora as a start would (`tfm train --dry-run`): the number of sentence
     pairs in data.train and data.dev; a CorpusError names the first bad file and line. A TSV file with a few lines
-    of more than two columns is added to `warnings`."""
-    counts = {}
-    for key, spec in (("data.train", recipe.data.train), ("data.dev", recipe.data.dev)):
-        if spec is not None:
-            columns = TsvColumns()
-            counts[key] = sum(1 for _ in read_pairs(spec, columns=columns))
-            if warnings is not None and (warning := columns.warning()):
-                warnings.append(f"{key} {warning}")
-    return counts
+    of more than two columns, and `dev_is_train`'s warning (from this one reading of each file), are added to
+    `warnings`."""
+    dev, train = recipe.data.dev, recipe.data.train
+    same = _same_corpus(recipe) if warnings is not None and dev is not None else None
+    look = warnings is not None and dev is not None and same is None
+    held: set[tuple[str, str]] = set()
+    found: set[tuple[str, str]] = set()
+    counts, said = {}, {}
+    for key, spec in (("data.dev", dev), ("data.train", train)):  # the dev first: its pairs are looked for in train
+        if spec is None:
+            continue
+        columns = TsvColumns()
+        n = 0
+        for _, s, t in read_pairs(spec, columns=columns):
+            n += 1
+            if look and key == "data.dev":
+                held.add(_pair_key(s, t))
+            elif look and held and (pair := _pair_key(s, t)) in held:
+                found.add(pair)
+        counts[key] = n
+        held.discard(("", ""))
+        if warning := columns.warning():
+            said[key] = f"{key} {warning}"
+    if warnings is not None:
+        warnings += [said[key] for key in ("data.train", "data.dev") if key in said]
+        if warning := same or (_dev_in_train(recipe, found, held) if held else None):
+            warnings.append(warning)
+    return {key: counts[key] for key in ("data.train", "data.dev") if key in counts}
 
 
 def with_absolute_paths(recipe: Recipe) -> Recipe:
