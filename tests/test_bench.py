@@ -13,6 +13,7 @@ import gzip
 import itertools
 import json
 import math
+import os
 import re
 import shlex
 import signal
@@ -102,6 +103,35 @@ def test_attention_json_and_correctness() -> None:
         assert r["lxl_matrix_mb"] == pytest.approx(expected_mb)
     exponents = result["summary"]["exponents"]
     assert len(exponents) == len(impls) * 2 * 2 and all(math.isfinite(e["exponent"]) for e in exponents)
+
+
+def test_an_implementation_whose_output_is_wrong_is_no_figure(tmp_path: Path) -> None:
+    """The float64 check was recorded (`max_abs_diff`) and never applied: a kernel returning zeros, 1.09 from the
+    formula, was reported "ok" at 102-432 GFLOP/s with exit 0 (README: "Before any figure is trusted ...").
+    Now its records are "wrong" (times kept, no FLOP/s, out of the growth fit), said, and the command exits 1."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import torch, tfm_cli.bench.attention as attention\n"
+        "right = attention._attention_fn\n"
+        "attention._attention_fn = lambda impl: (lambda q, k, v, mask: torch.zeros_like(q)) if impl == 'tfm' else right(impl)\n"
+    )
+    args = ["bench", "attention", "--lengths", "16,32", "--batch", "1", "--heads", "2", "--d-k", "8", "--repeat", "1",
+            "--warmup", "0", "--forward-only", "--impl", "naive", "--impl", "tfm", "--device", "cpu", "--json"]
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    proc = tfm(*args, env_extra={"PYTHONPATH": path}, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    records = {r["id"]: r for r in json.loads(proc.stdout)["records"]}
+    for length in (16, 32):
+        wrong, right = records[f"attention/tfm/padding/forward/L={length}"], records[f"attention/naive/padding/forward/L={length}"]
+        assert wrong["status"] == "wrong" and wrong["max_abs_diff"] > 0.1 and "flops_per_s" not in wrong, wrong
+        assert "from the formula computed in float64" in wrong["reason"] and wrong["median_ms"] > 0
+        assert right["status"] == "ok" and right["max_abs_diff"] < 1e-5
+    exponents = json.loads(proc.stdout)["summary"]["exponents"]
+    assert [e["impl"] for e in exponents] == ["naive"]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "2 figure(s) came from an implementation whose output is not attention's" in errors[0]
+    assert "e.g. attention/tfm/padding/forward/L=16: its output is" in errors[0]
+    table = tfm(*args[:-1], env_extra={"PYTHONPATH": path}, check=False)  # the tables say it too
+    assert table.returncode == 1 and "tfm\tpadding\tfwd\twrong\twrong\t-" in table.stdout, table.stdout
 
 
 def test_attention_table_when_piped() -> None:

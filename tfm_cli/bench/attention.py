@@ -96,6 +96,12 @@ def attention_flops(batch: int, heads: int, length: int, d_k: int, mask: str, ba
     return flops * (3 if backward else 1)
 
 
+# The largest |output - float64 formula| an implementation may have, by dtype: rounding of inputs of unit scale
+# (about 1e-6 in fp32, TF32 matmuls allowed for; fp16 has 11 bits, bf16 8), far below the error of a wrong kernel
+# (an output of zeros is ~1 away; a mask ignored, ~0.1-1).
+WRONG_ABOVE = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 6e-2}
+
+
 def _needs_bytes(
     impl: str, batch: int, heads: int, length: int, d_k: int, dtype: str, backward: bool, mask: str = "none"
 ) -> int:
@@ -126,10 +132,11 @@ def bench_attention(
 ) -> dict[str, Any]:
     """Time every implementation at every length; returns {"kind", "environment", "settings", "records", "summary"}.
 
-    Each record: id, impl, mask, pass, length, status ("ok", "unsupported", "skipped"), and for "ok" the median /
-    min / max time in ms, the spread, achieved FLOP/s, the L x L matrix's size when the implementation builds one,
-    on CUDA the peak memory allocated by the call, and `max_abs_diff`: the largest difference of its output from
-    the formula computed in float64 (checked before any figure is trusted; omitted where that would not fit).
+    Each record: id, impl, mask, pass, length, status ("ok", "unsupported", "skipped", "wrong"), and for "ok" the
+    median / min / max time in ms, the spread, achieved FLOP/s, the L x L matrix's size when the implementation
+    builds one, on CUDA the peak memory allocated by the call, and `max_abs_diff`: the largest difference of its
+    output from the formula computed in float64 (omitted where that would not fit). An implementation further from
+    it than `WRONG_ABOVE` allows for the dtype is "wrong", with its times but no FLOP/s: no figure of it is trusted.
     """
     impls = list(impls) if impls is not None else implementations(device)
     unknown = sorted(set(impls) - set(implementations(device)))
@@ -162,7 +169,11 @@ def bench_attention(
                     # Right before fast: each implementation's output against the formula in float64.
                     with torch.no_grad():
                         out = _attention_fn(impl)(q, k, v, mask).double()
-                    record["max_abs_diff"] = float((out - reference).abs().max())
+                    record["max_abs_diff"] = diff = float((out - reference).abs().max())
+                    if not diff <= WRONG_ABOVE[dtype]:  # (NaN too) its time is not a figure of attention
+                        record.update(status="wrong", reason=(
+                            f"its output is {diff:.3g} from the formula computed in float64 (at most "
+                            f"{WRONG_ABOVE[dtype]:g} in {dtype})"))
                 if record["status"] == "ok":
                     flops = attention_flops(batch, heads, length, d_k, mask_kind, backward)
                     record["flops_per_s"] = flops / (record["median_ms"] / 1000)

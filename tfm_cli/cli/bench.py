@@ -269,6 +269,13 @@ def attention(
             torch_device, sizes, batch, heads, d_k, dtype, mask, passes, impl or None, warmup, repeat, on_record
         )
     _finish(result, json_out, baseline, gate_inputs, _render_attention)
+    wrong = [r for r in result["records"] if r["status"] == "wrong"]
+    if wrong:  # a kernel that computes something else: its speed is no figure, and a CI step must not pass
+        raise TfmError(
+            f"{len(wrong)} figure(s) came from an implementation whose output is not attention's, e.g. "
+            f"{wrong[0]['id']}: {wrong[0]['reason']}",
+            hint="report it with the JSON (`--json`: each record's max_abs_diff), naming the torch version and device",
+        )
     if not any(r["status"] == "ok" for r in result["records"]):  # a CI step that measured nothing must not pass
         raise TfmError(
             f"nothing was measured: all {len(result['records'])} figure(s) were skipped or unsupported (reasons above)",
@@ -304,7 +311,7 @@ def _render_attention(result: dict[str, Any]) -> None:
         if r["status"] == "ok" and r["length"] == longest[(r["impl"], r["mask"], r["pass"])]:
             rate_rows.append((r["impl"], r["mask"], r["pass"], r["length"], r["flops_per_s"] / 1e9, r["spread"], r["lxl_matrix_mb"], r.get("peak_allocated_mb", "-")))
     print_table("At the longest length each implementation, mask and pass measured", ["impl", "mask", "pass", "L", "GFLOP/s", "spread", "LxL matrix MB", "peak alloc MB"], rate_rows)
-    skipped = [r for r in result["records"] if r["status"] != "ok"]
+    skipped = sorted((r for r in result["records"] if r["status"] != "ok"), key=lambda r: r["status"] != "wrong")
     for r in skipped[:5]:
         info(f"{r['id']}: {r['status']} ({r.get('reason', '')})")
 
