@@ -16,12 +16,14 @@ import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from clitools import TFM, has_module, tfm, tfm_env, tiny_recipe, wait_until
 
 from tfm_cli.bench.common import fit_exponent, percentile, summarize
@@ -260,6 +262,27 @@ def test_train_gate_refuses_a_baseline_of_another_sentence_length_or_model_varia
     assert "gate: 1 figure(s) within 10%" in tfm(*args, "--baseline", str(tmp_path / "older.json")).stderr
 
 
+def test_train_gate_knows_a_corpus_by_its_content_not_its_path(recipe: Path, tmp_path: Path) -> None:
+    """The gate compared the corpus path as typed: the same file named by a relative path was "another workload"
+    (exit 1), and another corpus under the same relative path passed (290 vs 315 tokens a step)."""
+    args = ["--steps", "1", "--warmup", "0", "--device", "cpu", "--model-step-only"]
+    measured = json.loads(tfm("bench", "train", str(recipe), *args, "--json").stdout)  # the corpus by its absolute path
+    (tmp_path / "base.json").write_text(json.dumps(measured))
+    gate = ["--baseline", str(tmp_path / "base.json"), "--tolerance", "1000%"]
+    relative = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    relative["data"]["train"] = "train.tsv"
+    (recipe.parent / "relative.yaml").write_text(yaml.safe_dump(relative), encoding="utf-8")
+    same = tfm("bench", "train", "relative.yaml", *args, *gate, cwd=recipe.parent)
+    assert "another workload" not in same.stderr and "gate: 1 figure(s) within 1000%" in same.stderr, same.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    with gzip.open(CORPORA / "train.tsv.gz", "rt", encoding="utf-8") as f:
+        (other / "train.tsv").write_text("".join(itertools.islice(f, 3000, 5000)), encoding="utf-8")
+    shutil.copy(recipe.parent / "relative.yaml", other / "relative.yaml")
+    refused = tfm("bench", "train", "relative.yaml", *args, *gate, cwd=other, check=False)
+    assert refused.returncode == 1 and "the baseline measured another workload (corpus_content " in refused.stderr, refused.stderr
+
+
 @pytest.mark.parametrize("option", ["--steps", "--warmup"])
 def test_train_refuses_more_steps_than_their_batches_could_fit(recipe: Path, option: str) -> None:
     """Every step's batches are prepared first: --steps 10**11 (or a 20-digit --warmup) built batches for hours
@@ -424,11 +447,24 @@ def _result() -> dict:
     return {
         "kind": "translate",
         "environment": {"device_name": "cpu"},
+        "settings": {"sentences": 64},
         "records": [
             {"id": "translate/tfm/beam/cache/batch=8", "sentences_per_s": 100.0, "latency_p50_ms": 50.0},
             {"id": "translate/tfm/greedy/cache/batch=8", "sentences_per_s": 300.0, "latency_p50_ms": 20.0},
         ],
     }
+
+
+def test_a_change_of_exactly_the_tolerance_passes_whatever_the_rounding() -> None:
+    """`(0.33 - 0.3) / 0.3` is 0.10000000000000009: a 10% slower time failed a 10% gate ("+10.0%, tolerance 10%"),
+    while 100 -> 110 passed. The README says a figure fails beyond the tolerance."""
+    for before, after, figure in ((0.3, 0.33, "latency_p50_ms"), (7.0, 7.7, "latency_p50_ms"), (100.0, 110.0, "latency_p50_ms"),
+                                  (7.0, 6.3, "sentences_per_s"), (3.0, 2.7, "sentences_per_s")):
+        base, now = _result(), _result()
+        base["records"][0][figure], now["records"][0][figure] = before, after
+        assert compare(now, base, 0.1)["regressions"] == [], (before, after)
+        now["records"][0][figure] = after * (1.0001 if figure == "latency_p50_ms" else 0.9999)  # just beyond
+        assert [r["figure"] for r in compare(now, base, 0.1)["regressions"]] == [figure], (before, after)
 
 
 def test_gate_library() -> None:
@@ -562,6 +598,11 @@ def test_gate_refuses_baselines_it_cannot_compare(tmp_path: Path) -> None:
         path = tmp_path / "parts.json"  # after the whole benchmark: an AttributeError traceback, or no workload check
         path.write_text(json.dumps({**base, key: value}))
         with pytest.raises(TfmError, match=re.escape(f'baseline {path}: its "{key}" is {json.dumps(value)}, not an object')):
+            load_baseline(path)
+    for settings in ({}, {"settings": {}}, {"settings": {"peers": {}}}):  # a bf16 baseline gated fp32 runs with a warning
+        path = tmp_path / "unsaid.json"
+        path.write_text(json.dumps({**{k: v for k, v in base.items() if k != "settings"}, **settings}))
+        with pytest.raises(TfmError, match=re.escape(f"baseline {path} does not say what it measured (no \"settings\" with model,")):
             load_baseline(path)
     (tmp_path / "kind.json").write_text(json.dumps({"kind": ["translate"], "records": []}))
     with pytest.raises(TfmError, match="is not a tfm bench result"):

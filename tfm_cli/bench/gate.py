@@ -26,10 +26,11 @@ GATED: dict[str, dict[str, str]] = {
     "train": {"tgt_tokens_per_s": "higher"},
     "translate": {"sentences_per_s": "higher", "latency_p50_ms": "lower"},
 }
+EXACTLY = 1e-9  # relative changes this close to the tolerance are at it (0.3 -> 0.33 is +10.000000000000009%)
 _ENVIRONMENT_KEYS = ("device_name", "cpu_capability", "threads", "dtype", "torch")
 WORKLOAD: dict[str, tuple[str, ...]] = {  # the settings that change what a record's figures measure
     "attention": ("batch", "heads", "d_k", "dtype"),
-    "train": ("model", "max_tokens", "accum_steps", "precision", "corpus", "max_len"),
+    "train": ("model", "max_tokens", "accum_steps", "precision", "corpus", "corpus_content", "max_len"),
     "translate": ("model", "sentences", "src_len", "out_len", "beam", "precision"),
 }
 
@@ -92,6 +93,13 @@ def load_baseline(path: Path, kind: str | None = None, command: str | None = Non
                 f"baseline {path}: its \"{key}\" is {json.dumps(data[key])[:40]}, not an object",
                 hint=write(path, again=True),
             )
+    workload = WORKLOAD[data["kind"]]
+    if not any(key in (data.get("settings") or {}) for key in workload):  # cut short, or trimmed by hand
+        raise TfmError(
+            f"baseline {path} does not say what it measured (no \"settings\" with {', '.join(workload)}): the gate "
+            "could not tell a baseline of another workload from one of this",
+            hint=write(path, again=True),
+        )
     seen: dict[str, int] = {}
     for i, record in enumerate(data["records"], start=1):  # checked before anything is measured
         problem = _record_problem(record, data["kind"])
@@ -147,6 +155,8 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float)
     keys = WORKLOAD[kind]
     if kind == "translate" and not all("beam" in s.get("modes", ("beam",)) for s in (before_settings, now_settings)):
         keys = tuple(k for k in keys if k != "beam")  # one side measured greedy search only: no beam width in it
+    if "corpus_content" in before_settings:  # the corpus by what it holds; its path (as typed) only in older baselines
+        keys = tuple(k for k in keys if k != "corpus")
     differs = [
         change for key in keys if key in before_settings
         for change in _changes(key, before_settings[key], now_settings.get(key))
@@ -172,7 +182,8 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float)
                 continue
             b, a = float(before[figure]), float(after[figure])
             change = (a - b) / b if b else 0.0
-            worse = change < -tolerance if better == "higher" else change > tolerance
+            # "beyond the tolerance": a change of exactly 10% passes a 10% gate, whatever the figures' rounding
+            worse = change < -tolerance - EXACTLY if better == "higher" else change > tolerance + EXACTLY
             entry = {"id": rid, "figure": figure, "baseline": b, "current": a, "change": change}
             if peer:
                 peers.append({**entry, "worse": worse})

@@ -262,7 +262,8 @@ def bench_train(
     settings = {
         "recipe": recipe.name, "steps": steps, "warmup": warmup, "precision": precision,
         "max_tokens": recipe.train.max_tokens, "accum_steps": recipe.train.accum_steps,
-        "corpus": str(recipe.data.train), "max_len": recipe.data.max_len,
+        "corpus": str(recipe.data.train), "corpus_content": corpus_content(recipe.data.train),
+        "max_len": recipe.data.max_len,
         "model": {k: getattr(config, k) for k in MODEL_SETTINGS},
     }
     return {
@@ -289,6 +290,28 @@ def check_steps_fit(recipe: Recipe, steps: int, warmup: int) -> None:
             "benchmark may use here",
             hint="lower --steps and --warmup (10 and 3 by default)",
         )
+
+
+def corpus_content(spec: str | list[str]) -> str:
+    """What the gate compares of a corpus, whatever path names it: each file's size in bytes and a digest of its
+    first and last MiB ("6123010:1f0c9a2b4d6e8f01"; a list's files joined by "+"). The path alone refused the same
+    file given another way and passed another corpus under the same relative path."""
+    import hashlib
+
+    from tfm_cli.corpus import resolve_corpus_path
+
+    parts = []
+    for one in spec if isinstance(spec, list) else [spec]:
+        path = resolve_corpus_path(one)
+        size = path.stat().st_size
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            digest.update(f.read(1 << 20))
+            if size > 2 << 20:
+                f.seek(size - (1 << 20))
+            digest.update(f.read(1 << 20))
+        parts.append(f"{size}:{digest.hexdigest()[:16]}")
+    return "+".join(parts)
 
 
 def recipe_tokenizer(recipe: Recipe, events: Callable[[str], None] | None = None) -> Tokenizer:
