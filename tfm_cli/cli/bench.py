@@ -460,6 +460,14 @@ def translate(
     else:
         net = _random_model(recipe)
     modes = ("greedy",) if greedy_only else ("beam",) if beam_only else ("beam", "greedy")
+    limit = net.config.max_positions - 1  # a source ends with </s>, an output starts from <s>
+    for option, value in (("--src-len", src_len), ("--out-len", out_len)):
+        if value > limit:
+            raise typer.BadParameter(
+                f"{value} is longer than this model holds: at most {limit} (its max_positions={limit + 1}, one of them "
+                f"for the {'</s>' if option == '--src-len' else '<s>'})", param_hint=option)
+    if "beam" in modes and beam > net.config.vocab_size:  # as the Translator: a huge beam failed deep in torch
+        raise typer.BadParameter(f"{beam} is wider than the model's vocabulary ({net.config.vocab_size:,} tokens)", param_hint="--beam")
     with _stoppable(), _progress() as progress:
         try:
             result = bench_translate(
