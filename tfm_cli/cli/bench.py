@@ -110,6 +110,9 @@ def _gate_inputs(baseline: Path | None, tolerance: str, kind: str) -> tuple[dict
         data = load_baseline(baseline, kind, _baseline_command(kind))
     except TfmError as error:
         raise _usage_error(error, "--baseline", "baseline ") from None
+    if share >= 1 and kind in ("train", "translate"):  # a rate falls by 100% at most
+        gated = "the p50 latency alone is gated" if kind == "translate" else "nothing can fail the gate"
+        warn(f"--tolerance {tolerance} never fails a throughput figure (a rate can fall by 100% at most): {gated}")
     return data, share
 
 
