@@ -129,6 +129,24 @@ def test_generate_greedy_matches_translator(exported, reference):
     assert sum(bool(g) for g in got) > N_SENTENCES // 2  # a real model: real sentences, not empty strings
 
 
+def test_an_over_long_sentence_truncated_as_the_card_says_gets_tfm_s_translation(exported, reference, trained):
+    """A sentence longer than the encoder's positions: `tfm translate` cuts it (with a warning) and translates;
+    the call the export printed and its README showed ended in transformers' IndexError. With the
+    `truncation=True` they now give, `generate` translates it as tfm does."""
+    hf = MarianMTModel.from_pretrained(exported["dir"]).eval()
+    tok = AutoTokenizer.from_pretrained(exported["dir"])
+    translator = Translator.load(trained["dir"], device="cpu", precision="fp32")
+    long = " ".join(reference["sources"][:12])  # far more pieces than the 64 positions
+    assert len(tok(long).input_ids) > translator.model.config.max_positions
+    card = (exported["dir"] / "README.md").read_text(encoding="utf-8")
+    assert 'tokenizer(["..."], return_tensors="pt", padding=True, truncation=True)' in card
+    assert any("padding=True, truncation=True" in note for note in exported["result"].notes)
+    with pytest.warns(UserWarning):  # tfm's InputTruncatedWarning
+        expected = translator.translate([long], greedy=True, max_len_offset=translator.model.config.max_positions)[0].text
+    batch = tok([long], return_tensors="pt", padding=True, truncation=True)
+    assert tok.batch_decode(hf.generate(**batch, num_beams=1), skip_special_tokens=True) == [expected]
+
+
 def test_generate_beam_with_alpha_0_matches_translator(exported, reference, trained):
     """Beam search: with no length penalty (length_penalty=0, tfm's alpha 0) and tfm's limit as max_new_tokens,
     `generate` gives tfm's beam translations wherever no beam reaches the limit (there transformers' forced </s>

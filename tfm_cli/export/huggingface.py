@@ -432,7 +432,7 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
 
     notes = [
         f"Python: MarianMTModel.from_pretrained('{out}'), AutoTokenizer.from_pretrained('{out}'), then "
-        "model.generate(**tokenizer(sentences, return_tensors='pt', padding=True))",
+        "model.generate(**tokenizer(sentences, return_tensors='pt', padding=True, truncation=True))",
         "CTranslate2: ct2-transformers-converter --model DIR --output_dir DIR-ct2, then "
         f"ctranslate2.Translator('DIR-ct2').translate_batch(tokens, beam_size={settings.beam}, "
         f"length_penalty={settings.alpha:g}, suppress_sequences={ct2_suppress_sequences(config)}, "
@@ -701,9 +701,13 @@ the tfm weights `{loaded.path.name}`. Load it offline:
 from transformers import AutoTokenizer, MarianMTModel
 tokenizer = AutoTokenizer.from_pretrained("DIR")
 model = MarianMTModel.from_pretrained("DIR")
-batch = tokenizer(["..."], return_tensors="pt", padding=True)
+batch = tokenizer(["..."], return_tensors="pt", padding=True, truncation=True)
 print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 ```
+
+`truncation=True` cuts a sentence longer than the encoder's {config.max_positions} positions to its first
+{config.max_positions - 1} pieces and `</s>`, as `tfm translate` cuts it (with a warning); without it such a sentence
+ends in an `IndexError`. For CTranslate2, cut `tokens` (below) the same way.
 
 `generate` uses beam {beam} by default (`num_beams=1` for greedy, which gives tfm's greedy translations); its
 length penalty (score / length^{alpha:g}) is not tfm's GNMT penalty, and a hypothesis that reaches the length limit
