@@ -108,7 +108,8 @@ def write_image(report: dict[str, Any], path: Path, kind: str, layer: int | None
 
     n_layers = len(maps)
     where = "all layers" if layer is None else f"layer {layer + 1} of {n_layers}"
-    which = f"mean of {report['n_heads']} heads" if head is None else f"head {head + 1} of {report['n_heads']}"
+    heads = report["n_heads"]
+    which = ("its one head" if heads == 1 else f"mean of {heads} heads") if head is None else f"head {head + 1} of {heads}"
     fig.suptitle(f"{title} · {where} · {which}", fontsize=11)
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
     from tfm_cli.cli.common import warn, write_output
