@@ -419,14 +419,15 @@ def test_translate_bad_options(recipe: Path) -> None:
     assert proc.returncode == 2 and "give a trained model (--model RUN) or a recipe" in proc.stderr
     proc = tfm("bench", "translate", "--model", "runs/x", "--recipe", str(recipe), check=False)  # was "give ... or ..."
     assert proc.returncode == 2 and "--model and --recipe exclude each other" in proc.stderr
-    # a usage error naming the option and its largest value (it was exit 1: "src_len and out_len must stay below ...")
+    # the model's limits, named by option with the largest value (it was "src_len and out_len must stay below ...")
     proc = tfm("bench", "translate", "--recipe", str(recipe), "--src-len", "60", "--out-len", "70", "--device", "cpu", check=False)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert "Invalid value for --out-len: 70 is longer than this model holds: at most 63 (its max_positions=64" in proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "Error: --out-len 70 is longer than this model holds: at most 63 (its max_positions=64" in proc.stderr
+    assert "hint: give --out-len 63 or less" in proc.stderr
     proc = tfm("bench", "translate", "--recipe", str(recipe), "--src-len", "64", "--device", "cpu", check=False)
-    assert proc.returncode == 2 and "Invalid value for --src-len: 64 is longer than this model holds: at most 63" in proc.stderr
+    assert proc.returncode == 1 and "Error: --src-len 64 is longer than this model holds: at most 63" in proc.stderr
     proc = tfm("bench", "translate", "--recipe", str(recipe), "--beam", "401", "--device", "cpu", check=False)
-    assert proc.returncode == 2 and "Invalid value for --beam: 401 is wider than the model's vocabulary (400 tokens)" in proc.stderr
+    assert proc.returncode == 1 and "Error: --beam 401 is wider than the model's vocabulary (400 tokens)" in proc.stderr
 
 
 def test_translate_refuses_a_last_batch_smaller_than_the_others(recipe: Path) -> None:

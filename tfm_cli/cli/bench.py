@@ -463,14 +463,16 @@ def translate(
     else:
         net = _random_model(recipe)
     modes = ("greedy",) if greedy_only else ("beam",) if beam_only else ("beam", "greedy")
+    # Limits of the model, not of the option (exit 1, as `tfm translate --beam` says them), named by option:
     limit = net.config.max_positions - 1  # a source ends with </s>, an output starts from <s>
     for option, value in (("--src-len", src_len), ("--out-len", out_len)):
         if value > limit:
-            raise typer.BadParameter(
-                f"{value} is longer than this model holds: at most {limit} (its max_positions={limit + 1}, one of them "
-                f"for the {'</s>' if option == '--src-len' else '<s>'})", param_hint=option)
+            raise TfmError(
+                f"{option} {value} is longer than this model holds: at most {limit} (its max_positions={limit + 1}, "
+                f"one of them for the {'</s>' if option == '--src-len' else '<s>'})", hint=f"give {option} {limit} or less")
     if "beam" in modes and beam > net.config.vocab_size:  # as the Translator: a huge beam failed deep in torch
-        raise typer.BadParameter(f"{beam} is wider than the model's vocabulary ({net.config.vocab_size:,} tokens)", param_hint="--beam")
+        raise TfmError(f"--beam {beam} is wider than the model's vocabulary ({net.config.vocab_size:,} tokens)",
+                       hint=f"give --beam {net.config.vocab_size:,} or less")
     with _stoppable(), _progress() as progress:
         try:
             result = bench_translate(
