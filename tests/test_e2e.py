@@ -653,6 +653,25 @@ def test_dev_scores_equal_tfm_translate_on_dev_sentences_longer_than_max_len(dat
     assert (summary["dev"]["bleu"], summary["dev"]["chrf"]) == (report["bleu"], report["chrf"])
 
 
+def test_data_max_len_may_fill_the_position_table(data: dict[str, Path], run: dict, tmp_path: Path) -> None:
+    """data.max_len counts the </s>: a source takes its tokens and </s>, a decoder input <s> and its tokens, so
+    data.max_len = model.max_positions fits (the rule asked for 2 positions more, refusing 19 where 20 fit)."""
+    from tfm_cli.tokenizer import Tokenizer
+
+    out = _run_dir_with_tokenizer(tmp_path / "run", run)
+    tok = Tokenizer.load(out / "tokenizer.json")
+    pairs = [line.split("\t") for line in data["train"].read_text(encoding="utf-8").splitlines()]
+    full = [(s, t) for s, t in pairs if max(len(tok.encode(s)), len(tok.encode(t))) == 19]  # 19 tokens + </s> (or <s>)
+    assert len(full) >= 20, len(full)
+    train = tmp_path / "full.tsv"
+    train.write_text("".join(f"{s}\t{t}\n" for s, t in full), encoding="utf-8")
+    proc = tfm("train", str(data["recipe"]), f"data.train={train}", "data.dev=null", "data.max_len=20",
+               "model.max_positions=20", "train.max_steps=2", "train.save_every=2", "train.average_last=1",
+               "--out", str(out), "--device", "cpu")
+    assert f"{len(full):,} pairs kept of {len(full):,} read" in proc.stderr, proc.stderr
+    assert tfm("translate", "--model", str(out), "--device", "cpu", full[0][0]).returncode == 0
+
+
 def test_dev_pairs_left_out_for_an_empty_side_are_counted(data: dict[str, Path], run: dict, tmp_path: Path) -> None:
     """Dev pairs with an empty side are not scored (as in data.train); the start says how many, since sacrebleu
     or `tfm translate --score` on the whole file counts them and gives other scores."""

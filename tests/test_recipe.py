@@ -227,8 +227,8 @@ def test_range_and_cross_field_rules():
         "train.warmup_steps=0 must be >= 1 (the schedule divides by it; the paper uses 4000)",
         "train.eval_every=-1 must be >= 0 (0 = evaluate only at the end)",
         "decode.beam=0 must be a positive integer",
-        "data.max_len=2000 must be at most model.max_positions=1024 - 2 = 1022 (room for BOS and EOS); "
-        "lower data.max_len or raise model.max_positions to 2002",
+        "data.max_len=2000 must be at most model.max_positions=1024 (a training side takes data.max_len positions, "
+        "its </s> or <s> included); lower data.max_len or raise model.max_positions to 2000",
         "data.max_len=2000 must be at most train.max_tokens=1000 (a batch must hold the longest pair); "
         "lower data.max_len or raise train.max_tokens to 2000",
     ]
@@ -436,8 +436,8 @@ def test_override_problems_reported_with_the_rest():
             "override 'model=3' must set one key inside model, e.g. model.d_model=...",
             "override 'train.max_steps=0': train.max_steps=0 must be a positive integer",
             "override 'model.d_model=510': model.d_model=510 must be divisible by model.n_heads=8 (try 512, or model.n_heads=6)",
-            "override 'model.max_positions=10': data.max_len=256 must be at most model.max_positions=10 - 2 = 8 (room for BOS "
-            "and EOS); lower data.max_len or raise model.max_positions to 258",
+            "override 'model.max_positions=10': data.max_len=256 must be at most model.max_positions=10 (a training side "
+            "takes data.max_len positions, its </s> or <s> included); lower data.max_len or raise model.max_positions to 256",
         ]
     )
     assert excinfo.value.source == str(RECIPES / "base.yaml")

@@ -485,11 +485,11 @@ def _validate(recipe: Recipe, skip: set[str]) -> list[str]:
         max_len is not None
         and max_positions is not None
         and max_positions >= 1
-        and max_len > max_positions - 2
-    ):
+        and max_len > max_positions
+    ):  # data.max_len counts the </s>: a source is its tokens and </s>, a decoder input <s> and its tokens
         problems.append(
-            f"data.max_len={max_len} must be at most model.max_positions={max_positions} - 2 = {max_positions - 2} "
-            f"(room for BOS and EOS); lower data.max_len or raise model.max_positions to {max_len + 2}"
+            f"data.max_len={max_len} must be at most model.max_positions={max_positions} (a training side takes "
+            f"data.max_len positions, its </s> or <s> included); lower data.max_len or raise model.max_positions to {max_len}"
         )
     patience = good.get("train.patience")
     if patience:  # early stopping needs dev scores to watch, at regular steps
