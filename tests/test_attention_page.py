@@ -189,6 +189,15 @@ def test_write_image_titles_and_labels(tmp_path, nasty_report):
     assert "<b>" not in text
 
 
+def test_write_image_title_names_the_heads_it_averages(tmp_path):
+    """A one-head model's image was titled "mean of 1 heads"."""
+    pytest.importorskip("matplotlib")
+    for heads, said in ((1, "its one head"), (3, "mean of 3 heads")):
+        one = make_report(SRC, TGT, layers=(1, 1), heads=heads)
+        text = write_image(one, tmp_path / f"h{heads}.svg", "cross", None, None).read_text(encoding="utf-8")
+        assert said in text and "mean of 1 heads" not in text
+
+
 def test_write_image_missing_glyphs_are_one_line(tmp_path, capsys, recwarn):
     """A label the font has no glyph for (CJK without a CJK font) gave a two-line UserWarning per character,
     with matplotlib's file and source line; now one warning line names the characters and what to do."""
