@@ -80,7 +80,8 @@ class ForkServer:
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=self.env,
         )
         theirs.close()
-        self._reply(120)  # {"ready"}: the libraries are imported
+        self.ended: dict[int, int] = {}  # pid -> exit status, of children not yet asked about
+        self._message(120)  # {"ready"}: the libraries are imported
         atexit.register(self.close)
 
     def forkable(self, env: dict[str, str]) -> bool:
@@ -93,29 +94,59 @@ class ForkServer:
     ) -> subprocess.CompletedProcess:
         """`tfm ARGS` in a forked child whose stdin, stdout and stderr are pipes to this process, as
         `subprocess.run(..., input=stdin, capture_output=True)` gives them."""
-        pipes = [os.pipe() for _ in range(3)]  # (read, write) each
-        theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
+        proc = self.start(args, env, cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            stdout, stderr = proc.communicate(stdin, timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+            raise subprocess.TimeoutExpired(proc.args, timeout) from None
+        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+    def start(self, args: tuple[str, ...], env: dict[str, str], cwd: Path | None, *, stdin: Any = None,
+              stdout: Any = None, stderr: Any = None, text: bool = False) -> Forked:
+        """`tfm ARGS` forked and not waited for, its streams given as to `subprocess.Popen`: PIPE, DEVNULL, a file
+        (or descriptor), or None for this process's own."""
+        ours, theirs = [], []  # our ends of the pipes (None where there is none), the child's descriptors
+        for fd, given in enumerate((stdin, stdout, stderr)):
+            if given == subprocess.PIPE:
+                read, write = os.pipe()
+                ours.append(open(write, "wb") if fd == 0 else open(read, "rb"))
+                theirs.append(read if fd == 0 else write)
+                continue
+            ours.append(None)
+            if given == subprocess.DEVNULL:
+                theirs.append(os.open(os.devnull, os.O_RDWR))
+            else:
+                theirs.append(os.dup(fd if given is None else given if isinstance(given, int) else given.fileno()))
         request = {"args": list(args), "env": env, "cwd": str(cwd or Path.cwd()), "script": str(TFM)}
         try:
             socket.send_fds(self.channel, [json.dumps(request).encode()], theirs)
         finally:
             for fd in theirs:
                 os.close(fd)
-        pid = self._reply(30)["pid"]
-        with open(pipes[0][1], "wb") as to_child, open(pipes[1][0], "rb") as out, open(pipes[2][0], "rb") as err:
-            try:
-                stdout, stderr = _communicate(to_child, out, err, stdin, timeout)
-                status = self._reply(timeout)["status"]
-            except subprocess.TimeoutExpired:
-                os.kill(pid, signal.SIGKILL)
-                self._reply(30)
-                raise subprocess.TimeoutExpired([str(TFM), *args], timeout) from None
-        return subprocess.CompletedProcess([str(TFM), *args], status, stdout, stderr)
+        while "status" in (message := self._message(30)):  # children that ended meanwhile, then this one's pid
+            self.ended[message["pid"]] = message["status"]
+        return Forked(self, [str(TFM), *args], message["pid"], ours, text)
 
-    def _reply(self, timeout: float) -> dict:
+    def status(self, pid: int, timeout: float | None) -> int | None:
+        """The exit status of child `pid`, waiting for it up to `timeout` seconds (None: for ever); None if it
+        has not ended by then."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pid not in self.ended:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            message = self._message(left, none_on_timeout=True)
+            if message is None:
+                return None
+            self.ended[message["pid"]] = message["status"]  # after the handshake, only ends come unasked
+        return self.ended.pop(pid)
+
+    def _message(self, timeout: float | None, none_on_timeout: bool = False) -> dict | None:
         ready, _, _ = select.select([self.channel], [], [], timeout)
         if not ready:
-            raise subprocess.TimeoutExpired("the fork server's reply", timeout)
+            if none_on_timeout:
+                return None
+            raise subprocess.TimeoutExpired("the fork server's reply", timeout or 0)
         message = self.channel.recv(1 << 16)
         if not message:
             raise RuntimeError(f"the fork server ended (exit {self.proc.wait()})")
@@ -126,34 +157,85 @@ class ForkServer:
         self.proc.wait(timeout=30)
 
 
-def _communicate(to_child, out, err, data: bytes, timeout: float) -> tuple[bytes, bytes]:
+class Forked:
+    """A `tfm` child of the fork server, started and not waited for: what the tests use of `subprocess.Popen`
+    (pid, returncode, poll, wait, communicate, send_signal, terminate, kill)."""
+
+    def __init__(self, server: ForkServer, args: list[str], pid: int, pipes: list, text: bool) -> None:
+        self._server, self.args, self.pid, self.text = server, args, pid, text
+        self.stdin, self.stdout, self.stderr = pipes
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server.status(self.pid, 0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self._server.status(self.pid, timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return self.returncode
+
+    def communicate(self, input: bytes | str | None = None, timeout: float | None = None) -> tuple[Any, Any]:
+        """Write `input` to the child's stdin and read its stdout and stderr (those that are pipes) to their ends,
+        then wait for it."""
+        data = input.encode("utf-8") if isinstance(input, str) else input or b""
+        out, err = _communicate(self.stdin, self.stdout, self.stderr, data, 1e9 if timeout is None else timeout)
+        self.stdin = self.stdout = self.stderr = None
+        self.wait(timeout)
+        if self.text:
+            out, err = (None if b is None else b.decode("utf-8") for b in (out, err))
+        return out, err
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:  # not a pid that may have been given to another process since
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _communicate(to_child, out, err, data: bytes, timeout: float) -> tuple[bytes | None, bytes | None]:
     """Write `data` to the child's stdin and read its stdout and stderr to their ends, all at once (a child that
-    writes much before it reads all its input would otherwise wait on a full pipe), as `Popen.communicate` does."""
+    writes much before it reads all its input would otherwise wait on a full pipe), as `Popen.communicate` does.
+    Each of the three may be None (not a pipe), and then gives None."""
     deadline = time.monotonic() + timeout
-    chunks: dict[int, list[bytes]] = {out.fileno(): [], err.fileno(): []}
-    readers, writers, view = [out, err], [to_child] if data else [], memoryview(data)
-    if not data:
+    readers = [f for f in (out, err) if f is not None]
+    fds = [None if f is None else f.fileno() for f in (out, err)]
+    chunks: dict[int, list[bytes]] = {f.fileno(): [] for f in readers}
+    writers, view = [to_child] if to_child is not None and data else [], memoryview(data)
+    if to_child is not None and not data:
         to_child.close()
-    while readers or writers:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise subprocess.TimeoutExpired("tfm", timeout)
-        readable, writable, _ = select.select(readers, writers, [], left)
-        for f in writable:
-            try:
-                view = view[os.write(f.fileno(), view[: 1 << 16]):]
-            except BrokenPipeError:  # the child stopped reading (it ended, or refused its input)
-                view = view[:0]
-            if not view:
-                writers.remove(f)
+    try:
+        while readers or writers:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired("tfm", timeout)
+            readable, writable, _ = select.select(readers, writers, [], left)
+            for f in writable:
+                try:
+                    view = view[os.write(f.fileno(), view[: 1 << 16]):]
+                except BrokenPipeError:  # the child stopped reading (it ended, or refused its input)
+                    view = view[:0]
+                if not view:
+                    writers.remove(f)
+                    f.close()
+            for f in readable:
+                chunk = os.read(f.fileno(), 1 << 16)
+                if chunk:
+                    chunks[f.fileno()].append(chunk)
+                else:
+                    readers.remove(f)
+    finally:
+        for f in (to_child, out, err):
+            if f is not None:
                 f.close()
-        for f in readable:
-            chunk = os.read(f.fileno(), 1 << 16)
-            if chunk:
-                chunks[f.fileno()].append(chunk)
-            else:
-                readers.remove(f)
-    return b"".join(chunks[out.fileno()]), b"".join(chunks[err.fileno()])
+    return tuple(None if fd is None else b"".join(chunks[fd]) for fd in fds)
 
 
 _SERVER: list[ForkServer] = []
@@ -175,11 +257,17 @@ def tfm_env(env_extra: dict[str, str | None] | None = None) -> dict[str, str]:
     return {k: v for k, v in env.items() if v is not None}
 
 
-def start_tfm(*args: str, **popen: Any) -> subprocess.Popen:
+def start_tfm(*args: str, env_extra: dict[str, str | None] | None = None, **popen: Any) -> subprocess.Popen | Forked:
     """`tfm ARGS` started and not waited for (a test that signals or kills it); stdout and stderr piped as bytes
-    unless `popen` says otherwise."""
+    unless `popen` says otherwise (stdin, stdout, stderr, text and cwd as `subprocess.Popen` takes them). Forked
+    from the fork server where the environment allows, as `tfm` calls are; the child has Python's own Ctrl-C
+    handler, as a fresh interpreter whose SIGINT is not ignored (`cmd &` in a shell ignores it) has."""
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **popen}
-    return subprocess.Popen([str(TFM), *args], env=tfm_env(), **popen)
+    env = tfm_env(env_extra)
+    server = _fork_server()
+    if server is not None and server.forkable(env) and set(popen) <= {"stdin", "stdout", "stderr", "text", "cwd"}:
+        return server.start(args, env, popen.pop("cwd", None), **popen)
+    return subprocess.Popen([str(TFM), *args], env=env, **popen)
 
 
 def wait_until(

@@ -18,13 +18,12 @@ import re
 import shlex
 import shutil
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from clitools import TFM, has_module, tfm, tfm_env, tiny_recipe, wait_until
+from clitools import has_module, start_tfm, tfm, tiny_recipe, wait_until
 
 from tfm_cli.bench.common import fit_exponent, percentile, summarize
 from tfm_cli.bench.gate import compare, load_baseline, parse_tolerance
@@ -326,10 +325,8 @@ def test_train_stopped_by_a_signal_removes_its_scratch_run(recipe: Path, tmp_pat
     run in the temporary directory; it now stops as Ctrl-C does: the scratch run removed, exit 128 + signal."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    proc = subprocess.Popen(
-        [str(TFM), "bench", "train", str(recipe), "--steps", "200", "--warmup", "0", "--device", "cpu"],  # the trainer phase: seconds
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=tfm_env({"TMPDIR": str(scratch)}),
-    )
+    proc = start_tfm("bench", "train", str(recipe), "--steps", "200", "--warmup", "0", "--device", "cpu",  # the trainer phase: seconds
+                     env_extra={"TMPDIR": str(scratch)})
     try:
         wait_until(proc, lambda: any(scratch.glob("tfm-bench-train-*/*")), "the trainer phase's scratch run", timeout=300)
         proc.send_signal(sig)

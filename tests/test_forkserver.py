@@ -5,10 +5,12 @@ through it would test something else."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
-from clitools import _fork_server, tfm
+from clitools import Forked, _fork_server, start_tfm, tfm
 
 
 @pytest.fixture
@@ -46,3 +48,16 @@ def test_forked_and_fresh_tfm_answer_alike(fresh, tmp_path: Path, trained: dict)
     wide, narrow = tfm("translate", "--help").stdout, tfm("translate", "--help", env_extra={"COLUMNS": "72"}).stdout
     assert max(map(len, narrow.splitlines())) <= 72 < max(map(len, wide.splitlines()))
     assert "bad.yaml: invalid YAML at line 4" in tfm("train", "bad.yaml", cwd=tmp_path, check=False).stderr
+
+
+def test_started_children_run_beside_other_calls(trained: dict) -> None:
+    """`start_tfm` children run while other calls come and go, and each status reaches its own caller: a
+    translation left waiting for its input, another killed, a third call run to its end meanwhile."""
+    waiting = start_tfm("translate", "--model", str(trained["dir"]), "--device", "cpu", stdin=subprocess.PIPE)
+    stopped = start_tfm("translate", "--model", str(trained["dir"]), "--device", "cpu", stdin=subprocess.PIPE)
+    assert isinstance(waiting, Forked) and waiting.poll() is None and stopped.poll() is None
+    assert tfm("--version").stdout.startswith("tfm ")  # its status comes while the two others run
+    stopped.kill()
+    assert stopped.wait(120) == -signal.SIGKILL  # as subprocess reports a process ended by a signal
+    out, err = waiting.communicate("Bonjour.\nMerci.\n", timeout=120)
+    assert waiting.returncode == 0 and len(out.splitlines()) == 2 and b"Traceback" not in err, err.decode()
