@@ -18,6 +18,7 @@ import gzip
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -575,24 +576,27 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"root": root, "recipe": recipe, "dev": dev, "tokenizer": tokenizer}
 
 
-def _train(data: dict[str, Path], name: str, *args: str, processes: int = 1, resume: bool = False):
+def _train(data: dict[str, Path], name: str, *args: str, processes: int = 1, resume: bool = False, **env: str):
     out = data["root"] / name
     if not resume:
         out.mkdir()
         shutil.copy(data["tokenizer"], out / "tokenizer.json")  # the same vocabulary in every run
     start = ["--resume", str(out)] if resume else [str(data["recipe"]), "--out", str(out)]
     launch = ["--nproc-per-node", str(processes)] if processes > 1 else []
-    proc = tfm("train", *start, *args, "--device", "cpu", "--json", *launch)
+    proc = tfm("train", *start, *args, "--device", "cpu", "--json", *launch, env_extra=env)
     return out, proc
 
 
 @pytest.fixture(scope="module")
 def pair(data: dict[str, Path]) -> dict:
-    """The same recipe (with periodic evaluation, and a time budget that never runs out) in 1 and 2 processes."""
+    """The same recipe (with periodic evaluation, and a time budget that never runs out) in 1 and 2 processes;
+    the 2-process job with a TMPDIR of its own."""
     dev = (f"data.dev={data['dev']}", "train.max_time=1h")
     one, _ = _train(data, "one", *dev)
-    two, proc = _train(data, "two", *dev, processes=2)
-    return {"one": one, "two": two, "proc": proc}
+    scratch = data["root"] / "two-tmp"
+    scratch.mkdir()
+    two, proc = _train(data, "two", *dev, processes=2, TMPDIR=str(scratch))
+    return {"one": one, "two": two, "proc": proc, "tmp": scratch}
 
 
 def _weights(run: Path, step: int) -> dict[str, torch.Tensor]:
@@ -650,6 +654,14 @@ def test_only_rank_0_writes_and_reports(pair: dict) -> None:
     assert summary["processes"] == 2 and summary["steps"] == STEPS
     assert json.loads(pair["proc"].stdout)["steps"] == STEPS  # one JSON result on stdout, from rank 0
     assert pair["proc"].stderr.count("train corpus:") == 1 and pair["proc"].stderr.count(f"step {STEPS}/{STEPS}") == 1
+
+
+@pytest.mark.slow
+def test_tfm_train_under_torchrun_leaves_no_log_directory_in_tmpdir(pair: dict) -> None:
+    """`tfm train --nproc-per-node` itself (see test_the_launcher_leaves_no_log_directory_behind): no torchelastic
+    log directory is left in TMPDIR (torch's own per-user `torchinductor_USER` cache, one for all runs, may be)."""
+    assert (pair["two"] / "model.safetensors").is_file()
+    assert [p.name for p in pair["tmp"].iterdir() if not p.name.startswith("torchinductor_")] == []
 
 
 @pytest.mark.slow
@@ -725,24 +737,12 @@ def test_the_launcher_leaves_no_log_directory_behind(tmp_path: Path) -> None:
         assert list(scratch.iterdir()) == [], proc.stderr
 
 
-def test_tfm_train_under_torchrun_leaves_no_log_directory_in_tmpdir(data: dict[str, Path], tmp_path: Path) -> None:
-    """`tfm train --nproc-per-node` itself: the run is written, and no torchelastic log directory is left in
-    TMPDIR (torch's own per-user `torchinductor_USER` cache, one for all runs, may be)."""
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    (tmp_path / "run").mkdir()
-    shutil.copy(data["tokenizer"], tmp_path / "run" / "tokenizer.json")
-    tfm("train", str(data["recipe"]), "train.max_steps=1", "train.eval_every=0", "--out", str(tmp_path / "run"),
-        "--device", "cpu", "--nproc-per-node", "1", env_extra={"TMPDIR": str(scratch)}, timeout=300)
-    assert (tmp_path / "run" / "model.safetensors").is_file()
-    assert [p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_")] == []
-
-
 @pytest.mark.slow
 def test_a_bad_input_under_two_processes_is_one_line(data: dict[str, Path], pair: dict, tmp_path: Path) -> None:
     """Every process reads the corpora and the run: a line without a tab was said by each process (twice), or,
     where rank 0 alone trained the tokenizer on it, rank 1 added gloo's "Connection closed by peer" traceback; a
-    resume that changes the model was said twice too. Now one Error line (local rank 0's), no traceback, exit 1."""
+    resume that changes the model was said twice too; and torchrun added its own log lines after the worker's.
+    Now one Error line (local rank 0's), nothing of torchrun's, no traceback, exit 1."""
     bad = tmp_path / "bad.tsv"
     lines = data["recipe"].parent.joinpath("train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)[:200]
     lines[32] = lines[32].replace("\t", " ")
@@ -762,15 +762,17 @@ def test_a_bad_input_under_two_processes_is_one_line(data: dict[str, Path], pair
         assert "Traceback" not in proc.stderr, proc.stderr
         errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1 and message in errors[0], proc.stderr
+        # nor torchrun's own "W... Sending process N closing signal SIGTERM", "E... failed (exitcode: 1) ..."
+        assert not [line for line in proc.stderr.splitlines() if re.match(r"[EWI]\d{4} ", line)], proc.stderr
 
 
-def _start_two_processes(data: dict[str, Path], name: str, save_every: int = 100000, **popen) -> tuple[subprocess.Popen, Path]:
+def _start_two_processes(data: dict[str, Path], name: str, save_every: int = 100000) -> tuple[subprocess.Popen, Path]:
     """`tfm train --nproc-per-node 2` of the test recipe started with no end in sight, once it has logged a step."""
     out = data["root"] / name
     out.mkdir()
     shutil.copy(data["tokenizer"], out / "tokenizer.json")
     proc = start_tfm("train", str(data["recipe"]), "train.max_steps=100000", f"train.save_every={save_every}",
-                     "train.eval_every=0", "--out", str(out), "--device", "cpu", "--nproc-per-node", "2", **popen)
+                     "train.eval_every=0", "--out", str(out), "--device", "cpu", "--nproc-per-node", "2")
     wait_until(proc, has_lines(out / "metrics.jsonl"), "training never logged a step", timeout=180)
     return proc, out
 
@@ -784,10 +786,11 @@ def _saved_by_every_rank(out: Path) -> int:
     return int(saved[0].name.split("-")[1].split(".")[0])
 
 
-def test_sigterm_to_the_launcher_saves_a_checkpoint(data: dict[str, Path]) -> None:
+def test_sigterm_to_the_launcher_saves_a_checkpoint(data: dict[str, Path], pair: dict) -> None:
     """SIGTERM to `tfm train --nproc-per-node 2` (a scheduler's notice, `kill`): passed on through torchrun to
     the workers, which stop after the same step and save it, exit 143, no traceback; the resumed run's weights
-    are those of a straight run, bit for bit."""
+    are those of a straight run, bit for bit: the module's (whose dev evaluations and time budget change no
+    weight), or one of its own where the signal came after its last step."""
     proc, out = _start_two_processes(data, "terminated")
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
@@ -795,9 +798,10 @@ def test_sigterm_to_the_launcher_saves_a_checkpoint(data: dict[str, Path]) -> No
     assert proc.returncode == 143, stderr
     assert "Traceback" not in stderr and "stopped by SIGTERM" in stderr and "--resume" in stderr
     step = _saved_by_every_rank(out)
-    _train(data, out.name, f"train.max_steps={step + 2}", processes=2, resume=True)
-    straight, _ = _train(data, "not-terminated", f"train.max_steps={step + 2}", processes=2)
-    resumed, expected = _weights(out, step + 2), _weights(straight, step + 2)
+    end = max(STEPS, step + 2)
+    _train(data, out.name, f"train.max_steps={end}", processes=2, resume=True)
+    straight = pair["two"] if end == STEPS else _train(data, "not-terminated", f"train.max_steps={end}", processes=2)[0]
+    resumed, expected = _weights(out, end), _weights(straight, end)
     assert all(torch.equal(resumed[k], expected[k]) for k in expected)
 
 
@@ -805,8 +809,7 @@ def test_ctrl_c_to_the_launcher_alone_stops_the_job(data: dict[str, Path]) -> No
     """SIGINT to `tfm train --nproc-per-node 2` itself (`kill -INT PID`; a terminal's Ctrl-C signals the whole
     group): Python's Ctrl-C handler raised KeyboardInterrupt in tfm alone, which then waited on torchrun while the
     job trained on. Now it is passed on as SIGTERM is: every rank saves the same step, exit 130, no traceback."""
-    default_ctrl_c = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731  (a shell's `cmd &` ignores it)
-    proc, out = _start_two_processes(data, "ctrl-c-to-tfm", preexec_fn=default_ctrl_c)
+    proc, out = _start_two_processes(data, "ctrl-c-to-tfm")  # with Python's Ctrl-C handler (see start_tfm)
     try:
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=90)
