@@ -11,7 +11,7 @@ point (`[project.scripts] tfm`, found through the package metadata, as the `tfm`
 interpreter does: threads joined, atexit handlers run, streams flushed, and the exit status of `sys.exit`.
 
 What a child cannot take from its call is what was read while the server started: the OpenMP and MKL thread
-settings, the locale, matplotlib's configuration and cache folders (HOME, MPLCONFIGDIR, XDG_*), and every PYTHON*
+settings, the locale, matplotlib's configuration and cache folders (MPLCONFIGDIR, XDG_*), and every PYTHON*
 and LD_* variable (PYTHONPATH and its sitecustomize, the I/O encoding). `clitools` therefore forks only calls whose
 environment agrees with the server's on those (`FORKED_ENV`, and the PYTHON* and LD_* variables), and starts a real
 process for the rest, and for the tests that run the `tfm` script by path. `TFM_TEST_FORK=0` makes every call a
@@ -36,9 +36,10 @@ import socket
 import sys
 import tempfile
 
-# Read once, at start: the thread settings, the locale, and where matplotlib keeps its configuration and font cache.
+# Read once, at start: the thread settings, the locale, and where matplotlib keeps its configuration and font cache
+# (not HOME itself, which calls change to test `~`: a child with another HOME draws with the server's folders).
 FORKED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "LANG", "LC_ALL", "LC_CTYPE",
-              "HOME", "MPLCONFIGDIR", "MPLBACKEND", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")  # and PYTHON*, LD_*
+              "MPLCONFIGDIR", "MPLBACKEND", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")  # and PYTHON*, LD_*
 
 
 def _child(request: dict, fds: list[int]) -> None:

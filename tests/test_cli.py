@@ -380,13 +380,12 @@ def test_a_reader_of_stdout_that_went_away_ends_the_command_quietly(random_run: 
         read_end, write_end = os.pipe()
         os.close(read_end)  # the reader is gone before the first write
         try:
-            proc = subprocess.run(
-                [str(TFM), *args], input=stdin, stdout=write_end, stderr=subprocess.PIPE, env=_env(), timeout=120
-            )
+            proc = clitools.start_tfm(*args, stdin=subprocess.PIPE, stdout=write_end)
         finally:
             os.close(write_end)
-        assert proc.returncode == 141, (args, proc.returncode, proc.stderr.decode())
-        assert proc.stderr == b"", (args, proc.stderr.decode())
+        _, stderr = proc.communicate(stdin, timeout=120)
+        assert proc.returncode == 141, (args, proc.returncode, stderr.decode())
+        assert stderr == b"", (args, stderr.decode())
 
 
 def test_a_sentence_that_starts_with_a_dash_is_pointed_to_double_dash(random_run: Path) -> None:
@@ -570,9 +569,7 @@ def test_translate_answers_a_co_process_line_by_line(random_run: Path, extra: li
     (as fairseq-interactive or Marian's server are used), or `tail -f`, got nothing until 2,000 lines or the end."""
     args = ["translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3", *extra]
     sources = ["Bonjour.", "", "Merci beaucoup."]
-    proc = subprocess.Popen(
-        [str(TFM), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env()
-    )
+    proc = clitools.start_tfm(*args, stdin=subprocess.PIPE)
     per_line = 2 if "--n-best" in extra else 1
     answers = []
     try:
@@ -592,10 +589,7 @@ def test_translate_answers_a_co_process_line_by_line(random_run: Path, extra: li
 
 def test_translate_a_bad_line_after_answered_ones_names_it(random_run: Path) -> None:
     """Streaming keeps the line numbers of the UTF-8 check: line 1 is answered, line 2 refused by its number."""
-    proc = subprocess.Popen(
-        [str(TFM), "translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
-    )
+    proc = clitools.start_tfm("translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3", stdin=subprocess.PIPE)
     try:
         proc.stdin.write(b"Bonjour.\n")
         proc.stdin.flush()
@@ -628,10 +622,7 @@ def test_translate_stopped_by_a_signal_writes_the_lines_it_translated(random_run
     them), where sed or awk would have written every line done. The lines translated before the signal are now
     written, in order, and the command ends with one line saying so and 128 + the signal."""
     args = ["translate", "--model", str(random_run), "--device", "cpu", "--max-len", "40", "--batch-tokens", "16"]
-    proc = subprocess.Popen(
-        [str(TFM), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # (a shell's background job ignores it)
-    )
+    proc = clitools.start_tfm(*args, stdin=subprocess.PIPE)  # with Python's Ctrl-C handler (see start_tfm)
     try:
         proc.stdin.write(b"Bonjour.\n")
         proc.stdin.flush()

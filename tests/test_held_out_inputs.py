@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 import test_bad_inputs
-from clitools import TFM, has_module, tfm, tfm_env
+from clitools import TFM, has_module, start_tfm, tfm, tfm_env
 from safetensors.torch import load_file, save_file
 from test_bad_inputs import error_line, translate, write
 
@@ -274,9 +274,11 @@ def _stderr_reader_gone(args: list[str], stdin: bytes = b"") -> subprocess.Compl
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        return subprocess.run([str(TFM), *args], input=stdin, stdout=subprocess.PIPE, stderr=write_end, env=tfm_env())
+        proc = start_tfm(*args, stdin=subprocess.PIPE, stderr=write_end)
     finally:
         os.close(write_end)
+    stdout, _ = proc.communicate(stdin, timeout=600)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, None)
 
 
 def test_a_reader_of_stderr_that_went_away_does_not_stop_the_work(root: Path, run: Path, tmp_path: Path) -> None:
