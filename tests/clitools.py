@@ -106,7 +106,7 @@ class ForkServer:
     def start(self, args: tuple[str, ...], env: dict[str, str], cwd: Path | None, *, stdin: Any = None,
               stdout: Any = None, stderr: Any = None, text: bool = False) -> Forked:
         """`tfm ARGS` forked and not waited for, its streams given as to `subprocess.Popen`: PIPE, DEVNULL, a file
-        (or descriptor), or None for this process's own."""
+        (or descriptor), or None for this process's own; with `text`, `communicate` gives and takes str."""
         ours, theirs = [], []  # our ends of the pipes (None where there is none), the child's descriptors
         for fd, given in enumerate((stdin, stdout, stderr)):
             if given == subprocess.PIPE:
@@ -182,8 +182,10 @@ class Forked:
         """Write `input` to the child's stdin and read its stdout and stderr (those that are pipes) to their ends,
         then wait for it."""
         data = input.encode("utf-8") if isinstance(input, str) else input or b""
-        out, err = _communicate(self.stdin, self.stdout, self.stderr, data, 1e9 if timeout is None else timeout)
-        self.stdin = self.stdout = self.stderr = None
+        try:
+            out, err = _communicate(self.stdin, self.stdout, self.stderr, data, 1e9 if timeout is None else timeout)
+        finally:  # closed by _communicate, also on a timeout: a second call (after a kill) only waits
+            self.stdin = self.stdout = self.stderr = None
         self.wait(timeout)
         if self.text:
             out, err = (None if b is None else b.decode("utf-8") for b in (out, err))
