@@ -51,6 +51,7 @@ def main(argv: Sequence[str]) -> int:
     elastic.setLevel(logging.CRITICAL)
     elastic.addHandler(logging.NullHandler())
     elastic.propagate = False
+    _quiet_keep_alive_timer_stop()
     argv = list(argv)
     logs = None if _gives_log_dir(argv) else tempfile.mkdtemp(prefix="tfm-torchrun-")
     try:
@@ -76,6 +77,33 @@ def main(argv: Sequence[str]) -> int:
         if logs:
             shutil.rmtree(logs, ignore_errors=True)
     return 0
+
+
+def _quiet_keep_alive_timer_stop() -> None:
+    """Leave out torch's "Exception ignored in: <finalize object ...> ... RuntimeError: cannot join current
+    thread", which torchrun printed now and then after a stop signal.
+
+    The rendezvous keeps itself alive with a `_PeriodicTimer`, whose `weakref.finalize` sets its thread's stop event
+    and then joins that thread. The timer is in a reference cycle, so it is freed by the cyclic garbage collector,
+    which runs in whichever thread happens to allocate: when that is the timer's own thread, the join raises (the
+    thread stops anyway: its event is already set). Every other unraisable exception is reported as before.
+    """
+    report = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        frames = []
+        tb = unraisable.exc_traceback
+        while tb is not None:
+            frames.append(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        if not (
+            isinstance(unraisable.exc_value, RuntimeError)
+            and str(unraisable.exc_value) == "cannot join current thread"
+            and "_stop_thread" in frames
+        ):
+            report(unraisable)
+
+    sys.unraisablehook = hook
 
 
 def killed_message(who: str, signum: int, argv: Sequence[str]) -> str:
