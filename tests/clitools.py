@@ -119,7 +119,7 @@ class ForkServer:
                 theirs.append(os.open(os.devnull, os.O_RDWR))
             else:
                 theirs.append(os.dup(fd if given is None else given if isinstance(given, int) else given.fileno()))
-        request = {"args": list(args), "env": env, "cwd": str(cwd or Path.cwd()), "script": str(TFM)}
+        request = {"args": list(args), "env": env, "cwd": str(cwd or Path.cwd()), "script": str(TFM), "plot": PLOT["drawn"]}
         try:
             socket.send_fds(self.channel, [json.dumps(request).encode()], theirs)
         finally:
@@ -241,6 +241,7 @@ def _communicate(to_child, out, err, data: bytes, timeout: float) -> tuple[bytes
 
 
 _SERVER: list[ForkServer] = []
+PLOT = {"drawn": False}  # forked calls run as tfm installed without the [plot] extra, unless a test is marked `plot`
 
 
 def _fork_server() -> ForkServer | None:

@@ -35,6 +35,18 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(autouse=True)
+def plot_extra(request: pytest.FixtureRequest):
+    """The `tfm` calls of a test marked `plot` (it looks at curves.png or an `--image`) draw with matplotlib; the
+    others' forked ones, and those of fixtures of a wider scope, run as without the [plot] extra
+    (tests/forkserver.py: a second of each training saved)."""
+    import clitools
+
+    clitools.PLOT["drawn"] = request.node.get_closest_marker("plot") is not None
+    yield
+    clitools.PLOT["drawn"] = False
+
+
 CORPORA = Path(__file__).resolve().parents[1] / "tfm_cli" / "corpora" / "tatoeba-fr-en"
 RECIPE = """\
 name: api

@@ -17,9 +17,15 @@ environment agrees with the server's on those (`FORKED_ENV`, and the PYTHON* and
 process for the rest, and for the tests that run the `tfm` script by path. `TFM_TEST_FORK=0` makes every call a
 real process.
 
+A training draws curves.png at its end with matplotlib, about a second of a slow CPU even with pyplot imported, which
+most tests never look at. A request says whether the child may import matplotlib (`"plot"`); one that may not runs
+as `tfm` installed without the [plot] extra runs (no curves.png, no `curves:` line; `inspect-attn --image` says
+what to install). The tests that look at what matplotlib draws are marked `plot` (tests/conftest.py); a fresh
+process always has matplotlib.
+
 Protocol, over a Unix socket the server inherits (SOCK_SEQPACKET: one message each): a request is one JSON object
-{"args", "env", "cwd", "script"} sent with three file descriptors (SCM_RIGHTS), the child's stdin, stdout and
-stderr. The server answers {"pid"} once forked, and {"pid", "status"} whenever a child has ended (its exit code, or
+{"args", "env", "cwd", "script", "plot"} sent with three file descriptors (SCM_RIGHTS), the child's stdin, stdout
+and stderr. The server answers {"pid"} once forked, and {"pid", "status"} whenever a child has ended (its exit code, or
 minus the signal that ended it, as `subprocess` reports it). Several children may run at once (a test that starts
 a training, then calls `tfm` again while it runs), so these come in any order after the request's {"pid"}; the
 client (clitools.ForkServer) sorts them out.
@@ -28,6 +34,7 @@ client (clitools.ForkServer) sorts them out.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import select
@@ -52,6 +59,9 @@ def _child(request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # found again from this call's TMPDIR at its first use, as in a fresh interpreter
+        if not request.get("plot", True):  # as installed without the [plot] extra: `import matplotlib` fails
+            for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+                sys.modules[name] = None
         for fd, given in enumerate(fds):
             os.dup2(given, fd)
             os.close(given)
@@ -113,6 +123,15 @@ def serve() -> None:
     import torch.utils.tensorboard  # noqa: F401
     import typer  # noqa: F401
     import yaml  # noqa: F401
+
+    for name in (  # what typer and rich import on first use, in every call (0.3-0.5 s a call on a slow CPU)
+        "typer._adapters",  # typer's parameter coercion, and the pydantic it imports: every call with an argument
+        "typer.rich_utils",  # help and usage errors
+        "rich.console", "rich.table", "rich.panel", "rich.columns", "rich.markdown", "rich.progress",
+        "rich.traceback", "rich._emoji_codes",
+    ):
+        with contextlib.suppress(ImportError):  # private or moved in another version: that call pays, as before
+            importlib.import_module(name)
 
     if _matplotlib_folders_writable():  # else its import makes a temporary folder that each child's atexit would remove
         with contextlib.suppress(ImportError):  # the [plot] extra: every training with a dev set draws curves.png

@@ -298,6 +298,7 @@ def test_cli_heatmap_rows_line_up_with_wide_characters(trained: dict) -> None:
     assert "\n".join(rows).count("我") == 1 and len({cell_len(line) for line in rows}) == 1, "\n".join(rows)
 
 
+@pytest.mark.plot
 def test_cli_json_target_and_files(trained: dict, tmp_path: Path) -> None:
     data = json.loads(_run(trained, "--target", "The animal did not cross the street.", "--json", "--token", "il", "--explain").stdout)
     assert data["forced_target"] and data["target"] == "The animal did not cross the street."

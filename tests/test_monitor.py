@@ -100,6 +100,7 @@ def test_training_without_tensorboard_changes_nothing(recipe: Path, tmp_path: Pa
 # ---- curves: terminal chart and PNG --------------------------------------------------------------------------
 
 
+@pytest.mark.plot
 def test_curves_in_a_pipe_and_png(recipe: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     trained = tfm("train", str(recipe), "--out", str(run), "--device", "cpu")
@@ -131,6 +132,7 @@ def test_curves_in_a_pipe_and_png(recipe: Path, tmp_path: Path) -> None:
     assert missing.returncode == 1 and "has no metrics.jsonl" in missing.stderr
 
 
+@pytest.mark.plot
 @pytest.mark.skipif(not has_module("matplotlib"), reason="matplotlib is not installed (the plot extra)")
 def test_png_written_at_the_end_of_a_run(recipe: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
