@@ -676,25 +676,10 @@ def test_accumulation_over_two_processes(data: dict[str, Path]) -> None:
 
 
 @pytest.mark.slow
-def test_a_two_process_run_resumes_exactly(data: dict[str, Path], pair: dict) -> None:
-    """Stopped at step 6 and resumed to 12, 2 processes give the straight 2-process run's weights bit for bit."""
-    dev = (f"data.dev={data['dev']}", "train.max_time=1h")
-    run, _ = _train(data, "resumed", *dev, "train.max_steps=6", processes=2)
-    _, proc = _train(data, "resumed", f"train.max_steps={STEPS}", processes=2, resume=True)
-    assert "resumed from" in proc.stderr and "at step 6" in proc.stderr
-    assert "saved by a run of" not in proc.stderr  # the same number of processes: exact, nothing to say
-    state = torch.load(run / "checkpoints" / f"step-{STEPS:08d}.state.pt", weights_only=True)
-    assert len(state["rng_ranks"]) == 2  # each rank's random state, for its own dropout masks
-    resumed, straight = _weights(run, STEPS), _weights(pair["two"], STEPS)
-    assert all(torch.equal(resumed[k], straight[k]) for k in straight)
-    assert [r["step"] for r in _records(run) if r["kind"] == "train"] == [3, 6, 9, 12]
-
-
-@pytest.mark.slow
 def test_a_resume_with_another_number_of_processes_says_it_is_not_exact(data: dict[str, Path], pair: dict) -> None:
     """A 2-process run resumed by 1 process (and back): allowed, from the same weights and data position, but the
     README's bit-for-bit resume holds only with the same number of processes. It went on without a word. (A
-    resume with the same number says nothing: test_a_two_process_run_resumes_exactly.)"""
+    resume with the same number says nothing: test_sigterm_to_the_launcher_saves_a_checkpoint.)"""
     run = Path(shutil.copytree(pair["two"], data["root"] / "two-then-one"))
     _, proc = _train(data, run.name, f"train.max_steps={STEPS + 3}", resume=True)
     assert "saved by a run of 2 process(es), resumed with 1" in proc.stderr and "not bit for bit" in proc.stderr
@@ -830,9 +815,10 @@ def _saved_by_every_rank(out: Path) -> int:
 
 def test_sigterm_to_the_launcher_saves_a_checkpoint(data: dict[str, Path], pair: dict) -> None:
     """SIGTERM to `tfm train --nproc-per-node 2` (a scheduler's notice, `kill`): passed on through torchrun to
-    the workers, which stop after the same step and save it, exit 143, no traceback; the resumed run's weights
-    are those of a straight run, bit for bit: the module's (whose dev evaluations and time budget change no
-    weight), or one of its own where the signal came after its last step."""
+    the workers, which stop after the same step and save it, exit 143, no traceback. Resumed with the same number
+    of processes (nothing to say about it), each rank from its own random state and data position, the run's
+    weights are those of a straight run, bit for bit: the module's (whose dev evaluations and time budget change no
+    weight), or one of its own where the signal came after its last step; its log has no step twice or missing."""
     proc, out = _start_two_processes(data, "terminated")
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
@@ -841,7 +827,11 @@ def test_sigterm_to_the_launcher_saves_a_checkpoint(data: dict[str, Path], pair:
     assert "Traceback" not in stderr and "stopped by SIGTERM" in stderr and "--resume" in stderr
     step = _saved_by_every_rank(out)
     end = max(STEPS, step + 2)
-    _train(data, out.name, f"train.max_steps={end}", processes=2, resume=True)
+    _, resumed_proc = _train(data, out.name, f"train.max_steps={end}", processes=2, resume=True)
+    assert "resumed from" in resumed_proc.stderr and f"at step {step}" in resumed_proc.stderr, resumed_proc.stderr
+    assert "saved by a run of" not in resumed_proc.stderr  # the same number of processes: exact, nothing to say
+    logged = [r["step"] for r in _records(out) if r["kind"] == "train"]
+    assert logged == sorted(set(logged)) and set(range(3, end + 1, 3)) <= set(logged), logged
     straight = pair["two"] if end == STEPS else _train(data, "not-terminated", f"train.max_steps={end}", processes=2)[0]
     resumed, expected = _weights(out, end), _weights(straight, end)
     assert all(torch.equal(resumed[k], expected[k]) for k in expected)
