@@ -33,7 +33,7 @@ def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
 
 def test_python_train_api(trained: dict) -> None:
     result = trained["result"]
-    assert result.step == 900 and not result.interrupted and result.run_dir == trained["dir"]
+    assert result.step == 600 and not result.interrupted and result.run_dir == trained["dir"]
     assert (trained["dir"] / "model.safetensors").is_file()
     assert trained["dir"].joinpath("recipe.yaml").read_text(encoding="utf-8").count("seed: 3") == 1  # the override
     final = trained["events"].evaluations[-1]
