@@ -18,9 +18,9 @@ process for the rest, and for the tests that run the `tfm` script by path. `TFM_
 real process.
 
 A training draws curves.png at its end with matplotlib, about a second of a slow CPU even with pyplot imported, which
-most tests never look at. A request says whether the child may import matplotlib (`"plot"`); one that may not runs
-as `tfm` installed without the [plot] extra runs (no curves.png, no `curves:` line; `inspect-attn --image` says
-what to install). The tests that look at what matplotlib draws are marked `plot` (tests/conftest.py); a fresh
+most tests never look at. A request says whether the child may import matplotlib (`"plot"`); a child that may not
+runs as `tfm` does when installed without the [plot] extra (no curves.png, no `curves:` line; `inspect-attn
+--image` says what to install). The tests that look at what matplotlib draws are marked `plot` (tests/conftest.py); a fresh
 process always has matplotlib.
 
 Protocol, over a Unix socket the server inherits (SOCK_SEQPACKET: one message each): a request is one JSON object
