@@ -9,7 +9,9 @@ from torch import nn
 from tfm_cli import packing
 from tfm_cli.decoding import TorchEngine, translate_ids
 from tfm_cli.model import ModelConfig, Transformer
-from tfm_cli.packing import PackedLinear, packed_view
+from tfm_cli.model.transformer import MultiHeadAttention
+from tfm_cli.packing import PackedLinear, decoding_view
+from tfm_cli.quantization import Int8Linear, quantize_int8
 
 needs_onednn = pytest.mark.skipif(not packing.packing_available(), reason="this PyTorch build has no oneDNN kernels")
 
@@ -65,9 +67,10 @@ def test_with_gradients_it_is_the_linear_layer_and_trains_the_shared_weight() ->
 @needs_onednn
 def test_the_view_shares_parameters_and_leaves_the_model_as_it_was(packs_fp32) -> None:
     model = small_model()
-    view = packed_view(model)
+    view = decoding_view(model)
     assert view is not model
     assert all(type(m) is not PackedLinear for m in model.modules())
+    assert all(m.qkv is None for m in model.modules() if isinstance(m, MultiHeadAttention))
     linears = [n for n, m in model.named_modules() if type(m) is nn.Linear]
     assert linears and all(isinstance(dict(view.named_modules())[n], PackedLinear) for n in linears)
     # the same tensors, not copies: tied embeddings stay tied, and the state dict is the model's
@@ -80,13 +83,71 @@ def test_the_view_shares_parameters_and_leaves_the_model_as_it_was(packs_fp32) -
         torch.testing.assert_close(view(src, tgt, None, None), model(src, tgt, None, None), rtol=1e-5, atol=1e-5)
 
 
-def test_nothing_to_pack_gives_the_model_back(monkeypatch) -> None:
+def test_without_onednn_nothing_is_packed_and_self_attention_is_still_stacked(monkeypatch) -> None:
     model = small_model()
     monkeypatch.setattr(packing, "packing_available", lambda: False)
-    assert packed_view(model) is model
-    net = TorchEngine(model).net  # a view in eval mode over the model's own tensors, with nothing packed
-    assert not any(isinstance(m, PackedLinear) for m in net.modules())
+    view = decoding_view(model)
+    assert view is not model and not any(type(m) is PackedLinear and m.parts is None for m in view.modules())
+    attentions = [layer.self_attn for layer in (*view.encoder_layers, *view.decoder_layers)]
+    assert len(attentions) == 4
+    for m in attentions:
+        assert type(m.qkv) is PackedLinear and [type(p) for p in m.qkv.parts] == [nn.Linear] * 3
+        assert m.qkv.parts[0] is m.w_q and m.qkv.parts[2] is m.w_v
+    assert all(layer.cross_attn.qkv is None for layer in view.decoder_layers)  # its keys and values are the memory's
+    net = TorchEngine(model).net  # a view in eval mode over the model's own tensors
     assert all(a is b for a, b in zip(net.parameters(), model.parameters(), strict=True))
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        q, k, v = net.decoder_layers[0].self_attn.qkv(x).chunk(3, dim=-1)
+        want = [layer(x) for layer in (model.decoder_layers[0].self_attn.w_q, model.decoder_layers[0].self_attn.w_k,
+                                       model.decoder_layers[0].self_attn.w_v)]
+    assert all(torch.equal(a, b) for a, b in zip((q, k, v), want, strict=True))
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_stacked_layers_compute_the_layers_side_by_side_and_follow_their_weights(pack: bool, monkeypatch) -> None:
+    """One product of the three weights stacked gives each layer's numbers (to the last bits: another product's
+    blocking), trains the shared weights with gradients, and a change of the weights in place is seen (the stacked
+    copy is taken again)."""
+    if pack and not packing.packing_available():
+        pytest.skip("this PyTorch build has no oneDNN kernels")
+    monkeypatch.setattr(packing, "fp32_packing_pays", lambda: pack)
+    torch.manual_seed(0)
+    layers = [nn.Linear(48, 80) for _ in range(3)]
+    stacked = PackedLinear(*layers)
+    assert (stacked.in_features, stacked.out_features) == (48, 240)
+    x = torch.randn(3, 7, 48)
+    for v in (x, x.transpose(0, 1), x[:, 2], torch.randn(1, 48), torch.randn(0, 48)):
+        with torch.no_grad():
+            got, want = stacked(v), torch.cat([layer(v) for layer in layers], dim=-1)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert (stacked._packed[torch.float32][1] is not None) == pack  # which kernel ran
+    with torch.no_grad():
+        layers[1].load_state_dict(nn.Linear(48, 80).state_dict())  # in place: the version counters move
+        torch.testing.assert_close(stacked(x), torch.cat([layer(x) for layer in layers], dim=-1), rtol=1e-6, atol=1e-6)
+    stacked(x).square().sum().backward()
+    got = [(layer.weight.grad.clone(), layer.bias.grad.clone()) for layer in layers]
+    for layer in layers:
+        layer.zero_grad()
+    torch.cat([layer(x) for layer in layers], dim=-1).square().sum().backward()
+    for (gw, gb), layer in zip(got, layers, strict=True):
+        torch.testing.assert_close(gw, layer.weight.grad, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(gb, layer.bias.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_stacked_int8_layers_give_the_int8_layers_numbers_bit_for_bit() -> None:
+    if not hasattr(torch, "_int_mm"):
+        pytest.skip("this PyTorch build has no int8 matrix product")
+    model = quantize_int8(small_model(seed=4))
+    view = decoding_view(model)
+    attn = view.decoder_layers[1].self_attn
+    assert type(attn.qkv) is Int8Linear and attn.qkv.out_features == 3 * 32
+    x = torch.randn(5, 3, 32)
+    with torch.no_grad():
+        got = attn.qkv(x)
+        want = torch.cat([attn.w_q(x), attn.w_k(x), attn.w_v(x)], dim=-1)
+    assert torch.equal(got, want)
 
 
 @needs_onednn
@@ -100,7 +161,7 @@ def test_packed_decoding_translates_like_the_plain_model(greedy: bool, monkeypat
     packed = translate_ids(engine, sequences, greedy=greedy, n_best=1 if greedy else 3, max_len_offset=10)
     monkeypatch.setattr(packing, "packing_available", lambda: False)
     plain_engine = TorchEngine(model)
-    assert not any(isinstance(m, PackedLinear) for m in plain_engine.net.modules())
+    assert not any(type(m) is PackedLinear and m.parts is None for m in plain_engine.net.modules())
     plain = translate_ids(plain_engine, sequences, greedy=greedy, n_best=1 if greedy else 3, max_len_offset=10)
     assert [[h.tokens for h in hs] for hs in packed] == [[h.tokens for h in hs] for hs in plain]
     for hs, ps in zip(packed, plain, strict=True):
@@ -117,9 +178,13 @@ def test_fp32_stays_with_mkl_on_an_intel_cpu(monkeypatch, native_bf16: bool) -> 
     monkeypatch.setattr(packing, "cpu_vendor", lambda: "GenuineIntel")
     monkeypatch.setattr(packing, "cpu_has_fast_bf16", lambda: native_bf16)
     assert not packing.fp32_packing_pays()
-    view = packed_view(model)
-    if not native_bf16:  # nothing to pack: the engine decodes the model itself, through F.linear
-        assert view is model and not any(isinstance(m, PackedLinear) for m in TorchEngine(model).net.modules())
+    view = decoding_view(model)
+    if not native_bf16:  # nothing to pack: the layers stay nn.Linear (F.linear), self-attention stacked
+        net = TorchEngine(model).net
+        assert type(net.generator) is nn.Linear and not any(type(m) is PackedLinear and m.parts is None for m in net.modules())
+        with torch.no_grad():
+            net.decoder_layers[0].self_attn.qkv(torch.randn(2, 32))
+        assert net.decoder_layers[0].self_attn.qkv._packed[torch.float32][1] is None  # MKL's F.linear, stacked
         return
     x = torch.randn(2, 5, 32)
     with torch.no_grad():
@@ -133,3 +198,26 @@ def test_fp32_stays_with_mkl_on_an_intel_cpu(monkeypatch, native_bf16: bool) -> 
 def test_fp32_is_packed_off_intel(monkeypatch, vendor: str | None) -> None:
     monkeypatch.setattr(packing, "cpu_vendor", lambda: vendor)
     assert packing.fp32_packing_pays()
+
+
+@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize("greedy", [False, True])
+def test_the_decoding_view_translates_as_the_model_itself(greedy: bool, int8: bool, monkeypatch) -> None:
+    """The search over the view (packed where it pays, Q, K and V stacked) against the model itself: the same
+    hypotheses."""
+    if int8 and not hasattr(torch, "_int_mm"):
+        pytest.skip("this PyTorch build has no int8 matrix product")
+    model = small_model(seed=5, vocab_size=60, n_dec_layers=3)
+    model = quantize_int8(model) if int8 else model
+    g = torch.Generator().manual_seed(2)
+    sequences = [torch.randint(3, 60, (n,), generator=g).tolist() for n in (1, 4, 9, 13, 6, 2, 17, 8)]
+    fast = translate_ids(TorchEngine(model), sequences, greedy=greedy, n_best=1 if greedy else 3, max_len_offset=20)
+    assert any(m.qkv is not None for m in TorchEngine(model).net.modules() if isinstance(m, MultiHeadAttention))
+    monkeypatch.setattr("tfm_cli.decoding.decoding_view", lambda m: m)
+    engine = TorchEngine(model)
+    assert all(m.qkv is None for m in engine.net.modules() if isinstance(m, MultiHeadAttention))
+    plain = translate_ids(engine, sequences, greedy=greedy, n_best=1 if greedy else 3, max_len_offset=20)
+    assert [[h.tokens for h in hs] for hs in fast] == [[h.tokens for h in hs] for hs in plain]
+    for hs, ps in zip(fast, plain, strict=True):
+        for h, p in zip(hs, ps, strict=True):
+            assert h.score == pytest.approx(p.score, abs=1e-5)

@@ -34,7 +34,7 @@ from torch import nn
 
 from tfm_cli.model import KVCache, ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask, padding_mask
-from tfm_cli.packing import module_view, packed_view, tensor_version
+from tfm_cli.packing import decoding_view, module_view, tensor_version
 
 UNK_ID = 3  # <unk> in tfm's vocabulary layout (tokenizer.py: 0 <pad>, 1 <s>, 2 </s>, 3 <unk>): never an output
 EOS, MAX_LEN = "eos", "max_len"  # why a hypothesis stopped: the model ended it, or it reached its maximum length
@@ -144,9 +144,10 @@ class TorchState:
 class TorchEngine:
     """The search's view of a PyTorch `Transformer`: over the K/V cache, or recomputing every prefix.
 
-    On the CPU it decodes through `packing.packed_view(model)`: the same parameters, with linear layers that run
-    oneDNN's kernels on weights packed once (faster for the few rows of a decoding step, the same function).
-    The packed weights (taken at their first use) and the output projection below (taken here) are copies, taken
+    On the CPU it decodes through `packing.decoding_view(model)`: the same parameters, with linear layers that run
+    oneDNN's kernels on weights packed once (faster for the few rows of a decoding step, the same function) and
+    self-attention's three projections stacked into one product (the same numbers, fewer calls).
+    The packed and stacked weights (taken at their first use) and the output projection below (taken here) are copies, taken
     again when the weights change in place (`load_state_dict`, an optimizer step: their version counters move),
     and built again when a parameter is replaced by another object or given new data (`load_state_dict(...,
     assign=True)`, `p.data = x`). In-place changes through `p.data` (`p.data.mul_(2)`) move no version counter
@@ -163,7 +164,7 @@ class TorchEngine:
     def _view(self, model: Transformer) -> None:
         """Build what runs from the model's parameters as they are now (again when they are replaced)."""
         key = _parameters_key(model)
-        net = packed_view(model)
+        net = decoding_view(model)
         # What runs is always a view in eval mode (sharing the parameters): searching never applies dropout, and the
         # caller's model keeps its own mode (a model given while it trains was set to eval, silently ending its
         # dropout, and one set back to train decoded with dropout wherever it ran itself: CUDA, int8, no oneDNN).

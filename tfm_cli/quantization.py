@@ -24,6 +24,7 @@ and 1,869 of the 2,000 translations identical to fp32's (per-matrix: 1,744 and 1
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -47,6 +48,21 @@ class Int8Linear(nn.Module):
         self.register_buffer("weight_t", (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8).t().contiguous())  # (in, out)
         self.register_buffer("scale", scale)  # (out,)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
+
+    @classmethod
+    def stacked(cls, layers: Sequence[Int8Linear]) -> Int8Linear:
+        """One layer computing `layers` (of the same input) at once, their outputs side by side: the same numbers,
+        as the scales are per output row and each input row is quantized whatever it is multiplied by."""
+        if len({layer.in_features for layer in layers}) != 1 or len({layer.bias is None for layer in layers}) != 1:
+            raise ValueError("Int8Linear.stacked needs layers of one input size that all have a bias, or none")
+        stacked = cls.__new__(cls)
+        nn.Module.__init__(stacked)
+        stacked.in_features, stacked.out_features = layers[0].in_features, sum(layer.out_features for layer in layers)
+        stacked.register_buffer("weight_t", torch.cat([layer.weight_t for layer in layers], dim=1))  # (in, out)
+        stacked.register_buffer("scale", torch.cat([layer.scale for layer in layers]))
+        biases = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
+        stacked.register_buffer("bias", biases)
+        return stacked
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # As few passes over the data as the ops allow: at a decoding step's few rows their launches cost more

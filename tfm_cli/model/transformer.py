@@ -126,6 +126,11 @@ class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
     The h per-head projections are packed into one D x D matrix each; heads are a reshape.
+
+    `qkv` is None here: self-attention projects Q, K and V with `w_q`, `w_k` and `w_v` one by one. A view made
+    for decoding (`tfm_cli.packing.decoding_view`) may set it to a module computing the three at once from the
+    same weights side by side, (B, T, D) -> (B, T, 3D): one matrix product per step instead of three, with the
+    same numbers.
     """
 
     def __init__(self, d_model: int, n_heads: int, attn_dropout: float = 0.0) -> None:
@@ -136,6 +141,7 @@ class MultiHeadAttention(nn.Module):
         self.w_k = nn.Linear(d_model, d_model)
         self.w_v = nn.Linear(d_model, d_model)
         self.w_o = nn.Linear(d_model, d_model)
+        self.qkv: nn.Module | None = None
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape  # (B, T, D) -> (B, H, T, Dh)
@@ -158,17 +164,21 @@ class MultiHeadAttention(nn.Module):
             cache: this layer's K/V cache during incremental decoding (self: append; cross: compute once).
             need_weights: also return the (B, H, Tq, Tk) attention weights (explicit-math path).
         """
-        q = self._split(self.w_q(query))  # (B, H, Tq, Dh)
-        if memory is None:
-            k, v = self._split(self.w_k(query)), self._split(self.w_v(query))  # (B, H, Tq, Dh)
+        if memory is None:  # self-attention: queries, keys and values all from `query`
+            if self.qkv is not None:
+                q, k, v = (self._split(x) for x in self.qkv(query).chunk(3, dim=-1))  # (B, H, Tq, Dh) each
+            else:
+                q, k, v = (self._split(w(query)) for w in (self.w_q, self.w_k, self.w_v))  # (B, H, Tq, Dh) each
             if cache is not None:
                 k, v = cache.append_self(k, v)  # (B, H, t, Dh): all positions decoded so far
-        elif cache is not None and cache.cross_k is not None:
-            k, v = cache.cross_k, cache.cross_v  # memory does not change while decoding
         else:
-            k, v = self._split(self.w_k(memory)), self._split(self.w_v(memory))  # (B, H, S, Dh)
-            if cache is not None:
-                cache.cross_k, cache.cross_v = k, v
+            q = self._split(self.w_q(query))  # (B, H, Tq, Dh)
+            if cache is not None and cache.cross_k is not None:
+                k, v = cache.cross_k, cache.cross_v  # memory does not change while decoding
+            else:
+                k, v = self._split(self.w_k(memory)), self._split(self.w_v(memory))  # (B, H, S, Dh)
+                if cache is not None:
+                    cache.cross_k, cache.cross_v = k, v
         dropout_p = self.attn_dropout if self.training else 0.0
         out, weights = attention(q, k, v, mask, dropout_p, need_weights)
         b, _, t, _ = out.shape
