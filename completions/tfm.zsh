@@ -147,7 +147,7 @@ _tfm_bench() {
 _tfm_export() {
     _arguments -s -S \
         '--dtype[release\: store the weights as fp32, fp16 or bf16.]:dtype:(bf16 fp16 fp32)' \
-        '--force[Replace a non-empty --out directory (only once the new export is written and checked).]' \
+        '--force[Replace an earlier export in --out (only once the new export is written and checked]' \
         '(--format -f)'{--format,-f}'[release (safetensors + tokenizer + model card), onnx (encoder + decoder step for onnxruntime), or...]:format:(huggingface onnx release)' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[Print the result (files, checks, notes) as JSON.]' \

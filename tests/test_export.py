@@ -84,16 +84,38 @@ def test_half_precision_release_is_smaller_and_reports_what_changed(trained, tmp
     assert isinstance(t.translate("Je suis étudiant."), str)
 
 
-def test_a_non_empty_destination_is_kept_without_force_and_replaced_with_it(trained, tmp_path: Path) -> None:
+def test_a_non_empty_destination_is_kept_without_force_and_only_an_earlier_export_is_replaced(trained, tmp_path: Path) -> None:
+    """--force replaced whatever --out held: a folder of notes, or one holding a training run one level down
+    (`--out runs --force` would have deleted every run). It replaces an earlier export, and nothing else."""
     out = tmp_path / "taken"
     out.mkdir()
     (out / "precious.txt").write_text("keep me")
     proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(out), check=False)
     assert proc.returncode == 1 and "is not empty" in proc.stderr and "--force" in proc.stderr
+    proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(out), "--force", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "is not an earlier export" in proc.stderr and "'precious.txt'" in proc.stderr
     assert (out / "precious.txt").read_text() == "keep me" and len(list(out.iterdir())) == 1
+    (out / "precious.txt").unlink()
+    tfm("export", str(trained["dir"]), "--format", "release", "--out", str(out), "--verify-lines", "5")
+    # an earlier export: replaced with --force, not without
+    proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(out), "--verify-lines", "5", check=False)
+    assert proc.returncode == 1 and "is not empty" in proc.stderr
+    (out / "model.safetensors").write_bytes(b"stale")
     tfm("export", str(trained["dir"]), "--format", "release", "--out", str(out), "--force", "--verify-lines", "5")
-    assert (out / "model.safetensors").is_file() and not (out / "precious.txt").exists()
+    assert (out / "model.safetensors").stat().st_size > 1000
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging leftovers
+    # an export that also holds a training run, or a note, one level down: refused, named, kept
+    shutil.copytree(trained["dir"], out / "my-run", ignore=shutil.ignore_patterns("*.safetensors", "*.pt"))
+    (out / "notes.txt").write_text("mine")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(out), "--force", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "holds 'my-run' and 'notes.txt' besides the earlier export" in proc.stderr
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    (out / "tfm-export.json").write_text("{not json")  # a record tfm cannot read: not known to be an export
+    proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(out), "--force", check=False)
+    assert proc.returncode == 1 and "is not an earlier export" in proc.stderr and "and 6 more" in proc.stderr
 
 
 def test_run_export_refuses_arguments_of_the_wrong_type_before_touching_out(trained, tmp_path: Path) -> None:
@@ -138,15 +160,16 @@ def test_an_out_that_links_to_a_folder_puts_the_export_where_it_points(trained, 
     proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(link), "--verify-lines", "2", check=False)
     assert proc.returncode == 0, proc.stderr
     assert link.is_symlink() and (tmp_path / "disk" / "empty" / "model.safetensors").is_file()
-    (old := tmp_path / "disk" / "old").mkdir()
-    (old / "old.txt").write_text("an earlier export", encoding="utf-8")
+    old = tmp_path / "disk" / "old"
+    shutil.copytree(tmp_path / "disk" / "empty", old)  # an earlier export
+    (old / "model.safetensors").write_bytes(b"stale")
     link.unlink()
     link.symlink_to(old)
     proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(link), "--verify-lines", "2", check=False)
-    assert proc.returncode == 1 and "is not empty" in proc.stderr and (old / "old.txt").is_file()  # no --force: kept
+    assert proc.returncode == 1 and "is not empty" in proc.stderr and (old / "model.safetensors").read_bytes() == b"stale"
     proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(link), "--force", "--verify-lines", "2", check=False)
     assert proc.returncode == 0, proc.stderr
-    assert link.is_symlink() and (old / "model.safetensors").is_file() and not (old / "old.txt").exists()
+    assert link.is_symlink() and (old / "model.safetensors").stat().st_size > 1000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["disk", "link"]  # nothing written beside the link
 
 
@@ -181,10 +204,11 @@ def test_a_failed_check_installs_nothing(trained, tmp_path: Path, monkeypatch) -
     out = tmp_path / "old"
     out.mkdir()
     (out / "previous.txt").write_text("an older export")
+    (out / "tfm-export.json").write_text(json.dumps({"format": "release", "files": ["previous.txt"]}))
     with pytest.raises(ExportCheckError) as caught:
         run_export("release", trained["dir"], out, force=True, verify_lines=5)
     assert "nothing was written" in str(caught.value) and len(caught.value.result.checks) == 3
-    assert [p.name for p in out.iterdir()] == ["previous.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["previous.txt", "tfm-export.json"]
     assert [p.name for p in tmp_path.iterdir()] == ["old"]
 
 

@@ -29,7 +29,7 @@ def export(
     model: Path = typer.Argument(None, parser=given_path, metavar="RUN", help="Run directory, release directory or .safetensors file (default: the most recent run under runs/).", show_default=False),
     fmt: str = typer.Option(..., "--format", "-f", help="release (safetensors + tokenizer + model card), onnx (encoder + decoder step for onnxruntime), or huggingface (MarianMT, for transformers and CTranslate2)."),
     out: Path = typer.Option(None, "--out", "-o", parser=given_path, metavar="<path>", help="Directory to write (default: exports/RUN-FORMAT).", show_default=False),
-    force: bool = typer.Option(False, "--force", help="Replace a non-empty --out directory (only once the new export is written and checked)."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier export in --out (only once the new export is written and checked; a folder holding other files is refused)."),
     dtype: str = typer.Option("fp32", "--dtype", help="release: store the weights as fp32, fp16 or bf16."),
     opset: int = typer.Option(None, "--opset", min=14, max=21, help="onnx: the ONNX opset, 14 to 21 (default: 17).", show_default=False),
     verify_lines: int = typer.Option(200, "--verify-lines", min=0, help="Dev sentences the translation checks use (0: all of the dev set); an fp16 or bf16 release also translates all of it for its model card's scores."),

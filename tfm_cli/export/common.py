@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import importlib
+import json
 import os
 import re
 import shutil
@@ -224,8 +225,9 @@ def training_data_lines(run_dir: Path) -> list[str]:
 def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Path]:
     """An empty directory beside `out` to write into; on success it takes `out`'s place in one rename.
 
-    A non-empty `out` is refused unless `force`; with `force` the old contents are removed only once the new
-    export is complete and verified. `protect` (the run being exported) may never be the destination, nor may
+    A non-empty `out` is refused unless `force`, and even then unless it is an earlier export holding nothing
+    else (`_check_replaceable`); with `force` the old contents are removed only once the new export is complete
+    and verified. `protect` (the run being exported) may never be the destination, nor may
     any other training run (a folder with checkpoints/ or metrics.jsonl).
     On any error the staging directory is removed and `out` is left as it was.
     """
@@ -267,6 +269,8 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
     if out.is_dir() and Path.cwd().resolve().is_relative_to(resolved):
         # `--out . --force` would replace the folder the user works in (and everything in it) with the export
         raise TfmError(f"{out} is the current directory, or holds it", hint="choose another --out directory")
+    if out.is_dir() and force:
+        _check_replaceable(out)
     existing = nearest_existing(out.absolute().parent)
     if not existing.is_dir():
         raise TfmError(f"{out} cannot be written: {existing} is a file, not a folder", hint="choose another --out directory")
@@ -309,6 +313,40 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
             f"{out} could not be written: {failure.strerror}; {kept}",
             hint="free some space there (or check its permissions), or choose another --out",
         ) from error
+
+
+def _check_replaceable(out: Path) -> None:
+    """Refuse to replace a non-empty `out` that holds anything an earlier export did not write: --force replaces
+    an export (the files its tfm-export.json lists, and that file), never other files (a folder of notes, a
+    training run one level down, a home directory), which the replacement would delete with it."""
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries:
+        return
+    try:
+        info = json.loads((out / EXPORT_INFO).read_text(encoding="utf-8"))
+        written = {EXPORT_INFO, *(Path(f).parts[0] for f in info["files"])}
+    except (OSError, ValueError, TypeError, KeyError, IndexError):  # no export record, or not one tfm wrote
+        written = None
+    if written is None:
+        raise TfmError(
+            f"{out} is not an earlier export (no readable {EXPORT_INFO}) and holds {_some(entries)}: --force replaces an "
+            "earlier export only, never other files",
+            hint="choose another --out directory, or move those files away first",
+        )
+    others = [name for name in entries if name not in written]
+    if others:
+        raise TfmError(
+            f"{out} holds {_some(others)} besides the earlier export: --force would delete it with the export",
+            hint="move it out of that folder first, or choose another --out directory",
+        )
+
+
+def _some(names: Sequence[str]) -> str:
+    """'a', 'a and b', or 'a, b and 3 more'."""
+    shown = [repr(n) for n in names[:2]]
+    if len(names) > 2:
+        return f"{shown[0]}, {shown[1]} and {len(names) - 2} more"
+    return " and ".join(shown)
 
 
 def _install_new(tmp: Path, out: Path) -> None:
