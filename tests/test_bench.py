@@ -504,6 +504,10 @@ def test_gate_library() -> None:
         parse_tolerance("5")  # meant as 5%: the gate passed anything up to 6x slower
     assert "5%" in err.value.hint
     assert parse_tolerance("500%") == pytest.approx(5.0) and parse_tolerance("1") == 1.0
+    for text in ("inf", "inf%", "-inf", "nan", "NaN%", "1e999"):  # "inf" was told to write "inf%"
+        with pytest.raises(TfmError, match=re.escape(f"--tolerance {text!r} is not a finite number")) as err:
+            parse_tolerance(text)
+        assert err.value.hint == "write it as 10% or 0.1"
 
 
 def test_gate_lists_peers_but_fails_on_tfm_figures_alone() -> None:
@@ -590,10 +594,17 @@ def test_gate_refuses_baselines_it_cannot_compare(tmp_path: Path) -> None:
     for records, expected in (
         ([{"foo": 1}], "record 1 has no id"),
         ([1], "record 1 is a int, not an object"),
-        ([{"id": "x", "sentences_per_s": "fast"}], "sentences_per_s='fast': a figure is a positive number"),
-        ([{"id": "x", "sentences_per_s": 0}], "sentences_per_s=0"),
-        ([{"id": "x", "latency_p50_ms": float("nan")}], "latency_p50_ms=nan"),
-        ([{"id": "x", "sentences_per_s": 9}, {"id": "x", "sentences_per_s": 1}], "record 2 repeats the id x of record 1"),
+        ([{"id": "x", "sentences_per_s": "fast", "latency_p50_ms": 5}], "sentences_per_s='fast': a figure is a positive number"),
+        ([{"id": "x", "sentences_per_s": 0, "latency_p50_ms": 5}], "sentences_per_s=0"),
+        ([{"id": "x", "sentences_per_s": 9, "latency_p50_ms": float("nan")}], "latency_p50_ms=nan"),
+        # an integer too large for a float: an OverflowError traceback
+        ([{"id": "x", "sentences_per_s": 10**400, "latency_p50_ms": 5}], "sentences_per_s=10000000000000000000... (401 digits)"),
+        ([{"id": "x", "sentences_per_s": 9, "latency_p50_ms": -(10**400)}], "latency_p50_ms=-1000000000000000000... (402 digits)"),
+        # a figure missing or null: the gate skipped it without a word, no longer gating it
+        ([{"id": "x", "sentences_per_s": None, "latency_p50_ms": 5}], "(x) has no sentences_per_s: every record measured has it"),
+        ([{"id": "x", "sentences_per_s": 9}], "(x) has no latency_p50_ms"),
+        ([{"id": "x", "status": "out of memory"}, {"id": "x", "sentences_per_s": 1, "latency_p50_ms": 5}],
+         "record 2 repeats the id x of record 1"),
     ):
         path = tmp_path / "baseline.json"
         path.write_text(json.dumps({**base, "records": records}))

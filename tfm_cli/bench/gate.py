@@ -42,6 +42,8 @@ def parse_tolerance(text: str) -> float:
         tolerance = float(value[:-1]) / 100 if value.endswith("%") else float(value)
     except ValueError:
         raise TfmError(f"--tolerance {text!r} is not a number", hint="write it as 10% or 0.1") from None
+    if not math.isfinite(tolerance):  # "inf" was told to write "inf%"
+        raise TfmError(f"--tolerance {text!r} is not a finite number", hint="write it as 10% or 0.1")
     if not value.endswith("%") and tolerance > 1:  # `--tolerance 5` meant 5%, not a gate that passes 6x slower
         raise TfmError(
             f"--tolerance {text!r} is a share of {tolerance:.0%}: a number without % is a share (0.1 = 10%)",
@@ -121,11 +123,21 @@ def _record_problem(record: Any, kind: str) -> str | None:
         return None
     for figure in GATED[kind]:
         value = record.get(figure)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            return f"({record['id']}) has {figure}={value!r}: a figure is a positive number (such a one could never regress)"
+        if value is None:  # the gate would skip it without a word, and CI would no longer gate that figure
+            return f"({record['id']}) has no {figure}: every record measured has it"
+        number = value if isinstance(value, float) else _as_float(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(number) or number <= 0:
+            shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} digits)"
+            return f"({record['id']}) has {figure}={shown}: a figure is a positive number (such a one could never regress)"
     return None
+
+
+def _as_float(value: Any) -> float:
+    """A JSON number as a float; an integer too large for one (10**400) as infinity, not an OverflowError."""
+    try:
+        return float(value)
+    except (OverflowError, TypeError, ValueError):
+        return math.inf if isinstance(value, int) else math.nan
 
 
 def _changes(key: str, before: Any, now: Any) -> list[str]:
