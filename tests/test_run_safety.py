@@ -192,6 +192,21 @@ def test_curves_skip_metrics_lines_that_are_not_records(copy: Path) -> None:
     assert "train loss │" in proc.stdout
 
 
+def test_curves_skip_records_with_numbers_a_chart_cannot_draw(copy: Path) -> None:
+    """NaN, Infinity and 1e400 are JSON to Python's reader: `tfm train --curves RUN` ended in "cannot convert float
+    NaN to integer"; a final record's sentences as text in "Cannot specify ',' with 's'"."""
+    with open(copy / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"kind": "eval", "step": 4, "loss": NaN, "bleu": 1.0}\n{"kind": "train", "step": 12, "loss": Infinity}\n')
+        f.write('{"kind": "train", "step": 13, "loss": 1e400}\n{"kind": "eval", "step": 6, "loss": 2.0, "bleu": -Infinity}\n')
+        f.write('{"kind": "eval", "step": 7, "loss": 2.5, "bleu": 3.0, "sentences": "all"}\n')
+        f.write('{"kind": "final", "step": 10, "bleu": 3.5, "chrf": 20.0, "sentences": "x", "final_model": [1]}\n')
+    proc = tfm("train", "--curves", str(copy), check=False)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "train loss │" in proc.stdout and "final     BLEU 3.50  chrF 20.00  (averaged model, 0 dev sentences" in proc.stdout
+    curves = json.loads(tfm("train", "--curves", str(copy), "--json").stdout)
+    assert [r["step"] for r in curves["train"]] == [5, 10] and [r["step"] for r in curves["eval"]] == [7]
+
+
 def test_a_resume_stopped_before_its_final_model_writes_it_next_time(copy: Path) -> None:
     """A resume rewrites recipe.yaml when it starts; one stopped while averaging or evaluating (Ctrl-C, a kill, a
     damaged checkpoint) left a recipe.yaml ahead of the final model, and the next plain resume, as the stop message

@@ -190,7 +190,22 @@ def _is_record(record: Any) -> bool:
         return False
     if record["kind"] == "final" and "bleu" in record:
         numbers = ("bleu", "chrf")
-    return all(isinstance(record.get(k), (int, float)) and not isinstance(record.get(k), bool) for k in numbers)
+    if not all(isinstance(record.get(k), (int, float)) and not isinstance(record.get(k), bool) for k in numbers):
+        return False
+    # NaN, Infinity and 1e400 are valid JSON for Python's reader; a chart of them failed ("cannot convert float NaN
+    # to integer"). tfm writes a skipped step's loss as the string "nan", which is no record either.
+    return all(math.isfinite(record[k]) for k in numbers if isinstance(record[k], float))
+
+
+def _tidy(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` without what the views print beside its numbers where that is of another type (edited by hand):
+    left out rather than a traceback ("Cannot specify ',' with 's'")."""
+    sentences = record.get("sentences")
+    if sentences is not None and (not isinstance(sentences, int) or isinstance(sentences, bool)):
+        del record["sentences"]
+    if record.get("final_model") is not None and not isinstance(record["final_model"], dict):
+        del record["final_model"]
+    return record
 
 
 def read_curves(run_dir: Path) -> dict[str, Any]:
@@ -217,6 +232,7 @@ def read_curves(run_dir: Path) -> dict[str, Any]:
                 continue
             if not _is_record(record):
                 continue
+            record = _tidy(record)
             kind = record.get("kind")
             if kind == "train":
                 train[record["step"]] = record
