@@ -388,7 +388,7 @@ def beam_search(
         candidates = (beam_scores.view(-1, 1) + log_probs).view(live, beams * vocab)
         if candidates.size(1) < 2 * k:  # a vocabulary smaller than 2K on the first step: pad with dead ones
             candidates = F.pad(candidates, (0, 2 * k - candidates.size(1)), value=float("-inf"))
-        top_scores, top_index = candidates.topk(2 * k, dim=1)  # (live, 2K)
+        top_scores, top_index = top_first(candidates, 2 * k)  # (live, 2K), equal scores lowest index first
         # (a padded candidate has score -inf: it never finishes or continues, whichever row it names)
         top_beam, top_token = (top_index // vocab).clamp_(max=beams - 1), top_index % vocab
         is_eos = top_token == cfg.eos_id
@@ -407,7 +407,9 @@ def beam_search(
             finished.add(ids, new_tokens, step, top_scores[ending, :k], new_scores, new_cut)
 
         # The K best continuations that do not end become the next beams.
-        cont_scores, cont_pos = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # (live, K)
+        # (a stable sort of the 2K, which are in order already: equal scores keep the lower index first)
+        cont_scores, cont_pos = top_scores.masked_fill(is_eos, float("-inf")).sort(dim=1, descending=True, stable=True)
+        cont_scores, cont_pos = cont_scores[:, :k].contiguous(), cont_pos[:, :k]  # (live, K)
         # Done: K finished, and no live beam could still rank among them, at any length it may reach. Its
         # log-probability only falls as it grows, and lp grows with the length (alpha >= 0), so the best score a
         # live beam can reach is its log-probability now over lp at the sentence's maximum length (tensor2tensor's
@@ -436,6 +438,30 @@ def beam_search(
     return finished.hypotheses(alpha, n_best)
 
 
+def top_first(scores: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `n` largest of each row of (R, C) `scores` and their column indices, best first, equal scores in the
+    order of their index (the lowest first).
+
+    `torch.topk` leaves the order of equal values unspecified, and which of them it takes when they straddle the
+    n-th place. Greedy search takes the first of equal maxima (`max`), and beam search must choose as it does, or a
+    beam of 1 would translate otherwise than greedy search: in bf16 two tokens' log-probabilities are often exactly
+    equal (a step of the quickstart model gave two tokens -1.1074 each, and 10 of 200 dev sentences came out
+    differently). Rows where equal values straddle the n-th place (seen by taking one more) are sorted whole.
+    """
+    take = min(n + 1, scores.size(1))
+    values, index = scores.topk(take, dim=1)
+    index, order = index.sort(dim=1)  # equal values by index, then a stable sort by value
+    values, order = values.gather(1, order).sort(dim=1, descending=True, stable=True)
+    index = index.gather(1, order)
+    if take > n:
+        straddle = (values[:, n] == values[:, n - 1]) & values[:, n - 1].isfinite()  # (-inf ones never count)
+        if bool(straddle.any()):
+            rows = straddle.nonzero().squeeze(1)
+            whole_values, whole_index = scores[rows].sort(dim=1, descending=True, stable=True)
+            values[rows], index[rows] = whole_values[:, :take], whole_index[:, :take]
+    return values[:, :n], index[:, :n]
+
+
 class _Finished:
     """Beam search's finished hypotheses: K slots per sentence holding the K best by length-penalised score.
 
@@ -459,7 +485,9 @@ class _Finished:
         log-probabilities and length-penalised scores (-inf: no hypothesis), and (E, K) bool: EOS forced by the
         length limit. Each keeps the K best of its 2K."""
         # The K slots already held and the K new ones, side by side: `pick` (E, K) names the K best of the 2K.
-        kept, pick = torch.cat([self.scores[ids], scores], dim=1).topk(self.k, dim=1)
+        # (a stable sort: of equal scores the one held longer, then the lower beam, stays first)
+        kept, pick = torch.cat([self.scores[ids], scores], dim=1).sort(dim=1, descending=True, stable=True)
+        kept, pick = kept[:, : self.k], pick[:, : self.k]
         self.tokens[ids] = _pick(self.tokens[ids], tokens, pick)
         self.lengths[ids] = _pick(self.lengths[ids], torch.full_like(pick, length), pick)
         self.totals[ids] = _pick(self.totals[ids], totals, pick)
