@@ -1098,3 +1098,32 @@ def test_inspect_attn_stopped_by_sigterm_leaves_no_temporary_file(random_run: Pa
     assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
     assert image.read_bytes() == b"the image of an earlier run"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attn.html", "attn.png", "stderr.txt"]
+
+
+_INTERRUPT_WHILE_IMPORTING = '''
+import os, signal, sys
+
+class _CtrlC:
+    """Ctrl-C as Python starts importing the module named in TFM_TEST_CTRL_C_AT (a tenth of a second in)."""
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["TFM_TEST_CTRL_C_AT"]:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, _CtrlC())
+'''
+
+
+@pytest.mark.parametrize("module", ["typer", "tfm_cli.cli.translate", "rich.console"])
+def test_ctrl_c_while_tfm_starts_is_ctrl_c_not_a_traceback(module: str, tmp_path: Path) -> None:
+    """A Ctrl-C in the first few tenths of a second, while the app (typer, rich, the commands) was still being
+    imported, printed Python's traceback of the import under way: the console script imported the app before any
+    of tfm's code ran. Exit 130, as a Ctrl-C of a command that started nothing."""
+    (tmp_path / "sitecustomize.py").write_text(_INTERRUPT_WHILE_IMPORTING)
+    env = clitools.tfm_env({"PYTHONPATH": str(tmp_path), "TFM_TEST_CTRL_C_AT": module})
+    proc = subprocess.run([str(clitools.TFM), "translate", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 130 and proc.stderr == "" and proc.stdout == "", (proc.returncode, proc.stderr)
+    env["TFM_TEST_CTRL_C_AT"] = "no-such-module"  # the same start without the Ctrl-C: the help, exit 0
+    proc = subprocess.run([str(clitools.TFM), "translate", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and "Usage: tfm translate" in proc.stdout
