@@ -842,6 +842,17 @@ def test_a_sentence_argument_of_several_lines_is_refused(run: Path, tmp_path: Pa
         proc = tfm("inspect-attn", "--model", str(run), "--device", "cpu", *args, check=False)
         error_line(proc, said)
         assert proc.stdout == ""
+    # One line holding a character that str.splitlines breaks at but stdin does not (U+2028, U+0085, a form feed,
+    # \x1c): translated from stdin, it was refused as "2 lines" as an argument, by both commands, with a hint
+    # (tr '\n' ' ') that could not help.
+    for odd in ("\u2028", "\x85", "\x0c", "\x1c"):
+        sentence = f"Je suis{odd}étudiant."
+        piped = translate(run, "--max-len", "3", stdin=sentence + "\n")
+        argued = translate(run, "--max-len", "3", sentence)
+        assert argued.returncode == 0 and argued.stdout == piped.stdout and len(piped.stdout.splitlines()) == 1, argued.stderr
+        proc = tfm("inspect-attn", "--model", str(run), "--device", "cpu", sentence, "--target", f"I am{odd}a student.",
+                   "--json", check=False)
+        assert proc.returncode == 0 and json.loads(proc.stdout)["src_tokens"], proc.stderr
 
 
 def test_n_best_above_the_models_beam_with_a_wider_beam(run: Path) -> None:

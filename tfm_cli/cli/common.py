@@ -11,6 +11,7 @@ import errno
 import functools
 import json
 import os
+import re
 import select
 import signal
 import stat
@@ -285,8 +286,13 @@ def check_utf8(text: str, what: str) -> str:
 
 def line_count(text: str) -> int:
     """How many non-blank lines a sentence argument holds: more than one (`"$(cat input.fr)"`) would be glued into
-    one sentence, so `translate` and `inspect-attn` refuse it."""
-    return sum(1 for line in text.splitlines() if line.strip())
+    one sentence, so `translate` and `inspect-attn` refuse it.
+
+    Lines end at a line feed or a carriage return, as on stdin (which reads lines to their \\n, and names a \\r): not at
+    the other characters `str.splitlines` breaks at (U+2028, U+0085, form feed, \\x1c-\\x1e), which stdin keeps inside
+    its line: a sentence holding one was translated from stdin and refused as "2 lines" as an argument.
+    """
+    return sum(1 for line in re.split(r"\r\n|\r|\n", text) if line.strip())
 
 
 def names_a_file(text: str) -> bool:
