@@ -448,3 +448,24 @@ def test_api_text_with_a_lone_surrogate_names_the_line(translator: Translator) -
     with pytest.raises(TfmError, match=r"input line 2 is not valid text: '\\udcff' at character 2"):
         translator.translate(["Bonjour.", "a\udcff"])
     assert translator.translate(["Bonjour.", "Merci."])  # the translator still works
+
+
+def test_api_text_with_a_nul_or_several_lines_is_refused_as_on_the_command_line(translator: Translator) -> None:
+    """`translate("Mer\\x00ci")` translated binary data (the CLI refuses a NUL on stdin), and
+    `translate("Merci.\\nSalut.")` returned one translation of two lines glued together (the CLI refuses such an
+    argument): each names the input line."""
+    with pytest.raises(TfmError, match=r"input line 1 holds a NUL character \(at character 4\): binary data"):
+        translator.translate("Mer\x00ci")
+    for text in ("Merci.\nSalut.", "Merci.\r\nSalut.", "Merci.\rSalut."):
+        with pytest.raises(TfmError, match=r"input line 2 holds several lines") as caught:
+            translator.translate(["Bonjour.", text])
+        assert "translate(text.splitlines())" in caught.value.hint
+    with pytest.raises(TfmError, match=r"input line 3 holds several lines"):
+        list(translator.translate_stream(["Bonjour.\n", "Oui.\n", "Merci.\rSalut.\n"]))
+    # one line with blank ones around it, a line end, U+2028 (stdin keeps it inside its line): a sentence each
+    assert [t.source for t in translator.translate(["\nBonjour.\n", "Merci.\r\n", "Je suis\u2028étudiant."])] == [
+        "\nBonjour.\n", "Merci.\r\n", "Je suis\u2028étudiant."
+    ]
+    assert [str(t) for t in translator.translate_stream(["Bonjour.\r\n", "Merci.\n"])] == [
+        str(translator.translate("Bonjour.")), str(translator.translate("Merci."))
+    ]

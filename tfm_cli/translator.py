@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import numbers
 import os
+import re
 import sys
 import threading
 import unicodedata
@@ -703,6 +704,7 @@ class Translator:
         `first_line`; none for a line of invisible characters), and which of them were cut."""
         self._check_beam(decode)
         lines = [_without_bom(line) for line in lines]
+        _check_sentences(lines, first_line)
         try:
             ids = self.tokenizer.encode_batch(lines)
         except TypeError:  # the tokenizer takes only text that UTF-8 can encode
@@ -825,6 +827,23 @@ def _invisible(line: str) -> bool:
     if not text or unicodedata.category(text[0]) != "Cf":  # the common case, decided by the first character
         return False
     return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
+
+
+def _check_sentences(lines: Sequence[str], first: int) -> None:
+    """Raise TfmError naming the first of `lines` (numbered from `first`) that holds a NUL character or a line break
+    inside it, as the command line refuses them: `translate("Merci.\\nSalut.")` gave one translation of the two
+    lines glued together, and a NUL (binary data) a translation of nothing in it."""
+    for number, line in enumerate(lines, start=first):
+        if "\x00" in line:
+            raise TfmError(
+                f"input line {number} holds a NUL character (at character {line.index(chr(0)) + 1}): binary data, not text",
+                hint="give text, one sentence per string",
+            )
+        if ("\n" in line or "\r" in line) and sum(1 for part in re.split(r"\r\n|\r|\n", line) if part.strip()) > 1:
+            raise TfmError(
+                f"input line {number} holds several lines: a sentence per string, or they are translated as one",
+                hint="for each line its translation: translate(text.splitlines()); for one sentence, join them with spaces",
+            )
 
 
 def _check_text(lines: Sequence[str], what: str, first: int) -> None:
