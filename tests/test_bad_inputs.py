@@ -1265,6 +1265,26 @@ def test_recipe_yaml_records_the_size_of_the_tokenizer_the_run_uses(root: Path, 
     assert snapshot(run) == before, proc.stderr
 
 
+def test_a_dry_run_beside_a_tokenizer_already_in_the_run_directory_prints_what_the_start_will_use(root: Path, tmp_path: Path) -> None:
+    """After `tfm tokenize` left a 300-token tokenizer in the run directory, `tfm train RECIPE tokenizer.vocab_size=400
+    --dry-run` printed vocab_size 400 in the resolved recipe and said nothing of the tokenizer kept, while the start
+    says it and records 300."""
+    run = tmp_path / "run"
+    run.mkdir()
+    tfm("tokenize", "--corpus", str(root / "train.tsv"), "--vocab-size", "300", "--out", str(run / "tokenizer.json"))
+    before = snapshot(run)
+    proc = tfm("train", str(root / "recipe.yaml"), "tokenizer.vocab_size=400", "--out", str(run), "--dry-run", "--device", "cpu")
+    assert "vocab_size: 300" in proc.stdout and "vocab_size: 400" not in proc.stdout
+    assert f"# tokenizer: {run / 'tokenizer.json'} (300 tokens), already in the run directory" in proc.stdout
+    assert "delete it to train one with tokenizer.vocab_size 400" in proc.stdout
+    facts = json.loads(tfm("train", str(root / "recipe.yaml"), "tokenizer.vocab_size=400", "--out", str(run), "--dry-run",
+                           "--json", "--device", "cpu").stdout)
+    assert facts["recipe"]["tokenizer"]["vocab_size"] == 300 == facts["vocab_size"] and "300 tokens" in facts["tokenizer_kept"]
+    assert snapshot(run) == before
+    tfm("train", str(root / "recipe.yaml"), "tokenizer.vocab_size=400", "--out", str(run), "--device", "cpu")
+    assert load_recipe(run / "recipe.yaml").tokenizer.vocab_size == 300  # what the dry run printed
+
+
 def test_a_tokenizer_trained_on_other_text_is_warned_with_its_byte_share(root: Path, tmp_path: Path) -> None:
     """tokenizer.path naming a tokenizer trained on other text (here: upper-case only, so every lower-case letter of
     the corpus falls back to bytes) trained without a word; the start now measures the share of training tokens

@@ -432,10 +432,22 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
 
     vocab = recipe.tokenizer.vocab_size
     tok_path = Path(run_dir) / "tokenizer.json"  # what a start uses first (preflight refused one that differs from tokenizer.path)
+    left_there = tok_path.is_file() and resumes_at is None and not recipe.tokenizer.path
     if not tok_path.is_file() and recipe.tokenizer.path:
         tok_path = Path(recipe.tokenizer.path).expanduser()
+    asked = recipe.tokenizer.vocab_size
     if tok_path.is_file():
         vocab = Tokenizer.load(tok_path).vocab_size
+    if tok_path.is_file() and resumes_at is None:
+        # the recipe the start will record: its tokenizer's size (a dry run printed the size asked for, which a
+        # start with a tokenizer already in the run directory does not train)
+        from tfm_cli.training.checks import with_tokenizer_size
+
+        recipe = with_tokenizer_size(recipe, vocab)
+    kept = (
+        f"tokenizer: {tok_path} ({vocab:,} tokens), already in the run directory (from `tfm tokenize` or an earlier "
+        f"start), not trained again: delete it to train one with tokenizer.vocab_size {asked}"
+    ) if left_there and vocab != asked else None
     config = model_config(recipe, vocab, 0, 1, 2)
     parameters = parameter_count(config)  # shapes only: no memory is allocated
     t = recipe.train
@@ -465,6 +477,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
         **({"finished": True} if finished is not None else {}),
         **budget,
         "note": "tokens_per_step is the most source (and target) tokens per optimizer step, padding included",
+        **({"tokenizer_kept": kept} if kept else {}),
     }
     if json_out:
         print_json({"recipe": recipe_to_dict(recipe), **facts})
@@ -472,6 +485,8 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     print(yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False, allow_unicode=True).rstrip())
     print(f"# run directory: {facts['run_dir']}")
     print(f"# parameters: {facts['parameters']:,} (vocabulary {vocab:,})")
+    if kept:  # as the start itself will say
+        print(f"# {kept}")
     print(f"# tokens per step: up to {facts['tokens_per_step']:,} source + {facts['tokens_per_step']:,} target")
     print("# sentence pairs: " + ", ".join(f"{n:,} in {key}" for key, n in pairs.items()))
     if finished is not None:  # as the resume itself will say
