@@ -977,6 +977,24 @@ def test_a_100000_character_line_is_cut_with_a_warning(run: Path) -> None:
     assert seconds < 30, f"{seconds:.1f} s"
 
 
+def test_a_line_with_no_end_in_sight_is_refused_not_held(run: Path) -> None:
+    """`tfm translate < /dev/zero` read on without end (RSS growing, no word), and a 20 MB line took 2 GB and
+    24 s for its first 1,023 tokens: a line over 1 MiB is refused once that much has come, naming it, after the lines
+    before it are translated and written; NUL bytes are named as binary data at once, not at the line's end."""
+    big = b"chat noir " * 110_000  # 1.1 MB, no line end
+    proc = translate(run, "--max-len", "3", stdin=b"Bonjour.\nMerci.\n" + big + b"\nOui.\n")
+    line = error_line(proc, "stdin line 3 runs over 1 MiB without a line end: that is no sentence")
+    assert "head -c 100000 input.txt | tfm translate" in proc.stderr, line
+    assert len(proc.stdout.splitlines()) == 2  # the two lines before it
+    proc = translate(run, stdin=b"\x00" * 3_000_000)  # what `< /dev/zero` gives
+    error_line(proc, "stdin line 1: a NUL byte at byte 1: binary data, not text")
+    proc = tfm("inspect-attn", "--model", str(run), "--device", "cpu", "-", stdin=big, check=False)  # stdin's other reader
+    error_line(proc, "stdin line 1 runs over 1 MiB without a line end")
+    just = b"a" * (1 << 20)  # 1 MiB exactly: a (long) line, cut to what the model takes as before
+    proc = translate(run, "--max-len", "3", stdin=just + b"\n")
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1 and "input line 1 has" in proc.stderr, proc.stderr
+
+
 # ---- 16: a run directory that already holds a run -----------------------------------------------------------
 
 

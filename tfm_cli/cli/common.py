@@ -342,11 +342,28 @@ def typed_command(name: str, drop: str | None = None) -> str:
     return shlex.join(["tfm", *args])
 
 
+MAX_LINE_BYTES = 1 << 20  # a line of stdin longer than this is no sentence (the model takes 1,023 tokens of one)
+
+
 def stdin_lines(command: str) -> Iterator[str]:
     """Lines of stdin, decoded strictly as UTF-8 so that a bad byte is reported with its line; `command` (e.g.
-    "tfm translate") is the one the hints pipe into."""
-    for number, raw in enumerate(sys.stdin.buffer, start=1):
+    "tfm translate") is the one the hints pipe into. A line over `MAX_LINE_BYTES` is refused when that many bytes
+    have come without its end (`< /dev/zero` read on until memory ran out)."""
+    number = 0
+    while raw := sys.stdin.buffer.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            _stdin_line(number, raw, command)  # binary data (a NUL byte) is named as such first
+            raise _line_too_long(number, command)
         yield _stdin_line(number, raw, command)
+
+
+def _line_too_long(number: int, command: str) -> TfmError:
+    return TfmError(
+        f"stdin line {number} runs over {MAX_LINE_BYTES // (1 << 20)} MiB without a line end: that is no sentence "
+        "(the model translates the first 1,023 tokens of a line)",
+        hint=f"give one sentence a line; to translate the start of a long text, cut it, e.g. head -c 100000 input.txt | {command}",
+    )
 
 
 class StdinLines:
@@ -396,6 +413,16 @@ class StdinLines:
         self._number += 1
         return _stdin_line(self._number, raw, self._command)
 
+    def _check_partial(self) -> None:
+        """Refuse the line being read, before its end has come, when it is already binary data (a NUL byte) or
+        longer than any sentence: `tfm translate < /dev/zero` read on, holding it all, until memory ran out."""
+        end = self._buffer.find(b"\n", self._pos)
+        length = (end if end >= 0 else len(self._buffer)) - self._pos  # of the next line, without its line end
+        if length > MAX_LINE_BYTES or (end < 0 and length > self.READ_BYTES and self._buffer.find(b"\x00", self._pos) >= 0):
+            line = self._buffer[self._pos : self._pos + length]
+            _stdin_line(self._number + 1, line, self._command)  # a NUL byte (binary data), UTF-16 or compressed data
+            raise _line_too_long(self._number + 1, self._command)
+
     def ready(self) -> bool:
         """Whether the next line, or the end of the input, can be had without waiting."""
         while self._buffer.find(b"\n", self._pos) < 0 and not self._eof:
@@ -419,6 +446,7 @@ class StdinLines:
             self._eof = True
         self._buffer = self._buffer[self._pos :] + data  # what is left of the last read, and the new bytes
         self._pos = 0
+        self._check_partial()
 
 
 def _stdin_line(number: int, raw: bytes, command: str) -> str:
