@@ -313,6 +313,10 @@ def test_bad_time_budget_is_a_recipe_error(recipe: Path) -> None:
     assert proc.returncode == 1 and "train.max_time='fast' is not a duration" in proc.stderr
     with pytest.raises(RecipeError, match=r"train.max_time=15 needs a unit: write e.g. 15m for minutes"):
         load_recipe(recipe, ["train.max_time=15"])  # said "must be a string (put it in quotes)": "15" is refused too
+    for value in (".nan", ".inf", "-.inf", "0", "-5"):  # ".nan" was told to write "nanm for minutes"
+        with pytest.raises(RecipeError, match=r"must be a positive time budget with a unit, e.g. 90s, 15m, 2h") as caught:
+            load_recipe(recipe, [f"train.max_time={value}"])
+        assert "nanm" not in str(caught.value) and "infm" not in str(caught.value)
 
 
 def test_rising_loss_warns_once_per_climb_and_not_on_noise() -> None:

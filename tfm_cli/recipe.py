@@ -310,6 +310,8 @@ def _type_problem(key: str, value: Any, kind: str) -> str | None:
         if isinstance(value, str) or (kind == "str?" and value is None):
             return None
         if key == "train.max_time" and _is_number(value) and not isinstance(value, bool):  # quoting it is not enough
+            if not _is_finite(value) or value <= 0:  # ".nan" was told to write "nanm"
+                return f"{bad} must be a positive time budget with a unit, e.g. 90s, 15m, 2h or 1h30m (or null for no time limit)"
             return f"{bad} needs a unit: write e.g. {value}m for minutes, {value}s or {value}h (or null for no time limit)"
         quote = " (put it in quotes)" if isinstance(value, (bool, int, float, datetime.date)) else ""
         if isinstance(value, (dict, list)):  # `description: [draft]`, or `description=a: b` on the command line
