@@ -1987,6 +1987,12 @@ def test_dry_run_refuses_a_run_directory_name_too_long_to_create(root: Path, tmp
         proc = tfm("train", str(root / "recipe.yaml"), f"name={long_name}", *out, "--dry-run", "--device", "cpu", cwd=tmp_path, check=False)
         error_line(proc, "cannot create the run directory", "File name too long")
     assert list(tmp_path.iterdir()) == []
+    (tmp_path / "runs").mkdir()  # with runs/ there, the first lookup inside the run directory failed instead:
+    for dry in (["--dry-run"], []):  # "runs/aaa.../tfm-export.json: File name too long", a file never asked for
+        proc = tfm("train", str(root / "recipe.yaml"), f"name={long_name}", *dry, "--device", "cpu", cwd=tmp_path, check=False)
+        error_line(proc, f"cannot create the run directory runs/{long_name}: File name too long")
+        assert "tfm-export.json" not in proc.stderr and "shorter name" in proc.stderr
+    assert list((tmp_path / "runs").iterdir()) == []
 
 
 @pytest.mark.plot

@@ -42,6 +42,7 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
         CorpusError: a corpus file named by the recipe is missing; TfmError: tokenizer.path is missing, or a fresh
             start's run directory already holds another tokenizer.
     """
+    _check_name_lengths(run_dir)  # before any look into it: such a name fails every lookup ("File name too long")
     if (run_dir / EXPORT_INFO).is_file():  # an ONNX export holds recipe.yaml and config.json but no checkpoint
         raise CheckpointError(
             f"{run_dir} is an export written by `tfm export` (it holds {EXPORT_INFO}), not a run directory",
@@ -125,8 +126,11 @@ def check_recipe_file(recipe_file: str | Path, recipe: Recipe, run_dir: Path, ov
     given = {text.split("=", 1)[0].strip() for text in overrides}
     _check_paths_beside(Path(recipe_file), recipe, given)
     target = run_dir / "recipe.yaml"
-    if (run_dir / EXPORT_INFO).is_file():  # not a run at all: preflight says so
-        return
+    try:
+        if (run_dir / EXPORT_INFO).is_file():  # not a run at all: preflight says so
+            return
+    except OSError:  # a name too long to look up ("runs/xxx.../tfm-export.json: File name too long"): preflight
+        return  # names the run directory and what is wrong with it
     try:
         same = Path(recipe_file).samefile(target)
     except OSError:
@@ -202,6 +206,16 @@ def _check_foreign_files(run_dir: Path) -> None:
         raise CheckpointError(
             f"{run_dir} is not a tfm run directory but holds {', '.join(clash)}, which a start would overwrite",
             hint="choose another --out (a new or empty folder)",
+        )
+
+
+def _check_name_lengths(run_dir: Path) -> None:
+    """Refuse a run directory with a name longer than any file system takes (255 bytes): `name:` of 300 letters
+    was reported as "runs/xxx.../tfm-export.json: File name too long", a file the user never asked for."""
+    if any(len(os.fsencode(part)) > 255 for part in Path(run_dir).parts):
+        raise TfmError(
+            f"cannot create the run directory {run_dir}: {os.strerror(errno.ENAMETOOLONG)}",
+            hint="choose a shorter name in the recipe (the run directory is runs/<name>/), or another --out",
         )
 
 
