@@ -55,7 +55,7 @@ complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcomman
 # tfm bench translate
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l baseline -r -F -d 'An earlier `--json` result: exit 1 naming every gated figure that got worse by more than --tolera...'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l batch-sizes -x -d 'Sentences per batch, comma-separated.'
-complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l beam -x -d 'Beam size for the beam rows.'
+complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l beam -x -d 'Beam size for the beam rows (default 4).'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l beam-only -d 'Only beam search.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l cache-only -l no-cache -d 'Also time decoding without the K/V cache (--cache-only skips it).'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l compare -d 'Also time HF MarianMT (same shapes) and CTranslate2 (these weights, float32 on CPU) on equal work.'

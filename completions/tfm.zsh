@@ -100,7 +100,7 @@ _tfm_bench_translate() {
     _arguments -s -S \
         '--baseline[An earlier `--json` result\: exit 1 naming every gated figure that got worse by more than --tolera...]:baseline:_files' \
         '--batch-sizes[Sentences per batch, comma-separated.]:batch sizes: ' \
-        '--beam[Beam size for the beam rows.]:beam: ' \
+        '--beam[Beam size for the beam rows (default 4).]:beam: ' \
         '--beam-only[Only beam search.]' \
         '(--cache-only --no-cache)'{--cache-only,--no-cache}'[Also time decoding without the K/V cache (--cache-only skips it).]' \
         '--compare[Also time HF MarianMT (same shapes) and CTranslate2 (these weights, float32 on CPU) on equal work.]' \

@@ -836,3 +836,10 @@ def test_ct2_peer_computes_tfm_function(tie: bool) -> None:
     learned = ModelConfig(vocab_size=60, d_model=24, d_ff=40, n_heads=3, max_positions=32, positions="learned")
     with pytest.raises(PeerUnavailable, match="model.positions=learned"):
         ct2_translator(Transformer(learned), torch.device("cpu"), "fp32", 2, 7)
+
+
+def test_greedy_only_refuses_a_beam_it_would_ignore(recipe: Path) -> None:
+    """`--greedy-only --beam 3` was accepted and the beam ignored (`tfm translate --greedy` refuses --beam)."""
+    proc = tfm("bench", "translate", "--recipe", str(recipe), "--greedy-only", "--beam", "3", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--greedy-only measures no beam search: drop --beam" in proc.stderr

@@ -404,7 +404,7 @@ def translate(
     sentences: int = typer.Option(64, "--sentences", min=1, help="Sources translated per configuration (a multiple of every batch size)."),
     src_len: int = typer.Option(20, "--src-len", min=1, help="Tokens per source."),
     out_len: int = typer.Option(24, "--out-len", min=1, help="Tokens every output is forced to (min = max length)."),
-    beam: int = typer.Option(4, "--beam", min=1, help="Beam size for the beam rows."),
+    beam: int | None = typer.Option(None, "--beam", min=1, show_default=False, help="Beam size for the beam rows (default 4)."),
     greedy_only: bool = typer.Option(False, "--greedy-only", help="Only greedy search."),
     beam_only: bool = typer.Option(False, "--beam-only", help="Only beam search."),
     no_cache: bool = typer.Option(True, "--no-cache/--cache-only", help="Also time decoding without the K/V cache (--cache-only skips it)."),
@@ -437,6 +437,9 @@ def translate(
 
     if greedy_only and beam_only:
         raise typer.BadParameter("choose --greedy-only or --beam-only, not both", param_hint="--greedy-only")
+    if greedy_only and beam is not None:  # it was accepted and ignored (`tfm translate --greedy` refuses --beam too)
+        raise typer.BadParameter("--greedy-only measures no beam search: drop --beam", param_hint="--beam")
+    beam = 4 if beam is None else beam
     if model is not None and recipe is not None:
         raise typer.BadParameter("--model and --recipe exclude each other: a trained model, or random weights of a recipe's shape", param_hint="--recipe")
     if model is None and recipe is None:
