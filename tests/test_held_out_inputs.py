@@ -469,3 +469,32 @@ def test_api_text_with_a_nul_or_several_lines_is_refused_as_on_the_command_line(
     assert [str(t) for t in translator.translate_stream(["Bonjour.\r\n", "Merci.\n"])] == [
         str(translator.translate("Bonjour.")), str(translator.translate("Merci."))
     ]
+
+
+def test_api_settings_and_arguments_the_cli_would_refuse(translator: Translator, tmp_path: Path) -> None:
+    """Found by a review of the Python API: DecodeSettings(greedy=True, beam=3) decoded greedily with the beam
+    ignored (translate(greedy=True, beam=3) refused it); numpy numbers in DecodeSettings stayed numpy's (not JSON);
+    attention_report took a target of two lines as one sentence (inspect-attn refuses it); train(events=3) was an
+    AttributeError."""
+    import numpy
+
+    from tfm_cli import DecodeSettings, load_recipe, train
+    from tfm_cli.attention import attention_report
+
+    with pytest.raises(TfmError, match=r"decode setting beam=3 has no effect with greedy=True"):
+        DecodeSettings(greedy=True, beam=3)
+    assert DecodeSettings(beam=5).updated(greedy=True).beam == 4  # a greedy search's beam is no setting of it
+    assert DecodeSettings(greedy=True).updated(greedy=False, beam=6).beam == 6
+    settings = DecodeSettings(beam=numpy.int64(3), alpha=numpy.float32(0.5), max_tokens=numpy.int32(900))
+    assert json.loads(json.dumps(vars(settings))) == {**vars(DecodeSettings(beam=3, alpha=0.5, max_tokens=900))}
+    assert type(settings.beam) is int and type(settings.alpha) is float and repr(settings).startswith("DecodeSettings(beam=3,")
+    for target, said in (("I am\na student.", "the target holds several lines"), ("I am\x00", "the target holds a NUL"),
+                         ("", "the target is empty")):
+        with pytest.raises(TfmError, match=said) as caught:
+            attention_report(translator, "Je suis étudiant.", target=target)
+        assert "--target" not in str(caught.value)
+    recipe = load_recipe(Path(__file__).parents[1] / "recipes" / "tiny.yaml")
+    for events in (3, "log", object()):
+        with pytest.raises(TypeError, match=r"train\(events=...\) takes a TrainEvents .* it has no message, start, step, evaluation"):
+            train(recipe, tmp_path / "never", device="cpu", events=events)
+    assert not (tmp_path / "never").exists()

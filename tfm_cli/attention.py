@@ -27,7 +27,7 @@ from tfm_cli.errors import TfmError
 from tfm_cli.model.masks import causal_mask, padding_mask
 from tfm_cli.packing import module_view
 from tfm_cli.scripts import unspaced
-from tfm_cli.translator import Translator, check_text
+from tfm_cli.translator import Translator, check_sentence, check_text
 
 KINDS = ("encoder", "decoder", "cross")
 EOS, BOS = "</s>", "<s>"
@@ -151,6 +151,7 @@ def attention_report(translator: Translator, source: str, target: str | None = N
             raise TypeError(f"attention_report() takes the {name} as a str, not {type(text).__name__}")
         if text is not None:
             check_text(text, f"the {name}")
+            check_sentence(text, f"the {name}")  # as `tfm inspect-attn` refuses them (a target was glued into one)
     if translator.precision == "int8":  # the weights shown would be those of the quantized copy
         raise TfmError(
             "attention_report() shows the fp32 model's weights, and this translator's linear layers are int8",
@@ -171,7 +172,7 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     else:
         tgt_ids, target_text, forced, stopped = tok.encode(target), target, True, None
         if not tgt_ids:
-            raise TfmError("--target is empty", hint="give the target sentence to teacher-force, or leave --target out")
+            raise TfmError("the target is empty", hint="give the target sentence to teacher-force, or none to inspect the model's own translation")
     if len(tgt_ids) > limit:
         raise TfmError(f"the target has {len(tgt_ids)} tokens; the model takes at most {limit}", hint="inspect a shorter sentence")
     device = translator.device

@@ -79,6 +79,9 @@ def _caller_stacklevel() -> int:
     return level
 
 
+DEFAULT_BEAM = 4  # the paper's (section 6.1)
+
+
 @dataclass(frozen=True)
 class DecodeSettings:
     """How to search. Field names are the recipe's `decode:` keys plus `greedy` and `n_best`.
@@ -93,7 +96,7 @@ class DecodeSettings:
         n_best: how many hypotheses to return per input (beam search only; at most `beam`).
     """
 
-    beam: int = 4
+    beam: int = DEFAULT_BEAM
     alpha: float = 0.6
     max_len_offset: int = 50
     min_len: int = 0
@@ -105,6 +108,13 @@ class DecodeSettings:
         # checked when made: DecodeSettings(beam="4") was taken, and failed only where it was first used
         if type(self.greedy).__module__ == "numpy" and type(self.greedy).__name__ in ("bool_", "bool"):
             object.__setattr__(self, "greedy", bool(self.greedy))  # numpy's bool, as numpy's ints are taken
+        # numpy's numbers as Python's (beam=np.int64(3) was kept as it was: not JSON, and shown as np.int64(3))
+        for name in ("beam", "max_len_offset", "min_len", "max_tokens", "n_best"):
+            value = getattr(self, name)
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool) and type(value) is not int:
+                object.__setattr__(self, name, int(value))
+        if isinstance(self.alpha, numbers.Real) and not isinstance(self.alpha, (bool, float, int)):
+            object.__setattr__(self, "alpha", float(self.alpha))
         self.check()
 
     def updated(self, **given: Any) -> DecodeSettings:
@@ -124,7 +134,10 @@ class DecodeSettings:
                 f"decode setting beam={given['beam']!r} has no effect: these settings decode greedily (greedy=True)",
                 hint="add greedy=False to search with a beam",
             )
-        return dataclasses.replace(self, **{k: v for k, v in given.items() if v is not None})  # checked when made
+        values = {k: v for k, v in given.items() if v is not None}
+        if values.get("greedy", self.greedy) is True and "beam" not in values:
+            values["beam"] = DEFAULT_BEAM  # greedy search takes no beam: the one of the settings before goes
+        return dataclasses.replace(self, **values)  # checked when made
 
     def check(self) -> None:
         """Raise TfmError naming the first setting of the wrong type or out of range."""
@@ -144,6 +157,8 @@ class DecodeSettings:
             (self.max_tokens >= 1, f"max_tokens={self.max_tokens} must be >= 1"),
             (self.n_best >= 1, f"n_best={self.n_best} must be >= 1"),
             (not (self.greedy and self.n_best > 1), f"n_best={self.n_best} needs beam search, not greedy"),
+            # DecodeSettings(greedy=True, beam=3) decoded greedily, the beam ignored (translate() refused the pair)
+            (not (self.greedy and self.beam != DEFAULT_BEAM), f"beam={self.beam} has no effect with greedy=True"),
             (self.greedy or self.n_best <= self.beam, f"n_best={self.n_best} cannot exceed the beam size {self.beam}"),
         ]
         for ok, message in rules:
@@ -834,16 +849,21 @@ def _check_sentences(lines: Sequence[str], first: int) -> None:
     inside it, as the command line refuses them: `translate("Merci.\\nSalut.")` gave one translation of the two
     lines glued together, and a NUL (binary data) a translation of nothing in it."""
     for number, line in enumerate(lines, start=first):
-        if "\x00" in line:
-            raise TfmError(
-                f"input line {number} holds a NUL character (at character {line.index(chr(0)) + 1}): binary data, not text",
-                hint="give text, one sentence per string",
-            )
-        if ("\n" in line or "\r" in line) and sum(1 for part in re.split(r"\r\n|\r|\n", line) if part.strip()) > 1:
-            raise TfmError(
-                f"input line {number} holds several lines: a sentence per string, or they are translated as one",
-                hint="for each line its translation: translate(text.splitlines()); for one sentence, join them with spaces",
-            )
+        check_sentence(line, f"input line {number}")
+
+
+def check_sentence(text: str, what: str) -> None:
+    """Raise TfmError when `text` (named `what`) holds a NUL character or several lines: no one sentence."""
+    if "\x00" in text:
+        raise TfmError(
+            f"{what} holds a NUL character (at character {text.index(chr(0)) + 1}): binary data, not text",
+            hint="give text, one sentence per string",
+        )
+    if ("\n" in text or "\r" in text) and sum(1 for part in re.split(r"\r\n|\r|\n", text) if part.strip()) > 1:
+        raise TfmError(
+            f"{what} holds several lines: a sentence per string, or they are translated as one",
+            hint="for each line its translation: translate(text.splitlines()); for one sentence, join them with spaces",
+        )
 
 
 def _check_text(lines: Sequence[str], what: str, first: int) -> None:

@@ -127,6 +127,9 @@ class TrainEvents:
         take no lock (write with os.write, not print)."""
 
 
+_EVENTS_CALLED = ("message", "start", "step", "evaluation")  # what the trainer calls on any events (the rest if there)
+
+
 @dataclass
 class TrainResult:
     run_dir: Path
@@ -251,13 +254,19 @@ def train(
     Raises:
         TfmError: a bad recipe (a `Recipe` changed in code is checked as a file is), corpus or device, or a run
             directory that already holds a run (without resume).
-        TypeError: `recipe` is neither a Recipe nor a path, or `resume` is not a bool.
+        TypeError: `recipe` is neither a Recipe nor a path, `resume` is not a bool, or `events` not a TrainEvents.
     """
     if not isinstance(resume, bool):  # resume="no" would resume
         raise TypeError(f"train(resume=...) must be True or False, not {resume!r}")
     run_dir = as_path(run_dir, "train()", "run_dir as a path")  # "" trained into the current directory
     if not isinstance(device, (str, torch.device)):  # device=0 failed as "'int' object has no attribute 'startswith'"
         raise TypeError(f"train(device=...) takes a str (auto, cpu, cuda, cuda:N) or a torch.device, not {type(device).__name__}")
+    missing = [] if events is None else [n for n in _EVENTS_CALLED if not callable(getattr(events, n, None))]
+    if missing:  # events=3 failed as "'int' object has no attribute 'message'"
+        raise TypeError(
+            f"train(events=...) takes a TrainEvents (subclass it for the calls you want), not {type(events).__name__}: "
+            f"it has no {', '.join(missing)}"
+        )
     recipe_file = None
     if recipe is None:
         if not (resume and run_dir is not None):
