@@ -223,6 +223,9 @@ def test_cli_token_explain_summary_align_words(trained: dict, report) -> None:
     ignored = _run(trained, "--token", "il", "--layer", "1", "--head", "2").stderr  # the table shows all of them
     assert "warning: --layer and --head are not used here: the --token table shows every layer and head" in ignored
     assert "--head is not used here: the summary shows every layer and head" in _run(trained, "--summary", "--head", "1").stderr
+    # with the summary beside it, --explain takes them: the warning said they were unused (a review found it)
+    both = _run(trained, "--summary", "--token", "il", "--explain", "--layer", "2", "--head", "3")
+    assert "not used" not in both.stderr and f"layer 2, head 3, query {query + 1}" in both.stdout
     summary = _run(trained, "--summary")
     assert len([line for line in summary.stdout.splitlines() if re.match(r"^(encoder|decoder|cross)\t\d", line)]) == 24
     assert "sharpest head" in summary.stderr

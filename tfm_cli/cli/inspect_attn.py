@@ -136,7 +136,8 @@ def inspect_attn(
         )
 
     chosen = [o for o, v in (("--layer", layer), ("--head", None if head == "mean" else head)) if v is not None]
-    if chosen and not (json_out or align or image is not None) and (summary or (token is not None and not explain_head)):
+    # (--explain takes them, with or without the summary beside it)
+    if chosen and not (json_out or align or image is not None or explain_head) and (summary or token is not None):
         warn(  # the views shown here take every layer and head: say so rather than drop the choice unseen
             f"{' and '.join(chosen)} {'is' if len(chosen) == 1 else 'are'} not used here: "
             f"{'the summary' if summary else 'the --token table'} shows every layer and head "
