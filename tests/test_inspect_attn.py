@@ -335,6 +335,8 @@ def test_cli_bad_input(trained: dict, tmp_path: Path) -> None:
     cases = [
         (["   "], "the sentence to inspect is empty"),
         ([SENTENCE, "--token", "elle"], "--token 'elle' is in neither the source nor the target"),
+        # a source word with --kind cross was "not in the sentence"
+        ([SENTENCE, "--kind", "cross", "--token", "animal"], "--token 'animal' is a source token, and --kind cross's queries are the target's tokens"),
         ([SENTENCE, "--kind", "encoder", "--layer", "9"], "--layer 9 is out of range: the encoder has layers 1-2"),
         ([SENTENCE, "--head", "5"], "--head 5 is out of range: the model has heads 1-4"),
     ]

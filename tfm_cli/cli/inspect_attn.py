@@ -216,7 +216,20 @@ def _locate(report, kind: str | None, token: str) -> tuple[str, int]:
     from tfm_cli.attention import find_token
 
     if kind is not None:
-        return kind, find_token(report.query_tokens(kind), token, None if kind == "encoder" else report.tgt_inputs)
+        try:
+            return kind, find_token(report.query_tokens(kind), token, None if kind == "encoder" else report.tgt_inputs)
+        except TfmError as error:  # "is not in the sentence" for a source word with --kind cross, which it is
+            side, other = ("source", "target") if kind == "encoder" else ("target", "source")
+            other_tokens = report.src_tokens if kind != "encoder" else report.tgt_tokens
+            try:
+                find_token(other_tokens, token, None if kind != "encoder" else report.tgt_inputs)
+            except TfmError:
+                raise error from None
+            raise TfmError(
+                f"--token {token!r} is a {other} token, and --kind {kind}'s queries are the {side}'s tokens",
+                hint=f"leave --kind out (or give --kind {'encoder' if other == 'source' else 'cross'}) to take it from the "
+                f"{other}; {side} tokens: {' '.join(report.query_tokens(kind))}",
+            ) from None
     try:
         return "encoder", find_token(report.src_tokens, token)
     except TfmError:
