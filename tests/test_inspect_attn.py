@@ -244,8 +244,8 @@ def test_cli_token_start_of_sentence(trained: dict, report) -> None:
     assert torch.allclose(torch.tensor(data["focus"]["layer_means"]), report.weights["decoder"][:, :, 0, :].mean(dim=1), atol=1e-5)
     focused = _run(trained, "--token", "<s>").stdout  # not in the source: cross-attention, the first row
     assert f'Where "{report.tgt_tokens[0].replace("▁", "")}" (query 1) attends in encoder-decoder cross-attention' in focused
-    proc = _run(trained, "--token", "<s>", "--kind", "encoder", check=False)
-    assert proc.returncode == 1 and "--token '<s>' is not in the sentence" in proc.stderr
+    proc = _run(trained, "--token", "<s>", "--kind", "encoder", check=False)  # the target's, not the source's
+    assert proc.returncode == 1 and "--token '<s>' is a target token, and --kind encoder's queries are the source's" in proc.stderr
 
 
 def test_cli_sentence_from_stdin_or_a_file_name(trained: dict, tmp_path: Path) -> None:
