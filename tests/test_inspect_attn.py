@@ -231,6 +231,9 @@ def test_cli_token_explain_summary_align_words(trained: dict, report) -> None:
     assert "sharpest head" in summary.stderr
     aligned = _run(trained, "--align").stdout.splitlines()[0]
     assert aligned == " ".join(f"{i}-{j}" for i, j in alignment(report))
+    encoder = _run(trained, "--align", "--kind", "encoder")  # the kind was dropped without a word
+    assert encoder.stdout.splitlines()[0] == aligned and "warning: --kind encoder is not used here: --align reads cross-attention" in encoder.stderr
+    assert "not used" not in _run(trained, "--align", "--kind", "cross").stderr
     words = _run(trained, "--words", "--kind", "encoder").stdout
     assert "keys: 1 L'animal  2 n'a" in words
 

@@ -135,6 +135,11 @@ def inspect_attn(
             hint=f"use --layer 1 to {decoder_layers} with --align",
         )
 
+    if align and given_kind not in (None, "cross") and not (json_out or html is not None or image is not None or token is not None):
+        warn(  # nothing else shown takes the kind: it was dropped without a word
+            f"--kind {given_kind} is not used here: --align reads cross-attention (the kind chooses the heatmap's, "
+            "--token's, --image's and --html's)"
+        )
     chosen = [o for o, v in (("--layer", layer), ("--head", None if head == "mean" else head)) if v is not None]
     # (--explain takes them, with or without the summary beside it)
     if chosen and not (json_out or align or image is not None or explain_head) and (summary or token is not None):
