@@ -47,6 +47,15 @@ CorpusSpec = str | os.PathLike | Sequence[str | os.PathLike]
 # ---- reading ------------------------------------------------------------------------------------
 
 
+def line_count(text: str) -> int:
+    """How many non-blank lines `text` holds, its lines ending where tfm reads a line's end: at a line feed or a
+    carriage return (stdin and corpus files read lines to their \\n and name a stray \\r), not at the other
+    characters `str.splitlines` breaks at (U+2028, U+0085, form feed, \\x1c-\\x1e), which a line keeps inside it.
+    More than one in a sentence (`tfm translate "$(cat input.fr)"`, `translate("Merci.\\nSalut.")`) would be
+    glued into one: the command line and the API refuse it."""
+    return sum(1 for line in re.split(r"\r\n|\r|\n", text) if line.strip())
+
+
 def bundled_dir() -> Path:
     """The folder that holds the bundled corpora (`<tfm_cli package>/corpora`)."""
     return Path(str(files("tfm_cli"))) / "corpora"

@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import numbers
 import os
-import re
 import sys
 import threading
 import unicodedata
@@ -42,6 +41,7 @@ from typing import Any, overload
 import torch
 
 from tfm_cli.checkpoint import load_model
+from tfm_cli.corpus import line_count
 from tfm_cli.decoding import Engine, Hypothesis, TorchEngine, translate_ids
 from tfm_cli.errors import TfmError
 from tfm_cli.files import as_path
@@ -859,7 +859,7 @@ def check_sentence(text: str, what: str) -> None:
             f"{what} holds a NUL character (at character {text.index(chr(0)) + 1}): binary data, not text",
             hint="give text, one sentence per string",
         )
-    if ("\n" in text or "\r" in text) and sum(1 for part in re.split(r"\r\n|\r|\n", text) if part.strip()) > 1:
+    if ("\n" in text or "\r" in text) and line_count(text) > 1:
         raise TfmError(
             f"{what} holds several lines: a sentence per string, or they are translated as one",
             hint="for each line its translation: translate(text.splitlines()); for one sentence, join them with spaces",

@@ -11,7 +11,6 @@ import errno
 import functools
 import json
 import os
-import re
 import select
 import signal
 import stat
@@ -28,6 +27,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from tfm_cli.corpus import line_count as line_count  # (the commands take it from here)
 from tfm_cli.errors import RecipeError, TfmError, shell_word
 from tfm_cli.signals import swap_handlers
 
@@ -282,17 +282,6 @@ def check_utf8(text: str, what: str) -> str:
             hint="give UTF-8 text; check the terminal's encoding (e.g. LANG=C.UTF-8)",
         ) from None
     return text
-
-
-def line_count(text: str) -> int:
-    """How many non-blank lines a sentence argument holds: more than one (`"$(cat input.fr)"`) would be glued into
-    one sentence, so `translate` and `inspect-attn` refuse it.
-
-    Lines end at a line feed or a carriage return, as on stdin (which reads lines to their \\n, and names a \\r): not at
-    the other characters `str.splitlines` breaks at (U+2028, U+0085, form feed, \\x1c-\\x1e), which stdin keeps inside
-    its line: a sentence holding one was translated from stdin and refused as "2 lines" as an argument.
-    """
-    return sum(1 for line in re.split(r"\r\n|\r|\n", text) if line.strip())
 
 
 def names_a_file(text: str) -> bool:
