@@ -444,7 +444,8 @@ def test_config_rejects_d_model_not_divisible_by_heads() -> None:
 
 @pytest.mark.parametrize("length", [16, 200])  # below and above the CPU short-sequence kernel switch (128 keys)
 def test_bf16_attention_matches_explicit_math_on_cpu(length: int) -> None:
-    """Reduced precision on CPU takes SDPA's math kernel for short keys and the fused one for long keys."""
+    """Reduced precision on CPU takes the explicit formula in fp32 for short keys and SDPA's fused kernel for long
+    keys: both the function of fp64 math on the same bf16 inputs."""
     g = torch.Generator().manual_seed(length)
     q, k, v = (torch.randn(2, 4, length, 32, generator=g) for _ in range(3))
     mask = torch.ones(2, 1, 1, length, dtype=torch.bool)
@@ -455,3 +456,26 @@ def test_bf16_attention_matches_explicit_math_on_cpu(length: int) -> None:
     scores = (q64 @ k64.transpose(-2, -1) / math.sqrt(32)).masked_fill(~mask, float("-inf"))
     reference = scores.softmax(dim=-1) @ v64
     assert torch.allclose(fast.double(), reference, atol=3e-2), (fast.double() - reference).abs().max()
+
+
+def test_short_bf16_attention_on_cpu_rounds_only_its_output() -> None:
+    """The fp32 explicit formula for short keys in bf16 on CPU: the output is the fp64 result rounded once to bf16
+    (a bf16 product of the scores would be off by up to 1/128 of each score, before the softmax), and so are the
+    gradients of q, k and v, with padding and the causal mask."""
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (3 * torch.randn(3, 4, 9, 16, generator=g) for _ in range(3))
+    mask = torch.ones(9, 9, dtype=torch.bool).tril()[None, None] & torch.ones(3, 1, 1, 9, dtype=torch.bool)
+    mask[1, ..., 6:] = False
+    q, k, v = (t.bfloat16().requires_grad_() for t in (q, k, v))
+    out, _ = attention(q, k, v, mask)
+    grad_out = torch.randn(out.shape, generator=g).bfloat16()
+    out.backward(grad_out)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    scores = (q64 @ k64.transpose(-2, -1) / 4).masked_fill(~mask, float("-inf"))
+    reference = scores.softmax(dim=-1) @ v64
+    reference.backward(grad_out.double())
+    # fp32 inside: the only rounding that shows is bf16's own (half a unit in the last place; one allowed for fp32)
+    assert ((out.double() - reference).abs() <= reference.abs() * 2**-8).all()
+    for got, want in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+        assert got.dtype == torch.bfloat16
+        assert torch.allclose(got.double(), want, rtol=2**-7, atol=1e-5), (got.double() - want).abs().max()
