@@ -141,6 +141,17 @@ def _mixed(pieces: list[str]) -> list[str]:
     return [p for p in pieces if any(c.isalpha() for c in p) and any(c in ".,!?;:«»\"()" for c in p)]
 
 
+def test_text_that_reads_like_a_byte_token_round_trips() -> None:
+    """A vocabulary with no pieces for '<', '0', 'x', digits and '>' spells "<0x41>" in byte tokens; decoding once
+    turned that run's text into the byte it names ("A", and "<0xE9>" into U+FFFD)."""
+    tok = train_tokenizer(["le chat dort sur le tapis", "un chien court dans la rue"] * 20, vocab_size=300)
+    text = "Tapez <0x41> puis <0xE9>, ou <0x3C0x41>."
+    ids = tok.encode(text)
+    assert sum(tok.is_byte(i) for i in ids) > 20  # the characters are spelled in bytes here
+    assert tok.decode(ids) == tok.detokenize(ids) == text
+    assert tok.decode(tok.encode("<0x41>")) == "<0x41>"
+
+
 def test_words_and_punctuation_never_share_a_piece(tok: Tokenizer) -> None:
     """A word is learned without the punctuation that follows it ("matin." is "matin" then "."), as
     sentencepiece splits by script; apostrophes and hyphens inside a word stay in it."""

@@ -101,12 +101,14 @@ def _pre_tokenizer() -> pre_tokenizers.PreTokenizer:
 
 def _decoder() -> decoders.Decoder:
     # Byte tokens first become characters, then "▁" becomes a space (dropped at the very start).
-    return decoders.Sequence(
-        [
-            decoders.ByteFallback(),
-            decoders.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True),
-        ]
-    )
+    return decoders.Sequence([decoders.ByteFallback(), _metaspace_decoder()])
+
+
+def _metaspace_decoder() -> decoders.Decoder:
+    return decoders.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True)
+
+
+_METASPACE = _metaspace_decoder()
 
 
 class Tokenizer:
@@ -249,7 +251,9 @@ class Tokenizer:
         `bytes.decode(errors="replace")` gives). Hugging Face's ByteFallback decoder, which tokenizer.json names,
         turns every byte of a run that holds a broken character into U+FFFD: one cut character (a small model's
         slip, or the length limit falling inside it) wiped out the whole run, the characters before and after it
-        spelled in bytes too ("参", a cut one, "吅" came out as eight U+FFFD)."""
+        spelled in bytes too ("参", a cut one, "吅" came out as eight U+FFFD). The runs' text then goes through
+        the "▁" -> space step only: through ByteFallback again, text that reads like a byte token ("<0x41>" spelled
+        in bytes by a small vocabulary) became the byte it names ("A")."""
         if not any(self.is_byte(i) for i in ids):
             return self._tk.decode(ids, skip_special_tokens=False)
         tokens: list[str] = []
@@ -259,12 +263,12 @@ class Tokenizer:
                 run.append(i - N_SPECIAL)
                 continue
             if run:
-                tokens.append(run.decode("utf-8", errors="replace"))  # not "<0x..>": the decoder leaves it as it is
+                tokens.append(run.decode("utf-8", errors="replace"))
                 run.clear()
             tokens.append(self._tk.id_to_token(i))
         if run:
             tokens.append(run.decode("utf-8", errors="replace"))
-        return self._tk.decoder.decode(tokens)
+        return _METASPACE.decode(tokens)  # no byte token is left to read
 
     def decode_as_saved(self, ids: Sequence[int]) -> str:
         """The text tokenizer.json's own decoder gives for `ids` (pad, BOS and EOS dropped), as other tools that
