@@ -126,6 +126,22 @@ def test_error_invalid_utf8(tmp_path: Path, gz: bool) -> None:
     assert "re-encode the file as UTF-8" in msg and "iconv -f cp1252 -t utf-8" in msg
 
 
+def test_damaged_gzip_is_named_as_damage_not_as_an_encoding(tmp_path: Path) -> None:
+    """Damage inside a gzip stream decompresses to bytes that are not UTF-8 long before the CRC at the end is read;
+    the message said to re-encode the file (with iconv, which would keep the damage) instead of that it is damaged."""
+    import gzip as gzip_module
+
+    # What damage looks like from inside: a line of bytes that are not UTF-8, and a CRC at the end that fails.
+    data = bytearray(gzip_module.compress(b"ok\tOK\nd\xe9j\xe0\tal\xff\n" + b"a\tb\n" * 1000))
+    data[-8] ^= 0xFF  # the CRC-32 of the trailer
+    path = write(tmp_path / "c.tsv.gz", bytes(data))
+    with pytest.raises(CorpusError) as info:
+        list(read_pairs(path))
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: the compressed data is damaged") and "iconv" not in msg, msg
+    assert f"gzip -t {path}" in msg
+
+
 def test_error_mismatched_line_counts(tmp_path: Path) -> None:
     src = write(tmp_path / "s.txt", "".join(f"s{i}\n" for i in range(10)))
     tgt = write(tmp_path / "t.txt", "".join(f"t{i}\n" for i in range(9)))

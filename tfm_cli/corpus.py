@@ -142,12 +142,15 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterat
                     raw = raw[:-1]
                 gzipped = isinstance(f, gzip.GzipFile)  # by its content, as read: the fixes say zcat or cat by it
                 if (line_no == 1 or b"\x00" in raw) and (problem := _not_text(raw, line_no, path, gzipped)):
+                    _check_intact(f, shown, line_no, path)
                     raise CorpusError(f"{shown}:{line_no}: {problem}")
                 if b"\r" in raw:  # read as one line, it would silently glue many sentences together
+                    _check_intact(f, shown, line_no, path)
                     raise CorpusError(f"{shown}:{line_no}: {_carriage_return(path, gzipped)}")
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as err:
+                    _check_intact(f, shown, line_no, path)
                     name, fixed = _shell_path(path), _shell_path(path, "utf8-")
                     fix = (
                         "pipe it through iconv -f cp1252 -t utf-8"
@@ -181,6 +184,22 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterat
         raise CorpusError(
             f"{shown}: cannot read the file ({err}); is it a complete, uncompressed or gzip text file?"
         ) from err
+
+
+def _check_intact(f: IO[bytes], shown: str, line_no: int, path: Path) -> None:
+    """Before a line of a gzip file is blamed for not being text, read the stream to its end: damaged compressed
+    data decompresses to garbage that looks like another encoding or binary until the CRC at the end says so, and
+    re-encoding it (the fix the message would suggest) would keep the damage. Raises CorpusError if it is damaged."""
+    if not isinstance(f, gzip.GzipFile):
+        return
+    try:
+        while f.read(1 << 20):
+            pass
+    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
+        raise CorpusError(
+            f"{shown}: the compressed data is damaged ({err}; line {line_no} came out as garbage): restore the "
+            f"file from a good copy (gzip -t {_shell_path(path)} checks one)"
+        ) from None
 
 
 def _shell_path(path: Path, prefix: str = "") -> str:
