@@ -397,12 +397,12 @@ def test_two_tsv_files_given_as_a_pair_are_refused(root: Path, tmp_path: Path) -
 def test_a_corpus_without_a_single_full_pair(tmp_path: Path) -> None:
     """Every line has an empty side: not one pair to learn from, said with the file (it was 'cannot train a
     tokenizer: the training texts are empty', no file named)."""
-    corpus = write(tmp_path / "train.tsv", "\tHello.\nBonjour.\t\n \t \n")
+    corpus = write(tmp_path / "train.tsv", "\tHello.\nBonjour.\t\nSalut.\t\u200b\u00ad \n")  # the last: invisible
     out = tmp_path / "out"
     proc = tfm("train", str(recipe(tmp_path, str(corpus))), "--out", str(out), "--device", "cpu", check=False)
     error_line(proc, f"{corpus} has 3 lines but none with both a source and a target")
     assert nothing_written(out)
-    src, tgt = write(tmp_path / "a.fr", "\nBonjour.\n"), write(tmp_path / "a.en", "Hello.\n \n")
+    src, tgt = write(tmp_path / "a.fr", "\nBonjour.\n"), write(tmp_path / "a.en", "Hello.\n \u200b\n")
     with pytest.raises(CorpusError) as err:
         list(read_pairs([src, tgt]))
     one_line(err.value, f"{src} and {tgt} have 2 lines but no pair with both a source and a target sentence")

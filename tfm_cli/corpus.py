@@ -40,11 +40,25 @@ OTHER_COMPRESSION = {
 }
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
+# Invisible characters that only shape how text is shown, dropped wherever they are: U+FEFF, a byte-order mark
+# (files concatenated with `cat` carry one mid-file); U+200B zero-width space, U+2060 word joiner and U+00AD soft
+# hyphen (line-breaking hints that web pages and word processors leave inside words: "tr<U+200B>ès" was encoded
+# as byte pieces and translated as another word); U+200E/U+200F, the left-to-right and right-to-left marks. The
+# zero-width joiner and non-joiner (U+200D, U+200C) stay: they change the letters in Persian and Indic scripts
+# and make one emoji of several.
+INVISIBLE = "\ufeff\u200b\u2060\u00ad\u200e\u200f"
+_NOT_SHOWN = str.maketrans("", "", INVISIBLE + "\u2581")  # and "▁", which the tokenizer reads as a space
+
 Pair = tuple[int, str, str]  # (line number, 1-based; source sentence; target sentence)
 CorpusSpec = str | os.PathLike | Sequence[str | os.PathLike]
 
 
 # ---- reading ------------------------------------------------------------------------------------
+
+
+def has_text(side: str) -> bool:
+    """Whether a sentence holds anything once normalised: not only whitespace, "▁" and invisible characters."""
+    return bool(side.translate(_NOT_SHOWN).strip())
 
 
 def line_count(text: str) -> int:
@@ -328,7 +342,7 @@ def _read_tsv(path: Path, shown: str, option: str | None = None, columns: TsvCol
         if columns is not None:
             columns.count(line_no, len(parts))
         if len(parts) < 2:
-            what = "is blank" if not text else "has no tab"
+            what = "is blank" if not text else "holds only whitespace" if not text.strip() else "has no tab"
             # the two files as the user gives them: a recipe's list, or the option twice on a command line
             pair = f"{option} SOURCE_FILE {option} TARGET_FILE" if option else "[source_file, target_file]"
             raise CorpusError(
@@ -336,14 +350,14 @@ def _read_tsv(path: Path, shown: str, option: str | None = None, columns: TsvCol
                 f"(remove blank lines; for one sentence per line, give {pair})"
             )
         n += 1
-        full += bool(parts[0].strip() and parts[1].strip())
+        full += has_text(parts[0]) and has_text(parts[1])
         yield line_no, parts[0], parts[1]
     if n == 0:
         raise CorpusError(f"{shown} contains no sentence pairs: expected source<TAB>target lines")
     if full == 0:
         raise CorpusError(
-            f"{shown} has {n} lines but none with both a source and a target: every line has an empty side "
-            "(expected source<TAB>target lines)"
+            f"{shown} has {n} lines but none with both a source and a target: every line has a side that is empty "
+            "or holds only whitespace or invisible characters such as U+200B (expected source<TAB>target lines)"
         )
 
 
@@ -390,7 +404,7 @@ def _read_parallel(src_path: Path, src_shown: str, tgt_path: Path, tgt_shown: st
         if src_item is None or tgt_item is None:
             break
         n += 1
-        full += bool(src_item[1].strip() and tgt_item[1].strip())
+        full += has_text(src_item[1]) and has_text(tgt_item[1])
         tabs.count(n, src_item[1], tgt_item[1])
         yield src_item[0], src_item[1], tgt_item[1]
     tabs.check(n)
@@ -414,5 +428,5 @@ def _read_parallel(src_path: Path, src_shown: str, tgt_path: Path, tgt_shown: st
     if full == 0:
         raise CorpusError(
             f"{src_shown} and {tgt_shown} have {n} lines but no pair with both a source and a target sentence "
-            "(every line is blank on one side)"
+            "(every line is blank, or holds only invisible characters such as U+200B, on one side)"
         )

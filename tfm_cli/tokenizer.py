@@ -34,6 +34,7 @@ from pathlib import Path
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as _HFTokenizer
 
+from tfm_cli.corpus import INVISIBLE
 from tfm_cli.errors import TfmError
 from tfm_cli.files import as_path, write_failure
 
@@ -58,13 +59,7 @@ MAX_TRAINING_WORD = 256
 _LONG_WORD = re.compile(f"[^{_WHITESPACE}]{{{MAX_TRAINING_WORD + 1}}}")
 
 
-# Invisible characters that only shape how text is shown, dropped wherever they are: U+FEFF, a byte-order mark
-# (files concatenated with `cat` carry one mid-file); U+200B zero-width space, U+2060 word joiner and U+00AD soft
-# hyphen (line-breaking hints that web pages and word processors leave inside words: "tr<U+200B>ès" was encoded
-# as byte pieces and translated as another word); U+200E/U+200F, the left-to-right and right-to-left marks. The
-# zero-width joiner and non-joiner (U+200D, U+200C) stay: they change the letters in Persian and Indic scripts
-# and make one emoji of several.
-_INVISIBLE = "\ufeff\u200b\u2060\u00ad\u200e\u200f"
+_INVISIBLE = INVISIBLE  # dropped by the normaliser (see tfm_cli.corpus.INVISIBLE)
 
 # Typographic single quotes read as the ASCII apostrophe, as Moses' normalize-punctuation.perl reads them for WMT:
 # a word processor or a phone types "J’ai" where a keyboard types "J'ai", and a corpus holds mostly one of them

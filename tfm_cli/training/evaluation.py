@@ -50,14 +50,14 @@ def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str 
     take it, as `tfm translate` cuts it, not at `data.max_len`, which filters the training pairs alone; so the
     dev BLEU is the score of the text `tfm translate` prints for the same sources."""
     # References normalised as the translations are (NFC, one space): an NFD reference would never match the
-    # model's NFC output. A side empty once normalised (only whitespace and '▁') is skipped, as in data.train.
+    # model's NFC output. A side empty once normalised (only whitespace, '▁' and invisible characters) is skipped, as in data.train.
     columns = TsvColumns()
     read = [(s, tokenizer.normalize(t)) for _, s, t in read_pairs(spec, columns=columns)]
     pairs = [(s, ref) for s, ref in read if ref and tokenizer.normalize(s)]
     if not pairs:
         raise TfmError(
             f"dev corpus {spec} has no usable sentence pairs: every pair has a side that is empty once normalised "
-            "(only whitespace or '▁')",
+            "(only whitespace, '▁' or invisible characters such as U+200B)",
             hint="give data.dev sentence pairs with text on both sides, or data.dev: null",
         )
     sources = [s for s, _ in pairs]
