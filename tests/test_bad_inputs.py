@@ -587,6 +587,25 @@ def test_weights_of_another_architecture(copy: Path, kind: str) -> None:
     assert proc.stdout == "" and snapshot(copy) == before
 
 
+def test_weights_whose_scores_are_nan_are_named_not_translated_as_empty(copy: Path, tmp_path: Path) -> None:
+    """A damaged file whose numbers are all finite (the loader's NaN/inf check passes it) but overflow in the first
+    products: every score NaN. tfm translate printed an empty translation for every line (score 0.0, exit 0) and
+    the release export's "same weights" check took max(0.0, nan) = 0.0 as equal, and put the run's BLEU on its card."""
+    weights = copy / "model.safetensors"
+    metadata, state = read_metadata(weights), load_file(str(weights))
+    state["encoder_layers.0.ffn.w_1.weight"][0, 0] = 3e38
+    save_weights(weights, state, ModelConfig.from_dict(json.loads(metadata["config"])), metadata["tokenizer_sha256"], 10)
+    before = snapshot(copy)
+    for args in ((), ("--greedy",), ("--json", "--n-best", "2")):
+        proc = translate(copy, "Bonjour.", *args)
+        error_line(proc, f"{weights}: the model's scores are not numbers (NaN): its weights are damaged")
+        assert proc.stdout == "", args
+    out = tmp_path / "release"
+    proc = tfm("export", str(copy), "--format", "release", "--verify-lines", "2", "--out", str(out), check=False)
+    error_line(proc, f"{weights}: the model's scores are not numbers (NaN)")
+    assert not out.exists() and snapshot(copy) == before
+
+
 def test_files_of_another_kind_given_as_the_model_are_named_for_what_they_are(copy: Path) -> None:
     """A trainer state, an ONNX graph, a tokenizer or a run's checkpoints folder given as --model were all called
     "not a readable safetensors file, or truncated or corrupt ... copy a damaged file again": intact files, of the

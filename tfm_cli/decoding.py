@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tfm_cli.errors import TfmError
 from tfm_cli.model import KVCache, ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask, padding_mask
 from tfm_cli.packing import decoding_view, module_view, tensor_version
@@ -220,6 +221,10 @@ def as_engine(model: Transformer | Engine, use_cache: bool = True) -> Engine:
     return TorchEngine(model, use_cache) if isinstance(model, Transformer) else model
 
 
+class NonFiniteOutput(TfmError):
+    """The model gave NaN scores while decoding: no translation can be chosen from them."""
+
+
 def _step_log_probs(
     engine: Engine, last: torch.Tensor, state: DecoderState, at_max: torch.Tensor, ban_eos: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -236,7 +241,14 @@ def _step_log_probs(
     logits = engine.step(last, state).float()  # (B, V)
     log_probs = logits.log_softmax(dim=-1)
     log_probs[:, banned_ids(cfg)] = float("-inf")  # padding, BOS and <unk> are never outputs
-    limited = bool(at_max.any())  # one host synchronisation a step, as before
+    # One host synchronisation a step, for both questions. A NaN logit makes its whole row NaN (its log-sum-exp
+    # is NaN), so one column tells; such rows never finished nor continued, and came out as empty translations.
+    limited, broken = torch.stack([at_max.any(), log_probs[:, cfg.eos_id].isnan().any()]).tolist()
+    if broken:
+        raise NonFiniteOutput(
+            "the model's scores are not numbers (NaN): its weights are damaged, or its training diverged",
+            hint="restore model.safetensors (e.g. average the run's checkpoints) or train again",
+        )
     forced = at_max.clone()
     if limited:
         forced[at_max] = log_probs[at_max].argmax(dim=-1) != cfg.eos_id  # the model's choice, before min_len's ban

@@ -42,7 +42,7 @@ import torch
 
 from tfm_cli.checkpoint import load_model
 from tfm_cli.corpus import line_count
-from tfm_cli.decoding import Engine, Hypothesis, TorchEngine, translate_ids
+from tfm_cli.decoding import Engine, Hypothesis, NonFiniteOutput, TorchEngine, translate_ids
 from tfm_cli.errors import TfmError
 from tfm_cli.files import as_path
 from tfm_cli.model import Transformer
@@ -765,6 +765,8 @@ class Translator:
                 max_tokens=decode.max_tokens, greedy=decode.greedy, on_batch=progress,
                 autocast=self._autocast, into=hyps,
             )
+        except NonFiniteOutput as err:  # named with the model it came from
+            raise TfmError(f"{self.path or 'the model'}: {err}", hint=err.hint) from None
         except KeyboardInterrupt:
             if finished is not None:
                 by_line = dict(zip(todo, hyps, strict=True))

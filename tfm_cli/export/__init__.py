@@ -100,6 +100,7 @@ def run_export(
         raise TfmError(f"opset must be an integer, not {options['opset']!r}")
     from tfm_cli import __version__
     from tfm_cli.checkpoint import load_model
+    from tfm_cli.decoding import NonFiniteOutput
     from tfm_cli.export.common import probe_sources
     from tfm_cli.files import utf8_name
 
@@ -116,7 +117,10 @@ def run_export(
     sources = probe_sources(loaded.run_dir, verify_lines, loaded.tokenizer)
     with staging(out, force, protect=[loaded.run_dir]) as tmp:
         extra = {"progress": progress} if fmt == "release" and progress is not None else {}
-        result: ExportResult = exporter(loaded, tmp, sources, **options, **extra)
+        try:
+            result: ExportResult = exporter(loaded, tmp, sources, **options, **extra)
+        except NonFiniteOutput as err:  # the source weights give NaN: named, as tfm translate names them
+            raise TfmError(f"{loaded.path}: {err}", hint=err.hint) from None
         result.path = out
         result.notes = [note.replace(str(tmp), str(out)) for note in result.notes]  # name the final place
         info = {"format": fmt, "tfm_version": __version__, "step": loaded.step, **result.to_dict()}
