@@ -404,3 +404,49 @@ def test_an_export_finished_alongside_is_not_replaced_without_force(tmp_path: Pa
     assert sorted(p.name for p in out.parent.iterdir()) == ["shared"]  # no staging leftovers
     run_export("release", first, out, force=True, verify_lines=2)  # --force still replaces it
     assert Path(json.loads((out / "tfm-export.json").read_text(encoding="utf-8"))["source"]).parent == first
+
+
+def test_an_empty_mount_point_as_out_is_named_before_the_export(tmp_path: Path) -> None:
+    """An empty volume (a docker -v mount) given as --out ran every check, then was blamed on "another process"
+    that had "filled" it (it was still empty), with a hint to use --force, which failed with "Device or resource
+    busy": the export is written beside `out` and renamed into place, which a mount point cannot take."""
+    import subprocess
+
+    run, volume = _random_run(tmp_path / "run"), tmp_path / "volume"
+    volume.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(volume)], capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root (CAP_SYS_ADMIN), which this machine does not give")
+    try:
+        with pytest.raises(TfmError) as caught:
+            run_export("release", run, volume, verify_lines=2)
+        assert str(caught.value).startswith(f"{volume} is a mount point") and f"--out {volume / 'export'}" in caught.value.hint
+        assert list(volume.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["run", "volume"]
+        run_export("release", run, volume / "export", verify_lines=2)  # a folder inside it, as the hint says
+        assert (volume / "export" / "tfm-export.json").is_file()
+    finally:
+        subprocess.run(["umount", str(volume)], check=True)
+
+
+def test_an_empty_out_that_cannot_be_replaced_is_not_blamed_on_another_export(tmp_path: Path, monkeypatch) -> None:
+    """An empty --out whose place the staged export cannot take (a read-only parent, a busy folder): the rename fails
+    while `out` is still empty, which was reported as "filled by another process (another tfm export?)"."""
+    import errno
+
+    import tfm_cli.export.common as common
+
+    run, out = _random_run(tmp_path / "run"), tmp_path / "out"
+    out.mkdir()
+    real_rename = Path.rename
+
+    def busy(self: Path, target):
+        if Path(target) == out:
+            raise OSError(errno.EBUSY, "Device or resource busy", str(target))
+        return real_rename(self, target)
+
+    monkeypatch.setattr(common.Path, "rmdir", lambda self: (_ for _ in ()).throw(OSError(errno.EBUSY, "busy")))
+    monkeypatch.setattr(common.Path, "rename", busy)
+    with pytest.raises(TfmError) as caught:
+        run_export("release", run, out, verify_lines=2)
+    message = str(caught.value)
+    assert message == f"{out} (an empty folder) cannot be replaced by the export: Device or resource busy", message
+    assert "another process" not in message and list(out.iterdir()) == []

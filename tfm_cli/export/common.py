@@ -258,6 +258,14 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
         out = resolved
     if out.exists() and not out.is_dir():
         raise TfmError(f"{out} exists and is not a directory", hint="choose another --out directory")
+    if out.is_dir() and os.path.ismount(out):  # an empty volume (docker -v): said after every check had run, as
+        # "filled by another process"; the export is written beside `out` and renamed into its place, and a mount
+        # point cannot be renamed over
+        raise TfmError(
+            f"{out} is a mount point, which an export cannot take the place of (it is written beside its folder, "
+            "then renamed into place)",
+            hint=f"give a folder inside it, e.g. --out {out / 'export'}",
+        )
     if out.is_dir() and ((out / "checkpoints").is_dir() or (out / "metrics.jsonl").is_file()):
         # another run's checkpoints and trainer states: --force is for replacing an export, not a training run
         raise TfmError(
@@ -364,6 +372,11 @@ def _install_new(tmp: Path, out: Path) -> None:
     except OSError as err:
         if not (out.exists() or out.is_symlink()):
             raise
+        if out.is_dir() and not out.is_symlink() and not any(out.iterdir()):  # still empty: it could not be replaced
+            raise TfmError(
+                f"{out} (an empty folder) cannot be replaced by the export: {err.strerror or err}",
+                hint=f"give --out a folder that does not exist yet, e.g. {out / 'export'}",
+            ) from err
         raise TfmError(
             f"{out} was filled by another process (another tfm export?) while this export ran; it is kept as that "
             "process left it, and this export was not installed",
