@@ -85,8 +85,8 @@ complete -c tfm -n '__fish_seen_subcommand_from export' -F
 # tfm inspect-attn
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l align -d 'Print the source-target word alignment from cross-attention (Pharaoh i-j).'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, or cuda.'
-complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l explain -d 'With --token: one head step by step (q.k, /sqrt(d_k), softmax, values).'
-complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l head -x -d 'Head, from 1, or \'mean\' of all heads (--json keeps every head unless a number is given).'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l explain -d 'With --token: one head step by step (q.k, /sqrt(d_k), softmax, values)'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l head -x -d 'Head, from 1, or \'mean\' of all heads (the default'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l help -s h -d 'Show this message and exit.'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l html -r -F -d 'Also write a self-contained HTML page to explore every head.'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l image -r -F -d 'Also write the heatmap as an image (.png or .svg'

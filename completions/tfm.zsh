@@ -161,8 +161,8 @@ _tfm_inspect_attn() {
     _arguments -s -S \
         '--align[Print the source-target word alignment from cross-attention (Pharaoh i-j).]' \
         '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
-        '--explain[With --token\: one head step by step (q.k, /sqrt(d_k), softmax, values).]' \
-        '--head[Head, from 1, or '\''mean'\'' of all heads (--json keeps every head unless a number is given).]:head: ' \
+        '--explain[With --token\: one head step by step (q.k, /sqrt(d_k), softmax, values)]' \
+        '--head[Head, from 1, or '\''mean'\'' of all heads (the default]:head: ' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--html[Also write a self-contained HTML page to explore every head.]:html:_files' \
         '--image[Also write the heatmap as an image (.png or .svg]:image:_files' \

@@ -220,6 +220,10 @@ def test_cli_token_explain_summary_align_words(trained: dict, report) -> None:
     best = max(data["rows"], key=lambda r: r["weight"])
     assert f"takes {best['weight']:.0%} of the attention" in explained
     assert "not used" not in _run(trained, "--token", "il", "--explain", "--layer", "2", "--head", "3").stderr
+    # --head mean typed with --explain explained head 1 without a word; left out, head 1 is the documented default
+    mean = _run(trained, "--token", "il", "--explain", "--head", "mean", check=False)
+    assert mean.returncode == 2 and "--explain shows one head's numbers" in mean.stderr and mean.stdout == ""
+    assert f"layer 2, head 1, query {query + 1}" in _run(trained, "--token", "il", "--explain").stdout
     ignored = _run(trained, "--token", "il", "--layer", "1", "--head", "2").stderr  # the table shows all of them
     assert "warning: --layer and --head are not used here: the --token table shows every layer and head" in ignored
     assert "--head is not used here: the summary shows every layer and head" in _run(trained, "--summary", "--head", "1").stderr

@@ -121,7 +121,7 @@ def resolve_weights(spec: str | Path | None, runs_root: str | Path = "runs") -> 
         )
     raise CheckpointError(
         f"{path} holds no model ({FINAL}, {BEST} or {CHECKPOINTS}/step-*.safetensors)",
-        hint="train into it with `tfm train RECIPE --out DIR`, or point --model at a run that finished a checkpoint",
+        hint="train into it with `tfm train RECIPE --out DIR`, or give a run that finished a checkpoint",
     )
 
 

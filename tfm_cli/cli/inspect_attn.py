@@ -48,9 +48,9 @@ def inspect_attn(
     target: str = typer.Option(None, "--target", "-t", help="Inspect this target (teacher-forced) instead of the model's translation.", show_default=False),
     kind: str = typer.Option(None, "--kind", "-k", help="encoder, decoder or cross (default: cross; with --token, where the token is; --json: every kind unless given).", show_default=False),
     layer: int = typer.Option(None, "--layer", "-l", help="Layer, from 1 (default: the last; --json: every layer unless given).", show_default=False),
-    head: str = typer.Option("mean", "--head", help="Head, from 1, or 'mean' of all heads (--json keeps every head unless a number is given)."),
+    head: str = typer.Option(None, "--head", help="Head, from 1, or 'mean' of all heads (the default; --json keeps every head unless a number is given).", show_default=False),
     token: str = typer.Option(None, "--token", help="Focus on one query token: its text (a word inside a piece counts: 'il' finds qu'il; a word in several pieces is found at its first) or its number.", show_default=False),
-    explain_head: bool = typer.Option(False, "--explain", help="With --token: one head step by step (q.k, /sqrt(d_k), softmax, values)."),
+    explain_head: bool = typer.Option(False, "--explain", help="With --token: one head step by step (q.k, /sqrt(d_k), softmax, values); --head N (default: head 1)."),
     summary: bool = typer.Option(False, "--summary", help="Statistics of every head: entropy, maximum, share on </s>, <s> and punctuation, distance from the diagonal."),
     align: bool = typer.Option(False, "--align", help="Print the source-target word alignment from cross-attention (Pharaoh i-j)."),
     words: bool = typer.Option(False, "--words", help="Merge subword pieces into words (keys summed, queries averaged)."),
@@ -81,10 +81,15 @@ def inspect_attn(
 
     if kind is not None and kind not in KINDS:
         raise typer.BadParameter(f"{kind!r} is not one of: {', '.join(KINDS)}", param_hint="--kind")
+    head_default = head is None  # the mean of the heads; --explain takes head 1 then
+    head = "mean" if head is None else head
     if explain_head and token is None:
         raise typer.BadParameter("--explain explains one query token: add --token", param_hint="--explain")
     if explain_head and words:
         raise typer.BadParameter("--explain works on subword pieces; drop --words", param_hint="--explain")
+    if explain_head and head == "mean" and not head_default:  # typed: it explained head 1 without a word
+        raise typer.BadParameter("--explain shows one head's numbers, and the mean of the heads has none of its own: "
+                                 "give a head number (without --head: head 1)", param_hint="--head")
     if sentence == "-":  # as for tfm translate and cat: stdin, here one sentence
         sentence = _stdin_sentence()
     check_utf8(sentence, "the sentence to inspect")
