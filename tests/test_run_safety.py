@@ -7,6 +7,7 @@ The run is test_bad_inputs.py's real 10-step run (checkpoints at steps 5 and 10,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import test_bad_inputs
 import torch
-from clitools import start_tfm, tfm, wait_until
+from clitools import start_tfm, tfm, tiny_recipe, wait_until
 from safetensors.torch import load_file
 from test_bad_inputs import error_line, snapshot, write
 
@@ -506,3 +507,47 @@ def test_a_run_without_checkpoints_says_how_to_start_it_again(copy: Path) -> Non
     assert command == f"tfm train {copy / 'recipe.yaml'} --out {copy}"
     proc = train(*command.split()[2:])
     assert proc.returncode == 0 and (copy / "model.safetensors").is_file(), proc.stderr
+
+
+class _StopInEvaluation:
+    """Training events that stop the run (Ctrl-C) as the dev evaluation after `step` starts decoding: after that
+    step's checkpoint was saved, before its evaluation was done."""
+
+    def __init__(self, at: int | None) -> None:
+        self.at = at
+
+    def message(self, text: str) -> None: ...
+
+    def start(self, step: int, max_steps: int) -> None: ...
+
+    def step(self, step: int, metrics: dict) -> None: ...
+
+    def evaluation(self, step: int, result: dict) -> None: ...
+
+    def decoding(self, what: str, sentences: int):
+        if self.at is not None and what == f"dev evaluation at step {self.at}":
+            raise KeyboardInterrupt
+        return contextlib.nullcontext(None)
+
+
+def test_a_stop_during_an_evaluation_is_made_good_by_the_resume(root: Path, tmp_path: Path) -> None:
+    """A checkpoint at an evaluation step is saved before the evaluation; a run stopped during it lost that
+    evaluation for good: the resume went on to the next step, so best.safetensors was never written and early
+    stopping stopped at another step (here 15 instead of 10) than the run would have, uninterrupted."""
+    from tfm_cli.training.trainer import train as train_run
+
+    dev = write(tmp_path / "dev.tsv", test_bad_inputs._head(3000).split("\n", 2980)[-1])  # 20 pairs, not in train
+    data = {"train": str(root / "train.tsv"), "dev": str(dev)}
+    settings = {**test_bad_inputs.TRAIN, "max_steps": 20, "save_every": 5, "eval_every": 5, "eval_sentences": 5,
+                "patience": 1, "patience_metric": "loss"}
+    recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("stops", data=data, train=settings)))
+    whole = train_run(recipe, tmp_path / "whole", device="cpu", events=_StopInEvaluation(None))
+    stopped = train_run(recipe, tmp_path / "stopped", device="cpu", events=_StopInEvaluation(whole.step))
+    assert stopped.interrupted and stopped.step == whole.step < 20  # stopped at the step early stopping ends on
+    resumed = train_run(None, tmp_path / "stopped", device="cpu", resume=True, events=_StopInEvaluation(None))
+    assert resumed.step == whole.step and not resumed.interrupted
+    for name in ("model.safetensors", "best.safetensors"):
+        got, want = load_file(tmp_path / "stopped" / name), load_file(tmp_path / "whole" / name)
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), name
+    summary = json.loads((tmp_path / "stopped" / "summary.json").read_text())
+    assert summary["steps"] == whole.step and summary["stopped"].startswith("early stop")

@@ -603,60 +603,65 @@ class Trainer:
             if said is not None:
                 said(budget - self.earlier_seconds)
         stream_state = batches.state_dict()
+        # A checkpoint at an evaluation step is saved before that step's evaluation (its state: the best BLEU and
+        # early stopping before it). A run stopped after the save (Ctrl-C in the evaluation, a kill while best was
+        # written, or during the final phase after an early stop) lost that evaluation for good: its resume went on
+        # to the next step without it (no best.safetensors, another early-stopping step). It is done again first.
+        owed_eval = self.resume and self.step > 0 and self._evaluates_at(self.step) and not stopped
         # the prefetching thread stopped at the end of training, an error or Ctrl-C; with several processes a stop
         # signal stops every rank after the same step
         said = getattr(self.events, "stopping", None) if not dist.enabled else None  # (DDP: torchrun passes Ctrl-C twice)
         with batches, HeldStops(dist, said) as stops:
             try:
                 while self.step < t.max_steps and not stopped:
-                    stream_state = batches.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
-                    waited = time.perf_counter()
-                    group = next(batches)  # t.accum_steps batches
-                    window.waiting += time.perf_counter() - waited  # the data path's cost to this thread
-                    lr = inverse_sqrt_lr(self.step + 1, self.config.d_model, t.warmup_steps, t.lr_factor)
-                    stepping = time.perf_counter()
-                    loss, nll = train_step(
-                        self.step_model, self.optimizer, self.scaler, group, lr, t, self.amp, self.device, dist
-                    )
-                    window.stepping += time.perf_counter() - stepping  # the model step itself (it ends synchronised)
-                    self.step += 1
-                    stream_state = batches.state_dict()
-                    if math.isfinite(loss):
-                        bad_in_a_row = 0
-                        window.add(step_tokens(group), loss, nll)
-                    else:  # the update was skipped; a few in a row mean the run has diverged
-                        skipped += 1
-                        bad_in_a_row += 1
-                        self.log({"kind": "skipped", "step": self.step, "loss": str(loss), "lr": lr})
-                        self.events.message(f"step {self.step}: the loss is {loss} at lr {lr:.3g}: update skipped ({skipped} so far)")
-                        if bad_in_a_row >= MAX_BAD_STEPS:
-                            self.board.close()
-                            raise _diverged(self.run_dir, self.step, lr, bad_in_a_row)
+                    if not owed_eval:  # (a resume whose step's evaluation is owed evaluates first, trains no step)
+                        stream_state = batches.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
+                        waited = time.perf_counter()
+                        group = next(batches)  # t.accum_steps batches
+                        window.waiting += time.perf_counter() - waited  # the data path's cost to this thread
+                        lr = inverse_sqrt_lr(self.step + 1, self.config.d_model, t.warmup_steps, t.lr_factor)
+                        stepping = time.perf_counter()
+                        loss, nll = train_step(
+                            self.step_model, self.optimizer, self.scaler, group, lr, t, self.amp, self.device, dist
+                        )
+                        window.stepping += time.perf_counter() - stepping  # the model step itself (it ends synchronised)
+                        self.step += 1
+                        stream_state = batches.state_dict()
+                        if math.isfinite(loss):
+                            bad_in_a_row = 0
+                            window.add(step_tokens(group), loss, nll)
+                        else:  # the update was skipped; a few in a row mean the run has diverged
+                            skipped += 1
+                            bad_in_a_row += 1
+                            self.log({"kind": "skipped", "step": self.step, "loss": str(loss), "lr": lr})
+                            self.events.message(f"step {self.step}: the loss is {loss} at lr {lr:.3g}: update skipped ({skipped} so far)")
+                            if bad_in_a_row >= MAX_BAD_STEPS:
+                                self.board.close()
+                                raise _diverged(self.run_dir, self.step, lr, bad_in_a_row)
 
-                    metrics: dict[str, Any] = {}
-                    if (self.step % t.log_every == 0 or self.step == t.max_steps) and window.tokens:
-                        metrics = window.metrics(self.step, batches.epoch, lr, self.started)
-                        if skipped:
-                            metrics["skipped_steps"] = skipped
-                        self.log({"kind": "train", **metrics})
-                        self.board.train(self.step, metrics)
-                        warning = rising.update(metrics["loss"], lr)
-                        if warning:
-                            self.events.message(warning)
-                        window = _Window()
-                    self.events.step(self.step, metrics)
-                    if self.device.type == "cpu" and self.step % TRIM_EVERY == 0:
-                        release_cpu_memory()
+                        metrics: dict[str, Any] = {}
+                        if (self.step % t.log_every == 0 or self.step == t.max_steps) and window.tokens:
+                            metrics = window.metrics(self.step, batches.epoch, lr, self.started)
+                            if skipped:
+                                metrics["skipped_steps"] = skipped
+                            self.log({"kind": "train", **metrics})
+                            self.board.train(self.step, metrics)
+                            warning = rising.update(metrics["loss"], lr)
+                            if warning:
+                                self.events.message(warning)
+                            window = _Window()
+                        self.events.step(self.step, metrics)
+                        if self.device.type == "cpu" and self.step % TRIM_EVERY == 0:
+                            release_cpu_memory()
 
-                    if self.step % t.save_every == 0 or self.step == t.max_steps or save_owed:
-                        # weights whose loss was just NaN are not checkpointed (and prune no good checkpoint):
-                        # the save waits for a finite loss, or for the run to stop on the checkpoints before
-                        save_owed = bool(bad_in_a_row) and self.step < t.max_steps
-                        if not save_owed:
-                            self.save_checkpoint(stream_state)
-                    evaluating = (
-                        bool(self.recipe.data.dev) and t.eval_every and self.step % t.eval_every == 0 and self.step < t.max_steps
-                    )
+                        if self.step % t.save_every == 0 or self.step == t.max_steps or save_owed:
+                            # weights whose loss was just NaN are not checkpointed (and prune no good checkpoint):
+                            # the save waits for a finite loss, or for the run to stop on the checkpoints before
+                            save_owed = bool(bad_in_a_row) and self.step < t.max_steps
+                            if not save_owed:
+                                self.save_checkpoint(stream_state)
+                    owed_eval = False
+                    evaluating = self._evaluates_at(self.step)
                     if evaluating and self.main and not stops.received:  # rank 0 alone (the weights are the same)
                         stopped = self.evaluate_dev(stops.interruptible)
                     if not stopped and budget is not None and (spent := self._train_seconds()) >= budget:
@@ -687,6 +692,11 @@ class Trainer:
                 raise
         self.loop_ended = time.perf_counter()
         return self._finish(stopped)
+
+    def _evaluates_at(self, step: int) -> bool:
+        """Whether training evaluates on the dev set after `step` (every train.eval_every steps, before the last)."""
+        t = self.t
+        return bool(self.recipe.data.dev) and bool(t.eval_every) and step % t.eval_every == 0 and step < t.max_steps
 
     def release(self) -> None:
         """Let go of the DDP wrapper, the run's one holder of the process group (its gradient reducer), so that
