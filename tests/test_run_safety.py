@@ -551,3 +551,30 @@ def test_a_stop_during_an_evaluation_is_made_good_by_the_resume(root: Path, tmp_
         assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), name
     summary = json.loads((tmp_path / "stopped" / "summary.json").read_text())
     assert summary["steps"] == whole.step and summary["stopped"].startswith("early stop")
+
+
+class _StopAtStep(_StopInEvaluation):
+    """Training events that stop the run (Ctrl-C) when step `at` is done, before it would be checkpointed."""
+
+    def step(self, step: int, metrics: dict) -> None:
+        if step == self.at:
+            raise KeyboardInterrupt
+
+
+def test_the_checkpoint_a_stop_saves_is_not_averaged_into_the_final_model(root: Path, tmp_path: Path) -> None:
+    """Ctrl-C at step 7 saves a checkpoint there so that the run can resume; it then stayed among the checkpoints,
+    and the final model averaged step 7 with step 20 where the uninterrupted run averaged 15 and 20."""
+    from tfm_cli.training.trainer import train as train_run
+
+    settings = {**test_bad_inputs.TRAIN, "max_steps": 20, "save_every": 5, "keep_last": 2, "average_last": 2}
+    data = {"train": str(root / "train.tsv"), "dev": None}
+    recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("stops", data=data, train=settings)))
+    train_run(recipe, tmp_path / "whole", device="cpu", events=_StopAtStep(None))
+    stopped = train_run(recipe, tmp_path / "stopped", device="cpu", events=_StopAtStep(7))
+    assert stopped.interrupted and [s for s, _ in checkpoint_steps(tmp_path / "stopped")] == [5, 7]
+    assert read_metadata(checkpoint_path(tmp_path / "stopped", 7))["saved_on"] == '"stop"'
+    train_run(None, tmp_path / "stopped", device="cpu", resume=True, events=_StopAtStep(None))
+    assert [s for s, _ in checkpoint_steps(tmp_path / "stopped")] == [15, 20]
+    got, want = load_file(tmp_path / "stopped" / "model.safetensors"), load_file(tmp_path / "whole" / "model.safetensors")
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    assert read_metadata(tmp_path / "stopped" / "model.safetensors")["averaged"] == read_metadata(tmp_path / "whole" / "model.safetensors")["averaged"]

@@ -221,6 +221,21 @@ def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents, resum
     return tokenizer
 
 
+def _drop_stop_checkpoints(run_dir: Path, before: int) -> None:
+    """Delete the checkpoints (and trainer states) older than step `before` that were saved only because the run
+    was stopped there (`Trainer.save_checkpoint(on_stop=True)`); one whose metadata cannot be read is kept."""
+    for step, path in checkpoint_steps(run_dir):
+        if step >= before:
+            continue
+        try:
+            saved_on = read_metadata(path).get("saved_on")
+        except (TfmError, OSError, ValueError):
+            continue
+        if saved_on == json.dumps("stop"):
+            path.unlink(missing_ok=True)
+            state_path(path).unlink(missing_ok=True)
+
+
 def train(
     recipe: Recipe | str | Path | None = None,
     run_dir: str | Path | None = None,
@@ -749,11 +764,16 @@ class Trainer:
 
     # --- save -------------------------------------------------------------------------------------------------
 
-    def save_checkpoint(self, stream_state: dict[str, int], every_rank: bool = True) -> Path:
+    def save_checkpoint(self, stream_state: dict[str, int], every_rank: bool = True, on_stop: bool = False) -> Path:
         """Checkpoint this step: weights (safetensors) and, beside them, the trainer state an exact resume needs.
 
         Called on every rank at the same steps (each rank's RNG state is gathered), or, with every_rank=False
         (Ctrl-C, where the ranks are not in step), on rank 0 alone.
+
+        `on_stop`: a checkpoint off the train.save_every schedule, saved only so that a stopped run (Ctrl-C, a
+        stop signal) can resume from its last step. It is marked so (`saved_on` in its metadata) and deleted by the
+        next scheduled checkpoint, before that one prunes: the final average and keep_last see the checkpoints an
+        uninterrupted run has (an interrupt at step 7 put step 7 into the average of the last checkpoints).
         """
         dist = self.dist
         rng = _rng_state()
@@ -772,8 +792,10 @@ class Trainer:
         if rng_ranks is not None:
             state["rng_ranks"] = rng_ranks
         try:
+            marked = {"saved_on": "stop"} if on_stop else {}
             save_weights(
-                path, weights_state(self.model), self.config, self.tokenizer.sha256, self.step, precision=self.precision
+                path, weights_state(self.model), self.config, self.tokenizer.sha256, self.step, precision=self.precision,
+                **marked,
             )
             atomic_write(state_path(path), lambda tmp: torch.save(state, tmp))
         except OSError as error:  # a disk that filled up: say what is kept and how to go on
@@ -781,6 +803,8 @@ class Trainer:
                 raise
             raise _not_saved(self.run_dir, self.step, error) from error
         self.last_saved = self.step  # only now: Ctrl-C in the middle of a save saves again in `_interrupted`
+        if not on_stop:
+            _drop_stop_checkpoints(self.run_dir, before=self.step)
         prune_checkpoints(self.run_dir, self.t.keep_last)
         return path
 
@@ -791,7 +815,7 @@ class Trainer:
         resume = f"continue with `{resume_command(self.run_dir)}`"
         if self.step > self.last_saved and (self.main or together):
             with _sigint_ignored():  # a second Ctrl-C must not cut the save short (the first one asked for it)
-                path = self.save_checkpoint(stream_state, every_rank=together)
+                path = self.save_checkpoint(stream_state, every_rank=together, on_stop=True)
             self.events.message(f"interrupted: saved {path}; {resume}")
         else:
             self.events.message(f"interrupted at step {self.step}; {resume}")
