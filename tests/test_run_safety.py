@@ -552,6 +552,19 @@ def test_a_stop_during_an_evaluation_is_made_good_by_the_resume(root: Path, tmp_
     summary = json.loads((tmp_path / "stopped" / "summary.json").read_text())
     assert summary["steps"] == whole.step and summary["stopped"].startswith("early stop")
 
+    def evaluations(run: str) -> list[int]:
+        lines = (tmp_path / run / "metrics.jsonl").read_text().splitlines()
+        return [r["step"] for r in map(json.loads, lines) if r["kind"] == "eval"]
+
+    assert evaluations("stopped") == evaluations("whole") == [5, 10, 15][: whole.step // 5]
+    # an evaluation completed before the stop is not done again: its outcome was kept beside its checkpoint
+    again = train_run(recipe, tmp_path / "again", device="cpu", events=_StopAtStep(6))
+    assert again.interrupted and (tmp_path / "again" / "checkpoints" / "step-00000005.evaluated.json").is_file()
+    for stop_checkpoint in (tmp_path / "again" / "checkpoints").glob("step-00000006.*"):
+        stop_checkpoint.unlink()  # as a kill -9 at step 6 leaves it: the newest checkpoint is step 5's
+    train_run(None, tmp_path / "again", device="cpu", resume=True, events=_StopInEvaluation(None))
+    assert evaluations("again") == evaluations("whole")  # step 5's evaluation was not done (and logged) twice
+
 
 class _StopAtStep(_StopInEvaluation):
     """Training events that stop the run (Ctrl-C) when step `at` is done, before it would be checkpointed."""

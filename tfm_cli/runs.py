@@ -46,6 +46,12 @@ def state_path(weights: Path) -> Path:
     return weights.with_name(weights.name.replace(".safetensors", ".state.pt"))
 
 
+def evaluated_path(weights: Path) -> Path:
+    """Where the outcome of the dev evaluation after a checkpoint's step is kept (written once it is complete):
+    the checkpoint itself is saved before that evaluation."""
+    return weights.with_name(weights.name.replace(".safetensors", ".evaluated.json"))
+
+
 def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
     """Delete all but the newest `keep_last` periodic checkpoints (weights and trainer state), and the trainer
     states older than those whose weights are gone (a prune cut short between its two deletions, `kill -9`, left
@@ -54,6 +60,7 @@ def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
     for _, path in found[:-keep_last]:
         path.unlink(missing_ok=True)
         state_path(path).unlink(missing_ok=True)
+        evaluated_path(path).unlink(missing_ok=True)
     kept = found[-keep_last:]
     if kept:
         for state in (Path(run_dir) / CHECKPOINTS).glob("step-*.state.pt"):

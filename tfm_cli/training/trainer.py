@@ -61,6 +61,7 @@ from tfm_cli.runs import (
     FINAL,
     checkpoint_path,
     checkpoint_steps,
+    evaluated_path,
     prune_checkpoints,
     state_path,
 )
@@ -234,6 +235,7 @@ def _drop_stop_checkpoints(run_dir: Path, before: int) -> None:
         if saved_on == json.dumps("stop"):
             path.unlink(missing_ok=True)
             state_path(path).unlink(missing_ok=True)
+            evaluated_path(path).unlink(missing_ok=True)
 
 
 def train(
@@ -356,6 +358,8 @@ class Trainer:
         self.device, self.main = dist.device, dist.is_main
         self.step = self.last_saved = 0
         self.best_bleu = -1.0
+        self.evaluated_step = -1  # the step of the last dev evaluation done
+        self.eval_owed = False  # resumed from a checkpoint whose step's dev evaluation was never completed
         self.early = EarlyStopping(self.t.patience, self.t.patience_metric)
         self.started = time.perf_counter()
         self.earlier_seconds = 0.0  # training time of the sessions before a resume, up to its checkpoint
@@ -529,6 +533,8 @@ class Trainer:
         restore_stream(self.stream, state["stream"], self.recipe, self.run_dir)
         _restore_rng(state, self.dist, self.t.seed)
         self.earlier_seconds = float(state.get("train_seconds", 0.0))
+        self.evaluated_step = int(state.get("evaluated_step", -1))
+        self.eval_owed = bool(state.get("eval_owed", False))
         scoring, now = state.get("scoring"), self._scoring()
         had_best = state.get("best_bleu", -1.0) >= 0 or state.get("early_stopping", {}).get("best") is not None
         if scoring is not None and scoring != now:  # a BLEU of another dev set or tokenization is not comparable
@@ -542,6 +548,7 @@ class Trainer:
             self.best_bleu = state.get("best_bleu", -1.0)
             if "early_stopping" in state:
                 self.early.load_state_dict(state["early_stopping"])
+            self._restore_evaluation(weights)
         self.events.message(f"resumed from {weights} at step {self.step}, epoch {self.stream.epoch}")
         saved_by = state.get("processes", len(state.get("rng_ranks") or [None]))  # (older states: the ranks' RNGs)
         if saved_by != self.dist.world_size:  # allowed, but not the exact resume the README promises: said
@@ -550,6 +557,20 @@ class Trainer:
                 "continues from the same weights and data position, but not bit for bit as the run would have gone on "
                 "(the gradients are summed in another order, and each process draws its own dropout masks)"
             )
+
+    def _restore_evaluation(self, weights: Path) -> None:
+        """The outcome of the dev evaluation that followed this checkpoint, if it was completed (its state was
+        saved before it): the best BLEU, early stopping and the step evaluated as they were after it."""
+        if not self.eval_owed:
+            return
+        try:
+            done = json.loads(evaluated_path(weights).read_text(encoding="utf-8"))
+            best_bleu, early, step = float(done["best_bleu"]), done["early_stopping"], int(done["evaluated_step"])
+        except (OSError, ValueError, KeyError, TypeError):  # not written (stopped in the evaluation) or damaged
+            return
+        if step == self.step:
+            self.best_bleu, self.evaluated_step, self.eval_owed = best_bleu, step, False
+            self.early.load_state_dict(early)
 
     def _scoring(self) -> dict[str, Any]:
         """What makes two dev evaluations comparable (the best BLEU, early stopping's best): saved with each
@@ -622,7 +643,9 @@ class Trainer:
         # early stopping before it). A run stopped after the save (Ctrl-C in the evaluation, a kill while best was
         # written, or during the final phase after an early stop) lost that evaluation for good: its resume went on
         # to the next step without it (no best.safetensors, another early-stopping step). It is done again first.
-        owed_eval = self.resume and self.step > 0 and self._evaluates_at(self.step) and not stopped
+        # (A checkpoint saved after its step's evaluation, where early stopping or the time budget ended the run,
+        # says so: that evaluation is not done twice.)
+        owed_eval = self.resume and self.eval_owed and self._evaluates_at(self.step) and not stopped
         # the prefetching thread stopped at the end of training, an error or Ctrl-C; with several processes a stop
         # signal stops every rank after the same step
         said = getattr(self.events, "stopping", None) if not dist.enabled else None  # (DDP: torchrun passes Ctrl-C twice)
@@ -760,7 +783,16 @@ class Trainer:
                 self.run_dir / BEST, weights_state(self.model), self.config, self.tokenizer.sha256, self.step,
                 bleu=self.best_bleu,
             )
-        return self.early.reason() if self.early.update(self.step, result) else ""
+        stop = self.early.update(self.step, result)
+        self.evaluated_step = self.step
+        if self.last_saved == self.step:  # the checkpoint of this step was saved before: its evaluation is done
+            done = {"evaluated_step": self.step, "best_bleu": self.best_bleu, "early_stopping": self.early.state_dict()}
+            with contextlib.suppress(OSError):  # not written (a full disk): a resume from here evaluates again
+                atomic_write(
+                    evaluated_path(checkpoint_path(self.run_dir, self.step)),
+                    lambda tmp: Path(tmp).write_text(json.dumps(done) + "\n", encoding="utf-8"),
+                )
+        return self.early.reason() if stop else ""
 
     # --- save -------------------------------------------------------------------------------------------------
 
@@ -787,7 +819,10 @@ class Trainer:
             "stream": stream_state, "rng": rng, "best_bleu": self.best_bleu, "tfm_version": __version__,
             "processes": dist.world_size,
             "early_stopping": self.early.state_dict(), "scoring": self._scoring(),
-            "train_seconds": self._train_seconds(),
+            "train_seconds": self._train_seconds(), "evaluated_step": self.evaluated_step,
+            # saved before this step's dev evaluation: a resume from here does it (see `fit`), unless its outcome
+            # was written beside the checkpoint (`evaluate_dev`)
+            "eval_owed": self._evaluates_at(self.step) and self.evaluated_step != self.step,
         }
         if rng_ranks is not None:
             state["rng_ranks"] = rng_ranks
