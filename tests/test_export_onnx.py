@@ -198,6 +198,10 @@ def test_a_damaged_or_mismatched_graph_is_refused_at_load(trained, exported, tmp
         (damaged("edited", edit_config), "encoder.onnx was exported from another model than its config.json describes (n_heads"),
         (damaged("mixed", lambda c: shutil.copy(other / "encoder.onnx", c)), "encoder.onnx was exported from another model"),
         (damaged("no-manifest", lambda c: (c / "onnx.json").unlink()), "onnx.json is missing"),
+        # the export's own encoder saved as its decoder (files mixed up by hand): loaded, then a raw onnxruntime
+        # ValueError ("Required inputs (['src']) are missing") in the first search
+        (damaged("swapped", lambda c: shutil.copy(c / "encoder.onnx", c / "decoder.onnx")),
+         "decoder.onnx is not the decoder graph of this export: its inputs are src, the encoder's"),
     ]
     for folder, message in cases:
         with pytest.raises(TfmError) as caught:

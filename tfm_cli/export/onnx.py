@@ -495,6 +495,19 @@ def _session(ort, path: Path, options, providers: list, config: ModelConfig):
                 f"{path} was exported from another model than its config.json describes ({'; '.join(differ[:2])}{more})",
                 hint=f"put back the export's own files together, or {_export_again(path.parent)}",
             )
+    # The inputs and outputs the search feeds and reads, by name: the encoder's graph saved as decoder.onnx (files
+    # mixed up by hand) was a raw onnxruntime ValueError in the middle of the first search.
+    role = "encoder" if path.name == ENCODER else "decoder"
+    wanted = graph_names(config.n_dec_layers)[role]
+    has = {"inputs": [i.name for i in session.get_inputs()], "outputs": [o.name for o in session.get_outputs()]}
+    if has != wanted:
+        other = "decoder" if role == "encoder" else "encoder"
+        looks = f", the {other}'s" if has == graph_names(config.n_dec_layers)[other] else ""
+        raise CheckpointError(
+            f"{path} is not the {role} graph of this export: its inputs are {', '.join(has['inputs'][:3])}"
+            f"{', ...' if len(has['inputs']) > 3 else ''}{looks}",
+            hint=f"put back the export's own files together, or {_export_again(path.parent)}",
+        )
     return session
 
 
