@@ -1388,6 +1388,9 @@ def test_unwritable_outputs_are_refused_before_the_work(run: Path, root: Path, t
     error_line(proc, "--output", "cannot be written")
     error_line(translate(run, "--score", str(pairs), "--output", str(pairs)), "--output", "is also an input")
     error_line(translate(run, "--score", str(pairs), "--output", str(tmp_path)), "--output", "is a directory")
+    proc = tfm("translate", "--model", str(run), "--device", "cpu", "--score", str(pairs), "--output", "-", cwd=tmp_path, check=False)
+    error_line(proc, "--output - would write a file named '-'", code=2)  # it did, in the current directory
+    assert not (tmp_path / "-").exists()
     for option in ("--html", "--image"):
         proc = tfm("inspect-attn", "--model", str(run), "--device", "cpu", "Je suis.", option, str(blocker / "x.png"), check=False)
         error_line(proc, option, "cannot be written")

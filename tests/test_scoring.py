@@ -110,6 +110,18 @@ def test_translate_score_chooses_and_says_the_bleu_tokenizer(run: Path, tmp_path
         error_line(translate(run, "--score", str(pairs), "--bleu-tokenize", "ja-mecab"), "'ja-mecab' BLEU tokenizer")
 
 
+def test_translate_score_says_a_reference_cut_by_a_stray_tab(run: Path, tmp_path: Path) -> None:
+    """A tab inside a reference of a --score TSV cut the reference at it, and the score was of the cut one, with
+    no word (train and tokenize warn about the same file)."""
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("Bonjour.\tHello.\n" * 9 + "Il fait beau.\tThe weather\tis nice.\n", encoding="utf-8")
+    proc = translate(run, "--score", str(pairs), "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["sentences"] == 10, proc.stderr
+    assert f"warning: --score {pairs}: 1 of 10 lines has more than two tab-separated columns (line 10)" in proc.stderr
+    pairs.write_text("Bonjour.\tHello.\n" * 10, encoding="utf-8")
+    assert "tab-separated columns" not in translate(run, "--score", str(pairs)).stderr
+
+
 def test_the_hint_after_training_is_a_sentence_of_the_run_that_translate_takes(tmp_path: Path) -> None:
     from tfm_cli.cli.train import _example_source
     from tfm_cli.recipe import recipe_from_dict

@@ -623,6 +623,8 @@ def test_bad_settings_are_errors(translator: Translator, parts, tmp_path: Path) 
     assert translator.translate("Bonjour.", beam=numpy.int64(2), alpha=1) == translator.translate("Bonjour.", beam=2, alpha=1.0)
     assert translator.translate("Bonjour.", greedy=numpy.bool_(True)) == translator.translate("Bonjour.", greedy=True)
     assert DecodeSettings(greedy=numpy.bool_(True)).greedy is True  # numpy's bool, as numpy's ints, is taken
+    for alpha in (numpy.float64(0.6), numpy.float32(0.5)):  # float64 is a float subclass: it was kept as numpy's
+        assert type(DecodeSettings(alpha=alpha).alpha) is float and "numpy" not in repr(DecodeSettings(alpha=alpha))
     with pytest.raises(TfmError, match=re.escape("beam='4' must be an integer")):
         DecodeSettings(beam="4")  # refused when made, not where first used
     with pytest.raises(TfmError, match="cannot exceed the beam size"):

@@ -113,8 +113,8 @@ class DecodeSettings:
             value = getattr(self, name)
             if isinstance(value, numbers.Integral) and not isinstance(value, bool) and type(value) is not int:
                 object.__setattr__(self, name, int(value))
-        if isinstance(self.alpha, numbers.Real) and not isinstance(self.alpha, (bool, float, int)):
-            object.__setattr__(self, "alpha", float(self.alpha))
+        if isinstance(self.alpha, numbers.Real) and not isinstance(self.alpha, bool) and type(self.alpha) not in (float, int):
+            object.__setattr__(self, "alpha", float(self.alpha))  # (numpy's float64 is a float subclass: kept as it was)
         self.check()
 
     def updated(self, **given: Any) -> DecodeSettings:

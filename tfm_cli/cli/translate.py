@@ -100,6 +100,9 @@ def translate(
         )
     if output is not None and not (score or reference):
         raise typer.BadParameter("--output is for scoring runs; redirect stdout otherwise", param_hint="--output")
+    if output is not None and str(output) == "-":  # it wrote a file named '-' (elsewhere '-' is stdin or stdout)
+        raise typer.BadParameter("--output - would write a file named '-': the scores take stdout; give a file name "
+                                 "(e.g. --output translations.txt)", param_hint="--output")
     if bleu_tokenize not in BLEU_TOKENIZERS:
         raise typer.BadParameter(f"{bleu_tokenize!r} is not one of: {', '.join(BLEU_TOKENIZERS)}", param_hint="--bleu-tokenize")
     if bleu_tokenize != AUTO and not (score or reference):
@@ -360,11 +363,14 @@ def _score(
     cuts: _Cuts, broken: _Broken,
 ) -> None:
     """Read sources and references, then print the Translator's corpus BLEU/chrF (sacrebleu)."""
-    from tfm_cli.corpus import read_lines, read_pairs
+    from tfm_cli.corpus import TsvColumns, read_lines, read_pairs
 
     if score:
         spec = str(score[0]) if len(score) == 1 else [str(p) for p in score]
-        pairs = [(s, t) for _, s, t in read_pairs(spec, once=True, option="--score")]
+        columns = TsvColumns()  # a tab inside a reference cut it short, and the score was of the cut one, unsaid
+        pairs = [(s, t) for _, s, t in read_pairs(spec, once=True, option="--score", columns=columns)]
+        if warning := columns.warning():
+            warn(f"--score {warning}")
         sources, references, what = [s for s, _ in pairs], [t for _, t in pairs], " ".join(map(_named, score))
         files = {"sources": _named(score[0]), "references": _named(score[-1])}  # a TSV holds both
     else:
