@@ -591,6 +591,14 @@ def test_precedence_call_over_load_over_recipe(ending_parts, tmp_path: Path) -> 
     per_call = loaded.translate(SOURCES, min_len=7)
     assert all(len(r.tokens) == 7 for r in per_call if r.source.strip())
     assert loaded.settings.min_len == 0 and all(r == "" for r in loaded.translate(SOURCES))  # defaults kept
+    # greedy=True given to load, greedy=False to a call: the recipe's beam (2), not the paper's 4 (it was 4: greedy
+    # settings hold no beam, and the recipe's was forgotten); a beam given to load is kept as well
+    greedy = Translator.load(run, device="cpu", greedy=True)
+    with pytest.raises(TfmError, match="n_best=3 cannot exceed the beam size 2"):
+        greedy.translate("Bonjour.", greedy=False, n_best=3)
+    assert len(greedy.translate("Bonjour.", greedy=False, n_best=2).nbest) == 2 and greedy.settings.greedy
+    assert len(list(greedy.translate_stream(["Bonjour."], greedy=False, n_best=2))[0].nbest) == 2
+    assert len(greedy.translate("Bonjour.", greedy=False, beam=3, n_best=3).nbest) == 3  # the call's beam wins
 
 
 def test_a_beam_for_a_greedy_translator_is_refused_not_ignored(parts, tmp_path: Path) -> None:

@@ -354,6 +354,8 @@ class Translator:
         self.settings = settings if settings is not None else DecodeSettings()
         self.settings.check()
         self._check_beam(self.settings)
+        # The beam a call's greedy=False searches with when these settings are greedy (`load` sets the recipe's)
+        self._beam = DEFAULT_BEAM if self.settings.greedy else self.settings.beam
         # Room for the end-of-sentence token appended to every source.
         self.max_source_tokens = config.max_positions - 1
 
@@ -419,8 +421,9 @@ class Translator:
             from tfm_cli.export.onnx import load_onnx
 
             export = load_onnx(model, device)
-            defaults = DecodeSettings.from_run(export.path).updated(**settings)
-            translator = cls(export.engine, export.tokenizer, defaults, precision, export.path, export.step)
+            run_settings = DecodeSettings.from_run(export.path)
+            translator = cls(export.engine, export.tokenizer, run_settings.updated(**settings), precision, export.path, export.step)
+            translator._remember_beam(run_settings)
             translator.files = sorted(p for p in export.path.iterdir() if p.is_file())
             return translator
         if model is not None and is_onnx_export(model):
@@ -430,8 +433,9 @@ class Translator:
             )
         torch_device = resolve_device(device)
         loaded = load_model(model, torch_device, runs_root)
-        defaults = DecodeSettings.from_run(loaded.run_dir).updated(**settings)
-        translator = cls(loaded.model, loaded.tokenizer, defaults, precision, loaded.path, loaded.step)
+        run_settings = DecodeSettings.from_run(loaded.run_dir)
+        translator = cls(loaded.model, loaded.tokenizer, run_settings.updated(**settings), precision, loaded.path, loaded.step)
+        translator._remember_beam(run_settings)
         translator.files = [loaded.path, *_run_files(loaded.run_dir)]
         return translator
 
@@ -478,7 +482,7 @@ class Translator:
         """
         _check_progress(progress)
         if isinstance(text, str):
-            return self._translate_lines([text], 1, self.settings.updated(**settings), progress)[0]
+            return self._translate_lines([text], 1, self._call_settings(settings), progress)[0]
         if isinstance(text, (bytes, bytearray)) or not isinstance(text, Iterable):  # bytes would read as ints
             raise TypeError(f"translate() takes a string or a list of strings, not {type(text).__name__}")
         _check_ordered(text, "translate()")
@@ -486,7 +490,7 @@ class Translator:
         bad = next((i for i, line in enumerate(lines) if not isinstance(line, str)), None)
         if bad is not None:
             raise TypeError(f"translate() takes strings; item {bad} is {type(lines[bad]).__name__}")
-        return self._translate_lines(lines, 1, self.settings.updated(**settings), progress)
+        return self._translate_lines(lines, 1, self._call_settings(settings), progress)
 
     def translate_stream(
         self,
@@ -533,7 +537,7 @@ class Translator:
         _check_progress(progress)
         if ready is not None and not callable(ready):
             raise TypeError(f"ready takes a function that says whether the next line can be read without waiting, not {type(ready).__name__}")
-        decode = self.settings.updated(**settings)
+        decode = self._call_settings(settings)
         self._check_beam(decode)
         # checked above, at the call: a generator function checked nothing until its first next(), so a bad
         # setting surfaced wherever the results were first read
@@ -804,6 +808,22 @@ class Translator:
         if self.precision in ("fp32", "int8"):
             return torch.autocast(device_type=self.device.type, enabled=False)
         return autocast(self.device, self.precision)
+
+    def _remember_beam(self, run_settings: DecodeSettings) -> None:
+        """Keep the run's beam (its recipe's decode.beam) for calls that turn greedy settings back to beam search:
+        `load(greedy=True)` then `translate(..., greedy=False)` searched with beam 4 whatever the recipe said, as
+        greedy settings hold no beam of their own."""
+        if not self.settings.greedy:
+            self._beam = self.settings.beam
+        elif not run_settings.greedy:
+            self._beam = run_settings.beam
+
+    def _call_settings(self, given: dict[str, Any]) -> DecodeSettings:
+        """The settings of one call: these, updated with the call's keywords; greedy=False without a beam on
+        greedy settings searches with the beam they were loaded with (`_remember_beam`)."""
+        if self.settings.greedy and given.get("greedy") is False and given.get("beam") is None:
+            given = {**given, "beam": self._beam}
+        return self.settings.updated(**given)
 
     def _check_beam(self, decode: DecodeSettings) -> None:
         """A beam wider than the vocabulary cannot be filled (its first step has one candidate per token), and a
