@@ -59,8 +59,6 @@ MAX_TRAINING_WORD = 256
 _LONG_WORD = re.compile(f"[^{_WHITESPACE}]{{{MAX_TRAINING_WORD + 1}}}")
 
 
-_INVISIBLE = INVISIBLE  # dropped by the normaliser (see tfm_cli.corpus.INVISIBLE)
-
 # Typographic single quotes read as the ASCII apostrophe, as Moses' normalize-punctuation.perl reads them for WMT:
 # a word processor or a phone types "J’ai" where a keyboard types "J'ai", and a corpus holds mostly one of them
 # (the bundled French: 65,423 lines with ' and 705 with ’), so the other was translated as rarer text ("J’ai
@@ -71,7 +69,7 @@ _APOSTROPHES = "\u2018\u2019"
 
 def _normalizer() -> normalizers.Normalizer:
     return normalizers.Sequence([
-        normalizers.Replace(Regex(f"[{_INVISIBLE}]"), ""), normalizers.NFC(),
+        normalizers.Replace(Regex(f"[{INVISIBLE}]"), ""), normalizers.NFC(),
         normalizers.Replace(Regex(f"[{_APOSTROPHES}]"), "'"),
         normalizers.Replace(Regex(f"[{_WHITESPACE}]+"), " "), normalizers.Strip(),
     ])

@@ -498,11 +498,11 @@ def _session(ort, path: Path, options, providers: list, config: ModelConfig):
     # The inputs and outputs the search feeds and reads, by name: the encoder's graph saved as decoder.onnx (files
     # mixed up by hand) was a raw onnxruntime ValueError in the middle of the first search.
     role = "encoder" if path.name == ENCODER else "decoder"
-    wanted = graph_names(config.n_dec_layers)[role]
+    names = graph_names(config.n_dec_layers)
     has = {"inputs": [i.name for i in session.get_inputs()], "outputs": [o.name for o in session.get_outputs()]}
-    if has != wanted:
+    if has != names[role]:
         other = "decoder" if role == "encoder" else "encoder"
-        looks = f", the {other}'s" if has == graph_names(config.n_dec_layers)[other] else ""
+        looks = f", the {other}'s" if has == names[other] else ""
         raise CheckpointError(
             f"{path} is not the {role} graph of this export: its inputs are {', '.join(has['inputs'][:3])}"
             f"{', ...' if len(has['inputs']) > 3 else ''}{looks}",

@@ -54,8 +54,7 @@ def attention(
     for its products); the quickstart's training step 6% faster than with the math kernel. fp32 keeps SDPA, whose
     fused CPU kernel is the fastest there.
     """
-    reduced = q.dtype in _REDUCED
-    short_on_cpu = q.device.type == "cpu" and reduced and k.size(-2) <= _CPU_SHORT_KEYS
+    short_on_cpu = q.device.type == "cpu" and q.dtype in _REDUCED and k.size(-2) <= _CPU_SHORT_KEYS
     if not need_weights and not short_on_cpu:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
     dtype = q.dtype
