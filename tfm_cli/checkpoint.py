@@ -64,9 +64,40 @@ def save_weights(
     }
     metadata.update({k: json.dumps(v) for k, v in extra.items()})
     if utf8_name(path):
-        atomic_write(Path(path), lambda tmp: save_file(state, tmp, metadata=metadata))
+        atomic_write(Path(path), lambda tmp: (save_file(state, tmp, metadata=metadata), _sort_metadata(tmp)))
     else:  # a name the library cannot take: serialised in memory, written by Python
-        atomic_write(Path(path), lambda tmp: Path(tmp).write_bytes(save(state, metadata=metadata)))
+        atomic_write(Path(path), lambda tmp: Path(tmp).write_bytes(_metadata_sorted(save(state, metadata=metadata))))
+
+
+def _header_in_key_order(header: bytes) -> bytes:
+    """A safetensors header (JSON) with its metadata in key order and the same length (padded with spaces, as the
+    format pads); `header` itself where that cannot be. The library writes the metadata from a hash map, in an order
+    that changes from process to process: two identical runs wrote equal tensors in files of different bytes."""
+    try:
+        parsed = json.loads(header)
+    except ValueError:
+        return header
+    metadata = parsed.get("__metadata__") if isinstance(parsed, dict) else None
+    if not isinstance(metadata, dict):
+        return header
+    parsed["__metadata__"] = dict(sorted(metadata.items()))
+    text = json.dumps(parsed, separators=(",", ":"), ensure_ascii=False).encode()
+    return text.ljust(len(header)) if len(text) <= len(header) else header
+
+
+def _metadata_sorted(data: bytes) -> bytes:
+    """A serialised safetensors file with its metadata in key order (`_header_in_key_order`)."""
+    size = int.from_bytes(data[:8], "little")
+    return data[:8] + _header_in_key_order(data[8 : 8 + size]) + data[8 + size :]
+
+
+def _sort_metadata(path: str) -> None:
+    """Rewrite, in place, the header of the safetensors file `path` with its metadata in key order."""
+    with open(path, "r+b") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = f.read(size)
+        f.seek(8)
+        f.write(_header_in_key_order(header))
 
 
 def _header_metadata(path: str | Path) -> dict[str, str]:
