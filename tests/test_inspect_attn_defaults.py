@@ -126,6 +126,33 @@ def test_a_translation_cut_at_the_maximum_length_is_said(tok, tmp_path: Path) ->
     assert "maximum output length" not in forced.stderr and json.loads(forced.stdout)["stopped"] is None
 
 
+def test_the_summary_of_an_empty_translation_measures_no_decoder_row(tok, tmp_path: Path) -> None:
+    """A translation that is empty has one decoder query, <s>, which sees only <s>: the summary showed it as
+    every head's measure (entropy -0.00, "sharp, rests on <s>, diagonal"); it has no row to measure."""
+    from tfm_cli.attention import head_summary
+
+    model = _model(tok, 2, seed=2)
+    with torch.no_grad():  # every decoder output is the same vector u, and only </s>'s output row meets it
+        u = torch.ones(model.config.d_model)
+        last = model.decoder_layers[-1].sub_ffn.norm
+        last.weight.zero_(), last.bias.copy_(u)
+        model.generator.weight.zero_()
+        model.generator.weight[tok.eos_id] = u
+    run = _run_dir(tmp_path / "run", model, tok)
+    translator = Translator.load(run, device="cpu", precision="fp32")
+    assert translator.translate(SENTENCE).text == ""
+    rows = head_summary(attention_report(translator, SENTENCE))
+    assert [r["entropy"] for r in rows if r["kind"] == "decoder"] == [None] * 4
+    assert all(r["entropy"] is not None and r["max_weight"] > 0 for r in rows if r["kind"] != "decoder")
+    base = ("inspect-attn", "--model", str(run), "--device", "cpu", SENTENCE, "--summary")
+    printed = tfm(*base)
+    table = [line.split("\t") for line in printed.stdout.splitlines() if line.startswith("decoder\t")]
+    assert len(table) == 4 and all(cells[3:9] == ["-"] * 6 and "translation is empty" in cells[-1] for cells in table)
+    assert "decoder: no row to measure" in printed.stderr and "cross: sharpest head" in printed.stderr
+    data = json.loads(tfm(*base, "--json").stdout)
+    assert [r["bos_share"] for r in data["summary"] if r["kind"] == "decoder"] == [None] * 4
+
+
 def test_words_summary_keeps_the_first_target_word(tok, tmp_path: Path) -> None:
     """`--words --summary` left the whole first target word out of decoder self-attention's statistics: the row
     left out is the first query's, which sees only <s>, but over words the first row is the first word's, and its

@@ -431,6 +431,9 @@ def _is_punctuation(token: str) -> bool:
     return bool(text) and all(unicodedata.category(ch).startswith("P") for ch in text)
 
 
+SUMMARY_FIGURES = ("entropy", "max_weight", "eos_share", "bos_share", "punct_share", "diagonal_distance")
+
+
 def head_summary(report: AttentionReport) -> list[dict[str, Any]]:
     """For every kind, layer and head: mean entropy of the rows (nats), mean maximum weight, share of attention
     on the end-of-sentence key, on the start-of-sentence key (decoder self-attention's keys begin with "<s>", and
@@ -438,12 +441,19 @@ def head_summary(report: AttentionReport) -> list[dict[str, Any]]:
     cross-attention the diagonal runs corner to corner). Queries are averaged with equal weight; in decoder
     self-attention the first query, which sees only "<s>" and so puts all of its weight there whatever the head
     does, is left out (unless it is the only one); over words (`merge_words`), that query is the first word's
-    first piece, and the word's other pieces stay in."""
+    first piece, and the word's other pieces stay in. Of an empty translation, whose decoder self-attention has
+    that first query alone, the decoder's figures are None: there is no row to measure."""
     rows = []
     for kind in KINDS:
         w = report.weights[kind]  # (L, H, Q, K)
         keys = report.key_tokens(kind)
         n_q, n_k = w.size(2), w.size(3)
+        if kind == "decoder" and n_q == 1 and report.decoder_first_row is None:  # only "<s>" -> "<s>", weight 1
+            rows += [
+                {"kind": kind, "layer": layer + 1, "head": head + 1, **dict.fromkeys(SUMMARY_FIGURES)}
+                for layer in range(w.size(0)) for head in range(w.size(1))
+            ]
+            continue
         eos = torch.tensor([t == EOS for t in keys])
         bos = torch.tensor([t == BOS for t in keys])
         punct = torch.tensor([_is_punctuation(t) for t in keys])

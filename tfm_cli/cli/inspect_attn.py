@@ -451,6 +451,9 @@ def _render_summary(report) -> None:
     rows = head_summary(report)
     table = []
     for r in rows:
+        if r["entropy"] is None:  # decoder self-attention of an empty translation: its one row sees only <s>
+            table.append((r["kind"], r["layer"], r["head"], *["-"] * 6, "no row: the translation is empty"))
+            continue
         notes = []
         if r["max_weight"] > 0.9:
             notes.append("sharp")
@@ -474,7 +477,10 @@ def _render_summary(report) -> None:
         ["kind", "layer", "head", "entropy", "max", "</s>", "<s>", "punct", "diagonal", "notes"], table,
     )
     for kind in ("encoder", "decoder", "cross"):
-        mine = [r for r in rows if r["kind"] == kind]
+        mine = [r for r in rows if r["kind"] == kind and r["entropy"] is not None]
+        if not mine:
+            info(f"{kind}: no row to measure (the translation is empty: its one query sees only <s>)")
+            continue
         sharp = min(mine, key=lambda r: r["entropy"])
         broad = max(mine, key=lambda r: r["entropy"])
         info(
