@@ -1263,6 +1263,25 @@ def test_resume_refuses_another_architecture_before_touching_the_run(trained: Pa
     assert json.loads((run / "config.json").read_text())["dropout"] == 0.2
 
 
+def test_a_hand_edited_model_in_recipe_yaml_is_named_as_an_edit(trained: Path, tmp_path: Path) -> None:
+    """recipe.yaml's model changed by hand, then a plain --resume: refused as a change of model, with the hint
+    "drop those overrides" where none was given. The edit is named, and how to put it back."""
+    run = Path(shutil.copytree(trained, tmp_path / "run"))
+    recipe = run / "recipe.yaml"
+    text = recipe.read_text()
+    assert text.count("d_ff: 64,") == 1
+    recipe.write_text(text.replace("d_ff: 64,", "d_ff: 128,"))
+    before = snapshot(run)
+    for extra in ([], ["--dry-run"]):
+        proc = tfm("train", "--resume", str(run), "train.max_steps=12", "--device", "cpu", *extra, check=False)
+        error_line(proc, "--resume cannot change the model", "model.d_ff 64 -> 128", f"{recipe} was edited to say so")
+        assert f"hint: put back model.d_ff: 64 in {recipe} to continue the run" in proc.stderr
+        assert "overrides" not in proc.stderr
+        assert snapshot(run) == before
+    recipe.write_text(text)  # put back: the run resumes
+    tfm("train", "--resume", str(run), "train.max_steps=11", "--device", "cpu")
+
+
 def test_resume_refuses_tokenizer_settings_it_would_only_write_down(trained: Path, tmp_path: Path) -> None:
     """tokenizer.vocab_size=800 on --resume was accepted and written into recipe.yaml, while the run went on with its
     own 400-token tokenizer.json: the recipe then described another run. Refused now, dry run or not, run untouched."""

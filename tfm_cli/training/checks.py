@@ -491,6 +491,16 @@ def check_resumable(run_dir: Path, weights: Path, config, step: int, max_steps: 
     saved = json.loads(read_metadata(weights)["config"])
     differ = [(k, v) for k, v in config.to_dict().items() if k not in _TRAINING_ONLY and k in saved and saved[k] != v]
     changed = [f"{'model.' + k if k in _RECIPE_MODEL_KEYS else k} {saved.get(k)!r} -> {v!r}" for k, v in differ]
+    edited = _edited(run_dir, differ)
+    if edited:  # no override did it: recipe.yaml was edited by hand since the checkpoint was saved
+        recipe_file = Path(run_dir) / "recipe.yaml"
+        put_back = ", ".join(f"model.{k}: {json.dumps(saved[k])}" for k, _ in edited)
+        raise TfmError(
+            f"--resume cannot change the model of {run_dir} ({'; '.join(changed)}): {weights.name} holds the other "
+            f"one, and {recipe_file} was edited to say so",
+            hint=f"put back {put_back} in {shell_word(recipe_file)} to continue the run, or start a new run from it: "
+            f"tfm train {shell_word(recipe_file)} --out NEW_DIR",
+        )
     if changed:
         raise TfmError(
             f"--resume cannot change the model of {run_dir} ({'; '.join(changed)}): {weights.name} holds the other one",
@@ -502,6 +512,16 @@ def check_resumable(run_dir: Path, weights: Path, config, step: int, max_steps: 
             f"{run_dir} is already at step {step}, past train.max_steps={max_steps}: there is nothing to train",
             hint=f"raise train.max_steps above {step} to continue it (e.g. train.max_steps={2 * step})",
         )
+
+
+def _edited(run_dir: Path, differ: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    """Of the model settings (config key, value) that differ from a run's checkpoint, those that the run's own
+    recipe.yaml says: a hand edit, not an override (which the run's recipe.yaml records only once the resume runs)."""
+    try:
+        model = load_recipe(Path(run_dir) / "recipe.yaml").model
+    except TfmError:  # said by the resume's own checks
+        return []
+    return [(k, v) for k, v in differ if k in _RECIPE_MODEL_KEYS and getattr(model, k) == v]
 
 
 def check_tokenizer_kept(recipe: Recipe, run_dir: Path, actual: int) -> None:
