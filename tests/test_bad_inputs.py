@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import time
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -1134,6 +1135,11 @@ def test_a_tab_inside_a_few_sentences_is_warned_about(tmp_path: Path) -> None:
     attributed = write(tmp_path / "tatoeba.tsv", "".join(f"{line}\tCC-BY 2.0 (France) Attribution: tatoeba.org\n" for line in lines))
     proc = tfm("train", str(recipe(tmp_path, str(attributed))), "--dry-run", "--out", str(tmp_path / "dry"))
     assert "tab-separated columns" not in proc.stderr and "300 in data.train" in proc.stdout
+    # a trailing tab (an empty third column, a spreadsheet's export) cuts no sentence: no warning (it said "150 of
+    # 300 lines have more than two columns")
+    trailing = write(tmp_path / "trailing.tsv", "".join(line + ("\n" if i % 3 == 0 else "\t\n" if i % 3 == 1 else "\t \n") for i, line in enumerate(lines)))
+    proc = tfm("train", str(recipe(tmp_path, str(trailing))), "--dry-run", "--out", str(tmp_path / "dry"))
+    assert "tab-separated columns" not in proc.stderr and "300 in data.train" in proc.stdout
     # `tfm tokenize` learns from the same file and says the same (it said nothing)
     proc = tfm("tokenize", "--corpus", str(mixed), "--vocab-size", "300", "--out", str(tmp_path / "tok.json"))
     assert f"warning: --corpus {mixed}: 2 of 302 lines have more than two" in proc.stderr, proc.stderr
@@ -1204,8 +1210,17 @@ def test_a_dev_set_that_is_the_training_corpus_is_warned_about(root: Path, tmp_p
     tgt = write(tmp_path / "dev.en", "".join(line.split("\t")[1] for line in lines[-200:]))
     tail = write(tmp_path / "tail.tsv", "".join(lines[-300:]) + "Une phrase à part.\tA sentence apart.\n")
     few = write(tmp_path / "few.tsv", lines[0] + "".join(f"Phrase {i}.\tSentence {i}.\n" for i in range(40)))
+    # the last lines as the model sees them, written otherwise: NFD (macOS), typographic apostrophes, a BOM, a
+    # soft hyphen, no-break spaces (the key compared only whitespace: 168 of 280 such pairs were found)
+    def reworded(line: str) -> str:
+        line = unicodedata.normalize("NFD", line).replace("'", "\u2019").replace(" ", "\u00a0", 1)
+        return "\ufeff" + line if line.startswith("J") else line.replace("e", "e\u00ad", 1)
+
+    written = write(tmp_path / "written.tsv", "".join(reworded(line) for line in lines[-300:]))
+    assert sum(reworded(line) != line for line in lines[-300:]) > 250
     base = load_recipe(recipe(tmp_path, str(train)))
     for dev, said in ((str(copy), "(100%)"), (str(gz), "(100%)"), ([str(src), str(tgt)], "(100%)"),
+                      (str(written), "300 of the 300 distinct pairs"),
                       (str(tail), "300 of the 301 distinct pairs"), (str(few), None)):  # few: 1 of 41, as random splits share
         with_dev = dataclasses.replace(base, data=dataclasses.replace(base.data, dev=dev))
         warning = dev_is_train(with_dev)

@@ -228,6 +228,25 @@ def test_tokenize_says_when_the_corpus_gives_fewer_tokens_than_asked(tmp_path: P
     assert "fewer than" not in proc.stderr
 
 
+def test_tokenize_measures_the_pairs_train_keeps(tmp_path: Path) -> None:
+    """A pair with an empty side (a bare tab, a side of spaces) counted among tokenize's sentences and in its
+    token means, where `tfm train` skips it: the two commands disagreed on the corpus."""
+    import gzip
+
+    import tfm_cli
+
+    with gzip.open(Path(tfm_cli.__file__).parent / "corpora" / "tatoeba-fr-en" / "dev.tsv.gz", "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()[:300]
+    corpus = tmp_path / "c.tsv"
+    corpus.write_text("\n".join([*lines, "\t", "Bonjour.\t  ", "\tHello."]) + "\n", encoding="utf-8")
+    proc = tfm("tokenize", "--corpus", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "tok.json"), "--json")
+    report = json.loads(proc.stdout)
+    assert report["sentences"] == 300 and report["skipped_empty"] == 3
+    assert "note: 3 pairs with an empty side not measured (tfm train skips them)" in proc.stderr
+    table = tfm("tokenize", "--corpus", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "t.json"))
+    assert "note: 3 pairs with an empty side" in table.stderr and re.search(r"sentences\s+300\s+300", table.stdout)
+
+
 def test_mismatched_parallel_files(tmp_path: Path) -> None:
     src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
     src.write_text("un\ndeux\ntrois\n", encoding="utf-8")

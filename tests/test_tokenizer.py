@@ -86,6 +86,21 @@ def test_normalize(tok: Tokenizer) -> None:
     assert tok.normalize("\u200c\u200d") == "\u200c\u200d"
 
 
+def test_normalized_in_python_is_the_tokenizer_s_normaliser(tok: Tokenizer) -> None:
+    """`normalized` (Python, no tokenizer: how corpora are compared) gives what the tokenizer's normaliser gives."""
+    from tfm_cli.tokenizer import normalized
+
+    texts = [
+        "  Va\u202f!\t\u00a0Cours\u2009! \n", "e\u0301te\u0301", "\ufeffJ\u2019ai fini.\u2028\u200b", "l\u2018\u00e9t\u00e9\u00ad",
+        "a\u2581b\u2581\u2581c", "\u05e9\u05c1\u05b8\u05dc\u05d5\u05b9\u05dd", "\u0915\u093c\u093f", "\u200c\u200d", "\x1c\x1fx\x85y",
+        "\uff21\uff22 \u00c5\u212b", "\u1100\u1161\u11a8", "\U0001f468\u200d\U0001f469", "\x07\x1b[0m", "",
+    ]
+    rng = random.Random(0)
+    alphabet = "ae\u0301\u0308\u0327 \t\u00a0\u2019'\u00ad\u200b\u2581\u3000\u0915\u093cxyz.,"
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 20))) for _ in range(2000)]
+    assert [normalized(t) for t in texts] == [tok.normalize(t) for t in texts]
+
+
 def test_detokenize_gives_one_normalised_line_whatever_the_ids(tok: Tokenizer) -> None:
     """A model may emit any ids: the byte tokens of a newline or tab, or of a decomposed accent. `decode` gives
     those bytes back; `detokenize` (what translations and dev scores read) gives the text `encode` would read."""

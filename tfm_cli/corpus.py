@@ -339,8 +339,8 @@ def _read_tsv(path: Path, shown: str, option: str | None = None, columns: TsvCol
         columns.shown = shown
     for line_no, text in _read_lines(path, shown):
         parts = text.split("\t", 2)  # columns after the second (a Tatoeba/Anki attribution) are ignored
-        if columns is not None:
-            columns.count(line_no, len(parts))
+        if columns is not None:  # a trailing tab (an empty third column) cuts no sentence: two columns
+            columns.count(line_no, len(parts) if len(parts) < 3 or parts[2].strip() else 2)
         if len(parts) < 2:
             what = "is blank" if not text else "holds only whitespace" if not text.strip() else "has no tab"
             # the two files as the user gives them: a recipe's list, or the option twice on a command line

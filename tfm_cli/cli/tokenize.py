@@ -133,7 +133,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     if spec is None:
         raise typer.BadParameter("give a RECIPE or --corpus to train on (or --encode TEXT to inspect)", param_hint="RECIPE")
     settings.update({k: v for k, v in (("vocab_size", vocab_size), ("min_frequency", min_frequency)) if v is not None})
-    from tfm_cli.corpus import TsvColumns, read_pairs
+    from tfm_cli.corpus import TsvColumns, has_text, read_pairs
     from tfm_cli.files import DirectoryLock
     from tfm_cli.runs import checkpoint_steps
     from tfm_cli.tokenizer import tokenizer_stats, train_tokenizer
@@ -183,10 +183,22 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
             "--min-frequency, gives more)"
         )
     columns = TsvColumns()  # a tab inside a few sentences, said as `tfm train` says it
-    stats = tokenizer_stats(tok, ((s, t) for _, s, t in read_pairs(spec, option=option, columns=columns)))
+    skipped = 0  # pairs with an empty side: `tfm train` skips them, so they are no sentences of its corpus
+
+    def kept():
+        nonlocal skipped
+        for _, src, tgt in read_pairs(spec, option=option, columns=columns):
+            if has_text(src) and has_text(tgt):
+                yield src, tgt
+            else:
+                skipped += 1
+
+    stats = tokenizer_stats(tok, kept())
     if warning := columns.warning():
         warn(f"{option or 'data.train'} {warning}")
-    report = {"tokenizer": str(target), "corpus": spec, "train_seconds": round(seconds, 2), **stats}
+    if skipped:
+        info(f"note: {skipped:,} pair{'s' if skipped > 1 else ''} with an empty side not measured (tfm train skips them)")
+    report = {"tokenizer": str(target), "corpus": spec, "train_seconds": round(seconds, 2), **stats, "skipped_empty": skipped}
     if json_out:
         print_json(report)
         return

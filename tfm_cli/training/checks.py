@@ -29,7 +29,7 @@ from tfm_cli.recipe import (
 )
 from tfm_cli.runs import BEST, CHECKPOINTS, EXPORT_INFO, FINAL, checkpoint_steps
 from tfm_cli.scoring import AUTO, bleu_metric
-from tfm_cli.tokenizer import Tokenizer
+from tfm_cli.tokenizer import Tokenizer, normalized
 from tfm_cli.training.step import parameter_count
 
 
@@ -330,7 +330,9 @@ def _same_corpus(recipe: Recipe) -> str | None:
 
 
 def _pair_key(src: str, tgt: str) -> tuple[str, str]:
-    return " ".join(src.split()), " ".join(tgt.split())
+    """A pair as the model sees it (normalised as the tokenizer does): a dev set written in NFD (as macOS writes
+    files) or with typographic apostrophes is still the training pairs it copies."""
+    return normalized(src), normalized(tgt)
 
 
 def _dev_in_train(recipe: Recipe, found: set, held: set) -> str | None:
