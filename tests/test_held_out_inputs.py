@@ -138,6 +138,14 @@ def test_an_output_file_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["hyp.en"]  # no temporary file left
     write_output(previous, "--output", lambda name: Path(name).write_text("new\n"))
     assert previous.read_text() == "new\n" and previous.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    # a file replaced keeps its permissions, as a shell's `>` keeps them (a private 0600 file became 0644)
+    for mode in (0o600, 0o640, 0o444):
+        previous.chmod(mode)
+        write_output(previous, "--output", lambda name: Path(name).write_text("newer\n"))
+        assert previous.read_text() == "newer\n" and previous.stat().st_mode & 0o777 == mode
+    fresh = tmp_path / "fresh.en"
+    write_output(fresh, "--output", lambda name: Path(name).write_text("new\n"))
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~_umask()
 
 
 def _file_size_limit(limit: int):

@@ -508,10 +508,10 @@ def test_a_byte_order_mark_is_not_translated_or_scored(translator: Translator, t
 
 
 def test_a_line_of_invisible_characters_translates_to_an_empty_line(translator: Translator) -> None:
-    """Zero-width spaces and joiners, a word joiner, direction marks, a soft hyphen: nothing to translate, as
-    in a blank line (such a line was translated from its byte tokens into a whole sentence). A line with any
+    """Zero-width spaces and joiners, a word joiner, direction marks, a soft hyphen, control characters (BEL,
+    ESC, DEL): nothing to translate, as in a blank line (such a line was translated from its byte tokens into a whole sentence). A line with any
     visible character beside them is translated."""
-    invisible = ["\u200b", " \u200c\u200d \u2060 ", "\u200e\u200f", "\u00ad", "\ufeff\ufeff"]
+    invisible = ["\u200b", " \u200c\u200d \u2060 ", "\u200e\u200f", "\u00ad", "\ufeff\ufeff", "\x07", "\x1b\x07 \x7f", "\x1b\x1b"]
     sources = ["Bonjour.", *invisible, "Merci.", "Bon\u200bjour."]
     results = translator.translate(sources, greedy=True)
     assert [(r.text, r.tokens) for r in results[1:-2]] == [("", [])] * len(invisible)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -36,7 +37,9 @@ TEMPORARY_NAME_EXTRA = 14
 
 
 def atomic_write(path: Path, write: Callable[[str], object]) -> None:
-    """Call `write(tmp_path)` then rename onto `path`, so readers see the old file or the new one, never half."""
+    """Call `write(tmp_path)` then rename onto `path`, so readers see the old file or the new one, never half.
+    A file replaced keeps its permissions (as a shell's `>` keeps them: a private 0600 output became 0644); a new
+    one reads like any other (0666 less the umask)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -45,7 +48,7 @@ def atomic_write(path: Path, write: Callable[[str], object]) -> None:
     os.close(fd)
     try:
         write(tmp)
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; the file should read like any other
+        os.chmod(tmp, _mode_of(path))  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException as error:
         failure = write_failure(error, path)  # before the temporary file goes: a full disk is still full
@@ -127,6 +130,14 @@ def nearest_existing(path: Path) -> Path:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     return existing
+
+
+def _mode_of(path: Path) -> int:
+    """The permission bits a file written to `path` should have: those of the file it replaces, if any."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~current_umask()
 
 
 def current_umask() -> int:

@@ -855,15 +855,19 @@ def _without_bom(line: str) -> str:
     return line.replace("\ufeff", "") if "\ufeff" in line else line
 
 
+_NOTHING_SHOWN = ("Cf", "Cc")
+
+
 def _invisible(line: str) -> bool:
-    """Whether `line` holds nothing but white space and invisible format characters (Unicode category Cf: zero-width
-    space and joiners, word joiner, direction marks, soft hyphen). Such a line translates to an empty line, as a
-    blank one does, instead of to whatever the model makes of a few byte tokens. Thai's zero-width spaces between
-    words are untouched: a line with any visible character is translated whole."""
+    """Whether `line` holds nothing but white space, invisible format characters (Unicode category Cf: zero-width
+    space and joiners, word joiner, direction marks, soft hyphen) and control characters (Cc: BEL, ESC, DEL). Such
+    a line translates to an empty line, as a blank one does, instead of to whatever the model makes of a few byte
+    tokens (a BEL alone came out as "See it."). Thai's zero-width spaces between words are untouched: a line with
+    any visible character is translated whole."""
     text = line.strip()
-    if not text or unicodedata.category(text[0]) != "Cf":  # the common case, decided by the first character
+    if not text or unicodedata.category(text[0]) not in _NOTHING_SHOWN:  # the common case: the first character
         return False
-    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
+    return all(c.isspace() or unicodedata.category(c) in _NOTHING_SHOWN for c in text)
 
 
 def _check_sentences(lines: Sequence[str], first: int) -> None:
