@@ -478,13 +478,22 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
         **budget,
         "note": "tokens_per_step is the most source (and target) tokens per optimizer step, padding included",
         **({"tokenizer_kept": kept} if kept else {}),
+        # no tokenizer at hand: the start trains one, which a corpus with fewer distinct pieces makes smaller than
+        # tokenizer.vocab_size (its size is then what recipe.yaml records): vocab_size and parameters are bounds
+        **({"upper_bounds": ["vocab_size", "parameters"]} if not tok_path.is_file() else {}),
     }
     if json_out:
         print_json({"recipe": recipe_to_dict(recipe), **facts})
         return
     print(yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False, allow_unicode=True).rstrip())
     print(f"# run directory: {facts['run_dir']}")
-    print(f"# parameters: {facts['parameters']:,} (vocabulary {vocab:,})")
+    if tok_path.is_file():
+        print(f"# parameters: {facts['parameters']:,} (vocabulary {vocab:,})")
+    else:
+        print(
+            f"# parameters: up to {facts['parameters']:,} (vocabulary up to {vocab:,}: the start trains the tokenizer, "
+            "and a corpus with fewer distinct pieces gives fewer tokens, whose number recipe.yaml then records)"
+        )
     if kept:  # as the start itself will say
         print(f"# {kept}")
     print(f"# tokens per step: up to {facts['tokens_per_step']:,} source + {facts['tokens_per_step']:,} target")
