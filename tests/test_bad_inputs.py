@@ -1582,7 +1582,10 @@ def test_dry_run_makes_the_checks_of_a_real_start(root: Path, tmp_path: Path) ->
     for extra in ((), ("--dry-run",)):
         error_line(tfm(*dry[:2], *extra, "--out", str(dangling), check=False), "dangling", "broken symbolic link")
     assert not (tmp_path / "gone").exists()
-    error_line(tfm(*dry, "--device", "tpu", check=False), "tpu")
+    # a name that is no device is a usage error (exit 2), as any other bad choice is, in every command with --device
+    error_line(tfm(*dry, "--device", "tpu", check=False), "Invalid value for '--device': unknown device 'tpu'", code=2)
+    for command in (("translate", "x"), ("inspect-attn", "x"), ("bench", "attention")):
+        error_line(tfm(*command, "--device", "cuda:x", check=False), "unknown device 'cuda:x'", code=2)
     for extra in ((), ("--dry-run",)):  # a dry run passed fp16 on a CPU, which a start refuses
         proc = tfm(*dry[:2], *extra, "train.precision=fp16", "--device", "cpu", "--out", str(tmp_path / "fp16"), check=False)
         error_line(proc, "train.precision fp16 needs a CUDA device, and this runs on cpu")
@@ -1944,8 +1947,10 @@ def test_inspect_attn_unicode_digits_are_not_numbers(run: Path) -> None:
     """'²' is a digit to str.isdigit but not to int(): `--head ²` and `--token ²` were ValueError tracebacks, and
     `--head ١` (an Arabic-Indic one) silently chose head 1."""
     base = ("inspect-attn", "--model", str(run), "--device", "cpu", "Je suis étudiant.")
-    for head in ("²", "١"):
-        error_line(tfm(*base, "--head", head, check=False), f"--head {head!r} is not a head number")
+    for head in ("²", "١", "foo", "0", "000", "-1"):  # usage errors, exit status 2, before the model is read
+        error_line(tfm(*base, "--head", head, check=False), f"Invalid value for '--head': {head!r} is not a head number", code=2)
+    for layer in ("0", "-1"):
+        error_line(tfm(*base, "--layer", layer, check=False), "Invalid value for '--layer'", code=2)
     error_line(tfm(*base, "--token", "²", check=False), "--token '²' is in neither the source nor the target")
 
 

@@ -20,14 +20,20 @@ DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
+def check_device_name(name: str) -> None:
+    """Raise TfmError unless `name` names a device: auto, cpu, cuda or cuda:N (whether it is there is not asked)."""
+    index = name[len("cuda:"):] if name.startswith("cuda:") else None
+    if (name not in DEVICES and index is None) or (index is not None and not (index.isascii() and index.isdigit())):
+        raise TfmError(f"unknown device {name!r}", hint=f"use one of: {', '.join(DEVICES)} (or cuda:N)")
+
+
 def resolve_device(name: str | torch.device) -> torch.device:
     """'auto' -> cuda when available, else cpu; 'cuda' without a GPU is an error, not a silent fallback.
 
     A torch.device is checked as its name is (torch.device("cuda") without a GPU failed later, deep in torch)."""
     name = str(name) if isinstance(name, torch.device) else name
+    check_device_name(name)
     index = name[len("cuda:"):] if name.startswith("cuda:") else None
-    if (name not in DEVICES and index is None) or (index is not None and not (index.isascii() and index.isdigit())):
-        raise TfmError(f"unknown device {name!r}", hint=f"use one of: {', '.join(DEVICES)} (or cuda:N)")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():

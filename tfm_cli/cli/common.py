@@ -48,6 +48,18 @@ err = _StderrConsole(stderr=True, highlight=False)
 out = Console(highlight=False)
 
 DEVICE_HELP = "Where to run: auto (CUDA when available), cpu, or cuda."
+
+
+def device_name(value: str) -> str:
+    """--device's check: a name that is no device (`--device tpu`) is a usage error, exit status 2, as a bad
+    choice of any other option is; a GPU asked for and missing is the machine's (exit status 1, later)."""
+    from tfm_cli.runtime import check_device_name
+
+    try:
+        check_device_name(value)
+    except TfmError as error:
+        raise typer.BadParameter(f"{error.message}: {error.hint}") from None
+    return value
 JSON_HELP = "Print results as JSON for scripts instead of a table."
 
 

@@ -20,6 +20,7 @@ from tfm_cli.cli.common import (
     DEVICE_HELP,
     check_output_file,
     check_utf8,
+    device_name,
     fancy_stdout,
     file_path,
     given_path,
@@ -47,8 +48,8 @@ def inspect_attn(
     model: Path = typer.Option(None, "--model", "-m", parser=given_path, metavar="<path>", help="Run directory, release directory or .safetensors file (default: the most recent run under runs/).", show_default=False),
     target: str = typer.Option(None, "--target", "-t", help="Inspect this target (teacher-forced) instead of the model's translation.", show_default=False),
     kind: str = typer.Option(None, "--kind", "-k", help="encoder, decoder or cross (default: cross; with --token, where the token is; --json: every kind unless given).", show_default=False),
-    layer: int = typer.Option(None, "--layer", "-l", help="Layer, from 1 (default: the last; --json: every layer unless given).", show_default=False),
-    head: str = typer.Option(None, "--head", help="Head, from 1, or 'mean' of all heads (the default; --json keeps every head unless a number is given).", show_default=False),
+    layer: int = typer.Option(None, "--layer", "-l", min=1, help="Layer, from 1 (default: the last; --json: every layer unless given).", show_default=False),
+    head: str = typer.Option(None, "--head", callback=lambda v: _head_word(v), help="Head, from 1, or 'mean' of all heads (the default; --json keeps every head unless a number is given).", show_default=False),
     token: str = typer.Option(None, "--token", help="Focus on one query token: its text (a word inside a piece counts: 'il' finds qu'il; a word in several pieces is found at its first) or its number.", show_default=False),
     explain_head: bool = typer.Option(False, "--explain", help="With --token: one head step by step (q.k, /sqrt(d_k), softmax, values); --head N (default: head 1)."),
     summary: bool = typer.Option(False, "--summary", help="Statistics of every head: entropy, maximum, share on </s>, <s> and punctuation, distance from the diagonal."),
@@ -58,7 +59,7 @@ def inspect_attn(
     json_out: bool = typer.Option(False, "--json", help="Print tokens and the weights as JSON: of every kind, layer and head, or of those --kind, --layer and --head give (every weight of a 970-token sentence is some 250 MB)."),
     html: Path = typer.Option(None, "--html", parser=file_path("attention.html"), metavar="<path>", help="Also write a self-contained HTML page to explore every head.", show_default=False),
     image: Path = typer.Option(None, "--image", parser=file_path("attention.png"), metavar="<path>", help="Also write the heatmap as an image (.png or .svg; needs the plot extra).", show_default=False),
-    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    device: str = typer.Option("auto", "--device", callback=device_name, help=DEVICE_HELP),
     precision: Precision = typer.Option("auto", "--precision", help="The arithmetic of the translation, as tfm translate's: auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16 or fp16 (CUDA only). The weights shown are computed in fp32 on that translation."),
 ) -> None:
     """Show what every attention head attends to when the model translates SENTENCE.
@@ -282,6 +283,13 @@ def _layer(layer: int | None, layers: int, kind: str) -> int:
         stack = "encoder" if kind == "encoder" else "decoder"
         raise TfmError(f"--layer {layer} is out of range: the {stack} has layers 1-{layers}", hint=f"use --layer 1 to {layers}")
     return layer - 1
+
+
+def _head_word(head: str | None) -> str | None:
+    """--head's check before the model is read: a number or "mean" (anything else is a usage error, exit 2)."""
+    if head is not None and head != "mean" and not (head.isascii() and head.isdigit() and head.lstrip("0")):
+        raise typer.BadParameter(f"{head!r} is not a head number: use a number from 1, or mean")
+    return head
 
 
 def _head(head: str, heads: int) -> int | None:
