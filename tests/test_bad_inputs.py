@@ -1943,6 +1943,29 @@ def test_tokenize_encode_without_tokenizer_finds_the_one_tokenize_wrote(root: Pa
     assert "--tokenizer" in proc.stderr and "--model" not in proc.stderr
 
 
+def test_options_that_would_be_ignored_are_refused_or_said(run: Path, tmp_path: Path) -> None:
+    """Each of these ran with exit 0 and the option did nothing: --curves with a recipe's override (read as
+    RECIPE, and the error then said "drop RECIPE and --resume"), --dry-run, --out or --device; --greedy with --alpha
+    (greedy search has no length penalty; --greedy --beam was refused); --numbers where no heatmap is drawn. And
+    --score with --reference said "drop TEXT and --reference" where no TEXT was given."""
+    for extra, named in ((["train.max_steps=3"], "drop train.max_steps=3"), (["--dry-run", "--device", "cpu"], "drop --dry-run --device cpu"),
+                         (["--out", str(tmp_path / "o")], "drop --out")):
+        proc = tfm("train", "--curves", str(run), *extra, check=False)
+        error_line(proc, "--curves shows an existing run and trains nothing", named, code=2)
+    assert not (tmp_path / "o").exists()
+    base = ("translate", "--model", str(run), "--device", "cpu")
+    error_line(tfm(*base, "--greedy", "--alpha", "2", "Bonjour.", check=False), "--greedy has no length penalty; drop --alpha 2", code=2)
+    refs = write(tmp_path / "ref.en", "Hello.\n")
+    proc = tfm(*base, "--score", str(refs), "--reference", str(refs), check=False)
+    error_line(proc, "--score reads sources and references from its file(s); drop --reference", code=2)
+    assert "TEXT" not in proc.stderr
+    inspect = ("inspect-attn", "--model", str(run), "--device", "cpu", "Je suis étudiant.")
+    for extra in (["--json"], ["--summary"], ["--token", "1"]):
+        proc = tfm(*inspect, "--numbers", *extra)
+        assert "warning: --numbers is not used here: it prints the weights in the heatmap's cells" in proc.stderr, extra
+    assert "--numbers is not used" not in tfm(*inspect, "--numbers").stderr
+
+
 def test_inspect_attn_unicode_digits_are_not_numbers(run: Path) -> None:
     """'²' is a digit to str.isdigit but not to int(): `--head ²` and `--token ²` were ValueError tracebacks, and
     `--head ١` (an Arabic-Indic one) silently chose head 1."""

@@ -154,6 +154,9 @@ def inspect_attn(
             f"{'the summary' if summary else 'the --token table'} shows every layer and head "
             "(they choose the heatmap's, --explain's, --align's and --image's)"
         )
+    if numbers and (json_out or summary or align or token is not None):  # only the heatmap prints them
+        warn("--numbers is not used here: it prints the weights in the heatmap's cells, and no heatmap is drawn "
+             f"({'--json holds the weights themselves' if json_out else 'drop --summary, --align and --token for the heatmap'})")
     kept = _json_selection(shown, given_kind, layer, head_index) if json_out else {}
     narrowed = any(v is not None for v in kept.values())
     # Every weight as numbers, made once for the page, the image and the JSON (a long sentence has millions).

@@ -78,8 +78,14 @@ def train(
             )
         launch.check(device)
     if curves is not None:
-        if recipe is not None or resume is not None:
-            raise typer.BadParameter("--curves shows an existing run; drop RECIPE and --resume", param_hint="--curves")
+        given = [*([recipe] if recipe is not None else []), *(overrides or [])]  # a first override reads as RECIPE
+        given += [o for o, v in (("--resume", resume), ("--out", out)) if v is not None] + (["--dry-run"] if dry_run else [])
+        given += [f"--device {device}"] if device != "auto" else []
+        if given:  # each was ignored without a word
+            raise typer.BadParameter(
+                f"--curves shows an existing run and trains nothing; drop {' '.join(given)}",
+                param_hint="--curves",
+            )
         _show_curves(curves, json_out)
         return
     from tfm_cli.recipe import load_recipe

@@ -90,7 +90,10 @@ def translate(
     if beam is not None and n_best > beam:
         raise typer.BadParameter(f"--n-best {n_best} cannot exceed --beam {beam}", param_hint="--n-best")
     if score and (text is not None or reference is not None):
-        raise typer.BadParameter("--score reads sources and references from its file(s); drop TEXT and --reference", param_hint="--score")
+        extra = " and ".join(w for w, v in (("TEXT", text), ("--reference", reference)) if v is not None)
+        raise typer.BadParameter(f"--score reads sources and references from its file(s); drop {extra}", param_hint="--score")
+    if greedy and alpha is not None:  # ignored without a word: greedy search ranks no hypotheses by length
+        raise typer.BadParameter(f"--greedy has no length penalty; drop --alpha {alpha:g} (or --greedy)", param_hint="--alpha")
     if score and len(score) > 2:
         raise typer.BadParameter("give one TSV, or a source file and a reference file", param_hint="--score")
     if n_best > 1 and (score or reference is not None):  # scored the best and wrote only it to --output, silently
