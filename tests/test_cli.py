@@ -370,6 +370,10 @@ def test_unknown_option_exits_2() -> None:
         (["tokenize", "--encode", "x", "--vocab-size", "500", "--min-frequency", "5"],
          "--encode shows an existing tokenizer; drop --vocab-size and --min-frequency (they train a new one)", "tfm tokenize"),
         (["tokenize", "--encode", "x", "--out", "t.json"], "drop --out (they train a new one)", "tfm tokenize"),
+        # a validator's wording ("Value error, 'int8' is not one of ...") and another option's example
+        (["inspect-attn", "x", "--precision", "int8"], "Invalid value for '--precision': int8 is not offered here: the weights shown are the fp32 model's", "tfm inspect-attn"),
+        (["inspect-attn", "x", "--precision", "fp64"], "Invalid value for '--precision': 'fp64' is not one of: auto, fp32, bf16, fp16", "tfm inspect-attn"),
+        (["bench", "translate", "--recipe", str(REPO / "recipes" / "tiny.yaml"), "--batch-sizes", "0"], "'0': give positive integers, e.g. 1,8,32", "tfm bench translate"),
     ],
 )
 def test_usage_errors_are_one_error_line_with_the_help_as_hint(args: list[str], said: str, command: str) -> None:

@@ -297,6 +297,16 @@ def test_bad_options_and_missing_extras_get_one_line(trained, tmp_path: Path) ->
     assert "tfm_no_such_package" in str(caught.value)
 
 
+def test_an_export_without_run_names_the_run_it_takes(trained, tmp_path: Path) -> None:
+    """Without RUN the newest run is exported, and only tfm-export.json said which: the start names it, as
+    translate and tokenize name the run they take."""
+    shutil.copytree(trained["dir"], tmp_path / "runs" / "mine")
+    proc = tfm("export", "--format", "release", "--out", str(tmp_path / "r"), "--verify-lines", "3", cwd=tmp_path)
+    expected = str(Path("runs") / "mine")
+    assert proc.stderr.startswith(f"exporting {expected} (the most recent run; choose another with RUN) as release"), proc.stderr
+    assert json.loads((tmp_path / "r" / "tfm-export.json").read_text())["source"].startswith(expected)
+
+
 def test_json_output_lists_files_and_checks(trained, tmp_path: Path) -> None:
     proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(tmp_path / "j"), "--json", "--verify-lines", "5")
     data = json.loads(proc.stdout)

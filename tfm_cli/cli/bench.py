@@ -49,13 +49,13 @@ TRANSLATE_COMPARE_HELP = (
 )
 
 
-def _ints(text: str, option: str) -> list[int]:
+def _ints(text: str, option: str, example: str) -> list[int]:
     try:
         values = [int(v) for v in text.replace(" ", "").split(",")]  # an empty item ("1,,2") is an error too
     except ValueError:
         raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint=option) from None
     if not values or min(values) < 1:
-        raise typer.BadParameter(f"{text!r}: give positive integers, e.g. 64,128,256", param_hint=option)
+        raise typer.BadParameter(f"{text!r}: give positive integers, e.g. {example}", param_hint=option)
     return list(dict.fromkeys(values))  # a value given twice is measured once (two records of one id)
 
 
@@ -260,7 +260,7 @@ def attention(
     gate_inputs = _gate_inputs(baseline, tolerance, "attention")
     with _stoppable(), _progress() as progress:
         done = [0]
-        sizes = _ints(lengths, "--lengths")
+        sizes = _ints(lengths, "--lengths", "64,128,256")
         passes = PASSES[:1] if forward_only else PASSES
         total = len(sizes) * len(passes) * len(mask) * len(impl or available)
 
@@ -447,7 +447,7 @@ def translate(
         raise typer.BadParameter("give a trained model (--model RUN) or a recipe for random weights (--recipe FILE)", param_hint="--model")
     if precision not in TRANSLATE_PRECISIONS:
         raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(TRANSLATE_PRECISIONS)}", param_hint="--precision")
-    sizes = _ints(batch_sizes, "--batch-sizes")
+    sizes = _ints(batch_sizes, "--batch-sizes", "1,8,32")
     if max(sizes) > sentences:
         raise typer.BadParameter(
             f"a batch of {max(sizes)} sentences needs --sentences {max(sizes)} or more (it is {sentences})", param_hint="--batch-sizes"

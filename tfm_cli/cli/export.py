@@ -67,7 +67,13 @@ def export(
         from tfm_cli.runs import missing_model
 
         raise missing_model(model)
-    info(f"exporting {model or 'the most recent run'} as {fmt} (checking on {f'up to {verify_lines}' if verify_lines else 'all'} sentences of its dev set, else of its training data)")
+    if model is None:  # named, as translate and tokenize name the run they take (only tfm-export.json said it)
+        from tfm_cli.runs import resolve_weights, run_dir_of
+
+        shown = f"{run_dir_of(resolve_weights(None))} (the most recent run; choose another with RUN)"
+    else:
+        shown = str(model)
+    info(f"exporting {shown} as {fmt} (checking on {f'up to {verify_lines}' if verify_lines else 'all'} sentences of its dev set, else of its training data)")
     if fmt == "release" and dtype != "fp32":  # --verify-lines does not bound this: it can be most of the time
         info(f"then, for the model card's dev BLEU and chrF, the {dtype} weights translate all of the run's dev set "
              "(beam search; --verify-lines does not bound it), as the run's own scores are of its fp32 weights")

@@ -12,7 +12,7 @@ import shutil
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import typer
 
@@ -40,7 +40,15 @@ from tfm_cli.errors import TfmError, shell_word
 
 KIND_NAMES = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "encoder-decoder cross-attention"}
 _SHADES = " ·░▒▓█"
-Precision = Literal["auto", "fp32", "bf16", "fp16"]  # tfm_cli.runtime.PRECISIONS, without importing torch
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # tfm_cli.runtime.PRECISIONS, without importing torch
+
+
+def _precision(value: str) -> str:
+    if value == "int8":  # translate's and bench's fifth choice: its weights are a quantized copy
+        raise typer.BadParameter("int8 is not offered here: the weights shown are the fp32 model's; use auto, fp32, bf16 or fp16")
+    if value not in PRECISIONS:
+        raise typer.BadParameter(f"{value!r} is not one of: {', '.join(PRECISIONS)}")
+    return value
 
 
 def inspect_attn(
@@ -60,7 +68,7 @@ def inspect_attn(
     html: Path = typer.Option(None, "--html", parser=file_path("attention.html"), metavar="<path>", help="Also write a self-contained HTML page to explore every head.", show_default=False),
     image: Path = typer.Option(None, "--image", parser=file_path("attention.png"), metavar="<path>", help="Also write the heatmap as an image (.png or .svg; needs the plot extra).", show_default=False),
     device: str = typer.Option("auto", "--device", callback=device_name, help=DEVICE_HELP),
-    precision: Precision = typer.Option("auto", "--precision", help="The arithmetic of the translation, as tfm translate's: auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16 or fp16 (CUDA only). The weights shown are computed in fp32 on that translation."),
+    precision: str = typer.Option("auto", "--precision", callback=_precision, help="The arithmetic of the translation, as tfm translate's: auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16 or fp16 (CUDA only). The weights shown are computed in fp32 on that translation."),
 ) -> None:
     """Show what every attention head attends to when the model translates SENTENCE.
 
