@@ -48,6 +48,7 @@ err = _StderrConsole(stderr=True, highlight=False)
 out = Console(highlight=False)
 
 DEVICE_HELP = "Where to run: auto (CUDA when available), cpu, or cuda."
+JSON_HELP = "Print results as JSON for scripts instead of a table."
 
 
 def device_name(value: str) -> str:
@@ -60,7 +61,6 @@ def device_name(value: str) -> str:
     except TfmError as error:
         raise typer.BadParameter(f"{error.message}: {error.hint}") from None
     return value
-JSON_HELP = "Print results as JSON for scripts instead of a table."
 
 
 def fancy_stdout() -> bool:
