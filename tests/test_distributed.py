@@ -837,6 +837,24 @@ def test_sigterm_to_the_launcher_saves_a_checkpoint(data: dict[str, Path], pair:
     assert all(torch.equal(resumed[k], expected[k]) for k in expected)
 
 
+@pytest.mark.slow
+def test_a_resume_from_an_evaluated_checkpoint_goes_on_in_every_process(data: dict[str, Path], pair: dict) -> None:
+    """The newest checkpoint at an evaluation step whose evaluation was done (a crash in the steps after it, or
+    a full disk): rank 1, which reads no dev set, took its own BLEU tokenizer (None) for a change of scoring, did
+    not read the evaluation's outcome, evaluated again where rank 0 trained on, and both waited in collectives the
+    other never joined: the 2-process resume hung for good after "resumed from". It now goes on, exactly."""
+    run = Path(shutil.copytree(pair["two"], data["root"] / "evaluated-then-lost"))
+    assert (run / "checkpoints" / "step-00000006.evaluated.json").is_file()
+    for lost in [*run.glob(f"checkpoints/step-{STEPS:08d}.*"), run / "model.safetensors", run / "summary.json"]:
+        lost.unlink()  # as if the run had died between step 6 and its next checkpoint
+    proc = tfm("train", "--resume", str(run), "--device", "cpu", "--nproc-per-node", "2", timeout=240)
+    assert "resumed from" in proc.stderr and "at step 6" in proc.stderr, proc.stderr
+    resumed, expected = _weights(run, STEPS), _weights(pair["two"], STEPS)
+    assert all(torch.equal(resumed[k], expected[k]) for k in expected)
+    evaluations = [r["step"] for r in _records(run) if r["kind"] == "eval"]
+    assert evaluations.count(6) == 1, evaluations  # step 6's evaluation not done again
+
+
 def test_ctrl_c_to_the_launcher_alone_stops_the_job(data: dict[str, Path]) -> None:
     """SIGINT to `tfm train --nproc-per-node 2` itself (`kill -INT PID`; a terminal's Ctrl-C signals the whole
     group): Python's Ctrl-C handler raised KeyboardInterrupt in tfm alone, which then waited on torchrun while the

@@ -535,7 +535,10 @@ class Trainer:
         self.earlier_seconds = float(state.get("train_seconds", 0.0))
         self.evaluated_step = int(state.get("evaluated_step", -1))
         self.eval_owed = bool(state.get("eval_owed", False))
-        scoring, now = state.get("scoring"), self._scoring()
+        # rank 0's: only it reads the dev set, whose `auto` BLEU tokenizer is part of it (another rank, taking its
+        # own None for a change, skipped the evaluation's outcome, redid an evaluation owed nowhere else, and waited
+        # in a collective the others never joined: a 2-process resume hung for good)
+        scoring, now = state.get("scoring"), self.dist.broadcast(self._scoring())
         had_best = state.get("best_bleu", -1.0) >= 0 or state.get("early_stopping", {}).get("best") is not None
         if scoring is not None and scoring != now:  # a BLEU of another dev set or tokenization is not comparable
             changed = "; ".join(f"{k} {scoring.get(k)!r} -> {v!r}" for k, v in now.items() if scoring.get(k) != v)
