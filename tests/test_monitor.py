@@ -356,3 +356,36 @@ def test_a_run_that_raises_leaves_no_tensorboard_thread_behind(recipe: Path, tmp
             train(load_recipe(recipe, ["train.save_every=100"]), tmp_path / f"run{i}", device="cpu", events=Boom())
     assert threading.active_count() == before, [t.name for t in threading.enumerate()]
     assert any((tmp_path / "run0" / "tensorboard").iterdir())  # it did write its events
+
+
+@pytest.mark.skipif(not has_module("tensorboard"), reason="needs the tensorboard extra (pip install -e '.[tensorboard]')")
+def test_event_files_that_cannot_be_written_end_tensorboard_logging_in_one_line(tmp_path: Path, capfd) -> None:
+    """A disk that filled up while TensorBoard wrote: its writer thread printed a traceback, and the OSError it
+    handed to the next call, naming no file, stopped the run as "writing the output failed" (stdout's error).
+    Logging to TensorBoard now stops with one warning naming RUN/tensorboard; the run goes on (its next checkpoint
+    or metrics.jsonl line says the disk is full, with the way to resume)."""
+    import errno
+    import threading
+
+    from tfm_cli.monitor import TensorBoardLog
+
+    said: list[str] = []
+    board = TensorBoardLog.open(tmp_path, 0, said.append)
+    board.train(1, {"loss": 5.0, "lr": 1e-3})
+    records = board.writer.file_writer.event_writer._async_writer._writer  # what the writer's thread writes through
+
+    def full(data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    records.write = full
+    threads = threading.active_count()
+    for step in (2, 3, 4):  # the first call hands the thread's error on; the others find logging stopped
+        board.train(step, {"loss": 4.0, "lr": 1e-3})
+    board.evaluation(4, {"bleu": 1.0})
+    board.close()
+    assert said == [
+        f"warning: TensorBoard logging stopped: {tmp_path / 'tensorboard'} could not be written (No space left on device); "
+        "training goes on, and metrics.jsonl keeps every figure"
+    ]
+    assert not board.enabled and threading.active_count() <= threads
+    assert "Traceback" not in capfd.readouterr().err

@@ -352,6 +352,51 @@ def test_a_disk_that_fills_up_under_metrics_jsonl_names_the_checkpoint_to_resume
     assert proc.returncode == 0 and "resumed from" in proc.stderr and "at step 5" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("failing", ["best.safetensors", "model.safetensors", "read-only"])
+def test_a_final_or_best_model_that_cannot_be_written_names_the_way_on(root: Path, tmp_path: Path, failing: str, monkeypatch) -> None:
+    """A disk that filled up (or was made read-only) while the best or the final model was written gave the
+    generic `model.safetensors: No space left on device` with "check the path, its permissions and the free
+    space", where a checkpoint's gets the intact checkpoint and the resume; the resume then writes them."""
+    import errno
+
+    from tfm_cli import checkpoint
+    from tfm_cli.errors import TfmError
+    from tfm_cli.training import train as train_in_process
+
+    name = "best.safetensors" if failing == "best.safetensors" else "model.safetensors"
+    code, why = (errno.EROFS, "Read-only file system") if failing == "read-only" else (errno.ENOSPC, "No space left on device")
+    save = checkpoint.save_weights
+
+    def fails_there(path: Path, *args, **kwargs) -> None:
+        if Path(path).name == name:
+            raise OSError(code, why, str(path))
+        save(path, *args, **kwargs)
+
+    monkeypatch.setattr("tfm_cli.training.trainer.save_weights", fails_there)
+    monkeypatch.setattr("tfm_cli.training.evaluation.save_weights", fails_there)
+    out = tmp_path / "run"
+    dev = ["data.dev=" + str(root / "train.tsv"), "train.eval_sentences=4", "train.eval_every=5"]
+    with pytest.raises(TfmError) as caught:
+        train_in_process(load_recipe(root / "recipe.yaml", dev), out, device="cpu")
+    fix = "make it writable again" if failing == "read-only" else "free some space there"
+    if name == "best.safetensors":  # at step 5's evaluation, just after its checkpoint
+        assert str(caught.value) == (
+            f"training stopped at step 5: best.safetensors could not be written ({out / name}: {why}); the last "
+            "checkpoint (step-00000005.safetensors, step 5) is intact"
+        )
+        assert caught.value.hint == f"{fix}, then continue with `tfm train --resume {out}`"
+    else:
+        assert str(caught.value) == (
+            f"training ended at step 10, but the final model could not be written ({out / name}: {why}); the last "
+            "checkpoint (step-00000010.safetensors, step 10) is intact"
+        )
+        assert caught.value.hint == f"{fix}, then `tfm train --resume {out}` writes the final model from the checkpoints"
+    monkeypatch.undo()
+    proc = train("--resume", str(out), *dev)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "model.safetensors").is_file() and (out / "best.safetensors").is_file()
+
+
 def test_a_trainer_state_left_by_a_cut_prune_is_removed_by_the_next_one(copy: Path) -> None:
     """A prune deletes a checkpoint's weights, then its trainer state: a `kill -9` between the two left the state
     (hundreds of MB on a real model) in checkpoints/ for good, since only the weights were looked for."""

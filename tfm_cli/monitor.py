@@ -12,9 +12,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,24 +36,51 @@ class TensorBoardLog:
     Its writer hands events to a thread through a `queue.Queue`: a Ctrl-C or stop signal that arrives during a
     call is held until the call is done (`held_stop_signals`), since one raised inside the queue's locking
     made `close()` hang.
+
+    The event files are a view of the run, not its record (metrics.jsonl is): where they cannot be written (a
+    full or read-only disk), logging to TensorBoard stops, `on_lost` is told once, and training goes on, to
+    the checkpoint that says the disk is full with the way to resume. The writer's thread printed a traceback,
+    and the error it handed on, naming no file, was taken for stdout's.
     """
 
-    def __init__(self, writer: Any) -> None:
+    def __init__(self, writer: Any, log_dir: Path | None = None, on_lost: Callable[[str], None] | None = None) -> None:
         self.writer = writer
+        self.log_dir = log_dir
+        self.on_lost = on_lost
 
     @classmethod
-    def open(cls, run_dir: Path, start_step: int = 0) -> TensorBoardLog:
+    def open(cls, run_dir: Path, start_step: int = 0, on_lost: Callable[[str], None] | None = None) -> TensorBoardLog:
         """Event files in RUN/tensorboard for a run that continues after `start_step` (0 for a fresh run).
 
         Events of later steps that an interrupted attempt had logged are purged (TensorBoard hides them):
-        this run logs those steps again.
+        this run logs those steps again. `on_lost(message)`: told once if the files cannot be written.
         """
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:  # tensorboard is an optional extra: training does not need it
             return cls(None)
+        _quiet_writer_threads()
+        log_dir = Path(run_dir) / TENSORBOARD_DIR
+        board = cls(None, log_dir, on_lost)
         with held_stop_signals():  # it starts the writer's thread and queues the file's first event
-            return cls(SummaryWriter(log_dir=str(Path(run_dir) / TENSORBOARD_DIR), purge_step=start_step + 1))
+            board._guarded(lambda: setattr(board, "writer", SummaryWriter(log_dir=str(log_dir), purge_step=start_step + 1)))
+        return board
+
+    def _guarded(self, call: Callable[[], object]) -> None:
+        """`call()`; an OSError from it (or from the writer's thread, handed on) ends TensorBoard logging, said once."""
+        try:
+            call()
+        except OSError as error:
+            writer, self.writer = self.writer, None
+            if writer is not None:
+                with contextlib.suppress(Exception):  # its thread has failed: closing flushes what it could not
+                    writer.close()
+            if self.on_lost is not None:
+                why = error.strerror or str(error) or type(error).__name__
+                self.on_lost(
+                    f"warning: TensorBoard logging stopped: {self.log_dir} could not be written ({why}); training goes "
+                    "on, and metrics.jsonl keeps every figure"
+                )
 
     @property
     def enabled(self) -> bool:
@@ -60,7 +90,7 @@ class TensorBoardLog:
         """The resolved recipe as text, shown in TensorBoard's Text tab."""
         if self.writer is not None:
             with held_stop_signals():
-                self.writer.add_text("recipe", "```yaml\n" + text + "\n```", step)
+                self._guarded(lambda: self.writer.add_text("recipe", "```yaml\n" + text + "\n```", step))
 
     def train(self, step: int, metrics: dict[str, Any]) -> None:
         self._scalars(_TRAIN_SCALARS, step, metrics)
@@ -72,19 +102,39 @@ class TensorBoardLog:
     def _scalars(self, names: dict[str, str], step: int, metrics: dict[str, Any]) -> None:
         if self.writer is None:
             return
-        with held_stop_signals():
+        def write() -> None:
             for key, tag in names.items():
                 value = metrics.get(key)
                 if isinstance(value, (int, float)) and math.isfinite(value):
                     self.writer.add_scalar(tag, value, step)
             self.writer.flush()
 
+        with held_stop_signals():
+            self._guarded(write)
+
     def close(self) -> None:
         """Flush and stop the writer (and its thread); once: a second call does nothing."""
         if self.writer is not None:
             with held_stop_signals():
-                self.writer.close()
+                self._guarded(self.writer.close)
             self.writer = None
+
+
+def _quiet_writer_threads() -> None:
+    """Keep the traceback of TensorBoard's writer thread off stderr when it fails to write (a full disk): the
+    writer hands the error on to the next call, where `TensorBoardLog` says it in one line. Other threads' errors,
+    and the writer's other than OSError, are printed as before."""
+    previous = threading.excepthook
+    if getattr(previous, "_tfm_quiet", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if type(args.thread).__name__ == "_AsyncWriterThread" and isinstance(args.exc_value, OSError):
+            return
+        previous(args)
+
+    hook._tfm_quiet = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 EARLY_STOP = "early stop"  # how the reason begins (summary.json's "stopped")

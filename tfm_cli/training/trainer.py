@@ -12,6 +12,7 @@ tokens, and rank 0 alone evaluates, writes and reports.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import math
@@ -390,7 +391,7 @@ class Trainer:
         try:
             append_metrics(self.run_dir, record)
         except OSError as error:  # a disk that filled up: said as for a checkpoint, with the way on
-            if error.errno not in WRITE_ERRNOS:
+            if not _unwritable(error):
                 raise
             raise _not_saved(self.run_dir, self.step, error, what="its log line") from error
 
@@ -459,7 +460,7 @@ class Trainer:
             self.events.message(f"{dist.world_size} processes (DDP over {dist.device.type}): each trains on its share of every batch")
         self.step_model = dist.wrap(self.model)  # DDP in a multi-process job; `model` stays what is saved and evaluated
         # purges what a dead attempt logged past `step`
-        self.board = TensorBoardLog.open(run_dir, self.step) if self.main else TensorBoardLog(None)
+        self.board = TensorBoardLog.open(run_dir, self.step, self.events.message) if self.main else TensorBoardLog(None)
         if self.board.enabled and not self.resume:
             self.board.recipe(yaml.safe_dump(recipe_to_dict(self.recipe), sort_keys=False, allow_unicode=True), self.step)
 
@@ -782,10 +783,15 @@ class Trainer:
         self.events.evaluation(self.step, result)
         if result["bleu"] > self.best_bleu:
             self.best_bleu = result["bleu"]
-            save_weights(
-                self.run_dir / BEST, weights_state(self.model), self.config, self.tokenizer.sha256, self.step,
-                bleu=self.best_bleu,
-            )
+            try:  # (not written: the resume evaluates this step again, as its checkpoint says it is owed)
+                save_weights(
+                    self.run_dir / BEST, weights_state(self.model), self.config, self.tokenizer.sha256, self.step,
+                    bleu=self.best_bleu,
+                )
+            except OSError as error:
+                if not _unwritable(error):
+                    raise
+                raise _not_saved(self.run_dir, self.step, error, what=BEST) from error
         stop = self.early.update(self.step, result)
         self.evaluated_step = self.step
         if self.last_saved == self.step:  # the checkpoint of this step was saved before: its evaluation is done
@@ -837,7 +843,7 @@ class Trainer:
             )
             atomic_write(state_path(path), lambda tmp: torch.save(state, tmp))
         except OSError as error:  # a disk that filled up: say what is kept and how to go on
-            if error.errno not in WRITE_ERRNOS:
+            if not _unwritable(error):
                 raise
             raise _not_saved(self.run_dir, self.step, error) from error
         self.last_saved = self.step  # only now: Ctrl-C in the middle of a save saves again in `_interrupted`
@@ -890,7 +896,12 @@ class Trainer:
             return TrainResult(self.run_dir, self.step, False, {}, time.perf_counter() - self.started, stopped)
         run_dir, t = self.run_dir, self.t
         finishing = time.perf_counter()
-        final = finish(run_dir, self.recipe, self.model, self.tokenizer, self.dev, self.amp, self.events, self.board)
+        try:
+            final = finish(run_dir, self.recipe, self.model, self.tokenizer, self.dev, self.amp, self.events, self.board)
+        except OSError as error:  # model.safetensors, or its metrics.jsonl line
+            if not _unwritable(error):
+                raise
+            raise _not_saved(run_dir, self.step, error, what="the final model", done=True) from error
         self.board.close()
         result = TrainResult(run_dir, self.step, False, final, time.perf_counter() - self.started, stopped)
         summary = {
@@ -907,7 +918,12 @@ class Trainer:
             # stopped before this file was written (while averaging or evaluating) left a recipe.yaml ahead of it
             "recipe_resolved": recipe_to_dict(with_absolute_paths(self.recipe)),
         }
-        atomic_write(run_dir / "summary.json", lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=2)))
+        try:
+            atomic_write(run_dir / "summary.json", lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=2)))
+        except OSError as error:
+            if not _unwritable(error):
+                raise
+            raise _not_saved(run_dir, self.step, error, what="summary.json", done=True) from error
         png = write_curves_png(run_dir)
         if png is not None:
             self.events.message(f"curves: {png}")
@@ -1222,15 +1238,26 @@ def _ran_out_of_memory(run_dir: Path, step: int, device: torch.device, error: Ba
     )
 
 
-def _not_saved(run_dir: Path, step: int, error: OSError, what: str = "its checkpoint") -> TfmError:
-    """The error that stops a run whose checkpoint (or `what` else) could not be written (a disk that filled up);
-    it names the last checkpoint that was (a resume takes the newest one with its trainer state)."""
+def _not_saved(run_dir: Path, step: int, error: OSError, what: str = "its checkpoint", done: bool = False) -> TfmError:
+    """The error that stops a run whose checkpoint (or `what` else) could not be written (a disk that filled up,
+    or was made read-only); it names the last checkpoint that was (a resume takes the newest one with its trainer
+    state), and the resume with the job's processes. `done`: training had reached its end (the final phase)."""
     found, kept = _last_intact(run_dir)
-    then = f"then continue with `tfm train --resume {shell_word(run_dir)}`" if found else "then run the same command again"
+    then = f"then continue with `{resume_command(run_dir)}`" if found else "then run the same command again"
+    if found and done:
+        then = f"then `{resume_command(run_dir)}` writes the final model from the checkpoints"
+    fix = "make it writable again" if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else "free some space there"
+    stopped = f"training ended at step {step}, but" if done else f"training stopped at step {step}:"
     return TfmError(
-        f"training stopped at step {step}: {what} could not be written ({error.filename}: {error.strerror}); {kept}",
-        hint=f"free some space there, {then}",
+        f"{stopped} {what} could not be written ({error.filename or run_dir}: {error.strerror or error}); {kept}",
+        hint=f"{fix}, {then}",
     )
+
+
+def _unwritable(error: BaseException) -> bool:
+    """Whether `error` is a file that could not be written for want of room or of write access (said with the way
+    on, by `_not_saved`), not a bug."""
+    return isinstance(error, OSError) and error.errno in (*WRITE_ERRNOS, errno.EACCES, errno.EPERM)
 
 
 def load_trainer_state(path: Path) -> dict[str, Any]:
