@@ -1297,6 +1297,30 @@ def test_a_hand_edited_model_in_recipe_yaml_is_named_as_an_edit(trained: Path, t
     tfm("train", "--resume", str(run), "train.max_steps=11", "--device", "cpu")
 
 
+def test_a_recipe_yaml_cut_short_is_not_resumed_with_defaults(trained: Path, tmp_path: Path) -> None:
+    """A run's recipe.yaml cut short (a full disk, a copy) resumed with the defaults of every setting it lost
+    (warmup 250 -> 4000, beam 2 -> 4), then was rewritten so: the run's own settings gone. The checkpoint keeps the
+    recipe it was trained with; the lost settings are named, and given back on the command line they resume."""
+    import yaml
+
+    run = Path(shutil.copytree(trained, tmp_path / "run"))
+    full = yaml.safe_load((run / "recipe.yaml").read_text())
+    cut = {**full, "train": {k: v for k, v in full["train"].items() if k not in ("warmup_steps", "lr_factor")}}
+    del cut["decode"]
+    (run / "recipe.yaml").write_text(yaml.safe_dump(cut, sort_keys=False))
+    before = snapshot(run)
+    proc = tfm("train", "--resume", str(run), "train.max_steps=12", "--device", "cpu", check=False)
+    line = error_line(proc, f"{run / 'recipe.yaml'} lacks train.warmup_steps, train.lr_factor, decode.beam, decode.alpha and",
+                      "which its checkpoint was trained with", "the resume would train with their defaults")
+    assert snapshot(run) == before, line
+    hint = proc.stderr.split(f"hint: put them back in {run / 'recipe.yaml'}, or give them: ", 1)[1].strip()
+    assert hint.startswith(f"tfm train --resume {run} train.warmup_steps={full['train']['warmup_steps']} ")
+    words = shlex.split(hint)[4:]
+    proc = tfm("train", "--resume", str(run), *words, "train.max_steps=12", "--device", "cpu")  # as the hint says
+    resolved = yaml.safe_load((run / "recipe.yaml").read_text())
+    assert resolved["train"]["warmup_steps"] == full["train"]["warmup_steps"] and resolved["decode"] == full["decode"]
+
+
 def test_resume_refuses_tokenizer_settings_it_would_only_write_down(trained: Path, tmp_path: Path) -> None:
     """tokenizer.vocab_size=800 on --resume was accepted and written into recipe.yaml, while the run went on with its
     own 400-token tokenizer.json: the recipe then described another run. Refused now, dry run or not, run untouched."""

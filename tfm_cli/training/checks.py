@@ -27,7 +27,7 @@ from tfm_cli.recipe import (
     recipe_text,
     recipe_to_dict,
 )
-from tfm_cli.runs import BEST, CHECKPOINTS, EXPORT_INFO, FINAL, checkpoint_steps
+from tfm_cli.runs import BEST, CHECKPOINTS, EXPORT_INFO, FINAL, checkpoint_steps, state_path
 from tfm_cli.scoring import AUTO, bleu_metric
 from tfm_cli.tokenizer import Tokenizer, normalized
 from tfm_cli.training.step import parameter_count
@@ -655,4 +655,40 @@ def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
         raise CheckpointError(f"{run_dir} is a file, not a run directory", hint="pass the run's folder, e.g. runs/tiny")
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: {run_dir} is not a tfm run directory", hint="pass the run's folder, e.g. runs/tiny")
-    return load_recipe(path, overrides)
+    recipe = load_recipe(path, overrides)
+    if cut := _settings_cut(Path(run_dir), path):
+        given = {o.split("=", 1)[0].strip() for o in overrides}
+        if lost := [(key, value) for key, value in cut if key not in given]:
+            shown = ", ".join(key for key, _ in lost[:4]) + (f" and {len(lost) - 4} more" if len(lost) > 4 else "")
+            words = " ".join(shell_word(f"{k}={v if isinstance(v, str) else json.dumps(v)}") for k, v in lost)
+            raise TfmError(
+                f"{path} lacks {shown}, which its checkpoint was trained with: tfm writes every setting there, so the "
+                "file was cut short or edited, and the resume would train with their defaults",
+                hint=f"put them back in {shell_word(path)}, or give them: tfm train --resume {shell_word(run_dir)} {words}",
+            )
+    return recipe
+
+
+def _settings_cut(run_dir: Path, path: Path) -> list[tuple[str, object]]:
+    """The settings (dotted key, value) that the newest checkpoint of `run_dir` was trained with and its recipe.yaml
+    (`path`) does not name: a file cut short (a disk that filled up, a copy) read as their defaults. Checkpoints of
+    an older tfm, which saved no recipe, say nothing."""
+    import torch
+    import yaml
+
+    found = [state_path(w) for _, w in checkpoint_steps(run_dir) if state_path(w).is_file()]
+    try:  # mapped, not read: of the optimizer's tensors nothing is loaded (the resume reads the state itself)
+        state = torch.load(found[-1], map_location="cpu", weights_only=True, mmap=True) if found else None
+        written = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except Exception:  # noqa: BLE001 - a damaged state or file: said by the resume's own checks
+        return []
+    saved = state.get("recipe") if isinstance(state, dict) else None
+    if not isinstance(saved, dict) or not isinstance(written, dict):
+        return []
+    cut = []
+    for section, values in saved.items():
+        if not isinstance(values, dict):
+            continue
+        there = written.get(section)
+        cut += [(f"{section}.{k}", v) for k, v in values.items() if not (isinstance(there, dict) and k in there)]
+    return cut

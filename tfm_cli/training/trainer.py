@@ -832,6 +832,8 @@ class Trainer:
             # saved before this step's dev evaluation: a resume from here does it (see `fit`), unless its outcome
             # was written beside the checkpoint (`evaluate_dev`)
             "eval_owed": self._evaluates_at(self.step) and self.evaluated_step != self.step,
+            # the recipe it was trained with: a resume tells a recipe.yaml cut short (`resume_recipe`)
+            "recipe": recipe_to_dict(with_absolute_paths(self.recipe)),
         }
         if rng_ranks is not None:
             state["rng_ranks"] = rng_ranks
