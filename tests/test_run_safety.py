@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import shutil
 import signal
 from pathlib import Path
@@ -461,9 +462,13 @@ def test_a_damaged_trainer_state_says_which_files_to_delete(copy: Path, tmp_path
     """"delete it and its .safetensors ..., or start a new run (--out)": the second way on was refused as above; the
     weights file to delete is named."""
     state = state_path(checkpoint_path(copy, 10))
-    state.write_bytes(state.read_bytes()[:100])
-    proc = train("--resume", str(copy), "train.max_steps=12")
-    error_line(proc, f"{state} is damaged")
+    whole = state.read_bytes()
+    # random bytes (a disk's garbage) were "holds more than tensors and plain data (it could run code)"
+    for damage in [whole[:100], *(random.Random(seed).randbytes(4000) for seed in range(3))]:
+        state.write_bytes(damage)
+        proc = train("--resume", str(copy), "train.max_steps=12")
+        error_line(proc, f"{state} is damaged")
+        assert "UserWarning" not in proc.stderr
     assert "hint: delete it and its step-00000010.safetensors to resume from the checkpoint before" in proc.stderr
     assert _new_run(proc, tmp_path) == f"tfm train {copy / 'recipe.yaml'} --out {tmp_path / 'new'}"
     state.unlink()

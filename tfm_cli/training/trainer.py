@@ -21,6 +21,7 @@ import random
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1262,6 +1263,18 @@ def _unwritable(error: BaseException) -> bool:
     return isinstance(error, OSError) and error.errno in (*WRITE_ERRNOS, errno.EACCES, errno.EPERM)
 
 
+def _pickle_naming_code(path: Path) -> bool:
+    """Whether `path` is a pickle (read as opcodes, never run) that names a function or class to call: what a
+    planted pickle does. A torch.save archive that does so is told by torch.load's error ("GLOBAL")."""
+    import pickletools
+
+    try:
+        with open(path, "rb") as f:
+            return any(op.name in ("GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE") for op, _, _ in pickletools.genops(f))
+    except Exception:  # noqa: BLE001 - not a pickle at all (random bytes): damaged
+        return False
+
+
 def load_trainer_state(path: Path) -> dict[str, Any]:
     """A checkpoint's trainer state, read without executing code (`torch.load(weights_only=True)`).
 
@@ -1271,9 +1284,12 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
     """
     weights_name = path.name.removesuffix(".state.pt") + ".safetensors"
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's note on a pickle protocol it does not expect, before it refuses
+            warnings.simplefilter("ignore", UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # UnpicklingError, RuntimeError, EOFError...: torch's text is many lines long
-        why = "is damaged" if isinstance(err, (EOFError, RuntimeError)) and "Unpickl" not in str(err) else "holds more than tensors and plain data (it could run code), so it was not loaded"
+        code = "GLOBAL" in str(err) or _pickle_naming_code(path)  # else damaged (random bytes were "could run code")
+        why = "holds more than tensors and plain data (it could run code), so it was not loaded" if code else "is damaged"
         raise CheckpointError(
             f"{path} {why}",
             hint=f"delete it and its {weights_name} to resume from the checkpoint before, or start a new run from the "
