@@ -154,8 +154,9 @@ def test_a_second_process_on_a_run_in_training_is_refused(trained: Path, tmp_pat
     first = start_tfm("train", "--resume", str(run), "train.max_steps=1000000", "train.save_every=5", "--device", "cpu")
     try:
         wait_until(first, lambda: any(step > 10 for step, _ in checkpoint_steps(run)), "the first process saves checkpoints")
-        proc = train("--resume", str(run), "train.max_steps=1000000")
-        error_line(proc, f"{run} is being trained by another process right now")
+        for extra in ([], ["--dry-run"]):  # the dry run of the resume said "resumes from step N"
+            proc = train("--resume", str(run), "train.max_steps=1000000", *extra)
+            error_line(proc, f"{run} is being trained by another process right now")
         for extra in ([], ["--dry-run"]):  # a start into it said "already holds a trained run": it is training
             proc = train(str(run / "recipe.yaml"), "--out", str(run), *extra)
             error_line(proc, f"{run} is being trained by another process right now")
@@ -165,6 +166,22 @@ def test_a_second_process_on_a_run_in_training_is_refused(trained: Path, tmp_pat
         _, err = first.communicate(timeout=120)
     assert first.returncode == 128 + signal.SIGTERM and b"interrupted" in err, err.decode()  # (saved, or already was)
     train("--resume", str(run), "train.max_steps=1000000", "--dry-run").check_returncode()  # the lock went with it
+
+
+def test_a_checkpoint_whose_weights_are_gone_is_said_and_a_run_that_never_began_is_told_to_start(copy: Path, tmp_path: Path) -> None:
+    """step-10.safetensors lost beside its trainer state: the resume fell back to step 5 without a word. A run
+    killed while its start trained the tokenizer (tokenizer.json, nothing else): "not a tfm run directory"."""
+    checkpoint_path(copy, 10).unlink()
+    proc = train("--resume", str(copy), "train.max_steps=12")
+    assert proc.returncode == 0, proc.stderr
+    assert "checkpoint(s) at step 10 have a trainer state but no weights (.safetensors): resuming from step 5" in proc.stderr
+    begun = tmp_path / "begun"
+    begun.mkdir()
+    shutil.copy(copy / "tokenizer.json", begun / "tokenizer.json")
+    for extra in ([], ["--dry-run"]):
+        proc = train("--resume", str(begun), *extra)
+        error_line(proc, f"{begun} has no recipe.yaml and no checkpoint: its run was stopped before it began to train")
+        assert f"hint: start it again: tfm train RECIPE --out {begun} (the tokenizer.json there is used)" in proc.stderr
 
 
 def test_a_corpus_that_data_max_len_empties_says_so(root: Path, tmp_path: Path) -> None:

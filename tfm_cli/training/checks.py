@@ -653,6 +653,12 @@ def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
         )
     if not Path(run_dir).is_dir():
         raise CheckpointError(f"{run_dir} is a file, not a run directory", hint="pass the run's folder, e.g. runs/tiny")
+    if not path.is_file() and (Path(run_dir) / "tokenizer.json").is_file() and not checkpoint_steps(Path(run_dir)):
+        raise CheckpointError(  # a start stopped while it trained its tokenizer or read the corpus: "not a tfm run"
+            f"{run_dir} has no recipe.yaml and no checkpoint: its run was stopped before it began to train (its "
+            "tokenizer.json is there), so there is nothing to resume",
+            hint=f"start it again: tfm train RECIPE --out {shell_word(run_dir)} (the tokenizer.json there is used)",
+        )
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: {run_dir} is not a tfm run directory", hint="pass the run's folder, e.g. runs/tiny")
     recipe = load_recipe(path, overrides)

@@ -377,11 +377,7 @@ class Trainer:
         """One process at a time trains a run: a second one (a --resume of a run still training, or a start into
         its directory) would rewrite its checkpoints under it, or resume from one that is about to be pruned."""
         if self.main and not self.lock.acquire():
-            raise TfmError(
-                f"{self.run_dir} is being trained by another process right now",
-                hint="wait until it ends, or stop it (Ctrl-C or kill: it saves a checkpoint), then `tfm train --resume "
-                f"{shell_word(self.run_dir)}`; or train into another --out",
-            )
+            raise _in_training(self.run_dir)
         if self.main:
             _sweep_temporary_files(self.run_dir)
 
@@ -993,6 +989,10 @@ def check_resume(recipe: Recipe, run_dir: Path, device: torch.device | None = No
     train.max_steps not behind it, and a data position that exists in the batches of the corpus as this resume
     reads it (`device`: where it would train, whose padding shapes the batches). Returns the step the run would
     continue from."""
+    lock = DirectoryLock(run_dir)
+    if not lock.acquire():  # as the resume itself refuses it (the dry run said "resumes from step N")
+        raise _in_training(run_dir)
+    lock.release()
     step, weights, state = _resume_point(run_dir, TrainEvents())
     tok = Tokenizer.load(run_dir / "tokenizer.json")
     check_resumable(run_dir, weights, model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id), step,
@@ -1100,6 +1100,14 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
         events.message(
             f"checkpoint(s) at step {', '.join(map(str, newer))} have no trainer state (the run stopped while "
             f"saving): resuming from step {step}; they are rewritten when the run gets there"
+        )
+    steps = {s for s, _ in found}
+    orphans = sorted(int(f.name[5:13]) for f in (run_dir / CHECKPOINTS).glob("step-*.state.pt")
+                     if f.name[5:13].isdigit() and int(f.name[5:13]) > step and int(f.name[5:13]) not in steps)
+    if orphans:  # weights deleted or lost beside their state (it fell back without a word)
+        events.message(
+            f"checkpoint(s) at step {', '.join(map(str, orphans))} have a trainer state but no weights (.safetensors): "
+            f"resuming from step {step}; they are rewritten when the run gets there"
         )
     # On the CPU: the RNG states must stay CPU ByteTensors (map_location=cuda broke resume on GPUs), and
     # Optimizer.load_state_dict moves each state tensor to its parameter's device itself.
@@ -1261,6 +1269,14 @@ def _unwritable(error: BaseException) -> bool:
     """Whether `error` is a file that could not be written for want of room or of write access (said with the way
     on, by `_not_saved`), not a bug."""
     return isinstance(error, OSError) and error.errno in (*WRITE_ERRNOS, errno.EACCES, errno.EPERM)
+
+
+def _in_training(run_dir: Path) -> TfmError:
+    return TfmError(
+        f"{run_dir} is being trained by another process right now",
+        hint="wait until it ends, or stop it (Ctrl-C or kill: it saves a checkpoint), then `tfm train --resume "
+        f"{shell_word(run_dir)}`; or train into another --out",
+    )
 
 
 def _pickle_naming_code(path: Path) -> bool:
