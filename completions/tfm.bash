@@ -153,7 +153,7 @@ _tfm() {
             ;;
         inspect-attn)
             case $prev in
-                --precision) COMPREPLY=( $(compgen -W "auto bf16 fp16 fp32 int8" -- "$cur") ); return 0 ;;
+                --precision) COMPREPLY=( $(compgen -W "auto bf16 fp16 fp32" -- "$cur") ); return 0 ;;
                 --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
                 --kind|-k) COMPREPLY=( $(compgen -W "cross decoder encoder" -- "$cur") ); return 0 ;;
                 --html|--image|--model|-m) _tfm_files; return 0 ;;

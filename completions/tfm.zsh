@@ -171,7 +171,7 @@ _tfm_inspect_attn() {
         '(--layer -l)'{--layer,-l}'[Layer, from 1 (default\: the last]:layer: ' \
         '(--model -m)'{--model,-m}'[Run directory, release directory or .safetensors file (default\: the most recent run under runs/).]:model:_files' \
         '--numbers[Print the weights (in %) in the heatmap cells.]' \
-        '--precision[The arithmetic of the translation, as tfm translate'\''s\: auto (bf16 on CUDA and on CPUs with native...]:precision:(auto bf16 fp16 fp32 int8)' \
+        '--precision[The arithmetic of the translation, as tfm translate'\''s\: auto (bf16 on CUDA and on CPUs with native...]:precision:(auto bf16 fp16 fp32)' \
         '--summary[Statistics of every head\: entropy, maximum, share on </s>, <s> and punctuation, distance from the...]' \
         '(--target -t)'{--target,-t}'[Inspect this target (teacher-forced) instead of the model'\''s translation.]:target: ' \
         '--token[Focus on one query token\: its text (a word inside a piece counts\: '\''il'\'' finds qu'\''il]:token: ' \

@@ -44,6 +44,8 @@ _OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "--impl": ("naive", "tfm", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn"),
     "--kind": ("encoder", "decoder", "cross"),  # tfm inspect-attn (tfm_cli.attention.KINDS)
 }
+# Where one command takes fewer of them (`tfm_cli.cli.inspect_attn.PRECISIONS`: its weights are the fp32 model's).
+_COMMAND_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {("inspect-attn", "--precision"): ("auto", "fp32", "bf16", "fp16")}
 # Arguments typed `str` in the app because they also take other things (with `tfm train --resume RUN`, the
 # first word is an override): what to complete for them.
 _ARGUMENT_KINDS: dict[str, str] = {"recipe": "file", "overrides": "override"}
@@ -152,7 +154,7 @@ def _value_kind(param: Any) -> tuple[str, tuple[str, ...]]:
     return "value", ()
 
 
-def _option(param: Any) -> Option:
+def _option(param: Any, command: str = "") -> Option:
     names = tuple(sorted({*param.opts, *param.secondary_opts}))
     multiple = bool(getattr(param, "multiple", False) or getattr(param, "count", False))
     if getattr(param, "is_flag", False) or getattr(param, "count", False):
@@ -160,7 +162,7 @@ def _option(param: Any) -> Option:
     kind, choices = _value_kind(param)
     long = [n for n in names if n.startswith("--")]
     if kind == "value" and long and long[0] in _OPTION_CHOICES:
-        kind, choices = "choice", tuple(sorted(_OPTION_CHOICES[long[0]]))
+        kind, choices = "choice", tuple(sorted(_COMMAND_CHOICES.get((command, long[0]), _OPTION_CHOICES[long[0]])))
     return Option(names, _first_sentence(param.help), kind, choices, multiple)
 
 
@@ -179,7 +181,7 @@ def _params(command: Any, ctx: Any) -> tuple[tuple[Option, ...], tuple[Argument,
         if getattr(param, "hidden", False):
             continue
         if param.param_type_name == "option":
-            options.append(_option(param))
+            options.append(_option(param, command.name or ""))
         elif param.param_type_name == "argument":
             arguments.append(_argument(param))  # positional order is meaningful: kept
     options.sort(key=lambda o: ([n for n in o.names if n.startswith("--")] or list(o.names))[0])
