@@ -1321,6 +1321,33 @@ def test_a_recipe_yaml_cut_short_is_not_resumed_with_defaults(trained: Path, tmp
     assert resolved["train"]["warmup_steps"] == full["train"]["warmup_steps"] and resolved["decode"] == full["decode"]
 
 
+def test_settings_that_together_do_less_than_they_say_are_warned_about(root: Path, tmp_path: Path) -> None:
+    """An average of more checkpoints than the run saves (the final model was the last checkpoint, said nowhere),
+    a warm-up longer than the run, early stopping with too few evaluations to fire: each passed without a word, at
+    the start and in its dry run. And the dry run printed relative corpus paths where the start records them whole."""
+    with gzip.open(CORPORA / "dev.tsv.gz", "rt", encoding="utf-8") as f:
+        dev = write(tmp_path / "dev.tsv", "".join(itertools.islice(f, 20)))
+    cases = {
+        "train.save_every=100": "train.average_last=2, but the run saves 1 checkpoint (train.save_every=100, "
+        "train.max_steps=10): the final model is the last checkpoint",
+        "train.warmup_steps=50": "train.warmup_steps=50 is more than train.max_steps=10: the learning rate rises to the "
+        "last step and never reaches its peak",
+        "train.patience=2": "train.patience=2 needs 3 dev evaluations to stop a run, and train.eval_every=5 gives 2 in "
+        "train.max_steps=10: early stopping never fires",
+    }
+    base = ("train", str(root / "recipe.yaml"), f"data.dev={dev}", "train.eval_every=5", "--device", "cpu")
+    for override, said in cases.items():
+        proc = tfm(*base, override, "--dry-run", "--out", str(tmp_path / "dry"))
+        assert f"warning: {said}" in proc.stderr.replace("\n", " "), proc.stderr
+    proc = tfm(*base, "train.save_every=100", "--out", str(tmp_path / "run"))
+    assert f"warning: {cases['train.save_every=100']}" in proc.stderr.replace("\n", " ")
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["final_model"]["chosen"] == "last"
+    quiet = tfm(*base, "--dry-run", "--out", str(tmp_path / "dry"))
+    assert "warning" not in quiet.stderr, quiet.stderr
+    relative = tfm("train", str(root / "recipe.yaml"), "data.dev=dev.tsv", "--dry-run", "--json", "--out", "dry", cwd=tmp_path)
+    assert json.loads(relative.stdout)["recipe"]["data"]["dev"] == str(dev)  # as recipe.yaml of the start records it
+
+
 def test_resume_refuses_tokenizer_settings_it_would_only_write_down(trained: Path, tmp_path: Path) -> None:
     """tokenizer.vocab_size=800 on --resume was accepted and written into recipe.yaml, while the run went on with its
     own 400-token tokenizer.json: the recipe then described another run. Refused now, dry run or not, run untouched."""

@@ -307,10 +307,10 @@ def test_durations() -> None:
 
 
 def test_bad_time_budget_is_a_recipe_error(recipe: Path) -> None:
-    with pytest.raises(RecipeError, match=r"train.max_time='15 minutes' is not a duration: write e.g. 90s, 15m, 2h"):
+    with pytest.raises(RecipeError, match=r"train.max_time='15 minutes' is not a positive duration: write e.g. 90s, 15m, 2h"):
         load_recipe(recipe, ["train.max_time=15 minutes"])
     proc = tfm("train", str(recipe), "train.max_time=fast", check=False)
-    assert proc.returncode == 1 and "train.max_time='fast' is not a duration" in proc.stderr
+    assert proc.returncode == 1 and "train.max_time='fast' is not a positive duration" in proc.stderr
     with pytest.raises(RecipeError, match=r"train.max_time=15 needs a unit: write e.g. 15m for minutes"):
         load_recipe(recipe, ["train.max_time=15"])  # said "must be a string (put it in quotes)": "15" is refused too
     for value in (".nan", ".inf", "-.inf", "0", "-5"):  # ".nan" was told to write "nanm for minutes"

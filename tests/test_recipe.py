@@ -292,7 +292,7 @@ def test_float_string_quirk_accepted_for_float_fields_only(tmp_path):
     # ...but a string is not an int, and not a path's substitute for a number
     with pytest.raises(RecipeError) as excinfo:
         recipe_from_dict({"name": "x", "train": {"max_steps": "1e5"}})
-    assert problems_of(excinfo) == ["train.max_steps='1e5' must be an integer"]
+    assert problems_of(excinfo) == ["train.max_steps='1e5' must be an integer: write 100000"]
     with pytest.raises(RecipeError) as excinfo:
         recipe_from_dict({"name": "x", "train": {"eps": "tiny", "lr_factor": "inf", "clip_norm": ".5"}})
     assert problems_of(excinfo) == [
@@ -403,6 +403,74 @@ def test_parse_override_values_are_yaml():
         "'data.train=\"#1.tsv\"'"
     ]
     assert parse_override('data.train="#1.tsv"') == ("data.train", "#1.tsv")
+
+
+def test_an_override_without_a_value_or_with_a_comment_is_refused():
+    """`data.dev=$DEV` with DEV unset read as null: the dev set dropped without a word (tokenizer.path= trained a
+    new tokenizer, train.max_time= lifted the budget). And ' #' starts a YAML comment: `description=run #3` was
+    "run", `train.max_steps=5 # five` was 5."""
+    for key in ("data.dev", "tokenizer.path", "train.max_time", "train.max_steps"):
+        with pytest.raises(RecipeError) as excinfo:
+            parse_override(f"{key}=  ")
+        assert problems_of(excinfo) == [
+            f"override '{key}=  ' has no value (an unset shell variable?): give one, or {key}=null for none"
+        ]
+    with pytest.raises(RecipeError) as excinfo:
+        parse_override("description=run #3")
+    assert problems_of(excinfo) == [
+        "override 'description=run #3': YAML reads ' #' and what follows as a comment (description='run'); quote the "
+        "value: 'description=\"run #3\"'"
+    ]
+    with pytest.raises(RecipeError) as excinfo:
+        parse_override("train.max_steps=5 # five")
+    assert problems_of(excinfo)[0].endswith("(train.max_steps=5); leave the comment out: train.max_steps=5")
+    assert parse_override('description="run #3"') == ("description", "run #3")
+    assert parse_override("data.train=a#b.tsv") == ("data.train", "a#b.tsv")  # no space before '#': no comment
+
+
+def test_names_from_other_toolkits_point_to_the_key_that_means_them():
+    """`train.epochs` was "did you mean train.eps?" (Adam's epsilon, which train.eps=3 then set); train.max_length
+    pointed to train.max_tokens (the batch size); train.lr and train.batch_size got no pointer."""
+    said = {
+        "train.epochs": "tfm's is train.max_steps or train.max_time",
+        "train.max_length": "tfm's is data.max_len",
+        "decode.max_step": "tfm's is train.max_steps",
+        "train.lr": "tfm's is train.lr_factor (the paper's schedule",
+        "learning_rate": "tfm's is train.lr_factor",
+        "train.batch_size": "tfm's is train.max_tokens",
+        "train.grad_clip": "tfm's is train.clip_norm",
+        "train.fp16": "tfm's is train.precision",
+        "decode.beam_size": "tfm's is decode.beam",
+        "decode.length_penalty": "tfm's is decode.alpha",
+        "train.update_freq": "tfm's is train.accum_steps",
+        "train.warmup_step": "did you mean train.warmup_steps?",  # a look-alike still
+    }
+    for key, hint in said.items():
+        with pytest.raises(RecipeError) as excinfo:
+            load_recipe(RECIPES / "tiny.yaml", [f"{key}=3"])
+        assert hint in problems_of(excinfo)[0], (key, problems_of(excinfo))
+
+
+def test_a_whole_number_written_otherwise_says_how_to_write_it():
+    for written, told in (("1e3", "train.max_steps='1e3' must be an integer: write 1000"),
+                          ("2000.0", "train.max_steps=2000.0 must be an integer: write 2000")):
+        with pytest.raises(RecipeError) as excinfo:
+            load_recipe(RECIPES / "tiny.yaml", [f"train.max_steps={written}"])
+        assert problems_of(excinfo) == [f"override 'train.max_steps={written}': {told}"]
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(RECIPES / "tiny.yaml", ["train.max_steps=1.5"])
+    assert problems_of(excinfo) == ["override 'train.max_steps=1.5': train.max_steps=1.5 must be an integer"]
+
+
+def test_an_odd_width_is_told_one_that_fits_the_heads_too():
+    """d_model=15 with 3 heads was told "try 16", which then failed for not dividing by 3."""
+    for width, heads, fix in ((15, 3, 12), (9, 3, 6), (7, 1, 6), (33, 1, 32)):
+        with pytest.raises(RecipeError) as excinfo:
+            load_recipe(RECIPES / "tiny.yaml", [f"model.d_model={width}", f"model.n_heads={heads}"])
+        problem = problems_of(excinfo)[0]
+        assert f"model.d_model={width} must be even for sinusoidal positions (try {fix}, or model.positions=learned)" in problem
+        assert fix % heads == 0 and fix % 2 == 0
+        load_recipe(RECIPES / "tiny.yaml", [f"model.d_model={fix}", f"model.n_heads={heads}"])
 
 
 def test_overrides_apply():
@@ -630,7 +698,7 @@ def test_integers_that_yaml_1_1_reads_as_octal_or_base_60_are_not_silently_other
         load_recipe(path, ["train.eval_every=-0_10"])
     assert problems_of(excinfo) == [
         "train.max_steps=1:30 is a base-60 number to YAML 1.1 (90): write 90",
-        "train.max_time='1:30' is not a duration: write e.g. 90s, 15m, 2h or 1h30m (or null for no time limit)",
+        "train.max_time='1:30' is not a positive duration: write e.g. 90s, 15m, 2h or 1h30m (or null for no time limit)",
         "train.seed=010 has a leading zero, which makes it octal to YAML 1.1 (8): write 10 without the zero "
         "(or 8 if octal was meant)",
         "override 'train.eval_every=-0_10': train.eval_every=-0_10 has a leading zero, which makes it octal to YAML "

@@ -286,6 +286,20 @@ def _key_text(key: Any) -> str:
     return key if isinstance(key, str) else _yaml_text(key).replace("null (empty)", "null")
 
 
+def _whole_number(value: Any) -> int | None:
+    """The integer a float or a number written as text (`1e3`, which YAML 1.1 reads as a string) stands for, if
+    it is a whole number within a 64-bit integer; else None."""
+    if isinstance(value, bool) or _is_int(value):
+        return None
+    try:
+        number = float(value) if isinstance(value, (str, float)) else None
+    except ValueError:
+        return None
+    if number is None or not math.isfinite(number) or not number.is_integer() or abs(number) > MAX_INT:
+        return None
+    return int(number)
+
+
 def _type_problem(key: str, value: Any, kind: str) -> str | None:
     """The problem line when `value` does not have the field's type, else None."""
     bad = f"{key}={_yaml_text(value)}"
@@ -296,6 +310,8 @@ def _type_problem(key: str, value: Any, kind: str) -> str | None:
         return (f"{key}={value} has a leading zero, which makes it octal to YAML 1.1 ({value.yaml_1_1}): write "
                 f"{decimal} without the zero (or {value.yaml_1_1} if octal was meant)")
     if kind == "int":
+        if (whole := _whole_number(value)) is not None:  # 1e3 (a string to YAML 1.1), 2000.0: said how
+            return f"{key}={_shown(value)} must be an integer: write {whole}"
         if not _is_int(value):
             return f"{bad} must be an integer"
         # torch takes seeds, steps and sizes as 64-bit integers (a larger seed raised an OverflowError)
@@ -385,7 +401,7 @@ _RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
     "train.patience": (lambda v: v >= 0, "must be >= 0 (0 = no early stopping)"),
     "train.max_time": (
         lambda v: v is None or parse_duration(v) is not None,
-        "is not a duration: write e.g. 90s, 15m, 2h or 1h30m (or null for no time limit)",
+        "is not a positive duration: write e.g. 90s, 15m, 2h or 1h30m (or null for no time limit)",
     ),
     "train.patience_metric": (lambda v: v in PATIENCE_METRICS, f"must be one of: {', '.join(PATIENCE_METRICS)}"),
     "train.keep_last": _POSITIVE,
@@ -587,6 +603,42 @@ def _elsewhere(name: str, not_in: str = "") -> str | None:
     return " or ".join(found) or None
 
 
+# Names other toolkits give to what a recipe sets otherwise (fairseq, OpenNMT-py, Marian, Hugging Face): pointed to
+# the key that means it, not to a look-alike of another meaning (`train.epochs` was "did you mean train.eps?", Adam's
+# epsilon, which `train.eps=3` then set).
+_KNOWN_AS = {
+    "lr": "train.lr_factor (the paper's schedule: lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5))",
+    "learning_rate": "train.lr_factor (the paper's schedule: lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5))",
+    "batch_size": "train.max_tokens (batches are counted in tokens per step, padding included)",
+    "max_batch_size": "train.max_tokens (batches are counted in tokens per step, padding included)",
+    "epochs": "train.max_steps or train.max_time (training is counted in optimizer steps)",
+    "max_epochs": "train.max_steps or train.max_time (training is counted in optimizer steps)",
+    "max_epoch": "train.max_steps or train.max_time (training is counted in optimizer steps)",
+    "max_update": "train.max_steps",
+    "max_step": "train.max_steps",
+    "train_steps": "train.max_steps",
+    "max_length": "data.max_len (the longest sentence trained on, in tokens)",
+    "max_seq_len": "data.max_len (the longest sentence trained on, in tokens)",
+    "max_source_positions": "model.max_positions",
+    "grad_clip": "train.clip_norm",
+    "clip_grad_norm": "train.clip_norm",
+    "max_grad_norm": "train.clip_norm",
+    "clip_norm": "train.clip_norm",
+    "fp16": "train.precision (auto, fp32, bf16 or fp16)",
+    "bf16": "train.precision (auto, fp32, bf16 or fp16)",
+    "amp": "train.precision (auto, fp32, bf16 or fp16)",
+    "warmup": "train.warmup_steps",
+    "warmup_updates": "train.warmup_steps",
+    "beam_size": "decode.beam",
+    "num_beams": "decode.beam",
+    "lenpen": "decode.alpha (the GNMT length penalty)",
+    "length_penalty": "decode.alpha (the GNMT length penalty)",
+    "update_freq": "train.accum_steps",
+    "accum_count": "train.accum_steps",
+    "gradient_accumulation_steps": "train.accum_steps",
+}
+
+
 def _unknown_key(dotted: str) -> str:
     """`x.y is not a recipe key; did you mean x.z?` (or the valid keys when nothing is close). A key of another
     section (`train.beam`, or `max_steps` at the top level) is pointed there, not to a look-alike (train.betas)."""
@@ -597,6 +649,9 @@ def _unknown_key(dotted: str) -> str:
         return f"{head}; did you mean {folded}? (keys are lower case, words joined by '_')"
     if len(parts) == 1 and (other := _elsewhere(parts[0])):
         return f"{head}; did you mean {other}?"
+    last = parts[-1].casefold().replace("-", "_")
+    if len(parts) <= 2 and last in _KNOWN_AS and not (len(parts) == 2 and _KNOWN_AS[last].startswith(f"{dotted} ")):
+        return f"{head}; tfm's is {_KNOWN_AS[last]}"
     if parts[0] not in TOP_LEVEL_KEYS:
         close = difflib.get_close_matches(parts[0], TOP_LEVEL_KEYS, n=1)
         if close:
@@ -658,11 +713,21 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise RecipeError(
             "override", [f"override {_shown(text)} has a number too long to read ({str(err).split(';')[0]})"]
         ) from None
+    if not raw.strip():  # `data.dev=$DEV` with DEV unset: the dev set was dropped without a word (read as null)
+        raise RecipeError(
+            "override",
+            [f"override {_shown(text)} has no value (an unset shell variable?): give one, or {key}=null for none"],
+        )
     if value is None and raw.lstrip().startswith("#"):  # `data.train=#1.tsv` read as a comment: null, silently
         raise RecipeError(
             "override",
             [f"override {_shown(text)}: YAML reads a value starting with '#' as a comment (null); quote the value: "
              f"'{key}=\"{raw.strip()}\"'"],
+        )
+    if re.search(r"\s#", raw) and "#" not in _yaml_text(value):  # `description=run #3` became "run"
+        fix = f"quote the value: '{key}=\"{raw.strip()}\"'" if isinstance(value, str) else f"leave the comment out: {key}={_yaml_text(value)}"
+        raise RecipeError(
+            "override", [f"override {_shown(text)}: YAML reads ' #' and what follows as a comment ({key}={_yaml_text(value)}); {fix}"],
         )
     return key, value
 

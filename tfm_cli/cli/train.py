@@ -125,7 +125,9 @@ def train(
         resolve_precision(resolved.train.precision, torch_device, "train.precision")  # fp16 on a CPU is refused
         preflight(resolved, Path(run_dir), resume is not None)  # every check a real start makes before writing
         resumes_at = check_resume(resolved, Path(run_dir), torch_device) if resume is not None else None  # and a resume's
-        found: list[str] = []
+        from tfm_cli.training.checks import schedule_warnings
+
+        found: list[str] = schedule_warnings(resolved)
         pairs = scan_corpora(resolved, found)  # with the warning of a dev set that is (in) the training corpus
         for warning in found:
             warn(warning)
@@ -436,6 +438,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     from tfm_cli.recipe import model_config, recipe_to_dict
     from tfm_cli.tokenizer import Tokenizer
     from tfm_cli.training import parameter_count
+    from tfm_cli.training.checks import with_absolute_paths
 
     vocab = recipe.tokenizer.vocab_size
     tok_path = Path(run_dir) / "tokenizer.json"  # what a start uses first (preflight refused one that differs from tokenizer.path)
@@ -489,10 +492,11 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
         # tokenizer.vocab_size (its size is then what recipe.yaml records): vocab_size and parameters are bounds
         **({"upper_bounds": ["vocab_size", "parameters"]} if not tok_path.is_file() else {}),
     }
+    recorded = with_absolute_paths(recipe)  # as the start records it: corpus and tokenizer paths made absolute
     if json_out:
-        print_json({"recipe": recipe_to_dict(recipe), **facts})
+        print_json({"recipe": recipe_to_dict(recorded), **facts})
         return
-    print(yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False, allow_unicode=True).rstrip())
+    print(yaml.safe_dump(recipe_to_dict(recorded), sort_keys=False, allow_unicode=True).rstrip())
     print(f"# run directory: {facts['run_dir']}")
     if tok_path.is_file():
         print(f"# parameters: {facts['parameters']:,} (vocabulary {vocab:,})")

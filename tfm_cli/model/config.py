@@ -106,7 +106,12 @@ def config_problems(values: dict[str, Any], prefix: str = "") -> list[str]:
                 f"({_divisible_fix(d_model, n_heads, key, values.get('positions', 'sinusoidal') == 'sinusoidal')})"
             )
         elif values.get("positions", "sinusoidal") == "sinusoidal" and d_model % 2:
-            out.append(f"{key('d_model')}={d_model} must be even for sinusoidal positions (try {d_model + 1})")
+            step = math.lcm(n_heads, 2)  # still a multiple of the heads (15 with 3 heads said "try 16")
+            width = min((d_model // step * step or step, d_model // step * step + step), key=lambda w: (abs(w - d_model), w))
+            out.append(
+                f"{key('d_model')}={d_model} must be even for sinusoidal positions (try {width}, or "
+                f"{key('positions')}=learned)"
+            )
     for name in ("dropout", "attn_dropout"):
         v = values.get(name, 0.0)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 <= v < 1.0:

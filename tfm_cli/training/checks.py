@@ -298,6 +298,32 @@ def _same_file(a: str, b: str) -> bool:
 DEV_IN_TRAIN_WARNING = 0.05  # of the dev pairs; a random split of a corpus with repeated pairs shares a few
 
 
+def schedule_warnings(recipe: Recipe) -> list[str]:
+    """Settings that are valid each but together do less than they say (a start and its dry run say them): an
+    average of more checkpoints than the run saves, a warm-up longer than the run, early stopping with too few
+    evaluations to ever fire. Each had passed without a word."""
+    t, found = recipe.train, []
+    saved = min(len({*range(t.save_every, t.max_steps + 1, t.save_every), t.max_steps}), t.keep_last)
+    if t.average_last > saved:
+        final = "is the last checkpoint" if saved == 1 else f"averages {saved}"
+        found.append(
+            f"train.average_last={t.average_last}, but the run saves {saved} checkpoint{'s' if saved > 1 else ''} "
+            f"(train.save_every={t.save_every}, train.max_steps={t.max_steps}): the final model {final}"
+        )
+    if t.warmup_steps > t.max_steps:
+        found.append(
+            f"train.warmup_steps={t.warmup_steps} is more than train.max_steps={t.max_steps}: the learning rate "
+            "rises to the last step and never reaches its peak"
+        )
+    evaluations = t.max_steps // t.eval_every if t.eval_every else 0
+    if t.patience and recipe.data.dev and evaluations <= t.patience:
+        found.append(
+            f"train.patience={t.patience} needs {t.patience + 1} dev evaluations to stop a run, and train.eval_every="
+            f"{t.eval_every} gives {evaluations} in train.max_steps={t.max_steps}: early stopping never fires"
+        )
+    return found
+
+
 def dev_is_train(recipe: Recipe) -> str | None:
     """A warning when data.dev is data.train (the same files), or when more than 5% of its pairs are training
     pairs too (a copy of the file, its gzip, the same pairs as two plain files, a dev split taken from the

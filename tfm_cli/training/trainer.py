@@ -87,6 +87,7 @@ from tfm_cli.training.checks import (
     new_run_hint,
     preflight,
     resume_recipe,
+    schedule_warnings,
     with_absolute_paths,
     with_tokenizer_size,
 )
@@ -497,6 +498,8 @@ class Trainer:
                 if warning := foreign_tokenizer(recipe, corpus, tok, where):
                     self.events.message(f"warning: {warning}")
             if self.dev is not None and (warning := foreign_dev(recipe.data.dev, self.dev, corpus)):
+                self.events.message(f"warning: {warning}")
+            for warning in schedule_warnings(recipe) if main else ():
                 self.events.message(f"warning: {warning}")
             if main and (warning := dev_is_train(recipe)):
                 self.events.message(f"warning: {warning}")
