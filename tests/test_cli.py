@@ -330,7 +330,7 @@ def test_an_override_split_by_spaces_around_the_equals_sign_is_said_once(tmp_pat
     proc = tfm("train", tiny, "data.dev=null", "--dry-run", "--json", "--device", "cpu", cwd=tmp_path)
     assert proc.returncode == 0 and json.loads(proc.stdout)["recipe"]["data"]["dev"] is None, proc.stderr
     # an empty value (data.dev=$DEV, DEV unset) was null too: the dev set dropped without a word
-    proc = tfm("train", tiny, "data.dev=", "--dry-run", "--json", "--device", "cpu", cwd=tmp_path, check=False)
+    proc = tfm("train", tiny, "data.dev=", "--dry-run", "--json", "--device", "cpu", cwd=tmp_path)
     assert proc.returncode == 1 and "override 'data.dev=' has no value (an unset shell variable?)" in proc.stderr
 
 

@@ -6,9 +6,12 @@ scaled by sqrt(d_model), tied with the output projection or, as tfm can, untied)
 shapes. Its weights are random: these comparisons are about speed on identical work, not about translations.
 
 - training: the Marian model runs inside tfm's own `train_step` (same batches, same label-smoothed loss, same
-  Adam, same autocast), so the only difference is the model's code;
+  Adam, same autocast), so the difference is the model's code and its loss (tfm's output projection and loss in
+  chunks, over the target tokens only; Marian's logits of every position through the textbook loss), timed with
+  each of Marian's two attention implementations (SDPA, its default, is slow in bf16 on CPU: its plain "eager"
+  one ran 1.35x faster there), and compared with the faster;
 - translation: `generate` with the same beam size and the output forced to the same length
-  (min_new_tokens = max_new_tokens), on the same source batches.
+  (min_new_tokens = max_new_tokens), on the same source batches, its weights cast once to bf16/fp16.
 
 CTranslate2 (translation only) gets the benchmarked model itself, trained or random: written through the
 huggingface export's exact mapping into a temporary directory, converted by CTranslate2's own converter into
@@ -81,10 +84,15 @@ def check_marian(config: ModelConfig):
     return transformers
 
 
-def marian_model(config: ModelConfig) -> nn.Module:
-    """A randomly initialised MarianMTModel with tfm's shapes and special ids."""
+MARIAN_ATTENTION = ("sdpa", "eager")  # Hugging Face's default, and its plain matmul-softmax-matmul
+
+
+def marian_model(config: ModelConfig, attention: str = "sdpa") -> nn.Module:
+    """A randomly initialised MarianMTModel with tfm's shapes and special ids, its attention computed by
+    `attention` (transformers' `attn_implementation`: "sdpa", its default, or "eager")."""
     transformers = check_marian(config)
     marian = transformers.MarianConfig(
+        attn_implementation=attention,
         vocab_size=config.vocab_size, d_model=config.d_model,
         encoder_layers=config.n_enc_layers, decoder_layers=config.n_dec_layers,
         encoder_attention_heads=config.n_heads, decoder_attention_heads=config.n_heads,
@@ -114,21 +122,29 @@ class _MarianAsTfm(nn.Module):
         ).logits
 
 
-def marian_train_step_times(recipe, config: ModelConfig, groups, device, precision: str, warmup: int, progress=None):
-    """MarianMT's optimizer steps on the same batches through tfm's own `train_step`; first `warmup` untimed."""
+def marian_train_step_times(
+    recipe, config: ModelConfig, groups, device, precision: str, warmup: int, progress=None, attention: str = "sdpa"
+):
+    """MarianMT's optimizer steps on the same batches through tfm's own `train_step`; first `warmup` untimed.
+    `attention`: its attention implementation (`marian_model`), which the phase's name ends with."""
     from tfm_cli.bench.train import time_steps
     from tfm_cli.training import adam
 
     t = recipe.train
-    model = _MarianAsTfm(marian_model(config), config).to(device)
+    model = _MarianAsTfm(marian_model(config, attention), config).to(device)
     optimizer = adam(model.parameters(), t, device, lr=1e-4)  # tfm's own optimizer, fused as tfm's is
     scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
-    return time_steps("hf-marian step", model, optimizer, scaler, recipe, groups, device, precision, warmup, progress)
+    phase = f"hf-marian-{attention} step"
+    return time_steps(phase, model, optimizer, scaler, recipe, groups, device, precision, warmup, progress)
 
 
 def marian_translator(config: ModelConfig, device: torch.device, precision: str, beam: int, out_len: int) -> Translate:
     """A function (batch of source ids, mode, use_cache) -> output lengths, running MarianMT's `generate`."""
     model = marian_model(config).to(device).eval()
+    if precision in ("bf16", "fp16"):  # weights cast once, as a user of `generate` casts them (under autocast alone,
+        # each call, i.e. each batch, cast them again: 35-56 ms of the base model's, against one cast for tfm's engine)
+        model = model.to(torch.bfloat16 if precision == "bf16" else torch.float16)
+        precision = "fp32"  # no autocast around a model already in that precision
     if precision == "int8":  # the same int8 linear layers as tfm's (CPU): weights per row, inputs per row
         from tfm_cli.quantization import int8_linears
 

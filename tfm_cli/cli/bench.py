@@ -390,7 +390,8 @@ def _render_train(result: dict[str, Any]) -> None:
         facts.append(("trainer inside its model step", f"{summary['trainer_model_step_share']:.2%} of its time"))
         facts.append(("trainer waiting for batches", f"{summary['trainer_data_wait_share']:.2%} of its time"))
     if "model_step_vs_hf_marian" in summary:
-        facts.append(("model step / HF MarianMT", f"{summary['model_step_vs_hf_marian']:.2f}x"))
+        facts.append((f"model step / HF MarianMT ({summary['hf_marian_attention']} attention, the faster)",
+                      f"{summary['model_step_vs_hf_marian']:.2f}x"))
     print_table("Summary", ["", "value"], facts)
 
 
