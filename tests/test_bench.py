@@ -249,6 +249,12 @@ def test_train_gate_refuses_a_baseline_of_another_sentence_length_or_model_varia
         ("data.max_len=8", "max_len 32 -> 8"),
         ("model.norm=pre", "model.norm 'post' -> 'pre'"),
         ("model.tie_embeddings=false", "model.tie_embeddings True -> False"),
+        # the batches timed (the seed shuffles them, --steps and --warmup pick them) and their cost were not compared
+        ("model.dropout=0", "dropout 0.1 -> 0.0"),
+        ("train.seed=7", "seed "),
+        ("train.clip_norm=0.5", "clip_norm "),
+        ("--steps=2", "steps 1 -> 2"),
+        ("--warmup=1", "warmup 0 -> 1"),
     ):
         other = tfm(*args, override, *gate, check=False)
         assert other.returncode == 1 and "the baseline measured another workload" in other.stderr, other.stderr
@@ -256,7 +262,8 @@ def test_train_gate_refuses_a_baseline_of_another_sentence_length_or_model_varia
     older = copy.deepcopy(measured)  # a baseline written before the variant was recorded still compares
     for key in ("norm", "positions", "tie_embeddings"):
         del older["settings"]["model"][key]
-    del older["settings"]["max_len"]
+    for key in ("max_len", "seed", "dropout", "attn_dropout", "clip_norm"):
+        del older["settings"][key]
     (tmp_path / "older.json").write_text(json.dumps(older))
     assert "gate: 1 figure(s) within 10%" in tfm(*args, "--baseline", str(tmp_path / "older.json")).stderr
 

@@ -30,7 +30,10 @@ EXACTLY = 1e-9  # relative changes this close to the tolerance are at it (0.3 ->
 _ENVIRONMENT_KEYS = ("device_name", "cpu_capability", "threads", "dtype", "torch")
 WORKLOAD: dict[str, tuple[str, ...]] = {  # the settings that change what a record's figures measure
     "attention": ("batch", "heads", "d_k", "dtype"),
-    "train": ("model", "max_tokens", "accum_steps", "precision", "corpus", "corpus_content", "max_len"),
+    "train": (
+        "model", "max_tokens", "accum_steps", "precision", "corpus", "corpus_content", "max_len",
+        "steps", "warmup", "seed", "dropout", "attn_dropout", "clip_norm",  # which batches are timed, and their cost
+    ),
     "translate": ("model", "sentences", "src_len", "out_len", "beam", "precision"),
 }
 

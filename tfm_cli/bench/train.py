@@ -269,6 +269,9 @@ def bench_train(
         "corpus": str(recipe.data.train), "corpus_content": corpus_content(recipe.data.train),
         "max_len": recipe.data.max_len,
         "model": {k: getattr(config, k) for k in MODEL_SETTINGS},
+        # what else changes the batches timed (the seed shuffles them) or their cost (dropout masks, clipping)
+        "seed": recipe.train.seed, "dropout": config.dropout, "attn_dropout": config.attn_dropout,
+        "clip_norm": recipe.train.clip_norm,
     }
     return {
         "kind": "train", "environment": environment(device, precision), "settings": settings,
