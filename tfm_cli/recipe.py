@@ -606,36 +606,24 @@ def _elsewhere(name: str, not_in: str = "") -> str | None:
 # Names other toolkits give to what a recipe sets otherwise (fairseq, OpenNMT-py, Marian, Hugging Face): pointed to
 # the key that means it, not to a look-alike of another meaning (`train.epochs` was "did you mean train.eps?", Adam's
 # epsilon, which `train.eps=3` then set).
+_SCHEDULE = "train.lr_factor (the paper's schedule: lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5))"
 _KNOWN_AS = {
-    "lr": "train.lr_factor (the paper's schedule: lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5))",
-    "learning_rate": "train.lr_factor (the paper's schedule: lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5))",
-    "batch_size": "train.max_tokens (batches are counted in tokens per step, padding included)",
-    "max_batch_size": "train.max_tokens (batches are counted in tokens per step, padding included)",
-    "epochs": "train.max_steps or train.max_time (training is counted in optimizer steps)",
-    "max_epochs": "train.max_steps or train.max_time (training is counted in optimizer steps)",
-    "max_epoch": "train.max_steps or train.max_time (training is counted in optimizer steps)",
-    "max_update": "train.max_steps",
-    "max_step": "train.max_steps",
-    "train_steps": "train.max_steps",
-    "max_length": "data.max_len (the longest sentence trained on, in tokens)",
-    "max_seq_len": "data.max_len (the longest sentence trained on, in tokens)",
-    "max_source_positions": "model.max_positions",
-    "grad_clip": "train.clip_norm",
-    "clip_grad_norm": "train.clip_norm",
-    "max_grad_norm": "train.clip_norm",
-    "clip_norm": "train.clip_norm",
-    "fp16": "train.precision (auto, fp32, bf16 or fp16)",
-    "bf16": "train.precision (auto, fp32, bf16 or fp16)",
-    "amp": "train.precision (auto, fp32, bf16 or fp16)",
-    "warmup": "train.warmup_steps",
-    "warmup_updates": "train.warmup_steps",
-    "beam_size": "decode.beam",
-    "num_beams": "decode.beam",
-    "lenpen": "decode.alpha (the GNMT length penalty)",
-    "length_penalty": "decode.alpha (the GNMT length penalty)",
-    "update_freq": "train.accum_steps",
-    "accum_count": "train.accum_steps",
-    "gradient_accumulation_steps": "train.accum_steps",
+    name: key
+    for names, key in (
+        (("lr", "learning_rate"), _SCHEDULE),
+        (("batch_size", "max_batch_size"), "train.max_tokens (batches are counted in tokens per step, padding included)"),
+        (("epochs", "max_epochs", "max_epoch"), "train.max_steps or train.max_time (training is counted in optimizer steps)"),
+        (("max_update", "max_step", "train_steps"), "train.max_steps"),
+        (("max_length", "max_seq_len"), "data.max_len (the longest sentence trained on, in tokens)"),
+        (("max_source_positions",), "model.max_positions"),
+        (("grad_clip", "clip_grad_norm", "max_grad_norm"), "train.clip_norm"),
+        (("fp16", "bf16", "amp"), "train.precision (auto, fp32, bf16 or fp16)"),
+        (("warmup", "warmup_updates"), "train.warmup_steps"),
+        (("beam_size", "num_beams"), "decode.beam"),
+        (("lenpen", "length_penalty"), "decode.alpha (the GNMT length penalty)"),
+        (("update_freq", "accum_count", "gradient_accumulation_steps"), "train.accum_steps"),
+    )
+    for name in names
 }
 
 
@@ -650,7 +638,7 @@ def _unknown_key(dotted: str) -> str:
     if len(parts) == 1 and (other := _elsewhere(parts[0])):
         return f"{head}; did you mean {other}?"
     last = parts[-1].casefold().replace("-", "_")
-    if len(parts) <= 2 and last in _KNOWN_AS and not (len(parts) == 2 and _KNOWN_AS[last].startswith(f"{dotted} ")):
+    if len(parts) <= 2 and last in _KNOWN_AS:
         return f"{head}; tfm's is {_KNOWN_AS[last]}"
     if parts[0] not in TOP_LEVEL_KEYS:
         close = difflib.get_close_matches(parts[0], TOP_LEVEL_KEYS, n=1)

@@ -303,7 +303,8 @@ def schedule_warnings(recipe: Recipe) -> list[str]:
     average of more checkpoints than the run saves, a warm-up longer than the run, early stopping with too few
     evaluations to ever fire. Each had passed without a word."""
     t, found = recipe.train, []
-    saved = min(len({*range(t.save_every, t.max_steps + 1, t.save_every), t.max_steps}), t.keep_last)
+    # every save_every steps, and the last step (counted, not listed: save_every=1 with max_steps=10**9 is valid)
+    saved = min(t.max_steps // t.save_every + (t.max_steps % t.save_every > 0), t.keep_last)
     if t.average_last > saved:
         final = "is the last checkpoint" if saved == 1 else f"averages {saved}"
         found.append(
