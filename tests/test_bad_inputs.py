@@ -1278,19 +1278,28 @@ def test_resume_refuses_another_architecture_before_touching_the_run(trained: Pa
     assert json.loads((run / "config.json").read_text())["dropout"] == 0.2
 
 
-def test_a_hand_edited_model_in_recipe_yaml_is_named_as_an_edit(trained: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("written", "edit", "named", "put_back"), [
+    ("d_ff: 64,", "d_ff: 128,", "--resume cannot change the model (model.d_ff 64 -> 128)", "model.d_ff: 64"),
+    ("min_frequency: 2}", "min_frequency: 3}", "--resume cannot change the tokenizer (tokenizer.min_frequency 2 -> 3)",
+     "tokenizer.min_frequency: 2"),
+])
+def test_a_hand_edited_model_in_recipe_yaml_is_named_as_an_edit(trained: Path, tmp_path: Path, written: str, edit: str,
+                                                                named: str, put_back: str) -> None:
     """recipe.yaml's model changed by hand, then a plain --resume: refused as a change of model, with the hint
-    "drop those overrides" where none was given. The edit is named, and how to put it back."""
+    "drop those overrides" where none was given. The edit is named, and how to put it back. An edit of the
+    tokenizer's settings went on quietly with the run's own tokenizer.json, and recipe.yaml was rewritten as it had
+    been: the checkpoint's trainer state keeps the recipe, which tells the edit."""
     run = Path(shutil.copytree(trained, tmp_path / "run"))
     recipe = run / "recipe.yaml"
     text = recipe.read_text()
-    assert text.count("d_ff: 64,") == 1
-    recipe.write_text(text.replace("d_ff: 64,", "d_ff: 128,"))
+    assert text.count(written) == 1
+    recipe.write_text(text.replace(written, edit))
     before = snapshot(run)
+    what, change = named.split(" (")
     for extra in ([], ["--dry-run"]):
         proc = tfm("train", "--resume", str(run), "train.max_steps=12", "--device", "cpu", *extra, check=False)
-        error_line(proc, "--resume cannot change the model", "model.d_ff 64 -> 128", f"{recipe} was edited to say so")
-        assert f"hint: put back model.d_ff: 64 in {recipe} to continue the run" in proc.stderr
+        error_line(proc, what.replace("(", ""), change.rstrip(")"), f"{recipe} was edited to say so")
+        assert f"hint: put back {put_back} in {recipe} to continue the run" in proc.stderr
         assert "overrides" not in proc.stderr
         assert snapshot(run) == before
     recipe.write_text(text)  # put back: the run resumes

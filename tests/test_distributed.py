@@ -855,6 +855,38 @@ def test_a_resume_from_an_evaluated_checkpoint_goes_on_in_every_process(data: di
     assert evaluations.count(6) == 1, evaluations  # step 6's evaluation not done again
 
 
+def test_a_full_disk_under_two_processes_is_one_error_line(data: dict[str, Path], tmp_path: Path) -> None:
+    """Rank 0 stops on a disk that filled up while it saved the best model at step 6's evaluation, and says so with
+    the resume command; rank 1 then lost contact with it and added its own `Error: process 1 of 2 lost contact
+    ...` line and hint. Now rank 0's line is the job's only one, and the resume finishes the run."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import errno, os\n"
+        "from pathlib import Path\n"
+        "if os.environ.get('RANK') == '0':\n"
+        "    from tfm_cli.training import evaluation, trainer\n"
+        "    save = trainer.save_weights\n"
+        "    def full(path, *args, **kwargs):\n"
+        "        if Path(path).name == 'best.safetensors':\n"
+        "            raise OSError(errno.ENOSPC, 'No space left on device', str(path))\n"
+        "        save(path, *args, **kwargs)\n"
+        "    trainer.save_weights = evaluation.save_weights = full\n"
+    )
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    run = data["root"] / "full-disk"
+    run.mkdir()
+    shutil.copy(data["tokenizer"], run / "tokenizer.json")
+    proc = tfm("train", str(data["recipe"]), f"data.dev={data['dev']}", "--out", str(run), "--device", "cpu",
+               "--nproc-per-node", "2", env_extra={"PYTHONPATH": path}, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "best.safetensors could not be written" in errors[0], proc.stderr
+    assert proc.stderr.count("hint:") == 1, proc.stderr
+    assert f"then continue with `tfm train --resume {run} --nproc-per-node 2`" in proc.stderr, proc.stderr
+    assert not (run / "model.safetensors").exists()
+    resumed = tfm("train", "--resume", str(run), "--device", "cpu", "--nproc-per-node", "2", timeout=240)
+    assert "at step 6" in resumed.stderr and (run / "model.safetensors").is_file(), resumed.stderr
+
+
 def test_ctrl_c_to_the_launcher_alone_stops_the_job(data: dict[str, Path]) -> None:
     """SIGINT to `tfm train --nproc-per-node 2` itself (`kill -INT PID`; a terminal's Ctrl-C signals the whole
     group): Python's Ctrl-C handler raised KeyboardInterrupt in tfm alone, which then waited on torchrun while the

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import os
 import signal
 import sys
@@ -67,6 +68,7 @@ class Distributed:
     world_size: int = 1
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     owns_group: bool = False  # setup() joined the process group, so cleanup() leaves it
+    said_why_key: str = ""  # the store key of `say_stopping`: one for each setup(), as a caller's group outlives a run
 
     @property
     def enabled(self) -> bool:
@@ -132,6 +134,23 @@ class Distributed:
         dist.all_gather_object(values, value)
         return values
 
+    def say_stopping(self) -> None:
+        """Tell the job's other processes that this one, rank 0, stops on an error it reports itself (a full disk
+        while saving): a process that then loses contact with it (`peer_said_why`) need not say so too. Written to
+        the job's key-value store, which torchrun's agent keeps after a worker has gone."""
+        if self.enabled and self.is_main:
+            with contextlib.suppress(Exception):  # the store gone too: the others say they lost contact
+                _store().set(self.said_why_key, "1")
+
+    def peer_said_why(self) -> bool:
+        """Whether rank 0 has said why it stopped (`say_stopping`), to the console of this process's node."""
+        if not self.enabled or os.environ.get("GROUP_RANK", "0") != "0":  # another node's console saw nothing of it
+            return False
+        try:
+            return bool(_store().check([self.said_why_key]))
+        except Exception:  # the store went with rank 0 (not torchrun's agent store): nothing was said that we know of
+            return False
+
     def cleanup(self) -> None:
         """Leave the process group if `setup` joined it.
 
@@ -142,6 +161,16 @@ class Distributed:
         if self.owns_group and dist.is_initialized():
             gc.collect()
             dist.destroy_process_group()
+
+
+_setups = itertools.count()  # the runs this process has joined a process group for (see Distributed.said_why_key)
+
+
+def _store() -> Any:
+    """The key-value store the process group was set up with (torchrun's)."""
+    from torch.distributed import distributed_c10d
+
+    return distributed_c10d._get_default_store()
 
 
 def setup(device: torch.device) -> Distributed:
@@ -178,7 +207,7 @@ def setup(device: torch.device) -> Distributed:
     owns = not dist.is_initialized()
     if owns:
         dist.init_process_group(backend_for(device), timeout=TIMEOUT)
-    return Distributed(rank, local_rank, world_size, device, owns)
+    return Distributed(rank, local_rank, world_size, device, owns, f"tfm/rank-0-said-why/{next(_setups)}")
 
 
 # What a collective raises when another process of the job has gone (killed, crashed, its machine lost): gloo's
@@ -221,7 +250,13 @@ def sync_gradients(model: torch.nn.Module, sync: bool):
 
 class RankError(TfmError):
     """A problem of this process alone (no GPU of its own, a peer it lost), which only it can report. Every other
-    error of a multi-process job comes from inputs that every process reads alike, and is said by local rank 0."""
+    error of a multi-process job comes from inputs that every process reads alike, and is said by local rank 0.
+    `said_elsewhere`: rank 0 has already said, on this node's console, why the job stops; the command line adds
+    nothing."""
+
+    def __init__(self, message: str, hint: str | None = None, *, said_elsewhere: bool = False) -> None:
+        super().__init__(message, hint)
+        self.said_elsewhere = said_elsewhere
 
 
 # --- Launching: `tfm train --nproc-per-node N` runs torchrun on itself ------------------------------------------

@@ -163,6 +163,8 @@ def train(
                         raise
                     raise typer.Exit(1) from None
                 except TfmError as error:  # a bad corpus line, a refused resume: local rank 0 says the same line
+                    if isinstance(error, RankError) and error.said_elsewhere:  # rank 0 stopped on a full disk, said so
+                        raise typer.Exit(1) from None
                     if local_rank == 0 or isinstance(error, RankError):
                         raise
                     raise typer.Exit(1) from None

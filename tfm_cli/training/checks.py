@@ -553,13 +553,14 @@ def _edited(run_dir: Path, differ: list[tuple[str, object]]) -> list[tuple[str, 
     return [(k, v) for k, v in differ if k in _RECIPE_MODEL_KEYS and getattr(model, k) == v]
 
 
-def check_tokenizer_kept(recipe: Recipe, run_dir: Path, actual: int) -> None:
+def check_tokenizer_kept(recipe: Recipe, run_dir: Path, actual: int, trained_with: object = None) -> None:
     """Refuse a resume whose tokenizer.vocab_size or tokenizer.min_frequency differ from the run's: the run goes on
     with its own tokenizer.json, so such an override changed nothing but what recipe.yaml then said (a run of 500
     tokens recorded as one of 800, and trained so by `tfm train RUN/recipe.yaml --out NEW`). The size of the run's
     tokenizer.json is the run's size too: recipe.yaml records it (an older tfm recorded the size asked for, which a
     tokenizer.path, or a corpus too small for it, need not give), and either number is accepted. `actual` is the
-    size of the run's tokenizer.json, which the caller has loaded."""
+    size of the run's tokenizer.json, which the caller has loaded. `trained_with`, the recipe the newest trainer state
+    saved (a dict; None from an older tfm), tells a hand edit of recipe.yaml, refused too, from what the run had."""
     try:
         saved = load_recipe(Path(run_dir) / "recipe.yaml").tokenizer
     except TfmError:  # said by the resume's own checks
@@ -575,6 +576,23 @@ def check_tokenizer_kept(recipe: Recipe, run_dir: Path, actual: int) -> None:
             f"tokenizer.json ({actual:,} tokens)",
             hint="drop those overrides to continue the run, or start a new run with them: "
             + new_run_hint(run_dir, [(f"tokenizer.{k}", getattr(recipe.tokenizer, k)) for k in differ]),
+        )
+    trained = trained_with.get("tokenizer") if isinstance(trained_with, dict) else None
+    if not isinstance(trained, dict):
+        return
+    edited = [
+        k for k in ("vocab_size", "min_frequency")
+        if k in trained and getattr(saved, k) != trained[k] and not (k == "vocab_size" and saved.vocab_size == actual)
+    ]
+    if edited:  # no override did it: recipe.yaml was edited by hand since the checkpoint was saved
+        recipe_file = Path(run_dir) / "recipe.yaml"
+        changed = [f"tokenizer.{k} {trained[k]!r} -> {getattr(saved, k)!r}" for k in edited]
+        put_back = ", ".join(f"tokenizer.{k}: {json.dumps(trained[k])}" for k in edited)
+        raise TfmError(
+            f"--resume cannot change the tokenizer of {run_dir} ({'; '.join(changed)}): the run goes on with its own "
+            f"tokenizer.json ({actual:,} tokens), and {recipe_file} was edited to say so",
+            hint=f"put back {put_back} in {shell_word(recipe_file)} to continue the run, or start a new run from it: "
+            f"tfm train {shell_word(recipe_file)} --out NEW_DIR",
         )
 
 

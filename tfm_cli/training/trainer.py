@@ -311,6 +311,8 @@ def train(
     try:
         return _train(recipe, run_dir, resume, events, dist)
     except BaseException as error:
+        if isinstance(error, TfmError) and not isinstance(error, RankError):
+            dist.say_stopping()  # rank 0's own line says it all (a full disk): rank 1 need not add "lost contact"
         if dist.owns_group:
             _let_go_of_frames(error)
         raise
@@ -403,7 +405,7 @@ class Trainer:
             self._lock()
             self.step, weights, state = _resume_point(run_dir, self.events)
             size = Tokenizer.load(run_dir / "tokenizer.json").vocab_size
-            check_tokenizer_kept(self.recipe, run_dir, size)  # before a finished run returns: an override is not ignored
+            check_tokenizer_kept(self.recipe, run_dir, size, state.get("recipe"))  # before a finished run returns: an override is not ignored
             self.recipe = with_tokenizer_size(self.recipe, size)
             self.finished = _finished_summary(run_dir, self.step, self.recipe, float(state.get("train_seconds", 0.0)))
             if self.finished is not None:  # nothing to train, average or evaluate: `fit` says so
@@ -871,6 +873,11 @@ class Trainer:
     def _lost_a_peer(self) -> RankError:
         """Another process of the job is gone mid-step (killed, crashed, its machine lost): this one cannot go on.
         Every checkpoint was saved with all ranks in step, so the newest one is whole."""
+        if self.dist.peer_said_why():  # it stopped on an error of its own (a full disk), and said so
+            return RankError(
+                f"process {self.dist.rank} of {self.dist.world_size} stopped after step {self.step} with process 0, "
+                "which said why", said_elsewhere=True,
+            )
         saved = checkpoint_steps(self.run_dir)
         where = f"its checkpoints (up to step {saved[-1][0]}) are intact" if saved else "no checkpoint was saved yet"
         return RankError(
@@ -1000,7 +1007,7 @@ def check_resume(recipe: Recipe, run_dir: Path, device: torch.device | None = No
     tok = Tokenizer.load(run_dir / "tokenizer.json")
     check_resumable(run_dir, weights, model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id), step,
                     recipe.train.max_steps)
-    check_tokenizer_kept(recipe, run_dir, tok.vocab_size)
+    check_tokenizer_kept(recipe, run_dir, tok.vocab_size, state.get("recipe"))
     corpus = usable_corpus(recipe, tok)
     stream = BatchStream(
         corpus, recipe.train.max_tokens, recipe.train.seed, tok.pad_id, tok.bos_id, tok.eos_id,
