@@ -9,6 +9,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import functools
+import os
 import platform
 import sys
 
@@ -45,6 +46,22 @@ def resolve_device(name: str | torch.device) -> torch.device:
 
 
 @functools.cache
+def memory_of(device: torch.device) -> int | None:
+    """The memory, in bytes, that `device` has in all (a GPU's; on CPU the machine's, or the container's limit
+    where that is lower); None where it cannot be told."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    sizes = []
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):  # cgroup v2, v1
+        with contextlib.suppress(OSError, ValueError), open(limit, encoding="ascii") as f:
+            value = int(f.read().strip())  # "max" (v2, no limit) is no int
+            if 0 < value < 2**60:  # v1 says "no limit" with ~2**63
+                sizes.append(value)
+    return min(sizes) if sizes else None
+
+
 def cpu_has_fast_bf16() -> bool:
     """True when this CPU multiplies bf16 natively, where bf16 autocast pays off: AVX512-BF16 or AMX-BF16 on x86,
     the BF16 extension on Arm.

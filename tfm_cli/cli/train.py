@@ -134,7 +134,7 @@ def train(
         if resume is None:
             for warning in check_start(resolved, Path(run_dir)):
                 warn(warning)
-        _dry_run(resolved, run_dir, json_out, pairs, resumes_at)
+        _dry_run(resolved, run_dir, json_out, pairs, resumes_at, torch_device)
         return
 
     if launch.asked:  # the same command, minus the launcher options, as N processes under torchrun
@@ -432,7 +432,7 @@ def _print_curves(run_dir: Path, data: dict[str, Any] | None = None) -> None:
     print("\n".join(curves_lines(data if data is not None else read_curves(run_dir), width)))
 
 
-def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resumes_at: int | None = None) -> None:
+def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resumes_at: int | None, device) -> None:
     """Resolved recipe, parameter count, tokens per step, the corpora's sentence pairs and, for a resume, the
     step it continues from; nothing is written."""
     import yaml
@@ -441,6 +441,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     from tfm_cli.tokenizer import Tokenizer
     from tfm_cli.training import parameter_count
     from tfm_cli.training.checks import with_absolute_paths
+    from tfm_cli.training.step import check_fits
 
     vocab = recipe.tokenizer.vocab_size
     tok_path = Path(run_dir) / "tokenizer.json"  # what a start uses first (preflight refused one that differs from tokenizer.path)
@@ -462,6 +463,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     ) if left_there and vocab != asked else None
     config = model_config(recipe, vocab, 0, 1, 2)
     parameters = parameter_count(config)  # shapes only: no memory is allocated
+    check_fits(config, device)  # as the start checks it before building the model
     t = recipe.train
     budget: dict[str, Any] = {}
     finished = None

@@ -16,6 +16,7 @@ from tfm_cli.training.optim import adam, inverse_sqrt_lr
 
 def _build_model(config, device: torch.device | str) -> Transformer:
     """`Transformer(config)` on `device`, or a TfmError when its tensors cannot be made (too large for the memory)."""
+    check_fits(config, torch.device(device))
     try:
         return Transformer(config).to(device)
     except (RuntimeError, MemoryError) as err:  # torch.OutOfMemoryError is a RuntimeError
@@ -31,6 +32,30 @@ def _cannot_build(config, where: str, why: str) -> TfmError:
         f"model.max_positions={config.max_positions}, vocabulary {config.vocab_size}) cannot be built on {where}: {why}",
         hint="lower model.d_model, model.d_ff, the layer counts or model.max_positions",
     )
+
+
+def check_fits(config, device: torch.device) -> None:
+    """Refuse, before any tensor is made, a model that cannot train in the memory `device` has in all, whatever its
+    batches: fp32 weights, their gradients and Adam's two moments (16 bytes a parameter), and the sinusoid tables
+    (4 bytes a value, one a side). `model.max_positions=10**8` took a minute and 13 GB of a 24 GB machine before
+    torch's allocator gave up, and `tfm train --dry-run` passed it.
+
+    Raises:
+        TfmError: naming the model's sizes, the bytes it needs and those `device` has.
+    """
+    from tfm_cli.runtime import memory_of
+
+    total = memory_of(device)
+    tables = 2 * 4 * config.max_positions * config.d_model if config.positions == "sinusoidal" else 0
+    need = 16 * parameter_count(config) + tables
+    if total is not None and need > total:
+        where = "this machine has" if device.type == "cpu" else f"{device} has"
+        what = "its weights, their gradients and Adam's moments" + (" and its position tables" if tables else "")
+        raise _cannot_build(config, str(device), f"{what} need {_bytes(need)}, more than the {_bytes(total)} {where}")
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
 
 
 def parameter_count(config) -> int:
