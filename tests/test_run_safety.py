@@ -69,7 +69,9 @@ def test_a_resume_that_scores_the_dev_set_otherwise_starts_the_best_score_afresh
     one of the old scale: best.safetensors and early stopping kept a checkpoint the new scale may rank lower."""
     dev = write(copy.parent / "dev.tsv", "".join((root / "train.tsv").read_text().splitlines(keepends=True)[:40]))
     every = ("train.eval_every=5", f"data.dev={dev}")
-    proc = train("--resume", str(copy), "train.max_steps=16", *every)  # evaluates at step 15; no best to forget yet
+    # evaluates at steps 10 (the checkpoint's, which the resume's recipe schedules and the run did not do) and 15;
+    # no best to forget yet
+    proc = train("--resume", str(copy), "train.max_steps=16", *every)
     assert proc.returncode == 0 and "changes how the dev set is scored" not in proc.stderr, proc.stderr
     before = torch.load(state_path(checkpoint_path(copy, 16)), weights_only=True)
     assert before["best_bleu"] >= 0 and before["scoring"]["train.bleu_tokenize"] == "13a"
@@ -77,7 +79,7 @@ def test_a_resume_that_scores_the_dev_set_otherwise_starts_the_best_score_afresh
     assert proc.returncode == 0, proc.stderr
     assert "this resume changes how the dev set is scored (train.bleu_tokenize '13a' -> 'char')" in proc.stderr
     evals = [r for r in map(json.loads, (copy / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "eval"]
-    assert [r["step"] for r in evals] == [15, 20]
+    assert [r["step"] for r in evals] == [10, 15, 20]
     after = torch.load(state_path(checkpoint_path(copy, 21)), weights_only=True)
     # the best is step 20's character BLEU, whatever step 15's 13a BLEU was
     assert after["best_bleu"] == evals[-1]["bleu"] and after["scoring"]["train.bleu_tokenize"] == "char"
@@ -658,3 +660,111 @@ def test_the_checkpoint_a_stop_saves_is_not_averaged_into_the_final_model(root: 
     got, want = load_file(tmp_path / "stopped" / "model.safetensors"), load_file(tmp_path / "whole" / "model.safetensors")
     assert all(torch.equal(got[k], want[k]) for k in want)
     assert read_metadata(tmp_path / "stopped" / "model.safetensors")["averaged"] == read_metadata(tmp_path / "whole" / "model.safetensors")["averaged"]
+
+
+def test_stops_in_a_row_before_the_next_checkpoint_leave_the_scheduled_ones(root: Path, tmp_path: Path) -> None:
+    """Each stop saves a checkpoint off the schedule, which counted in keep_last: three stops between steps 10 and
+    15 pruned steps 5 and 10 in their place, and the final model was the last checkpoint alone where the
+    uninterrupted run averaged steps 5, 10 and 15. A stop now drops the stop checkpoint before it."""
+    from tfm_cli.training.trainer import train as train_run
+
+    settings = {**test_bad_inputs.TRAIN, "max_steps": 15, "save_every": 5, "keep_last": 3, "average_last": 3}
+    data = {"train": str(root / "train.tsv"), "dev": None}
+    recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("stops", data=data, train=settings)))
+    train_run(recipe, tmp_path / "whole", device="cpu", events=_StopAtStep(None))
+    run = tmp_path / "stopped"
+    assert train_run(recipe, run, device="cpu", events=_StopAtStep(11)).interrupted
+    for at in (12, 13):
+        assert train_run(None, run, device="cpu", resume=True, events=_StopAtStep(at)).interrupted
+        assert [s for s, _ in checkpoint_steps(run)] == [5, 10, at]
+    train_run(None, run, device="cpu", resume=True, events=_StopAtStep(None))
+    assert [s for s, _ in checkpoint_steps(run)] == [5, 10, 15]
+    got, want = load_file(run / "model.safetensors"), load_file(tmp_path / "whole" / "model.safetensors")
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    assert read_metadata(run / "model.safetensors")["averaged"] == read_metadata(tmp_path / "whole" / "model.safetensors")["averaged"]
+
+
+class _SlowOrStopInTheFinalModel(_StopInEvaluation):
+    """Training events whose dev evaluation after step `slow` takes 3 seconds more, and that stop the run (Ctrl-C)
+    as the final model's evaluation starts decoding, where `stop` says so."""
+
+    def __init__(self, slow: int | None, stop: bool) -> None:
+        super().__init__(None)
+        self.slow, self.stop = slow, stop
+
+    def decoding(self, what: str, sentences: int):
+        if self.stop and what.startswith("final model"):
+            raise KeyboardInterrupt
+        if what == f"dev evaluation at step {self.slow}":
+            import time
+
+            time.sleep(3)
+        return contextlib.nullcontext(None)
+
+
+@pytest.mark.parametrize("stop", ["early stop", "time budget"])
+def test_a_stop_while_the_final_model_is_made_is_not_trained_past(root: Path, tmp_path: Path, stop: str) -> None:
+    """Early stopping (or the time budget, used up by the evaluation after a checkpoint) ended the run, then a
+    Ctrl-C (or a kill) came while the final model was evaluated: the resume trained on past the stop, as nothing
+    said the run had ended there (the time budget's count, saved with the checkpoint before the evaluation, had
+    time left). It now writes the final model of the step the run stopped at, as the uninterrupted run did, and
+    so does a resume that changes a setting of the final model."""
+    from tfm_cli.training.trainer import train as train_run
+
+    dev = write(tmp_path / "dev.tsv", test_bad_inputs._head(3000).split("\n", 2980)[-1])
+    data = {"train": str(root / "train.tsv"), "dev": str(dev)}
+    settings = {**test_bad_inputs.TRAIN, "max_steps": 40, "save_every": 5, "eval_every": 5, "eval_sentences": 5}
+    # early stopping on the dev loss after one evaluation without a better one; or a budget that step 5's
+    # evaluation (3 s more) uses up: 5 steps of this model train in well under the 2 s
+    settings.update({"patience": 1, "patience_metric": "loss"} if stop == "early stop" else {"max_time": "2s"})
+    slow = 5 if stop == "time budget" else None
+    recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("stops", data=data, train=settings)))
+    whole = train_run(recipe, tmp_path / "whole", device="cpu", events=_SlowOrStopInTheFinalModel(slow, False))
+    summary = json.loads((tmp_path / "whole" / "summary.json").read_text())
+    assert summary["stopped"].startswith(stop) and whole.step % 5 == 0 and whole.step < 40, summary["stopped"]
+    assert (tmp_path / "whole" / "checkpoints" / f"step-{whole.step:08d}.evaluated.json").is_file()
+    run = tmp_path / "stopped"
+    with pytest.raises(KeyboardInterrupt):  # (outside the training loop: it reaches the caller, as Ctrl-C does)
+        train_run(recipe, run, device="cpu", events=_SlowOrStopInTheFinalModel(slow, True))
+    assert checkpoint_steps(run)[-1][0] == whole.step and not (run / "summary.json").exists()
+    for overrides in ([], ["train.average_last=1"]):  # a changed setting writes the final model again
+        resumed = train_run(load_recipe(run / "recipe.yaml", overrides), run, device="cpu", resume=True,
+                            events=_StopInEvaluation(None))
+        assert resumed.step == whole.step and not resumed.interrupted, overrides
+        again = json.loads((run / "summary.json").read_text())
+        assert again["steps"] == whole.step and again["stopped"].startswith(stop), again["stopped"]
+        if not overrides:
+            got, want = load_file(run / "model.safetensors"), load_file(tmp_path / "whole" / "model.safetensors")
+            assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_a_run_extended_past_its_end_evaluates_and_averages_as_the_longer_run(root: Path, tmp_path: Path) -> None:
+    """A run extended past its end (train.max_steps raised on resume): a 12-step run's checkpoint at its end, off
+    the schedule of every 5 steps, stayed among the checkpoints and was averaged into the 20-step model; a 15-step
+    run's end, an evaluation step of the longer run, was evaluated as the final model only, so the extended run
+    never evaluated it (nor kept it as best.safetensors). Both extended runs now end as the 20-step run does,
+    uninterrupted: its checkpoints, evaluations, best and final model."""
+    from tfm_cli.training.trainer import train as train_run
+
+    dev = write(tmp_path / "dev.tsv", test_bad_inputs._head(3000).split("\n", 2980)[-1])
+    data = {"train": str(root / "train.tsv"), "dev": str(dev)}
+    settings = {**test_bad_inputs.TRAIN, "max_steps": 20, "save_every": 5, "eval_every": 5, "eval_sentences": 5,
+                "keep_last": 4, "average_last": 4}
+    recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("extend", data=data, train=settings)))
+    train_run(recipe, tmp_path / "whole", device="cpu", events=_StopInEvaluation(None))
+    for first in (12, 15):
+        run = tmp_path / f"from-{first}"
+        short = load_recipe(tmp_path / "recipe.yaml", [f"train.max_steps={first}"])
+        train_run(short, run, device="cpu", events=_StopInEvaluation(None))
+        extended = load_recipe(run / "recipe.yaml", ["train.max_steps=20"])
+        train_run(extended, run, device="cpu", resume=True, events=_StopInEvaluation(None))
+        assert [s for s, _ in checkpoint_steps(run)] == [5, 10, 15, 20]
+        for name in ("model.safetensors", "best.safetensors"):
+            got, want = load_file(run / name), load_file(tmp_path / "whole" / name)
+            assert all(torch.equal(got[k], want[k]) for k in want), (first, name)
+
+        def evaluations(folder: Path) -> list[int]:
+            lines = (folder / "metrics.jsonl").read_text().splitlines()
+            return [r["step"] for r in map(json.loads, lines) if r["kind"] == "eval"]
+
+        assert evaluations(run) == evaluations(tmp_path / "whole") == [5, 10, 15], first

@@ -159,6 +159,11 @@ class EarlyStopping:
             self.best, self.best_step, self.bad_evals = value, step, 0
         else:
             self.bad_evals += 1
+        return self.done
+
+    @property
+    def done(self) -> bool:
+        """Its patience has run out: the last evaluation said to stop (True from `update`)."""
         return self.patience > 0 and self.bad_evals >= self.patience
 
     def reason(self) -> str:

@@ -226,8 +226,9 @@ def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents, resum
 
 
 def _drop_stop_checkpoints(run_dir: Path, before: int) -> None:
-    """Delete the checkpoints (and trainer states) older than step `before` that were saved only because the run
-    was stopped there (`Trainer.save_checkpoint(on_stop=True)`); one whose metadata cannot be read is kept."""
+    """Delete the checkpoints (and trainer states) older than step `before` that are off the train.save_every
+    schedule, saved only because the run was stopped there (`Trainer.save_checkpoint(on_stop=True)`) or ended
+    there; one whose metadata cannot be read is kept."""
     for step, path in checkpoint_steps(run_dir):
         if step >= before:
             continue
@@ -235,7 +236,7 @@ def _drop_stop_checkpoints(run_dir: Path, before: int) -> None:
             saved_on = read_metadata(path).get("saved_on")
         except (TfmError, OSError, ValueError):
             continue
-        if saved_on == json.dumps("stop"):
+        if saved_on in (json.dumps("stop"), json.dumps("end")):
             path.unlink(missing_ok=True)
             state_path(path).unlink(missing_ok=True)
             evaluated_path(path).unlink(missing_ok=True)
@@ -407,7 +408,8 @@ class Trainer:
             size = Tokenizer.load(run_dir / "tokenizer.json").vocab_size
             check_tokenizer_kept(self.recipe, run_dir, size, state.get("recipe"))  # before a finished run returns: an override is not ignored
             self.recipe = with_tokenizer_size(self.recipe, size)
-            self.finished = _finished_summary(run_dir, self.step, self.recipe, float(state.get("train_seconds", 0.0)))
+            trained = _seconds_evaluated(weights, float(state.get("train_seconds", 0.0)), self.step)
+            self.finished = _finished_summary(run_dir, self.step, self.recipe, trained)
             if self.finished is not None:  # nothing to train, average or evaluate: `fit` says so
                 return
         created = _make_run_dir(run_dir) if self.main else False
@@ -537,7 +539,11 @@ class Trainer:
         _restore_rng(state, self.dist, self.t.seed)
         self.earlier_seconds = float(state.get("train_seconds", 0.0))
         self.evaluated_step = int(state.get("evaluated_step", -1))
-        self.eval_owed = bool(state.get("eval_owed", False))
+        # owed too where this resume's recipe evaluates at the checkpoint's step and the run did not (the old last
+        # step of a run extended with a higher train.max_steps, evaluated there as the final model only)
+        self.eval_owed = bool(state.get("eval_owed", False)) or (
+            "evaluated_step" in state and self._evaluates_at(self.step) and self.evaluated_step != self.step
+        )
         # rank 0's: only it reads the dev set, whose `auto` BLEU tokenizer is part of it (another rank, taking its
         # own None for a change, skipped the evaluation's outcome, redid an evaluation owed nowhere else, and waited
         # in a collective the others never joined: a 2-process resume hung for good)
@@ -577,6 +583,7 @@ class Trainer:
         if step == self.step:
             self.best_bleu, self.evaluated_step, self.eval_owed = best_bleu, step, False
             self.early.load_state_dict(early)
+            self.earlier_seconds = _seconds_evaluated(weights, self.earlier_seconds)
 
     def _scoring(self) -> dict[str, Any]:
         """What makes two dev evaluations comparable (the best BLEU, early stopping's best): saved with each
@@ -640,11 +647,31 @@ class Trainer:
             )
             self.events.message(f"{stopped}: no step to train; writing the final model")
             self._said_after_budget()
+        elif self.resume and self.early.done and self.evaluated_step == self.step:  # decided before this resume
+            stopped = self.early.reason()
+            self.events.message(f"{stopped}, at step {self.step} before this resume: no step to train; writing the final model")
         elif budget is not None:
             said = getattr(self.events, "time_budget", None)  # (the CLI's events are duck-typed)
             if said is not None:
                 said(budget - self.earlier_seconds)
         stream_state = batches.state_dict()
+
+        def log_window(lr: float) -> dict[str, Any]:
+            """The steps since the last train record, logged (at every train.log_every steps, and at a stop)."""
+            nonlocal window
+            if not window.tokens:
+                return {}
+            metrics = window.metrics(self.step, batches.epoch, lr, self.started)
+            if skipped:
+                metrics["skipped_steps"] = skipped
+            self.log({"kind": "train", **metrics})
+            self.board.train(self.step, metrics)
+            warning = rising.update(metrics["loss"], lr)
+            if warning:
+                self.events.message(warning)
+            window = _Window()
+            return metrics
+
         # A checkpoint at an evaluation step is saved before that step's evaluation (its state: the best BLEU and
         # early stopping before it). A run stopped after the save (Ctrl-C in the evaluation, a kill while best was
         # written, or during the final phase after an early stop) lost that evaluation for good: its resume went on
@@ -684,16 +711,8 @@ class Trainer:
                                 raise _diverged(self.run_dir, self.step, lr, bad_in_a_row)
 
                         metrics: dict[str, Any] = {}
-                        if (self.step % t.log_every == 0 or self.step == t.max_steps) and window.tokens:
-                            metrics = window.metrics(self.step, batches.epoch, lr, self.started)
-                            if skipped:
-                                metrics["skipped_steps"] = skipped
-                            self.log({"kind": "train", **metrics})
-                            self.board.train(self.step, metrics)
-                            warning = rising.update(metrics["loss"], lr)
-                            if warning:
-                                self.events.message(warning)
-                            window = _Window()
+                        if self.step % t.log_every == 0 or self.step == t.max_steps:
+                            metrics = log_window(lr)
                         self.events.step(self.step, metrics)
                         if self.device.type == "cpu" and self.step % TRIM_EVERY == 0:
                             release_cpu_memory()
@@ -718,6 +737,8 @@ class Trainer:
                         stopped = dist.broadcast(stopped)  # rank 0 decides: only it evaluated, and the clocks differ
                     stops.check()  # a stop signal to any rank: KeyboardInterrupt on every rank, here
                     if stopped:  # end as a finished run would: checkpoint here, then average and evaluate
+                        if window.tokens:  # the steps since the last train record (the budget ran out between two)
+                            log_window(lr)
                         if self.step > self.last_saved:
                             self.save_checkpoint(stream_state)
                             stops.check()  # a stop signal during that save: an interrupted run, as anywhere else
@@ -797,7 +818,10 @@ class Trainer:
         stop = self.early.update(self.step, result)
         self.evaluated_step = self.step
         if self.last_saved == self.step:  # the checkpoint of this step was saved before: its evaluation is done
-            done = {"evaluated_step": self.step, "best_bleu": self.best_bleu, "early_stopping": self.early.state_dict()}
+            done = {
+                "evaluated_step": self.step, "best_bleu": self.best_bleu, "early_stopping": self.early.state_dict(),
+                "train_seconds": self._train_seconds(),  # the evaluation counts (train.max_time), as in the run
+            }
             with contextlib.suppress(OSError):  # not written (a full disk): a resume from here evaluates again
                 atomic_write(
                     evaluated_path(checkpoint_path(self.run_dir, self.step)),
@@ -815,8 +839,11 @@ class Trainer:
 
         `on_stop`: a checkpoint off the train.save_every schedule, saved only so that a stopped run (Ctrl-C, a
         stop signal) can resume from its last step. It is marked so (`saved_on` in its metadata) and deleted by the
-        next scheduled checkpoint, before that one prunes: the final average and keep_last see the checkpoints an
-        uninterrupted run has (an interrupt at step 7 put step 7 into the average of the last checkpoints).
+        next checkpoint, before that one prunes: the final average and keep_last see the checkpoints an
+        uninterrupted run has (an interrupt at step 7 put step 7 into the average of the last checkpoints; a
+        second stop before the next scheduled checkpoint pruned a scheduled one in its place). So is a
+        checkpoint off the schedule where the run ended (`saved_on: end`), once a run extended past it saves
+        the next one.
         """
         dist = self.dist
         rng = _rng_state()
@@ -840,7 +867,10 @@ class Trainer:
         if rng_ranks is not None:
             state["rng_ranks"] = rng_ranks
         try:
-            marked = {"saved_on": "stop"} if on_stop else {}
+            # off the train.save_every schedule: where the run was stopped, or where it ended (train.max_steps, the
+            # time budget, early stopping), which a run extended past it would not have saved
+            off = "stop" if on_stop else "end" if self.step % self.t.save_every else None
+            marked = {"saved_on": off} if off else {}
             save_weights(
                 path, weights_state(self.model), self.config, self.tokenizer.sha256, self.step, precision=self.precision,
                 **marked,
@@ -851,8 +881,7 @@ class Trainer:
                 raise
             raise _not_saved(self.run_dir, self.step, error) from error
         self.last_saved = self.step  # only now: Ctrl-C in the middle of a save saves again in `_interrupted`
-        if not on_stop:
-            _drop_stop_checkpoints(self.run_dir, before=self.step)
+        _drop_stop_checkpoints(self.run_dir, before=self.step)  # (an earlier stop's too: it counted in keep_last)
         prune_checkpoints(self.run_dir, self.t.keep_last)
         return path
 
@@ -1019,18 +1048,31 @@ def check_resume(recipe: Recipe, run_dir: Path, device: torch.device | None = No
 
 def trained_seconds(run_dir: Path) -> float:
     """The training time (seconds, all sessions: what train.max_time counts) saved with the checkpoint a resume of
-    `run_dir` continues from (0 for a checkpoint of an older tfm, which saved none)."""
-    _, _, state = _resume_point(run_dir, TrainEvents())
-    return float(state.get("train_seconds", 0.0))
+    `run_dir` continues from (0 for a checkpoint of an older tfm, which saved none), with its step's evaluation."""
+    step, weights, state = _resume_point(run_dir, TrainEvents())
+    return _seconds_evaluated(weights, float(state.get("train_seconds", 0.0)), step)
+
+
+def _seconds_evaluated(weights: Path, saved: float, step: int | None = None) -> float:
+    """The training time after the dev evaluation that followed the checkpoint `weights` (saved before it, with
+    `saved` seconds), where that evaluation was completed and said so: the time budget counts evaluations, and one
+    that used it up must not leave the resume time to train on (`saved` otherwise)."""
+    try:
+        done = json.loads(evaluated_path(weights).read_text(encoding="utf-8"))
+        seconds, evaluated = float(done["train_seconds"]), int(done["evaluated_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return saved
+    at = int(read_metadata(weights).get("step", -1)) if step is None else step
+    return max(saved, seconds) if evaluated == at else saved
 
 
 def finished_resume(run_dir: Path, recipe: Recipe) -> dict[str, Any] | None:
     """The summary.json of `run_dir` when a resume with `recipe` would find the run finished (at train.max_steps,
     stopped early or its time budget spent, its final model written, nothing in the recipe changed) and do
     nothing; None when it would train, or write the final model. What `tfm train --resume --dry-run` reports."""
-    step, _, state = _resume_point(run_dir, TrainEvents())
+    step, weights, state = _resume_point(run_dir, TrainEvents())
     recipe = with_tokenizer_size(recipe, Tokenizer.load(run_dir / "tokenizer.json").vocab_size)
-    return _finished_summary(run_dir, step, recipe, float(state.get("train_seconds", 0.0)))
+    return _finished_summary(run_dir, step, recipe, _seconds_evaluated(weights, float(state.get("train_seconds", 0.0)), step))
 
 
 def check_start(recipe: Recipe, run_dir: Path) -> list[str]:
