@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from clitools import tfm
 
 from tfm_cli.errors import RecipeError, TfmError
 from tfm_cli.model.config import ModelConfig
@@ -725,3 +727,32 @@ def test_load_recipe_refuses_overrides_that_are_not_a_list_of_strings(tmp_path):
     with pytest.raises(TypeError, match="load_recipe\\(\\) takes the recipe's path"):
         load_recipe(None)
     assert load_recipe(path, ("train.max_steps=5",)).train.max_steps == 5
+
+
+def test_the_shipped_recipes_train_from_anywhere(tmp_path):
+    """An installed tfm (a wheel, `pip install` of the checkout without -e) had no recipe at all: `tfm train
+    recipes/tiny.yaml` outside the checkout said it does not exist, and its hint named that same file. The recipes
+    ship in the package, as `bundled:NAME.yaml`; the checkout's recipes/ is a link to them, and the wheel's files
+    are what pyproject.toml's package-data lists."""
+    import fnmatch
+    import re
+
+    from tfm_cli.recipe import BUNDLED_RECIPES, bundled_recipes
+
+    repo = Path(__file__).resolve().parents[1]
+    assert (repo / "recipes").resolve() == BUNDLED_RECIPES.resolve()
+    assert bundled_recipes() == ["bundled:base.yaml", "bundled:big.yaml", "bundled:tiny.yaml"]
+    assert load_recipe("bundled:tiny.yaml") == load_recipe(repo / "recipes" / "tiny.yaml")
+    data = re.search(r"^tfm_cli = \[(.*)\]", (repo / "pyproject.toml").read_text(), re.M)  # (tomllib: Python 3.11+)
+    globs = re.findall(r'"([^"]+)"', data.group(1))
+    package = repo / "tfm_cli"
+    shipped = [p.relative_to(package).as_posix() for d in ("recipes", "corpora") for p in (package / d).rglob("*") if p.is_file()]
+    assert shipped and all(any(fnmatch.fnmatch(f, g) for g in globs) for f in shipped), (shipped, globs)
+    proc = tfm("train", "bundled:tiny.yaml", "--dry-run", "--json", cwd=tmp_path)
+    assert json.loads(proc.stdout)["recipe"]["name"] == "tiny"
+    proc = tfm("train", "recipes/tiny.yaml", "--dry-run", cwd=tmp_path, check=False)
+    assert proc.returncode == 1 and "Error: recipe recipes/tiny.yaml does not exist" in proc.stderr
+    assert "hint: tfm ships that recipe as bundled:tiny.yaml" in proc.stderr
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe("bundled:tiyn.yaml")
+    assert str(excinfo.value) == "tfm ships no recipe bundled:tiyn.yaml" and excinfo.value.hint == "did you mean bundled:tiny.yaml?"

@@ -940,6 +940,13 @@ def _not_found(path: Path, source: str) -> RecipeNotFoundError:
             source, f"{said}: it looks like an override (key=value), and overrides follow a recipe "
             f"(e.g. recipes/tiny.yaml {path.name})"
         )
+    shipped = bundled_recipes()
+    if source.startswith("bundled:"):
+        close = difflib.get_close_matches(source, shipped, n=1)
+        return RecipeNotFoundError(
+            source, f"tfm ships no recipe {source}",
+            hint=f"did you mean {close[0]}?" if close else f"the recipes it ships: {', '.join(shipped)}",
+        )
     parent = path.parent if str(path.parent) else Path(".")
     if parent.is_dir():
         siblings = sorted(p.name for p in parent.glob("*.y*ml"))
@@ -948,7 +955,13 @@ def _not_found(path: Path, source: str) -> RecipeNotFoundError:
             return RecipeNotFoundError(source, said, hint=f"did you mean {parent / close[0]}?")
         if siblings:
             return RecipeNotFoundError(source, said, hint=f"the recipes in {parent}: {', '.join(siblings)}")
-    return RecipeNotFoundError(source, said, hint="check the path; give a recipe file such as recipes/tiny.yaml")
+    if f"bundled:{path.name}" in shipped:  # `recipes/tiny.yaml` of the README, outside a checkout (an installed tfm)
+        return RecipeNotFoundError(
+            source, said, hint=f"tfm ships that recipe as bundled:{path.name} (its recipes: {', '.join(shipped)})"
+        )
+    return RecipeNotFoundError(
+        source, said, hint=f"check the path; give a recipe file, or one tfm ships: {', '.join(shipped)}"
+    )
 
 
 def _read_yaml(path: Path, source: str) -> Any:
@@ -1017,11 +1030,28 @@ def _yaml_advice(err: yaml.MarkedYAMLError, text: str) -> str:
     return ""
 
 
+BUNDLED_RECIPES = Path(__file__).parent / "recipes"  # the shipped recipes (the checkout's recipes/ links here)
+
+
+def bundled_recipes() -> list[str]:
+    """The recipes tfm ships, as a recipe argument names them: `bundled:tiny.yaml`, ..."""
+    return [f"bundled:{p.name}" for p in sorted(BUNDLED_RECIPES.glob("*.yaml"))]
+
+
+def recipe_path(path: str | os.PathLike) -> Path:
+    """The file a recipe argument names: a path, or `bundled:NAME.yaml`, one the package ships (so that an
+    installed tfm trains outside a checkout of its repository, whose recipes/ holds the same files)."""
+    text = os.fspath(path)
+    if isinstance(text, str) and text.startswith("bundled:"):
+        return BUNDLED_RECIPES / text.removeprefix("bundled:")
+    return Path(path)
+
+
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     """Read a YAML recipe, apply overrides, convert to dataclasses and validate.
 
     Args:
-        path: the recipe file.
+        path: the recipe file, or `bundled:NAME.yaml` for one tfm ships (`bundled_recipes()`).
         overrides: `dotted.key=value` strings from the command line, e.g. ["train.max_steps=2000"];
             each value is parsed as YAML, later ones win.
 
@@ -1039,7 +1069,7 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     source = str(path)
     if not source.strip():  # Path("") is the current directory
         raise TfmError("the recipe path is empty (an unset shell variable?): give a recipe file such as recipes/tiny.yaml")
-    data = _read_yaml(Path(path), source)
+    data = _read_yaml(recipe_path(path), source)
     if data is None:
         raise RecipeError(source, ["is empty; a recipe needs at least `name:` (see recipes/base.yaml)"])
     return recipe_from_dict(data, source, overrides)

@@ -24,6 +24,7 @@ from tfm_cli.recipe import (
     ModelRecipe,
     Recipe,
     load_recipe,
+    recipe_path,
     recipe_text,
     recipe_to_dict,
 )
@@ -124,7 +125,8 @@ def check_recipe_file(recipe_file: str | Path, recipe: Recipe, run_dir: Path, ov
     relative path of the recipe file (not one of the `overrides`, typed where tfm runs) is missing from the current
     directory but is there beside the recipe file."""
     given = {text.split("=", 1)[0].strip() for text in overrides}
-    _check_paths_beside(Path(recipe_file), recipe, given)
+    recipe_file = recipe_path(recipe_file)
+    _check_paths_beside(recipe_file, recipe, given)
     target = run_dir / "recipe.yaml"
     try:
         if (run_dir / EXPORT_INFO).is_file():  # not a run at all: preflight says so
