@@ -2153,14 +2153,10 @@ def test_dry_run_refuses_a_run_directory_name_too_long_to_create(root: Path, tmp
     assert list((tmp_path / "runs").iterdir()) == []
 
 
-@pytest.mark.plot
-def test_inspect_attn_image_labels_are_text_not_mathtext(tmp_path: Path) -> None:
-    """matplotlib reads a label between dollar signs as mathtext: the word '$$' (--words) was a ParseException
-    traceback, and '$x$' came out in italics without its dollars."""
-    pytest.importorskip("matplotlib", reason="--image needs the plot extra")
-    model = tmp_path / "dollars"
+def _random_model(model: Path, texts: list[str]) -> Path:
+    """A run directory holding an untrained 1-layer model and a tokenizer that knows `texts` too."""
     model.mkdir()
-    tok = train_tokenizer(_texts(300) + ["Ça coûte 5 $.", "$ et $$ et $x$"] * 20, vocab_size=400)
+    tok = train_tokenizer(_texts(300) + texts * 20, vocab_size=400)
     tok.save(model / "tokenizer.json")
     config = ModelConfig(
         vocab_size=tok.vocab_size, d_model=16, d_ff=32, n_heads=2, n_enc_layers=1, n_dec_layers=1,
@@ -2168,6 +2164,31 @@ def test_inspect_attn_image_labels_are_text_not_mathtext(tmp_path: Path) -> None
     )
     torch.manual_seed(0)
     save_weights(model / FINAL, weights_state(Transformer(config)), config, tok.sha256, 1)
+    return model
+
+
+def test_inspect_attn_image_without_matplotlib_writes_nothing(tmp_path: Path) -> None:
+    """Without the plot extra, `--html page.html --image heat.png` wrote the page, then failed on the image; and
+    its hint, `pip install -e ".[plot]"`, works in the checkout only. Nothing is written, and the hint also names
+    the package."""
+    model = _random_model(tmp_path / "model", [])
+    (tmp_path / "hide").mkdir()
+    (tmp_path / "hide" / "sitecustomize.py").write_text("import sys\nsys.modules['matplotlib'] = None\n")
+    path = os.pathsep.join(filter(None, [str(tmp_path / "hide"), os.environ.get("PYTHONPATH")]))
+    page, image = tmp_path / "page.html", tmp_path / "heat.png"
+    proc = tfm("inspect-attn", "--model", str(model), "--device", "cpu", "Bonjour.", "--html", str(page), "--image",
+               str(image), env_extra={"PYTHONPATH": path}, check=False)
+    error_line(proc, "writing an attention image needs matplotlib")
+    assert "hint: pip install -e \".[plot]\" in the tfm checkout (or pip install matplotlib)" in proc.stderr
+    assert not page.exists() and not image.exists()
+
+
+@pytest.mark.plot
+def test_inspect_attn_image_labels_are_text_not_mathtext(tmp_path: Path) -> None:
+    """matplotlib reads a label between dollar signs as mathtext: the word '$$' (--words) was a ParseException
+    traceback, and '$x$' came out in italics without its dollars."""
+    pytest.importorskip("matplotlib", reason="--image needs the plot extra")
+    model = _random_model(tmp_path / "dollars", ["Ça coûte 5 $.", "$ et $$ et $x$"])
     image = tmp_path / "heat.svg"
     proc = tfm("inspect-attn", "--model", str(model), "--device", "cpu", "Ça coûte $$ ou $x$.", "--words", "--kind",
                "encoder", "--image", str(image), check=False)

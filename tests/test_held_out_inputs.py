@@ -506,3 +506,25 @@ def test_api_settings_and_arguments_the_cli_would_refuse(translator: Translator,
         with pytest.raises(TypeError, match=r"train\(events=...\) takes a TrainEvents .* it has no message, start, step, evaluation"):
             train(recipe, tmp_path / "never", device="cpu", events=events)
     assert not (tmp_path / "never").exists()
+
+
+def test_arguments_are_utf8_under_an_ascii_locale_without_utf8_mode(run: Path) -> None:
+    """Under `LC_ALL=C` with Python's UTF-8 mode off, Python decodes the arguments' bytes as ASCII: a sentence
+    given as an argument ("Ça coûte cher.") was refused as "not valid UTF-8" (by translate, inspect-attn and
+    tokenize --encode) while the same bytes on stdin were translated. Arguments are UTF-8, as every input is."""
+    env = {**tfm_env(), "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    env.pop("PYTHONIOENCODING", None)
+    sentence = "Ça coûte cher."
+    on_stdin = subprocess.run([str(TFM), "translate", "--model", str(run), "--device", "cpu", "--json"],
+                              input=f"{sentence}\n".encode(), capture_output=True, env=env)
+    assert on_stdin.returncode == 0, on_stdin.stderr.decode()
+    given = subprocess.run([str(TFM).encode(), b"translate", b"--model", str(run).encode(), b"--device", b"cpu", b"--json",
+                            sentence.encode()], capture_output=True, env=env)
+    assert given.returncode == 0, given.stderr.decode()
+    assert json.loads(given.stdout) == json.loads(on_stdin.stdout) and json.loads(given.stdout)["source"] == sentence
+    for args in ([b"inspect-attn", b"--model", str(run).encode(), b"--device", b"cpu", b"--summary", sentence.encode()],
+                 [b"tokenize", b"--tokenizer", str(run / "tokenizer.json").encode(), b"--encode", sentence.encode(), b"--json"]):
+        proc = subprocess.run([str(TFM).encode(), *args], capture_output=True, env=env)
+        assert proc.returncode == 0 and sentence in proc.stdout.decode() + proc.stderr.decode(), proc.stderr.decode()
+    bad = subprocess.run([str(TFM).encode(), b"translate", b"--model", str(run).encode(), b"caf\xe9"], capture_output=True, env=env)
+    assert bad.returncode == 1 and "is not valid UTF-8 (a bad byte at character 4)" in bad.stderr.decode()

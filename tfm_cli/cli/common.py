@@ -284,8 +284,20 @@ def say_which_weights(model: Path | None, weights: Path) -> None:
 
 
 def check_utf8(text: str, what: str) -> str:
-    """`text` from the command line, refused when it is not valid UTF-8 (its bad bytes arrive as surrogate
-    escapes, which the tokenizer cannot take); `what` names it in the message."""
+    """`text` from the command line as UTF-8, whatever the locale says, as every input is read; refused when it is
+    not valid UTF-8 (its bad bytes arrive as surrogate escapes, which the tokenizer cannot take); `what` names it
+    in the message. Under an ASCII locale with Python's UTF-8 mode off (`LC_ALL=C PYTHONUTF8=0`), Python decoded
+    the arguments' bytes as ASCII, so "Ça" arrived as escapes too: their bytes are read again as UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        return text
+    try:
+        return text.encode(sys.getfilesystemencoding(), "surrogateescape").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        pass
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:

@@ -101,16 +101,16 @@ def inspect_attn(
                                  "give a head number (without --head: head 1)", param_hint="--head")
     if sentence == "-":  # as for tfm translate and cat: stdin, here one sentence
         sentence = _stdin_sentence()
-    check_utf8(sentence, "the sentence to inspect")
     if names_a_file(sentence):  # `tfm inspect-attn input.fr` inspected the file's name
         raise typer.BadParameter(
             f"{sentence} is a file, not a sentence: to inspect one of its lines, give it on stdin "
             f"(head -n 1 {shell_word(sentence)} | {typed_command('inspect-attn', drop=sentence)} -)",
             param_hint="SENTENCE",
         )
+    sentence = check_utf8(sentence, "the sentence to inspect")
     _one_line(sentence, "the sentence to inspect", '"$(sed -n 3p input.fr)"')
     if target is not None:
-        check_utf8(target, "--target")
+        target = check_utf8(target, "--target")
         _one_line(target, "--target", '"$(sed -n 3p output.en)"')
     if not sentence.strip():
         raise TfmError("the sentence to inspect is empty", hint='give a sentence, e.g. tfm inspect-attn "Je suis étudiant."')
@@ -120,6 +120,10 @@ def inspect_attn(
             check_output_file(path, option, example="attention" + (".html" if option == "--html" else ".png"))
     if html is not None and image is not None and html.resolve() == image.resolve():  # one would replace the other
         raise typer.BadParameter(f"--html and --image are the same file, {html}: give each its own", param_hint="--image")
+    if image is not None:  # before anything is written (an --html page was, then the command failed)
+        from tfm_cli.cli.views.images import check_matplotlib
+
+        check_matplotlib()
     with route_warnings():  # a final model older than the run's newest checkpoint is said
         # the precision `tfm translate` uses, so that the target inspected is the translation it prints (bf16 and
         # fp32 translate about one sentence in ten of a small model differently); the weights are fp32 either way

@@ -53,8 +53,11 @@ def tokenize(
                 " (they train a new one)",
                 param_hint="--encode",
             )
-        for number, text in enumerate(encode, start=1):  # before the tokenizer loads: it takes no undecodable bytes
+        # before the tokenizer loads: it takes no undecodable bytes
+        encode = [
             check_utf8(text, f"--encode text {number}" if len(encode) > 1 else "the --encode text")
+            for number, text in enumerate(encode, start=1)
+        ]
         _encode(_find_tokenizer(tokenizer), encode, json_out)
         return
     if tokenizer is not None:

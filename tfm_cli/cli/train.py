@@ -34,7 +34,7 @@ from tfm_cli.cli.common import (
     stop_signals,
     warn,
 )
-from tfm_cli.errors import TfmError, shell_word
+from tfm_cli.errors import TfmError, install_hint, shell_word
 from tfm_cli.signals import PARENT_ENV
 
 _DIST = "Several processes or machines (torchrun, DDP)"
@@ -419,7 +419,7 @@ def _show_curves(run_dir: Path, json_out: bool) -> None:
     except OSError as error:  # a run this user may read but not write (another's, a read-only copy): the chart was shown
         warn(f"curves.png not written: {error.filename}: {error.strerror}")
         return
-    info(f"curves: {png}" if png else 'curves.png needs matplotlib: pip install -e ".[plot]"')
+    info(f"curves: {png}" if png else f"curves.png needs matplotlib: {install_hint('plot')}")
 
 
 def _print_curves(run_dir: Path, data: dict[str, Any] | None = None) -> None:

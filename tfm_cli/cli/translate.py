@@ -144,13 +144,13 @@ def translate(
         check_output_file(output, "--output", inputs=[*(score or []), *([reference] if reference else [])], reads_stdin=reads_stdin)
 
     if text is not None:
-        check_utf8(text, "the sentence to translate")
         if names_a_file(text):  # `tfm translate input.fr` translated the file's name
             raise typer.BadParameter(
                 f"{text} is a file, not a sentence: to translate its lines, give them on stdin "
                 f"({typed_command('translate', drop=text)} < {shell_word(text)})",
                 param_hint="TEXT",
             )
+        text = check_utf8(text, "the sentence to translate")
         if (lines := line_count(text)) > 1:  # `tfm translate "$(cat input.fr)"`: glued into one sentence, silently
             raise typer.BadParameter(
                 f"TEXT holds {lines} lines, and is one sentence: to translate them one a line, pipe them in "

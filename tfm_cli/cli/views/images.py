@@ -12,7 +12,19 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from tfm_cli.errors import TfmError
+from tfm_cli.errors import TfmError, install_hint
+
+
+def _needs_matplotlib() -> TfmError:
+    return TfmError("writing an attention image needs matplotlib", hint=install_hint("plot"))
+
+
+def check_matplotlib() -> None:
+    """Refuse `--image` before anything is written (an `--html` beside it), where matplotlib is not installed."""
+    try:
+        import matplotlib  # noqa: F401 - (the image imports it next)
+    except ImportError as err:
+        raise _needs_matplotlib() from err
 
 FORMATS = (".png", ".svg")
 KINDS = {
@@ -57,14 +69,13 @@ def write_image(report: dict[str, Any], path: Path, kind: str, layer: int | None
     """
     path = Path(path)
     _check(report, path, kind, layer, head)
+    check_matplotlib()
     try:
         import matplotlib
         import numpy as np
         from matplotlib.figure import Figure
     except ImportError as err:  # matplotlib (and numpy with it) is the optional [plot] extra
-        raise TfmError(
-            "writing an attention image needs matplotlib", hint='pip install -e ".[plot]"'
-        ) from err
+        raise _needs_matplotlib() from err
 
     title, q_key, k_key, _, (q_name, k_name) = KINDS[kind]
     queries, keys = report[q_key], report[k_key]
