@@ -83,6 +83,21 @@ def test_translator_normalises_references_as_its_translations(run: Path, monkeyp
     exact, odd = translator.score(sources, composed), translator.score(sources, decomposed)
     assert (exact["bleu"], exact["chrf"]) == (odd["bleu"], odd["chrf"])
     assert exact["chrf"] == round(sacrebleu.corpus_chrf(texts, [composed]).score, 2)
+    # that normalising is no standard a published score knows: the scores against the references as written,
+    # what sacrebleu gives on the file, come beside them wherever normalising changed one (here all three)
+    assert "as_written" not in exact
+    assert odd["as_written"] == {
+        "bleu": round(sacrebleu.corpus_bleu(texts, [decomposed]).score, 2),
+        "chrf": round(sacrebleu.corpus_chrf(texts, [decomposed]).score, 2), "references_changed": 3,
+    }
+    assert odd["as_written"]["chrf"] < odd["chrf"]
+    tsv = run.parent / "decomposed.tsv"
+    tsv.write_text("".join(f"{s}\t{r}\n" for s, r in zip(sources, decomposed, strict=True)), encoding="utf-8")
+    proc = tfm("translate", "--model", str(run), "--device", "cpu", "--score", str(tsv))
+    said = f"against the references as written, as sacrebleu scores the file: BLEU {odd['as_written']['bleu']}, chrF"
+    assert "3 of the 3 references changed when normalised" in proc.stderr and said in proc.stderr, proc.stderr
+    report = json.loads(tfm("translate", "--model", str(run), "--device", "cpu", "--score", str(tsv), "--json").stdout)
+    assert report["as_written"] == odd["as_written"]
     assert translator.score(sources, texts)["chrf"] == 100.0
 
     with pytest.raises(TfmError, match="bleu_tokenize='zhh' is not one of: auto, 13a"):

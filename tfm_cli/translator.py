@@ -670,12 +670,15 @@ class Translator:
         """Translate `sources` and score them against `references` with sacrebleu (corpus BLEU and chrF).
 
         The references are normalised as the translations are (NFC, whitespace runs to one space, ends
-        stripped). `bleu_tokenize` is sacrebleu's BLEU tokenizer (`tfm_cli.scoring.BLEU_TOKENIZERS`); `auto`
+        stripped, and ’ as ' by a tokenizer that reads it so). Where that changed any reference, the scores
+        against the references as written, what sacrebleu gives on the reference file, come too (`as_written`).
+        `bleu_tokenize` is sacrebleu's BLEU tokenizer (`tfm_cli.scoring.BLEU_TOKENIZERS`); `auto`
         picks it from the references' script: `zh` for Chinese, `char` for Japanese, Thai and other scripts
         written without spaces, else `13a`. `settings` are decode settings, as for `translate`.
 
         Returns:
-            {"sentences", "bleu", "chrf", "bleu_tokenize", "bleu_signature", "chrf_signature", "translations"}.
+            {"sentences", "bleu", "chrf", "bleu_tokenize", "bleu_signature", "chrf_signature", "translations"},
+            and "as_written": {"bleu", "chrf", "references_changed"} where normalising changed a reference.
 
         Raises:
             TfmError: no sentences at all, not one reference per source, or a BLEU tokenizer that sacrebleu
@@ -702,11 +705,16 @@ class Translator:
         if not isinstance(bleu_tokenize, str) or bleu_tokenize not in BLEU_TOKENIZERS:
             raise TfmError(f"bleu_tokenize={bleu_tokenize!r} is not one of: {', '.join(BLEU_TOKENIZERS)}")
         _check_text(references, "reference", 1)
-        references = [self.tokenizer.normalize(_without_bom(r)) for r in references]  # as translations are: NFC, one space
+        written, references = references, [self.tokenizer.normalize(_without_bom(r)) for r in references]  # as translations are
         tokenize = resolve_bleu_tokenize(bleu_tokenize, references)
         bleu_metric(tokenize)  # MeCab missing: said before the translating, not after
         translations = self.translate(sources, **settings)
-        metrics = score_translations([t.text for t in translations], references, tokenize)
+        hypotheses = [t.text for t in translations]
+        metrics = score_translations(hypotheses, references, tokenize)
+        changed = sum(a != b for a, b in zip(written, references, strict=True))
+        if changed:  # a published score is sacrebleu's on the file: say what that gives too
+            plain = score_translations(hypotheses, written, tokenize)
+            metrics["as_written"] = {"bleu": plain["bleu"], "chrf": plain["chrf"], "references_changed": changed}
         return {"sentences": len(sources), **metrics, "translations": translations}
 
     def _translate_lines(

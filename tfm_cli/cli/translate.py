@@ -409,3 +409,9 @@ def _score(
         [("BLEU", report["bleu"]), ("chrF", report["chrf"]), ("sentences", len(sources))],
     )
     info(f"sacrebleu: {report['bleu_signature']} | {report['chrf_signature']}")
+    if (plain := report.get("as_written")) is not None:
+        info(
+            f"{plain['references_changed']:,} of the {len(sources):,} references changed when normalised as the "
+            f"translations are (NFC, spacing, ’ as '); against the references as written, as sacrebleu scores "
+            f"the file: BLEU {plain['bleu']}, chrF {plain['chrf']}"
+        )
