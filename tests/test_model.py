@@ -456,6 +456,11 @@ def test_bf16_attention_matches_explicit_math_on_cpu(length: int) -> None:
     scores = (q64 @ k64.transpose(-2, -1) / math.sqrt(32)).masked_fill(~mask, float("-inf"))
     reference = scores.softmax(dim=-1) @ v64
     assert torch.allclose(fast.double(), reference, atol=3e-2), (fast.double() - reference).abs().max()
+    # the weights asked for (inspect-attn) come from the same fp32 formula, at any length: in bf16 beyond 128 keys
+    # they were computed in bf16, 5x further from exact than the fast path
+    out, weights = attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, need_weights=True)
+    assert (out.double() - reference).abs().max() <= (fast.double() - reference).abs().max() + 1e-9
+    assert (weights.double() - scores.softmax(dim=-1)).abs().max() < 4e-3  # the bf16 rounding of a weight in [0, 1]
 
 
 def test_short_bf16_attention_on_cpu_rounds_only_its_output() -> None:
