@@ -430,6 +430,10 @@ def test_translate_bad_options(recipe: Path) -> None:
     assert "hint: give --out-len 63 or less" in proc.stderr
     proc = tfm("bench", "translate", "--recipe", str(recipe), "--src-len", "64", "--device", "cpu", check=False)
     assert proc.returncode == 1 and "Error: --src-len 64 is longer than this model holds: at most 63" in proc.stderr
+    # both at once (the second was said only once the first was mended)
+    proc = tfm("bench", "translate", "--recipe", str(recipe), "--src-len", "64", "--out-len", "70", "--device", "cpu", check=False)
+    assert "Error: --src-len 64 and --out-len 70 are longer than this model holds: at most 63" in proc.stderr, proc.stderr
+    assert "hint: give --src-len 63 and --out-len 63 or less" in proc.stderr
     proc = tfm("bench", "translate", "--recipe", str(recipe), "--beam", "401", "--device", "cpu", check=False)
     assert proc.returncode == 1 and "Error: --beam 401 is wider than the model's vocabulary (400 tokens)" in proc.stderr
 

@@ -683,6 +683,14 @@ def test_stops_in_a_row_before_the_next_checkpoint_leave_the_scheduled_ones(root
     assert all(torch.equal(got[k], want[k]) for k in want)
     assert read_metadata(run / "model.safetensors")["averaged"] == read_metadata(tmp_path / "whole" / "model.safetensors")["averaged"]
 
+    def losses(folder: Path) -> list[tuple[int, float]]:
+        lines = (folder / "metrics.jsonl").read_text().splitlines()
+        return [(r["step"], r["loss"]) for r in map(json.loads, lines) if r["kind"] == "train"]
+
+    # the train record at step 15 covers steps 11-15, as the run's did: each resume started a new sum at the step
+    # it resumed from, and the steps before (11, 12, 13) were in no record
+    assert losses(run) == losses(tmp_path / "whole")
+
 
 class _SlowOrStopInTheFinalModel(_StopInEvaluation):
     """Training events whose dev evaluation after step `slow` takes 3 seconds more, and that stop the run (Ctrl-C)

@@ -470,11 +470,14 @@ def translate(
     modes = ("greedy",) if greedy_only else ("beam",) if beam_only else ("beam", "greedy")
     # Limits of the model, not of the option (exit 1, as `tfm translate --beam` says them), named by option:
     limit = net.config.max_positions - 1  # a source ends with </s>, an output starts from <s>
-    for option, value in (("--src-len", src_len), ("--out-len", out_len)):
-        if value > limit:
-            raise TfmError(
-                f"{option} {value} is longer than this model holds: at most {limit} (its max_positions={limit + 1}, "
-                f"one of them for the {'</s>' if option == '--src-len' else '<s>'})", hint=f"give {option} {limit} or less")
+    long = [(option, value) for option, value in (("--src-len", src_len), ("--out-len", out_len)) if value > limit]
+    if long:  # both at once (the second was said only once the first was mended)
+        said = " and ".join(f"{option} {value}" for option, value in long)
+        raise TfmError(
+            f"{said} {'is' if len(long) == 1 else 'are'} longer than this model holds: at most {limit} (its "
+            f"max_positions={limit + 1}, one of them for the </s> a source ends with, or the <s> an output starts from)",
+            hint=f"give {' and '.join(f'{option} {limit}' for option, _ in long)} or less",
+        )
     if "beam" in modes and beam > net.config.vocab_size:  # as the Translator: a huge beam failed deep in torch
         raise TfmError(f"--beam {beam} is wider than the model's vocabulary ({net.config.vocab_size:,} tokens)",
                        hint=f"give --beam {net.config.vocab_size:,} or less")

@@ -366,6 +366,8 @@ class Trainer:
         self.best_bleu = -1.0
         self.evaluated_step = -1  # the step of the last dev evaluation done
         self.eval_owed = False  # resumed from a checkpoint whose step's dev evaluation was never completed
+        self.window = _Window()  # the sums of the steps since the last train record (`fit`)
+        self.resumed_window: dict[str, Any] | None = None  # those a checkpoint saved, for the resume's first record
         self.early = EarlyStopping(self.t.patience, self.t.patience_metric)
         self.started = time.perf_counter()
         self.earlier_seconds = 0.0  # training time of the sessions before a resume, up to its checkpoint
@@ -538,6 +540,7 @@ class Trainer:
         restore_stream(self.stream, state["stream"], self.recipe, self.run_dir)
         _restore_rng(state, self.dist, self.t.seed)
         self.earlier_seconds = float(state.get("train_seconds", 0.0))
+        self.resumed_window = state.get("log_window")
         self.evaluated_step = int(state.get("evaluated_step", -1))
         # owed too where this resume's recipe evaluates at the checkpoint's step and the run did not (the old last
         # step of a run extended with a higher train.max_steps, evaluated there as the final model only)
@@ -635,7 +638,7 @@ class Trainer:
         self.last_saved = self.step
         # seconds of training, all sessions together (as fairseq's --stop-time-hours): a resume continues the count
         budget = parse_duration(t.max_time) if t.max_time else None
-        window, rising = _Window(), RisingLoss()
+        self.window, rising = _Window.resumed(self.resumed_window), RisingLoss()
         skipped = bad_in_a_row = 0  # steps whose loss was NaN or infinite: in all, and in a row
         save_owed = False  # a checkpoint put off while the loss was NaN
         stopped = ""
@@ -658,10 +661,9 @@ class Trainer:
 
         def log_window(lr: float) -> dict[str, Any]:
             """The steps since the last train record, logged (at every train.log_every steps, and at a stop)."""
-            nonlocal window
-            if not window.tokens:
+            if not self.window.tokens:
                 return {}
-            metrics = window.metrics(self.step, batches.epoch, lr, self.started)
+            metrics = self.window.metrics(self.step, batches.epoch, lr, self.started)
             if skipped:
                 metrics["skipped_steps"] = skipped
             self.log({"kind": "train", **metrics})
@@ -669,7 +671,7 @@ class Trainer:
             warning = rising.update(metrics["loss"], lr)
             if warning:
                 self.events.message(warning)
-            window = _Window()
+            self.window = _Window()
             return metrics
 
         # A checkpoint at an evaluation step is saved before that step's evaluation (its state: the best BLEU and
@@ -689,18 +691,18 @@ class Trainer:
                         stream_state = batches.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
                         waited = time.perf_counter()
                         group = next(batches)  # t.accum_steps batches
-                        window.waiting += time.perf_counter() - waited  # the data path's cost to this thread
+                        self.window.waiting += time.perf_counter() - waited  # the data path's cost to this thread
                         lr = inverse_sqrt_lr(self.step + 1, self.config.d_model, t.warmup_steps, t.lr_factor)
                         stepping = time.perf_counter()
                         loss, nll = train_step(
                             self.step_model, self.optimizer, self.scaler, group, lr, t, self.amp, self.device, dist
                         )
-                        window.stepping += time.perf_counter() - stepping  # the model step itself (it ends synchronised)
+                        self.window.stepping += time.perf_counter() - stepping  # the model step itself (it ends synchronised)
                         self.step += 1
                         stream_state = batches.state_dict()
                         if math.isfinite(loss):
                             bad_in_a_row = 0
-                            window.add(step_tokens(group), loss, nll)
+                            self.window.add(step_tokens(group), loss, nll)
                         else:  # the update was skipped; a few in a row mean the run has diverged
                             skipped += 1
                             bad_in_a_row += 1
@@ -737,8 +739,8 @@ class Trainer:
                         stopped = dist.broadcast(stopped)  # rank 0 decides: only it evaluated, and the clocks differ
                     stops.check()  # a stop signal to any rank: KeyboardInterrupt on every rank, here
                     if stopped:  # end as a finished run would: checkpoint here, then average and evaluate
-                        if window.tokens:  # the steps since the last train record (the budget ran out between two)
-                            log_window(lr)
+                        if self.window.tokens:  # the steps since the last train record (the budget ran out between two)
+                            log_window(inverse_sqrt_lr(self.step, self.config.d_model, t.warmup_steps, t.lr_factor))
                         if self.step > self.last_saved:
                             self.save_checkpoint(stream_state)
                             stops.check()  # a stop signal during that save: an interrupted run, as anywhere else
@@ -863,6 +865,8 @@ class Trainer:
             "eval_owed": self._evaluates_at(self.step) and self.evaluated_step != self.step,
             # the recipe it was trained with: a resume tells a recipe.yaml cut short (`resume_recipe`)
             "recipe": recipe_to_dict(with_absolute_paths(self.recipe)),
+            # the steps since the last train record: the resume's first record covers them too, as the run's did
+            "log_window": self.window.sums(),
         }
         if rng_ranks is not None:
             state["rng_ranks"] = rng_ranks
@@ -978,17 +982,32 @@ class _Window:
     nll: float = 0.0
     waiting: float = 0.0  # waiting for the next batches
     stepping: float = 0.0  # inside the optimizer steps
+    carried: int = 0  # of `tokens`, those of steps trained before a resume: in the loss, not in this session's speed
 
     def add(self, tokens: int, loss: float, nll: float) -> None:
         self.tokens += tokens
         self.loss += loss
         self.nll += nll
 
+    def sums(self) -> dict[str, Any]:
+        """What a checkpoint saves of it: the loss sums and their tokens."""
+        return {"tokens": self.tokens, "loss": self.loss, "nll": self.nll}
+
+    @classmethod
+    def resumed(cls, saved: Any) -> _Window:
+        """A window holding the sums a checkpoint saved (`sums`), or an empty one (none saved: an older tfm)."""
+        try:
+            tokens, loss, nll = int(saved["tokens"]), float(saved["loss"]), float(saved["nll"])
+        except (TypeError, KeyError, ValueError):
+            return cls()
+        return cls(tokens=tokens, loss=loss, nll=nll, carried=tokens)
+
     def metrics(self, step: int, epoch: int, lr: float, started: float) -> dict[str, Any]:
         """The log line's numbers (per target token; throughput over the window's wall time)."""
         return {
             "step": step, "epoch": epoch, "loss": self.loss / self.tokens,
-            "ppl": math.exp(min(self.nll / self.tokens, 50)), "lr": lr, "tgt_tokens_per_s": self.tokens / (time.perf_counter() - self.start),
+            "ppl": math.exp(min(self.nll / self.tokens, 50)), "lr": lr,
+            "tgt_tokens_per_s": (self.tokens - self.carried) / (time.perf_counter() - self.start),
             "elapsed_s": time.perf_counter() - started,
             "data_wait_s": self.waiting,  # of the window's wall time, spent waiting for the next batches
             "step_s": self.stepping,  # of the window's wall time, spent in the optimizer steps themselves
