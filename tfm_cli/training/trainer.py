@@ -586,7 +586,7 @@ class Trainer:
         if step == self.step:
             self.best_bleu, self.evaluated_step, self.eval_owed = best_bleu, step, False
             self.early.load_state_dict(early)
-            self.earlier_seconds = _seconds_evaluated(weights, self.earlier_seconds)
+            self.earlier_seconds = _seconds_evaluated(weights, self.earlier_seconds, step)
 
     def _scoring(self) -> dict[str, Any]:
         """What makes two dev evaluations comparable (the best BLEU, early stopping's best): saved with each
@@ -724,7 +724,7 @@ class Trainer:
                             # the save waits for a finite loss, or for the run to stop on the checkpoints before
                             save_owed = bool(bad_in_a_row) and self.step < t.max_steps
                             if not save_owed:
-                                self.save_checkpoint(stream_state)
+                                self.save_checkpoint(stream_state, at_end=self.step == t.max_steps)
                     owed_eval = False
                     evaluating = self._evaluates_at(self.step)
                     if evaluating and self.main and not stops.received:  # rank 0 alone (the weights are the same)
@@ -742,7 +742,7 @@ class Trainer:
                         if self.window.tokens:  # the steps since the last train record (the budget ran out between two)
                             log_window(inverse_sqrt_lr(self.step, self.config.d_model, t.warmup_steps, t.lr_factor))
                         if self.step > self.last_saved:
-                            self.save_checkpoint(stream_state)
+                            self.save_checkpoint(stream_state, at_end=True)
                             stops.check()  # a stop signal during that save: an interrupted run, as anywhere else
                         self.events.message(stopped)
                         if stopped.startswith(TIME_BUDGET):
@@ -833,7 +833,9 @@ class Trainer:
 
     # --- save -------------------------------------------------------------------------------------------------
 
-    def save_checkpoint(self, stream_state: dict[str, int], every_rank: bool = True, on_stop: bool = False) -> Path:
+    def save_checkpoint(
+        self, stream_state: dict[str, int], every_rank: bool = True, on_stop: bool = False, at_end: bool = False
+    ) -> Path:
         """Checkpoint this step: weights (safetensors) and, beside them, the trainer state an exact resume needs.
 
         Called on every rank at the same steps (each rank's RNG state is gathered), or, with every_rank=False
@@ -844,8 +846,8 @@ class Trainer:
         next checkpoint, before that one prunes: the final average and keep_last see the checkpoints an
         uninterrupted run has (an interrupt at step 7 put step 7 into the average of the last checkpoints; a
         second stop before the next scheduled checkpoint pruned a scheduled one in its place). So is a
-        checkpoint off the schedule where the run ended (`saved_on: end`), once a run extended past it saves
-        the next one.
+        checkpoint off the schedule where the run ended (`at_end`: train.max_steps, the time budget, early
+        stopping; marked `saved_on: end`), once a run extended past it saves the next one.
         """
         dist = self.dist
         rng = _rng_state()
@@ -873,7 +875,7 @@ class Trainer:
         try:
             # off the train.save_every schedule: where the run was stopped, or where it ended (train.max_steps, the
             # time budget, early stopping), which a run extended past it would not have saved
-            off = "stop" if on_stop else "end" if self.step % self.t.save_every else None
+            off = "stop" if on_stop else "end" if at_end and self.step % self.t.save_every else None
             marked = {"saved_on": off} if off else {}
             save_weights(
                 path, weights_state(self.model), self.config, self.tokenizer.sha256, self.step, precision=self.precision,
