@@ -47,3 +47,29 @@ def test_readme_architecture_names_every_module():
     modules = [p for folder in (package, package / "training", package / "model") for p in folder.glob("*.py")]
     missing = [str(p.relative_to(package)) for p in modules if p.stem not in ("__init__", "__main__") and p.name not in tree]
     assert not missing, missing
+
+
+def test_every_package_tfm_imports_is_declared():
+    """numpy was imported (export checks, attention images) but not declared: it came only as sacrebleu's own
+    dependency. Every third-party package that tfm_cli imports is among the requirements of the installed
+    package, core or extra."""
+    import ast
+    import sys
+    from importlib import metadata
+
+    imported = set()
+    for path in (ROOT / "tfm_cli").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = {m for m in imported if m not in sys.stdlib_module_names and m != "tfm_cli"}
+    distributions = metadata.packages_distributions()
+    declared = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower().replace("_", "-") for r in metadata.requires("tfm") or []}
+    missing = {}
+    for module in third_party:
+        names = distributions.get(module, [module])
+        if not {n.lower().replace("_", "-") for n in names} & declared:
+            missing[module] = names
+    assert third_party and not missing, missing
