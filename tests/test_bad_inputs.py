@@ -1386,9 +1386,14 @@ def test_recipe_yaml_records_the_size_of_the_tokenizer_the_run_uses(root: Path, 
     assert "nothing to" in proc.stderr.lower() or "already" in proc.stderr.lower()
     proc = tfm("train", "--resume", str(run), "tokenizer.vocab_size=500", "--device", "cpu", check=False)
     error_line(proc, "--resume cannot change the tokenizer", "tokenizer.vocab_size 300 -> 500", "300 tokens")
-    # a run of an older tfm, which recorded the size asked for: both numbers are the run's
+    # a run of an older tfm, which recorded the size asked for (and whose trainer states keep no recipe, which
+    # would tell this from a hand edit): both numbers are the run's
     text = (run / "recipe.yaml").read_text()
     (run / "recipe.yaml").write_text(text.replace("vocab_size: 300", "vocab_size: 400"))
+    for state in (run / "checkpoints").glob("*.state.pt"):
+        saved = torch.load(state, weights_only=True)
+        del saved["recipe"]
+        torch.save(saved, state)
     before = snapshot(run)
     for size in ("400", "300"):
         tfm("train", "--resume", str(run), f"tokenizer.vocab_size={size}", "train.max_steps=10", "--dry-run", "--device", "cpu")
@@ -1995,7 +2000,7 @@ def test_a_missing_recipe_is_said_as_every_missing_path(command: list[str], tmp_
     missing = tmp_path / "no" / "r.yaml"
     proc = tfm(*command, str(missing), check=False)
     error_line(proc, f"Error: recipe {missing} does not exist")
-    assert "hint: check the path; give a recipe file such as recipes/tiny.yaml" in proc.stderr
+    assert "hint: check the path; give a recipe file, or one tfm ships: bundled:base.yaml, bundled:big.yaml, bundled:tiny.yaml" in proc.stderr
     (tmp_path / "base.yaml").write_text("name: x\n", encoding="utf-8")
     proc = tfm(*command, str(tmp_path / "bsae.yaml"), check=False)
     error_line(proc, f"Error: recipe {tmp_path / 'bsae.yaml'} does not exist")

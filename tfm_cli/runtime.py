@@ -45,7 +45,6 @@ def resolve_device(name: str | torch.device) -> torch.device:
     return torch.device(name)
 
 
-@functools.cache
 def memory_of(device: torch.device) -> int | None:
     """The memory, in bytes, that `device` has in all (a GPU's; on CPU the machine's, or the container's limit
     where that is lower); None where it cannot be told."""
@@ -62,6 +61,7 @@ def memory_of(device: torch.device) -> int | None:
     return min(sizes) if sizes else None
 
 
+@functools.cache
 def cpu_has_fast_bf16() -> bool:
     """True when this CPU multiplies bf16 natively, where bf16 autocast pays off: AVX512-BF16 or AMX-BF16 on x86,
     the BF16 extension on Arm.

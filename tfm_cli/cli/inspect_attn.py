@@ -120,10 +120,6 @@ def inspect_attn(
             check_output_file(path, option, example="attention" + (".html" if option == "--html" else ".png"))
     if html is not None and image is not None and html.resolve() == image.resolve():  # one would replace the other
         raise typer.BadParameter(f"--html and --image are the same file, {html}: give each its own", param_hint="--image")
-    if image is not None:  # before anything is written (an --html page was, then the command failed)
-        from tfm_cli.cli.views.images import check_matplotlib
-
-        check_matplotlib()
     with route_warnings():  # a final model older than the run's newest checkpoint is said
         # the precision `tfm translate` uses, so that the target inspected is the translation it prints (bf16 and
         # fp32 translate about one sentence in ten of a small model differently); the weights are fp32 either way
@@ -173,6 +169,10 @@ def inspect_attn(
     narrowed = any(v is not None for v in kept.values())
     # Every weight as numbers, made once for the page, the image and the JSON (a long sentence has millions).
     data = shown.to_dict() if (html is not None or image is not None or (json_out and not narrowed)) else None
+    if image is not None:  # before anything is written (an --html page was, then the command failed)
+        from tfm_cli.cli.views.images import check_matplotlib
+
+        check_matplotlib()
     if html is not None:
         from tfm_cli.cli.views.page import write_html
 

@@ -463,7 +463,6 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     ) if left_there and vocab != asked else None
     config = model_config(recipe, vocab, 0, 1, 2)
     parameters = parameter_count(config)  # shapes only: no memory is allocated
-    check_fits(config, device)  # as the start checks it before building the model
     t = recipe.train
     budget: dict[str, Any] = {}
     finished = None
@@ -475,6 +474,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
         from tfm_cli.training.checks import check_room
 
         check_room(Path(run_dir), config, t, resumes_at is not None, probe=False)
+    check_fits(config, device)  # as the start checks it, after the disk, before building the model
     if resumes_at is not None and t.max_time and finished is None:  # the budget counts all sessions: what this resume has left of it
         from tfm_cli.recipe import parse_duration
         from tfm_cli.training import trained_seconds
