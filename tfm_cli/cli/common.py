@@ -290,22 +290,15 @@ def check_utf8(text: str, what: str) -> str:
     the arguments' bytes as ASCII, so "Ça" arrived as escapes too: their bytes are read again as UTF-8."""
     try:
         text.encode("utf-8")
-    except UnicodeEncodeError:
-        pass
-    else:
         return text
-    try:
-        return text.encode(sys.getfilesystemencoding(), "surrogateescape").decode("utf-8")
-    except (UnicodeEncodeError, UnicodeDecodeError):
-        pass
-    try:
-        text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise TfmError(
-            f"{what} is not valid UTF-8 (a bad byte at character {e.start + 1})",
-            hint="give UTF-8 text; check the terminal's encoding (e.g. LANG=C.UTF-8)",
-        ) from None
-    return text
+        bad = e.start
+    with contextlib.suppress(UnicodeEncodeError, UnicodeDecodeError):
+        return text.encode(sys.getfilesystemencoding(), "surrogateescape").decode("utf-8")
+    raise TfmError(
+        f"{what} is not valid UTF-8 (a bad byte at character {bad + 1})",
+        hint="give UTF-8 text; check the terminal's encoding (e.g. LANG=C.UTF-8)",
+    )
 
 
 def names_a_file(text: str) -> bool:

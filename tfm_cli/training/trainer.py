@@ -1074,17 +1074,16 @@ def trained_seconds(run_dir: Path) -> float:
     return _seconds_evaluated(weights, float(state.get("train_seconds", 0.0)), step)
 
 
-def _seconds_evaluated(weights: Path, saved: float, step: int | None = None) -> float:
-    """The training time after the dev evaluation that followed the checkpoint `weights` (saved before it, with
-    `saved` seconds), where that evaluation was completed and said so: the time budget counts evaluations, and one
+def _seconds_evaluated(weights: Path, saved: float, step: int) -> float:
+    """The training time after the dev evaluation that followed the checkpoint `weights` of `step` (saved before
+    it, with `saved` seconds), where that evaluation was completed and said so: the time budget counts evaluations, and one
     that used it up must not leave the resume time to train on (`saved` otherwise)."""
     try:
         done = json.loads(evaluated_path(weights).read_text(encoding="utf-8"))
         seconds, evaluated = float(done["train_seconds"]), int(done["evaluated_step"])
     except (OSError, ValueError, KeyError, TypeError):
         return saved
-    at = int(read_metadata(weights).get("step", -1)) if step is None else step
-    return max(saved, seconds) if evaluated == at else saved
+    return max(saved, seconds) if evaluated == step else saved
 
 
 def finished_resume(run_dir: Path, recipe: Recipe) -> dict[str, Any] | None:
