@@ -128,6 +128,24 @@ def test_three_mistakes_reported_together(tmp_path):
     assert "did you mean train.warmup_steps?" in text
 
 
+@pytest.mark.parametrize(
+    ("model", "problem"),
+    [
+        # 10**15 heads hung the dry run: the nearest head count was searched among 2 * n_heads candidates
+        ({"d_model": 32, "n_heads": 10**15}, "model.d_model=32 must be divisible by model.n_heads=1000000000000000 "
+         "(at most 32 heads, e.g. model.n_heads=32)"),
+        ({"d_model": 32, "n_heads": 33}, "model.d_model=32 must be divisible by model.n_heads=33 "
+         "(at most 32 heads, e.g. model.n_heads=32)"),
+        ({"d_model": 30, "n_heads": 4}, "model.d_model=30 must be divisible by model.n_heads=4 (try 28, or model.n_heads=3)"),
+        ({"d_model": 10**13 + 2, "n_heads": 8}, "model.d_model=10000000000002 must be divisible by model.n_heads=8 (try 10000000000000)"),
+    ],
+)
+def test_heads_that_do_not_divide_the_model_width_get_a_fix_at_once(model, problem):
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({"name": "x", "model": model})
+    assert problem in problems_of(excinfo)
+
+
 def test_unknown_keys_and_non_mapping_sections():
     with pytest.raises(RecipeError) as excinfo:
         recipe_from_dict({"name": "x", "modle": {}, "zzzz": 1, "model": [1, 2], "decode": {"bem": 2}})

@@ -131,11 +131,21 @@ def config_problems(values: dict[str, Any], prefix: str = "") -> list[str]:
 
 def _divisible_fix(d_model: int, n_heads: int, key: Callable[[str], str], even: bool) -> str:
     """The nearest valid d_model (a multiple of n_heads, even for sinusoids) and the nearest head count, up to
-    2 * n_heads, that divides d_model."""
+    2 * n_heads, that divides d_model; with more heads than d_model, only the head count."""
+    heads = sorted((h for h in _divisors(d_model) if h <= 2 * n_heads), key=lambda h: (abs(h - n_heads), h))
+    if n_heads > d_model:  # a head of d_model / n_heads < 1 dimensions: a wider model is not the fix
+        return f"at most {d_model} heads" + (f", e.g. {key('n_heads')}={heads[0]}" if heads else "")
     step = math.lcm(n_heads, 2) if even else n_heads
     widths = sorted({max(step, d_model // step * step), d_model // step * step + step}, key=lambda w: (abs(w - d_model), w))
-    heads = sorted((h for h in range(1, 2 * n_heads + 1) if d_model % h == 0), key=lambda h: (abs(h - n_heads), h))
     fix = f"try {widths[0]}"
     if heads and heads[0] > 1:
         fix += f", or {key('n_heads')}={heads[0]}"
     return fix
+
+
+def _divisors(n: int, limit: int = 10**12) -> list[int]:
+    """The divisors of `n` (none for n above `limit`: trial division up to its square root would take long)."""
+    if n > limit:
+        return []
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
