@@ -2128,6 +2128,17 @@ def test_inspect_attn_align_reads_its_layer_from_the_decoder(run: Path, tmp_path
     error_line(tfm(*base, "--kind", "encoder", "--layer", "3", check=False), "--layer 3 is out of range for --align", "layers 1-2")
     data = json.loads(tfm(*base, "--layer", "2", "--head", "1", "--json").stdout)
     assert data["alignment"] == " ".join(f"{i}-{j}" for i, j in chosen)
+    assert data["alignment_from"] == {"kind": "cross", "layer": 1, "head": 0}
+    # Without --align too (the JSON's alignment followed them only with it, and did not say whose it was): the
+    # layer and head given, or the default where the layer is only the encoder's.
+    plain = base[:-1]
+    data = json.loads(tfm(*plain, "--kind", "cross", "--layer", "2", "--head", "1", "--json").stdout)
+    assert data["alignment"] == " ".join(f"{i}-{j}" for i, j in chosen) and data["alignment_from"]["layer"] == 1
+    data = json.loads(tfm(*plain, "--json").stdout)
+    assert data["alignment"] == " ".join(f"{i}-{j}" for i, j in default)
+    assert data["alignment_from"] == {"kind": "cross", "layer": 1, "head": None}  # the last of 2 decoder layers
+    data = json.loads(tfm(*plain, "--kind", "encoder", "--layer", "3", "--json").stdout)
+    assert data["alignment"] == " ".join(f"{i}-{j}" for i, j in default) and data["alignment_from"]["head"] is None
 
 
 def test_inspect_attn_numbers_too_long_to_read(run: Path) -> None:

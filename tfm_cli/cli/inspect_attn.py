@@ -182,7 +182,8 @@ def inspect_attn(
 
         info(f"wrote {write_image(data, image, kind, layer_index if layer is not None else None, head_index)}")
     if json_out:
-        aligned = (None if layer is None else layer - 1, head_index) if align else (None, None)  # else the default
+        # the alignment of the --layer and --head given, as --align's (a layer only the encoder has: the default)
+        aligned = (layer - 1 if layer is not None and layer <= decoder_layers else None, head_index)
         selected = shown.to_dict(**kept) if narrowed else data
         print_json(_json(selected, report, shown, kind, layer_index, head_index, token, query if token else None, explain_head, aligned))
         return
@@ -334,11 +335,13 @@ def _json_selection(report, kind: str | None, layer: int | None, head: int | Non
 
 
 def _json(data, report, shown, kind, layer, head, token, query, explain_head, aligned) -> dict[str, Any]:
-    from tfm_cli.attention import alignment, explain, focus, head_summary, merge_words
+    from tfm_cli.attention import alignment, default_alignment_layer, explain, focus, head_summary, merge_words
 
     data = dict(data)  # `shown.to_dict()`, which the page and the image read as it is
     data["summary"] = head_summary(shown)
-    data["alignment"] = " ".join(f"{i}-{j}" for i, j in alignment(report, *aligned))  # --align: its --layer, --head
+    data["alignment"] = " ".join(f"{i}-{j}" for i, j in alignment(report, *aligned))  # the --layer, --head given
+    aligned_layer = default_alignment_layer(report) if aligned[0] is None else aligned[0]
+    data["alignment_from"] = {"kind": "cross", "layer": aligned_layer, "head": aligned[1]}  # 0-based; head None: mean
     # the words its indices count (src_tokens are subword pieces, and a character of an unspaced script is a word
     # of its own: "東京" is two), without </s>, which no pair holds
     words = merge_words(report)
