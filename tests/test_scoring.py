@@ -177,3 +177,27 @@ def test_the_dev_set_chooses_once_and_normalises_its_references(root: Path, tmp_
                    "--dry-run", check=False)
         error_line(proc, "'ja-mecab' BLEU tokenizer could not be set up")
         assert not (tmp_path / "r").exists()
+
+
+def test_training_gives_the_dev_scores_also_against_the_references_as_written(root: Path, tmp_path: Path) -> None:
+    """The trainer scored its dev set against references normalised as translations are (’ as ', NFC) and said
+    nothing: with a file full of ’ its BLEU was far above sacrebleu's on the same file (23.72 against 20.53 on
+    400 French references, 141 with ’). Every evaluation now also gives the score as written, and says so."""
+    pairs = [line.split("\t")[:2] for line in test_bad_inputs._head(3000).splitlines()[-400:]]
+    pairs = [(s, t.replace("'", "\u2019")) for s, t in pairs if "'" in t][:30]
+    assert len(pairs) == 30
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    out = tmp_path / "run"
+    proc = tfm("train", str(root / "recipe.yaml"), f"data.dev={dev}", "train.eval_every=5", "--out", str(out))
+    assert "dev corpus: 30 of 30 references change when normalised as the translations are" in proc.stderr
+    assert "; as written: BLEU " in proc.stderr  # on each evaluation's line
+    final = json.loads((out / "summary.json").read_text(encoding="utf-8"))["dev"]
+    hypotheses = translate(out, stdin="".join(s + "\n" for s, _ in pairs)).stdout.splitlines()
+    written = [t for _, t in pairs]
+    bleu, chrf = sacrebleu.corpus_bleu(hypotheses, [written]), sacrebleu.corpus_chrf(hypotheses, [written])
+    assert final["as_written"] == {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2), "references_changed": 30}
+    normalised = [t.replace("\u2019", "'") for t in written]
+    assert final["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, [normalised]).score, 2)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert all(r["as_written"]["references_changed"] == 30 for r in records if r["kind"] in ("eval", "final"))

@@ -195,7 +195,8 @@ def train(
     if json_out:
         print_json(summary)
     else:
-        rows = [(k, _describe(v) if k == "final_model" else v) for k, v in summary.items() if not k.endswith("signature")]
+        shown = {"final_model": _describe, "as_written": _as_written}
+        rows = [(k, shown[k](v) if k in shown else v) for k, v in summary.items() if not k.endswith("signature")]
         print_table("Training finished", ["", "value"], rows)
         if "bleu_signature" in final:
             info(f"sacrebleu: {final['bleu_signature']} | {final['chrf_signature']}")
@@ -386,6 +387,12 @@ def _forwarding_ctrl_c(handler: Any):
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _as_written(scores: dict[str, Any]) -> str:
+    """The final scores against the dev references as the file has them (`evaluation.DevSet.written`)."""
+    return (f"BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f} (against the references as the file has them: "
+            f"{scores['references_changed']:,} change when normalised)")
 
 
 def _describe(final_model: dict[str, Any]) -> str:
@@ -610,6 +617,8 @@ class _Progress:
             f"dev {label}: loss {metrics['loss']:.3f}  ppl {metrics['ppl']:.2f}  BLEU {metrics['bleu']:.2f}  "
             f"chrF {metrics['chrf']:.2f}  ({metrics['sentences']} sentences)"
         )
+        if (plain := metrics.get("as_written")) is not None:  # the references as the file has them (evaluation.py)
+            text += f"; as written: BLEU {plain['bleu']:.2f}  chrF {plain['chrf']:.2f}"
         if self.bar is not None:
             self.bar.console.print(text, markup=False)
         else:

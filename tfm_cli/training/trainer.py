@@ -499,6 +499,13 @@ class Trainer:
                     f"dev corpus: {n:,} pairs scored of {n + skipped:,} read ({skipped:,} with an empty side left out: "
                     "BLEU and chrF of the whole file, as `tfm translate --score` gives them, count these too)"
                 )
+            if main and self.dev is not None and (changed := self.dev.references_changed()):
+                n = len(self.dev.references)
+                self.events.message(
+                    f"dev corpus: {changed:,} of {n:,} references change when normalised as the translations are (NFC, "
+                    "spacing, ’ as '): dev BLEU and chrF are of the normalised references, and also given as written "
+                    "(\"as written\", as sacrebleu scores the file: the figure to publish)"
+                )
             if main and not self.resume and (had_tokenizer or recipe.tokenizer.path):  # one this start did not train
                 where = f"tokenizer.path {recipe.tokenizer.path}" if not had_tokenizer else f"{run_dir / 'tokenizer.json'}"
                 if warning := foreign_tokenizer(recipe, corpus, tok, where):
