@@ -111,10 +111,26 @@ def test_run_directory(run: dict) -> None:
     ):
         assert (d / name).is_file(), name
     kept = sorted(p.name for p in (d / "checkpoints").iterdir())
-    # step 20's dev evaluation, done after its checkpoint was saved, is kept beside it (a resume from there needs it)
-    expected = ["step-00000020.evaluated.json"] + [f"step-{s:08d}.{ext}" for s in (20, 30, 40) for ext in ("safetensors", "state.pt")]
+    # the dev evaluations of steps 20 and 40, done after their checkpoints were saved, are kept beside them (a resume
+    # from there needs them)
+    expected = [f"step-000000{s}.evaluated.json" for s in (20, 40)]
+    expected += [f"step-{s:08d}.{ext}" for s in (20, 30, 40) for ext in ("safetensors", "state.pt")]
     assert kept == sorted(expected), kept
     assert not list(d.glob("**/*.tmp")), "temporary files left behind"
+
+
+def test_the_last_step_is_evaluated_when_it_falls_on_the_schedule(run: dict) -> None:
+    """The evaluation of the last step was left to the final evaluation (of all of dev, and of the final model),
+    so best.safetensors could never be the last step, however well it scored: a run whose dev BLEU rose to its
+    end kept step 150 (BLEU 1.73) as its best where the last step scored 6.45."""
+    from safetensors import safe_open
+
+    records = [json.loads(line) for line in (run["dir"] / "metrics.jsonl").read_text().splitlines()]
+    evals = {r["step"]: r["bleu"] for r in records if r["kind"] == "eval"}
+    assert sorted(evals) == [20, 40]
+    with safe_open(str(run["dir"] / "best.safetensors"), framework="pt") as f:
+        best = int(f.metadata()["step"])
+    assert best == (40 if evals[40] > evals[20] else 20)  # a later evaluation replaces the best only when higher
 
 
 def test_final_model_averages_last_checkpoints(run: dict, data: dict[str, Path]) -> None:
@@ -212,7 +228,7 @@ def test_metrics_and_summary(run: dict) -> None:
         if r["kind"] == "train":
             assert 0 <= r["data_wait_s"] < r["elapsed_s"] and 0 < r["step_s"] < r["elapsed_s"]
     evals = [r for r in records if r["kind"] == "eval"]
-    assert [r["step"] for r in evals] == [20] and evals[0]["sentences"] == 20
+    assert [r["step"] for r in evals] == [20, 40] and all(r["sentences"] == 20 for r in evals)
     final = [r for r in records if r["kind"] == "final"]
     assert len(final) == 1 and final[0]["sentences"] == 50 and final[0]["step"] == MAX_STEPS
     summary = json.loads((run["dir"] / "summary.json").read_text())

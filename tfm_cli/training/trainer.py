@@ -768,9 +768,11 @@ class Trainer:
         return self._finish(stopped)
 
     def _evaluates_at(self, step: int) -> bool:
-        """Whether training evaluates on the dev set after `step` (every train.eval_every steps, before the last)."""
+        """Whether training evaluates on the dev set after `step`: every train.eval_every steps, the last included
+        when it falls on them (it was left to the final evaluation, whose scores are of all of dev and of the final
+        model: best.safetensors never held the last step, however well it scored)."""
         t = self.t
-        return bool(self.recipe.data.dev) and bool(t.eval_every) and step % t.eval_every == 0 and step < t.max_steps
+        return bool(self.recipe.data.dev) and bool(t.eval_every) and step % t.eval_every == 0 and step <= t.max_steps
 
     def release(self) -> None:
         """Let go of the DDP wrapper, the run's one holder of the process group (its gradient reducer), so that
