@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -10,7 +14,7 @@ from tfm_cli import packing
 from tfm_cli.decoding import TorchEngine, translate_ids
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.model.transformer import MultiHeadAttention
-from tfm_cli.packing import PackedLinear, decoding_view
+from tfm_cli.packing import PackedLinear, decoding_view, packing_available
 from tfm_cli.quantization import Int8Linear, quantize_int8
 
 needs_onednn = pytest.mark.skipif(not packing.packing_available(), reason="this PyTorch build has no oneDNN kernels")
@@ -221,3 +225,45 @@ def test_the_decoding_view_translates_as_the_model_itself(greedy: bool, int8: bo
     for hs, ps in zip(fast, plain, strict=True):
         for h, p in zip(hs, ps, strict=True):
             assert h.score == pytest.approx(p.score, abs=1e-5)
+
+
+_SHAPES = """
+import torch
+import tfm_cli  # as every tfm command and the API start
+def rss():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS")) // 1024
+# what PackedLinear runs on the CPU (on any CPU: it chooses MKL for fp32 on Intel's)
+weights = [torch.ops.mkldnn._reorder_linear_weight(torch.randn(n, k)) for n, k in ((1024, 256), (256, 1024))]
+def layers(x):
+    for w in weights:
+        x = torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+    return x
+with torch.no_grad():
+    layers(torch.randn(1, 256))
+    start = rss()
+    for rows in range(1, 601):  # a decoding stream's batches: ever new numbers of rows
+        layers(torch.randn(rows, 256))
+print(rss() - start)
+"""
+
+
+@pytest.mark.skipif(not packing_available() or not sys.platform.startswith("linux"), reason="needs oneDNN's packed kernels and /proc")
+def test_kernels_for_ever_new_shapes_take_bounded_memory() -> None:
+    """oneDNN keeps a kernel for every product shape it meets, 1,024 in each of two caches, each up to a few MB:
+    `tfm translate` on a stream grew without a ceiling in sight (a tiny model: 1.7 GB after 200,000 lines; the
+    quickstart model 1.38 GB after 6,000). Importing tfm_cli bounds both caches (128 kernels), unless the
+    environment sets them."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
+    said = subprocess.run(
+        [sys.executable, "-c", "import os, tfm_cli; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], os.environ['LRU_CACHE_CAPACITY'])"],
+        env={**env, "LRU_CACHE_CAPACITY": "7"}, capture_output=True, text=True, check=True,
+    ).stdout.split()
+    assert said == ["128", "7"]  # the default, and what the environment chose
+
+    def growth(extra: dict[str, str]) -> int:
+        proc = subprocess.run([sys.executable, "-c", _SHAPES], env={**env, **extra}, capture_output=True, text=True, check=True)
+        return int(proc.stdout)
+
+    bounded = growth({})
+    unbounded = growth({"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024", "LRU_CACHE_CAPACITY": "1024"})  # torch's defaults
+    assert bounded * 2 < unbounded, (bounded, unbounded)  # measured: 146 MB against 677 MB for 600 shapes
