@@ -423,3 +423,25 @@ def test_page_in_chromium_says_the_translation_was_cut(browser, tmp_path, report
     browser.get(write_html(words, tmp_path / "words.html").as_uri())
     assert browser.find_element(By.ID, "stopped").text.startswith("The translation reached the maximum output length and was cut")
     assert _severe(browser) == []
+
+
+def test_page_in_chromium_opens_on_the_view_the_command_chose(browser, tmp_path, report):
+    """`tfm inspect-attn --kind cross --layer 2 --head 3 --html page.html` wrote a page that opened on encoder
+    self-attention, layer 1, the mean of the heads, whatever the options said: it opens on their view now."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(write_html({**report, "view": {"kind": "cross", "layer": 1, "head": 2}}, tmp_path / "view.html").as_uri())
+    assert _severe(browser) == []
+    chosen = [Select(browser.find_element(By.ID, name)).first_selected_option.get_attribute("value") for name in ("kind", "layer", "head")]
+    assert chosen == ["cross", "1", "2"]
+    assert _labels(browser, "qlabel") == report["tgt_tokens"] and _labels(browser, "klabel") == report["src_tokens"]
+    expected = report["attention"]["cross"][1][2]  # the weights drawn are that head's: the darkest cell of each row
+    fills = _fills(browser)
+    n = len(report["src_tokens"])
+    for q, row in enumerate(expected):
+        darkest = min(range(n), key=lambda k: sum(int(c) for c in fills[q * n + k][4:-1].split(",")))
+        assert row[darkest] == max(row), (q, row)
+    browser.get(write_html({**report, "view": {"kind": "decoder", "layer": None, "head": None}}, tmp_path / "mean.html").as_uri())
+    chosen = [Select(browser.find_element(By.ID, name)).first_selected_option.get_attribute("value") for name in ("kind", "layer", "head")]
+    assert chosen == ["decoder", "0", "mean"]  # no layer given to the page: its first (the command gives one always)

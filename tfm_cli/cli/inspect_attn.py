@@ -176,7 +176,8 @@ def inspect_attn(
     if html is not None:
         from tfm_cli.cli.views.page import write_html
 
-        info(f"wrote {write_html(data, html)}")
+        # the page opens on the view the terminal shows (--kind, --layer, --head: it opened on encoder layer 1)
+        info(f"wrote {write_html({**data, 'view': {'kind': kind, 'layer': layer_index, 'head': head_index}}, html)}")
     if image is not None:
         from tfm_cli.cli.views.images import write_image
 
