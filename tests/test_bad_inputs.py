@@ -2053,7 +2053,7 @@ def test_inspect_attn_unicode_digits_are_not_numbers(run: Path) -> None:
         error_line(tfm(*base, "--head", head, check=False), f"Invalid value for '--head': {head!r} is not a head number", code=2)
     for layer in ("0", "-1"):
         error_line(tfm(*base, "--layer", layer, check=False), "Invalid value for '--layer'", code=2)
-    error_line(tfm(*base, "--token", "²", check=False), "--token '²' is in neither the source nor the target")
+    error_line(tfm(*base, "--token", "²", check=False), "--token '²' is in neither the source nor the translation the model gave")
 
 
 def test_outputs_never_replace_what_the_run_saved(copy: Path, tmp_path: Path) -> None:

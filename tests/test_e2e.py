@@ -150,6 +150,9 @@ def test_final_model_averages_last_checkpoints(run: dict, data: dict[str, Path])
         assert final["chosen"] == "last" and summary["dev"]["bleu"] == last
         assert json.loads(metadata["last"]) == "step-00000040.safetensors" and "averaged" not in metadata
     assert f"BLEU: average {average:.2f}, last checkpoint {last:.2f}" in run["train"].stderr
+    # which checkpoints the average was of, whichever won (said of the average alone before)
+    assert final["averaged"] == ["step-00000030.safetensors", "step-00000040.safetensors"]
+    assert average >= last or "the average of steps 30 and 40 scored lower" in run["train"].stderr
     # what to run next, with a sentence of the run's own source language: its first short dev source
     first = next(s for s, _ in (line.split("\t")[:2] for line in data["dev"].read_text(encoding="utf-8").splitlines()) if len(s) <= 40)
     assert f"next: tfm translate --model {run['dir']} {shlex.quote(first)}" in run["train"].stderr

@@ -345,7 +345,8 @@ def test_cli_bad_input(trained: dict, tmp_path: Path) -> None:
     base = ["inspect-attn", "--model", str(trained["dir"]), "--device", "cpu"]
     cases = [
         (["   "], "the sentence to inspect is empty"),
-        ([SENTENCE, "--token", "elle"], "--token 'elle' is in neither the source nor the target"),
+        ([SENTENCE, "--token", "elle"], "--token 'elle' is in neither the source nor the translation the model gave"),
+        ([SENTENCE, "--token", "elle", "--target", "The animal was tired."], "--token 'elle' is in neither the source nor the target"),
         # a source word with --kind cross was "not in the sentence"
         ([SENTENCE, "--kind", "cross", "--token", "animal"], "--token 'animal' is a source token, and --kind cross's queries are the target's tokens"),
         ([SENTENCE, "--kind", "encoder", "--layer", "9"], "--layer 9 is out of range: the encoder has layers 1-2"),
@@ -355,6 +356,8 @@ def test_cli_bad_input(trained: dict, tmp_path: Path) -> None:
         proc = tfm(*base, *args, check=False)
         assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
         assert len([line for line in proc.stderr.splitlines() if line.startswith("Error:")]) == 1
+        # a word of another translation (the seeds' "it" where the model said "he"): --target asks about it
+        assert ("give the translation to inspect with --target" in proc.stderr) == (args[1:3] == ["--token", "elle"] and "--target" not in args)
     proc = tfm(*base, SENTENCE, "--explain", check=False)
     assert proc.returncode == 2 and "--token" in proc.stderr
     bare = tmp_path / "bare"
@@ -413,8 +416,12 @@ def test_cli_token_of_a_word_in_several_pieces(trained: dict) -> None:
     proc = _run(trained, "--token", unicodedata.normalize("NFD", word).upper(), "--kind", "encoder")
     label = pieces[start].replace("▁", "")
     assert f'Where "{label}" (query {start + 1}) attends in encoder self-attention' in proc.stdout
-    assert f'"traversé" is {end - start} pieces here ({" ".join(p.replace("▁", "") for p in pieces[start:end])}): the view is ' \
-        f'of piece {start + 1}, "{label}" (--words merges a word\'s pieces)' in proc.stderr
+    spelled = " ".join(p.replace("▁", "") for p in pieces[start:end])
+    assert f'"traversé" is {end - start} pieces here ({spelled}): the view is of its piece 1, "{label}" ' \
+        f'(query {start + 1}; --words merges a word\'s pieces)' in proc.stderr
+    # its second piece, by number: "the view is of piece 5" named the query's number as if it were the piece's
+    proc = _run(trained, "--token", str(start + 2), "--kind", "encoder")
+    assert f'pieces here ({spelled}): the view is of its piece 2, "{pieces[start + 1].replace("▁", "")}" (query {start + 2};' in proc.stderr
 
 
 def test_cli_json_alignment_names_the_words_it_counts(trained: dict) -> None:

@@ -169,7 +169,7 @@ class EarlyStopping:
     def reason(self) -> str:
         name = "dev BLEU" if self.metric == "bleu" else "dev loss"
         return (
-            f"{EARLY_STOP}: {name} did not improve for {self.bad_evals} evaluations "
+            f"{EARLY_STOP}: {name} did not improve for {self.bad_evals} evaluation{'s' if self.bad_evals != 1 else ''} "
             f"(best {self.best:.4g} at step {self.best_step}; train.patience={self.patience})"
         )
 

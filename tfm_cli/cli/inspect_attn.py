@@ -131,7 +131,7 @@ def inspect_attn(
     report = attention_report(translator, sentence, target)
     if report.stopped == "max_len":  # as likely a sign of an untrained model as of a long sentence: say it
         warn(
-            f"the translation reached the maximum output length ({len(report.tgt_tokens) - 1} tokens) and was cut "
+            f"the translation reached the maximum output length ({_tokens(len(report.tgt_tokens) - 1)}) and was cut "
             "there: its last row, </s>, was forced, not predicted (teacher-force a target with --target)"
         )
     shown = merge_words(report) if words else report
@@ -272,9 +272,12 @@ def _locate(report, kind: str | None, token: str) -> tuple[str, int]:
                 f"the target's 1-{len(report.tgt_tokens)}",
                 hint=f"source tokens: {' '.join(report.src_tokens)} | target tokens: {' '.join(report.tgt_tokens)}",
             ) from None
+        # the seeds' "it" is a word of the translation the model may not give ("he"): --target is the way to ask it
+        given = "" if report.forced_target else ", or give the translation to inspect with --target"
         raise TfmError(
-            f"--token {token!r} is in neither the source nor the target",
-            hint=f"source tokens: {' '.join(report.src_tokens)} | target tokens: {' '.join(report.tgt_tokens)}",
+            f"--token {token!r} is in neither the source nor the "
+            f"{'target' if report.forced_target else 'translation the model gave'}",
+            hint=f"source tokens: {' '.join(report.src_tokens)} | target tokens: {' '.join(report.tgt_tokens)}{given}",
         ) from None
 
 
@@ -289,8 +292,8 @@ def _say_pieces(report, kind: str, query: int) -> None:
     word, group = word_of(tokens, query)
     if len(group) > 1:
         pieces = " ".join(_label(tokens[i], 24) for i in group)
-        info(f"\"{word}\" is {len(group)} pieces here ({pieces}): the view is of piece {query + 1}, "
-             f"\"{_label(tokens[query], 24)}\" (--words merges a word's pieces)")
+        info(f"\"{word}\" is {len(group)} pieces here ({pieces}): the view is of its piece {group.index(query) + 1}, "
+             f"\"{_label(tokens[query], 24)}\" (query {query + 1}; --words merges a word's pieces)")
 
 
 def _layer(layer: int | None, layers: int, kind: str) -> int:
@@ -368,6 +371,10 @@ def _table(title: str, columns: list[str], rows: list) -> None:
     if not fancy_stdout():
         print(title)
     print_table(title, columns, rows)
+
+
+def _tokens(n: int) -> str:
+    return f"{n:,} token{'s' if n != 1 else ''}"
 
 
 def _label(text: str, width: int) -> str:

@@ -148,6 +148,7 @@ def finish(
     """
     found = checkpoint_steps(run_dir)
     last = [p for _, p in found[-recipe.train.average_last :]]
+    steps = [s for s, _ in found[-recipe.train.average_last :]]
     step = found[-1][0]
     averaged = average_checkpoints(last)
     if dev is None or len(last) == 1:
@@ -174,13 +175,15 @@ def finish(
         what = f"the last checkpoint ({names[-1]})"
     if scores:
         a, b = scores["average"], scores["last"]
-        why = "the paper's choice" if chosen == "average" else "the average scored lower"
+        why = "the paper's choice" if chosen == "average" else f"the average of {_steps(steps)} scored lower"
         events.message(
             f"final model: {what}: {why} (dev BLEU: average {a['bleu']:.2f}, last checkpoint {b['bleu']:.2f}) -> {run_dir / FINAL}"
         )
     else:
         events.message(f"final model: {what} -> {run_dir / FINAL}")
     final_model = {"chosen": chosen, "checkpoints": names if chosen == "average" else names[-1:], **scores}
+    if scores:  # the candidates were both evaluated: which checkpoints the average was of, whichever won
+        final_model["averaged"] = names
     if dev is None:
         return {"final_model": final_model}
     if not scores:
@@ -194,6 +197,12 @@ def finish(
         board.evaluation(step, result, final=True)
     events.evaluation(step, {**result, "final": True})
     return result
+
+
+def _steps(steps: list[int]) -> str:
+    """'steps 800, 900 and 1,000'."""
+    shown = [f"{step:,}" for step in steps]
+    return "step " + shown[0] if len(shown) == 1 else f"steps {', '.join(shown[:-1])} and {shown[-1]}"
 
 
 def _brief(scores: dict[str, Any]) -> dict[str, Any]:
