@@ -194,6 +194,47 @@ def _run(trained: dict, *args: str, check: bool = True):
     return tfm("inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", SENTENCE, *args, check=check)
 
 
+def _at_a_terminal(trained: dict, *args: str, term: str, colorterm: str | None) -> str:
+    """stdout of `tfm inspect-attn` run at a pseudo-terminal whose TERM (and COLORTERM) say how many colours it has."""
+    import os
+    import pty
+
+    parent, child = pty.openpty()
+    env = tfm_env({"NO_COLOR": None, "TERM": term, "COLORTERM": colorterm, "COLUMNS": "200"})
+    proc = subprocess.Popen([str(TFM), "inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", SENTENCE, *args],
+                            stdout=child, stderr=subprocess.PIPE, env=env)
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(parent, 65536)
+        except OSError:  # the child closed its side
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(parent)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    return b"".join(chunks).decode("utf-8")
+
+
+def test_cli_colour_heatmap_sets_its_ink_and_falls_back_to_shades(trained: dict) -> None:
+    """At a colour terminal the cells set only their paper: a dark theme's light ink vanished on the light cells,
+    a weight under 0.5% was "0" where piped output says "·", the legend named shade characters it did not draw, and
+    a terminal of 16 colours (TERM=xterm) drew 0.003 and 0.19 in the same colour."""
+    text = _at_a_terminal(trained, "--numbers", term="xterm-256color", colorterm="truecolor")
+    assert "\x1b[" in text and "48;2;" in text  # coloured cells
+    cells = re.findall(r"\x1b\[([0-9;]*)m([^\x1b]*)", text)
+    painted = [(codes, body) for codes, body in cells if "48;2;" in codes]
+    assert painted and all("38;2;" in codes for codes, _ in painted)  # every cell sets its ink
+    assert any(body.strip() == "·" for _, body in painted)  # as piped output marks the tiny weights
+    assert not any(body.strip() == "0" for _, body in painted)
+    plain = _at_a_terminal(trained, term="xterm-256color", colorterm="truecolor")
+    assert "colours: white 0 to dark blue 1" in plain and "shades:" not in plain
+    sixteen = _at_a_terminal(trained, term="xterm", colorterm=None)
+    assert "48;2;" not in sixteen and "48;5;" not in sixteen and "shades: '" in sixteen  # the six shade levels
+
+
 def test_cli_heatmap_and_numbers(trained: dict, report) -> None:
     lines = _run(trained).stdout.splitlines()
     assert lines[0].startswith("encoder-decoder cross-attention, layer 2, mean of heads")

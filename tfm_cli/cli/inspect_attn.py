@@ -339,7 +339,14 @@ def _json_selection(report, kind: str | None, layer: int | None, head: int | Non
 
 
 def _json(data, report, shown, kind, layer, head, token, query, explain_head, aligned) -> dict[str, Any]:
-    from tfm_cli.attention import alignment, default_alignment_layer, explain, focus, head_summary, merge_words
+    from tfm_cli.attention import (
+        alignment,
+        default_alignment_layer,
+        explain,
+        focus,
+        head_summary,
+        merge_words,
+    )
 
     data = dict(data)  # `shown.to_dict()`, which the page and the image read as it is
     data["summary"] = head_summary(shown)
@@ -393,7 +400,9 @@ def _render_heatmap(report, kind: str, layer: int, head: int | None, numbers: bo
     matrix = report.matrix(kind, layer, head)
     queries, keys = report.query_tokens(kind), report.key_tokens(kind)
     what = f"{KIND_NAMES[kind]}, layer {layer + 1}, {'mean of heads' if head is None else f'head {head + 1}'}"
-    fancy = fancy_stdout()
+    # Colour where the terminal has enough of it to tell weights apart; a terminal of 8 or 16 colours (TERM=xterm)
+    # drew 0.003 and 0.19 alike: it gets the shade characters, six levels, as a pipe does.
+    fancy = fancy_stdout() and out.color_system in ("256", "truecolor")
     label_width = min(16, max(cell_len(_label(t, 16)) for t in queries))
     cell = 4 if numbers else 3
     columns = shutil.get_terminal_size((100, 24)).columns
@@ -411,8 +420,11 @@ def _render_heatmap(report, kind: str, layer: int, head: int | None, numbers: bo
                 for j in block:
                     w = float(matrix[i, j])
                     shade = int(255 - 200 * w)
-                    body = f"{round(100 * w):>{cell - 1}} " if numbers else " " * cell
-                    style = f"on rgb({shade},{shade},255)" + (" bold" if w > 0.5 else "")
+                    shown = f"{round(100 * w):>{cell - 1}} " if w >= 0.005 else " " * (cell - 2) + "· "  # as when piped
+                    body = shown if numbers else " " * cell
+                    # the ink set as well as the paper: a dark theme's light default ink vanished on the light cells
+                    ink = "rgb(255,255,255)" if shade < 150 else "rgb(0,0,0)"
+                    style = f"{ink} on rgb({shade},{shade},255)" + (" bold" if w > 0.5 else "")
                     line.append(body, style=style)
                 out.print(line, soft_wrap=True)
             else:
@@ -426,7 +438,9 @@ def _render_heatmap(report, kind: str, layer: int, head: int | None, numbers: bo
                 print(row_label + "".join(cells))
     legend = "keys: " + "  ".join(f"{j + 1}\u00a0{_label(t, 24)}" for j, t in enumerate(keys))  # no break inside an entry
     print(textwrap.fill(legend, width=max(40, columns), subsequent_indent="      ").replace("\u00a0", " "))
-    if not numbers:
+    if fancy and not numbers:
+        print("colours: white 0 to dark blue 1 (add --numbers for values)")
+    elif not numbers:
         shades = "  ".join(f"'{_SHADES[i]}' ~{i / 5:g}" for i in range(1, 6))
         print(textwrap.fill(f"shades: {shades} (add --numbers for values)", width=max(40, columns)))
 
