@@ -775,4 +775,4 @@ def test_a_run_extended_past_its_end_evaluates_and_averages_as_the_longer_run(ro
             lines = (folder / "metrics.jsonl").read_text().splitlines()
             return [r["step"] for r in map(json.loads, lines) if r["kind"] == "eval"]
 
-        assert evaluations(run) == evaluations(tmp_path / "whole") == [5, 10, 15], first
+        assert evaluations(run) == evaluations(tmp_path / "whole") == [5, 10, 15, 20], first  # the last step too
