@@ -391,8 +391,9 @@ def _forwarding_ctrl_c(handler: Any):
 
 def _as_written(scores: dict[str, Any]) -> str:
     """The final scores against the dev references as the file has them (`evaluation.DevSet.written`)."""
-    return (f"BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f} (against the references as the file has them: "
-            f"{scores['references_changed']:,} change when normalised)")
+    n = scores["references_changed"]
+    return (f"BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f} (against the references as the file has them; "
+            f"normalising changed {n:,} of them)")
 
 
 def _describe(final_model: dict[str, Any]) -> str:
