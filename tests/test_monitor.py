@@ -62,7 +62,7 @@ def test_tensorboard_curves_continue_across_a_crash_and_resume(recipe: Path, tmp
     steps = lambda tag: [e.step for e in events.Scalars(tag)]  # noqa: E731
     for tag in ("train/loss", "train/ppl", "train/lr", "train/tgt_tokens_per_s"):
         assert steps(tag) == [5, 10, 15, 20], tag  # step 15 once: the resumed run's, the crashed one's purged
-    assert steps("dev/bleu") == steps("dev/loss") == [10]
+    assert steps("dev/bleu") == steps("dev/loss") == [10, 20]  # 20: the last step, on the schedule of every 10
     assert steps("final/bleu") == [20]  # the first run's final model (step 15) was purged with the rest
     latest = {r["step"]: r for r in read_curves(run)["train"]}
     for e in events.Scalars("train/loss"):
