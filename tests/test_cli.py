@@ -14,6 +14,7 @@ import os
 import pty
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -443,6 +444,12 @@ def test_recipes_are_shipped() -> None:
 def test_shipped_recipe_dry_run(recipe: Path, tmp_path: Path) -> None:
     # run in an empty folder so that no runs/<name>/tokenizer.json changes the vocabulary
     proc = tfm("train", str(recipe), "--dry-run", "--json", "--device", "cpu", cwd=tmp_path)
+    if proc.returncode == 1 and " free, but " in proc.stderr:
+        # The machine's disk, not the recipe: big keeps 20 checkpoints of 214M parameters (52 GB), more than some
+        # machines have free (the check itself is tested elsewhere). Said truly, then the recipe checked with fewer.
+        need = float(re.search(r"need about ([\d.,]+) GiB", proc.stderr).group(1).replace(",", ""))
+        assert shutil.disk_usage(tmp_path).free < need * 2**30, proc.stderr
+        proc = tfm("train", str(recipe), "train.keep_last=1", "train.average_last=1", "--dry-run", "--json", "--device", "cpu", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["recipe"]["name"] == recipe.stem
