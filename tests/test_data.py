@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import inspect
 import itertools
@@ -399,3 +400,37 @@ def test_batches_decode_back_to_the_corpus(tok: Tokenizer, dev_corpus: Tokenized
     pairs = list(itertools.islice(read_pairs(DEV), 3))
     assert tok.decode_batch(batch.src) == [tok.normalize(src) for _, src, _ in pairs]  # a (B, S) tensor
     assert tok.decode(batch.tgt_in[1]) == tok.decode(batch.tgt_out[1]) == tok.normalize(pairs[1][2])
+
+
+def test_reading_a_corpus_reports_its_progress(tok: Tokenizer) -> None:
+    """A corpus is read and tokenized a chunk at a time; each chunk says how many pairs were read so far, so that
+    millions of lines (minutes, with nothing said before: it looked like a hang) can be said as they go."""
+    said: list[int] = []
+    corpus = encode_corpus(DEV, tok, max_len=64, chunk_size=600, progress=said.append)
+    assert said == [600, 1200, 1800] and corpus.stats.read == 2000  # the rest is said by the line after reading
+
+
+def test_training_says_how_far_reading_a_large_corpus_has_come(tok: Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from clitools import tiny_recipe
+
+    import tfm_cli.training.trainer as trainer
+    from tfm_cli.recipe import load_recipe
+
+    corpus = write(tmp_path / "train.tsv", "".join(f"{s}\t{t}\n" for _, s, t in itertools.islice(read_pairs(TRAIN), 1500)))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(tiny_recipe("reading", data={"train": str(corpus), "dev": None}, train={"max_steps": 1, "save_every": 1}), encoding="utf-8")
+    monkeypatch.setattr(trainer, "READING_SAID_EVERY", 0.0)
+    monkeypatch.setattr(trainer, "encode_corpus", functools.partial(encode_corpus, chunk_size=500))
+
+    class Events(trainer.TrainEvents):
+        def __init__(self) -> None:
+            self.said: list[str] = []
+
+        def message(self, text: str) -> None:
+            self.said.append(text)
+
+    events = Events()
+    trainer.train(load_recipe(recipe), tmp_path / "run", device="cpu", events=events)
+    reading = [line for line in events.said if "pairs read and tokenized so far" in line]
+    assert [line.split(" pairs")[0] for line in reading] == ["train corpus: 500", "train corpus: 1,000", "train corpus: 1,500"]
+    assert events.said.index(reading[-1]) < next(i for i, line in enumerate(events.said) if "pairs kept of 1,500 read" in line)

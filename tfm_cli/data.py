@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -151,7 +151,8 @@ def _diff(offsets: array) -> torch.Tensor:
 
 
 def encode_corpus(
-    spec: CorpusSpec, tokenizer: _Encoder, max_len: int, chunk_size: int = 20000
+    spec: CorpusSpec, tokenizer: _Encoder, max_len: int, chunk_size: int = 20000,
+    progress: Callable[[int], None] | None = None,
 ) -> TokenizedCorpus:
     """Read and tokenize a corpus in chunks, keeping only pairs that fit the model.
 
@@ -161,6 +162,7 @@ def encode_corpus(
         max_len: the model's longest sequence. A side may have at most max_len - 1 tokens, leaving room for the
             EOS (source, tgt_out) or BOS (tgt_in).
         chunk_size: pairs per batched encoder call; bounds the temporary memory.
+        progress: called with the number of pairs read so far after each chunk (millions of lines take minutes).
 
     Returns:
         The TokenizedCorpus, with `stats` saying how many pairs were read, kept and skipped.
@@ -200,6 +202,8 @@ def encode_corpus(
         if len(srcs) >= chunk_size:
             flush(srcs, tgts)
             srcs, tgts = [], []
+            if progress is not None:
+                progress(stats.read)
     if srcs:
         flush(srcs, tgts)
     stats.columns_warning = columns.warning()

@@ -480,7 +480,7 @@ class Trainer:
             self.config = model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id)
             check_beam(recipe, tok.vocab_size)  # a tokenizer trained here may hold fewer tokens than asked for
             read_start = time.perf_counter()
-            corpus = usable_corpus(recipe, tok)  # every rank encodes it all
+            corpus = usable_corpus(recipe, tok, _reading(self.events) if main else None)  # every rank encodes it all
             s = corpus.stats
             self.events.message(
                 f"train corpus: {s.kept:,} pairs kept of {s.read:,} read "
@@ -1123,13 +1123,13 @@ def check_start(recipe: Recipe, run_dir: Path) -> list[str]:
     return [warning for warning in found if warning]
 
 
-def usable_corpus(recipe: Recipe, tok: Tokenizer) -> TokenizedCorpus:
-    """data.train encoded with `tok`, the pairs longer than data.max_len left out.
+def usable_corpus(recipe: Recipe, tok: Tokenizer, progress: Callable[[int], None] | None = None) -> TokenizedCorpus:
+    """data.train encoded with `tok`, the pairs longer than data.max_len left out; `progress` as `encode_corpus`'s.
 
     Raises:
         TfmError: no pair is left (the message says how many were empty and how many too long).
     """
-    corpus = encode_corpus(recipe.data.train, tok, recipe.data.max_len)
+    corpus = encode_corpus(recipe.data.train, tok, recipe.data.max_len, progress=progress)
     s = corpus.stats
     if s.kept == 0:
         raise TfmError(
@@ -1139,6 +1139,24 @@ def usable_corpus(recipe: Recipe, tok: Tokenizer) -> TokenizedCorpus:
             hint="check data.train, and raise data.max_len if the sentences are longer",
         )
     return corpus
+
+
+READING_SAID_EVERY = 30.0  # seconds between two lines while a large corpus is read
+
+
+def _reading(events: TrainEvents) -> Callable[[int], None]:
+    """A line every READING_SAID_EVERY seconds while data.train is read and tokenized: 2,000,000 pairs took minutes
+    with nothing said, which looks like a hang (the line after it says how many were kept)."""
+    start = last = time.perf_counter()
+
+    def said(read: int) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        if now - last >= READING_SAID_EVERY:
+            last = now
+            events.message(f"train corpus: {read:,} pairs read and tokenized so far ({now - start:,.0f}s)")
+
+    return said
 
 
 def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[str, Any]]:
