@@ -434,3 +434,15 @@ def test_training_says_how_far_reading_a_large_corpus_has_come(tok: Tokenizer, t
     reading = [line for line in events.said if "pairs read and tokenized so far" in line]
     assert [line.split(" pairs")[0] for line in reading] == ["train corpus: 500", "train corpus: 1,000", "train corpus: 1,500"]
     assert events.said.index(reading[-1]) < next(i for i, line in enumerate(events.said) if "pairs kept of 1,500 read" in line)
+
+
+def test_the_dry_run_says_how_far_reading_a_large_corpus_has_come(tmp_path: Path) -> None:
+    """`tfm train --dry-run` read 2,000,000 lines for minutes with nothing said; every 100,000 pairs it can say so."""
+    from tfm_cli.recipe import recipe_from_dict
+    from tfm_cli.training import scan_corpora
+
+    line = "Je suis là.\tI am here.\n"
+    corpus = write(tmp_path / "train.tsv.gz", line * 250_000, gz=True)
+    said: list[tuple[str, int]] = []
+    counts = scan_corpora(recipe_from_dict({"name": "x", "data": {"train": str(corpus), "dev": None}}), [], lambda k, n: said.append((k, n)))
+    assert counts == {"data.train": 250_000} and said == [("data.train", 100_000), ("data.train", 200_000)]

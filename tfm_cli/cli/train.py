@@ -128,7 +128,7 @@ def train(
         from tfm_cli.training.checks import schedule_warnings
 
         found: list[str] = schedule_warnings(resolved)
-        pairs = scan_corpora(resolved, found)  # with the warning of a dev set that is (in) the training corpus
+        pairs = scan_corpora(resolved, found, _reading_said())  # with the warning of a dev set in the training corpus
         for warning in found:
             warn(warning)
         if resume is None:
@@ -387,6 +387,21 @@ def _forwarding_ctrl_c(handler: Any):
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _reading_said(every: float = 30.0):
+    """A line on stderr every `every` seconds while the dry run reads a large corpus (minutes for millions of
+    lines, with nothing said: it looked like a hang)."""
+    start = last = time.perf_counter()
+
+    def said(key: str, pairs: int) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        if now - last >= every:
+            last = now
+            info(f"{key}: {pairs:,} pairs read so far ({duration(now - start)})")
+
+    return said
 
 
 def _as_written(scores: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tfm_cli.checkpoint import read_metadata
@@ -373,11 +373,13 @@ def _dev_in_train(recipe: Recipe, found: set, held: set) -> str | None:
             "take them out of data.train)")
 
 
-def scan_corpora(recipe: Recipe, warnings: list[str] | None = None) -> dict[str, int]:
+def scan_corpora(
+    recipe: Recipe, warnings: list[str] | None = None, progress: Callable[[str, int], None] | None = None
+) -> dict[str, int]:
     """Read every line of the recipe's corpora as a start would (`tfm train --dry-run`): the number of sentence
     pairs in data.train and data.dev; a CorpusError names the first bad file and line. A TSV file with a few lines
     of more than two columns, and `dev_is_train`'s warning (from this one reading of each file), are added to
-    `warnings`."""
+    `warnings`. `progress(key, pairs)` is called every 100,000 pairs of a file (millions take minutes)."""
     dev, train = recipe.data.dev, recipe.data.train
     same = _same_corpus(recipe) if warnings is not None and dev is not None else None
     look = warnings is not None and dev is not None and same is None
@@ -391,6 +393,8 @@ def scan_corpora(recipe: Recipe, warnings: list[str] | None = None) -> dict[str,
         n = 0
         for _, s, t in read_pairs(spec, columns=columns):
             n += 1
+            if progress is not None and n % 100_000 == 0:
+                progress(key, n)
             if look and key == "data.dev":
                 held.add(_pair_key(s, t))
             elif look and held and (pair := _pair_key(s, t)) in held:
