@@ -128,11 +128,12 @@ def train(
         from tfm_cli.training.checks import schedule_warnings
 
         found: list[str] = schedule_warnings(resolved)
-        pairs = scan_corpora(resolved, found, _reading_said())  # with the warning of a dev set in the training corpus
+        said = _reading_said()
+        pairs = scan_corpora(resolved, found, lambda key, n: said(f"{key}: {n:,} pairs read"))  # (+ a dev set in it)
         for warning in found:
             warn(warning)
         if resume is None:
-            for warning in check_start(resolved, Path(run_dir)):
+            for warning in check_start(resolved, Path(run_dir), lambda n: said(f"data.train: {n:,} pairs tokenized")):
                 warn(warning)
         _dry_run(resolved, run_dir, json_out, pairs, resumes_at, torch_device)
         return
@@ -390,16 +391,16 @@ def _forwarding_ctrl_c(handler: Any):
 
 
 def _reading_said(every: float = 30.0):
-    """A line on stderr every `every` seconds while the dry run reads a large corpus (minutes for millions of
-    lines, with nothing said: it looked like a hang)."""
+    """`said(what)`: "WHAT so far (0:30)" on stderr, at most every `every` seconds, while the dry run reads and
+    tokenizes a large corpus (minutes for millions of lines, with nothing said: it looked like a hang)."""
     start = last = time.perf_counter()
 
-    def said(key: str, pairs: int) -> None:
+    def said(what: str) -> None:
         nonlocal last
         now = time.perf_counter()
         if now - last >= every:
             last = now
-            info(f"{key}: {pairs:,} pairs read so far ({duration(now - start)})")
+            info(f"{what} so far ({duration(now - start)})")
 
     return said
 

@@ -1104,17 +1104,18 @@ def finished_resume(run_dir: Path, recipe: Recipe) -> dict[str, Any] | None:
     return _finished_summary(run_dir, step, recipe, _seconds_evaluated(weights, float(state.get("train_seconds", 0.0)), step))
 
 
-def check_start(recipe: Recipe, run_dir: Path) -> list[str]:
+def check_start(recipe: Recipe, run_dir: Path, progress: Callable[[int], None] | None = None) -> list[str]:
     """What a fresh start's `--dry-run` can check of the corpora beyond reading them, when the tokenizer is
     already there (tokenizer.path, or one `tfm tokenize` left in the run directory): that some pair fits
     data.max_len, and the warnings a start gives with it (a tokenizer trained on other text, a dev set in
-    another language; they were said only once training started). Returns the warnings."""
+    another language; they were said only once training started). Returns the warnings. `progress` is given
+    the pairs tokenized so far, as `encode_corpus` gives it."""
     own = run_dir / "tokenizer.json"
     given = own if own.is_file() else Path(recipe.tokenizer.path).expanduser() if recipe.tokenizer.path else None
     if given is None:
         return []
     tok = Tokenizer.load(given)
-    corpus = usable_corpus(recipe, tok)
+    corpus = usable_corpus(recipe, tok, progress)
     where = f"{own}" if own.is_file() else f"tokenizer.path {recipe.tokenizer.path}"
     found = [foreign_tokenizer(recipe, corpus, tok, where)]
     if recipe.data.dev:
