@@ -118,7 +118,7 @@ def train(
         check_recipe_file(recipe, resolved, Path(run_dir), overrides)
 
     if dry_run:
-        from tfm_cli.runtime import resolve_device, resolve_precision
+        from tfm_cli.runtime import now_and_then, resolve_device, resolve_precision
         from tfm_cli.training import check_resume, check_start, preflight, scan_corpora
 
         torch_device = resolve_device(device)
@@ -128,7 +128,9 @@ def train(
         from tfm_cli.training.checks import schedule_warnings
 
         found: list[str] = schedule_warnings(resolved)
-        said = _reading_said()
+        # a line every 30 s while a large corpus is read, then tokenized (minutes for millions of lines: a silent
+        # dry run looked hung)
+        said = now_and_then(30.0, lambda text, seconds: info(f"{text} so far ({duration(seconds)})"))
         pairs = scan_corpora(resolved, found, lambda key, n: said(f"{key}: {n:,} pairs read"))  # (+ a dev set in it)
         for warning in found:
             warn(warning)
@@ -388,21 +390,6 @@ def _forwarding_ctrl_c(handler: Any):
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def _reading_said(every: float = 30.0):
-    """`said(what)`: "WHAT so far (0:30)" on stderr, at most every `every` seconds, while the dry run reads and
-    tokenizes a large corpus (minutes for millions of lines, with nothing said: it looked like a hang)."""
-    start = last = time.perf_counter()
-
-    def said(what: str) -> None:
-        nonlocal last
-        now = time.perf_counter()
-        if now - last >= every:
-            last = now
-            info(f"{what} so far ({duration(now - start)})")
-
-    return said
 
 
 def _as_written(scores: dict[str, Any]) -> str:

@@ -69,6 +69,7 @@ from tfm_cli.runs import (
 )
 from tfm_cli.runtime import (
     autocast,
+    now_and_then,
     release_cpu_memory,
     resolve_device,
     resolve_precision,
@@ -1148,16 +1149,8 @@ READING_SAID_EVERY = 30.0  # seconds between two lines while a large corpus is r
 def _reading(events: TrainEvents) -> Callable[[int], None]:
     """A line every READING_SAID_EVERY seconds while data.train is read and tokenized: 2,000,000 pairs took minutes
     with nothing said, which looks like a hang (the line after it says how many were kept)."""
-    start = last = time.perf_counter()
-
-    def said(read: int) -> None:
-        nonlocal last
-        now = time.perf_counter()
-        if now - last >= READING_SAID_EVERY:
-            last = now
-            events.message(f"train corpus: {read:,} pairs read and tokenized so far ({now - start:,.0f}s)")
-
-    return said
+    said = now_and_then(READING_SAID_EVERY, lambda text, seconds: events.message(f"{text} so far ({seconds:,.0f}s)"))
+    return lambda read: said(f"train corpus: {read:,} pairs read and tokenized")
 
 
 def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[str, Any]]:
