@@ -130,8 +130,9 @@ def inspect_attn(
             check_output_file(path, option, inputs=translator.files)
     report = attention_report(translator, sentence, target)
     if report.stopped == "max_len":  # as likely a sign of an untrained model as of a long sentence: say it
+        n = len(report.tgt_tokens) - 1
         warn(
-            f"the translation reached the maximum output length ({_tokens(len(report.tgt_tokens) - 1)}) and was cut "
+            f"the translation reached the maximum output length ({n:,} token{'s' if n != 1 else ''}) and was cut "
             "there: its last row, </s>, was forced, not predicted (teacher-force a target with --target)"
         )
     shown = merge_words(report) if words else report
@@ -378,10 +379,6 @@ def _table(title: str, columns: list[str], rows: list) -> None:
     if not fancy_stdout():
         print(title)
     print_table(title, columns, rows)
-
-
-def _tokens(n: int) -> str:
-    return f"{n:,} token{'s' if n != 1 else ''}"
 
 
 def _label(text: str, width: int) -> str:

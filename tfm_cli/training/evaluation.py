@@ -81,9 +81,10 @@ def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str 
         bleu_tokenize, why = bleu_tokenize_for(references)
     bleu_metric(bleu_tokenize)
     written = [t for _, _, t in kept]
-    dev = DevSet(sources, references, src_ids, tgt_ids, bleu_tokenize, why, len(read) - len(pairs), columns.warning())
-    dev.written = written if written != references else None
-    return dev
+    return DevSet(
+        sources, references, src_ids, tgt_ids, bleu_tokenize, why, len(read) - len(pairs), columns.warning(),
+        written=written if written != references else None,
+    )
 
 
 @torch.no_grad()
