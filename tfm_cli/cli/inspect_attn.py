@@ -274,11 +274,11 @@ def _locate(report, kind: str | None, token: str) -> tuple[str, int]:
                 hint=f"source tokens: {' '.join(report.src_tokens)} | target tokens: {' '.join(report.tgt_tokens)}",
             ) from None
         # the seeds' "it" is a word of the translation the model may not give ("he"): --target is the way to ask it
-        given = "" if report.forced_target else ", or give the translation to inspect with --target"
+        given = "" if report.forced_target else "give the translation to inspect with --target, or a token of these: "
         raise TfmError(
             f"--token {token!r} is in neither the source nor the "
             f"{'target' if report.forced_target else 'translation the model gave'}",
-            hint=f"source tokens: {' '.join(report.src_tokens)} | target tokens: {' '.join(report.tgt_tokens)}{given}",
+            hint=f"{given}source tokens: {' '.join(report.src_tokens)} | target tokens: {' '.join(report.tgt_tokens)}",
         ) from None
 
 
