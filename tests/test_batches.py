@@ -96,14 +96,16 @@ def test_the_non_pad_positions_are_found_when_the_batch_is_built() -> None:
         assert torch.equal(with_keep[0], without[0]) and torch.equal(with_keep[1], without[1])
 
 
-def test_pad_multiple_rounds_lengths_on_cuda_only() -> None:
+def test_pad_multiple_rounds_lengths_on_cuda_only_and_keeps_the_budget() -> None:
     assert pad_multiple_for("cpu") == 1 and pad_multiple_for(torch.device("cuda", 0)) == CUDA_PAD_MULTIPLE
     corpus = _corpus()
     plain, rounded = _groups(_stream(corpus), 1, 30), _groups(_stream(corpus, pad_multiple=8), 1, 30)
-    for [a], [b] in zip(plain, rounded, strict=True):
-        assert a.indices == b.indices and a.n_tgt_tokens == b.n_tgt_tokens  # the same sentences, only wider
+    for [b] in rounded:
         assert b.src.size(1) % 8 == 0 and b.tgt_out.size(1) % 8 == 0
-        assert torch.equal(b.src[:, : a.src.size(1)], a.src) and (b.src[:, a.src.size(1) :] == PAD).all()
+        assert b.src.numel() <= 120 and b.tgt_out.numel() <= 120  # the budget counts the rounded widths
+        for row, i in enumerate(b.indices):  # each row is its sentence, then padding
+            src = corpus.src(i)
+            assert b.src[row, : len(src) + 1].tolist() == [*src, EOS] and (b.src[row, len(src) + 1 :] == PAD).all()
     shapes = lambda groups: {(g[0].src.shape, g[0].tgt_out.shape) for g in groups}  # noqa: E731
     assert len(shapes(rounded)) < len(shapes(plain))
 

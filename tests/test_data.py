@@ -7,6 +7,7 @@ import gzip
 import inspect
 import itertools
 import os
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -328,6 +329,35 @@ def test_token_batches_sorted_for_evaluation() -> None:
     flat = [i for b in batches for i in b]
     assert flat == sorted(range(8), key=lambda i: (tgt[i], src[i], i))
     assert token_batches(src, tgt, 20, seed=5, epoch=9, shuffle=False) == batches
+
+
+def _reference_batches(src: list[int], tgt: list[int], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
+    """token_batches as its docstring says, one pair at a time in plain Python (how tfm 0.x computed them)."""
+    rng = random.Random(f"tfm-batches:{seed}:{epoch}")
+    order = list(range(len(src)))
+    rng.shuffle(order)
+    order.sort(key=lambda i: (tgt[i], src[i]))
+    batches: list[list[int]] = []
+    for i in order:
+        grown = [*batches[-1], i] if batches else [i]
+        if batches and all(len(grown) * (max(lens[j] for j in grown) + 1) <= max_tokens for lens in (src, tgt)):
+            batches[-1] = grown
+        else:
+            batches.append([i])
+    rng.shuffle(batches)
+    return batches
+
+
+@pytest.mark.parametrize("case", range(40))
+def test_token_batches_match_a_plain_reference(case: int) -> None:
+    # the same batches as ever, so a run started by an earlier tfm resumes on the batches it would have seen
+    r = random.Random(case)
+    n, longest = r.choice([1, 2, 7, 300]), r.choice([0, 2, 40, 400])
+    src, tgt = [r.randint(0, longest) for _ in range(n)], [r.randint(0, longest) for _ in range(n)]
+    max_tokens, seed, epoch = r.choice([1, 3, 64, 500, 4096]), r.randint(0, 99), r.randint(1, 9)
+    expected = _reference_batches(src, tgt, max_tokens, seed, epoch)
+    assert token_batches(src, tgt, max_tokens, seed, epoch) == expected
+    assert token_batches(torch.tensor(src, dtype=torch.int32), torch.tensor(tgt), max_tokens, seed, epoch) == expected
 
 
 def test_token_batches_oversized_pair_gets_its_own_batch() -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from tfm_cli.corpus import CorpusSpec, TsvColumns, read_pairs
@@ -265,7 +266,8 @@ class Batch:
 # padded shape, so the random masks (not their distribution) differ from unrounded batches. The CPU plans
 # nothing per shape worth that compute, so CPU batches (and their bit-exact resume) are not rounded. On CUDA it
 # is off (1) until a GPU shows that the shapes saved pay for the positions added (about 12% more for the base
-# recipe's sentences, 34% for the quickstart's): `make_batch(..., pad_multiple=8)` and BatchStream take it.
+# recipe's sentences, 34% for the quickstart's): `make_batch(..., pad_multiple=8)` and BatchStream take it, and
+# `token_batches` counts the rounded widths against max_tokens (fewer sentences per batch, never more tokens).
 CUDA_PAD_MULTIPLE = 1
 
 
@@ -373,8 +375,9 @@ def _gather_rows(
     return rows
 
 
-def _lengths_list(lengths: torch.Tensor | Sequence[int]) -> list[int]:
-    return lengths.tolist() if isinstance(lengths, torch.Tensor) else [int(x) for x in lengths]
+def _lengths_array(lengths: torch.Tensor | Sequence[int]) -> np.ndarray:
+    array_ = lengths.numpy() if isinstance(lengths, torch.Tensor) else np.asarray(lengths)
+    return array_.astype(np.int64).reshape(-1)
 
 
 def token_batches(
@@ -384,11 +387,13 @@ def token_batches(
     seed: int,
     epoch: int,
     shuffle: bool = True,
+    pad_multiple: int = 1,
 ) -> list[list[int]]:
     """Group pair indices into batches of at most `max_tokens` padded tokens per side (fairseq-style buckets).
 
     Pairs are sorted by (target length, source length), ties broken at random, then cut greedily so that
-    batch size * (longest sequence + 1 for BOS/EOS) <= max_tokens on each side. A pair that alone exceeds
+    batch size * (longest sequence + 1 for BOS/EOS, rounded up to a multiple of `pad_multiple` as the batch
+    will be padded) <= max_tokens on each side. A pair that alone exceeds
     max_tokens gets a batch of its own. Finally the order of the batches is shuffled. Both random steps use a
     generator seeded by (seed, epoch): equal arguments give equal batches.
 
@@ -397,35 +402,39 @@ def token_batches(
         max_tokens: padded-token budget per side.
         seed, epoch: seed the random tie-break and batch shuffle.
         shuffle: False keeps pairs and batches in sorted order, ties by index (for evaluation).
+        pad_multiple: the batches' padded lengths will be rounded up to a multiple of it (`pad_multiple_for`).
 
     Returns:
         A list of batches, each a list of corpus indices.
     """
     if max_tokens < 1:
         raise TfmError(f"max_tokens={max_tokens} must be positive (try 4096)")
-    src_len, tgt_len = _lengths_list(src_lengths), _lengths_list(tgt_lengths)
+    src_len, tgt_len = _lengths_array(src_lengths), _lengths_array(tgt_lengths)
     if len(src_len) != len(tgt_len):
         raise ValueError(f"{len(src_len)} source but {len(tgt_len)} target lengths")
     rng = random.Random(f"tfm-batches:{seed}:{epoch}")
-    order = list(range(len(src_len)))
+    order = np.arange(len(src_len))
     if shuffle:
-        rng.shuffle(order)  # the stable sort below keeps this random order among equal lengths
-    order.sort(key=lambda i: (tgt_len[i], src_len[i]))
+        rng.shuffle(order)  # in place; the stable sort below keeps this random order among equal lengths
+    if len(order):  # sort by (tgt, src) as one key
+        key = tgt_len[order] * (int(src_len.max()) + 1) + src_len[order]
+        order = order[np.argsort(key, kind="stable")]
 
+    # + EOS on src and tgt_out, + BOS on tgt_in; the batch from `start` is the longest prefix that fits
+    src_width = -(-(src_len[order] + 1) // pad_multiple) * pad_multiple
+    tgt_width = -(-(tgt_len[order] + 1) // pad_multiple) * pad_multiple
     batches: list[list[int]] = []
-    current: list[int] = []
-    max_src = max_tgt = 0
-    for i in order:
-        s, t = src_len[i] + 1, tgt_len[i] + 1  # + EOS on src / tgt_out, + BOS on tgt_in
-        new_src, new_tgt = max(max_src, s), max(max_tgt, t)
-        size = len(current) + 1
-        if current and (size * new_src > max_tokens or size * new_tgt > max_tokens):
-            batches.append(current)
-            current, new_src, new_tgt = [], s, t
-        current.append(i)
-        max_src, max_tgt = new_src, new_tgt
-    if current:
-        batches.append(current)
+    start = 0
+    while start < len(order):
+        # no batch from `start` holds more pairs than max_tokens // (its first pair's width)
+        end = min(len(order), start + max_tokens // max(src_width[start], tgt_width[start]) + 1)
+        size = np.arange(1, end - start + 1)
+        fits = (size * np.maximum.accumulate(src_width[start:end]) <= max_tokens) & (
+            size * np.maximum.accumulate(tgt_width[start:end]) <= max_tokens
+        )
+        n = max(int(np.count_nonzero(fits)), 1)  # True then False; a pair too long alone gets a batch of its own
+        batches.append(order[start : start + n].tolist())
+        start += n
     if shuffle:
         rng.shuffle(batches)
     return batches
@@ -479,7 +488,9 @@ class BatchStream:
             c = self.corpus
             self._cache = (
                 epoch,
-                token_batches(c.src_lengths, c.tgt_lengths, self.max_tokens, self.seed, epoch),
+                token_batches(
+                    c.src_lengths, c.tgt_lengths, self.max_tokens, self.seed, epoch, pad_multiple=self.pad_multiple
+                ),
             )
         return self._cache[1]
 
