@@ -452,6 +452,45 @@ def test_a_stop_signal_inside_a_weights_read_is_raised_after_it(copy: Path, monk
     assert finished == [str(weights)] and received == [signal.SIGTERM]
 
 
+@pytest.mark.parametrize("unreadable", ["weights", "trainer state"])
+def test_a_checkpoint_it_may_not_read_is_not_called_damaged(copy: Path, unreadable: str, monkeypatch) -> None:
+    """A checkpoint the system would not let the resume read (permissions, an I/O error) was "damaged" or "truncated
+    or corrupt", with the hint to delete it: advice that destroys a whole file. Now the system's reason, and no
+    deleting."""
+    import os
+
+    import tfm_cli.checkpoint as checkpoint
+    from tfm_cli.errors import TfmError
+    from tfm_cli.training import resume_recipe
+    from tfm_cli.training import train as train_in_process
+
+    weights = checkpoint_path(copy, 10)
+    locked = weights if unreadable == "weights" else state_path(weights)
+    if os.geteuid() != 0:
+        locked.chmod(0)
+    else:  # root reads anything: the reads fail as they would for a user (safetensors says "No such file")
+        access, load, safe_open = os.access, torch.load, checkpoint.safe_open
+
+        def refused(real, error):
+            def read(path, *args, **kwargs):
+                if Path(path) == locked:
+                    raise error
+                return real(path, *args, **kwargs)
+
+            return read
+
+        monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path) != locked and access(path, mode, **kw))
+        monkeypatch.setattr(torch, "load", refused(load, PermissionError(13, "Permission denied")))
+        monkeypatch.setattr(checkpoint, "safe_open", refused(safe_open, FileNotFoundError("No such file or directory")))
+    before = snapshot(copy)
+    with pytest.raises(TfmError) as caught:
+        train_in_process(resume_recipe(copy, ["train.max_steps=12"]), copy, device="cpu", resume=True)
+    assert str(caught.value) == f"{locked} cannot be read (permission denied)"
+    assert "delete" not in caught.value.hint and "permissions" in caught.value.hint
+    locked.chmod(0o644)
+    assert snapshot(copy) == before
+
+
 def _new_run(proc, tmp_path: Path) -> str:
     """The command a refused resume suggests for a new run, with NEW_DIR filled in; checked by a dry run."""
     hint = proc.stderr.split("hint: ", 1)[1].strip()

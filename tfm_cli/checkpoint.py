@@ -19,6 +19,7 @@ directory or `--model` path means, are `tfm_cli.runs` (no torch there).
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load, load_file, save, save_file
 
 from tfm_cli import __version__
-from tfm_cli.errors import CheckpointError, shell_word
+from tfm_cli.errors import CheckpointError, UnreadableFileError, shell_word
 from tfm_cli.files import atomic_write, utf8_name
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.runs import FINAL, checkpoint_steps, resolve_weights, run_dir_of, state_path
@@ -116,6 +117,16 @@ def _header_metadata(path: str | Path) -> dict[str, str]:
     return metadata if isinstance(metadata, dict) else {}
 
 
+def unreadable(path: str | Path, err: OSError) -> UnreadableFileError:
+    """The error for a checkpoint file that `err` kept us from reading. safetensors calls every file it cannot open
+    "No such file or directory", so a file that is there but not readable is said to be so."""
+    denied = Path(path).exists() and not os.access(path, os.R_OK)
+    return UnreadableFileError(
+        f"{path} cannot be read ({'permission denied' if denied else err.strerror or err})",
+        hint="check its permissions and the disk, then run the command again; the file was left as it is",
+    )
+
+
 def read_metadata(path: Path) -> dict[str, str]:
     """The safetensors metadata of a tfm checkpoint; CheckpointError if it is not one."""
     try:
@@ -124,7 +135,9 @@ def read_metadata(path: Path) -> dict[str, str]:
                 metadata = f.metadata() or {}
         else:
             metadata = _header_metadata(path)
-    except (SafetensorError, OSError) as err:
+    except OSError as err:
+        raise unreadable(path, err) from None
+    except SafetensorError as err:
         raise CheckpointError(
             f"{path} is not a readable safetensors file, or is truncated or corrupt ({err})",
             hint="pass a run directory or a .safetensors file written by tfm train; copy a damaged file again, "
@@ -161,7 +174,9 @@ def average_checkpoints(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
     for path in paths:
         try:
             state = read_weights(path)
-        except (SafetensorError, OSError) as err:  # an older checkpoint damaged since it was saved (a resume reads only the newest)
+        except OSError as err:
+            raise unreadable(path, err) from None
+        except SafetensorError as err:  # an older checkpoint damaged since it was saved (a resume reads only the newest)
             run = Path(path).parent.parent
             raise CheckpointError(
                 f"{path} is not a readable safetensors file, or is truncated or corrupt ({err}): it is one of the "

@@ -79,6 +79,11 @@ class CheckpointError(TfmError):
     """A run directory or checkpoint that is missing, incomplete or inconsistent."""
 
 
+class UnreadableFileError(CheckpointError):
+    """A checkpoint file the system would not let us read (permissions, an I/O error): what it holds may be whole,
+    so unlike a damaged file's, its message never advises deleting it."""
+
+
 def shell_word(path: str | os.PathLike) -> str:
     """`path` as it must be typed in a command a message suggests: quoted when it holds spaces or shell characters
     (`tfm translate --model 'my runs/tiny'`), as is otherwise."""

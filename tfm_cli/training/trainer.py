@@ -32,12 +32,19 @@ import yaml
 
 from tfm_cli import __version__
 from tfm_cli.batches import PREFETCH_GROUPS, Prefetcher
-from tfm_cli.checkpoint import load_state, read_metadata, read_weights, save_weights, weights_state
+from tfm_cli.checkpoint import (
+    load_state,
+    read_metadata,
+    read_weights,
+    save_weights,
+    unreadable,
+    weights_state,
+)
 from tfm_cli.corpus import read_pairs
 from tfm_cli.data import BatchStream, CorpusStats, TokenizedCorpus, encode_corpus, pad_multiple_for
 from tfm_cli.distributed import Distributed, RankError, lost_a_peer, resume_command
 from tfm_cli.distributed import setup as setup_distributed
-from tfm_cli.errors import CheckpointError, RecipeError, TfmError, shell_word
+from tfm_cli.errors import CheckpointError, RecipeError, TfmError, UnreadableFileError, shell_word
 from tfm_cli.files import WRITE_ERRNOS, DirectoryLock, as_path, atomic_write
 from tfm_cli.monitor import (
     EARLY_STOP,
@@ -1179,6 +1186,8 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
         )
     try:
         expected = read_metadata(weights).get("tokenizer_sha256")
+    except UnreadableFileError:
+        raise
     except CheckpointError as error:  # damaged (a disk that filled up, a copy cut short): the one before may be whole
         raise CheckpointError(
             str(error), hint=f"delete it and its {state_path(weights).name} to resume from the checkpoint before"
@@ -1396,6 +1405,8 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
         with warnings.catch_warnings():  # torch's note on a pickle protocol it does not expect, before it refuses
             warnings.simplefilter("ignore", UserWarning)
             state = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as err:  # permissions, the disk: the file may be whole
+        raise unreadable(path, err) from None
     except Exception as err:  # UnpicklingError, RuntimeError, EOFError...: torch's text is many lines long
         code = "GLOBAL" in str(err) or _pickle_naming_code(path)  # else damaged (random bytes were "could run code")
         why = "holds more than tensors and plain data (it could run code), so it was not loaded" if code else "is damaged"
