@@ -3,6 +3,7 @@ equation 3 of the paper, and checkpoint save/load/average round trips (with a to
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gzip
 import itertools
@@ -436,6 +437,33 @@ def test_average_checkpoints_is_the_mean(tmp_path: Path) -> None:
     save_weights(other, weights_state(random_model(tiny_config(40, d_ff=16), 3)), config, "", 1)
     with pytest.raises(CheckpointError, match="different"):
         average_checkpoints([paths[0], other])
+
+
+@pytest.mark.parametrize(("with_dev", "last_wins"), [(False, False), (True, False), (True, True)])
+def test_finish_leaves_the_final_model_in_the_model(tmp_path: Path, monkeypatch, with_dev: bool, last_wins: bool) -> None:
+    """When the last checkpoint won over the average, the model still held the average it was evaluated with last,
+    not the final model written: the two must be one, whichever won (and with no dev set to choose)."""
+    import tfm_cli.training.evaluation as evaluation
+    from tfm_cli.recipe import recipe_from_dict
+
+    config = tiny_config(40)
+    checkpoints = [random_model(config, seed) for seed in range(3)]
+    for step, model in enumerate(checkpoints, start=1):
+        path = checkpoint_path(tmp_path, step)
+        path.parent.mkdir(exist_ok=True)
+        save_weights(path, weights_state(model), config, "", step)
+    bleu = iter([30.0, 20.0] if last_wins else [20.0, 30.0])  # the last checkpoint is evaluated first, then the average
+    monkeypatch.setattr(evaluation, "evaluate", lambda *args, **kwargs: {"bleu": next(bleu)})
+    events = type("Events", (), {"message": lambda self, text: None, "evaluation": lambda self, step, scores: None})()
+    dev = type("Dev", (), {"sources": ["a", "b"]})() if with_dev else None
+    tok = type("Tok", (), {"sha256": ""})()
+    model = random_model(config, 9)  # the weights training ended with, in the trainer
+    recipe = recipe_from_dict({"name": "x", "train": {"average_last": 3}})
+    result = evaluation.finish(tmp_path, recipe, model, tok, dev, contextlib.nullcontext, events)
+    assert result["final_model"]["chosen"] == ("last" if last_wins else "average")
+    final = load_file(str(tmp_path / FINAL))
+    for name, tensor in weights_state(model).items():
+        assert torch.equal(tensor, final[name]), name
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3])

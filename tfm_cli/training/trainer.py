@@ -549,7 +549,7 @@ class Trainer:
     def _restore(self, weights: Path, state: dict[str, Any]) -> None:
         """Weights, Adam's moments, loss scale, data position, RNG states and the evaluation history, as saved
         (every rank loads the same checkpoint)."""
-        load_state(self.model, {k: v.to(self.device) for k, v in read_weights(weights).items()}, weights)
+        load_state(self.model, read_weights(weights), weights)  # load_state_dict copies onto the model's device
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         restore_stream(self.stream, state["stream"], self.recipe, self.run_dir)
