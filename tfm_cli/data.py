@@ -51,7 +51,7 @@ class CorpusStats:
 class TokenizedCorpus:
     """Token ids of a parallel corpus, stored once: a flat id buffer and an offsets buffer per side.
 
-    Ids are uint16 when the vocabulary has fewer than 65,536 entries, int32 otherwise; offsets are int64.
+    Ids are uint16 when the vocabulary has at most 65,536 entries (ids up to 65,535), int32 otherwise; offsets are int64.
     `src(i)` and `tgt(i)` return the ids of pair i without BOS/EOS.
     """
 

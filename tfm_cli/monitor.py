@@ -7,7 +7,7 @@
   in a row brought nothing better; its state is saved with each checkpoint so that resume stays exact.
 - `RisingLoss` warns when the training loss climbs for several log windows in a row (a diverging run).
 - `read_curves` turns a run's metrics.jsonl into plain lists; `write_curves_png` draws them with matplotlib
-  (the `plot` extra) into RUN/curves.png. The terminal chart is drawn by the CLI (tfm_cli/cli/views.py).
+  (the `plot` extra) into RUN/curves.png. The terminal chart is drawn by the CLI (tfm_cli/cli/views/).
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from tfm_cli.files import atomic_write, write_failure
+from tfm_cli.runs import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.signals import held_stop_signals
 
-TENSORBOARD_DIR = "tensorboard"
-CURVES_PNG = "curves.png"
 _TRAIN_SCALARS = {"loss": "train/loss", "ppl": "train/ppl", "lr": "train/lr", "tgt_tokens_per_s": "train/tgt_tokens_per_s"}
 _DEV_SCALARS = {"loss": "dev/loss", "ppl": "dev/ppl", "bleu": "dev/bleu", "chrf": "dev/chrf"}
 
@@ -306,11 +305,8 @@ def write_curves_png(run_dir: Path, curves: dict[str, Any] | None = None) -> Pat
     quiet = logging.getLogger("matplotlib")
     level = quiet.level
     quiet.setLevel(logging.ERROR)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only, no display needed
-        import matplotlib.pyplot as plt
+    try:  # a Figure of its own, not pyplot's: no display, no figure kept in a global registry
+        from matplotlib.figure import Figure
     except ImportError:
         return None
     finally:
@@ -318,7 +314,8 @@ def write_curves_png(run_dir: Path, curves: dict[str, Any] | None = None) -> Pat
     curves = curves if curves is not None else read_curves(run_dir)
     if not curves["train"]:
         return None
-    fig, (ax_loss, ax_bleu) = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
+    fig = Figure(figsize=(10, 3.6), layout="constrained")
+    ax_loss, ax_bleu = fig.subplots(1, 2)
     ax_loss.plot([r["step"] for r in curves["train"]], [r["loss"] for r in curves["train"]], label="train")
     if curves["eval"]:
         ax_loss.plot([r["step"] for r in curves["eval"]], [r["loss"] for r in curves["eval"]], "o-", label="dev")
@@ -338,8 +335,5 @@ def write_curves_png(run_dir: Path, curves: dict[str, Any] | None = None) -> Pat
         if ax.get_legend_handles_labels()[0]:  # a run without a dev set has nothing to label on the BLEU side
             ax.legend()
     path = Path(run_dir) / CURVES_PNG
-    try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))  # no temporary file left on a failure
-    finally:
-        plt.close(fig)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))  # no temporary file left on a failure
     return path

@@ -19,6 +19,8 @@ FINAL = "model.safetensors"
 BEST = "best.safetensors"
 EXPORT_INFO = "tfm-export.json"  # written into every export (tfm_cli.export): format, source weights, tfm version, checks
 CHECKPOINTS = "checkpoints"
+TENSORBOARD_DIR = "tensorboard"  # TensorBoard's event files (tfm_cli.monitor)
+CURVES_PNG = "curves.png"  # the loss and BLEU curves (tfm_cli.monitor)
 _STEP_FILE = re.compile(r"step-(\d+)\.safetensors$")
 
 

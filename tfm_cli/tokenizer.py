@@ -219,7 +219,9 @@ class Tokenizer:
     # ---- text <-> ids -----------------------------------------------------------------------------------
 
     def normalize(self, text: str) -> str:
-        """NFC, whitespace runs -> one space, both ends stripped: what `decode(encode(text))` gives back."""
+        """`text` through the tokenizer's normaliser: what `decode(encode(text))` gives back. For a tokenizer tfm
+        trains: invisible characters dropped, NFC, curly apostrophes -> ', whitespace runs -> one space, both ends
+        stripped (the module's `normalized` does the same in Python)."""
         return self._tk.normalizer.normalize_str(text)
 
     def encode(self, text: str) -> list[int]:

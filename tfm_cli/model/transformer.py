@@ -95,9 +95,10 @@ class Dropout(nn.Dropout):
             return x * 0.0
         if x.dtype in _REDUCED:
             # 1 / (1 - p) in bf16 is 1.109375 for p = 0.1, not 1.111: a mask holding it scaled every kept element
-            # down alike (the mean of a dropout of ones was 0.9985, a bias that no rounding noise averages out).
-            # x times the scale in fp32 arithmetic, each product rounded on its own (the mean is kept), then the
-            # dropped elements zeroed: the same draws as the mask below, one pass fewer.
+            # down alike, by 0.16%, a bias that no rounding noise averages out. Here x is multiplied by the scale in
+            # fp32 arithmetic and each product rounded to bf16 on its own, so activations of varied sizes keep
+            # their mean (the errors go both ways; a constant input still rounds alike), then the dropped elements
+            # are zeroed: the same draws as the mask below, one pass fewer.
             dropped, scale = _drop_rate(self.p)
             return x.mul(scale).masked_fill_(_uniform16(x.shape, x.device).lt(dropped - 32768), 0)
         return x * keep_mask(x.shape, self.p, x.dtype, x.device)

@@ -17,7 +17,6 @@ from tfm_cli.checkpoint import read_metadata
 from tfm_cli.corpus import TsvColumns, read_pairs, resolve_corpus_path
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, shell_word
 from tfm_cli.files import DirectoryLock, nearest_existing
-from tfm_cli.monitor import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.recipe import (
     MAX_VOCAB_SIZE,
     MIN_VOCAB_SIZE,
@@ -28,7 +27,16 @@ from tfm_cli.recipe import (
     recipe_text,
     recipe_to_dict,
 )
-from tfm_cli.runs import BEST, CHECKPOINTS, EXPORT_INFO, FINAL, checkpoint_steps, state_path
+from tfm_cli.runs import (
+    BEST,
+    CHECKPOINTS,
+    CURVES_PNG,
+    EXPORT_INFO,
+    FINAL,
+    TENSORBOARD_DIR,
+    checkpoint_steps,
+    state_path,
+)
 from tfm_cli.scoring import AUTO, bleu_metric
 from tfm_cli.tokenizer import Tokenizer, normalized
 from tfm_cli.training.step import parameter_count
@@ -507,6 +515,7 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+# Model settings that only act in training: a resume may change them; any other changes what the weights mean.
 _TRAINING_ONLY = ("dropout", "attn_dropout")
 _RECIPE_MODEL_KEYS = {f.name for f in dataclasses.fields(ModelRecipe)}
 

@@ -33,5 +33,3 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]
     groups = [{**old, **now} for old, now in zip(saved["param_groups"], fresh, strict=False)]
     optimizer.load_state_dict({**saved, "param_groups": groups + saved["param_groups"][len(groups):]})
 
-
-# Model settings that only act in training: a resume may change them; any other changes what the weights mean.
