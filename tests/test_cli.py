@@ -1040,11 +1040,10 @@ def test_device_choices_match_runtime() -> None:
 
 
 def test_precision_choices_match_runtime() -> None:
-    from tfm_cli.cli.translate import PRECISIONS as CLI_PRECISIONS
-    from tfm_cli.runtime import PRECISIONS
+    from tfm_cli.recipe import PRECISIONS, TRANSLATE_PRECISIONS
 
     # translate (and bench translate) take the training precisions plus int8 (CPU inference only)
-    assert set(completions._OPTION_CHOICES["--precision"]) == set(CLI_PRECISIONS) == {*PRECISIONS, "int8"}
+    assert set(completions._OPTION_CHOICES["--precision"]) == set(TRANSLATE_PRECISIONS) == {*PRECISIONS, "int8"}
 
 
 def test_bench_completion_choices_match_bench() -> None:

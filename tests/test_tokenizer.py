@@ -239,6 +239,9 @@ def test_decode_drops_pad_bos_eos_without_stopping(tok: Tokenizer) -> None:
     assert tok.decode([tok.bos_id, *a, tok.eos_id, tok.pad_id, tok.pad_id]) == "Bonjour."
     assert tok.decode([*a, tok.eos_id, *b]) == "Bonjour. Merci."
     assert tok.decode_batch([[tok.bos_id, *a, tok.eos_id], b]) == ["Bonjour.", "Merci."]
+    for bad in (-1, tok.vocab_size):  # checked as decode checks them (decode_batch gave "" or an OverflowError)
+        with pytest.raises(ValueError, match=f"token id {bad} is not in this tokenizer's vocabulary"):
+            tok.decode_batch([a, [*b, bad]])
 
 
 def test_save_load_keeps_everything(tok: Tokenizer, tmp_path: Path) -> None:

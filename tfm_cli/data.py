@@ -102,13 +102,6 @@ class TokenizedCorpus:
         """Target ids of pair i (no BOS/EOS)."""
         return self._slice(self._tgt_ids, self._tgt_offsets, i)
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the id and offset buffers and the length tensors."""
-        arrays = (self._src_ids, self._src_offsets, self._tgt_ids, self._tgt_offsets)
-        tensors = (self.src_lengths, self.tgt_lengths)
-        return sum(a.itemsize * len(a) for a in arrays) + sum(t.numel() * t.element_size() for t in tensors)
-
     def id_tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(src_ids, src_starts, tgt_ids, tgt_starts): the flat id buffers as 1-D tensors (uint16 or int32) and
         where each pair's ids start in them (int64, N). Views of the buffers, not copies."""

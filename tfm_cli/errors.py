@@ -84,6 +84,14 @@ class UnreadableFileError(CheckpointError):
     so unlike a damaged file's, its message never advises deleting it."""
 
 
+def human_size(n: int) -> str:
+    """Bytes for a person: 512 B, 40.0 KiB, 3.2 MiB, 1,536.0 GiB."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n} B"
+
+
 def shell_word(path: str | os.PathLike) -> str:
     """`path` as it must be typed in a command a message suggests: quoted when it holds spaces or shell characters
     (`tfm translate --model 'my runs/tiny'`), as is otherwise."""

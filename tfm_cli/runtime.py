@@ -18,9 +18,9 @@ from collections.abc import Callable
 import torch
 
 from tfm_cli.errors import TfmError
+from tfm_cli.recipe import PRECISIONS
 
 DEVICES = ("auto", "cpu", "cuda")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 def check_device_name(name: str) -> None:

@@ -249,9 +249,8 @@ class Tokenizer:
 
     def decode_batch(self, batch: Iterable[Sequence[int]]) -> list[str]:
         """`decode` for each sequence of ids (a list of lists, or a 2-D tensor)."""
-        drop = (self.pad_id, self.bos_id, self.eos_id)
         batch = batch.tolist() if hasattr(batch, "tolist") else batch  # a (B, T) tensor
-        return [self._decode([int(i) for i in ids if int(i) not in drop]) for ids in batch]
+        return [self.decode(ids) for ids in batch]
 
     def _decode(self, ids: list[int]) -> str:
         """Each run of byte tokens is read as UTF-8, with one U+FFFD for each part that is not a character (as

@@ -46,15 +46,14 @@ from tfm_cli.decoding import Engine, Hypothesis, NonFiniteOutput, TorchEngine, t
 from tfm_cli.errors import TfmError
 from tfm_cli.files import as_path
 from tfm_cli.model import Transformer
-from tfm_cli.recipe import MAX_ALPHA
+from tfm_cli.recipe import MAX_ALPHA, TRANSLATE_PRECISIONS
 from tfm_cli.runs import BEST, CHECKPOINTS, CURVES_PNG, EXPORT_INFO, FINAL, TENSORBOARD_DIR
-from tfm_cli.runtime import PRECISIONS, autocast, resolve_device, resolve_precision
+from tfm_cli.runtime import autocast, resolve_device, resolve_precision
 from tfm_cli.tokenizer import Tokenizer
 
 CHUNK_LINES = 2000  # translate_stream reads and translates this many lines at a time
 # translate_stream yields a chunk's translations in windows of about this many full batches (of decode.max_tokens)
 STREAM_WINDOW_BATCHES = 2
-TRANSLATE_PRECISIONS = (*PRECISIONS, "int8")  # training's, and int8 (CPU: quantized linear layers)
 ENGINES = ("auto", "torch", "onnxruntime")  # auto: onnxruntime for an ONNX export directory, else torch
 
 # precision="auto" is bf16 on CUDA and on CPUs with native bf16 (AVX512-BF16, AMX), fp32 elsewhere: the rule

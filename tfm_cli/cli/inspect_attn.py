@@ -37,10 +37,10 @@ from tfm_cli.cli.common import (
     warn,
 )
 from tfm_cli.errors import TfmError, shell_word
+from tfm_cli.recipe import PRECISIONS
 
 KIND_NAMES = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "encoder-decoder cross-attention"}
 _SHADES = " ·░▒▓█"
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # tfm_cli.runtime.PRECISIONS, without importing torch
 
 
 def _precision(value: str) -> str:

@@ -36,10 +36,9 @@ from tfm_cli.cli.common import (
     write_output,
 )
 from tfm_cli.errors import TfmError, shell_word
+from tfm_cli.recipe import TRANSLATE_PRECISIONS
 from tfm_cli.scoring import AUTO, BLEU_TOKENIZERS
 
-CHUNK_LINES = 2000  # stdin is translated in chunks of at most this many lines, so huge inputs stream
-PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")  # tfm_cli.runtime.PRECISIONS + int8, without importing torch
 Engine = Literal["auto", "torch", "onnxruntime"]  # as tfm_cli.translator.ENGINES
 
 
@@ -111,8 +110,8 @@ def translate(
         raise typer.BadParameter(f"{bleu_tokenize!r} is not one of: {', '.join(BLEU_TOKENIZERS)}", param_hint="--bleu-tokenize")
     if bleu_tokenize != AUTO and not (score or reference):
         raise typer.BadParameter("--bleu-tokenize is for scoring (--score or --reference)", param_hint="--bleu-tokenize")
-    if precision not in PRECISIONS:
-        raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(PRECISIONS)}", param_hint="--precision")
+    if precision not in TRANSLATE_PRECISIONS:
+        raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(TRANSLATE_PRECISIONS)}", param_hint="--precision")
     reads_stdin = text is None and not score
     if reads_stdin and sys.stdin is None:  # started with stdin closed (<&-)
         raise TfmError("standard input is closed: there is nothing to translate", hint="give a sentence, or pipe lines into stdin")
@@ -207,14 +206,14 @@ def translate(
             bar = progress_bar("translate", total=None) if not sys.stdout.isatty() else contextlib.nullcontext()
             # What has been read is translated whenever reading on would wait (StdinLines.ready), and each result is
             # flushed: a co-process that writes a line and waits for its translation gets it, as `tail -f` does; a
-            # file piped in is all there, so it is still translated CHUNK_LINES at a time.
+            # file piped in is all there, so it is still translated in chunks (translator.CHUNK_LINES lines).
             if StdinLines.usable():
                 lines: Any = StdinLines(typed_command("translate"))
                 ready = lines.ready
-            else:  # no select() on this stdin (Windows): chunks of CHUNK_LINES, or the end of the input
+            else:  # no select() on this stdin (Windows): whole chunks, or the end of the input
                 lines, ready = stdin_lines(typed_command("translate")), None
             with bar as advance:
-                results = translator.translate_stream(lines, chunk_lines=CHUNK_LINES, progress=advance, ready=ready, **settings)
+                results = translator.translate_stream(lines, progress=advance, ready=ready, **settings)
                 for line_no, result in enumerate(results, start=1):
                     _emit(result, json_out, n_best, line_no)
                     sys.stdout.flush()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tfm_cli.checkpoint import read_metadata
 from tfm_cli.corpus import TsvColumns, read_pairs, resolve_corpus_path
-from tfm_cli.errors import CheckpointError, CorpusError, TfmError, shell_word
+from tfm_cli.errors import CheckpointError, CorpusError, TfmError, human_size, shell_word
 from tfm_cli.files import DirectoryLock, nearest_existing
 from tfm_cli.recipe import (
     MAX_VOCAB_SIZE,
@@ -475,10 +475,10 @@ def check_room(run_dir: Path, config, t, resume: bool = False, probe: bool = Tru
         fits = (free + held - weights * 2) // checkpoint - 1 if free >= checkpoint else 0
         what = (f"{t.keep_last} checkpoints of this {params:,}-parameter model (one more while the oldest is pruned) "
                 f"and its final and best weights")
-        said = (f"resuming needs about {_size(need)} more: {what} come to about {_size(peak)}, of which about "
-                f"{_size(held)} is on disk already" if resume else f"{what} need about {_size(need)}")
+        said = (f"resuming needs about {human_size(need)} more: {what} come to about {human_size(peak)}, of which about "
+                f"{human_size(held)} is on disk already" if resume else f"{what} need about {human_size(need)}")
         raise TfmError(
-            f"{run_dir} has {_size(free)} free, but {said}",
+            f"{run_dir} has {human_size(free)} free, but {said}",
             hint=", ".join(["free some space", *_fewer(run_dir, t, resume, fits), f"or {_elsewhere(run_dir, resume)}"]),
         )
 
@@ -505,14 +505,6 @@ def _elsewhere(run_dir: Path, resume: bool) -> str:
     if resume:
         return f"copy {shell_word(run_dir)} where there is room and write access, and resume the copy"
     return "choose another --out"
-
-
-def _size(n: int) -> str:
-    """Bytes for a person: 512 B, 40.0 KiB, 3.2 MiB, 1.5 GiB."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 # Model settings that only act in training: a resume may change them; any other changes what the weights mean.

@@ -8,7 +8,7 @@ import math
 import torch
 
 from tfm_cli.distributed import Distributed, sync_gradients
-from tfm_cli.errors import TfmError
+from tfm_cli.errors import TfmError, human_size
 from tfm_cli.model import Transformer
 from tfm_cli.training.loss import label_smoothed_loss, output_loss
 from tfm_cli.training.optim import adam, inverse_sqrt_lr
@@ -51,11 +51,7 @@ def check_fits(config, device: torch.device) -> None:
     if total is not None and need > total:
         where = "this machine has" if device.type == "cpu" else f"{device} has"
         what = "its weights, their gradients and Adam's moments" + (" and its position tables" if tables else "")
-        raise _cannot_build(config, str(device), f"{what} need {_bytes(need)}, more than the {_bytes(total)} {where}")
-
-
-def _bytes(n: int) -> str:
-    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+        raise _cannot_build(config, str(device), f"{what} need {human_size(need)}, more than the {human_size(total)} {where}")
 
 
 def parameter_count(config) -> int:
