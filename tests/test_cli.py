@@ -415,6 +415,19 @@ def test_a_reader_of_stdout_that_went_away_ends_the_command_quietly(random_run: 
         assert stderr == b"", (args, stderr.decode())
 
 
+def test_a_reader_that_leaves_half_way_through_a_big_json_document_is_noticed(random_run: Path) -> None:
+    """`tfm inspect-attn --json LONG | head -c 100`: the document (megabytes) went out in one write, which came back
+    partly done once head left, without a broken pipe: exit 0 and no word said, with the document cut short."""
+    sentence = " ".join(["chat"] * 12)  # tokens of this random model: its maps are about 1 MB of JSON
+    proc = clitools.start_tfm("inspect-attn", "--model", str(random_run), "--device", "cpu", "--json", sentence, stdout=subprocess.PIPE)
+    begun = proc.stdout.read(100)
+    assert len(begun) == 100, proc.communicate(timeout=120)  # the document has begun
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141, (proc.returncode, stderr)
+    assert b"Traceback" not in stderr and b"Error" not in stderr, stderr  # (a warning: this model runs to the length limit)
+
+
 def test_a_sentence_that_starts_with_a_dash_is_pointed_to_double_dash(random_run: Path) -> None:
     """A dialogue line ("- Bonjour !") or "-5 °C" given as the sentence was refused with "No such option: -" or
     "No such option: -5", which names no sentence and no way out: the error says to put -- before it, and that

@@ -122,8 +122,15 @@ def print_json(data: Any) -> None:
         text = json.dumps(data, ensure_ascii=False, allow_nan=False)
     except ValueError:
         text = json.dumps(_finite(data), ensure_ascii=False, allow_nan=False)
-    sys.stdout.write(text.translate(_UNICODE_BREAKS) + "\n")
-    sys.stdout.flush()
+    text = text.translate(_UNICODE_BREAKS) + "\n"
+    # In pieces: one write of a big document (inspect-attn's maps, megabytes) that a reader leaves half-way through
+    # (`| head -c 100`) came back partly done, without the broken pipe, and the command exited 0 having written half.
+    for start in range(0, len(text), JSON_PIECE):
+        sys.stdout.write(text[start : start + JSON_PIECE])
+        sys.stdout.flush()
+
+
+JSON_PIECE = 1 << 16  # characters per write of print_json
 
 
 def _finite(data: Any) -> Any:
