@@ -476,3 +476,35 @@ def test_cli_json_alignment_names_the_words_it_counts(trained: dict) -> None:
     assert [j for _, j in pairs] == list(range(5)) and all(0 <= i < 4 for i, _ in pairs)
     words = json.loads(tfm(*base, "--json", "--words").stdout)
     assert words["src_words"] == words["src_tokens"][:-1] == data["src_words"] and words["alignment"] == data["alignment"]
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+def test_heatmap_lines_fit_the_terminal_in_cells_with_wide_characters(columns: int, capsys, monkeypatch) -> None:
+    """The legend was wrapped by characters: Japanese keys (two cells each) ran 96 cells wide at COLUMNS=80 and
+    the terminal broke the line inside an entry; the title was never wrapped at all."""
+    from rich.cells import cell_len
+
+    from tfm_cli.cli.inspect_attn import _render_heatmap
+
+    keys = ["▁", "大きい", "犬", "とても", "食べる", "見る", "猫", "家", "水", "小さい", "猫", "家", "。"] * 2
+    queries = ["The", "big", "dog", "学校", "ね", "</s>"]
+
+    class Report:  # what the heatmap reads of an AttentionReport
+        def matrix(self, kind, layer, head):
+            return torch.softmax(torch.randn(len(queries), len(keys), generator=torch.Generator().manual_seed(0)), -1)
+
+        def query_tokens(self, kind):
+            return queries
+
+        def key_tokens(self, kind):
+            return keys
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    _render_heatmap(Report(), "cross", 0, None, numbers=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert max(cell_len(line) for line in lines) <= columns, [line for line in lines if cell_len(line) > columns]
+    start = next(i for i, line in enumerate(lines) if line.startswith("keys: "))
+    end = next(i for i, line in enumerate(lines) if line.startswith("shades: "))
+    legend = "  ".join(line.strip() for line in lines[start:end])
+    entries = [f"{j + 1} {k.replace('▁', '_')}" for j, k in enumerate(keys)]
+    assert legend == "keys: " + "  ".join(entries), legend  # every key, in order, no entry broken

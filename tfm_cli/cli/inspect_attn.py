@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -389,6 +388,23 @@ def _label(text: str, width: int) -> str:
     return text if cell_len(text) <= width else set_cell_size(text, width - 1) + "…"
 
 
+def _wrapped(words: list[str], width: int, sep: str = " ", indent: str = "") -> str:
+    """`words` joined by `sep` into lines of at most `width` terminal cells, by cells, not characters (textwrap
+    counts a CJK character as one where the terminal gives it two: a legend of Japanese keys ran past the edge and
+    the terminal broke its entries); a word wider than a line gets a line of its own."""
+    from rich.cells import cell_len
+
+    lines, line = [], ""
+    for word in words:
+        joined = f"{line}{sep}{word}" if line else word
+        if line and cell_len(joined) > width:
+            lines.append(line)
+            line = indent + word
+        else:
+            line = joined
+    return "\n".join([*lines, line])
+
+
 def _render_heatmap(report, kind: str, layer: int, head: int | None, numbers: bool) -> None:
     """Queries down, keys across; keys are numbered in the header and listed below, windowed to the width."""
     from rich.cells import cell_len, set_cell_size
@@ -404,7 +420,7 @@ def _render_heatmap(report, kind: str, layer: int, head: int | None, numbers: bo
     cell = 4 if numbers else 3
     columns = shutil.get_terminal_size((100, 24)).columns
     per_block = max(4, (columns - label_width - 6) // cell)
-    print(f"{what} (rows: queries, columns: keys; row weights sum to 1)")
+    print(_wrapped(f"{what} (rows: queries, columns: keys; row weights sum to 1)".split(" "), columns))
     for start in range(0, len(keys), per_block):
         block = range(start, min(len(keys), start + per_block))
         if len(keys) > per_block:
@@ -433,13 +449,13 @@ def _render_heatmap(report, kind: str, layer: int, head: int | None, numbers: bo
                     else:
                         cells.append(_SHADES[min(5, int(w * 5 + 0.5))] * (cell - 1) + " ")
                 print(row_label + "".join(cells))
-    legend = "keys: " + "  ".join(f"{j + 1}\u00a0{_label(t, 24)}" for j, t in enumerate(keys))  # no break inside an entry
-    print(textwrap.fill(legend, width=max(40, columns), subsequent_indent="      ").replace("\u00a0", " "))
+    entries = [f"{j + 1} {_label(t, 24)}" for j, t in enumerate(keys)]
+    print(_wrapped([f"keys: {entries[0]}", *entries[1:]], columns, sep="  ", indent="      "))
     if fancy and not numbers:
         print("colours: white 0 to dark blue 1 (add --numbers for values)")
     elif not numbers:
-        shades = "  ".join(f"'{_SHADES[i]}' ~{i / 5:g}" for i in range(1, 6))
-        print(textwrap.fill(f"shades: {shades} (add --numbers for values)", width=max(40, columns)))
+        shades = [f"'{_SHADES[i]}' ~{i / 5:g}" for i in range(1, 6)]
+        print(_wrapped([f"shades: {shades[0]}", *shades[1:-1], f"{shades[-1]} (add --numbers for values)"], columns, sep="  "))
 
 
 def _render_focus(report, kind: str, query: int) -> None:
