@@ -206,7 +206,7 @@ _tfm_train() {
         '--node-rank[This node'\''s rank, 0 to nnodes-1 (node 0 writes the run).]:node rank: ' \
         '--nproc-per-node[Train with N processes on this node, one per GPU with CUDA (NCCL) or sharing the cores on CPU (gl...]:nproc per node: ' \
         '(--out -o)'{--out,-o}'[Run directory (default\: runs/<recipe name>).]:out:_files' \
-        '--rdzv-endpoint[HOST\:PORT of a c10d rendezvous instead of --master-addr/--node-rank.]:rdzv endpoint: ' \
+        '--rdzv-endpoint[HOST\:PORT of a c10d rendezvous instead of --master-addr and --node-rank.]:rdzv endpoint: ' \
         '--resume[Continue the run in this directory from its newest checkpoint.]:resume:_files' \
         '1:recipe:_tfm_recipe_word' \
         '*:overrides:_tfm_overrides'

@@ -1172,3 +1172,23 @@ def test_ctrl_c_while_tfm_starts_is_ctrl_c_not_a_traceback(module: str, tmp_path
     env["TFM_TEST_CTRL_C_AT"] = "no-such-module"  # the same start without the Ctrl-C: the help, exit 0
     proc = subprocess.run([str(clitools.TFM), "translate", "--help"], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and "Usage: tfm translate" in proc.stdout
+
+
+@pytest.mark.parametrize("command", [["tokenize"], ["train"], ["translate"], ["inspect-attn"], ["export"], ["bench", "attention"], ["bench", "train"], ["bench", "translate"]])
+def test_help_keeps_every_option_name_whole_on_a_narrow_terminal(command: list[str]) -> None:
+    """Below 80 columns the rich panels' option column cut names short (`--vocab…`, `--n-bes…`: 2 to 18 names a
+    command at 40 columns, some still at 60) and left a word a line for the descriptions; there the help is now
+    Click's plain list, within the width. From 80 columns on, the panels."""
+    from rich.cells import cell_len
+
+    click_command = typer.main.get_command(app)
+    for word in command:
+        click_command = click_command.commands[word]
+    names = [name for param in click_command.params for name in (*param.opts, *param.secondary_opts) if name.startswith("--")]
+    for columns in (40, 60, 100):
+        proc = tfm(*command, "--help", COLUMNS=str(columns))
+        assert proc.returncode == 0 and "…" not in proc.stdout, proc.stdout
+        assert max(cell_len(line) for line in proc.stdout.splitlines()) <= columns, proc.stdout
+        listed = set(re.findall(r"--[a-z0-9-]+", proc.stdout))
+        assert set(names) <= listed, set(names) - listed
+        assert ("╭─ Options" in proc.stdout) == (columns >= 80), proc.stdout

@@ -714,8 +714,28 @@ class _FlagsTakeNoValue:
         super().format_help(ctx, formatter)  # type: ignore[misc]
 
 
+RICH_HELP_COLUMNS = 80  # narrower terminals get a command's help as Click's plain list (see Command)
+
+
 class Command(_FlagsTakeNoValue, typer.core.TyperCommand):
-    """Every tfm command."""
+    """Every tfm command. Its --help is Typer's rich panels on a terminal of RICH_HELP_COLUMNS columns or more, and
+    Click's plain list on a narrower one: there the panels' option column cut names short (`--vocab…`, `--n-bes…`
+    at 40 columns, 2 to 18 names a command) and left a word a line for the descriptions."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        from rich.console import Console
+
+        columns = Console().width
+        if columns >= RICH_HELP_COLUMNS:
+            return super().format_help(ctx, formatter)
+        formatter.width = max(20, columns - 2)  # Click's own floor is 50
+        # an option name longer than a third of the width gets a line of its own, its description the lines below
+        formatter.write_dl = functools.partial(formatter.write_dl, col_max=max(10, columns // 3))
+        rich_mode, self.rich_markup_mode = self.rich_markup_mode, None  # Typer's own switch to Click's help
+        try:
+            return super().format_help(ctx, formatter)
+        finally:
+            self.rich_markup_mode = rich_mode
 
 
 class Group(_FlagsTakeNoValue, typer.core.TyperGroup):

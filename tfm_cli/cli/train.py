@@ -54,7 +54,7 @@ def train(
     node_rank: int = typer.Option(None, "--node-rank", min=0, help="This node's rank, 0 to nnodes-1 (node 0 writes the run).", show_default=False, rich_help_panel=_DIST),
     master_addr: str = typer.Option(None, "--master-addr", help="Address of node 0 (several nodes without --rdzv-endpoint).", show_default=False, rich_help_panel=_DIST),
     master_port: int = typer.Option(None, "--master-port", min=1, max=65535, help="A free port on node 0 (torchrun's default: 29500).", show_default=False, rich_help_panel=_DIST),
-    rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous instead of --master-addr/--node-rank.", show_default=False, rich_help_panel=_DIST),
+    rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous instead of --master-addr and --node-rank.", show_default=False, rich_help_panel=_DIST),
 ) -> None:
     """Train a Transformer from a YAML recipe; checkpoints and the final model go to the run directory.
 
