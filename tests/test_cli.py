@@ -1192,3 +1192,19 @@ def test_help_keeps_every_option_name_whole_on_a_narrow_terminal(command: list[s
         listed = set(re.findall(r"--[a-z0-9-]+", proc.stdout))
         assert set(names) <= listed, set(names) - listed
         assert ("╭─ Options" in proc.stdout) == (columns >= 80), proc.stdout
+
+
+def test_control_characters_of_a_sentence_are_shown_not_sent_to_the_terminal(random_run: Path) -> None:
+    """An ESC sequence in the sentence (`\\e]0;title\\a` sets the terminal's title) was echoed raw in the status
+    lines (`source:` of inspect-attn, `decoded:` of tokenize --encode) and in errors: now written out as \\x1b."""
+    sentence = "Le chat\x1b]0;pwned\x07 dort."
+    for args in (
+        ["tokenize", "--tokenizer", str(random_run), "--encode", sentence],
+        ["inspect-attn", "--model", str(random_run), "--device", "cpu", sentence],
+    ):
+        proc = tfm(*args)
+        assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr, (args, proc.stderr)
+    proc = tfm("tokenize", "--tokenizer", str(random_run), "--encode", sentence)
+    assert "decoded: Le chat\\x1b]0;pwned\\x07 dort." in proc.stderr, proc.stderr
+    proc = tfm("translate", "--model", str(random_run / "missing\x1b[31m"), "Bonjour.")
+    assert proc.returncode != 0 and "missing\\x1b[31m" in proc.stderr and "\x1b" not in proc.stderr, proc.stderr

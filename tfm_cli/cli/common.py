@@ -145,17 +145,27 @@ def _finite(data: Any) -> Any:
 
 def info(message: str) -> None:
     """A status line on stderr."""
-    err.print(message, markup=False, soft_wrap=True)
+    err.print(visible(message), markup=False, soft_wrap=True)
 
 
 def warn(message: str) -> None:
     err.print(f"[yellow]warning:[/yellow] {_escape(message)}", soft_wrap=True)
 
 
+# Control characters but tab and newline (C0, DEL, C1), as \x1b: a sentence or file name holding ESC, echoed in a
+# status line or an error (`source: ...`), set the terminal's title or colours instead of being seen.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+
+
+def visible(text: str) -> str:
+    """`text` with its control characters written out (\\x1b), for the terminal."""
+    return text.translate(_CONTROLS)
+
+
 def _escape(text: str) -> str:
     from rich.markup import escape
 
-    return escape(text)
+    return escape(visible(text))
 
 
 def report_error(error: TfmError) -> None:
