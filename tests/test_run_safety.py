@@ -581,7 +581,7 @@ def test_the_free_space_a_resume_needs_counts_the_checkpoints_it_prunes(copy: Pa
     from collections import namedtuple
 
     import tfm_cli.training.checks as checks
-    from tfm_cli.errors import TfmError
+    from tfm_cli.errors import TfmError, human_size
     from tfm_cli.training import resume_recipe
     from tfm_cli.training import train as train_in_process
 
@@ -596,7 +596,7 @@ def test_the_free_space_a_resume_needs_counts_the_checkpoints_it_prunes(copy: Pa
     with pytest.raises(TfmError) as err:
         train_in_process(resume_recipe(copy, ["train.max_steps=12"]), copy, device="cpu", resume=True)
     assert str(err.value).startswith(f"{copy} has ") and ", but resuming needs about " in str(err.value)
-    assert f"of which about {checks._size(held)} is on disk already" in str(err.value), str(err.value)
+    assert f"of which about {human_size(held)} is on disk already" in str(err.value), str(err.value)
     free[0] = peak - held + 1000  # the peak fits: well under the 44 bytes a parameter of a fresh start
     assert free[0] < peak * 0.5
     result = train_in_process(resume_recipe(copy, ["train.max_steps=12"]), copy, device="cpu", resume=True)

@@ -616,29 +616,15 @@ class Trainer:
     # --- train ------------------------------------------------------------------------------------------------
 
     def fit(self) -> TrainResult:
-        """Train to train.max_steps or a stop; then average, evaluate and write the final model (rank 0)."""
+        """Train to train.max_steps or a stop; then average, evaluate and write the final model (rank 0).
+
+        Each step: train it (`_train_step`: the batches, the update, the train record, the checkpoint), then
+        evaluate and decide whether to stop (`_after_step`: dev scores, early stopping, the time budget, a stop
+        signal). A stop ends as a finished run does, with a checkpoint and the final model (`_finish`); Ctrl-C
+        saves a checkpoint and returns an interrupted run (`_interrupted`)."""
         t, dist = self.t, self.dist
         if self.finished is not None:
-            if str(self.finished.get("stopped", "")).startswith(TIME_BUDGET):
-                self.events.message(
-                    f"{self.run_dir} stopped at step {self.step} when its time budget ran out (train.max_time={t.max_time}; "
-                    f"{self.finished.get('train_seconds', 0):,.0f}s of training in all its sessions) and its final model is written: "
-                    f"nothing to do; to train on: tfm train --resume {shell_word(self.run_dir)} train.max_time=LONGER "
-                    "(it counts the training time of all sessions) or train.max_time=null"
-                )
-            elif self.step < t.max_steps:  # early stopping ended it
-                self.events.message(
-                    f"{self.run_dir} stopped early at step {self.step} ({self.finished['stopped']}) and its final model "
-                    f"is written: nothing to do; to train on: tfm train --resume {shell_word(self.run_dir)} "
-                    f"train.patience=N (more than {t.patience}, or 0 for none)"
-                )
-            else:
-                self.events.message(
-                    f"{self.run_dir} finished at step {self.step} (train.max_steps={t.max_steps}) and its final model is "
-                    f"written: nothing to do; to train on: tfm train --resume {shell_word(self.run_dir)} train.max_steps=N"
-                )
-            final = self.finished.get("dev") or {"final_model": self.finished.get("final_model")}
-            return TrainResult(self.run_dir, self.step, False, final if self.main else {}, 0.0, "")
+            return self._nothing_to_do()
         self.model.train()
         # The data path: each step's batches built ahead on a thread (pinned for asynchronous copies on CUDA). From
         # here on the stream runs ahead of training: positions come from `batches.state_dict()`, the consumed ones.
@@ -653,42 +639,10 @@ class Trainer:
         self.last_saved = self.step
         # seconds of training, all sessions together (as fairseq's --stop-time-hours): a resume continues the count
         budget = parse_duration(t.max_time) if t.max_time else None
-        self.window, rising = _Window.resumed(self.resumed_window), RisingLoss()
-        skipped = bad_in_a_row = 0  # steps whose loss was NaN or infinite: in all, and in a row
-        save_owed = False  # a checkpoint put off while the loss was NaN
-        stopped = ""
+        self.window = _Window.resumed(self.resumed_window)
         self.loop_started = time.perf_counter()
-        if budget is not None and self.earlier_seconds >= budget and self.step < t.max_steps:  # spent before this resume
-            stopped = (
-                f"{TIME_BUDGET} train.max_time={t.max_time} used up at step {self.step} of {t.max_steps} "
-                f"({self.earlier_seconds:,.0f}s of training in the sessions before this resume)"
-            )
-            self.events.message(f"{stopped}: no step to train; writing the final model")
-            self._said_after_budget()
-        elif self.resume and self.early.done and self.evaluated_step == self.step:  # decided before this resume
-            stopped = self.early.reason()
-            self.events.message(f"{stopped}, at step {self.step} before this resume: no step to train; writing the final model")
-        elif budget is not None:
-            said = getattr(self.events, "time_budget", None)  # (the CLI's events are duck-typed)
-            if said is not None:
-                said(budget - self.earlier_seconds)
-        stream_state = batches.state_dict()
-
-        def log_window(lr: float) -> dict[str, Any]:
-            """The steps since the last train record, logged (at every train.log_every steps, and at a stop)."""
-            if not self.window.tokens:
-                return {}
-            metrics = self.window.metrics(self.step, batches.epoch, lr, self.started)
-            if skipped:
-                metrics["skipped_steps"] = skipped
-            self.log({"kind": "train", **metrics})
-            self.board.train(self.step, metrics)
-            warning = rising.update(metrics["loss"], lr)
-            if warning:
-                self.events.message(warning)
-            self.window = _Window()
-            return metrics
-
+        stopped = self._stopped_before_training(budget)
+        loop = _Loop(batches, batches.state_dict(), budget)
         # A checkpoint at an evaluation step is saved before that step's evaluation (its state: the best BLEU and
         # early stopping before it). A run stopped after the save (Ctrl-C in the evaluation, a kill while best was
         # written, or during the final phase after an early stop) lost that evaluation for good: its resume went on
@@ -703,68 +657,11 @@ class Trainer:
             try:
                 while self.step < t.max_steps and not stopped:
                     if not owed_eval:  # (a resume whose step's evaluation is owed evaluates first, trains no step)
-                        stream_state = batches.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
-                        waited = time.perf_counter()
-                        group = next(batches)  # t.accum_steps batches
-                        self.window.waiting += time.perf_counter() - waited  # the data path's cost to this thread
-                        lr = inverse_sqrt_lr(self.step + 1, self.config.d_model, t.warmup_steps, t.lr_factor)
-                        stepping = time.perf_counter()
-                        loss, nll = train_step(
-                            self.step_model, self.optimizer, self.scaler, group, lr, t, self.amp, self.device, dist
-                        )
-                        self.window.stepping += time.perf_counter() - stepping  # the model step itself (it ends synchronised)
-                        self.step += 1
-                        stream_state = batches.state_dict()
-                        if math.isfinite(loss):
-                            bad_in_a_row = 0
-                            self.window.add(step_tokens(group), loss, nll)
-                        else:  # the update was skipped; a few in a row mean the run has diverged
-                            skipped += 1
-                            bad_in_a_row += 1
-                            self.log({"kind": "skipped", "step": self.step, "loss": str(loss), "lr": lr})
-                            self.events.message(f"step {self.step}: the loss is {loss} at lr {lr:.3g}: update skipped ({skipped} so far)")
-                            if bad_in_a_row >= MAX_BAD_STEPS:
-                                self.board.close()
-                                raise _diverged(self.run_dir, self.step, lr, bad_in_a_row)
-
-                        metrics: dict[str, Any] = {}
-                        if self.step % t.log_every == 0 or self.step == t.max_steps:
-                            metrics = log_window(lr)
-                        self.events.step(self.step, metrics)
-                        if self.device.type == "cpu" and self.step % TRIM_EVERY == 0:
-                            release_cpu_memory()
-
-                        if self.step % t.save_every == 0 or self.step == t.max_steps or save_owed:
-                            # weights whose loss was just NaN are not checkpointed (and prune no good checkpoint):
-                            # the save waits for a finite loss, or for the run to stop on the checkpoints before
-                            save_owed = bool(bad_in_a_row) and self.step < t.max_steps
-                            if not save_owed:
-                                self.save_checkpoint(stream_state, at_end=self.step == t.max_steps)
+                        self._train_step(loop)
                     owed_eval = False
-                    evaluating = self._evaluates_at(self.step)
-                    if evaluating and self.main and not stops.received:  # rank 0 alone (the weights are the same)
-                        stopped = self.evaluate_dev(stops.interruptible)
-                    if not stopped and budget is not None and (spent := self._train_seconds()) >= budget:
-                        stopped = (
-                            f"{TIME_BUDGET} train.max_time={t.max_time} used up at step {self.step} "
-                            f"of {t.max_steps} ({spent:,.0f}s of training"
-                            f"{' in all sessions' if self.earlier_seconds else ''})"
-                        )
-                    if dist.enabled and (evaluating or budget is not None):
-                        stopped = dist.broadcast(stopped)  # rank 0 decides: only it evaluated, and the clocks differ
-                    stops.check()  # a stop signal to any rank: KeyboardInterrupt on every rank, here
-                    if stopped:  # end as a finished run would: checkpoint here, then average and evaluate
-                        if self.window.tokens:  # the steps since the last train record (the budget ran out between two)
-                            log_window(inverse_sqrt_lr(self.step, self.config.d_model, t.warmup_steps, t.lr_factor))
-                        if self.step > self.last_saved:
-                            self.save_checkpoint(stream_state, at_end=True)
-                            stops.check()  # a stop signal during that save: an interrupted run, as anywhere else
-                        self.events.message(stopped)
-                        if stopped.startswith(TIME_BUDGET):
-                            self._said_after_budget()
-                        break
+                    stopped = self._after_step(loop, stops)
             except KeyboardInterrupt:
-                return self._interrupted(stream_state, together=stops.agreed)
+                return self._interrupted(loop.stream_state, together=stops.agreed)
             except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
                 if dist.enabled and isinstance(error, RuntimeError) and lost_a_peer(error):
                     raise self._lost_a_peer() from error
@@ -774,6 +671,134 @@ class Trainer:
                 raise
         self.loop_ended = time.perf_counter()
         return self._finish(stopped)
+
+    def _nothing_to_do(self) -> TrainResult:
+        """A resume of a run whose final model is written: said, with the setting that would train it on."""
+        t, resume = self.t, f"tfm train --resume {shell_word(self.run_dir)}"
+        if str(self.finished.get("stopped", "")).startswith(TIME_BUDGET):
+            self.events.message(
+                f"{self.run_dir} stopped at step {self.step} when its time budget ran out (train.max_time={t.max_time}; "
+                f"{self.finished.get('train_seconds', 0):,.0f}s of training in all its sessions) and its final model is written: "
+                f"nothing to do; to train on: {resume} train.max_time=LONGER "
+                "(it counts the training time of all sessions) or train.max_time=null"
+            )
+        elif self.step < t.max_steps:  # early stopping ended it
+            self.events.message(
+                f"{self.run_dir} stopped early at step {self.step} ({self.finished['stopped']}) and its final model "
+                f"is written: nothing to do; to train on: {resume} train.patience=N (more than {t.patience}, or 0 for none)"
+            )
+        else:
+            self.events.message(
+                f"{self.run_dir} finished at step {self.step} (train.max_steps={t.max_steps}) and its final model is "
+                f"written: nothing to do; to train on: {resume} train.max_steps=N"
+            )
+        final = self.finished.get("dev") or {"final_model": self.finished.get("final_model")}
+        return TrainResult(self.run_dir, self.step, False, final if self.main else {}, 0.0, "")
+
+    def _stopped_before_training(self, budget: float | None) -> str:
+        """Why a resume trains no step ("" if it trains): its time budget was spent, or early stopping decided, in
+        the sessions before. Otherwise the time budget left is said."""
+        t = self.t
+        if budget is not None and self.earlier_seconds >= budget and self.step < t.max_steps:
+            stopped = (
+                f"{TIME_BUDGET} train.max_time={t.max_time} used up at step {self.step} of {t.max_steps} "
+                f"({self.earlier_seconds:,.0f}s of training in the sessions before this resume)"
+            )
+            self.events.message(f"{stopped}: no step to train; writing the final model")
+            self._said_after_budget()
+            return stopped
+        if self.resume and self.early.done and self.evaluated_step == self.step:
+            stopped = self.early.reason()
+            self.events.message(f"{stopped}, at step {self.step} before this resume: no step to train; writing the final model")
+            return stopped
+        said = getattr(self.events, "time_budget", None)  # (the CLI's events are duck-typed)
+        if budget is not None and said is not None:
+            said(budget - self.earlier_seconds)
+        return ""
+
+    def _train_step(self, loop: _Loop) -> None:
+        """One optimizer step on the next group of batches, then its train record and checkpoint when due. A
+        NaN or infinite loss skips the update; MAX_BAD_STEPS of them in a row stop the run (TfmError)."""
+        t = self.t
+        loop.stream_state = loop.batches.state_dict()  # where this step's data starts: saved on Ctrl-C mid-step
+        waited = time.perf_counter()
+        group = next(loop.batches)  # t.accum_steps batches
+        self.window.waiting += time.perf_counter() - waited  # the data path's cost to this thread
+        lr = inverse_sqrt_lr(self.step + 1, self.config.d_model, t.warmup_steps, t.lr_factor)
+        stepping = time.perf_counter()
+        loss, nll = train_step(self.step_model, self.optimizer, self.scaler, group, lr, t, self.amp, self.device, self.dist)
+        self.window.stepping += time.perf_counter() - stepping  # the model step itself (it ends synchronised)
+        self.step += 1
+        loop.stream_state = loop.batches.state_dict()
+        if math.isfinite(loss):
+            loop.bad_in_a_row = 0
+            self.window.add(step_tokens(group), loss, nll)
+        else:  # the update was skipped; a few in a row mean the run has diverged
+            loop.skipped += 1
+            loop.bad_in_a_row += 1
+            self.log({"kind": "skipped", "step": self.step, "loss": str(loss), "lr": lr})
+            self.events.message(f"step {self.step}: the loss is {loss} at lr {lr:.3g}: update skipped ({loop.skipped} so far)")
+            if loop.bad_in_a_row >= MAX_BAD_STEPS:
+                self.board.close()
+                raise _diverged(self.run_dir, self.step, lr, loop.bad_in_a_row)
+
+        metrics: dict[str, Any] = {}
+        if self.step % t.log_every == 0 or self.step == t.max_steps:
+            metrics = self._log_window(loop, lr)
+        self.events.step(self.step, metrics)
+        if self.device.type == "cpu" and self.step % TRIM_EVERY == 0:
+            release_cpu_memory()
+
+        if self.step % t.save_every == 0 or self.step == t.max_steps or loop.save_owed:
+            # weights whose loss was just NaN are not checkpointed (and prune no good checkpoint): the save waits
+            # for a finite loss, or for the run to stop on the checkpoints before
+            loop.save_owed = bool(loop.bad_in_a_row) and self.step < t.max_steps
+            if not loop.save_owed:
+                self.save_checkpoint(loop.stream_state, at_end=self.step == t.max_steps)
+
+    def _after_step(self, loop: _Loop, stops: HeldStops) -> str:
+        """The dev evaluation when due, then whether to stop ("" to go on): early stopping, the time budget, a
+        stop signal (KeyboardInterrupt, on every rank). A stop is ended here as a finished run would end its last
+        step: the steps since the last train record logged, a checkpoint, the reason said."""
+        t, dist = self.t, self.dist
+        stopped = ""
+        evaluating = self._evaluates_at(self.step)
+        if evaluating and self.main and not stops.received:  # rank 0 alone (the weights are the same)
+            stopped = self.evaluate_dev(stops.interruptible)
+        if not stopped and loop.budget is not None and (spent := self._train_seconds()) >= loop.budget:
+            stopped = (
+                f"{TIME_BUDGET} train.max_time={t.max_time} used up at step {self.step} "
+                f"of {t.max_steps} ({spent:,.0f}s of training"
+                f"{' in all sessions' if self.earlier_seconds else ''})"
+            )
+        if dist.enabled and (evaluating or loop.budget is not None):
+            stopped = dist.broadcast(stopped)  # rank 0 decides: only it evaluated, and the clocks differ
+        stops.check()  # a stop signal to any rank: KeyboardInterrupt on every rank, here
+        if stopped:
+            if self.window.tokens:  # the steps since the last train record (the budget ran out between two)
+                self._log_window(loop, inverse_sqrt_lr(self.step, self.config.d_model, t.warmup_steps, t.lr_factor))
+            if self.step > self.last_saved:
+                self.save_checkpoint(loop.stream_state, at_end=True)
+                stops.check()  # a stop signal during that save: an interrupted run, as anywhere else
+            self.events.message(stopped)
+            if stopped.startswith(TIME_BUDGET):
+                self._said_after_budget()
+        return stopped
+
+    def _log_window(self, loop: _Loop, lr: float) -> dict[str, Any]:
+        """The steps since the last train record, logged (at every train.log_every steps, and at a stop)."""
+        if not self.window.tokens:
+            return {}
+        metrics = self.window.metrics(self.step, loop.batches.epoch, lr, self.started)
+        if loop.skipped:
+            metrics["skipped_steps"] = loop.skipped
+        self.log({"kind": "train", **metrics})
+        self.board.train(self.step, metrics)
+        warning = loop.rising.update(metrics["loss"], lr)
+        if warning:
+            self.events.message(warning)
+        self.window = _Window()
+        return metrics
 
     def _evaluates_at(self, step: int) -> bool:
         """Whether training evaluates on the dev set after `step`: every train.eval_every steps, the last included
@@ -989,6 +1014,19 @@ class Trainer:
         if png is not None:
             self.events.message(f"curves: {png}")
         return result
+
+
+@dataclass
+class _Loop:
+    """What a session's training loop carries from one step to the next (`Trainer.fit`)."""
+
+    batches: Prefetcher
+    stream_state: dict[str, Any]  # where the data of the step being trained starts, then of the next one
+    budget: float | None  # train.max_time in seconds, all sessions together
+    rising: RisingLoss = field(default_factory=RisingLoss)  # warns of a climbing training loss
+    skipped: int = 0  # steps whose loss was NaN or infinite, in all
+    bad_in_a_row: int = 0  # ... and in a row
+    save_owed: bool = False  # a checkpoint put off while the loss was NaN
 
 
 @dataclass
