@@ -5,14 +5,24 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import itertools
 
 import pytest
 import torch
 
-from tfm_cli.decoding import UNK_ID, Hypothesis, banned_ids, beam_search, greedy_search, translate_ids
+from tfm_cli.decoding import (
+    UNK_ID,
+    Hypothesis,
+    banned_ids,
+    beam_search,
+    greedy_search,
+    length_sorted_batches,
+    translate_ids,
+)
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask, padding_mask
+from tfm_cli.model.transformer import CPU_SHORT_KEYS
 from tfm_cli.tokenizer import Tokenizer
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -487,3 +497,27 @@ def test_a_live_beam_that_a_few_sure_tokens_would_make_best_is_not_dropped() -> 
     # alpha 0: log-probabilities only fall, so the present length already bounds a live beam: a short one wins
     (hyps0,) = beam_search(_MarkovEngine(table), src, src_mask, beam_size=2, alpha=0.0, max_len_offset=10, n_best=2)
     assert hyps0[0].tokens in ([], [14]) and hyps0[0].log_prob > expected
+
+
+def test_length_sorted_batches_keep_short_and_long_apart() -> None:
+    lengths = [200, 129, 128, 5, 130, 128]
+    assert length_sorted_batches(lengths, 10**6) == [[0, 4, 1, 2, 5, 3]]
+    assert length_sorted_batches(lengths, 10**6, apart=128) == [[0, 4, 1], [2, 5, 3]]
+    assert length_sorted_batches(lengths, 400, apart=128) == [[0, 4], [1], [2, 5, 3]]
+
+
+def test_a_short_sentence_is_never_batched_with_one_past_the_cpu_attention_switch() -> None:
+    """On CPU in bf16, attention over at most CPU_SHORT_KEYS keys runs the explicit fp32 formula, over more SDPA's
+    kernel. The padded width of a batch decided it for all its sentences: beside one long line, 14 of 300 bf16
+    beam translations of a quickstart model changed. Now the short sentences are decoded as they would be
+    without the long one, to the last bit."""
+    model = tiny_model(5, sharpen=2.0, max_positions=CPU_SHORT_KEYS + 40)
+    short = random_sequences([4, 9, 1, 6, 30], 13, seed=6)
+    long = random_sequences([CPU_SHORT_KEYS + 10], 13, seed=7)
+    bf16 = functools.partial(torch.autocast, "cpu", dtype=torch.bfloat16)
+    for greedy in (False, True):
+        kw = dict(beam_size=3, max_len_offset=5, greedy=greedy, autocast=bf16)
+        alone = translate_ids(model, short, **kw)
+        beside = translate_ids(model, [*short[:2], *long, *short[2:]], **kw)
+        assert [h[0].score for h in alone] == [h[0].score for h in beside[:2] + beside[3:]]
+        assert [h[0].tokens for h in alone] == [h[0].tokens for h in beside[:2] + beside[3:]]

@@ -27,7 +27,7 @@ from tfm_cli.model.config import ModelConfig
 Weights = torch.Tensor | None
 
 _REDUCED = (torch.bfloat16, torch.float16)
-_CPU_SHORT_KEYS = 128  # up to this many keys, the explicit formula in fp32 beats SDPA's kernels on CPU in bf16
+CPU_SHORT_KEYS = 128  # up to this many keys, the explicit formula in fp32 beats SDPA's kernels on CPU in bf16
 
 
 # --- 3.2.1 Scaled dot-product attention ----------------------------------------------------------------------
@@ -47,7 +47,7 @@ def attention(
     materialises the Tq x Tk matrix. When `need_weights` is set the explicit formula runs instead and the
     (B, H, Tq, Tk) weights are returned too; both paths compute the same function.
 
-    On CPU in bf16 or fp16 with at most 128 keys (`_CPU_SHORT_KEYS`: NMT sentences) the explicit formula runs in
+    On CPU in bf16 or fp16 with at most 128 keys (`CPU_SHORT_KEYS`: NMT sentences) the explicit formula runs in
     fp32, as SDPA's math kernel computes it, and only the output is rounded to the input's precision. Measured on a
     2-core AVX-512 CPU with native bf16, forward + backward of the quickstart's three attentions: SDPA's fused
     kernel in bf16 142 ms, its math kernel 39 ms, this 21-25 ms (the math kernel builds a float mask and copies
@@ -55,7 +55,7 @@ def attention(
     fused CPU kernel is the fastest there. The weights asked for (`need_weights`: inspection) are computed in fp32
     too, on any device and at any length (in bf16 the explicit formula was 5x further from exact than SDPA).
     """
-    short_on_cpu = q.device.type == "cpu" and q.dtype in _REDUCED and k.size(-2) <= _CPU_SHORT_KEYS
+    short_on_cpu = q.device.type == "cpu" and q.dtype in _REDUCED and k.size(-2) <= CPU_SHORT_KEYS
     if not need_weights and not short_on_cpu:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
     dtype = q.dtype
