@@ -8,6 +8,7 @@ import inspect
 import itertools
 import os
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -476,3 +477,23 @@ def test_the_dry_run_says_how_far_reading_a_large_corpus_has_come(tmp_path: Path
     said: list[tuple[str, int]] = []
     counts = scan_corpora(recipe_from_dict({"name": "x", "data": {"train": str(corpus), "dev": None}}), [], lambda k, n: said.append((k, n)))
     assert counts == {"data.train": 250_000} and said == [("data.train", 100_000), ("data.train", 200_000)]
+
+
+def test_training_a_tokenizer_says_how_far_each_pass_has_come(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tfm tokenize` (and `tfm train` training its tokenizer) read 2,000,000 pairs twice for two minutes with nothing
+    said: a line every PROGRESS_EVERY seconds names the pass and the pairs read."""
+    import tfm_cli.corpus as corpus
+
+    monkeypatch.setattr(corpus, "PROGRESS_EVERY", 0.0)
+    path = write(tmp_path / "train.tsv", "Un.\tOne.\nDeux.\tTwo.\nTrois.\tThree.\n")
+    said: list[str] = []
+    texts = corpus.tokenizer_texts(str(path), said.append)
+    assert list(texts()) == ["Un.", "One.", "Deux.", "Two.", "Trois.", "Three."]
+    assert list(texts()) == ["Un.", "One.", "Deux.", "Two.", "Trois.", "Three."]  # read anew
+    assert [re.sub(r" \(\d+s\)$", "", line) for line in said] == [
+        *(f"tokenizer: {n} pairs read for its alphabet (pass 1 of 2) so far" for n in (1, 2, 3)),
+        *(f"tokenizer: {n} pairs read for its pieces (pass 2 of 2) so far" for n in (1, 2, 3)),
+    ]
+    said.clear()
+    tok = train_tokenizer(corpus.tokenizer_texts(str(path), said.append), vocab_size=300)
+    assert tok.vocab_size > 260 and len(said) == 6 and said[-1].startswith("tokenizer: 3 pairs read for its pieces")

@@ -12,8 +12,6 @@ import functools
 import os
 import platform
 import sys
-import time
-from collections.abc import Callable
 
 import torch
 
@@ -121,21 +119,6 @@ def autocast(device: torch.device, precision: str):
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-def now_and_then(seconds: float, say: Callable[[str, float], None]) -> Callable[[str], None]:
-    """`said(text)` that passes `text` and the seconds since it was made to `say`, at most once every `seconds`:
-    progress lines of a long quiet phase (reading millions of corpus lines) that do not flood the log."""
-    start = last = time.perf_counter()
-
-    def said(text: str) -> None:
-        nonlocal last
-        now = time.perf_counter()
-        if now - last >= seconds:
-            last = now
-            say(text, now - start)
-
-    return said
 
 
 def tune_cpu_allocator() -> bool:

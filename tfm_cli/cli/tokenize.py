@@ -136,7 +136,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     if spec is None:
         raise typer.BadParameter("give a RECIPE or --corpus to train on (or --encode TEXT to inspect)", param_hint="RECIPE")
     settings.update({k: v for k, v in (("vocab_size", vocab_size), ("min_frequency", min_frequency)) if v is not None})
-    from tfm_cli.corpus import TsvColumns, has_text, read_pairs
+    from tfm_cli.corpus import PROGRESS_EVERY, TsvColumns, has_text, now_and_then, read_pairs, tokenizer_texts
     from tfm_cli.files import DirectoryLock
     from tfm_cli.runs import checkpoint_steps
     from tfm_cli.tokenizer import tokenizer_stats, train_tokenizer
@@ -169,12 +169,8 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     sources += [Path(c) for c in (spec if isinstance(spec, list) else [spec]) if not str(c).startswith("bundled:")]
     check_output_file(target, "--out", inputs=sources, keeps=_is_tokenizer, what="a tokenizer.json", example="tokenizer.json")
 
-    def texts():
-        for _, src, tgt in read_pairs(spec, option=option):
-            yield src
-            yield tgt
-
     started = time.perf_counter()
+    texts = tokenizer_texts(spec, info, option=option)
     tok = train_tokenizer(texts, settings["vocab_size"], settings["min_frequency"])  # read twice
     seconds = time.perf_counter() - started
     write_output(target, "--out", tok.save)  # a full disk: one line naming --out, the previous file kept
@@ -188,13 +184,16 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     columns = TsvColumns()  # a tab inside a few sentences, said as `tfm train` says it
     skipped = 0  # pairs with an empty side: `tfm train` skips them, so they are no sentences of its corpus
 
+    said = now_and_then(PROGRESS_EVERY, lambda text, seconds: info(f"{text} so far ({seconds:,.0f}s)"))
+
     def kept():
         nonlocal skipped
-        for _, src, tgt in read_pairs(spec, option=option, columns=columns):
+        for read, (_, src, tgt) in enumerate(read_pairs(spec, option=option, columns=columns), start=1):
             if has_text(src) and has_text(tgt):
                 yield src, tgt
             else:
                 skipped += 1
+            said(f"measuring the corpus: {read:,} pairs read")
 
     stats = tokenizer_stats(tok, kept())
     if warning := columns.warning():

@@ -118,7 +118,8 @@ def train(
         check_recipe_file(recipe, resolved, Path(run_dir), overrides)
 
     if dry_run:
-        from tfm_cli.runtime import now_and_then, resolve_device, resolve_precision
+        from tfm_cli.corpus import now_and_then
+        from tfm_cli.runtime import resolve_device, resolve_precision
         from tfm_cli.training import check_resume, check_start, preflight, scan_corpora
 
         torch_device = resolve_device(device)

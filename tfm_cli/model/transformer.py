@@ -53,7 +53,8 @@ def attention(
     kernel in bf16 142 ms, its math kernel 39 ms, this 21-25 ms (the math kernel builds a float mask and copies
     for its products); the quickstart's training step 6% faster than with the math kernel. fp32 keeps SDPA, whose
     fused CPU kernel is the fastest there. The weights asked for (`need_weights`: inspection) are computed in fp32
-    too, on any device and at any length (in bf16 the explicit formula was 5x further from exact than SDPA).
+    too, on any device and at any length (in bf16 the explicit formula was 5x further from exact than SDPA), then
+    returned, like the output, in the input's precision.
     """
     short_on_cpu = q.device.type == "cpu" and q.dtype in _REDUCED and k.size(-2) <= CPU_SHORT_KEYS
     if not need_weights and not short_on_cpu:
@@ -447,5 +448,5 @@ class Transformer(nn.Module):
         return KVCache.empty(len(self.decoder_layers))
 
     def num_parameters(self) -> int:
-        """Distinct trainable parameters (tied weights counted once)."""
+        """Distinct parameters, all of them trained (tied weights counted once)."""
         return sum(p.numel() for p in self.parameters())

@@ -40,7 +40,7 @@ from tfm_cli.checkpoint import (
     unreadable,
     weights_state,
 )
-from tfm_cli.corpus import read_pairs
+from tfm_cli.corpus import PROGRESS_EVERY, now_and_then, tokenizer_texts
 from tfm_cli.data import BatchStream, CorpusStats, TokenizedCorpus, encode_corpus, pad_multiple_for
 from tfm_cli.distributed import Distributed, RankError, lost_a_peer, resume_command
 from tfm_cli.distributed import setup as setup_distributed
@@ -76,7 +76,6 @@ from tfm_cli.runs import (
 )
 from tfm_cli.runtime import (
     autocast,
-    now_and_then,
     release_cpu_memory,
     resolve_device,
     resolve_precision,
@@ -219,12 +218,7 @@ def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents, resum
         events.message(f"tokenizer: {recipe.tokenizer.path} ({tokenizer.vocab_size} tokens)")
         return tokenizer
     started = time.perf_counter()
-
-    def texts() -> Iterator[str]:
-        for _, src, tgt in read_pairs(recipe.data.train):
-            yield src
-            yield tgt
-
+    texts = tokenizer_texts(recipe.data.train, events.message)
     tokenizer = train_tokenizer(texts, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency)  # read twice
     tokenizer.save(target)
     events.message(
@@ -1188,7 +1182,7 @@ def usable_corpus(recipe: Recipe, tok: Tokenizer, progress: Callable[[int], None
     return corpus
 
 
-READING_SAID_EVERY = 30.0  # seconds between two lines while a large corpus is read
+READING_SAID_EVERY = PROGRESS_EVERY  # seconds between two lines while a large corpus is read
 
 
 def _reading(events: TrainEvents) -> Callable[[int], None]:
