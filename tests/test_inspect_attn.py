@@ -508,3 +508,10 @@ def test_heatmap_lines_fit_the_terminal_in_cells_with_wide_characters(columns: i
     legend = "  ".join(line.strip() for line in lines[start:end])
     entries = [f"{j + 1} {k.replace('▁', '_')}" for j, k in enumerate(keys)]
     assert legend == "keys: " + "  ".join(entries), legend  # every key, in order, no entry broken
+
+
+def test_a_piece_that_starts_with_a_combining_mark_is_shown_on_a_dotted_circle() -> None:
+    """A Devanagari vowel sign or virama that is a piece of its own combined with the space printed before it."""
+    from tfm_cli.cli.inspect_attn import _label
+
+    assert [_label(t, 16) for t in ("े", "▁्", "▁", "नम")] == ["◌े", "◌्", "_", "नम"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -385,6 +386,8 @@ def _label(text: str, width: int) -> str:
     from rich.cells import cell_len, set_cell_size
 
     text = text.replace("▁", "_") if text.startswith("▁") and len(text) == 1 else text.replace("▁", "")
+    if text and unicodedata.category(text[0]) in ("Mn", "Mc", "Me"):  # a piece that starts with a combining mark
+        text = "◌" + text  # (a Devanagari vowel sign alone) on a dotted circle, as type specimens show them
     return text if cell_len(text) <= width else set_cell_size(text, width - 1) + "…"
 
 
