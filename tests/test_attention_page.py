@@ -126,7 +126,7 @@ def test_page_is_self_contained(tmp_path, report):
     page = path.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>")
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, flags=re.I), "no external resources"
-    assert "@import" not in page and "url(" not in page
+    assert "@import" not in page and not re.search(r"url\((?!#)", page)  # url(#id): a pattern of the page's own
     assert "{{" not in page, "every placeholder filled"
     data = _embedded(page)
     assert data["src_tokens"] == report["src_tokens"] and data["tgt_inputs"] == report["tgt_inputs"]
@@ -335,7 +335,7 @@ def test_page_in_chromium(browser, tmp_path, report):
     assert layer.first_selected_option.get_attribute("value") == "1", "the layer is kept across kinds"
     mean = [sum(h[q][k] for h in report["attention"]["cross"][1]) / report["n_heads"] for k in range(len(numbers))]
     assert numbers == pytest.approx(mean, abs=6e-4)
-    assert report["tgt_tokens"][q] in browser.find_element(By.ID, "focus").text
+    assert report["tgt_tokens"][q].lstrip("▁") in browser.find_element(By.ID, "focus").text
 
     # clicking pins the row (for touch and keyboard users), clicking again unpins it
     label.click()
@@ -372,7 +372,8 @@ def test_page_in_chromium_shows_tokens_literally(browser, tmp_path, nasty_report
     visible = browser.execute_script(
         "return [...document.querySelectorAll('#heatmap .qlabel text')].map(t => t.textContent);"
     )
-    assert NASTY in visible and "▁&amp;" in visible and "▁日本" in visible
+    assert NASTY in visible and "&amp;" in visible and "日本" in visible  # a word's "▁" dropped, as in the terminal
+    assert not any("▁" in text for text in visible)
     assert browser.find_element(By.ID, "source").text == nasty_report["source"]
     Select(browser.find_element(By.ID, "kind")).select_by_value("decoder")
     assert _labels(browser, "klabel") == nasty_report["tgt_inputs"]
@@ -445,3 +446,71 @@ def test_page_in_chromium_opens_on_the_view_the_command_chose(browser, tmp_path,
     browser.get(write_html({**report, "view": {"kind": "decoder", "layer": None, "head": None}}, tmp_path / "mean.html").as_uri())
     chosen = [Select(browser.find_element(By.ID, name)).first_selected_option.get_attribute("value") for name in ("kind", "layer", "head")]
     assert chosen == ["decoder", "0", "mean"]  # no layer given to the page: its first (the command gives one always)
+
+
+def _contrast(a: str, b: str) -> float:
+    """WCAG contrast ratio of two CSS colours given as rgb(...) strings."""
+
+    def luminance(css: str) -> float:
+        channels = [int(c) / 255 for c in re.findall(r"\d+", css)[:3]]
+        lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_page_in_chromium_holds_still_reads_well_and_says_it_as_text(browser, tmp_path):
+    """From a browser audit of a 60-word page: hovering a row grew the numbers panel above the heatmap (70 chips),
+    so the heatmap jumped under the pointer; white figures on mid-blue chips read at 2.4-4.4:1; a pinned query was
+    lost at each change of layer or head; masked future keys read "0.000"; a screen reader heard every chip at
+    every hover, and had no text for the matrix; a --token page did not show that token."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    src = [f"▁w{i}" for i in range(70)]
+    report = make_report(src, TGT, layers=(1, 2), heads=2, seed=5)
+    browser.get(write_html({**report, "view": {"kind": "encoder", "layer": 0, "head": None, "query": 5}}, tmp_path / "long.html").as_uri())
+    assert _severe(browser) == []
+    top = lambda: browser.execute_script("return document.getElementById('heatmap').getBoundingClientRect().top + window.scrollY;")  # noqa: E731
+    pressed = lambda: [g.get_attribute("aria-pressed") for g in browser.find_elements(By.CSS_SELECTOR, "#heatmap .qlabel")]  # noqa: E731
+    assert pressed().index("true") == 5 and pressed().count("true") == 1  # --token's row, pinned
+    assert "w5 (pinned)" in browser.find_element(By.ID, "focus").text
+    before = top()
+    for q in (0, 30, 69):  # rows of every length of chip list: the heatmap stays where it is
+        ActionChains(browser).move_to_element(browser.find_element(By.CSS_SELECTOR, f'#heatmap .qlabel[data-q="{q}"]')).perform()
+        assert top() == before, q
+        assert browser.find_element(By.ID, "status").text == ""  # nothing announced on a hover
+        for chip in browser.find_elements(By.CSS_SELECTOR, "#focus .chip"):
+            colour, paper = chip.value_of_css_property("color"), chip.value_of_css_property("background-color")
+            assert _contrast(colour, paper) >= 4.5, (q, chip.text, colour, paper)
+        keys = browser.execute_script(  # the key labels shaded with the row: their ink was the stylesheet's, dark on dark
+            "return [...document.querySelectorAll('#heatmap .klabel')].map(g => "
+            "[getComputedStyle(g.querySelector('text')).fill, g.querySelector('.kbg').getAttribute('fill')]);"
+        )
+        assert min(_contrast(ink, paper) for ink, paper in keys) >= 4.5, (q, keys)
+    Select(browser.find_element(By.ID, "head")).select_by_value("1")
+    assert pressed().index("true") == 5, "the pin is kept across heads"
+    browser.find_element(By.CSS_SELECTOR, '#heatmap .qlabel[data-q="5"]').click()  # unpinned
+    assert "true" not in pressed()
+    browser.find_element(By.CSS_SELECTOR, '#heatmap .qlabel[data-q="7"]').click()
+    assert browser.execute_script("return document.getElementById('status').textContent;").startswith("query w7 pinned; attends most to ")
+
+    # the view as a table: every weight to 5 decimals, as --json has them
+    browser.find_element(By.CSS_SELECTOR, "#as-table summary").click()
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('#as-table tr')].map(r => [...r.cells].map(c => c.textContent));"
+    )
+    assert len(rows) == len(report["src_tokens"]) + 1 and rows[0][1:] == [t.lstrip("▁") for t in report["src_tokens"]]
+    head = report["attention"]["encoder"][0][1]
+    assert [float(x) for x in rows[8][1:]] == pytest.approx(head[7], abs=6e-6)
+
+    # decoder: masked keys say so, in the chips and in the table
+    Select(browser.find_element(By.ID, "kind")).select_by_value("decoder")
+    browser.find_element(By.CSS_SELECTOR, '#heatmap .qlabel[data-q="2"]').click()
+    figures = [w.text for w in browser.find_elements(By.CSS_SELECTOR, "#focus .chip .w")]
+    assert figures[3:] == ["masked"] * (len(report["tgt_inputs"]) - 3) and "masked" not in figures[:3]
+    table = browser.execute_script("return [...document.querySelectorAll('#as-table tr')][3].textContent;")
+    assert table.count("masked") == len(report["tgt_inputs"]) - 3
+    assert _severe(browser) == []

@@ -178,7 +178,9 @@ def inspect_attn(
         from tfm_cli.cli.views.page import write_html
 
         # the page opens on the view the terminal shows (--kind, --layer, --head: it opened on encoder layer 1)
-        info(f"wrote {write_html({**data, 'view': {'kind': kind, 'layer': layer_index, 'head': head_index}}, html)}")
+        # (and with --token, its row pinned)
+        view = {"kind": kind, "layer": layer_index, "head": head_index, "query": query if token is not None else None}
+        info(f"wrote {write_html({**data, 'view': view}, html)}")
     if image is not None:
         from tfm_cli.cli.views.images import write_image
 
