@@ -82,36 +82,7 @@ def translate(
     dash = text == "-"
     if dash:  # as for cat, sacrebleu and most of the field's tools: stdin (a terminal too: typed lines)
         text = None
-    if greedy and n_best > 1:
-        raise typer.BadParameter("--n-best needs beam search; drop --greedy", param_hint="--n-best")
-    if greedy and beam is not None:
-        raise typer.BadParameter(f"--greedy decodes without a beam; drop --beam {beam} (or --greedy)", param_hint="--beam")
-    if beam is not None and n_best > beam:
-        raise typer.BadParameter(f"--n-best {n_best} cannot exceed --beam {beam}", param_hint="--n-best")
-    if score and (text is not None or reference is not None):
-        extra = " and ".join(w for w, v in (("TEXT", text), ("--reference", reference)) if v is not None)
-        raise typer.BadParameter(f"--score reads sources and references from its file(s); drop {extra}", param_hint="--score")
-    if greedy and alpha is not None:  # ignored without a word: greedy search ranks no hypotheses by length
-        raise typer.BadParameter(f"--greedy has no length penalty; drop --alpha {alpha:g} (or --greedy)", param_hint="--alpha")
-    if score and len(score) > 2:
-        raise typer.BadParameter("give one TSV, or a source file and a reference file", param_hint="--score")
-    if n_best > 1 and (score or reference is not None):  # scored the best and wrote only it to --output, silently
-        raise typer.BadParameter(
-            f"scoring (--score, --reference) scores the best translation of each input and --output writes only it; "
-            f"drop --n-best {n_best}, or translate without scoring to print {n_best} hypotheses an input",
-            param_hint="--n-best",
-        )
-    if output is not None and not (score or reference):
-        raise typer.BadParameter("--output is for scoring runs; redirect stdout otherwise", param_hint="--output")
-    if output is not None and str(output) == "-":  # it wrote a file named '-' (elsewhere '-' is stdin or stdout)
-        raise typer.BadParameter("--output - would write a file named '-': the scores take stdout; give a file name "
-                                 "(e.g. --output translations.txt)", param_hint="--output")
-    if bleu_tokenize not in BLEU_TOKENIZERS:
-        raise typer.BadParameter(f"{bleu_tokenize!r} is not one of: {', '.join(BLEU_TOKENIZERS)}", param_hint="--bleu-tokenize")
-    if bleu_tokenize != AUTO and not (score or reference):
-        raise typer.BadParameter("--bleu-tokenize is for scoring (--score or --reference)", param_hint="--bleu-tokenize")
-    if precision not in TRANSLATE_PRECISIONS:
-        raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(TRANSLATE_PRECISIONS)}", param_hint="--precision")
+    _check_options(text, beam, alpha, greedy, n_best, score, reference, output, bleu_tokenize, precision)
     reads_stdin = text is None and not score
     if reads_stdin and sys.stdin is None:  # started with stdin closed (<&-)
         raise TfmError("standard input is closed: there is nothing to translate", hint="give a sentence, or pipe lines into stdin")
@@ -197,31 +168,70 @@ def translate(
                 written.lines = 1
                 cuts.count(result, 1)
                 broken.count(result, 1)
-                cuts.say(json_marks=not json_out)
-                broken.say()
-                return
-            if sys.stdin.isatty():  # `tfm translate -` at a terminal: each line typed is translated when Enter is pressed
-                info("type a sentence and press Enter to translate it; Ctrl-D ends")
-            # A live bar only when the translations go to a file: at a terminal they are the progress.
-            bar = progress_bar("translate", total=None) if not sys.stdout.isatty() else contextlib.nullcontext()
-            # What has been read is translated whenever reading on would wait (StdinLines.ready), and each result is
-            # flushed: a co-process that writes a line and waits for its translation gets it, as `tail -f` does; a
-            # file piped in is all there, so it is still translated in chunks (translator.CHUNK_LINES lines).
-            if StdinLines.usable():
-                lines: Any = StdinLines(typed_command("translate"))
-                ready = lines.ready
-            else:  # no select() on this stdin (Windows): whole chunks, or the end of the input
-                lines, ready = stdin_lines(typed_command("translate")), None
-            with bar as advance:
-                results = translator.translate_stream(lines, progress=advance, ready=ready, **settings)
-                for line_no, result in enumerate(results, start=1):
-                    _emit(result, json_out, n_best, line_no)
-                    sys.stdout.flush()
-                    written.lines = line_no
-                    cuts.count(result, line_no)
-                    broken.count(result, line_no)
+            else:
+                _translate_stdin(translator, settings, json_out, n_best, written, cuts, broken)
             cuts.say(json_marks=not json_out)
             broken.say()
+
+
+def _check_options(text, beam, alpha, greedy, n_best, score, reference, output, bleu_tokenize, precision) -> None:
+    """The options' combinations, refused as usage errors before the model loads (exit status 2)."""
+    if greedy and n_best > 1:
+        raise typer.BadParameter("--n-best needs beam search; drop --greedy", param_hint="--n-best")
+    if greedy and beam is not None:
+        raise typer.BadParameter(f"--greedy decodes without a beam; drop --beam {beam} (or --greedy)", param_hint="--beam")
+    if beam is not None and n_best > beam:
+        raise typer.BadParameter(f"--n-best {n_best} cannot exceed --beam {beam}", param_hint="--n-best")
+    if score and (text is not None or reference is not None):
+        extra = " and ".join(w for w, v in (("TEXT", text), ("--reference", reference)) if v is not None)
+        raise typer.BadParameter(f"--score reads sources and references from its file(s); drop {extra}", param_hint="--score")
+    if greedy and alpha is not None:  # ignored without a word: greedy search ranks no hypotheses by length
+        raise typer.BadParameter(f"--greedy has no length penalty; drop --alpha {alpha:g} (or --greedy)", param_hint="--alpha")
+    if score and len(score) > 2:
+        raise typer.BadParameter("give one TSV, or a source file and a reference file", param_hint="--score")
+    if n_best > 1 and (score or reference is not None):  # scored the best and wrote only it to --output, silently
+        raise typer.BadParameter(
+            f"scoring (--score, --reference) scores the best translation of each input and --output writes only it; "
+            f"drop --n-best {n_best}, or translate without scoring to print {n_best} hypotheses an input",
+            param_hint="--n-best",
+        )
+    if output is not None and not (score or reference):
+        raise typer.BadParameter("--output is for scoring runs; redirect stdout otherwise", param_hint="--output")
+    if output is not None and str(output) == "-":  # it wrote a file named '-' (elsewhere '-' is stdin or stdout)
+        raise typer.BadParameter("--output - would write a file named '-': the scores take stdout; give a file name "
+                                 "(e.g. --output translations.txt)", param_hint="--output")
+    if bleu_tokenize not in BLEU_TOKENIZERS:
+        raise typer.BadParameter(f"{bleu_tokenize!r} is not one of: {', '.join(BLEU_TOKENIZERS)}", param_hint="--bleu-tokenize")
+    if bleu_tokenize != AUTO and not (score or reference):
+        raise typer.BadParameter("--bleu-tokenize is for scoring (--score or --reference)", param_hint="--bleu-tokenize")
+    if precision not in TRANSLATE_PRECISIONS:
+        raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(TRANSLATE_PRECISIONS)}", param_hint="--precision")
+
+
+def _translate_stdin(
+    translator, settings: dict[str, Any], json_out: bool, n_best: int, written: _Written, cuts: _Cuts, broken: _Broken
+) -> None:
+    """stdin's lines to stdout in order, each result written and flushed as it comes."""
+    if sys.stdin.isatty():  # `tfm translate -` at a terminal: each line typed is translated when Enter is pressed
+        info("type a sentence and press Enter to translate it; Ctrl-D ends")
+    # A live bar only when the translations go to a file: at a terminal they are the progress.
+    bar = progress_bar("translate", total=None) if not sys.stdout.isatty() else contextlib.nullcontext()
+    # What has been read is translated whenever reading on would wait (StdinLines.ready), and each result is
+    # flushed: a co-process that writes a line and waits for its translation gets it, as `tail -f` does; a
+    # file piped in is all there, so it is still translated in chunks (translator.CHUNK_LINES lines).
+    if StdinLines.usable():
+        lines: Any = StdinLines(typed_command("translate"))
+        ready = lines.ready
+    else:  # no select() on this stdin (Windows): whole chunks, or the end of the input
+        lines, ready = stdin_lines(typed_command("translate")), None
+    with bar as advance:
+        results = translator.translate_stream(lines, progress=advance, ready=ready, **settings)
+        for line_no, result in enumerate(results, start=1):
+            _emit(result, json_out, n_best, line_no)
+            sys.stdout.flush()
+            written.lines = line_no
+            cuts.count(result, line_no)
+            broken.count(result, line_no)
 
 
 class _Written:
