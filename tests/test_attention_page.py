@@ -514,3 +514,31 @@ def test_page_in_chromium_holds_still_reads_well_and_says_it_as_text(browser, tm
     table = browser.execute_script("return [...document.querySelectorAll('#as-table tr')][3].textContent;")
     assert table.count("masked") == len(report["tgt_inputs"]) - 3
     assert _severe(browser) == []
+
+
+def test_page_in_chromium_shows_the_step_by_step_of_its_token(browser, tmp_path, report):
+    """A --token page holds --explain's numbers of that query for every head: the page shows the head on screen's
+    (q·k, divided by sqrt(d_k), softmax), asks for a head on the mean, and has none for another kind."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    n = len(report["src_tokens"])
+    heads = {
+        f"{layer},{h}": [[10.0 * layer + h + k, (10.0 * layer + h + k) / 4, report["attention"]["encoder"][layer][h][3][k]] for k in range(n)]
+        for layer in range(2)
+        for h in range(4)
+    }
+    steps = {"kind": "encoder", "query": 3, "d_k": 16, "heads": heads}
+    browser.get(write_html({**report, "view": {"kind": "encoder", "layer": 1, "head": 2, "query": 3}, "steps": steps}, tmp_path / "steps.html").as_uri())
+    assert _severe(browser) == []
+    panel = browser.find_element(By.ID, "steps")
+    assert panel.is_displayed() and "query 4 “braun”" in panel.text and "√d_k = √16 = 4.00" in panel.text
+    rows = browser.execute_script("return [...document.querySelectorAll('#steps tr')].map(r => [...r.cells].map(c => c.textContent));")
+    assert rows[0] == ["key", "", "q·k", "÷ 4.00", "softmax"]
+    assert rows[1:] == [[str(k + 1), report["src_tokens"][k].lstrip("▁"), f"{12.0 + k:.2f}", f"{(12.0 + k) / 4:.2f}", f"{w:.4f}"]
+                        for k, (_, _, w) in enumerate(heads["1,2"])]
+    Select(browser.find_element(By.ID, "head")).select_by_value("mean")
+    assert "Choose a head" in panel.text and not browser.find_elements(By.CSS_SELECTOR, "#steps table")
+    Select(browser.find_element(By.ID, "kind")).select_by_value("cross")
+    assert not panel.is_displayed()
+    assert _severe(browser) == []

@@ -515,3 +515,24 @@ def test_a_piece_that_starts_with_a_combining_mark_is_shown_on_a_dotted_circle()
     from tfm_cli.cli.inspect_attn import _label
 
     assert [_label(t, 16) for t in ("े", "▁्", "▁", "नम")] == ["◌े", "◌्", "_", "नम"]
+
+
+def test_html_page_of_a_token_holds_its_step_by_step_for_every_head(trained: dict, report, tmp_path: Path) -> None:
+    """The page had no step-by-step view, and a --token page did not even show that token: it holds --explain's
+    numbers for every layer and head of that query now (and pins its row)."""
+    from test_attention_page import _embedded
+
+    page = tmp_path / "il.html"
+    _run(trained, "--token", "il", "--html", str(page))
+    data = _embedded(page.read_text(encoding="utf-8"))
+    query = find_token(report.src_tokens, "il")
+    assert data["view"]["query"] == query and data["steps"]["kind"] == "encoder" and data["steps"]["query"] == query
+    assert len(data["steps"]["heads"]) == report.n_layers["encoder"] * report.n_heads
+    for layer, head in ((0, 0), (1, 2)):
+        rows = explain(report, "encoder", layer, head, query)["rows"]
+        got = data["steps"]["heads"][f"{layer},{head}"]
+        assert got == [pytest.approx([r["dot"], r["scaled"], r["weight"]], abs=1e-4) for r in rows]
+        assert [w for _, _, w in got] == pytest.approx(data["attention"]["encoder"][layer][head][query], abs=1e-4)
+    words = tmp_path / "words.html"  # word-level tokens have no one q and k: no steps
+    _run(trained, "--token", "il", "--words", "--html", str(words))
+    assert "steps" not in _embedded(words.read_text(encoding="utf-8"))

@@ -180,7 +180,10 @@ def inspect_attn(
         # the page opens on the view the terminal shows (--kind, --layer, --head: it opened on encoder layer 1)
         # (and with --token, its row pinned)
         view = {"kind": kind, "layer": layer_index, "head": head_index, "query": query if token is not None else None}
-        info(f"wrote {write_html({**data, 'view': view}, html)}")
+        page = {**data, "view": view}
+        if token is not None and not shown.word_level:  # and that token's step by step, in every layer and head
+            page["steps"] = _steps(shown, kind, query)
+        info(f"wrote {write_html(page, html)}")
     if image is not None:
         from tfm_cli.cli.views.images import write_image
 
@@ -486,6 +489,23 @@ def _render_focus(report, kind: str, query: int) -> None:
         top = sorted(range(len(means)), key=lambda j: -means[j])[:3]
         bars = "   ".join(f"{_label(data['keys'][j], 14)} {'█' * max(1, round(means[j] * 20))} {means[j]:.2f}" for j in top)
         print(f"  layer {i + 1}: {bars}")
+
+
+def _steps(report, kind: str, query: int) -> dict[str, Any]:
+    """--explain's numbers for one query in every layer and head of `kind`, for the page: [q·k, q·k / sqrt(d_k),
+    softmax] for each key the query sees, under "layer,head" (0-based)."""
+    from tfm_cli.attention import explain
+
+    layers = report.n_layers["encoder" if kind == "encoder" else "decoder"]
+    heads = {
+        f"{layer},{head}": [
+            [round(r["dot"], 4), round(r["scaled"], 4), round(r["weight"], 5)]
+            for r in explain(report, kind, layer, head, query)["rows"]
+        ]
+        for layer in range(layers)
+        for head in range(report.n_heads)
+    }
+    return {"kind": kind, "query": query, "d_k": report.d_k, "heads": heads}
 
 
 def _render_explain(report, kind: str, layer: int, head: int, query: int) -> None:
