@@ -277,6 +277,20 @@ def test_closed_stderr_trains_and_translates_quietly(run: Path, tmp_path: Path) 
     assert (out / "model.safetensors").is_file()
 
 
+@needs_dev_full
+def test_stderr_on_a_full_disk_trains_and_translates_quietly(root: Path, run: Path, tmp_path: Path) -> None:
+    """`tfm train ... 2>train.log` on a full log partition: the first progress line's ENOSPC stopped the run before
+    it began, and the error, blamed on stdout ("check the free space where stdout goes"), went to the full stderr."""
+    out = tmp_path / "run"
+    with DEV_FULL.open("w") as full:
+        for args in (["train", str(root / "recipe.yaml"), "--out", str(out), "--device", "cpu"],
+                     ["translate", "--model", str(run), "--device", "cpu", "--greedy", " ".join(["mot"] * 200)],  # + a warning
+                     ["tokenize", "--tokenizer", str(run), "--encode", "Bonjour."]):
+            proc = subprocess.run([str(TFM), *args], stdout=subprocess.PIPE, stderr=full, text=True, env=tfm_env())
+            assert proc.returncode == 0 and proc.stdout.strip(), (args, proc.returncode)
+    assert (out / "model.safetensors").is_file()
+
+
 def _stderr_reader_gone(args: list[str], stdin: bytes = b"") -> subprocess.CompletedProcess:
     """`tfm ARGS` whose stderr is a pipe nobody reads any more (`2>&1 | tee log` whose tee was killed)."""
     read_end, write_end = os.pipe()

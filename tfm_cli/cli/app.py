@@ -25,7 +25,7 @@ import typer
 
 from tfm_cli import __version__
 from tfm_cli.cli import bench, export, inspect_attn, tokenize, train, translate
-from tfm_cli.cli.common import Command, Group, SentenceCommand, stopping_on_signals
+from tfm_cli.cli.common import Command, Group, SentenceCommand, stderr_to_devnull, stopping_on_signals
 from tfm_cli.errors import TfmError
 from tfm_cli.files import WRITE_ERRNOS
 
@@ -141,7 +141,7 @@ def main() -> None:
             report_error(TfmError("standard output is closed: there is nowhere to write the results", hint="redirect it instead, e.g. > out.txt or > /dev/null"))
         sys.exit(1)
     if sys.stderr is None:  # started with stderr closed (2>&-): progress and logs go nowhere, the work goes on
-        _stderr_to_devnull()
+        stderr_to_devnull()
     _utf8_output()
     from rich.console import Console
 
@@ -232,17 +232,6 @@ def _stdout_to_devnull() -> None:
     """/dev/null on stdout, or Python's final flush of what is left in its buffer fails again, with a traceback."""
     with contextlib.suppress(OSError, ValueError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-def _stderr_to_devnull() -> None:
-    """A closed stderr (Python's sys.stderr None) becomes /dev/null on descriptor 2, as for a reader of stderr that
-    went away: training ended at its first progress line ('NoneType' object has no attribute 'isatty'), exit 1 with
-    a half-made run and no word. On descriptor 2 itself, so the processes a command starts (torchrun's) get one."""
-    fd = os.open(os.devnull, os.O_WRONLY)
-    if fd != 2:
-        os.dup2(fd, 2)
-        os.close(fd)
-    sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 (the process's own stream)
 
 
 def _utf8_output() -> None:

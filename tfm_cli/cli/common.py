@@ -42,6 +42,25 @@ class _StderrConsole(Console):
     def on_broken_pipe(self) -> None:
         self.quiet = True
 
+    def _check_buffer(self) -> None:  # (rich's one place of writing: it catches a broken pipe only)
+        try:
+            super()._check_buffer()
+        except OSError:  # stderr on a full disk (`2>log`) or a failing device: the logs go nowhere, the work goes on
+            del self._buffer[:]
+            stderr_to_devnull()
+
+
+def stderr_to_devnull() -> None:
+    """A closed stderr (Python's sys.stderr None), or one that cannot be written (a full disk under `2>log`), becomes
+    /dev/null on descriptor 2, as for a reader of stderr that went away: training ended at its first progress line
+    ('NoneType' object has no attribute 'isatty'; "No space left on device", blamed on stdout), exit 1 with a
+    half-made run and no word. On descriptor 2 itself, so the processes a command starts (torchrun's) get one."""
+    fd = os.open(os.devnull, os.O_WRONLY)
+    if fd != 2:
+        os.dup2(fd, 2)
+        os.close(fd)
+    sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 (the process's own stream)
+
 
 # stderr: progress, logs, errors. stdout: results only.
 err = _StderrConsole(stderr=True, highlight=False)
