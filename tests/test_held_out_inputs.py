@@ -291,6 +291,22 @@ def test_stderr_on_a_full_disk_trains_and_translates_quietly(root: Path, run: Pa
     assert (out / "model.safetensors").is_file()
 
 
+def test_a_current_directory_deleted_under_the_shell_is_said(run: Path, tmp_path: Path) -> None:
+    """`cd build; rm -rf ../build` elsewhere, then tfm: torch's MKL stopped every command that loads a model with
+    "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so", exit 2."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+
+    def enter_then_delete() -> None:
+        os.chdir(gone)
+        os.rmdir(gone)
+
+    proc = subprocess.run([str(TFM), "translate", "--model", str(run), "Bonjour."], capture_output=True, text=True,
+                          env=tfm_env(), preexec_fn=enter_then_delete)
+    error_line(proc, "the current directory no longer exists")
+    assert "hint: cd to a directory that exists" in proc.stderr
+
+
 def _stderr_reader_gone(args: list[str], stdin: bytes = b"") -> subprocess.CompletedProcess:
     """`tfm ARGS` whose stderr is a pipe nobody reads any more (`2>&1 | tee log` whose tee was killed)."""
     read_end, write_end = os.pipe()

@@ -143,6 +143,14 @@ def main() -> None:
     if sys.stderr is None:  # started with stderr closed (2>&-): progress and logs go nowhere, the work goes on
         stderr_to_devnull()
     _utf8_output()
+    try:
+        os.getcwd()
+    except FileNotFoundError:  # deleted under the shell: torch's MKL then stopped every command with a "FATAL ERROR"
+        from tfm_cli.cli.common import report_error
+
+        report_error(TfmError("the current directory no longer exists (it was deleted after the shell entered it)",
+                              hint="cd to a directory that exists, then run the command again"))
+        sys.exit(1)
     from rich.console import Console
 
     Console.on_broken_pipe = _stdout_console_broken_pipe  # type: ignore[method-assign]
