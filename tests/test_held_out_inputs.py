@@ -558,3 +558,35 @@ def test_arguments_are_utf8_under_an_ascii_locale_without_utf8_mode(run: Path) -
         assert proc.returncode == 0 and sentence in proc.stdout.decode() + proc.stderr.decode(), proc.stderr.decode()
     bad = subprocess.run([str(TFM).encode(), b"translate", b"--model", str(run).encode(), b"caf\xe9"], capture_output=True, env=env)
     assert bad.returncode == 1 and "is not valid UTF-8 (a bad byte at character 4)" in bad.stderr.decode()
+
+
+def test_paths_whose_bytes_the_locale_cannot_read_are_written_as_they_are(root: Path, run: Path, tmp_path: Path) -> None:
+    """Under `LC_ALL=C` with UTF-8 mode off, a non-ASCII path (`uni_é/`) reaches Python as lone surrogates: train,
+    export and inspect-attn --html stopped with "surrogates not allowed" tracebacks at the first status line, the
+    recipe, the model card or the page. A name in another encoding (`b\\xffad`) gave invalid UTF-8 in --json."""
+    env = {**tfm_env(), "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    env.pop("PYTHONIOENCODING", None)
+    folder = tmp_path / "uni_é"
+
+    def tfm_bytes(*args: str | Path) -> subprocess.CompletedProcess:
+        words = [os.fsencode(a) if isinstance(a, Path) else a.encode() for a in args]
+        return subprocess.run([os.fsencode(TFM), *words], capture_output=True, env=env)
+
+    shutil.copytree(run, folder / "run")
+    for args in (("export", folder / "run", "--format", "release", "--out", folder / "exp_ç"),
+                 ("inspect-attn", "--model", folder / "run", "--device", "cpu", "Ça", "--html", folder / "é.html")):
+        proc = tfm_bytes(*args)
+        assert proc.returncode == 0 and b"Traceback" not in proc.stderr, (args, proc.stderr.decode(errors="replace"))
+        assert str(folder).encode() in proc.stderr + proc.stdout  # the path as it is, in UTF-8
+    assert json.loads((folder / "exp_ç" / "tfm-export.json").read_text(encoding="utf-8"))["path"] == str(folder / "exp_ç")
+    assert str(folder) in (folder / "é.html").read_text(encoding="utf-8")
+    # TensorBoard takes no such name under this locale: said in one line, the way out with it
+    proc = tfm_bytes("train", root / "recipe.yaml", "--out", folder / "new", "--device", "cpu")
+    error_line(subprocess.CompletedProcess(proc.args, proc.returncode, "", proc.stderr.decode("utf-8")),
+               f"the run directory {folder / 'new'} has a non-ASCII name, which this locale (LC_ALL=C) with Python's UTF-8 mode off")
+    assert b"hint: run with PYTHONUTF8=1" in proc.stderr
+    latin = Path(os.fsdecode(os.fsencode(tmp_path) + b"/b\xffad"))
+    shutil.copytree(run, latin)
+    proc = subprocess.run([str(TFM), "inspect-attn", "--model", str(latin), "--device", "cpu", "Je", "--json"], capture_output=True, env=tfm_env())
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert json.loads(proc.stdout.decode("utf-8"))["model"] == str(latin / FINAL)  # valid UTF-8: a \\udcff escape

@@ -5,6 +5,7 @@ A reader (or a crash, a full disk, Ctrl-C) sees the old file or the new one, nev
 
 from __future__ import annotations
 
+import codecs
 import errno
 import os
 import re
@@ -16,6 +17,27 @@ from pathlib import Path
 from tfm_cli.errors import TfmError
 
 WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}  # a disk that fills up, or fails
+
+
+def _name_bytes(error: UnicodeError) -> tuple[bytes | str, int]:
+    """The codec error handler TEXT_ERRORS. A path's bytes that the locale's encoding could not read are held by
+    Python as lone surrogates (every non-ASCII name under LC_ALL=C with PYTHONUTF8=0; a Latin-1 name anywhere), and
+    UTF-8 text with them failed to be written ("surrogates not allowed": a traceback at the first status line, the
+    model card, the recipe). Written back as the bytes they were where those are UTF-8 (`uni_é` stays `uni_é`),
+    else as backslash escapes (`b\\udcffad`), so the text stays UTF-8 (and JSON valid)."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    run = error.object[error.start : error.end]
+    try:
+        raw = run.encode("utf-8", "surrogateescape")
+        raw.decode("utf-8")
+        return raw, error.end
+    except UnicodeError:
+        return run.encode("ascii", "backslashreplace").decode("ascii"), error.end
+
+
+TEXT_ERRORS = "tfm-name-bytes"  # errors= for the text tfm writes: stdout, stderr, and files that may name a path
+codecs.register_error(TEXT_ERRORS, _name_bytes)
 
 
 def as_path(given: object, who: str, name: str = "a path") -> str | Path | None:

@@ -1083,10 +1083,10 @@ def recipe_text(recipe: Recipe) -> str:
 
 def dump_recipe(recipe: Recipe, path: str | Path) -> None:
     """Write `recipe_text(recipe)` to `path`, whole or not at all (a full disk leaves the old file)."""
-    from tfm_cli.files import atomic_write
+    from tfm_cli.files import TEXT_ERRORS, atomic_write
 
     text = recipe_text(recipe)
-    atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8", errors=TEXT_ERRORS))  # its paths
 
 
 def model_config(recipe: Recipe, vocab_size: int, pad_id: int, bos_id: int, eos_id: int) -> ModelConfig:

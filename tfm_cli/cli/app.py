@@ -27,7 +27,7 @@ from tfm_cli import __version__
 from tfm_cli.cli import bench, export, inspect_attn, tokenize, train, translate
 from tfm_cli.cli.common import Command, Group, SentenceCommand, stderr_to_devnull, stopping_on_signals
 from tfm_cli.errors import TfmError
-from tfm_cli.files import WRITE_ERRNOS
+from tfm_cli.files import TEXT_ERRORS, WRITE_ERRNOS
 
 
 class StdoutGone(Exception):
@@ -245,7 +245,11 @@ def _stdout_to_devnull() -> None:
 def _utf8_output() -> None:
     """Results and messages are written in UTF-8, as every input is read (stdin, corpora, references), whatever
     the locale or PYTHONIOENCODING say: with an ASCII or Latin-1 stdout, the first result holding a character it
-    lacks (a translation, a piece's '▁') was a UnicodeEncodeError traceback, after the work was done."""
+    lacks (a translation, a piece's '▁') was a UnicodeEncodeError traceback, after the work was done. A path whose
+    bytes the locale could not read is written as those bytes where they are UTF-8, else with backslash escapes
+    (`files.TEXT_ERRORS`): the output stays UTF-8 (raw, it was invalid JSON) and never stops a command
+    (reconfigure's "strict" was a traceback at the first status line naming such a path, under LC_ALL=C with
+    PYTHONUTF8=0)."""
     for stream in (sys.stdout, sys.stderr):
         if stream is None or not hasattr(stream, "reconfigure"):  # closed, or replaced by a caller
             continue
@@ -253,5 +257,10 @@ def _utf8_output() -> None:
             is_utf8 = codecs.lookup(stream.encoding or "").name == "utf-8"
         except LookupError:
             is_utf8 = False
-        if not is_utf8:
-            stream.reconfigure(encoding="utf-8")
+        try:
+            if not is_utf8:
+                stream.reconfigure(encoding="utf-8", errors=TEXT_ERRORS)
+            elif stream.errors != TEXT_ERRORS:
+                stream.reconfigure(errors=TEXT_ERRORS)
+        except OSError:  # "Illegal seek": a stream that has been written to and cannot say where it is
+            pass

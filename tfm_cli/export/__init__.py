@@ -21,7 +21,7 @@ from typing import Any
 
 from tfm_cli.errors import TfmError
 from tfm_cli.export.common import EXPORT_INFO, Check, ExportCheckError, ExportResult, staging
-from tfm_cli.files import as_path
+from tfm_cli.files import TEXT_ERRORS, as_path
 
 __all__ = ["FORMATS", "Check", "ExportCheckError", "ExportResult", "run_export", "default_out"]
 
@@ -124,7 +124,7 @@ def run_export(
         result.path = out
         result.notes = [note.replace(str(tmp), str(out)) for note in result.notes]  # name the final place
         info = {"format": fmt, "tfm_version": __version__, "step": loaded.step, **result.to_dict()}
-        (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8", errors=TEXT_ERRORS)
         result.files.append(EXPORT_INFO)
         failed = [c for c in result.checks if not c.ok]
         if failed:

@@ -87,7 +87,7 @@ from tfm_cli.export.common import (
     require,
     training_data_lines,
 )
-from tfm_cli.files import WRITE_ERRNOS, write_failure
+from tfm_cli.files import TEXT_ERRORS, WRITE_ERRNOS, write_failure
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask
 from tfm_cli.model.transformer import sinusoidal_table
@@ -409,7 +409,9 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
     hf_tokenizer = build_tokenizer(tokenizer, config)
     out = Path(out)
     save_marian(hf_model, hf_tokenizer, out)
-    (out / "README.md").write_text(_readme(loaded, settings.beam, settings.alpha, settings.max_len_offset), encoding="utf-8")
+    (out / "README.md").write_text(
+        _readme(loaded, settings.beam, settings.alpha, settings.max_len_offset), encoding="utf-8", errors=TEXT_ERRORS
+    )
 
     # Verify what a user gets: the directory loaded back, offline.
     with _quiet(transformers):

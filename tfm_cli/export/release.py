@@ -28,6 +28,7 @@ from tfm_cli import __version__
 from tfm_cli.checkpoint import LoadedModel, save_weights, weights_state
 from tfm_cli.errors import TfmError, shell_word
 from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff, training_data_lines
+from tfm_cli.files import TEXT_ERRORS
 from tfm_cli.runs import FINAL
 from tfm_cli.scoring import AUTO, bleu_metric
 from tfm_cli.tokenizer import Tokenizer
@@ -104,7 +105,7 @@ def export_release(
         checks.append(Check(check.name, check.value, True, "reported"))
 
     example = next((s for s in sources if 0 < len(s) <= 80 and '"' not in s), "...")
-    (out / "README.md").write_text(_model_card(loaded, dtype, scores, example), encoding="utf-8")
+    (out / "README.md").write_text(_model_card(loaded, dtype, scores, example), encoding="utf-8", errors=TEXT_ERRORS)
     files.append("README.md")
     size = (out / FINAL).stat().st_size
     notes = [f"model.safetensors: {size / 2**20:,.1f} MiB ({dtype})", f"translate with: tfm translate --model {shell_word(out)}"]

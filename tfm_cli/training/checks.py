@@ -16,7 +16,7 @@ from pathlib import Path
 from tfm_cli.checkpoint import read_metadata
 from tfm_cli.corpus import TsvColumns, read_pairs, resolve_corpus_path
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, human_size, shell_word
-from tfm_cli.files import DirectoryLock, nearest_existing
+from tfm_cli.files import DirectoryLock, nearest_existing, utf8_name
 from tfm_cli.recipe import (
     MAX_VOCAB_SIZE,
     MIN_VOCAB_SIZE,
@@ -241,6 +241,12 @@ def _check_place(run_dir: Path, resume: bool = False) -> None:
     try:  # tensorboard (and what reads metrics.jsonl) take the path as UTF-8: it failed there with a traceback
         str(run_dir).encode("utf-8")
     except UnicodeEncodeError:
+        if utf8_name(run_dir):  # UTF-8 bytes that an ASCII locale could not read (LC_ALL=C with PYTHONUTF8=0)
+            raise TfmError(
+                f"the run directory {run_dir} has a non-ASCII name, which this locale ({_locale()}) with Python's UTF-8 "
+                "mode off cannot hand to TensorBoard",
+                hint="run with PYTHONUTF8=1 (or LC_ALL=C.UTF-8), or choose an --out of ASCII letters, digits, '-', '_'",
+            ) from None
         raise TfmError(
             f"the run directory {run_dir} has a name that is not UTF-8 (bytes of another encoding)",
             hint="choose an --out whose name is UTF-8 (e.g. ASCII letters, digits, '-', '_')",
@@ -510,6 +516,14 @@ def _elsewhere(run_dir: Path, resume: bool) -> str:
 # Model settings that only act in training: a resume may change them; any other changes what the weights mean.
 _TRAINING_ONLY = ("dropout", "attn_dropout")
 _RECIPE_MODEL_KEYS = {f.name for f in dataclasses.fields(ModelRecipe)}
+
+
+def _locale() -> str:
+    """The locale setting in force, as the user set it (LC_ALL=C)."""
+    for name in ("LC_ALL", "LC_CTYPE", "LANG"):
+        if os.environ.get(name):
+            return f"{name}={os.environ[name]}"
+    return "the C locale"
 
 
 def new_run_hint(run_dir: Path, settings: list[tuple[str, object]]) -> str:

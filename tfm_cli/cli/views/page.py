@@ -58,6 +58,7 @@ def write_html(report: dict[str, Any], path: Path, option: str = "--html") -> Pa
         TfmError: it could not be written (`option` names where the path came from).
     """
     from tfm_cli.cli.common import write_output
+    from tfm_cli.files import TEXT_ERRORS
 
-    page = render_html(report)
-    return write_output(Path(path), option, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
+    page = render_html(report)  # (the model's path may hold bytes the locale could not read: TEXT_ERRORS)
+    return write_output(Path(path), option, lambda tmp: Path(tmp).write_text(page, encoding="utf-8", errors=TEXT_ERRORS))
