@@ -536,9 +536,10 @@ def test_refused_train_leaves_every_file_untouched(refused: dict) -> None:
     assert not changed, f"a refused tfm train changed {changed}"
 
 
-@pytest.mark.parametrize("signame, status", [("SIGINT", 130), ("SIGTERM", 143)])
+@pytest.mark.parametrize("signame, status", [("SIGINT", 130), ("SIGTERM", 143), ("SIGXCPU", 152)])
 def test_ctrl_c_saves_a_checkpoint_and_resume_continues(data: dict[str, Path], run: dict, signame: str, status: int) -> None:
-    """SIGINT (Ctrl-C) or SIGTERM (a scheduler's notice, `kill`) mid-training: exit 128 + the signal, a checkpoint
+    """SIGINT (Ctrl-C), SIGTERM (a scheduler's notice, `kill`) or SIGXCPU (a CPU-time limit's notice: it killed the run
+    at once, no word, the steps since its last checkpoint lost) mid-training: exit 128 + the signal, a checkpoint
     at the last completed step, then --resume carries on."""
     import signal
 

@@ -21,7 +21,7 @@ from typing import Any
 
 # In the order that decides which one the ranks of a DDP job report when they received different ones: a
 # scheduler's notice first.
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name))
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGXCPU", "SIGHUP", "SIGINT") if hasattr(signal, name))
 
 
 def stops_the_run(handler: Any) -> bool:

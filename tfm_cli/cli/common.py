@@ -661,14 +661,16 @@ def duration(seconds: float) -> str:
 # ---- stop signals ----------------------------------------------------------------------------------------------
 
 
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+# SIGXCPU: a CPU-time limit's notice (`ulimit -S -t`, a scheduler's), before the SIGKILL of the hard limit: it
+# killed a run at once, the steps since its last checkpoint lost, with no word
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGXCPU", "SIGHUP") if hasattr(signal, name))
 
 
 @contextlib.contextmanager
 def stop_signals() -> Iterator[list[int]]:
-    """SIGTERM (a batch scheduler's notice before it kills a job, `kill`, `docker stop`) and SIGHUP (the
-    terminal closed) raise KeyboardInterrupt, as Ctrl-C does: training saves the last completed step and
-    returns, an export removes its staging directory.
+    """SIGTERM (a batch scheduler's notice before it kills a job, `kill`, `docker stop`), SIGXCPU (a CPU-time
+    limit's notice) and SIGHUP (the terminal closed) raise KeyboardInterrupt, as Ctrl-C does: training saves the
+    last completed step and returns, an export removes its staging directory.
 
     Yields the list of the signals received (the first one decides the exit status). A signal whose handling
     is not the default (`nohup` ignores SIGHUP, a caller installed its own) is left alone; a second signal
