@@ -590,3 +590,24 @@ def test_paths_whose_bytes_the_locale_cannot_read_are_written_as_they_are(root: 
     proc = subprocess.run([str(TFM), "inspect-attn", "--model", str(latin), "--device", "cpu", "Je", "--json"], capture_output=True, env=tfm_env())
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     assert json.loads(proc.stdout.decode("utf-8"))["model"] == str(latin / FINAL)  # valid UTF-8: a \\udcff escape
+
+
+def test_a_memory_error_is_one_line(run: Path, monkeypatch, capsys) -> None:
+    """Under a memory limit (`ulimit -v`), Python's own allocations fail with MemoryError, e.g. importing torch.optim
+    at the first step of a large model: it was a traceback."""
+    import sys
+
+    from tfm_cli.cli import app
+    from tfm_cli.tokenizer import Tokenizer
+
+    def refused(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(Tokenizer, "load", refused)
+    monkeypatch.setattr(sys, "argv", ["tfm", "tokenize", "--tokenizer", str(run), "--encode", "Bonjour."])
+    monkeypatch.delenv("TFM_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as ended:
+        app.main()
+    assert ended.value.code == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "Error: out of memory: the system refused this process more memory" and lines[1].startswith("hint: free memory")

@@ -178,6 +178,17 @@ def main() -> None:
             _stdout_to_devnull()
             report_error(TfmError(f"writing the output failed: {error.strerror or error}", hint="check the free space where stdout goes"))
         sys.exit(1)
+    except MemoryError:  # Python's own allocations refused (a memory limit, ulimit -v): was a traceback
+        if _debug():
+            raise
+        from tfm_cli.cli.common import report_error
+
+        report_error(TfmError(
+            "out of memory: the system refused this process more memory",
+            hint="free memory, lift a limit on this process's memory (ulimit -v, a container's), or ask for less: "
+                 "a smaller model, train.max_tokens or --batch-tokens",
+        ))
+        sys.exit(1)
     except Exception as error:  # Click's usage errors and aborts: standalone_mode=False hands them here
         if _is_a(error, "ClickException"):
             _report_click_error(error)
