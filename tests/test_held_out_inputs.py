@@ -611,3 +611,18 @@ def test_a_memory_error_is_one_line(run: Path, monkeypatch, capsys) -> None:
     assert ended.value.code == 1
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == "Error: out of memory: the system refused this process more memory" and lines[1].startswith("hint: free memory")
+
+
+def test_a_final_model_that_is_not_a_regular_file_is_said(run: Path, tmp_path: Path) -> None:
+    """model.safetensors linked to /dev/null, or a dangling link: translate and export took best.safetensors instead
+    without a word (export recorded it only in tfm-export.json)."""
+    copy = Path(shutil.copytree(run, tmp_path / "run", symlinks=True))
+    shutil.copy(copy / FINAL, copy / "best.safetensors")
+    final = copy / FINAL
+    for target, said in (("/dev/null", f"{final} is not a regular file"), (str(tmp_path / "gone"), f"{final} is a broken link (to {tmp_path / 'gone'})")):
+        final.unlink()
+        final.symlink_to(target)
+        error_line(translate(copy, "Bonjour."), said)
+        proc = tfm("export", str(copy), "--format", "release", "--out", str(tmp_path / "exp"), check=False)
+        error_line(proc, said)
+    assert not (tmp_path / "exp").exists()

@@ -101,6 +101,11 @@ def resolve_weights(spec: str | Path | None, runs_root: str | Path = "runs") -> 
     for candidate in (path / FINAL, path / BEST):
         if candidate.is_file():
             return candidate
+        if os.path.lexists(candidate):  # a dangling link, a link to /dev/null, a folder: was skipped without a word
+            what = f"a broken link (to {os.readlink(candidate)})" if candidate.is_symlink() and not candidate.exists() else "not a regular file"
+            raise CheckpointError(
+                f"{candidate} is {what}", hint="put the weights file back, or give one checkpoint of the run (checkpoints/step-*.safetensors)"
+            )
     inside = [p for p in path.glob("step-*.safetensors") if _STEP_FILE.search(p.name)] if path.is_dir() else []
     if inside and not checkpoint_steps(path):  # runs/NAME/checkpoints itself: which of its checkpoints?
         run, newest = shell_word(path.parent), shell_word(max(inside, key=lambda p: p.name))
