@@ -774,3 +774,11 @@ def test_the_shipped_recipes_train_from_anywhere(tmp_path):
     with pytest.raises(RecipeError) as excinfo:
         load_recipe("bundled:tiyn.yaml")
     assert str(excinfo.value) == "tfm ships no recipe bundled:tiyn.yaml" and excinfo.value.hint == "did you mean bundled:tiny.yaml?"
+
+
+def test_an_override_with_a_line_break_is_refused():
+    """YAML folds a line break in a plain value into a space: `data.train=$'nl\\na.tsv'` trained on "nl a.tsv", silently."""
+    for text in ("data.train=nl\na.tsv", "description=two\r\nlines", 'description="quoted\nbreak"'):
+        with pytest.raises(RecipeError, match="holds a line break, which YAML reads as a space"):
+            parse_override(text)
+    assert parse_override("description=two words") == ("description", "two words")

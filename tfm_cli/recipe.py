@@ -691,6 +691,12 @@ def parse_override(text: str) -> tuple[str, Any]:
             [f"override {_shown(text)} holds bytes that are not UTF-8 (a file name in another encoding?): "
              "give it a UTF-8 name (mv) or a link with one (ln -s)"],
         )
+    if "\n" in raw or "\r" in raw:  # YAML folds a line break into a space: data.train was another file, silently
+        raise RecipeError(
+            "override",
+            [f"override {_shown(text)} holds a line break, which YAML reads as a space (a file name with one, or the "
+             "output of a command?): give the value without it (rename such a file: mv)"],
+        )
     try:
         value = yaml.load(raw, Loader=_UniqueKeyLoader)  # a SafeLoader subclass, as a recipe file is read
     except yaml.YAMLError as err:
