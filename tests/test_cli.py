@@ -1208,3 +1208,18 @@ def test_control_characters_of_a_sentence_are_shown_not_sent_to_the_terminal(ran
     assert "decoded: Le chat\\x1b]0;pwned\\x07 dort." in proc.stderr, proc.stderr
     proc = tfm("translate", "--model", str(random_run / "missing\x1b[31m"), "Bonjour.")
     assert proc.returncode != 0 and "missing\\x1b[31m" in proc.stderr and "\x1b" not in proc.stderr, proc.stderr
+
+
+def test_tokenize_out_at_the_file_systems_longest_name_is_written(tmp_path: Path) -> None:
+    """An --out name the length check let through (the longest whose temporary name fits) failed at the end with
+    "File name too long": the tokenizer's own temporary file was made inside the command's, 14 bytes longer."""
+    from tfm_cli.files import TEMPORARY_NAME_EXTRA
+    from tfm_cli.tokenizer import Tokenizer
+
+    corpus = tmp_path / "pairs.tsv"
+    corpus.write_text("Bonjour le monde.\tHello world.\nMerci beaucoup.\tThank you very much.\n" * 50, encoding="utf-8")
+    longest = os.pathconf(tmp_path, "PC_NAME_MAX") - TEMPORARY_NAME_EXTRA
+    out = tmp_path / ("t" * (longest - len(".json")) + ".json")
+    proc = tfm("tokenize", "--corpus", str(corpus), "--vocab-size", "300", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert Tokenizer.load(out).vocab_size > 260 and sorted(p.name for p in tmp_path.iterdir()) == sorted([corpus.name, out.name])

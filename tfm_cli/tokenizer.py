@@ -196,6 +196,10 @@ class Tokenizer:
             ) from err
         return cls(hf, source=str(path))
 
+    def to_json(self) -> str:
+        """The text of tokenizer.json, as `save` writes it (its `sha256` is of this text)."""
+        return self._json
+
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the tokenizer as JSON, atomically (a temporary file in the same folder, then `os.replace`)."""
         path = Path(path)

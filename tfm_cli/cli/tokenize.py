@@ -173,7 +173,9 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     texts = tokenizer_texts(spec, info, option=option)
     tok = train_tokenizer(texts, settings["vocab_size"], settings["min_frequency"])  # read twice
     seconds = time.perf_counter() - started
-    write_output(target, "--out", tok.save)  # a full disk: one line naming --out, the previous file kept
+    # a full disk: one line naming --out, the previous file kept (write_output's own temporary file: tok.save's
+    # inside it made a name 14 bytes too long for an --out near the file system's limit)
+    write_output(target, "--out", lambda tmp: Path(tmp).write_text(tok.to_json(), encoding="utf-8", newline=""))
     info(f"saved {target} ({tok.vocab_size:,} tokens, trained in {seconds:.1f}s); measuring the corpus...")
     if tok.vocab_size < settings["vocab_size"]:  # said, not left for the user to notice in the table
         info(
