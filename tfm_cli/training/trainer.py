@@ -923,8 +923,14 @@ class Trainer:
                 raise
             raise _not_saved(self.run_dir, self.step, error) from error
         self.last_saved = self.step  # only now: Ctrl-C in the middle of a save saves again in `_interrupted`
-        _drop_stop_checkpoints(self.run_dir, before=self.step)  # (an earlier stop's too: it counted in keep_last)
-        prune_checkpoints(self.run_dir, self.t.keep_last)
+        try:
+            _drop_stop_checkpoints(self.run_dir, before=self.step)  # (an earlier stop's too: it counted in keep_last)
+            prune_checkpoints(self.run_dir, self.t.keep_last)
+        except OSError as error:  # an old checkpoint that may not be deleted (immutable, another user's): it stopped the run
+            self.events.message(
+                f"warning: an older checkpoint could not be deleted ({error.filename}: {error.strerror or error}): "
+                "it is kept, and the run goes on"
+            )
         return path
 
     def _interrupted(self, stream_state: dict[str, int], together: bool = False) -> TrainResult:
