@@ -29,6 +29,7 @@ from rich.table import Table
 
 from tfm_cli.corpus import line_count as line_count  # (the commands take it from here)
 from tfm_cli.errors import RecipeError, TfmError, shell_word
+from tfm_cli.files import TEXT_ERRORS
 from tfm_cli.signals import swap_handlers
 
 
@@ -59,7 +60,7 @@ def stderr_to_devnull() -> None:
     if fd != 2:
         os.dup2(fd, 2)
         os.close(fd)
-    sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 (the process's own stream)
+    sys.stderr = open(2, "w", encoding="utf-8", errors=TEXT_ERRORS, closefd=False)  # noqa: SIM115 (the process's own stream)
 
 
 # stderr: progress, logs, errors. stdout: results only.
