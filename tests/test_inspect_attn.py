@@ -376,10 +376,10 @@ def test_cli_page_holds_the_json_weights(trained: dict, report, tmp_path: Path) 
     assert embedded["attention"] == data["attention"] and embedded["tgt_tokens"] == data["tgt_tokens"] == report.tgt_tokens
     for kind in KINDS:
         assert torch.allclose(torch.tensor(embedded["attention"][kind], dtype=torch.float64), report.weights[kind].double(), atol=5.001e-6, rtol=0)
-    assert embedded["view"] == {"kind": "cross", "layer": 1, "head": None}  # the terminal's default view: the last layer
+    assert embedded["view"] == {"kind": "cross", "layer": 1, "head": None, "query": None}  # the terminal's default view: the last layer
     _run(trained, "--kind", "encoder", "--layer", "1", "--head", "3", "--html", str(page))
     match = re.search(r'<script type="application/json" id="report">(.*?)</script>', page.read_text(encoding="utf-8"), flags=re.S)
-    assert json.loads(match.group(1))["view"] == {"kind": "encoder", "layer": 0, "head": 2}  # the page opens there
+    assert json.loads(match.group(1))["view"] == {"kind": "encoder", "layer": 0, "head": 2, "query": None}  # the page opens there
 
 
 def test_cli_bad_input(trained: dict, tmp_path: Path) -> None:
