@@ -793,13 +793,15 @@ def test_a_bad_input_under_two_processes_is_one_line(data: dict[str, Path], pair
         assert not [line for line in proc.stderr.splitlines() if re.match(r"[EWI]\d{4} ", line)], proc.stderr
 
 
-def _start_two_processes(data: dict[str, Path], name: str, save_every: int = 100000) -> tuple[subprocess.Popen, Path]:
+def _start_two_processes(
+    data: dict[str, Path], name: str, save_every: int = 100000, env_extra: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, Path]:
     """`tfm train --nproc-per-node 2` of the test recipe started with no end in sight, once it has logged a step."""
     out = data["root"] / name
     out.mkdir()
     shutil.copy(data["tokenizer"], out / "tokenizer.json")
     proc = start_tfm("train", str(data["recipe"]), "train.max_steps=100000", f"train.save_every={save_every}",
-                     "train.eval_every=0", "--out", str(out), "--device", "cpu", "--nproc-per-node", "2")
+                     "train.eval_every=0", "--out", str(out), "--device", "cpu", "--nproc-per-node", "2", env_extra=env_extra)
     wait_until(proc, has_lines(out / "metrics.jsonl"), "training never logged a step", timeout=180)
     return proc, out
 
@@ -887,24 +889,30 @@ def test_a_full_disk_under_two_processes_is_one_error_line(data: dict[str, Path]
     assert "at step 6" in resumed.stderr and (run / "model.safetensors").is_file(), resumed.stderr
 
 
-def test_ctrl_c_to_the_launcher_alone_stops_the_job(data: dict[str, Path]) -> None:
+@pytest.mark.parametrize(("signame", "status"), [("SIGINT", 130), ("SIGXCPU", 152)])
+def test_ctrl_c_to_the_launcher_alone_stops_the_job(data: dict[str, Path], signame: str, status: int) -> None:
     """SIGINT to `tfm train --nproc-per-node 2` itself (`kill -INT PID`; a terminal's Ctrl-C signals the whole
     group): Python's Ctrl-C handler raised KeyboardInterrupt in tfm alone, which then waited on torchrun while the
-    job trained on. Now it is passed on as SIGTERM is: every rank saves the same step, exit 130, no traceback."""
-    proc, out = _start_two_processes(data, "ctrl-c-to-tfm")  # with Python's Ctrl-C handler (see start_tfm)
+    job trained on. Now it is passed on as SIGTERM is: every rank saves the same step, exit 130, no traceback.
+    SIGXCPU (a CPU-time limit's notice), passed on as it was, killed torchrun, which handles no such signal: tfm
+    returned with the workers still running; they get SIGTERM now and save, exit 152."""
+    tmp = data["root"] / f"tmp-{signame}"  # where torchrun keeps its logs while it runs, and removes them
+    tmp.mkdir()
+    proc, out = _start_two_processes(data, f"{signame}-to-tfm", env_extra={"TMPDIR": str(tmp)})  # (Python's Ctrl-C handler)
     try:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, signame))
         _, stderr = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:  # the job trained on: end it (its torchrun gets SIGTERM when tfm ends)
             proc.kill()
             proc.communicate()
     stderr = stderr.decode("utf-8")
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == status, stderr
     assert "Traceback" not in stderr and "interrupted: saved" in stderr, stderr
     assert f"continue with `tfm train --resume {out} --nproc-per-node 2`" in stderr  # the same processes: exact
     assert "death signal" not in stderr  # torchrun's "W... Received 2 death signal, shutting down workers"
     _saved_by_every_rank(out)
+    assert not list(tmp.glob("tfm-torchrun-*")), "torchrun ended as it does on a stop, its logs removed"
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="finds the rank's process through /proc (Linux)")

@@ -626,3 +626,23 @@ def test_a_final_model_that_is_not_a_regular_file_is_said(run: Path, tmp_path: P
         proc = tfm("export", str(copy), "--format", "release", "--out", str(tmp_path / "exp"), check=False)
         error_line(proc, said)
     assert not (tmp_path / "exp").exists()
+
+
+def test_json_in_pieces_keeps_a_names_bytes_together(monkeypatch) -> None:
+    """print_json writes in 64 KiB pieces: the two bytes of an `é` the locale could not read (two surrogates) fell on
+    either side of a piece's end and were written as \\udcc3\\udca9 instead of é."""
+    import io
+    import sys
+
+    from tfm_cli.cli import common
+
+    name = "/tmp/\udcc3\udca9t\udcc3\udca9"  # /tmp/été read under LC_ALL=C
+    for cut in range(-2, 10):  # the piece's end falls before, inside and after the name's surrogates
+        data = {"a": "x" * (common.JSON_PIECE - len('{"a": "') - len('", "path": "/tmp/') - cut), "path": name}
+        raw = io.BytesIO()
+        stream = io.TextIOWrapper(raw, encoding="utf-8", errors=common.TEXT_ERRORS, write_through=True)
+        monkeypatch.setattr(sys, "stdout", stream)
+        common.print_json(data)
+        stream.flush()
+        got = ascii(json.loads(raw.getvalue().decode("utf-8"))["path"])  # (a report holding surrogates stops pytest-xdist)
+        assert got == ascii("/tmp/été"), cut

@@ -54,21 +54,37 @@ def evaluated_path(weights: Path) -> Path:
     return weights.with_name(weights.name.replace(".safetensors", ".evaluated.json"))
 
 
-def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
+def prune_checkpoints(run_dir: Path, keep_last: int) -> list[OSError]:
     """Delete all but the newest `keep_last` periodic checkpoints (weights and trainer state), and the trainer
     states older than those whose weights are gone (a prune cut short between its two deletions, `kill -9`, left
-    one behind for good: each a few hundred MB on a real model)."""
+    one behind for good: each a few hundred MB on a real model).
+
+    A file that may not be deleted (immutable, another user's) is left and the others are deleted all the same
+    (the first one stopped the prune, at every save, so `keep_last` no longer held): returns those errors."""
     found = checkpoint_steps(run_dir)
+    failed: list[OSError] = []
     for _, path in found[:-keep_last]:
-        path.unlink(missing_ok=True)
-        state_path(path).unlink(missing_ok=True)
-        evaluated_path(path).unlink(missing_ok=True)
+        delete_checkpoint(path, failed)
     kept = found[-keep_last:]
     if kept:
         for state in (Path(run_dir) / CHECKPOINTS).glob("step-*.state.pt"):
             match = re.fullmatch(r"step-(\d+)\.state\.pt", state.name)
             if match and int(match.group(1)) < kept[0][0] and not state.with_name(state.name.replace(".state.pt", ".safetensors")).exists():
-                state.unlink(missing_ok=True)
+                _delete(state, failed)
+    return failed
+
+
+def delete_checkpoint(weights: Path, failed: list[OSError]) -> None:
+    """Delete a checkpoint's weights, trainer state and evaluation record; what may not be deleted goes to `failed`."""
+    for path in (weights, state_path(weights), evaluated_path(weights)):
+        _delete(path, failed)
+
+
+def _delete(path: Path, failed: list[OSError]) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as error:
+        failed.append(error)
 
 
 def resolve_weights(spec: str | Path | None, runs_root: str | Path = "runs") -> Path:

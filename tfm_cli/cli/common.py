@@ -29,7 +29,7 @@ from rich.table import Table
 
 from tfm_cli.corpus import line_count as line_count  # (the commands take it from here)
 from tfm_cli.errors import RecipeError, TfmError, shell_word
-from tfm_cli.files import TEXT_ERRORS
+from tfm_cli.files import TEXT_ERRORS, WRITE_ERRNOS
 from tfm_cli.signals import swap_handlers
 
 
@@ -46,7 +46,9 @@ class _StderrConsole(Console):
     def _check_buffer(self) -> None:  # (rich's one place of writing: it catches a broken pipe only)
         try:
             super()._check_buffer()
-        except OSError:  # stderr on a full disk (`2>log`) or a failing device: the logs go nowhere, the work goes on
+        except OSError as error:  # stderr on a full disk (`2>log`) or a failing device: the logs go nowhere, the work goes on
+            if error.errno not in (*WRITE_ERRNOS, errno.EBADF):  # (not EAGAIN: a full pipe for a moment is no reason)
+                raise
             del self._buffer[:]
             stderr_to_devnull()
 
@@ -145,9 +147,14 @@ def print_json(data: Any) -> None:
     text = text.translate(_UNICODE_BREAKS) + "\n"
     # In pieces: one write of a big document (inspect-attn's maps, megabytes) that a reader leaves half-way through
     # (`| head -c 100`) came back partly done, without the broken pipe, and the command exited 0 having written half.
-    for start in range(0, len(text), JSON_PIECE):
-        sys.stdout.write(text[start : start + JSON_PIECE])
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + JSON_PIECE)
+        while end < len(text) and "\udc80" <= text[end - 1] <= "\udcff":  # a name's bytes the locale could not read:
+            end += 1  # in one piece, which TEXT_ERRORS reads together (split, `é` came out as \udcc3\udca9)
+        sys.stdout.write(text[start:end])
         sys.stdout.flush()
+        start = end
 
 
 JSON_PIECE = 1 << 16  # characters per write of print_json

@@ -340,7 +340,10 @@ class _Launch:
             forwarded.append(signum)
             if torchrun and not sent:  # once: a second signal would cut torchrun's own shutdown short
                 sent.append(signum)
-                torchrun[0].send_signal(signum)
+                # torchrun handles SIGTERM, SIGINT, SIGHUP and SIGQUIT only: SIGXCPU (a CPU-time limit's notice)
+                # killed it outright, its workers left running as this process returned; they get SIGTERM
+                xcpu = getattr(signal, "SIGXCPU", None)
+                torchrun[0].send_signal(signal.SIGTERM if signum == xcpu else signum)
 
         with handling_stop_signals(forward), _forwarding_ctrl_c(forward):
             if forwarded:  # before anything started

@@ -70,6 +70,7 @@ from tfm_cli.runs import (
     FINAL,
     checkpoint_path,
     checkpoint_steps,
+    delete_checkpoint,
     evaluated_path,
     prune_checkpoints,
     state_path,
@@ -227,10 +228,11 @@ def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents, resum
     return tokenizer
 
 
-def _drop_stop_checkpoints(run_dir: Path, before: int) -> None:
+def _drop_stop_checkpoints(run_dir: Path, before: int) -> list[OSError]:
     """Delete the checkpoints (and trainer states) older than step `before` that are off the train.save_every
     schedule, saved only because the run was stopped there (`Trainer.save_checkpoint(on_stop=True)`) or ended
-    there; one whose metadata cannot be read is kept."""
+    there; one whose metadata cannot be read is kept. Returns the errors of files that may not be deleted."""
+    failed: list[OSError] = []
     for step, path in checkpoint_steps(run_dir):
         if step >= before:
             continue
@@ -239,9 +241,8 @@ def _drop_stop_checkpoints(run_dir: Path, before: int) -> None:
         except (TfmError, OSError, ValueError):
             continue
         if saved_on in (json.dumps("stop"), json.dumps("end")):
-            path.unlink(missing_ok=True)
-            state_path(path).unlink(missing_ok=True)
-            evaluated_path(path).unlink(missing_ok=True)
+            delete_checkpoint(path, failed)
+    return failed
 
 
 def train(
@@ -370,6 +371,7 @@ class Trainer:
         self.eval_owed = False  # resumed from a checkpoint whose step's dev evaluation was never completed
         self.window = _Window()  # the sums of the steps since the last train record (`fit`)
         self.resumed_window: dict[str, Any] | None = None  # those a checkpoint saved, for the resume's first record
+        self.undeletable: set[str | None] = set()  # files of old checkpoints that could not be pruned (said once each)
         self.early = EarlyStopping(self.t.patience, self.t.patience_metric)
         self.started = time.perf_counter()
         self.earlier_seconds = 0.0  # training time of the sessions before a resume, up to its checkpoint
@@ -923,14 +925,15 @@ class Trainer:
                 raise
             raise _not_saved(self.run_dir, self.step, error) from error
         self.last_saved = self.step  # only now: Ctrl-C in the middle of a save saves again in `_interrupted`
-        try:
-            _drop_stop_checkpoints(self.run_dir, before=self.step)  # (an earlier stop's too: it counted in keep_last)
-            prune_checkpoints(self.run_dir, self.t.keep_last)
-        except OSError as error:  # an old checkpoint that may not be deleted (immutable, another user's): it stopped the run
-            self.events.message(
-                f"warning: an older checkpoint could not be deleted ({error.filename}: {error.strerror or error}): "
-                "it is kept, and the run goes on"
-            )
+        failed = _drop_stop_checkpoints(self.run_dir, before=self.step)  # (an earlier stop's too: it counted in keep_last)
+        failed += prune_checkpoints(self.run_dir, self.t.keep_last)
+        for error in failed:  # a file that may not be deleted (immutable, another user's): it stopped the run
+            if error.filename not in self.undeletable:  # said once
+                self.undeletable.add(error.filename)
+                self.events.message(
+                    f"warning: an older checkpoint's file could not be deleted ({error.filename}: {error.strerror or error}): "
+                    "it is kept, and the run goes on"
+                )
         return path
 
     def _interrupted(self, stream_state: dict[str, int], together: bool = False) -> TrainResult:
