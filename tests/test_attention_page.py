@@ -542,3 +542,26 @@ def test_page_in_chromium_shows_the_step_by_step_of_its_token(browser, tmp_path,
     Select(browser.find_element(By.ID, "kind")).select_by_value("cross")
     assert not panel.is_displayed()
     assert _severe(browser) == []
+
+
+def test_page_in_chromium_follows_a_dark_system_theme(browser, tmp_path, report):
+    """The page stayed light under a dark system theme (the browser audit): it follows prefers-color-scheme now,
+    its text readable on its panels, the heatmap's scale kept."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    try:
+        browser.get(write_html(report, tmp_path / "dark.html").as_uri())
+        page = browser.execute_script("return getComputedStyle(document.documentElement).backgroundColor;")
+        panel = browser.find_element(By.ID, "heatmap-wrap").value_of_css_property("background-color")
+        assert _contrast(page, "rgb(0, 0, 0)") < 2, page  # a dark page
+        ActionChains(browser).move_to_element(browser.find_element(By.CSS_SELECTOR, '#heatmap .qlabel[data-q="1"]')).perform()
+        for selector, prop in (("#heatmap .qlabel text", "fill"), ("#axes", "color"), ("#focus .query", "color"), ("#source", "color")):
+            ink = browser.execute_script("return getComputedStyle(document.querySelector(arguments[0]))[arguments[1]];", selector, prop)
+            assert _contrast(ink, panel if selector != "#source" else page) >= 4.5, (selector, ink, panel)
+        for chip in browser.find_elements(By.CSS_SELECTOR, "#focus .chip"):
+            assert _contrast(chip.value_of_css_property("color"), chip.value_of_css_property("background-color")) >= 4.5
+        assert _severe(browser) == []
+    finally:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "light"}]})
