@@ -196,9 +196,13 @@ class Tokenizer:
             ) from err
         return cls(hf, source=str(path))
 
-    def to_json(self) -> str:
-        """The text of tokenizer.json, as `save` writes it (its `sha256` is of this text)."""
-        return self._json
+    def write_json(self, path: str | os.PathLike[str]) -> None:
+        """Write tokenizer.json's text (the text `sha256` is of) to `path` as it is, synced to the disk: `save`
+        makes it atomic; a caller with its own temporary file (`tfm tokenize --out`) writes into that."""
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(self._json)
+            f.flush()
+            os.fsync(f.fileno())
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the tokenizer as JSON, atomically (a temporary file in the same folder, then `os.replace`)."""
@@ -206,10 +210,7 @@ class Tokenizer:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
         try:
-            with open(tmp, "w", encoding="utf-8", newline="") as f:
-                f.write(self._json)
-                f.flush()
-                os.fsync(f.fileno())
+            self.write_json(tmp)
             os.replace(tmp, path)
         except OSError as error:  # a write's error names no file (a full disk): name this one
             failure = write_failure(error, path)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -176,13 +175,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     seconds = time.perf_counter() - started
     # a full disk: one line naming --out, the previous file kept (write_output's own temporary file: tok.save's
     # inside it made a name 14 bytes too long for an --out near the file system's limit)
-    def write(tmp: str) -> None:  # as Tokenizer.save writes, synced before the rename
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
-            f.write(tok.to_json())
-            f.flush()
-            os.fsync(f.fileno())
-
-    write_output(target, "--out", write)
+    write_output(target, "--out", tok.write_json)
     info(f"saved {target} ({tok.vocab_size:,} tokens, trained in {seconds:.1f}s); measuring the corpus...")
     if tok.vocab_size < settings["vocab_size"]:  # said, not left for the user to notice in the table
         info(

@@ -118,7 +118,7 @@ def train(
         check_recipe_file(recipe, resolved, Path(run_dir), overrides)
 
     if dry_run:
-        from tfm_cli.corpus import now_and_then
+        from tfm_cli.corpus import PROGRESS_EVERY, now_and_then
         from tfm_cli.runtime import resolve_device, resolve_precision
         from tfm_cli.training import check_resume, check_start, preflight, scan_corpora
 
@@ -131,7 +131,7 @@ def train(
         found: list[str] = schedule_warnings(resolved)
         # a line every 30 s while a large corpus is read, then tokenized (minutes for millions of lines: a silent
         # dry run looked hung)
-        said = now_and_then(30.0, lambda text, seconds: info(f"{text} so far ({duration(seconds)})"))
+        said = now_and_then(PROGRESS_EVERY, lambda text, seconds: info(f"{text} so far ({duration(seconds)})"))
         pairs = scan_corpora(resolved, found, lambda key, n: said(f"{key}: {n:,} pairs read"))  # (+ a dev set in it)
         for warning in found:
             warn(warning)
