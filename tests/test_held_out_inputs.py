@@ -24,7 +24,7 @@ from test_bad_inputs import error_line, translate, write
 
 from tfm_cli.checkpoint import read_metadata
 from tfm_cli.cli.common import print_json, write_output
-from tfm_cli.errors import CheckpointError, TfmError
+from tfm_cli.errors import CheckpointError, TfmError, shell_word
 from tfm_cli.runs import FINAL
 from tfm_cli.translator import Translator
 
@@ -646,3 +646,29 @@ def test_json_in_pieces_keeps_a_names_bytes_together(monkeypatch) -> None:
         stream.flush()
         got = ascii(json.loads(raw.getvalue().decode("utf-8"))["path"])  # (a report holding surrogates stops pytest-xdist)
         assert got == ascii("/tmp/été"), cut
+
+
+def test_a_name_with_a_line_break_keeps_errors_on_one_line(run: Path, tmp_path: Path) -> None:
+    """A folder called "a<newline>b" split `Error: ...` over two lines, the second looking like another message;
+    the break is written out (\\n) now, in errors and status lines alike, and a recipe's problems stay a line each."""
+    folder = tmp_path / "two\nlines"
+    folder.mkdir()
+    line = error_line(tfm("translate", "--model", str(folder), "Bonjour.", check=False), "two\\nlines", "holds no model")
+    assert line.startswith("Error: ")
+    recipe = write(folder / "recipe.yaml", "model:\n  d_model: -1\n  n_heads: 0\n")
+    proc = tfm("train", str(recipe), "--dry-run", "--out", str(tmp_path / "out"), check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0] == f"Error: {tmp_path}/two\\nlines/recipe.yaml has 3 problems:", proc.stderr
+    assert len(lines) == 4 and all(line.startswith("  ") for line in lines[1:]), proc.stderr
+
+
+@pytest.mark.parametrize("name", ["two\nlines", "tab\there", "it's \x1b[31m red", "back\\slash\nand 'quotes'"])
+def test_a_suggested_command_types_a_name_with_control_characters(name: str) -> None:
+    """The commands messages suggest (`next: tfm translate --model ...`) quote a name holding a line break or
+    another control character as $'...': one line on the screen, and the same name once bash reads it."""
+    word = shell_word(f"runs/{name}")
+    assert "\n" not in word and "\x1b" not in word
+    typed = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, text=True, check=True)
+    assert typed.stdout == f"runs/{name}"
+    assert shell_word("runs/plain name") == "'runs/plain name'"

@@ -54,6 +54,7 @@ class RecipeError(TfmError):
             head = f"the override{s} given with {source} ha{'ve' if n != 1 else 's'} {n} problem{s}:"
         else:
             head = f"{source} has {n} problem{s}:"
+        self.head = head
         super().__init__(head + "".join(f"\n  {p}" for p in self.problems))
 
     @property
@@ -94,5 +95,12 @@ def human_size(n: int) -> str:
 
 def shell_word(path: str | os.PathLike) -> str:
     """`path` as it must be typed in a command a message suggests: quoted when it holds spaces or shell characters
-    (`tfm translate --model 'my runs/tiny'`), as is otherwise."""
-    return shlex.quote(os.fspath(path))
+    (`tfm translate --model 'my runs/tiny'`), as is otherwise; a name holding a line break or another control
+    character in bash's $'...' quoting (`$'runs/a\\nb'`), which keeps the message on one line and still types it."""
+    text = os.fspath(path)
+    if not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text):
+        return shlex.quote(text)
+    return "$'" + "".join(_ANSI_C.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0xA0 and not c.isprintable() else c) for c in text) + "'"
+
+
+_ANSI_C = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}

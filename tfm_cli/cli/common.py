@@ -172,7 +172,7 @@ def _finite(data: Any) -> Any:
 
 def info(message: str) -> None:
     """A status line on stderr."""
-    err.print(visible(message), markup=False, soft_wrap=True)
+    err.print(one_line(message), markup=False, soft_wrap=True)
 
 
 def warn(message: str) -> None:
@@ -189,19 +189,27 @@ def visible(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
+def one_line(text: str) -> str:
+    """`visible(text)` with its line breaks written out too (\\n): a status line, warning or error stays one line
+    when a name in it holds a line break (a folder called "a<newline>b" split `Error: ...` in two)."""
+    return visible(text).replace("\n", "\\n")
+
+
 def _escape(text: str) -> str:
     from rich.markup import escape
 
-    return escape(visible(text))
+    return escape(one_line(text))
 
 
 def report_error(error: TfmError) -> None:
     """The one red line (plus an indented hint) that replaces a traceback for problems the user can fix."""
-    lines = str(error).splitlines() or [error.__class__.__name__]
+    lines = [str(error) or error.__class__.__name__]  # one line: a line break in it is a name's (one_line)
     hint = error.hint
     if isinstance(error, RecipeError) and len(error.problems) == 1:  # one problem: one line, file first
         # unless a command-line override is to blame: the problem starts with it, and the file is not named
         lines = [error.problems[0] if error.only_overrides else f"{error.source}: {error.problems[0]}"]
+    elif isinstance(error, RecipeError) and error.problems:  # a line each: the file's (or overrides') head, problems
+        lines = [error.head, *(f"  {p}" for p in error.problems)]
     if isinstance(error, RecipeError) and hint is None and any(error.from_overrides):
         hint = _override_hint(error)
     err.print(f"[bold red]Error:[/bold red] {_escape(lines[0])}", soft_wrap=True)
