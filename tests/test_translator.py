@@ -338,6 +338,17 @@ def test_greedy_equals_beam_one(translator: Translator) -> None:
     assert [g.text for g in greedy] == [b.text for b in beam1]
 
 
+def test_a_greedy_score_is_its_log_probability_whatever_the_alpha(translator: Translator) -> None:
+    """Greedy search has no length penalty (`--greedy --alpha` is refused), yet its score was divided by the
+    settings' one (alpha 0.6 here): -0.63 for a log-probability of -0.85."""
+    assert translator.settings.alpha == 0.6
+    greedy = translator.translate(SOURCES, greedy=True)
+    assert all(g.score == g.log_prob for g in greedy if g)
+    assert any(len(g.tokens) > 1 for g in greedy)  # where a length penalty would have changed the score
+    beam = translator.translate(SOURCES, beam=2)
+    assert any(b.score != b.log_prob for b in beam if b)  # beam search still divides by it
+
+
 def test_min_len(ending_parts) -> None:
     translator = Translator(*ending_parts, DecodeSettings(max_len_offset=12))
     for greedy in (False, True):

@@ -300,18 +300,17 @@ def greedy_search(
     src: torch.Tensor,
     src_mask: torch.Tensor,
     max_len_offset: int = 50,
-    alpha: float = 0.0,
     min_len: int = 0,
     use_cache: bool = True,
 ) -> list[list[Hypothesis]]:
-    """Pick the most probable token at every step. Returns one hypothesis per sentence (as a 1-element list).
+    """Pick the most probable token at every step. Returns one hypothesis per sentence (as a 1-element list), its
+    score its log-probability: greedy search has no length penalty.
 
     The output is at most input length + 50 tokens by default, the paper's limit (section 6.1).
 
     Args:
         src: (B, S) source ids ending with EOS, right-padded; src_mask: (B, 1, 1, S) bool.
         max_len_offset: output may be at most source length + this many tokens (then EOS is forced).
-        alpha: length penalty used for the reported score only (greedy choices do not depend on it).
         min_len: no EOS before this many output tokens (the maximum length still wins where they conflict).
         use_cache: decode over the K/V cache (False recomputes every prefix: the same result, slower); for a
             `Transformer` only: an engine decodes as it was built.
@@ -344,7 +343,7 @@ def greedy_search(
         else:
             last = best
         step += 1
-    return [[h] for h in _hypotheses(tokens, lengths, totals, cut, alpha)]
+    return [[h] for h in _hypotheses(tokens, lengths, totals, cut, alpha=0.0)]
 
 
 @torch.inference_mode()
@@ -567,7 +566,8 @@ def translate_ids(
     Args:
         model: a `Transformer`, or an `Engine` (e.g. the ONNX one) that the same search runs on.
         sequences: source token ids; each must fit the model (length + 1 <= max_positions).
-        beam_size, alpha, max_len_offset, n_best: beam search settings (ignored with `greedy`, which returns 1).
+        beam_size, alpha, n_best: beam search settings (ignored with `greedy`, which returns 1 hypothesis, scored
+            by its log-probability: no length penalty).
         min_len: no EOS before this many output tokens, for greedy and beam search alike.
         use_cache: decode over the K/V cache; False recomputes every prefix (to measure what the cache saves).
             For a `Transformer` only: an engine decodes as it was built.
@@ -597,9 +597,7 @@ def translate_ids(
         src_mask = padding_mask(src, cfg.pad_id)  # (B, 1, 1, S)
         with autocast() if autocast is not None else contextlib.nullcontext():
             if greedy:
-                hyps = greedy_search(
-                    engine, src, src_mask, max_len_offset=max_len_offset, alpha=alpha, min_len=min_len
-                )
+                hyps = greedy_search(engine, src, src_mask, max_len_offset=max_len_offset, min_len=min_len)
             else:
                 hyps = beam_search(
                     engine, src, src_mask, beam_size=beam_size, alpha=alpha, max_len_offset=max_len_offset,
