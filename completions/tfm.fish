@@ -26,7 +26,7 @@ complete -c tfm -n '__fish_seen_subcommand_from bench; and not __fish_seen_subco
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l baseline -r -F -d 'An earlier `--json` result: exit 1 naming every gated figure that got worse by more than --tolera...'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l batch -x -d 'Batch size B.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l d-k -x -d 'Per-head width d_k.'
-complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, or cuda.'
+complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, cuda, or cuda:N (one GPU).'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l dtype -x -a 'bf16 fp16 fp32' -d 'fp32, bf16 or fp16.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l forward-only -d 'Time the forward pass only (default: forward, and forward+backward).'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l heads -x -d 'Heads H.'
@@ -42,7 +42,7 @@ complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcomman
 # tfm bench train
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from train' -l baseline -r -F -d 'An earlier `--json` result: exit 1 naming every gated figure that got worse by more than --tolera...'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from train' -l compare -d 'Also time Hugging Face MarianMT with the same shapes on the same work (needs the bench extra).'
-complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from train' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, or cuda.'
+complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from train' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, cuda, or cuda:N (one GPU).'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from train' -l help -s h -d 'Show this message and exit.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from train' -l json -d 'Print the result as one JSON document.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from train' -l model-step-only -d 'Skip the trainer phase.'
@@ -59,7 +59,7 @@ complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcomman
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l beam-only -d 'Only beam search.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l cache-only -l no-cache -d 'Also time decoding without the K/V cache (--cache-only skips it).'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l compare -d 'Also time HF MarianMT (same shapes) and CTranslate2 (these weights, float32 on CPU) on equal work.'
-complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, or cuda.'
+complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, cuda, or cuda:N (one GPU).'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l greedy-only -d 'Only greedy search.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l help -s h -d 'Show this message and exit.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l json -d 'Print the result as one JSON document.'
@@ -84,7 +84,7 @@ complete -c tfm -n '__fish_seen_subcommand_from export' -F
 
 # tfm inspect-attn
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l align -d 'Print the source-target word alignment from cross-attention (Pharaoh i-j).'
-complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, or cuda.'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, cuda, or cuda:N (one GPU).'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l explain -d 'With --token: one head step by step (q.k, /sqrt(d_k), softmax, values)'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l head -x -d 'Head, from 1, or \'mean\' of all heads (the default'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l help -s h -d 'Show this message and exit.'
@@ -115,7 +115,7 @@ complete -c tfm -n '__fish_seen_subcommand_from tokenize' -a 'data.dev= data.max
 
 # tfm train
 complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l curves -r -F -d 'Show a run\'s loss and dev BLEU curves (and write curves.png with the plot extra), then exit.'
-complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, or cuda.'
+complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, cuda, or cuda:N (one GPU).'
 complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l dry-run -d 'Check the recipe, corpora and run directory as a real start would, print the resolved recipe, par...'
 complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l help -s h -d 'Show this message and exit.'
 complete -c tfm -n '__fish_seen_subcommand_from train; and not __fish_seen_subcommand_from bench' -l json -d 'Print results as JSON for scripts instead of a table.'
@@ -135,7 +135,7 @@ complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_s
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l batch-tokens -x -d 'Source tokens per batch (default: the run\'s recipe).'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l beam -s b -x -d 'Beam size (default: the run\'s recipe, 4).'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l bleu-tokenize -x -a '13a auto char flores101 flores200 intl ja-mecab ko-mecab none zh' -d 'When scoring, sacrebleu\'s BLEU tokenizer: auto (zh for Chinese references, char for Japanese, Tha...'
-complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, or cuda.'
+complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, cuda, or cuda:N (one GPU).'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l engine -x -a 'auto onnxruntime torch' -d 'auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime.'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l greedy -d 'Greedy decoding instead of beam search.'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l help -s h -d 'Show this message and exit.'

@@ -67,7 +67,7 @@ _tfm_bench_attention() {
         '--baseline[An earlier `--json` result\: exit 1 naming every gated figure that got worse by more than --tolera...]:baseline:_files' \
         '--batch[Batch size B.]:batch: ' \
         '--d-k[Per-head width d_k.]:d k: ' \
-        '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
+        '--device[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
         '--dtype[fp32, bf16 or fp16.]:dtype:(bf16 fp16 fp32)' \
         '--forward-only[Time the forward pass only (default\: forward, and forward+backward).]' \
         '--heads[Heads H.]:heads: ' \
@@ -85,7 +85,7 @@ _tfm_bench_train() {
     _arguments -s -S \
         '--baseline[An earlier `--json` result\: exit 1 naming every gated figure that got worse by more than --tolera...]:baseline:_files' \
         '--compare[Also time Hugging Face MarianMT with the same shapes on the same work (needs the bench extra).]' \
-        '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
+        '--device[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[Print the result as one JSON document.]' \
         '--model-step-only[Skip the trainer phase.]' \
@@ -104,7 +104,7 @@ _tfm_bench_translate() {
         '--beam-only[Only beam search.]' \
         '(--cache-only --no-cache)'{--cache-only,--no-cache}'[Also time decoding without the K/V cache (--cache-only skips it).]' \
         '--compare[Also time HF MarianMT (same shapes) and CTranslate2 (these weights, float32 on CPU) on equal work.]' \
-        '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
+        '--device[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
         '--greedy-only[Only greedy search.]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[Print the result as one JSON document.]' \
@@ -160,7 +160,7 @@ _tfm_export() {
 _tfm_inspect_attn() {
     _arguments -s -S \
         '--align[Print the source-target word alignment from cross-attention (Pharaoh i-j).]' \
-        '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
+        '--device[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
         '--explain[With --token\: one head step by step (q.k, /sqrt(d_k), softmax, values)]' \
         '--head[Head, from 1, or '\''mean'\'' of all heads (the default]:head: ' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
@@ -196,7 +196,7 @@ _tfm_tokenize() {
 _tfm_train() {
     _arguments -s -S \
         '--curves[Show a run'\''s loss and dev BLEU curves (and write curves.png with the plot extra), then exit.]:curves:_files' \
-        '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
+        '--device[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
         '--dry-run[Check the recipe, corpora and run directory as a real start would, print the resolved recipe, par...]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[Print results as JSON for scripts instead of a table.]' \
@@ -218,7 +218,7 @@ _tfm_translate() {
         '--batch-tokens[Source tokens per batch (default\: the run'\''s recipe).]:batch tokens: ' \
         '(--beam -b)'{--beam,-b}'[Beam size (default\: the run'\''s recipe, 4).]:beam: ' \
         '--bleu-tokenize[When scoring, sacrebleu'\''s BLEU tokenizer\: auto (zh for Chinese references, char for Japanese, Tha...]:bleu tokenize:(13a auto char flores101 flores200 intl ja-mecab ko-mecab none zh)' \
-        '--device[Where to run\: auto (CUDA when available), cpu, or cuda.]:device:(auto cpu cuda)' \
+        '--device[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
         '--engine[auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime.]:engine:(auto onnxruntime torch)' \
         '--greedy[Greedy decoding instead of beam search.]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \

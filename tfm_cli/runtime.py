@@ -124,12 +124,11 @@ def autocast(device: torch.device, precision: str):
 def tune_cpu_allocator() -> bool:
     """Make glibc keep freed memory for reuse instead of handing it back to the kernel after every step.
 
-    By default glibc serves every block above 32 MiB with a fresh mmap and unmaps it on free, so each training
-    step page-faults its large activations (the fp32 logits of a 4k-token batch over an 8k vocabulary are ~100 MB)
-    back in: a quarter of the CPU time went to the kernel. Disabling mmap for large blocks (M_MMAP_MAX=0) and
-    trimming the heap only above 1 GiB keeps those pages mapped; training the quickstart model went from 4,733 to
-    6,309 target tokens/s on our 2-core CPU (system time 9.0 s -> 0.9 s over 25 steps), for ~35% more resident
-    memory. It is what LD_PRELOAD=libtcmalloc does (shared/peers/REPORT.md), with nothing to install.
+    By default glibc serves every block above its mmap threshold (dynamic, at most 32 MiB) with a fresh mmap and
+    unmaps it on free, so each training step page-faults its large activations back in: a quarter of the CPU time
+    went to the kernel. Disabling mmap for large blocks (M_MMAP_MAX=0) and trimming the heap only above 1 GiB keeps
+    those pages mapped; training the quickstart model went from 4,733 to 6,309 target tokens/s on our 2-core CPU
+    (system time 9.0 s -> 0.9 s over 25 steps), for ~35% more resident memory. It is what LD_PRELOAD=libtcmalloc does (the peers harness measured both), with nothing to install.
     A no-op off glibc. Returns whether it applied.
     """
     mallopt = getattr(_glibc(), "mallopt", None)

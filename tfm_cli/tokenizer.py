@@ -1,4 +1,4 @@
-"""The joint French/English subword tokenizer: train, save, load, encode, decode.
+"""The joint source/target subword tokenizer (any language pair): train, save, load, encode, decode.
 
 One BPE vocabulary is shared by source and target (paper section 5.1: "a shared source-target vocabulary").
 It is built on Hugging Face `tokenizers` and knows nothing of the model. The id layout is fixed:

@@ -80,7 +80,7 @@ def _stdout_console_broken_pipe(console: Any) -> None:
 app = typer.Typer(
     name="tfm",
     cls=_Group,
-    help="The Transformer of 'Attention Is All You Need' (Vaswani et al., 2017): tokenize, train, translate, inspect-attn, bench, export.",
+    help="The Transformer of 'Attention Is All You Need' (Vaswani et al., 2017): tokenize, train, translate, inspect-attn, bench, export.\n\nResults go to stdout, progress and logs to stderr. Set TFM_DEBUG=1 for tracebacks.",
     no_args_is_help=True,
     add_completion=False,  # static scripts live in completions/ (see the README)
     pretty_exceptions_enable=False,
@@ -99,10 +99,7 @@ def _version(value: bool) -> None:
 def _main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
-    """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a command-line toolkit.
-
-    Results go to stdout, progress and logs to stderr. Set TFM_DEBUG=1 for tracebacks.
-    """
+    """Options of `tfm` itself (the help shown is the app's `help`, above)."""
 
 
 app.command("tokenize", cls=Command)(stopping_on_signals(tokenize.tokenize))

@@ -338,7 +338,7 @@ def train(
 ) -> None:
     """Training throughput on a recipe's real batches: the model step alone next to the trainer.
 
-    The trainer is `tfm train` itself (the gap is the data path's cost); with FLOPs per token, MFU, memory and
+    The trainer is `tfm train` itself (the gap is the data path's cost plus the run-to-run spread of step times); with FLOPs per token, MFU, memory and
     padding share.
 
     Examples:

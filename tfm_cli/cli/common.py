@@ -69,7 +69,7 @@ def stderr_to_devnull() -> None:
 err = _StderrConsole(stderr=True, highlight=False)
 out = Console(highlight=False)
 
-DEVICE_HELP = "Where to run: auto (CUDA when available), cpu, or cuda."
+DEVICE_HELP = "Where to run: auto (CUDA when available), cpu, cuda, or cuda:N (one GPU)."
 JSON_HELP = "Print results as JSON for scripts instead of a table."
 
 

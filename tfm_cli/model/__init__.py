@@ -1,4 +1,4 @@
-"""The model core: pure PyTorch, no CLI, YAML or tokenizer imports (HOUSE_STYLE.md section 1).
+"""The model core: pure PyTorch, no CLI, YAML or tokenizer imports (the layering the README's Architecture section draws).
 
 `ModelConfig` and the masks' names are importable without loading torch's model code until used: the torch
 parts load lazily (PEP 562), so `tfm_cli.recipe` can use `tfm_cli.model.config` without importing torch.

@@ -147,7 +147,7 @@ class TrainResult:
     run_dir: Path
     step: int
     interrupted: bool
-    final: dict[str, Any] = field(default_factory=dict)  # dev metrics of the final (averaged) model
+    final: dict[str, Any] = field(default_factory=dict)  # dev metrics of the final model (the average, or the last checkpoint where it scored higher)
     seconds: float = 0.0
     stopped: str = ""  # why training ended before train.max_steps (early stopping, time budget); "" if it reached it
 
