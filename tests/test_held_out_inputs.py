@@ -437,6 +437,12 @@ def test_api_arguments_of_the_wrong_kind_are_clear_errors(translator: Translator
         translator.translate("Bonjour.", greedy="false")
     with pytest.raises(TfmError, match="beam=3 has no effect with greedy=True"):  # as the CLI's --greedy --beam 3
         translator.translate("Bonjour.", greedy=True, beam=3)
+    import numpy
+
+    for call in (translator.translate, lambda lines: list(translator.translate_stream(lines))):  # numpy's own message
+        with pytest.raises(TypeError, match=r"a 0-d ndarray holds one value \(pass str\(value\), or value.item\(\)\)"):
+            call(numpy.array("Bonjour."))
+    assert translator.translate(numpy.array(["Bonjour.", "Salut."])) == translator.translate(["Bonjour.", "Salut."])
 
 
 def test_api_takes_any_path_like_object(run: Path) -> None:

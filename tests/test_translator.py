@@ -12,6 +12,7 @@ import dataclasses
 import gzip
 import itertools
 import json
+import os
 import pickle
 import platform
 import re
@@ -582,6 +583,18 @@ def test_paper_defaults_without_a_recipe(parts, tmp_path: Path) -> None:
     assert t.step == 7 and t.path == tmp_path / "run" / FINAL
 
 
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_loading_a_model_leaves_the_callers_random_state_alone(parts, tmp_path: Path, precision: str) -> None:
+    """A notebook that seeds torch and then loads a model got other random numbers than without the load: building
+    the model drew its random initialisation, which the trained weights then replace."""
+    run = _run_dir(tmp_path / "run", parts, None)
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    Translator.load(run, device="cpu", precision=precision).translate("Bonjour.")
+    assert torch.equal(torch.rand(4), expected)
+
+
 def test_precedence_call_over_load_over_recipe(ending_parts, tmp_path: Path) -> None:
     run = _run_dir(tmp_path / "run", ending_parts, "  beam: 2\n  alpha: 0.0\n  min_len: 5\n  max_len_offset: 10\n")
     from_recipe = Translator.load(run, device="cpu")
@@ -947,6 +960,22 @@ def test_type_checkers_see_the_api_with_its_types() -> None:
         ]
     text_hint = typing.get_type_hints(translator.Translator.translate)["text"]
     assert typing.get_args(text_hint) == (str, Iterable[str])
+    # tfm_cli.model's lazy names too: `t.model` was Any (pyright: Unknown) to a type checker
+    from tfm_cli import model
+
+    tree = ast.parse(Path(model.__file__).read_text(encoding="utf-8"))
+    checked = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    assert {a.asname: n.module for n in checked.body if isinstance(n, ast.ImportFrom) for a in n.names} == model._LAZY
+    # paths are any os.PathLike, as the README says and the functions take: `str | Path` refused a PathLike variable
+    from tfm_cli.export import run_export
+
+    for function, names in (
+        (translator.Translator.load, ("model", "runs_root")), (tfm_cli.load_recipe, ("path",)),
+        (tfm_cli.train, ("recipe", "run_dir")), (run_export, ("model", "out", "runs_root")),
+    ):
+        hints = typing.get_type_hints(function)
+        for name in names:
+            assert os.PathLike[str] in typing.get_args(hints[name]), (function.__qualname__, name, hints[name])
 
 
 def _constant_parts(parts, favourite: int, eos_weight: float):

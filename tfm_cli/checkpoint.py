@@ -207,7 +207,9 @@ class LoadedModel:
     metadata: dict[str, str]
 
 
-def load_model(spec: str | Path | None, device: str | torch.device = "cpu", runs_root: str | Path = "runs") -> LoadedModel:
+def load_model(
+    spec: str | os.PathLike[str] | None, device: str | torch.device = "cpu", runs_root: str | os.PathLike[str] = "runs"
+) -> LoadedModel:
     """Load weights + config + tokenizer and check that they belong together.
 
     Raises:
@@ -296,7 +298,8 @@ def _load_model(path: Path, device: str | torch.device) -> LoadedModel:
             hint="put back the tokenizer.json this model was trained with",
         )
     _warn_if_config_differs(run_dir / "config.json", config, path)
-    model = Transformer(config)
+    with torch.random.fork_rng(devices=[]):  # the random initialisation the weights replace: the caller's seed stays
+        model = Transformer(config)
     load_state(model, read_weights(path), path)
     model.to(device).eval()
     return LoadedModel(model, tokenizer, path, run_dir, step, metadata)

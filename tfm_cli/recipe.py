@@ -1054,7 +1054,7 @@ def recipe_path(path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
+def load_recipe(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Recipe:
     """Read a YAML recipe, apply overrides, convert to dataclasses and validate.
 
     Args:

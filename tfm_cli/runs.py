@@ -87,7 +87,7 @@ def _delete(path: Path, failed: list[OSError]) -> None:
         failed.append(error)
 
 
-def resolve_weights(spec: str | Path | None, runs_root: str | Path = "runs") -> Path:
+def resolve_weights(spec: str | os.PathLike[str] | None, runs_root: str | os.PathLike[str] = "runs") -> Path:
     """The weights file meant by `spec`: a .safetensors file, or a run directory, or (None) the newest run.
 
     In a run directory the final averaged model wins, then the best checkpoint, then the newest checkpoint.

@@ -189,6 +189,9 @@ def _check_ordered(given: Any, what: str) -> None:
     if isinstance(given, (AbstractSet, Mapping)):
         raise TypeError(f"{what} takes a list of strings in order; a {type(given).__name__} has no order to give the "
                         "translations back in (pass a list)")
+    if getattr(given, "ndim", None) == 0:  # numpy's 0-d array says it is iterable, then fails: "iteration over a 0-d array"
+        raise TypeError(f"{what} takes a string or a list of strings; a 0-d {type(given).__name__} holds one value "
+                        "(pass str(value), or value.item())")
 
 
 def _check_progress(progress: Any) -> None:
@@ -376,12 +379,12 @@ class Translator:
     @classmethod
     def load(
         cls,
-        model: str | Path | None = None,
+        model: str | os.PathLike[str] | None = None,
         *,
         engine: str = "auto",
         device: str | torch.device = "auto",
         precision: str = "auto",
-        runs_root: str | Path = "runs",
+        runs_root: str | os.PathLike[str] = "runs",
         **settings: Any,
     ) -> Translator:
         """Load a run directory (its final model, else its best, else its newest checkpoint), a .safetensors file,

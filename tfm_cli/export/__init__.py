@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,12 +48,12 @@ def _out_for(run: Path, fmt: str) -> Path:
 
 def run_export(
     fmt: str,
-    model: str | Path | None,
-    out: str | Path | None = None,
+    model: str | os.PathLike[str] | None,
+    out: str | os.PathLike[str] | None = None,
     *,
     force: bool = False,
     verify_lines: int = 200,
-    runs_root: str | Path = "runs",
+    runs_root: str | os.PathLike[str] = "runs",
     progress: Callable[[str, int], contextlib.AbstractContextManager[Callable[[int], None] | None]] | None = None,
     **options: Any,
 ) -> ExportResult:

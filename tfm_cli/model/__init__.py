@@ -7,9 +7,19 @@ parts load lazily (PEP 562), so `tfm_cli.recipe` can use `tfm_cli.model.config` 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfm_cli.model.config import ModelConfig, config_problems
+
+if TYPE_CHECKING:  # what type checkers read (`X as X`: a re-export); at run time `__getattr__` imports them
+    from tfm_cli.model.cache import KVCache as KVCache
+    from tfm_cli.model.cache import LayerCache as LayerCache
+    from tfm_cli.model.masks import causal_mask as causal_mask
+    from tfm_cli.model.masks import padding_mask as padding_mask
+    from tfm_cli.model.masks import target_mask as target_mask
+    from tfm_cli.model.transformer import Transformer as Transformer
+    from tfm_cli.model.transformer import attention as attention
+    from tfm_cli.model.transformer import sinusoidal_table as sinusoidal_table
 
 _LAZY = {
     "KVCache": "tfm_cli.model.cache",

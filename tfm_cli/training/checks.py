@@ -126,7 +126,7 @@ def _trained_now(run_dir: Path) -> bool:
         lock.release()
 
 
-def check_recipe_file(recipe_file: str | Path, recipe: Recipe, run_dir: Path, overrides: Sequence[str] = ()) -> None:
+def check_recipe_file(recipe_file: str | os.PathLike[str], recipe: Recipe, run_dir: Path, overrides: Sequence[str] = ()) -> None:
     """Refuse a start whose recipe file is the run directory's recipe.yaml, which the start replaces with the
     resolved recipe (`tfm train proj/recipe.yaml --out proj` lost the user's comments and layout), unless that
     file already is the resolved recipe (a run started again before its first checkpoint); and say so when a

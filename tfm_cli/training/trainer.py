@@ -246,8 +246,8 @@ def _drop_stop_checkpoints(run_dir: Path, before: int) -> list[OSError]:
 
 
 def train(
-    recipe: Recipe | str | Path | None = None,
-    run_dir: str | Path | None = None,
+    recipe: Recipe | str | os.PathLike[str] | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
     device: str | torch.device = "auto",
     resume: bool = False,
     events: TrainEvents | None = None,
