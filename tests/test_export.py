@@ -255,6 +255,28 @@ def test_sigterm_removes_the_partial_export_and_stale_ones_are_swept(trained, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["release"]
 
 
+def test_an_export_killed_between_the_renames_of_force_gets_its_previous_export_back(trained, tmp_path: Path) -> None:
+    """`--force` moves the previous export aside (.NAME.PID.XXXX.old), then renames the new one into place: a SIGKILL
+    between the two left no --out at all and the previous export in the hidden folder for good. The next export to
+    that --out puts it back first (and a .old folder whose export is in place is removed)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "release"
+    run_export("release", trained["dir"], out, verify_lines=0)
+    made = json.loads((out / "tfm-export.json").read_text())
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout)
+    aside = tmp_path / f".release.{gone}.wxyz.old"
+    aside.mkdir()
+    out.rename(aside / "release")  # as the kill left it: the previous export aside, no --out
+    leftover = tmp_path / f".release.{gone}.abcd.old"  # and one whose replacement was already in place
+    (leftover / "release").mkdir(parents=True)
+    with pytest.raises(TfmError, match="is not empty"):  # without --force: the export put back is not replaced
+        run_export("release", trained["dir"], out, verify_lines=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["release"]
+    assert json.loads((out / "tfm-export.json").read_text()) == made
+
+
 def test_format_options_fp16_range_and_a_broken_recipe_are_named(trained, tmp_path: Path) -> None:
     with pytest.raises(TfmError, match=r"dtype is not an option of the onnx export \(its options: opset\)"):
         run_export("onnx", trained["dir"], tmp_path / "onnx", dtype="fp16")

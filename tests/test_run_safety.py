@@ -850,3 +850,32 @@ def test_an_old_checkpoint_that_may_not_be_deleted_does_not_stop_the_run(copy: P
     assert len(warned) == 1 and f"({locked}: Operation not permitted): it is kept, and the run goes on" in warned[0]  # once
     # the others are pruned all the same: keep_last still holds for what may be deleted
     assert [step for step, _ in checkpoint_steps(copy)] == [5, 15, 20]
+
+
+def test_the_curves_are_drawn_before_the_summary_marks_the_run_finished(root: Path, tmp_path: Path, monkeypatch) -> None:
+    """summary.json was written first: a stop between the two (a kill soak's Ctrl-C) left the run without
+    curves.png for good, its resume finding nothing to do. A chart that cannot be written (a full disk) is a
+    warning, not the end of a run whose final model is written."""
+    import errno
+
+    from tfm_cli.training import trainer
+    from tfm_cli.training import train as train_in_process
+
+    summary_there: list[bool] = []
+
+    def full_disk(run_dir: Path, *args, **kwargs) -> None:
+        summary_there.append((Path(run_dir) / "summary.json").exists())
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    said: list[str] = []
+
+    class Events(trainer.TrainEvents):
+        def message(self, text: str) -> None:
+            said.append(text)
+
+    monkeypatch.setattr(trainer, "write_curves_png", full_disk)
+    out = tmp_path / "run"
+    result = train_in_process(load_recipe(root / "recipe.yaml"), out, device="cpu", events=Events())
+    assert summary_there == [False]
+    assert json.loads((out / "summary.json").read_text())["steps"] == result.step
+    assert f"warning: curves.png not written (No space left on device); `tfm train --curves {out}` draws them" in said

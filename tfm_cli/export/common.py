@@ -237,6 +237,7 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
             f"the export folder {out} has a name that is not UTF-8 (bytes of another encoding)",
             hint="choose an --out whose name is UTF-8 (e.g. ASCII letters, digits, '-', '_')",
         )
+    _sweep_partials(out)  # first: a killed --force's previous export goes back to `out` before `out` is looked at
     resolved = out.resolve()
     for path in protect:
         p = Path(path).resolve()
@@ -283,7 +284,7 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
     if not existing.is_dir():
         raise TfmError(f"{out} cannot be written: {existing} is a file, not a folder", hint="choose another --out directory")
     made = [p for p in [out.absolute().parent, *out.absolute().parent.parents] if not p.exists()]
-    _sweep_partials(out)
+    _sweep_partials(out)  # (again: `out` may have been a link, now the folder it points to)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".partial", dir=out.parent))
@@ -298,7 +299,7 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
             if path.is_file():
                 path.chmod(mode)
         if out.exists() and force:
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".old", dir=out.parent))
             try:
                 out.rename(old / out.name)
                 tmp.rename(out)
@@ -385,17 +386,24 @@ def _install_new(tmp: Path, out: Path) -> None:
 
 
 def _sweep_partials(out: Path) -> None:
-    """Remove the staging directories of earlier exports to `out` whose process is gone (killed with SIGKILL,
-    or a machine that went down): they are named .NAME.PID.XXXX.partial. Those of a live process are left."""
+    """Clear what earlier exports to `out` left when their process was killed (SIGKILL, a machine that went
+    down), named .NAME.PID.XXXX.partial (a staging folder: removed) and .NAME.PID.XXXX.old (the export a --force
+    was replacing: put back where `out` is missing, the kill having come between the two renames, else removed).
+    Those of a live process are left."""
     if not out.parent.is_dir():
         return
-    for stale in out.parent.glob(f".{glob.escape(out.name)}.*.partial"):
+    for stale in sorted(out.parent.glob(f".{glob.escape(out.name)}.*.partial")) + sorted(
+        out.parent.glob(f".{glob.escape(out.name)}.*.old")
+    ):
         pid = stale.name[len(out.name) + 2 :].split(".", 1)[0]
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
+            if stale.suffix == ".old" and (stale / out.name / EXPORT_INFO).is_file() and not os.path.lexists(out):
+                with contextlib.suppress(OSError):
+                    (stale / out.name).rename(out)
             shutil.rmtree(stale, ignore_errors=True)
         except OSError:  # alive, but another user's
             pass

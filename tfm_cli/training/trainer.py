@@ -1007,15 +1007,21 @@ class Trainer:
             # stopped before this file was written (while averaging or evaluating) left a recipe.yaml ahead of it
             "recipe_resolved": recipe_to_dict(with_absolute_paths(self.recipe)),
         }
+        # the curves before summary.json, which marks the run finished: a stop between the two left it without
+        # curves.png for good (its resume found nothing to do)
+        try:
+            png = write_curves_png(run_dir)
+        except OSError as error:  # a full disk: the chart is not worth the run's summary
+            self.events.message(f"warning: curves.png not written ({error.strerror or error}); `tfm train --curves {shell_word(run_dir)}` draws them")
+        else:
+            if png is not None:
+                self.events.message(f"curves: {png}")
         try:
             atomic_write(run_dir / "summary.json", lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=2)))
         except OSError as error:
             if not _unwritable(error):
                 raise
             raise _not_saved(run_dir, self.step, error, what="summary.json", done=True) from error
-        png = write_curves_png(run_dir)
-        if png is not None:
-            self.events.message(f"curves: {png}")
         return result
 
 
