@@ -678,3 +678,59 @@ def test_a_suggested_command_types_a_name_with_control_characters(name: str) -> 
     typed = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, text=True, check=True)
     assert typed.stdout == f"runs/{name}"
     assert shell_word("runs/plain name") == "'runs/plain name'"
+
+
+def test_yaml_and_json_nested_deeper_than_python_reads_are_one_line(run: Path, tmp_path: Path) -> None:
+    """`[[[[...` a thousand deep ended in a RecursionError traceback of some 3,000 lines: a recipe, an override, a
+    bench baseline; a run's config.json so nested is warned about as any damaged one is (below)."""
+    deep = "[" * 1000 + "]" * 1000
+    recipe = write(tmp_path / "deep.yaml", f"name: x\ndescription: {deep}\n")
+    error_line(tfm("train", str(recipe), "--dry-run", "--out", str(tmp_path / "r"), check=False),
+               f"{recipe}: invalid YAML: nested too deeply to read")
+    tiny = Path(__file__).parents[1] / "recipes" / "tiny.yaml"
+    error_line(tfm("train", str(tiny), f"model.dropout={deep}", "--dry-run", "--out", str(tmp_path / "r"), check=False),
+               "has a value nested too deeply to read")
+    baseline = write(tmp_path / "baseline.json", "[" * 100_000)
+    error_line(tfm("bench", "attention", "--baseline", str(baseline), "--lengths", "8", check=False),
+               f"{baseline} is not a JSON file (JSON nested too deeply to read)", code=2)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "empty", "deep", "list"])
+def test_a_run_config_json_that_is_not_a_model_config_is_warned_about_not_read_for_ever(run: Path, tmp_path: Path, kind: str) -> None:
+    """The weights carry their own config; config.json beside them is what other tools read. A FIFO there blocked
+    `translate` for good, a link to /dev/zero read until the memory ran out, and an empty or damaged one went
+    unsaid while one that disagreed with the weights was warned about: each is warned about now, and translated."""
+    copy = Path(shutil.copytree(run, tmp_path / "run"))
+    config = copy / "config.json"
+    config.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(config)
+    elif kind == "dev-zero":
+        config.symlink_to("/dev/zero")
+    else:
+        config.write_text({"empty": "", "deep": "[" * 100_000, "list": "[1, 2]"}[kind])
+    proc = tfm("translate", "--model", str(copy), "Bonjour.", timeout=120)
+    why = {"fifo": "is not a regular file", "dev-zero": "is not a regular file", "empty": "is not JSON (Expecting value",
+           "deep": "is not JSON (JSON nested too deeply to read)", "list": "is not a JSON object"}[kind]
+    assert f"warning: {config} {why}" in proc.stderr and proc.stdout.strip(), proc.stderr
+
+
+def test_a_socket_given_as_a_file_is_called_a_socket(run: Path, tmp_path: Path) -> None:
+    """A Unix socket as --score said "cannot read the file ([Errno 6] No such device or address: ...); is it a
+    complete, uncompressed or gzip text file?": Python's errno, and advice about a file it is not."""
+    import socket
+
+    path = tmp_path / "sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        error_line(tfm("translate", "--model", str(run), "--score", str(path), check=False), f"--score {path} is a socket, not a file")
+        error_line(tfm("tokenize", "--corpus", str(path), "--out", str(tmp_path / "t.json"), check=False),
+                   f"--corpus {path} is a socket, not a file")
+
+
+def test_a_recipe_of_two_files_joined_names_the_byte_order_mark_between_them(tmp_path: Path) -> None:
+    """`cat a.yaml b.yaml` of two files saved with a byte-order mark: the second's first key was "\\ufeffname is not
+    a recipe key; did you mean name?", the difference invisible."""
+    recipe = write(tmp_path / "joined.yaml", "\ufeffname: a\n".encode() + "\ufeffdescription: b\n".encode())
+    error_line(tfm("train", str(recipe), "--dry-run", "--out", str(tmp_path / "r"), check=False),
+               f"{recipe}: description is written after an invisible byte-order mark (U+FEFF)")

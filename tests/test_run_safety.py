@@ -858,8 +858,8 @@ def test_the_curves_are_drawn_before_the_summary_marks_the_run_finished(root: Pa
     warning, not the end of a run whose final model is written."""
     import errno
 
-    from tfm_cli.training import trainer
     from tfm_cli.training import train as train_in_process
+    from tfm_cli.training import trainer
 
     summary_there: list[bool] = []
 
@@ -879,3 +879,20 @@ def test_the_curves_are_drawn_before_the_summary_marks_the_run_finished(root: Pa
     assert summary_there == [False]
     assert json.loads((out / "summary.json").read_text())["steps"] == result.step
     assert f"warning: curves.png not written (No space left on device); `tfm train --curves {out}` draws them" in said
+
+
+def test_a_trainer_state_that_is_not_a_file_is_named_and_a_dry_run_says_what_a_resume_passes_over(copy: Path) -> None:
+    """A folder (or a pipe) where the newest trainer state belongs was passed over as a missing state, and a
+    `--dry-run` of the resume said nothing of the checkpoint it would pass over (the resume itself says it)."""
+    newest = checkpoint_path(copy, 10)
+    state_path(newest).unlink()
+    proc = train("--resume", str(copy), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "checkpoint(s) at step 10 have no trainer state (the run stopped while saving): resuming from step 5" in proc.stderr
+    state_path(newest).mkdir()
+    before = snapshot(copy)
+    for extra in (["--dry-run"], []):
+        proc = train("--resume", str(copy), *extra)
+        error_line(proc, f"{state_path(newest)} is not a regular file (a directory, a pipe or a broken link)")
+        assert "hint: put the trainer state back there, or move that away to resume from the checkpoint before" in proc.stderr
+    assert snapshot(copy) == before

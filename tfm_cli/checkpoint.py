@@ -31,8 +31,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load, load_file, save, save_file
 
 from tfm_cli import __version__
-from tfm_cli.errors import CheckpointError, UnreadableFileError, shell_word
-from tfm_cli.files import atomic_write, utf8_name
+from tfm_cli.errors import CheckpointError, UnreadableFileError, human_size, shell_word
+from tfm_cli.files import atomic_write, json_value, utf8_name
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.runs import FINAL, checkpoint_steps, resolve_weights, run_dir_of, state_path
 from tfm_cli.signals import held_stop_signals
@@ -75,7 +75,7 @@ def _header_in_key_order(header: bytes) -> bytes:
     format pads); `header` itself where that cannot be. The library writes the metadata from a hash map, in an order
     that changes from process to process: two identical runs wrote equal tensors in files of different bytes."""
     try:
-        parsed = json.loads(header)
+        parsed = json_value(header)
     except ValueError:
         return header
     metadata = parsed.get("__metadata__") if isinstance(parsed, dict) else None
@@ -110,7 +110,7 @@ def _header_metadata(path: str | Path) -> dict[str, str]:
         if not 2 <= size <= 100_000_000:
             raise SafetensorError(f"a header of {size} bytes")
         try:
-            header = json.loads(f.read(size))
+            header = json_value(f.read(size))
         except ValueError as err:
             raise SafetensorError(f"its header is not JSON ({err})") from None
     metadata = header.get("__metadata__") if isinstance(header, dict) else None
@@ -282,7 +282,7 @@ def _load_model(path: Path, device: str | torch.device) -> LoadedModel:
             hint="put back the tokenizer.json this model was trained with",
         )
     try:
-        data = json.loads(metadata["config"])
+        data = json_value(metadata["config"])
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         config = ModelConfig.from_dict(data)
@@ -305,15 +305,37 @@ def _load_model(path: Path, device: str | torch.device) -> LoadedModel:
     return LoadedModel(model, tokenizer, path, run_dir, step, metadata)
 
 
+CONFIG_JSON_MAX = 1 << 20  # bytes; a model config is a few hundred
+
+
 def _warn_if_config_differs(config_json: Path, config: ModelConfig, path: Path) -> None:
     """The weights carry their own config, which tfm uses; a config.json beside them that says otherwise (edited,
     or copied from another run) is what other tools read, so a release with it would build them another model."""
-    try:
-        theirs = json.loads(config_json.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # none (a bare .safetensors file), or unreadable: nothing to compare
+    if not os.path.lexists(config_json):  # a bare .safetensors file, or a run that has none: nothing to compare
         return
+    theirs, problem = None, ""
+    try:
+        if not config_json.is_file():  # a FIFO would block the command, a link to /dev/zero fill the memory
+            problem = "is not a regular file"
+        elif (size := config_json.stat().st_size) > CONFIG_JSON_MAX:
+            problem = f"is {human_size(size)}, not a model config"
+        else:
+            theirs = json_value(config_json.read_text(encoding="utf-8"))
+            problem = "" if isinstance(theirs, dict) else "is not a JSON object"
+    except OSError as error:
+        problem = f"cannot be read ({error.strerror or error})"
+    except ValueError as error:  # not UTF-8, or not JSON (empty, cut short, another file's bytes)
+        problem = f"is not JSON ({str(error).splitlines()[0]})"
+    if problem:
+        warnings.warn(
+            f"{config_json} {problem}: tfm uses the config the weights carry; other tools read config.json (write it "
+            "again from the weights, e.g. `tfm export RUN --format release`)",
+            stacklevel=4,
+        )
+        return
+    assert isinstance(theirs, dict)
     ours = config.to_dict()
-    differ = [f"{k} {theirs[k]} there, {v} in the weights" for k, v in ours.items() if isinstance(theirs, dict) and k in theirs and theirs[k] != v]
+    differ = [f"{k} {theirs[k]} there, {v} in the weights" for k, v in ours.items() if k in theirs and theirs[k] != v]
     if differ:
         more = f" and {len(differ) - 2} more" if len(differ) > 2 else ""
         warnings.warn(

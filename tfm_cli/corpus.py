@@ -121,6 +121,9 @@ def resolve_corpus_path(spec: str | os.PathLike, once: bool = False, option: str
         raise CorpusError(f"{option} {text} is a directory, not a file", hint=f"give {option} the path of a text file")
     if path.is_dir():
         raise CorpusError(f"corpus file {text} is not a file but a directory: give the path of a .tsv or .txt file")
+    if path.is_socket():  # open() fails with "No such device or address", which read as a damaged file
+        what = f"{option} {text}" if option is not None else f"corpus file {text}"
+        raise CorpusError(f"{what} is a socket, not a file", hint="give the path of a text file")
     if not path.is_file() and not once:  # a pipe (/dev/stdin, <(zcat ...)) or a device: it can be read only once
         raise CorpusError(
             f"corpus file {text} is a pipe or a device, not a file: a corpus is read more than once, "

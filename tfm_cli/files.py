@@ -7,14 +7,25 @@ from __future__ import annotations
 
 import codecs
 import errno
+import json
 import os
 import re
 import stat
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from tfm_cli.errors import TfmError
+
+
+def json_value(text: str | bytes) -> Any:
+    """`json.loads` for text read from a file: JSON nested deeper than Python's recursion limit (`[[[[...`, a
+    damaged or hostile file) is a ValueError, as any other malformed JSON is, not a RecursionError."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None
 
 WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}  # a disk that fills up, or fails
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tfm_cli.files import atomic_write, write_failure
+from tfm_cli.files import atomic_write, json_value, write_failure
 from tfm_cli.runs import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.signals import held_stop_signals
 
@@ -281,8 +281,8 @@ def read_curves(run_dir: Path) -> dict[str, Any]:
             if not line:
                 continue
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a crash mid-write: skip it
+                record = json_value(line)
+            except ValueError:  # a line cut by a crash mid-write: skip it
                 continue
             if not _is_record(record):
                 continue

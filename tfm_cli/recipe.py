@@ -631,6 +631,9 @@ _KNOWN_AS = {
 def _unknown_key(dotted: str) -> str:
     """`x.y is not a recipe key; did you mean x.z?` (or the valid keys when nothing is close). A key of another
     section (`train.beam`, or `max_steps` at the top level) is pointed there, not to a look-alike (train.betas)."""
+    if "\ufeff" in dotted:  # a byte-order mark inside the file, where two saved with one were joined (cat a b)
+        return (f"{dotted.replace(chr(0xFEFF), '')} is written after an invisible byte-order mark (U+FEFF), as where two "
+                "files saved with one were joined: delete that character (the line's first)")
     parts = dotted.split(".")
     head = f"{dotted} is not a recipe key"
     folded = ".".join(p.casefold().replace("-", "_") for p in parts)  # TRAIN.MAX_STEPS, train.max-steps
@@ -708,6 +711,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise RecipeError(
             "override", [f"override {_shown(text)} has a number too long to read ({str(err).split(';')[0]})"]
         ) from None
+    except RecursionError:  # [[[[... deeper than Python's recursion limit: PyYAML's reader recurses
+        raise RecipeError("override", [f"override {_shown(text)} has a value nested too deeply to read"]) from None
     if not raw.strip():  # `data.dev=$DEV` with DEV unset: the dev set was dropped without a word (read as null)
         raise RecipeError(
             "override",
@@ -1013,6 +1018,8 @@ def _read_yaml(path: Path, source: str) -> Any:
         long = re.search(r"[0-9_]{4300,}", text)
         where = f" at line {text.count(chr(10), 0, long.start()) + 1}" if long else ""
         raise RecipeError(source, [f"invalid YAML{where}: a number too long to read ({str(err).split(';')[0]})"]) from None
+    except RecursionError:  # [[[[... a few hundred levels deep: PyYAML's reader recurses (a recipe is 3 levels deep)
+        raise RecipeError(source, ["invalid YAML: nested too deeply to read (a recipe's keys are at most 3 levels deep)"]) from None
 
 
 def _yaml_advice(err: yaml.MarkedYAMLError, text: str) -> str:

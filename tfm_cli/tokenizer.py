@@ -37,7 +37,7 @@ from tokenizers import Tokenizer as _HFTokenizer
 
 from tfm_cli.corpus import INVISIBLE
 from tfm_cli.errors import TfmError
-from tfm_cli.files import as_path, write_failure
+from tfm_cli.files import as_path, json_value, write_failure
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 N_SPECIAL = len(SPECIAL_TOKENS)
@@ -185,7 +185,7 @@ class Tokenizer:
             )
         try:
             text = path.read_text(encoding="utf-8")
-            json.loads(text)
+            json_value(text)
             hf = _HFTokenizer.from_str(text)
         except (
             Exception

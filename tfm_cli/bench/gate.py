@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tfm_cli.errors import TfmError, shell_word
+from tfm_cli.files import json_value
 
 GATED: dict[str, dict[str, str]] = {
     "attention": {"median_ms": "lower"},
@@ -76,10 +77,10 @@ def load_baseline(path: Path, kind: str | None = None, command: str | None = Non
         return f"write {'the baseline again' if again else 'one'} with `{writes} > {shell_word(into)}`"
 
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json_value(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TfmError(f"baseline {path} does not exist", hint=write(path)) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, ValueError) as error:  # (UnicodeDecodeError and JSON errors are ValueErrors)
         raise TfmError(f"baseline {path} is not a JSON file ({error})", hint=write(f"{kind or 'bench'}-baseline.json")) from None
     if not isinstance(data, dict) or not isinstance(data.get("kind"), str) or data["kind"] not in GATED or not isinstance(data.get("records"), list):
         raise TfmError(

@@ -125,7 +125,8 @@ def train(
         torch_device = resolve_device(device)
         resolve_precision(resolved.train.precision, torch_device, "train.precision")  # fp16 on a CPU is refused
         preflight(resolved, Path(run_dir), resume is not None)  # every check a real start makes before writing
-        resumes_at = check_resume(resolved, Path(run_dir), torch_device) if resume is not None else None  # and a resume's
+        # and a resume's, saying the newer checkpoints it would pass over, as the resume says them
+        resumes_at = check_resume(resolved, Path(run_dir), torch_device, said=info) if resume is not None else None
         from tfm_cli.training.checks import schedule_warnings
 
         found: list[str] = schedule_warnings(resolved)

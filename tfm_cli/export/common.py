@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import importlib
-import json
 import os
 import re
 import shutil
@@ -27,6 +26,7 @@ from tfm_cli.errors import TfmError, install_hint
 from tfm_cli.files import (
     WRITE_ERRNOS,
     current_umask,
+    json_value,
     nearest_existing,
     remove_empty,
     utf8_name,
@@ -332,7 +332,7 @@ def _check_replaceable(out: Path) -> None:
     if not entries:
         return
     try:
-        info = json.loads((out / EXPORT_INFO).read_text(encoding="utf-8"))
+        info = json_value((out / EXPORT_INFO).read_text(encoding="utf-8"))
         written = {EXPORT_INFO, *(Path(f).parts[0] for f in info["files"])}
     except (OSError, ValueError, TypeError, KeyError, IndexError):  # no export record, or not one tfm wrote
         written = None

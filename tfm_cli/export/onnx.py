@@ -41,6 +41,7 @@ from tfm_cli import __version__
 from tfm_cli.checkpoint import LoadedModel
 from tfm_cli.errors import CheckpointError, TfmError, shell_word
 from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff, require
+from tfm_cli.files import json_value
 from tfm_cli.model import KVCache, LayerCache, ModelConfig, Transformer
 from tfm_cli.model.masks import padding_mask
 from tfm_cli.tokenizer import Tokenizer
@@ -484,7 +485,7 @@ def _session(ort, path: Path, options, providers: list, config: ModelConfig):
     recorded = session.get_modelmeta().custom_metadata_map.get("config")
     if recorded is not None:
         try:
-            theirs = json.loads(recorded)
+            theirs = json_value(recorded)
         except ValueError:
             theirs = {}
         ours = config.to_dict()
@@ -575,7 +576,7 @@ def load_onnx(path: str | Path, device: str | torch.device = "cpu", threads: int
                 hint=_export_again(path),
             )
     try:
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json_value((path / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{path / MANIFEST} is not readable JSON ({err})", hint=_export_again(path)) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -603,6 +604,6 @@ def _export_again(directory: Path) -> str:
 
 def _read_config(path: Path) -> ModelConfig:
     try:
-        return ModelConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        return ModelConfig.from_dict(json_value(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError) as err:
         raise CheckpointError(f"{path}: not a readable model config ({err})", hint=_export_again(path.parent)) from None

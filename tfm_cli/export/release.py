@@ -28,7 +28,7 @@ from tfm_cli import __version__
 from tfm_cli.checkpoint import LoadedModel, save_weights, weights_state
 from tfm_cli.errors import TfmError, shell_word
 from tfm_cli.export.common import Check, ExportResult, agreement, max_abs_diff, training_data_lines
-from tfm_cli.files import TEXT_ERRORS
+from tfm_cli.files import TEXT_ERRORS, json_value
 from tfm_cli.runs import FINAL
 from tfm_cli.scoring import AUTO, bleu_metric
 from tfm_cli.tokenizer import Tokenizer
@@ -158,7 +158,7 @@ def _dev_scores(loaded: LoadedModel, released, dtype: str, progress: Progress | 
     summary = loaded.run_dir / "summary.json"
     if dtype == "fp32" and loaded.path.name == FINAL and summary.is_file():
         try:
-            record = json.loads(summary.read_text(encoding="utf-8"))
+            record = json_value(summary.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             record = {}
         dev = record.get("dev") or {}

@@ -16,7 +16,7 @@ from pathlib import Path
 from tfm_cli.checkpoint import read_metadata
 from tfm_cli.corpus import TsvColumns, read_pairs, resolve_corpus_path
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, human_size, shell_word
-from tfm_cli.files import DirectoryLock, nearest_existing, utf8_name
+from tfm_cli.files import DirectoryLock, json_value, nearest_existing, utf8_name
 from tfm_cli.recipe import (
     MAX_VOCAB_SIZE,
     MIN_VOCAB_SIZE,
@@ -538,7 +538,7 @@ def check_resumable(run_dir: Path, weights: Path, config, step: int, max_steps: 
     """Refuse a resume, before anything in the run is rewritten, whose overrides change the model the checkpoint
     holds (its shapes, or shape-preserving settings such as model.n_heads or model.norm that would change what
     the weights compute), or whose train.max_steps is already behind the checkpoint."""
-    saved = json.loads(read_metadata(weights)["config"])
+    saved = json_value(read_metadata(weights)["config"])
     differ = [(k, v) for k, v in config.to_dict().items() if k not in _TRAINING_ONLY and k in saved and saved[k] != v]
     changed = [f"{'model.' + k if k in _RECIPE_MODEL_KEYS else k} {saved.get(k)!r} -> {v!r}" for k, v in differ]
     edited = _edited(run_dir, differ)

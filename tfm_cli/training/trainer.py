@@ -45,7 +45,7 @@ from tfm_cli.data import BatchStream, CorpusStats, TokenizedCorpus, encode_corpu
 from tfm_cli.distributed import Distributed, RankError, lost_a_peer, resume_command
 from tfm_cli.distributed import setup as setup_distributed
 from tfm_cli.errors import CheckpointError, RecipeError, TfmError, UnreadableFileError, shell_word
-from tfm_cli.files import WRITE_ERRNOS, DirectoryLock, as_path, atomic_write
+from tfm_cli.files import WRITE_ERRNOS, DirectoryLock, as_path, atomic_write, json_value
 from tfm_cli.monitor import (
     EARLY_STOP,
     EarlyStopping,
@@ -590,7 +590,7 @@ class Trainer:
         if not self.eval_owed:
             return
         try:
-            done = json.loads(evaluated_path(weights).read_text(encoding="utf-8"))
+            done = json_value(evaluated_path(weights).read_text(encoding="utf-8"))
             best_bleu, early, step = float(done["best_bleu"]), done["early_stopping"], int(done["evaluated_step"])
         except (OSError, ValueError, KeyError, TypeError):  # not written (stopped in the evaluation) or damaged
             return
@@ -1107,17 +1107,19 @@ def _make_run_dir(run_dir: Path) -> bool:
         raise TfmError(f"cannot create the run directory {run_dir}: {err.strerror}", hint="choose another --out") from None
 
 
-def check_resume(recipe: Recipe, run_dir: Path, device: torch.device | None = None) -> int:
+def check_resume(
+    recipe: Recipe, run_dir: Path, device: torch.device | None = None, said: Callable[[str], None] | None = None
+) -> int:
     """What a resume checks before it writes (`tfm train --resume RUN --dry-run`): a checkpoint with its trainer
     state (read safely), the run's tokenizer matching it, overrides that keep the checkpoint's model and a
     train.max_steps not behind it, and a data position that exists in the batches of the corpus as this resume
     reads it (`device`: where it would train, whose padding shapes the batches). Returns the step the run would
-    continue from."""
+    continue from. `said` receives what the resume would say of the checkpoints it passes over."""
     lock = DirectoryLock(run_dir)
     if not lock.acquire():  # as the resume itself refuses it (the dry run said "resumes from step N")
         raise _in_training(run_dir)
     lock.release()
-    step, weights, state = _resume_point(run_dir, TrainEvents())
+    step, weights, state = _resume_point(run_dir, _Messages(said) if said is not None else TrainEvents())
     tok = Tokenizer.load(run_dir / "tokenizer.json")
     check_resumable(run_dir, weights, model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id), step,
                     recipe.train.max_steps)
@@ -1129,6 +1131,16 @@ def check_resume(recipe: Recipe, run_dir: Path, device: torch.device | None = No
     )
     restore_stream(stream, state["stream"], recipe, run_dir)
     return step
+
+
+class _Messages(TrainEvents):
+    """Events that pass on only the messages."""
+
+    def __init__(self, said: Callable[[str], None]) -> None:
+        self.said = said
+
+    def message(self, text: str) -> None:
+        self.said(text)
 
 
 def trained_seconds(run_dir: Path) -> float:
@@ -1143,7 +1155,7 @@ def _seconds_evaluated(weights: Path, saved: float, step: int) -> float:
     it, with `saved` seconds), where that evaluation was completed and said so: the time budget counts evaluations, and one
     that used it up must not leave the resume time to train on (`saved` otherwise)."""
     try:
-        done = json.loads(evaluated_path(weights).read_text(encoding="utf-8"))
+        done = json_value(evaluated_path(weights).read_text(encoding="utf-8"))
         seconds, evaluated = float(done["train_seconds"]), int(done["evaluated_step"])
     except (OSError, ValueError, KeyError, TypeError):
         return saved
@@ -1218,6 +1230,12 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
         raise CheckpointError(f"{run_dir} has no checkpoint to resume from", hint=hint)
     # Weights are written before their trainer state: a run killed between the two leaves weights that
     # cannot be resumed exactly, so resume from the newest checkpoint that has both.
+    odd = next((state_path(w) for _, w in reversed(found) if os.path.lexists(state_path(w)) and not state_path(w).is_file()), None)
+    if odd is not None:  # a folder or a pipe by that name: passed over as a missing state, it went unsaid in a dry run
+        raise CheckpointError(
+            f"{odd} is not a regular file (a directory, a pipe or a broken link), so it is no trainer state",
+            hint="put the trainer state back there, or move that away to resume from the checkpoint before",
+        )
     complete = [(s, w) for s, w in found if state_path(w).is_file()]
     if not complete:
         raise CheckpointError(
@@ -1276,7 +1294,7 @@ def _finished_summary(run_dir: Path, step: int, recipe: Recipe, train_seconds: f
     resume changes nothing in its recipe (a changed setting, `train.average_last=3` or `train.patience=8` say,
     writes the final model again, or trains on)."""
     try:
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        summary = json_value((run_dir / "summary.json").read_text(encoding="utf-8"))
         early = isinstance(summary, dict) and str(summary.get("stopped", "")).startswith(EARLY_STOP)
         budget = parse_duration(recipe.train.max_time) if recipe.train.max_time else None
         # as final: a resume continues the count. Its summary says so too where the checkpoint was saved before
