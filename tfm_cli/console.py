@@ -18,7 +18,7 @@ class NumpyBeforeTorch(importlib.abc.MetaPathFinder):
     torch imports numpy from its C code while it loads, and drops any error of that import without a word, a
     KeyboardInterrupt included: a Ctrl-C in those tenths of a second was lost (the command went on) and left numpy
     half made, so that a later `numpy.linalg` or `numpy.iterable` failed with a traceback, minutes on (`tfm train`
-    at its optimizer or its curves; 3 of 30 random interrupts of `import torch`, none of 40 with numpy first).
+    at its optimizer or its curves; 8 of 60 random interrupts of `import torch` were lost, none of 60 with numpy first).
     Imported first, numpy is whole or the Ctrl-C ends the command here. Finds nothing itself."""
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:

@@ -1230,13 +1230,14 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
         raise CheckpointError(f"{run_dir} has no checkpoint to resume from", hint=hint)
     # Weights are written before their trainer state: a run killed between the two leaves weights that
     # cannot be resumed exactly, so resume from the newest checkpoint that has both.
-    odd = next((state_path(w) for _, w in reversed(found) if os.path.lexists(state_path(w)) and not state_path(w).is_file()), None)
-    if odd is not None:  # a folder or a pipe by that name: passed over as a missing state, it went unsaid in a dry run
+    complete = [(s, w) for s, w in found if state_path(w).is_file()]
+    newest = complete[-1][0] if complete else -1
+    odd = [state_path(w) for s, w in found if s > newest and os.path.lexists(state_path(w))]
+    if odd:  # a folder or a pipe by that name: it was passed over as a missing state, unsaid in a dry run
         raise CheckpointError(
-            f"{odd} is not a regular file (a directory, a pipe or a broken link), so it is no trainer state",
+            f"{odd[-1]} is not a regular file (a directory, a pipe or a broken link), so it is no trainer state",
             hint="put the trainer state back there, or move that away to resume from the checkpoint before",
         )
-    complete = [(s, w) for s, w in found if state_path(w).is_file()]
     if not complete:
         raise CheckpointError(
             f"{run_dir} has no checkpoint with its trainer state ({state_path(found[-1][1]).name} and older are missing)",
