@@ -467,7 +467,7 @@ def test_page_in_chromium_holds_still_reads_well_and_says_it_as_text(browser, tm
     every hover, and had no text for the matrix; a --token page did not show that token."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     src = [f"▁w{i}" for i in range(70)]
     report = make_report(src, TGT, layers=(1, 2), heads=2, seed=5)
@@ -499,6 +499,9 @@ def test_page_in_chromium_holds_still_reads_well_and_says_it_as_text(browser, tm
 
     # the view as a table: every weight to 5 decimals, as --json has them
     browser.find_element(By.CSS_SELECTOR, "#as-table summary").click()
+    # the table is filled on the <details> "toggle" event, which the browser fires after the click returns: wait
+    # for it (read at once, they were missing in one of five runs)
+    WebDriverWait(browser, 10).until(lambda b: b.execute_script("return document.querySelectorAll('#as-table tr').length;"))
     rows = browser.execute_script(
         "return [...document.querySelectorAll('#as-table tr')].map(r => [...r.cells].map(c => c.textContent));"
     )

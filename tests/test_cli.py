@@ -1175,17 +1175,16 @@ def test_ctrl_c_while_tfm_starts_is_ctrl_c_not_a_traceback(module: str, tmp_path
 
 
 _IMPORT_ORDER = """
-import sys
-from tfm_cli import console
+import runpy, sys
 seen = []
 class Record:
     def find_spec(self, name, path=None, target=None):
         if name in ("numpy", "torch"):
             seen.append(name)
 sys.meta_path.insert(0, Record())
-sys.argv = ["tfm", "--version"]
+sys.argv = [sys.argv[1], "--help"]
 try:
-    console.main()
+    runpy.run_module(sys.argv[0], run_name="__main__")
 except SystemExit:
     pass
 import torch
@@ -1193,13 +1192,15 @@ print(" ".join(seen))
 """
 
 
-def test_numpy_is_imported_before_torch_whose_import_drops_a_ctrl_c() -> None:
+@pytest.mark.parametrize("program", ["tfm_cli", "tfm_cli.torchrun"])  # `tfm`/`python -m tfm_cli`, the launcher
+def test_numpy_is_imported_before_torch_whose_import_drops_a_ctrl_c(program: str) -> None:
     """torch imports numpy from C while it loads and drops that import's errors, a KeyboardInterrupt included: a
     Ctrl-C in that instant was lost, numpy left half made, and `tfm train` went on to a traceback at its optimizer
     or its curves (8 of 60 interrupts at random moments of `import torch` were lost, none of 60 with numpy first).
-    The console script imports numpy, in Python, just before torch."""
+    The console script imports numpy, in Python, just before torch, and so does the torchrun launcher of
+    `--nproc-per-node` (a Ctrl-C it lost went on training the whole job)."""
     env = clitools.tfm_env()
-    proc = subprocess.run([sys.executable, "-c", _IMPORT_ORDER], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_ORDER, program], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1].split() == ["numpy", "torch"], proc.stdout  # without the console's finder: torch, numpy
 
@@ -1253,3 +1254,22 @@ def test_tokenize_out_at_the_file_systems_longest_name_is_written(tmp_path: Path
     proc = tfm("tokenize", "--corpus", str(corpus), "--vocab-size", "300", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert Tokenizer.load(out).vocab_size > 260 and sorted(p.name for p in tmp_path.iterdir()) == sorted([corpus.name, out.name])
+
+
+def test_without_numpy_torch_still_loads_under_the_console_script() -> None:
+    """numpy first, but not numpy or nothing: an environment without it (`pip install --no-deps`) ran tfm before
+    (torch warns), and the hook that imports it must not turn that into a ModuleNotFoundError."""
+    code = (
+        "import sys\n"
+        "from tfm_cli.console import numpy_before_torch\n"
+        "numpy_before_torch()\n"
+        "class NoNumpy:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'numpy' or name.startswith('numpy.'):\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(1, NoNumpy())\n"
+        "import torch\n"
+        "print(torch.ones(2).sum().item())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clitools.tfm_env(), timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "2.0", proc.stderr

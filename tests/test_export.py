@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 from pathlib import Path, PurePosixPath
@@ -275,6 +276,21 @@ def test_an_export_killed_between_the_renames_of_force_gets_its_previous_export_
         run_export("release", trained["dir"], out, verify_lines=0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["release"]
     assert json.loads((out / "tfm-export.json").read_text()) == made
+    # another --out's leftovers are not this one's: `.release.*` matched `.release.20241129.<pid>.XXXX.partial` of
+    # `--out release.20241129`, read 20241129 as a process that is gone, and deleted it
+    sibling = tmp_path / f".release.20241129.{os.getpid()}.abcd.partial"
+    sibling.mkdir()
+    run_export("release", trained["dir"], out, force=True, verify_lines=0)
+    assert sibling.is_dir()
+    # through a link: the export moved aside sits beside the folder the link points to
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    aside = tmp_path / f".release.{gone}.wxyz.old"
+    aside.mkdir()
+    out.rename(aside / "release")
+    with pytest.raises(TfmError, match="is not empty"):
+        run_export("release", trained["dir"], link, verify_lines=0)
+    assert link.resolve() == out and (out / "tfm-export.json").is_file()
 
 
 def test_format_options_fp16_range_and_a_broken_recipe_are_named(trained, tmp_path: Path) -> None:

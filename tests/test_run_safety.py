@@ -852,20 +852,26 @@ def test_an_old_checkpoint_that_may_not_be_deleted_does_not_stop_the_run(copy: P
     assert [step for step, _ in checkpoint_steps(copy)] == [5, 15, 20]
 
 
-def test_the_curves_are_drawn_before_the_summary_marks_the_run_finished(root: Path, tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("failure", ["full disk", "latex"])
+def test_the_curves_are_drawn_before_the_summary_marks_the_run_finished(root: Path, tmp_path: Path, monkeypatch, failure: str) -> None:
     """summary.json was written first: a stop between the two (a kill soak's Ctrl-C) left the run without
-    curves.png for good, its resume finding nothing to do. A chart that cannot be written (a full disk) is a
-    warning, not the end of a run whose final model is written."""
+    curves.png for good, its resume finding nothing to do. A chart that cannot be written (a full disk, a
+    matplotlibrc asking for LaTeX where there is none) is a warning, not the end of a run whose final model is
+    written (nor a run left unfinished, every resume failing the same way)."""
     import errno
 
     from tfm_cli.training import train as train_in_process
     from tfm_cli.training import trainer
 
     summary_there: list[bool] = []
+    error, why = {
+        "full disk": (OSError(errno.ENOSPC, "No space left on device"), "No space left on device"),
+        "latex": (RuntimeError("Failed to process string with tex because latex could not be found"), "Failed to process"),
+    }[failure]
 
     def full_disk(run_dir: Path, *args, **kwargs) -> None:
         summary_there.append((Path(run_dir) / "summary.json").exists())
-        raise OSError(errno.ENOSPC, "No space left on device")
+        raise error
 
     said: list[str] = []
 
@@ -878,7 +884,8 @@ def test_the_curves_are_drawn_before_the_summary_marks_the_run_finished(root: Pa
     result = train_in_process(load_recipe(root / "recipe.yaml"), out, device="cpu", events=Events())
     assert summary_there == [False]
     assert json.loads((out / "summary.json").read_text())["steps"] == result.step
-    assert f"warning: curves.png not written (No space left on device); `tfm train --curves {out}` draws them" in said
+    assert any(m.startswith(f"warning: curves.png not written ({why}") and m.endswith(f"`tfm train --curves {out}` draws them")
+               for m in said), said
 
 
 def test_a_trainer_state_that_is_not_a_file_is_named_and_a_dry_run_says_what_a_resume_passes_over(copy: Path) -> None:
@@ -896,3 +903,20 @@ def test_a_trainer_state_that_is_not_a_file_is_named_and_a_dry_run_says_what_a_r
         error_line(proc, f"{state_path(newest)} is not a regular file (a directory, a pipe or a broken link)")
         assert "hint: put the trainer state back there, or move that away to resume from the checkpoint before" in proc.stderr
     assert snapshot(copy) == before
+
+
+def test_a_checkpoint_whose_model_config_is_damaged_is_one_line_on_resume(copy: Path) -> None:
+    """The config a checkpoint's metadata carries, not JSON or nested too deeply, ended a resume (and its dry run)
+    in a traceback, where translating the same file says it in one line."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    weights = checkpoint_path(copy, 10)
+    with safe_open(str(weights), "pt") as f:
+        metadata = dict(f.metadata())
+    tensors = load_file(weights)
+    for config in ("[" * 100_000, "{not json"):
+        save_file(tensors, str(weights), metadata={**metadata, "config": config})
+        for extra in (["--dry-run"], []):
+            proc = train("--resume", str(copy), "train.max_steps=12", *extra)
+            error_line(proc, f"{weights}: invalid model config in metadata")

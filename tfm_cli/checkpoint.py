@@ -328,8 +328,8 @@ def _warn_if_config_differs(config_json: Path, config: ModelConfig, path: Path) 
         problem = f"is not JSON ({str(error).splitlines()[0]})"
     if problem:
         warnings.warn(
-            f"{config_json} {problem}: tfm uses the config the weights carry; other tools read config.json (write it "
-            "again from the weights, e.g. `tfm export RUN --format release`)",
+            f"{config_json} {problem}: tfm uses the config the weights carry; other tools read config.json (an export, "
+            "e.g. `tfm export RUN --format release`, writes one from the weights)",
             stacklevel=4,
         )
         return
@@ -340,8 +340,8 @@ def _warn_if_config_differs(config_json: Path, config: ModelConfig, path: Path) 
         more = f" and {len(differ) - 2} more" if len(differ) > 2 else ""
         warnings.warn(
             f"{config_json} describes another model than {path} ({'; '.join(differ[:2])}{more}): tfm uses the config "
-            "the weights carry; other tools read config.json (write it again from the weights, e.g. "
-            "`tfm export RUN --format release`)",
+            "the weights carry; other tools read config.json (an export, e.g. `tfm export RUN --format release`, "
+            "writes one from the weights)",
             stacklevel=4,
         )
 

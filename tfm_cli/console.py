@@ -8,6 +8,7 @@ SIGINT), nothing more to say.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import sys
 
@@ -22,15 +23,24 @@ class NumpyBeforeTorch(importlib.abc.MetaPathFinder):
     Imported first, numpy is whole or the Ctrl-C ends the command here. Finds nothing itself."""
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name == "torch" and "numpy" not in sys.modules:  # (it stays in sys.meta_path: the import machinery is
-            import numpy  # noqa: F401                        # iterating over that list now)
+        # It stays in sys.meta_path, which the import machinery is going through now. Without numpy, torch warns
+        # and goes on, as it did before.
+        if name == "torch" and "numpy" not in sys.modules:
+            with contextlib.suppress(ImportError):
+                import numpy  # noqa: F401
         return None
+
+
+def numpy_before_torch() -> None:
+    """Install `NumpyBeforeTorch` (once) where torch is not imported yet: in every process tfm starts as a program
+    (this console script, `python -m tfm_cli`, the torchrun launcher of `--nproc-per-node`)."""
+    if "torch" not in sys.modules and not any(isinstance(f, NumpyBeforeTorch) for f in sys.meta_path):
+        sys.meta_path.insert(0, NumpyBeforeTorch())
 
 
 def main() -> None:
     try:
-        if "torch" not in sys.modules:
-            sys.meta_path.insert(0, NumpyBeforeTorch())
+        numpy_before_torch()
         from tfm_cli.cli.app import main as run
 
         run()

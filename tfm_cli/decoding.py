@@ -568,6 +568,7 @@ def translate_ids(
         sequences: source token ids; each must fit the model (length + 1 <= max_positions).
         beam_size, alpha, n_best: beam search settings (ignored with `greedy`, which returns 1 hypothesis, scored
             by its log-probability: no length penalty).
+        max_len_offset: an output has at most (source tokens + this) tokens, then EOS is forced (both searches).
         min_len: no EOS before this many output tokens, for greedy and beam search alike.
         use_cache: decode over the K/V cache; False recomputes every prefix (to measure what the cache saves).
             For a `Transformer` only: an engine decodes as it was built.

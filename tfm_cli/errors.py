@@ -98,9 +98,18 @@ def shell_word(path: str | os.PathLike) -> str:
     (`tfm translate --model 'my runs/tiny'`), as is otherwise; a name holding a line break or another control
     character in bash's $'...' quoting (`$'runs/a\\nb'`), which keeps the message on one line and still types it."""
     text = os.fspath(path)
-    if not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text):
+    if not any(_unsafe(c) for c in text):
         return shlex.quote(text)
-    return "$'" + "".join(_ANSI_C.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0xA0 and not c.isprintable() else c) for c in text) + "'"
+    # a character escaped is written as its bytes in the file system's encoding, which is what bash's \xHH gives back
+    # (U+0085 is \xc2\x85 in UTF-8; a byte the locale could not decode, held as a surrogate, is that byte)
+    return "$'" + "".join(
+        _ANSI_C.get(c) or ("".join(f"\\x{b:02x}" for b in os.fsencode(c)) if _unsafe(c) else c) for c in text
+    ) + "'"
 
 
 _ANSI_C = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _unsafe(c: str) -> bool:
+    """A control character (C0, DEL, C1), or a byte of a name the locale could not decode (a lone surrogate)."""
+    return ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or 0xD800 <= ord(c) < 0xE000

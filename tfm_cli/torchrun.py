@@ -176,7 +176,10 @@ def _gives_log_dir(argv: Sequence[str]) -> bool:
 
 
 if __name__ == "__main__":
+    from tfm_cli.console import numpy_before_torch
+
     try:
+        numpy_before_torch()  # a stop passed on while torch loads must not be lost (console.NumpyBeforeTorch)
         sys.exit(main(sys.argv[1:]))
     except KeyboardInterrupt:  # Ctrl-C passed on by `tfm train` while torch was still loading: no worker yet
         sys.exit(128 + 2)

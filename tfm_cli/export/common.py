@@ -237,7 +237,9 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
             f"the export folder {out} has a name that is not UTF-8 (bytes of another encoding)",
             hint="choose an --out whose name is UTF-8 (e.g. ASCII letters, digits, '-', '_')",
         )
-    _sweep_partials(out)  # first: a killed --force's previous export goes back to `out` before `out` is looked at
+    # first: a killed --force's previous export goes back to `out` before `out` is looked at (beside the folder a
+    # link points to, where a --force through the link put it aside)
+    _sweep_partials(Path(os.path.realpath(out)) if out.is_symlink() else out)
     resolved = out.resolve()
     for path in protect:
         p = Path(path).resolve()
@@ -392,16 +394,16 @@ def _sweep_partials(out: Path) -> None:
     Those of a live process are left."""
     if not out.parent.is_dir():
         return
-    for stale in sorted(out.parent.glob(f".{glob.escape(out.name)}.*.partial")) + sorted(
-        out.parent.glob(f".{glob.escape(out.name)}.*.old")
-    ):
-        pid = stale.name[len(out.name) + 2 :].split(".", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
+    # the whole name: `.exp.*.old` also matches `.exp.20241129.<pid>.XXXX.old`, another --out's (exp.20241129)
+    ours = re.compile(rf"\.{re.escape(out.name)}\.([0-9]+)\.[^./]+\.(partial|old)")
+    for stale in sorted(out.parent.glob(f".{glob.escape(out.name)}.*"), key=lambda p: p.name.endswith(".old")):
+        found = ours.fullmatch(stale.name)
+        if found is None or int(found[1]) == os.getpid():
             continue
         try:
-            os.kill(int(pid), 0)
+            os.kill(int(found[1]), 0)
         except ProcessLookupError:
-            if stale.suffix == ".old" and (stale / out.name / EXPORT_INFO).is_file() and not os.path.lexists(out):
+            if found[2] == "old" and (stale / out.name / EXPORT_INFO).is_file() and not os.path.lexists(out):
                 with contextlib.suppress(OSError):
                     (stale / out.name).rename(out)
             shutil.rmtree(stale, ignore_errors=True)

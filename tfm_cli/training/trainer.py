@@ -1011,8 +1011,9 @@ class Trainer:
         # curves.png for good (its resume found nothing to do)
         try:
             png = write_curves_png(run_dir)
-        except OSError as error:  # a full disk: the chart is not worth the run's summary
-            self.events.message(f"warning: curves.png not written ({error.strerror or error}); `tfm train --curves {shell_word(run_dir)}` draws them")
+        except Exception as error:  # noqa: BLE001 - a full disk, a matplotlibrc asking for LaTeX: not worth the summary
+            why = getattr(error, "strerror", None) or (str(error).splitlines() or [type(error).__name__])[0]
+            self.events.message(f"warning: curves.png not written ({why}); `tfm train --curves {shell_word(run_dir)}` draws them")
         else:
             if png is not None:
                 self.events.message(f"curves: {png}")
