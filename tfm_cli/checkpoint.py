@@ -282,10 +282,7 @@ def _load_model(path: Path, device: str | torch.device) -> LoadedModel:
             hint="put back the tokenizer.json this model was trained with",
         )
     try:
-        data = json_value(metadata["config"])
-        if not isinstance(data, dict):
-            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        config = ModelConfig.from_dict(data)
+        config = ModelConfig.from_dict(config_in_metadata(path, metadata))
     except (ValueError, TypeError) as err:
         raise CheckpointError(f"{path}: invalid model config in metadata ({err})") from None
     try:
@@ -303,6 +300,18 @@ def _load_model(path: Path, device: str | torch.device) -> LoadedModel:
     load_state(model, read_weights(path), path)
     model.to(device).eval()
     return LoadedModel(model, tokenizer, path, run_dir, step, metadata)
+
+
+def config_in_metadata(path: Path, metadata: dict[str, str], hint: str | None = None) -> dict[str, Any]:
+    """The model config a checkpoint's metadata carries, as a dict: a CheckpointError naming `path` (with `hint`)
+    where it is missing, not JSON (or nested too deeply to read) or not a JSON object."""
+    try:
+        data = json_value(metadata["config"])
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    except (KeyError, ValueError) as err:
+        raise CheckpointError(f"{path}: invalid model config in metadata ({err})", hint=hint) from None
+    return data
 
 
 CONFIG_JSON_MAX = 1 << 20  # bytes; a model config is a few hundred

@@ -13,10 +13,10 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tfm_cli.checkpoint import read_metadata
+from tfm_cli.checkpoint import config_in_metadata, read_metadata
 from tfm_cli.corpus import TsvColumns, read_pairs, resolve_corpus_path
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, human_size, shell_word
-from tfm_cli.files import DirectoryLock, json_value, nearest_existing, utf8_name
+from tfm_cli.files import DirectoryLock, nearest_existing, utf8_name
 from tfm_cli.recipe import (
     MAX_VOCAB_SIZE,
     MIN_VOCAB_SIZE,
@@ -538,15 +538,9 @@ def check_resumable(run_dir: Path, weights: Path, config, step: int, max_steps: 
     """Refuse a resume, before anything in the run is rewritten, whose overrides change the model the checkpoint
     holds (its shapes, or shape-preserving settings such as model.n_heads or model.norm that would change what
     the weights compute), or whose train.max_steps is already behind the checkpoint."""
-    try:
-        saved = json_value(read_metadata(weights)["config"])
-        if not isinstance(saved, dict):
-            raise ValueError(f"expected a JSON object, got {type(saved).__name__}")
-    except (KeyError, ValueError) as err:  # as loading the weights says it (checkpoint._load_model)
-        raise CheckpointError(
-            f"{weights}: invalid model config in metadata ({err})",
-            hint=f"delete it and its {state_path(weights).name} to resume from the checkpoint before",
-        ) from None
+    saved = config_in_metadata(
+        weights, read_metadata(weights), hint=f"delete it and its {state_path(weights).name} to resume from the checkpoint before"
+    )
     differ = [(k, v) for k, v in config.to_dict().items() if k not in _TRAINING_ONLY and k in saved and saved[k] != v]
     changed = [f"{'model.' + k if k in _RECIPE_MODEL_KEYS else k} {saved.get(k)!r} -> {v!r}" for k, v in differ]
     edited = _edited(run_dir, differ)
