@@ -1053,7 +1053,7 @@ def test_device_choices_match_runtime() -> None:
 
 
 def test_precision_choices_match_runtime() -> None:
-    from tfm_cli.recipe import PRECISIONS, TRANSLATE_PRECISIONS
+    from tfm_cli.precisions import PRECISIONS, TRANSLATE_PRECISIONS
 
     # translate (and bench translate) take the training precisions plus int8 (CPU inference only)
     assert set(completions._OPTION_CHOICES["--precision"]) == set(TRANSLATE_PRECISIONS) == {*PRECISIONS, "int8"}

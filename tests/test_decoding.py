@@ -334,6 +334,18 @@ def test_an_empty_batch_gives_no_hypotheses() -> None:
     assert beam_search(model, src, mask) == [] and greedy_search(model, src, mask) == []
 
 
+@pytest.mark.parametrize(("settings", "said"), [
+    (dict(beam_size=0), "beam_size >= 1"),
+    (dict(beam_size=2, n_best=3), "n_best <= beam_size"),
+    (dict(max_tokens=0), "max_tokens >= 1"),
+])
+def test_translate_ids_refuses_settings_that_cannot_search(settings: dict, said: str) -> None:
+    """Said before any batch is cut (beam_size 0 once divided the batch budget by zero)."""
+    model = tiny_model(0)
+    with pytest.raises(ValueError, match=said):
+        translate_ids(model, [[4, 5, 6]], **settings)
+
+
 class _MarkovEngine:
     """An engine whose next token depends only on the last one (a table of log-probabilities): a peaked model
     with one confident path and weak first tokens that end at once, written out so the right answer is known."""

@@ -391,11 +391,14 @@ def test_cache_prefill_then_steps_equals_full_decoding() -> None:
 # --- Layering, size and config checks -------------------------------------------------------------------------
 
 
-def test_model_package_imports_no_cli_or_tokenizer_libraries() -> None:
+def test_model_package_and_search_import_no_cli_recipe_or_tokenizer_libraries() -> None:
+    """The model core and the search over it (decoding, and the runtime and packing it uses) stand on torch
+    alone (HOUSE_STYLE 1): the search once loaded yaml and the recipe layer for one tuple of precision names."""
     code = (
-        "import sys, tfm_cli.model\n"
+        "import sys, tfm_cli.model, tfm_cli.decoding\n"
         "tfm_cli.model.Transformer, tfm_cli.model.KVCache, tfm_cli.model.padding_mask\n"
-        "print(sorted(m for m in ('typer', 'rich', 'yaml', 'tokenizers') if m in sys.modules))\n"
+        "print(sorted(m for m in ('typer', 'rich', 'yaml', 'tokenizers', 'sacrebleu', 'tfm_cli.recipe')"
+        " if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
@@ -440,6 +443,13 @@ def test_config_rejects_d_model_not_divisible_by_heads() -> None:
         ModelConfig(d_model=510, n_heads=8)
     message = str(err.value)
     assert "d_model=510" in message and "n_heads=8" in message and "divisible" in message
+
+
+@pytest.mark.parametrize("ids", [dict(pad_id=2, eos_id=2), dict(pad_id=1, bos_id=1), dict(bos_id=2, eos_id=2)])
+def test_config_rejects_special_ids_that_coincide(ids: dict) -> None:
+    """EOS as padding would be masked out of every source and banned from every output (decoding then failed)."""
+    with pytest.raises(ValueError, match="pad_id, bos_id and eos_id must differ"):
+        ModelConfig(vocab_size=20, **ids)
 
 
 @pytest.mark.parametrize("length", [16, 200])  # below and above the CPU short-sequence kernel switch (128 keys)

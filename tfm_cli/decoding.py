@@ -581,6 +581,10 @@ def translate_ids(
     """
     engine = as_engine(model, use_cache)
     cfg, device = engine.config, engine.device
+    if not greedy and (beam_size < 1 or not 1 <= n_best <= beam_size):
+        raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size, got {beam_size} and {n_best}")
+    if max_tokens < 1:
+        raise ValueError(f"need max_tokens >= 1, got {max_tokens}")
     if into is not None and len(into) != len(sequences):
         raise ValueError(f"translate_ids(into=...) needs one list per sequence ({len(sequences)}), got {len(into)}")
     results: list[list[Hypothesis]] = into if into is not None else [[] for _ in sequences]

@@ -31,10 +31,9 @@ import yaml
 
 from tfm_cli.errors import RecipeError, RecipeNotFoundError, TfmError
 from tfm_cli.model.config import ModelConfig, config_problems
+from tfm_cli.precisions import PRECISIONS
 from tfm_cli.scoring import BLEU_TOKENIZERS
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # training's, and every command's (here: no torch to import)
-TRANSLATE_PRECISIONS = (*PRECISIONS, "int8")  # translation's: and int8 (CPU: quantized linear layers)
 PATIENCE_METRICS = ("bleu", "loss")  # dev metrics early stopping can watch
 # 256 byte tokens for the byte-level fallback + 4 specials (pad, bos, eos, unk), with some room for merges.
 MIN_VOCAB_SIZE = 300

@@ -16,7 +16,7 @@ import sys
 import torch
 
 from tfm_cli.errors import TfmError
-from tfm_cli.recipe import PRECISIONS
+from tfm_cli.precisions import PRECISIONS
 
 DEVICES = ("auto", "cpu", "cuda")
 

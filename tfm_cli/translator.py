@@ -46,7 +46,8 @@ from tfm_cli.decoding import Engine, Hypothesis, NonFiniteOutput, TorchEngine, t
 from tfm_cli.errors import TfmError
 from tfm_cli.files import as_path
 from tfm_cli.model import Transformer
-from tfm_cli.recipe import MAX_ALPHA, TRANSLATE_PRECISIONS
+from tfm_cli.precisions import TRANSLATE_PRECISIONS
+from tfm_cli.recipe import MAX_ALPHA
 from tfm_cli.runs import BEST, CHECKPOINTS, CURVES_PNG, EXPORT_INFO, FINAL, TENSORBOARD_DIR
 from tfm_cli.runtime import autocast, resolve_device, resolve_precision
 from tfm_cli.tokenizer import Tokenizer

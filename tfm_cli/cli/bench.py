@@ -433,7 +433,7 @@ def translate(
       tfm bench translate --model runs/tiny --batch-sizes 1,16 --json > translate.json
     """
     from tfm_cli.bench.translate import bench_translate
-    from tfm_cli.recipe import TRANSLATE_PRECISIONS
+    from tfm_cli.precisions import TRANSLATE_PRECISIONS
     from tfm_cli.runtime import resolve_device, resolve_precision
     from tfm_cli.translator import Translator
 

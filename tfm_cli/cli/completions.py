@@ -32,7 +32,7 @@ GENERATOR = "python -m tfm_cli.cli.completions"
 FILES = ("tfm.bash", "tfm.zsh", "tfm.fish")
 
 # Values of plain `str` options that the app checks itself rather than declaring them as a Choice
-# (`tfm_cli.runtime.DEVICES`, `tfm_cli.recipe.TRANSLATE_PRECISIONS`, `tfm_cli.bench.common.DTYPES`, `tfm_cli.bench.attention.MASKS` and
+# (`tfm_cli.runtime.DEVICES`, `tfm_cli.precisions.TRANSLATE_PRECISIONS`, `tfm_cli.bench.common.DTYPES`, `tfm_cli.bench.attention.MASKS` and
 # `implementations()`, `tfm_cli.attention.KINDS`; importing them here would load torch just to generate text).
 _OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "--device": ("auto", "cpu", "cuda"),
@@ -44,7 +44,7 @@ _OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "--impl": ("naive", "tfm", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn"),
     "--kind": ("encoder", "decoder", "cross"),  # tfm inspect-attn (tfm_cli.attention.KINDS)
 }
-# Where one command takes fewer of them (inspect-attn: `tfm_cli.recipe.PRECISIONS`, its weights are the fp32 model's).
+# Where one command takes fewer of them (inspect-attn: `tfm_cli.precisions.PRECISIONS`, its weights are the fp32 model's).
 _COMMAND_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {("inspect-attn", "--precision"): ("auto", "fp32", "bf16", "fp16")}
 # Arguments typed `str` in the app because they also take other things (with `tfm train --resume RUN`, the
 # first word is an override): what to complete for them.

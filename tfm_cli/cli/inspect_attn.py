@@ -37,7 +37,7 @@ from tfm_cli.cli.common import (
     warn,
 )
 from tfm_cli.errors import TfmError, shell_word
-from tfm_cli.recipe import PRECISIONS
+from tfm_cli.precisions import PRECISIONS
 
 KIND_NAMES = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention", "cross": "encoder-decoder cross-attention"}
 _SHADES = " ·░▒▓█"

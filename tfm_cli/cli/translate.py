@@ -36,7 +36,7 @@ from tfm_cli.cli.common import (
     write_output,
 )
 from tfm_cli.errors import TfmError, shell_word
-from tfm_cli.recipe import TRANSLATE_PRECISIONS
+from tfm_cli.precisions import TRANSLATE_PRECISIONS
 from tfm_cli.scoring import AUTO, BLEU_TOKENIZERS
 
 Engine = Literal["auto", "torch", "onnxruntime"]  # as tfm_cli.translator.ENGINES

@@ -126,6 +126,8 @@ def config_problems(values: dict[str, Any], prefix: str = "") -> list[str]:
     ids = [values[k] for k in ("pad_id", "bos_id", "eos_id") if k in values]
     if is_int(vocab) and any(not is_int(i) or not 0 <= i < vocab for i in ids):
         out.append(f"special ids {ids} must lie in [0, {key('vocab_size')}={vocab})")
+    if len(ids) == 3 and all(is_int(i) for i in ids) and len(set(ids)) < 3:  # EOS as padding: masked, then banned
+        out.append(f"special ids {key('pad_id')}, {key('bos_id')} and {key('eos_id')} must differ, got {ids}")
     return out
 
 
