@@ -28,8 +28,8 @@ from tfm_cli.checkpoint import (
 )
 from tfm_cli.errors import CheckpointError
 from tfm_cli.model import ModelConfig, Transformer
+from tfm_cli.model.dropout import Dropout
 from tfm_cli.model.masks import padding_mask, target_mask
-from tfm_cli.model.transformer import Dropout
 from tfm_cli.recipe import TrainRecipe
 from tfm_cli.runs import FINAL, checkpoint_path
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer

@@ -193,7 +193,7 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     vectors = {k: {n: torch.stack(v).cpu() for n, v in captured[k].items()} for k in KINDS}
     return AttentionReport(
         source, target_text, forced, str(translator.path or "<in memory>"),
-        pieces + [EOS], out_pieces + [EOS], [BOS] + out_pieces, weights, cfg.d_model // cfg.n_heads,
+        pieces + [EOS], out_pieces + [EOS], [BOS] + out_pieces, weights, cfg.d_k,
         stopped=stopped, vectors=vectors,
     )
 

@@ -2,7 +2,7 @@
 
 The pipeline is: `tfm_cli.corpus.read_pairs` streams (line_no, src, tgt) from a corpus file (or a pair of
 files), `encode_corpus` turns them into one compact `TokenizedCorpus` (flat id buffers + offsets), `token_batches`
-groups indices into batches of about `max_tokens` tokens per side, sorted by length like fairseq, and
+groups indices into batches of at most `max_tokens` padded tokens per side, sorted by length like fairseq, and
 `make_batch` pads them into a `Batch` (Annotated Transformer: src, tgt_in, tgt_out and their masks).
 `BatchStream` repeats this epoch after epoch and can resume at the exact next batch; it pads straight from the
 corpus's id buffers with tensor operations (`corpus_batch`), the same batches as `make_batch` at a fraction of
@@ -153,8 +153,8 @@ def encode_corpus(
     Args:
         spec: a corpus spec (see `tfm_cli.corpus.read_pairs`).
         tokenizer: a `tfm_cli.tokenizer.Tokenizer` (anything with `vocab_size` and `encode_batch`).
-        max_len: the model's longest sequence. A side may have at most max_len - 1 tokens, leaving room for the
-            EOS (source, tgt_out) or BOS (tgt_in).
+        max_len: the longest training sequence (`data.max_len`, at most the model's `max_positions`). A side may
+            have at most max_len - 1 tokens, leaving room for the EOS (source, tgt_out) or BOS (tgt_in).
         chunk_size: pairs per batched encoder call; bounds the temporary memory.
         progress: called with the number of pairs read so far after each chunk (millions of lines take minutes).
 

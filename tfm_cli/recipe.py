@@ -109,7 +109,9 @@ class TrainRecipe:
     bleu_tokenize: str = "auto"  # sacrebleu's BLEU tokenizer (13a, zh, char, intl, ja-mecab, ...); auto: by the dev references' script
     save_every: int = 1500  # steps between checkpoints (~10 minutes at the paper's 0.4 s/step, section 6.1)
     keep_last: int = 5  # checkpoints kept on disk
-    average_last: int = 5  # checkpoints averaged into the final model (paper base: 5); 1 = no averaging
+    # checkpoints averaged into the final model (paper base: 5); 1 = no averaging. With a dev set the average is
+    # kept unless the last checkpoint alone scores a higher BLEU (early in training it can score far lower)
+    average_last: int = 5
     patience: int = 0  # early stopping: stop after this many dev evaluations without a better score; 0 = off
     patience_metric: str = "bleu"  # what early stopping watches: "bleu" (higher is better) or "loss" (lower)
 

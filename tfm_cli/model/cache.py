@@ -62,7 +62,8 @@ class KVCache:
                 layer.self_v = layer.self_v.index_select(0, index)
 
     def select(self, index: torch.Tensor) -> None:
-        """Keep only rows `index` of everything, cross-attention included (finished sentences leave the batch)."""
+        """Keep rows `index` of everything, cross-attention included, in that order: finished sentences leave the
+        batch, surviving beams are reordered, and on the first beam step each sentence's row is repeated K times."""
         for layer in self.layers:
             for name in ("self_k", "self_v", "cross_k", "cross_v"):
                 value = getattr(layer, name)

@@ -1,11 +1,12 @@
-"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), section 3, in the paper's order.
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), section 3, built bottom-up: from
+attention to the layers and stacks, then the whole model of Figure 1.
 
-3.1   encoder and decoder stacks, residual + LayerNorm around every sublayer (post-norm; pre-norm as an option)
 3.2   scaled dot-product attention and multi-head attention (fused SDPA, or explicit math when weights are wanted)
 3.3   position-wise feed-forward network
 3.4   embeddings scaled by sqrt(d_model), shared with the output projection
 3.5   sinusoidal positional encoding (learned positions as an option)
-5.4   dropout on sublayer outputs and on embeddings + positions
+3.1   encoder and decoder stacks, residual + LayerNorm around every sublayer (post-norm; pre-norm as an option)
+5.4   dropout on sublayer outputs and on embeddings + positions (`Dropout`, in dropout.py: a faster CPU mask)
 
 Shape legend: B batch, S source length, T target length, D d_model, H heads, Dh = d_k = D / H, F d_ff, V vocab.
 Masks are bool, True = may attend, shaped to broadcast to (B, H, queries, keys); see masks.py.
@@ -22,9 +23,10 @@ from torch import nn
 
 from tfm_cli.model.cache import KVCache, LayerCache
 from tfm_cli.model.config import ModelConfig
+from tfm_cli.model.dropout import Dropout
 
 # Attention weights of one layer, (B, H, queries, keys), or None when they were not asked for.
-Weights = torch.Tensor | None
+AttnWeights = torch.Tensor | None
 
 _REDUCED = (torch.bfloat16, torch.float16)
 CPU_SHORT_KEYS = 128  # up to this many keys, the explicit formula in fp32 beats SDPA's kernels on CPU in bf16
@@ -40,7 +42,7 @@ def attention(
     mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     need_weights: bool = False,
-) -> tuple[torch.Tensor, Weights]:
+) -> tuple[torch.Tensor, AttnWeights]:
     """softmax(Q K^T / sqrt(d_k)) V over (B, H, Tq, Dh) queries and (B, H, Tk, Dh) keys/values.
 
     The fast path is `F.scaled_dot_product_attention` (fused kernels, FlashAttention on CUDA), which never
@@ -70,69 +72,15 @@ def attention(
     return out.to(dtype), weights.to(dtype) if need_weights else None
 
 
-# --- 5.4 Dropout ----------------------------------------------------------------------------------------------
-
-
-class Dropout(nn.Dropout):
-    """`nn.Dropout`: each element zeroed with probability p, the rest scaled by 1 / (1 - p).
-
-    On CPU the keep-mask is drawn as 16-bit random integers, four from each 64-bit draw of torch's generator
-    (`random_` over the full int64 range, viewed as int16), instead of `bernoulli_` or `torch.rand`: one element
-    is dropped when its integer falls in the lowest round(p * 65536) of the 65,536 values, so p is taken to the
-    nearest multiple of 2^-16 (0.1 becomes 0.100006) and the survivors are scaled by the exact 1 / (1 - p) of
-    that rate (in bf16 and fp16 each product x * 1 / (1 - p) is rounded on its own, the scale is never rounded).
-    Measured on a 2-core AVX-512 CPU for the quickstart's (3,400 x 256) bf16 activations: the masked product
-    5.5 ms with F.dropout (bernoulli_), 2.9 ms with `torch.rand(...) >= p`, 1.5 ms this way; 17 dropouts run
-    per training step. The generator is torch's, so seeds and saved RNG states (exact resume) work
-    as for any other draw. Elsewhere F.dropout (fused on CUDA).
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0.0:
-            return x  # the identity (skipping F.dropout's call saves a little at each decoding step)
-        if x.device.type != "cpu":
-            return super().forward(x)
-        if self.p == 1.0:
-            return x * 0.0
-        if x.dtype in _REDUCED:
-            # 1 / (1 - p) in bf16 is 1.109375 for p = 0.1, not 1.111: a mask holding it scaled every kept element
-            # down alike, by 0.16%, a bias that no rounding noise averages out. Here x is multiplied by the scale in
-            # fp32 arithmetic and each product rounded to bf16 on its own, so activations of varied sizes keep
-            # their mean (the errors go both ways; a constant input still rounds alike), then the dropped elements
-            # are zeroed: the same draws as the mask below, one pass fewer.
-            dropped, scale = _drop_rate(self.p)
-            return x.mul(scale).masked_fill_(_uniform16(x.shape, x.device).lt(dropped - 32768), 0)
-        return x * keep_mask(x.shape, self.p, x.dtype, x.device)
-
-
-def _drop_rate(p: float) -> tuple[int, float]:
-    """How many of the 65,536 16-bit values drop an element (p to the nearest 2^-16, at most 65,535 of them),
-    and 1 / (1 - p) for the rate actually drawn."""
-    dropped = min(round(p * 65536), 65535)
-    return dropped, 65536 / (65536 - dropped)
-
-
-def _uniform16(shape: torch.Size, device: torch.device) -> torch.Tensor:
-    """Independent uniform int16 values in [-2^15, 2^15) of `shape`, four from each 64-bit draw."""
-    n = math.prod(shape)
-    bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2**63), None)  # all 64 bits
-    return bits.view(torch.int16)[:n].view(shape)
-
-
-def keep_mask(shape: torch.Size, p: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A dropout mask of `shape`: 0 with probability p (to the nearest 2^-16), else 1 / (1 - p), in `dtype`."""
-    uniform16 = _uniform16(shape, device)  # four independent uniform integers in [-2^15, 2^15)
-    dropped, scale = _drop_rate(p)
-    return uniform16.ge(dropped - 32768).to(dtype).mul_(scale)  # the lowest `dropped` values drop
-
-
 # --- 3.2.2 Multi-head attention --------------------------------------------------------------------------------
 
 
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
-    The h per-head projections are packed into one D x D matrix each; heads are a reshape.
+    The h per-head projections are packed into one D x D matrix each; heads are a reshape. Each of the four
+    projections has a bias, which the paper's formula does not write (fairseq, the Annotated Transformer and
+    `nn.MultiheadAttention` add one too); the biases start at zero.
 
     `qkv` is None here: self-attention projects Q, K and V with `w_q`, `w_k` and `w_v` one by one. A view made
     for decoding (`tfm_cli.packing.decoding_view`) may set it to a module computing the three at once from the
@@ -161,7 +109,7 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None,
         cache: LayerCache | None = None,
         need_weights: bool = False,
-    ) -> tuple[torch.Tensor, Weights]:
+    ) -> tuple[torch.Tensor, AttnWeights]:
         """Self-attention when `memory` is None, else cross-attention to `memory` (keys and values).
 
         Args:
@@ -208,7 +156,7 @@ class FeedForward(nn.Module):
         return self.w_2(F.relu(self.w_1(x)))
 
 
-# --- 3.5 Positional encoding -------------------------------------------------------------------------------------
+# --- 3.4-3.5 Embeddings and positional encoding ------------------------------------------------------------------
 
 
 def sinusoidal_table(max_positions: int, d_model: int) -> torch.Tensor:
@@ -255,7 +203,7 @@ class Embeddings(nn.Module):
 # --- 3.1 Encoder and decoder layers and stacks ----------------------------------------------------------------
 
 
-class Sublayer(nn.Module):
+class SublayerConnection(nn.Module):
     """Residual connection and LayerNorm around one sublayer, with dropout on its output (section 5.4).
 
     post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x)))
@@ -269,8 +217,8 @@ class Sublayer(nn.Module):
         self.pre_norm = pre_norm
 
     def forward(
-        self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], tuple[torch.Tensor, Weights]]
-    ) -> tuple[torch.Tensor, Weights]:
+        self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], tuple[torch.Tensor, AttnWeights]]
+    ) -> tuple[torch.Tensor, AttnWeights]:
         """(B, L, D) -> (B, L, D); `sublayer` maps (B, L, D) to (B, L, D) and its attention weights (or None)."""
         if self.pre_norm:
             out, weights = sublayer(self.norm(x))
@@ -287,12 +235,12 @@ class EncoderLayer(nn.Module):
         pre = config.norm == "pre"
         self.self_attn = MultiHeadAttention(config.d_model, config.n_heads, config.attn_dropout)
         self.ffn = FeedForward(config.d_model, config.d_ff)
-        self.sub_attn = Sublayer(config.d_model, config.dropout, pre)
-        self.sub_ffn = Sublayer(config.d_model, config.dropout, pre)
+        self.sub_attn = SublayerConnection(config.d_model, config.dropout, pre)
+        self.sub_ffn = SublayerConnection(config.d_model, config.dropout, pre)
 
     def forward(
         self, x: torch.Tensor, src_mask: torch.Tensor | None, need_weights: bool = False
-    ) -> tuple[torch.Tensor, Weights]:
+    ) -> tuple[torch.Tensor, AttnWeights]:
         x, weights = self.sub_attn(x, lambda h: self.self_attn(h, None, src_mask, need_weights=need_weights))
         x, _ = self.sub_ffn(x, lambda h: (self.ffn(h), None))
         return x, weights
@@ -307,9 +255,9 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(config.d_model, config.n_heads, config.attn_dropout)
         self.cross_attn = MultiHeadAttention(config.d_model, config.n_heads, config.attn_dropout)
         self.ffn = FeedForward(config.d_model, config.d_ff)
-        self.sub_self = Sublayer(config.d_model, config.dropout, pre)
-        self.sub_cross = Sublayer(config.d_model, config.dropout, pre)
-        self.sub_ffn = Sublayer(config.d_model, config.dropout, pre)
+        self.sub_self = SublayerConnection(config.d_model, config.dropout, pre)
+        self.sub_cross = SublayerConnection(config.d_model, config.dropout, pre)
+        self.sub_ffn = SublayerConnection(config.d_model, config.dropout, pre)
 
     def forward(
         self,
@@ -319,7 +267,7 @@ class DecoderLayer(nn.Module):
         tgt_mask: torch.Tensor | None,
         cache: LayerCache | None = None,
         need_weights: bool = False,
-    ) -> tuple[torch.Tensor, Weights, Weights]:
+    ) -> tuple[torch.Tensor, AttnWeights, AttnWeights]:
         x, self_w = self.sub_self(x, lambda h: self.self_attn(h, None, tgt_mask, cache, need_weights))
         x, cross_w = self.sub_cross(x, lambda h: self.cross_attn(h, memory, src_mask, cache, need_weights))
         x, _ = self.sub_ffn(x, lambda h: (self.ffn(h), None))
@@ -350,14 +298,16 @@ class Transformer(nn.Module):
         pre = config.norm == "pre"
         self.encoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
-        self.generator = nn.Linear(d, v, bias=False)  # logits = x W_E^T when tied
+        # logits = x W_E^T when tied (3.4); no bias, tied or not, so the two differ only in the matrix
+        self.generator = nn.Linear(d, v, bias=False)
         self._init_weights()
         if config.tie_embeddings:
             self.generator.weight = tgt_token.weight
 
     def _init_weights(self) -> None:
         """Xavier-uniform for projections (Annotated Transformer), zero biases; token embeddings N(0, d^-0.5) so
-        that embedding * sqrt(d_model) has unit scale like the positional encoding (fairseq), the padding row 0.
+        that embedding * sqrt(d_model) has unit scale like the positional encoding (fairseq), the padding row 0 (it
+        stays 0 in untied embeddings; tied, the output projection's label smoothing trains it like every row).
         Learned positions keep `nn.Embedding`'s N(0, 1), the same unit scale; LayerNorms start as the identity."""
         for name, p in self.named_parameters():
             if p.dim() > 1 and "embed" not in name:
@@ -371,10 +321,10 @@ class Transformer(nn.Module):
 
     def encode(
         self, src: torch.Tensor, src_mask: torch.Tensor | None, need_weights: bool = False
-    ) -> torch.Tensor | tuple[torch.Tensor, list[Weights]]:
+    ) -> torch.Tensor | tuple[torch.Tensor, list[AttnWeights]]:
         """(B, S) source ids -> (B, S, D) memory; with `need_weights`, also each layer's (B, H, S, S) weights."""
         x = self.src_embed(src)  # (B, S, D)
-        weights: list[Weights] = []
+        weights: list[AttnWeights] = []
         for layer in self.encoder_layers:
             x, w = layer(x, src_mask, need_weights)
             weights.append(w)
@@ -390,7 +340,7 @@ class Transformer(nn.Module):
         cache: KVCache | None = None,
         need_weights: bool = False,
         features_only: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, list[Weights], list[Weights]]:
+    ) -> torch.Tensor | tuple[torch.Tensor, list[AttnWeights], list[AttnWeights]]:
         """(B, T) target ids (shifted right) -> (B, T, V) logits.
 
         With a `cache`, `tgt` holds only the new positions; their position indices start at `cache.length`,
@@ -403,8 +353,8 @@ class Transformer(nn.Module):
         """
         offset = cache.length if cache is not None else 0
         x = self.tgt_embed(tgt, offset)  # (B, T, D)
-        self_ws: list[Weights] = []
-        cross_ws: list[Weights] = []
+        self_ws: list[AttnWeights] = []
+        cross_ws: list[AttnWeights] = []
         for i, layer in enumerate(self.decoder_layers):
             layer_cache = cache.layers[i] if cache is not None else None
             x, self_w, cross_w = layer(x, memory, src_mask, tgt_mask, layer_cache, need_weights)

@@ -16,7 +16,9 @@ def label_smoothed_loss(
     """Label-smoothed cross-entropy summed over non-padding target tokens.
 
     The smoothed target puts 1 - eps on the reference token and eps spread uniformly over the vocabulary
-    (as `F.cross_entropy(label_smoothing=eps)` does). Returns (loss_sum, nll_sum, n_tokens): the NLL without
+    (as `F.cross_entropy(label_smoothing=eps)` does). The paper does not say over which tokens; here, as in
+    fairseq, over all V of them, the padding, BOS and UNK tokens that decoding never outputs included (the
+    Annotated Transformer leaves out padding). Returns (loss_sum, nll_sum, n_tokens): the NLL without
     smoothing gives the perplexity.
 
     Args:
