@@ -114,7 +114,29 @@ def test_transformers_logits_match_tfm(exported, reference, trained):
         ).logits
     assert theirs.shape[-1] == cfg.vocab_size + 1
     assert (ours - theirs[..., : cfg.vocab_size]).abs().max().item() <= 1e-4
-    assert torch.isneginf(theirs[..., cfg.vocab_size]).all()  # <pad> is never an output
+    assert (theirs.softmax(dim=-1)[..., cfg.vocab_size] == 0).all()  # <pad> is never an output
+
+
+def test_a_label_smoothed_fine_tuning_loss_of_the_export_is_finite_and_tfms_up_to_the_pad(exported, trained):
+    """transformers' LabelSmoother (Seq2SeqTrainer(label_smoothing_factor=0.1)) over the V + 1 logits: finite
+    (a -inf <pad> bias made it inf), and the loss tfm's own smoothing gives over V, plus eps's share of <pad>'s
+    -log p, whose gradient is nothing."""
+    hf = MarianMTModel.from_pretrained(exported["dir"]).eval()
+    tok = AutoTokenizer.from_pretrained(exported["dir"])
+    batch = tok(trained["sources"][:8], text_target=trained["references"][:8], return_tensors="pt", padding=True)
+    labels = batch["labels"].masked_fill(batch["labels"] == tok.pad_token_id, -100)
+    with torch.no_grad():
+        out = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels)
+    smoothed = transformers.trainer_pt_utils.LabelSmoother(epsilon=0.1)({"logits": out.logits}, labels)
+    assert torch.isfinite(smoothed)
+    v = hf.config.vocab_size - 1  # the export's <pad>
+    log_p = out.logits.float().log_softmax(dim=-1)
+    keep = labels != -100
+    nll = -log_p.gather(-1, labels.clamp(min=0)[..., None])[..., 0][keep].mean()
+    over_v = -log_p[..., :v][keep].sum(-1).mean() / (v + 1)
+    over_pad = -log_p[..., v][keep].mean() / (v + 1)
+    torch.testing.assert_close(smoothed, 0.9 * nll + 0.1 * (over_v + over_pad), rtol=1e-4, atol=1e-4)
+    assert 0 < 0.1 * over_pad < 0.1 * (1000 + 50) / (v + 1)  # the share the finite bias adds, as the export says
 
 
 def test_generate_greedy_matches_translator(exported, reference):

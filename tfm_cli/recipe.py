@@ -124,7 +124,7 @@ class DecodeRecipe:
     alpha: float = 0.6  # GNMT length penalty exponent; 0 = no length normalisation
     max_len_offset: int = 50  # max output length = source length + this
     min_len: int = 0  # no end-of-sentence before this many output tokens (0 = no minimum)
-    max_tokens: int = 8000  # source tokens per translation batch
+    max_tokens: int = 8000  # padded source tokens per translation batch, divided by the beam size
 
 
 @dataclass

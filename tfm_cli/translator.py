@@ -47,7 +47,7 @@ from tfm_cli.errors import TfmError
 from tfm_cli.files import as_path
 from tfm_cli.model import Transformer
 from tfm_cli.precisions import TRANSLATE_PRECISIONS
-from tfm_cli.recipe import MAX_ALPHA
+from tfm_cli.recipe import MAX_ALPHA, DecodeRecipe
 from tfm_cli.runs import BEST, CHECKPOINTS, CURVES_PNG, EXPORT_INFO, FINAL, TENSORBOARD_DIR
 from tfm_cli.runtime import autocast, resolve_device, resolve_precision
 from tfm_cli.tokenizer import Tokenizer
@@ -78,7 +78,8 @@ def _caller_stacklevel() -> int:
     return level
 
 
-DEFAULT_BEAM = 4  # the paper's (section 6.1)
+PAPER = DecodeRecipe()  # the paper's settings (section 6.1): a recipe's `decode:` defaults, and the API's
+DEFAULT_BEAM = PAPER.beam
 
 
 @dataclass(frozen=True)
@@ -95,11 +96,11 @@ class DecodeSettings:
         n_best: how many hypotheses to return per input (beam search only; at most `beam`).
     """
 
-    beam: int = DEFAULT_BEAM
-    alpha: float = 0.6
-    max_len_offset: int = 50
-    min_len: int = 0
-    max_tokens: int = 8000
+    beam: int = PAPER.beam
+    alpha: float = PAPER.alpha
+    max_len_offset: int = PAPER.max_len_offset
+    min_len: int = PAPER.min_len
+    max_tokens: int = PAPER.max_tokens
     greedy: bool = False
     n_best: int = 1
 
@@ -173,7 +174,7 @@ class DecodeSettings:
         from tfm_cli.recipe import load_recipe
 
         d = load_recipe(recipe_file).decode
-        return cls(d.beam, d.alpha, d.max_len_offset, d.min_len, d.max_tokens)
+        return cls(beam=d.beam, alpha=d.alpha, max_len_offset=d.max_len_offset, min_len=d.min_len, max_tokens=d.max_tokens)
 
 
 
