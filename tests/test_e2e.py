@@ -208,6 +208,27 @@ def test_a_diverging_run_skips_nan_steps_then_stops_with_the_lr(data: dict[str, 
     Translator.load(out, device="cpu")  # the last checkpoint still loads
 
 
+@pytest.mark.parametrize("schedule", [("train.save_every=1", "train.eval_every=0"), ("train.max_steps=1", "train.eval_every=0"),
+                                      ("train.save_every=100", "train.eval_every=1")])
+def test_an_update_that_overflows_the_weights_with_a_finite_loss_saves_and_scores_nothing(
+    data: dict[str, Path], tmp_path: Path, schedule: tuple[str, str]
+) -> None:
+    """lr 1e300: step 1's loss is finite, its update makes the weights inf and NaN. They were saved as step 1's
+    checkpoint, called intact and offered for resume (which refused them), or written as model.safetensors
+    (max_steps 1), or scored as a dev evaluation. Now the run stops there, saying so, and nothing of them is kept."""
+    out = tmp_path / "overflowed"
+    proc = tfm(
+        "train", str(data["recipe"]), "train.lr_factor=1e300", "train.max_steps=30", *schedule, "--out", str(out),
+        "--device", "cpu", check=False,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    error = next(line for line in proc.stderr.splitlines() if line.startswith("Error:"))
+    assert error.startswith("Error: training stopped at step 1: its update at lr ") and "made weights NaN or infinite" in error
+    assert "no checkpoint was saved yet" in error, error
+    assert not list((out / "checkpoints").glob("step-*")) and not (out / "model.safetensors").exists()
+    assert not (out / "best.safetensors").exists() and "dev evaluation" not in proc.stderr
+
+
 def test_a_run_that_diverges_before_its_first_checkpoint_says_how_to_start_again(data: dict[str, Path], tmp_path: Path) -> None:
     """With no checkpoint saved, the hint said `tfm train --resume RUN train.lr_factor=...`, which answers "no
     checkpoint to resume from"; and a start into RUN with the lower rate is refused (another recipe is there). The

@@ -796,6 +796,16 @@ class Trainer:
         self.window = _Window()
         return metrics
 
+    def _check_weights_finite(self) -> None:
+        """Raise the divergence error when an update left NaN or infinite weights although its loss was finite
+        (a learning rate so large that the step itself overflowed): they were saved as a checkpoint, called intact
+        and offered for resume. The next loss would be NaN; checked where weights are saved or scored."""
+        if all(bool(p.isfinite().all()) for p in self.model.parameters()):
+            return
+        self.board.close()
+        lr = inverse_sqrt_lr(self.step, self.config.d_model, self.t.warmup_steps, self.t.lr_factor)
+        raise _diverged(self.run_dir, self.step, lr, what=f"its update at lr {lr:.3g} made weights NaN or infinite (its loss was finite)")
+
     def _evaluates_at(self, step: int) -> bool:
         """Whether training evaluates on the dev set after `step`: every train.eval_every steps, the last included
         when it falls on them (it was left to the final evaluation, whose scores are of all of dev and of the final
@@ -834,6 +844,7 @@ class Trainer:
         signal ends it at once; in a DDP job that leaves it unfinished and the ranks stop at this step's check);
         the logging after it takes locks (tensorboard's queue) and is not interrupted."""
         result = None
+        self._check_weights_finite()  # NaN weights would score (and might be kept as best.safetensors)
         with interruptible():
             result = evaluate(
                 self.model, self.tokenizer, self.dev, self.recipe, self.amp, self.t.eval_sentences, self.events,
@@ -888,6 +899,7 @@ class Trainer:
         stopping; marked `saved_on: end`), once a run extended past it saves the next one.
         """
         dist = self.dist
+        self._check_weights_finite()  # on every rank alike (their weights are the same): never a broken checkpoint
         rng = _rng_state()
         rng_ranks = dist.gather(rng) if dist.enabled and every_rank else None
         path = checkpoint_path(self.run_dir, self.step)
@@ -1378,8 +1390,9 @@ def _last_intact(run_dir: Path) -> tuple[bool, str]:
     return True, f"the last checkpoint ({found[-1][1].name}, step {found[-1][0]}) is intact"
 
 
-def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int) -> TfmError:
-    """The error that stops a run whose loss stayed NaN or infinite; it names the last good checkpoint."""
+def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int = 0, what: str = "") -> TfmError:
+    """The error that stops a run whose loss stayed NaN or infinite (`in_a_row` steps), or whose weights became
+    so (`what` happened); it names the last good checkpoint (none holds a NaN: such weights are never saved)."""
     found, kept = _last_intact(run_dir)
     then = (
         f"then `tfm train --resume {shell_word(run_dir)} train.lr_factor=...` or start again"
@@ -1387,7 +1400,8 @@ def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int) -> TfmError:
         else f"and start again with another --out (or delete {shell_word(run_dir)} first: it has nothing to resume)"
     )
     return TfmError(
-        f"training stopped at step {step}: the loss was NaN or infinite {in_a_row} steps in a row at lr {lr:.3g}; {kept}",
+        f"training stopped at step {step}: {what or f'the loss was NaN or infinite {in_a_row} steps in a row at lr {lr:.3g}'}; "
+        f"{kept}",
         hint=f"lower the learning rate (train.lr_factor) or lengthen train.warmup_steps, {then}",
     )
 
