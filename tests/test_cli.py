@@ -807,6 +807,90 @@ def test_progress_on_a_terminal_never_takes_stdout(random_run: Path, tmp_path: P
     assert first not in terminal or not first.strip()  # none leaked onto the terminal
 
 
+def _terminal_output(master: int) -> str:
+    """What a pseudo-terminal's other side wrote, once nothing holds that side open."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: no writer left
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_translate_dash_typed_at_a_terminal_with_output_to_a_file_draws_no_bar(random_run: Path) -> None:
+    """`tfm translate - > out` typed at a terminal: the live bar (stdout was no terminal) was redrawn on the
+    line being typed, every 0.1 s, and erased what was typed. The keyboard's lines are the progress now."""
+    master, slave = pty.openpty()
+    env = _env(NO_COLOR=None, TERM="xterm-256color", COLUMNS="100")
+    args = [str(TFM), "translate", "--model", str(random_run), "--device", "cpu", "--max-len", "2", "-"]
+    proc = subprocess.Popen(args, stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    try:
+        os.write(master, b"Bonjour.\n")
+        typed = _read_lines(proc, 1)  # answered while the terminal stays open, the bar's 0.1 s ticks with it
+        time.sleep(0.5)
+        os.write(master, b"\x04")  # Ctrl-D
+        rest, _ = proc.communicate(timeout=60)
+        terminal = _terminal_output(master)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        os.close(master)
+    assert proc.returncode == 0 and len(typed) == 1 and rest == b"", terminal
+    assert "type a sentence and press Enter" in terminal
+    assert "sentences" not in terminal.replace("type a sentence", "") and "━" not in terminal, terminal
+
+
+def _train_on_a_terminal(tmp_path: Path, **env: str | None) -> str:
+    """A few steps of the smallest recipe with stderr on a pseudo-terminal; what the terminal showed."""
+    corpus = tmp_path / "corpus.tsv"
+    rows = _texts(600)
+    corpus.write_text("".join(f"{s}\t{t}\n" for s, t in zip(rows[::2], rows[1::2], strict=True)), encoding="utf-8")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(clitools.tiny_recipe("t", data={"train": str(corpus), "dev": None},
+                                           train={"max_steps": 12, "log_every": 4, "max_tokens": 512}), encoding="utf-8")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([str(TFM), "train", str(recipe), "--out", str(tmp_path / "run"), "--device", "cpu"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, env=_env(**env))
+    os.close(slave)
+    try:
+        import threading
+
+        seen: list[str] = []
+        reader = threading.Thread(target=lambda: seen.append(_terminal_output(master)), daemon=True)
+        reader.start()
+        proc.communicate(timeout=300)
+        reader.join(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        os.close(master)
+    assert proc.returncode == 0, seen
+    return "".join(seen)
+
+
+def test_training_on_a_dumb_terminal_prints_plain_lines(tmp_path: Path) -> None:
+    """TERM=dumb (Emacs' shell) at a terminal: rich draws no live display there, so nothing was printed between the
+    corpus line and the end. Plain step lines, as for a log file."""
+    shown = _train_on_a_terminal(tmp_path, NO_COLOR=None, TERM="dumb", COLUMNS="100")
+    assert re.search(r"step 4/12  loss [\d.]+", shown) and "step 12/12" in shown, shown
+
+
+def test_the_training_bar_on_a_narrow_terminal_keeps_its_step_count(tmp_path: Path) -> None:
+    """At 80 columns and less rich cut the step count and the time left before the loss text; the figures are
+    dropped from their end now, and the count stays whole."""
+    shown = _train_on_a_terminal(tmp_path, NO_COLOR=None, TERM="xterm-256color", COLUMNS="56")
+    final = [line for line in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown).replace("\r", "\n").splitlines() if "12/12" in line]
+    assert final and all(len(line.rstrip()) <= 56 for line in final), shown
+    assert any("loss " in line for line in final), final
+
+
 def test_n_best_output_is_as_the_help_and_readme_say(random_run: Path) -> None:
     """`--n-best K` printed `LINE TAB SCORE TAB TRANSLATION` lines and `--json` an `nbest` list, and neither the
     help nor the README said so (the help of --json left out `truncated` and `nbest`)."""

@@ -91,7 +91,9 @@ def fancy_stdout() -> bool:
 
 
 def fancy_stderr() -> bool:
-    return sys.stderr.isatty() and "NO_COLOR" not in os.environ
+    """Live progress bars only at a terminal that can redraw a line: not for NO_COLOR, nor for TERM=dumb (Emacs'
+    shell), where rich draws no live display at all, so a training showed nothing until its end."""
+    return sys.stderr.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM", "").lower() not in ("dumb", "unknown")
 
 
 _piped_tables = 0  # tables this process has written as tab-separated text

@@ -573,6 +573,7 @@ class _Progress:
         if not fancy_stderr():
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.table import Column
         from rich.text import Text
 
         progress = self
@@ -584,9 +585,14 @@ class _Progress:
                     return super().render(task)
                 return Text(duration(left), style="progress.remaining")
 
+        # The step count and the time left come before the figures, which are cut to the terminal's width
+        # (`_stats_room`): at 80 columns and less the count and the time left were what rich cut first.
         self.bar = Progress(
-            TextColumn("[bold]{task.description}[/bold]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
-            Remaining(), console=err, transient=False, redirect_stdout=False,
+            TextColumn("[bold]{task.description}[/bold]", table_column=Column(no_wrap=True)),
+            BarColumn(table_column=Column(min_width=3)), MofNCompleteColumn(table_column=Column(no_wrap=True)),
+            Remaining(table_column=Column(no_wrap=True)),
+            TextColumn("{task.fields[stats]}", table_column=Column(no_wrap=True, overflow="ellipsis")),
+            console=err, transient=False, redirect_stdout=False,
         )
         self.bar.start()
         self.task = self.bar.add_task("train", total=max_steps, completed=step, stats="")
@@ -598,6 +604,12 @@ class _Progress:
         """Seconds until train.max_time runs out, or None without one."""
         return None if self.deadline is None else max(0.0, self.deadline - time.perf_counter())
 
+    def _stats_room(self) -> int:
+        """Columns left for the figures on the bar's rows: the terminal's width less the label, a short bar, the
+        step count and the time left."""
+        count = 2 * len(str(self.max_steps)) + 1
+        return self.bar.console.width - (len("train") + 1 + 10 + 1 + count + 1 + 7 + 1)
+
     def step(self, step: int, metrics: dict[str, Any]) -> None:
         if metrics:
             self.last = metrics
@@ -605,7 +617,11 @@ class _Progress:
             stats = ""
             if self.last:
                 m = self.last
-                stats = f"loss {m['loss']:.3f}  lr {m['lr']:.2e}  {m['tgt_tokens_per_s']:,.0f} tok/s  epoch {m['epoch']}"
+                loss, lr = f"loss {m['loss']:.3f}", f"lr {m['lr']:.2e}"
+                speed, epoch = f"{m['tgt_tokens_per_s']:,.0f} tok/s", f"epoch {m['epoch']}"
+                shorter = ((loss, lr, speed, epoch), (loss, lr, speed), (loss, speed), (loss,))
+                room = self._stats_room()
+                stats = next(("  ".join(p) for p in shorter if len("  ".join(p)) <= room), "")
             self.bar.update(self.task, completed=step, stats=stats)
         elif metrics:
             m = metrics
@@ -643,7 +659,9 @@ class _Progress:
                 yield advance
             return
         started = time.perf_counter()
-        task = self.bar.add_task(what, total=sentences, stats="dev sentences decoded")
+        room = max(self._stats_room(), 0)  # what is decoded goes with the figures, cut as they are
+        said = what if len(what) <= room else what[: max(room - 1, 0)] + "…" * (room > 0)
+        task = self.bar.add_task("dev", total=sentences, stats=said)
         try:
             yield lambda n: self.bar.advance(task, n)
         finally:

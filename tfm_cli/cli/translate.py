@@ -214,8 +214,10 @@ def _translate_stdin(
     """stdin's lines to stdout in order, each result written and flushed as it comes."""
     if sys.stdin.isatty():  # `tfm translate -` at a terminal: each line typed is translated when Enter is pressed
         info("type a sentence and press Enter to translate it; Ctrl-D ends")
-    # A live bar only when the translations go to a file: at a terminal they are the progress.
-    bar = progress_bar("translate", total=None) if not sys.stdout.isatty() else contextlib.nullcontext()
+    # A live bar only when the translations go to a file and the lines do not come from the keyboard: at a
+    # terminal the translations are the progress, and a bar redrawn on the typing line erased what was typed.
+    typed = sys.stdin.isatty() or sys.stdout.isatty()
+    bar = progress_bar("translate", total=None) if not typed else contextlib.nullcontext()
     # What has been read is translated whenever reading on would wait (StdinLines.ready), and each result is
     # flushed: a co-process that writes a line and waits for its translation gets it, as `tail -f` does; a
     # file piped in is all there, so it is still translated in chunks (translator.CHUNK_LINES lines).
