@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,10 +161,10 @@ def test_a_second_process_on_a_run_in_training_is_refused(trained: Path, tmp_pat
         wait_until(first, lambda: any(step > 10 for step, _ in checkpoint_steps(run)), "the first process saves checkpoints")
         for extra in ([], ["--dry-run"]):  # the dry run of the resume said "resumes from step N"
             proc = train("--resume", str(run), "train.max_steps=1000000", *extra)
-            error_line(proc, f"{run} is being trained by another process right now")
+            error_line(proc, f"{run} is in use by another process right now (a training, or `tfm tokenize` writing its tokenizer.json)")
         for extra in ([], ["--dry-run"]):  # a start into it said "already holds a trained run": it is training
             proc = train(str(run / "recipe.yaml"), "--out", str(run), *extra)
-            error_line(proc, f"{run} is being trained by another process right now")
+            error_line(proc, f"{run} is in use by another process right now (a training, or `tfm tokenize` writing its tokenizer.json)")
             assert "hint: train into another --out" in proc.stderr, proc.stderr
     finally:
         first.send_signal(signal.SIGTERM)
@@ -310,11 +313,42 @@ def test_tokenize_out_refuses_the_tokenizer_of_a_run_that_is_training(root: Path
     lock = DirectoryLock(run)  # as `tfm train` holds it from its first moment
     assert lock.acquire()
     proc = tfm(*given, "--vocab-size", "320", check=False)
-    error_line(proc, f"{run} is being trained by another process right now", "would break its model")
+    error_line(proc, f"{run} is in use by another process right now (a training, or `tfm tokenize` writing its tokenizer.json)", "would break its model")
     assert (run / "tokenizer.json").read_bytes() == before
     lock.release()
     tfm(*given, "--vocab-size", "320")  # once it is not: replaced, as before
     assert (run / "tokenizer.json").read_bytes() != before
+
+
+def test_tokenize_out_refuses_a_run_that_a_training_started_while_the_tokenizer_was_trained(root: Path, tmp_path: Path) -> None:
+    """`tfm tokenize --out RUN/tokenizer.json` with no RUN yet, then `tfm train --out RUN` started while the
+    tokenizer trained: tokenize looked at RUN only at its start, so it overwrote the tokenizer the run had made,
+    and the run's model then matched no tokenizer (translate, export and --resume refused it). The training here
+    starts inside the tokenizer's training (a patched train_tokenizer makes RUN and holds its lock, as `tfm
+    train` does from its first moment, and writes the run's own tokenizer.json)."""
+    run = tmp_path / "run"
+    script = f"""
+import sys
+import tfm_cli.tokenizer as t
+from tfm_cli.files import DirectoryLock
+real = t.train_tokenizer
+def train_tokenizer(*args, **kwargs):
+    tok = real(*args, **kwargs)
+    run = {str(run)!r}
+    import os; os.makedirs(run)
+    global held; held = DirectoryLock(__import__("pathlib").Path(run)); assert held.acquire()
+    open(os.path.join(run, "tokenizer.json"), "w").write("the run's own")
+    return tok
+t.train_tokenizer = train_tokenizer
+sys.argv = ["tfm", "tokenize", "--corpus", {str(root / "train.tsv")!r}, "--out", {str(run / "tokenizer.json")!r}, "--vocab-size", "300"]
+from tfm_cli.console import main
+main()
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "NO_COLOR": "1"})
+    error_line(proc, f"{run} is in use by another process right now (a training, or `tfm tokenize` writing its tokenizer.json) "
+               "(since this tokenizer's training began; nothing was written): replacing tokenizer.json would break its model")
+    assert (run / "tokenizer.json").read_text() == "the run's own"
 
 
 @pytest.mark.parametrize("name", ["metrics.jsonl", "tensorboard"])

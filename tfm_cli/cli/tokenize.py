@@ -138,32 +138,14 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     settings.update({k: v for k, v in (("vocab_size", vocab_size), ("min_frequency", min_frequency)) if v is not None})
     from tfm_cli.corpus import PROGRESS_EVERY, TsvColumns, has_text, now_and_then, read_pairs, tokenizer_texts
     from tfm_cli.files import DirectoryLock
-    from tfm_cli.runs import checkpoint_steps
     from tfm_cli.tokenizer import tokenizer_stats, train_tokenizer
 
     target = out if out is not None else default_out
     run_dir = target.parent
     runs_own = target.name == "tokenizer.json"  # the file a run's model is bound to; another name beside it is not
-    if runs_own and run_dir.is_dir() and not DirectoryLock(run_dir).acquire():  # kept to the end: a start meanwhile is refused
-        # `tfm train` holds it from its first moment, before its recipe.yaml and config.json are written: the
-        # tokenizer it has loaded would no longer be the run's tokenizer.json, and its model could not be used
-        raise TfmError(
-            f"{run_dir} is being trained by another process right now: replacing {target.name} would break its model",
-            hint="choose another --out",
-        )
-    if runs_own and (checkpoint_steps(run_dir) or (run_dir / "model.safetensors").is_file()):
-        raise TfmError(
-            f"{run_dir} already holds a trained model: replacing {target.name} would break it",
-            hint="choose another --out, or train a new run",
-        )
-    if runs_own and (run_dir / "recipe.yaml").is_file() and (run_dir / "config.json").is_file():
-        # a start wrote these (its model, training now or to be restarted, is built on the tokenizer already
-        # there), or an export that has no model.safetensors (onnx): either way the tokenizer is the model's
-        raise TfmError(
-            f"{run_dir} holds a model's recipe.yaml and config.json (a run that `tfm train` started, or an export): "
-            f"replacing {target.name} would break it",
-            hint=f"choose another --out, or delete {run_dir} if its run is of no use",
-        )
+    lock = DirectoryLock(run_dir)  # kept to the end once taken: a `tfm train` into the folder meanwhile is refused
+    if runs_own:
+        _refuse_a_run_folder(run_dir, target, lock)
 
     sources = [recipe] if recipe is not None else []
     sources += [Path(c) for c in (spec if isinstance(spec, list) else [spec]) if not str(c).startswith("bundled:")]
@@ -173,6 +155,8 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     texts = tokenizer_texts(spec, info, option=option)
     tok = train_tokenizer(texts, settings["vocab_size"], settings["min_frequency"])  # read twice
     seconds = time.perf_counter() - started
+    if runs_own:  # again: a `tfm train` may have made the folder (and its own tokenizer) while this one trained
+        _refuse_a_run_folder(run_dir, target, lock, meanwhile=True)
     # a full disk: one line naming --out, the previous file kept (write_output's own temporary file: tok.save's
     # inside it made a name 14 bytes too long for an --out near the file system's limit)
     write_output(target, "--out", tok.write_json)
@@ -222,6 +206,37 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
             ("training time (s)", round(seconds, 2), ""),
         ],
     )
+
+
+def _refuse_a_run_folder(run_dir: Path, target: Path, lock, meanwhile: bool = False) -> None:
+    """Raise TfmError when `run_dir`'s tokenizer.json is a model's: a run training now (its lock), a trained run,
+    or a started one (recipe.yaml and config.json, or an export). Otherwise take the folder's lock, when the
+    folder exists, and keep it. `meanwhile`: checked again before writing, the tokenizer trained (a `tfm train`
+    into a folder that did not exist at the start made it, and its tokenizer, meanwhile: it was overwritten)."""
+    from tfm_cli.runs import checkpoint_steps
+
+    since = " (since this tokenizer's training began; nothing was written)" if meanwhile else ""
+    if run_dir.is_dir() and not lock.acquire():
+        # `tfm train` holds it from its first moment, before its recipe.yaml and config.json are written: the
+        # tokenizer it has loaded would no longer be the run's tokenizer.json, and its model could not be used
+        raise TfmError(
+            f"{run_dir} is in use by another process right now (a training, or `tfm tokenize` writing its "
+            f"tokenizer.json){since}: replacing {target.name} would break its model",
+            hint="choose another --out",
+        )
+    if checkpoint_steps(run_dir) or (run_dir / "model.safetensors").is_file():
+        raise TfmError(
+            f"{run_dir} already holds a trained model{since}: replacing {target.name} would break it",
+            hint="choose another --out, or train a new run",
+        )
+    if (run_dir / "recipe.yaml").is_file() and (run_dir / "config.json").is_file():
+        # a start wrote these (its model, training now or to be restarted, is built on the tokenizer already
+        # there), or an export that has no model.safetensors (onnx): either way the tokenizer is the model's
+        raise TfmError(
+            f"{run_dir} holds a model's recipe.yaml and config.json (a run that `tfm train` started, or an export)"
+            f"{since}: replacing {target.name} would break it",
+            hint=f"choose another --out, or delete {run_dir} if its run is of no use",
+        )
 
 
 def _is_tokenizer(path: Path) -> bool:

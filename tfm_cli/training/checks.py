@@ -59,7 +59,7 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
         )
     if not resume and run_dir.is_dir() and _trained_now(run_dir):  # not "already holds a trained run": it is training
         raise TfmError(
-            f"{run_dir} is being trained by another process right now",
+            f"{run_dir} is in use by another process right now (a training, or `tfm tokenize` writing its tokenizer.json)",
             hint="train into another --out, or wait until that run ends",
         )
     prior = checkpoint_steps(run_dir)

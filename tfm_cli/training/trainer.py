@@ -1456,7 +1456,7 @@ def _unwritable(error: BaseException) -> bool:
 
 def _in_training(run_dir: Path) -> TfmError:
     return TfmError(
-        f"{run_dir} is being trained by another process right now",
+        f"{run_dir} is in use by another process right now (a training, or `tfm tokenize` writing its tokenizer.json)",
         hint="wait until it ends, or stop it (Ctrl-C or kill: it saves a checkpoint), then `tfm train --resume "
         f"{shell_word(run_dir)}`; or train into another --out",
     )
