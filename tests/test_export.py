@@ -119,6 +119,40 @@ def test_a_non_empty_destination_is_kept_without_force_and_only_an_earlier_expor
     assert proc.returncode == 1 and "is not an earlier export" in proc.stderr and "and 6 more" in proc.stderr
 
 
+def test_an_export_never_takes_the_folder_of_a_training_that_is_starting(trained, tmp_path: Path, monkeypatch) -> None:
+    """`tfm train --out X` holds X's lock from its first moment, while X is still empty (its tokenizer being
+    built): `tfm export --out X` took the empty folder, the run then wrote its model beside the export's card
+    (which described another model), its lock left on the folder put aside. The same when the training made X
+    while the export ran."""
+    from tfm_cli.export import common
+    from tfm_cli.files import DirectoryLock
+
+    out = tmp_path / "starting"
+    out.mkdir()
+    held = DirectoryLock(out)  # as `tfm train` holds it
+    assert held.acquire()
+    proc = tfm("export", str(trained["dir"]), "--format", "release", "--out", str(out), check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{out} is in use by another process right now (a training starting in it, or an export)" in proc.stderr
+    assert list(out.iterdir()) == [] and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    held.release()
+
+    later = tmp_path / "made-meanwhile"
+    real = common._install_new
+
+    def train_starts_first(tmp: Path, where: Path, lock) -> None:
+        where.mkdir()
+        assert held_later.acquire()
+        real(tmp, where, lock)
+
+    held_later = DirectoryLock(later)
+    monkeypatch.setattr(common, "_install_new", train_starts_first)
+    with pytest.raises(TfmError, match="since this export began; the export was not installed"):
+        run_export("release", trained["dir"], later, verify_lines=3)
+    assert list(later.iterdir()) == [] and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    held_later.release()
+
+
 def test_run_export_refuses_arguments_of_the_wrong_type_before_touching_out(trained, tmp_path: Path) -> None:
     """force="no" is true: it replaced a non-empty export; a model or out of 123 failed inside pathlib."""
     out = tmp_path / "taken"

@@ -25,6 +25,7 @@ from typing import Any
 from tfm_cli.errors import TfmError, install_hint
 from tfm_cli.files import (
     WRITE_ERRNOS,
+    DirectoryLock,
     current_umask,
     json_value,
     nearest_existing,
@@ -293,7 +294,10 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
     except OSError as err:
         remove_empty(made)
         raise TfmError(f"{out} cannot be written: {err.strerror or err}", hint="choose a writable --out directory") from None
+    lock = DirectoryLock(out)  # held until the export is installed: a `tfm train --out` there meanwhile is refused
     try:
+        if out.is_dir():
+            _lock_or_refuse(lock, out)
         tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700; an export is meant to be shared
         yield tmp
         mode = 0o666 & ~current_umask()  # some writers (tempfile-based ones) leave 0600: an export is for others
@@ -312,7 +316,7 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
                 raise
             shutil.rmtree(old, ignore_errors=True)
         else:
-            _install_new(tmp, out)
+            _install_new(tmp, out, lock)
     except BaseException as error:
         failure = write_failure(error, out)  # before the staging folder goes: a full disk is still full
         shutil.rmtree(tmp, ignore_errors=True)
@@ -324,6 +328,24 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
             f"{out} could not be written: {failure.strerror}; {kept}",
             hint="free some space there (or check its permissions), or choose another --out",
         ) from error
+    finally:
+        lock.release()
+
+
+def _lock_or_refuse(lock: DirectoryLock, out: Path, meanwhile: bool = False) -> None:
+    """Take the lock of the folder `out` (the one `tfm train` holds on its run from its first moment), or raise
+    TfmError: an empty `out` may be a run starting (building its tokenizer), which an export took over, the
+    run's files then written beside the export's card, and the run's lock left on the folder put aside."""
+    try:
+        taken = lock.acquire()
+    except OSError:  # a folder that cannot be opened to lock: the checks and the rename say what is wrong
+        return
+    if not taken:
+        raise TfmError(
+            f"{out} is in use by another process right now (a training starting in it, or an export)"
+            + (" since this export began; the export was not installed" if meanwhile else ""),
+            hint="choose another --out directory",
+        )
 
 
 def _check_replaceable(out: Path) -> None:
@@ -360,14 +382,16 @@ def _some(names: Sequence[str]) -> str:
     return " and ".join(shown)
 
 
-def _install_new(tmp: Path, out: Path) -> None:
+def _install_new(tmp: Path, out: Path, lock: DirectoryLock) -> None:
     """Rename the staged export to `out`, which was missing or empty when the export began (no --force).
 
     Another export to the same `out` (a second `tfm export` started alongside) may have installed itself there
     meanwhile: the rename, which never replaces a non-empty folder, then fails, and that export is kept rather
-    than silently replaced by this one without --force.
+    than silently replaced by this one without --force. A `tfm train --out` that made `out` meanwhile holds its
+    lock: refused too (`lock`, held since the start when `out` was there).
     """
     if out.is_dir():
+        _lock_or_refuse(lock, out, meanwhile=True)
         with contextlib.suppress(OSError):
             out.rmdir()  # the empty folder that was there (only an empty one goes)
     try:
