@@ -52,6 +52,20 @@ def test_release_holds_weights_config_tokenizer_and_card(release: Path, trained)
     assert info["format"] == "release" and info["ok"] and info["path"] == str(release)
 
 
+def test_a_summary_of_another_step_than_the_weights_gives_the_card_no_scores_of_it(trained, tmp_path: Path) -> None:
+    """A resume replaces model.safetensors seconds before summary.json; killed between the two, the summary is
+    the previous session's, and the card showed its scores over the newer weights. The card scores them anew."""
+    copy = tmp_path / "run"
+    shutil.copytree(trained["dir"], copy)
+    summary = json.loads((copy / "summary.json").read_text())
+    summary["steps"] -= 1
+    summary["dev"]["bleu"] = 99.99
+    (copy / "summary.json").write_text(json.dumps(summary))
+    run_export("release", copy, tmp_path / "rel", verify_lines=5)
+    card = (tmp_path / "rel" / "README.md").read_text(encoding="utf-8")
+    assert "99.99" not in card and "dev BLEU " in card, card
+
+
 def test_release_translates_like_the_run_from_the_cli(release: Path, trained) -> None:
     from_run = tfm("translate", "--model", str(trained["dir"]), "--precision", "fp32", stdin=SENTENCES).stdout
     from_release = tfm("translate", "--model", str(release), "--precision", "fp32", stdin=SENTENCES).stdout

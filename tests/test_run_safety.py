@@ -281,6 +281,30 @@ def test_a_checkpoint_pruned_while_it_is_loaded_gives_the_next_one(copy: Path, g
     assert loaded.path == checkpoint_path(copy, 15)
 
 
+def test_weights_renamed_over_while_they_are_loaded_are_read_again(copy: Path, monkeypatch) -> None:
+    """A training renames a newer best.safetensors over the old one: a load that read the metadata of the old file
+    and the tensors of the new said step 230 over step 260's weights (5 of 1,699 loads while a run trained)."""
+    import tfm_cli.checkpoint as checkpoint
+
+    best = copy / "best.safetensors"
+    shutil.copy(checkpoint_path(copy, 5), best)
+    real = checkpoint.read_weights
+    replaced = []
+
+    def newer_first(path, *args, **kwargs):  # between the metadata and the tensors, as the trainer's rename can
+        if Path(path) == best and not replaced:
+            shutil.copy(checkpoint_path(copy, 10), best.with_suffix(".tmp"))
+            best.with_suffix(".tmp").replace(best)
+            replaced.append(True)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "read_weights", newer_first)
+    loaded = checkpoint.load_model(best)
+    assert replaced and loaded.step == 10
+    for name, tensor in real(checkpoint_path(copy, 10)).items():
+        torch.testing.assert_close(loaded.model.state_dict()[name], tensor, rtol=0, atol=0)
+
+
 def test_a_final_model_older_than_the_runs_newest_checkpoint_is_said(copy: Path, tmp_path: Path) -> None:
     """A finished run resumed with a higher train.max_steps and stopped keeps the final model of the earlier
     session: `tfm translate --model RUN` translated with it, saying nothing of the newer checkpoints."""

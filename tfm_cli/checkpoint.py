@@ -222,15 +222,22 @@ def load_model(
             if path.name == FINAL and (spec is None or Path(spec).is_dir()):
                 _warn_if_trained_on(loaded)
             return loaded
+        except _ReplacedWhileRead:  # best.safetensors replaced by a training between its metadata and its tensors
+            continue
         except (CheckpointError, OSError, RuntimeError):
             # a run that is training prunes its oldest checkpoints: the newest one, chosen a moment ago, may be
             # gone before it is read (safetensors said so in a FileNotFoundError or RuntimeError): choose again
             if path.exists():
                 raise
     raise CheckpointError(
-        f"the checkpoints of {run_dir_of(path)} were deleted as fast as they were read (a run training with a small train.keep_last?)",
+        f"the checkpoints of {run_dir_of(path)} were deleted or replaced as fast as they were read (a run training with a "
+        "small train.keep_last or train.eval_every?)",
         hint="translate once it has written its final model, or copy a checkpoint out of the run first",
     )
+
+
+class _ReplacedWhileRead(Exception):
+    """The weights file was replaced (renamed over) between reading its metadata and its tensors."""
 
 
 def _warn_if_trained_on(loaded: LoadedModel) -> None:
@@ -298,6 +305,8 @@ def _load_model(path: Path, device: str | torch.device) -> LoadedModel:
     with torch.random.fork_rng(devices=[]):  # the random initialisation the weights replace: the caller's seed stays
         model = Transformer(config)
     load_state(model, read_weights(path), path)
+    if read_metadata(path) != metadata:  # a training renamed a newer file over it meanwhile: the step said (and the
+        raise _ReplacedWhileRead(path)  # config checked) were another file's than the weights read: read it again
     model.to(device).eval()
     return LoadedModel(model, tokenizer, path, run_dir, step, metadata)
 

@@ -153,16 +153,18 @@ def _logit_check(reference: torch.nn.Module, released: torch.nn.Module, dtype: s
 
 def _dev_scores(loaded: LoadedModel, released, dtype: str, progress: Progress | None = None) -> dict[str, Any] | None:
     """Dev BLEU/chrF for the model card: the run's own final evaluation when the released weights are the run's
-    final model in fp32, else a fresh evaluation of the release on the run's dev set; None without a dev set, and
-    {"unscored": why} when the run's BLEU tokenizer cannot be set up here."""
+    final model in fp32 and the summary is of their step, else a fresh evaluation of the release on the run's dev
+    set; None without a dev set, and {"unscored": why} when the run's BLEU tokenizer cannot be set up here. (A
+    resume replaces model.safetensors seconds before summary.json: killed between the two, the summary was the
+    previous session's, and its scores went onto the card of the newer weights.)"""
     summary = loaded.run_dir / "summary.json"
     if dtype == "fp32" and loaded.path.name == FINAL and summary.is_file():
         try:
             record = json_value(summary.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             record = {}
-        dev = record.get("dev") or {}
-        if "bleu" in dev:
+        dev = (record.get("dev") or {}) if isinstance(record, dict) else {}
+        if isinstance(dev, dict) and "bleu" in dev and record.get("steps") == loaded.step:
             return {**dev, "how": f"tfm train's final evaluation, {record.get('precision', 'fp32')} arithmetic"}
     pairs, bleu_tokenize = _dev_pairs(loaded.run_dir, loaded.tokenizer)
     if not pairs:
