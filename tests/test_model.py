@@ -454,8 +454,8 @@ def test_config_rejects_special_ids_that_coincide(ids: dict) -> None:
 
 @pytest.mark.parametrize("length", [16, 200])  # below and above the CPU short-sequence kernel switch (128 keys)
 def test_bf16_attention_matches_explicit_math_on_cpu(length: int) -> None:
-    """Reduced precision on CPU takes the explicit formula in fp32 for short keys and SDPA's fused kernel for long
-    keys: both the function of fp64 math on the same bf16 inputs."""
+    """Reduced precision on CPU takes the explicit formula for short keys (fp32 without autocast) and SDPA's fused
+    kernel for long keys: both the function of fp64 math on the same bf16 inputs."""
     g = torch.Generator().manual_seed(length)
     q, k, v = (torch.randn(2, 4, length, 32, generator=g) for _ in range(3))
     mask = torch.ones(2, 1, 1, length, dtype=torch.bool)
@@ -471,6 +471,25 @@ def test_bf16_attention_matches_explicit_math_on_cpu(length: int) -> None:
     out, weights = attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, need_weights=True)
     assert (out.double() - reference).abs().max() <= (fast.double() - reference).abs().max() + 1e-9
     assert (weights.double() - scores.softmax(dim=-1)).abs().max() < 4e-3  # the bf16 rounding of a weight in [0, 1]
+
+
+def test_attention_weights_asked_for_under_autocast_are_computed_in_fp32() -> None:
+    """Under CPU autocast (training, bf16 translation) `q.float() @ k.float().T` is cast back to bf16: the weights
+    asked for (inspection, `explain`) were bf16 products and a bf16 softmax while the docstring said fp32. They
+    are the fp32 formula rounded once to bf16 now, bit for bit; the fast path keeps autocast's bf16 products."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (2 * torch.randn(2, 4, 20, 32, generator=g).bfloat16() for _ in range(3))
+    mask = torch.ones(2, 1, 1, 20, dtype=torch.bool)
+    mask[1, ..., 12:] = False
+    scores = (q.float() @ k.float().transpose(-2, -1) / math.sqrt(32)).masked_fill(~mask, float("-inf"))
+    exact = scores.softmax(dim=-1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, weights = attention(q, k, v, mask, need_weights=True)
+        fast, _ = attention(q, k, v, mask)
+    assert torch.equal(weights, exact.bfloat16()) and torch.equal(out, (exact @ v.float()).bfloat16())
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # what autocast makes of the formula: bf16 products
+        s = (q @ k.transpose(-2, -1) / math.sqrt(32)).masked_fill(~mask, float("-inf"))
+        assert torch.equal(fast, s.softmax(dim=-1) @ v)
 
 
 def test_short_bf16_attention_on_cpu_rounds_only_its_output() -> None:
