@@ -38,6 +38,7 @@ _tfm_overrides() {
         'train.eps='
         'train.eval_every='
         'train.eval_sentences='
+        'train.init_from='
         'train.keep_last='
         'train.label_smoothing='
         'train.log_every='

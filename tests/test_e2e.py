@@ -243,6 +243,43 @@ def test_a_run_that_diverges_before_its_first_checkpoint_says_how_to_start_again
     tfm(*start[:2], "train.max_steps=2", "train.save_every=2", "train.eval_every=0", "--out", str(tmp_path / "again"), "--device", "cpu")
 
 
+def test_fine_tuning_starts_from_the_trained_weights_and_tokenizer(data: dict[str, Path], run: dict, tmp_path: Path) -> None:
+    """`train.init_from=RUN`: a new run whose model starts as RUN's final model, on RUN's tokenizer, with a fresh
+    optimizer and schedule (fairseq --restore-file --reset-optimizer, Marian --pretrained-model). With a learning
+    rate of 1e-30 its one update changes no fp32 weight, so its model is RUN's bit for bit. The run it came from
+    is not read again by a resume; a model section of other shapes is refused in one line."""
+    import torch
+    from safetensors.torch import load_file
+
+    init = tmp_path / "init"
+    shutil.copytree(run["dir"], init)
+    other = tmp_path / "other.tsv"  # another corpus: the data of the fine-tuning
+    other.write_text("".join(data["train"].read_text(encoding="utf-8").splitlines(keepends=True)[1000:1600]), encoding="utf-8")
+    out = tmp_path / "ft"
+    args = (
+        "train", str(data["recipe"]), "--out", str(out), f"train.init_from={init}", f"data.train={other}", "data.dev=null",
+        "train.lr_factor=1e-30", "model.dropout=0.0", "train.max_steps=1", "train.save_every=1", "train.average_last=1",
+        "train.keep_last=1", "--device", "cpu",
+    )
+    dry = tfm(*args, "--dry-run")
+    assert f"# fine-tunes {init / 'model.safetensors'} (its step {MAX_STEPS})" in dry.stdout, dry.stdout
+    proc = tfm(*args)
+    assert f"fine-tuning {init / 'model.safetensors'} (its step {MAX_STEPS})" in proc.stderr
+    assert (out / "tokenizer.json").read_bytes() == (init / "tokenizer.json").read_bytes()
+    theirs, ours = load_file(str(init / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in theirs)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["init_from"] == str(init) and summary["steps"] == 1
+    shutil.rmtree(init)  # a resume trains on from its own checkpoint
+    tfm("train", "--resume", str(out), "train.max_steps=2", "train.lr_factor=1", "--device", "cpu")
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    refused = tfm("train", str(data["recipe"]), "--out", str(tmp_path / "wide"), f"train.init_from={out}",
+                  "model.d_ff=128", "--device", "cpu", check=False)
+    error = next(line for line in refused.stderr.splitlines() if line.startswith("Error:"))
+    assert refused.returncode == 1 and "d_ff=64, but this recipe's has model.d_ff=128" in error, refused.stderr
+    assert "set model.d_ff=64" in refused.stderr and not (tmp_path / "wide").exists()
+
+
 def test_metrics_and_summary(run: dict) -> None:
     records = _records(run["dir"])
     kinds = {r["kind"] for r in records}

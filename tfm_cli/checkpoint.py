@@ -254,7 +254,7 @@ def _warn_if_trained_on(loaded: LoadedModel) -> None:
         )
 
 
-def _tokenizer_folder(path: Path) -> Path:
+def tokenizer_folder(path: Path) -> Path:
     """The run directory whose tokenizer.json goes with the weights file `path`: its own folder (its run's, for a
     checkpoint), or, where that has none and `path` is a symbolic link (`ln -s /shared/runs/x/model.safetensors
     fr-en.safetensors`), the folder of the file it links to."""
@@ -268,7 +268,7 @@ def _tokenizer_folder(path: Path) -> Path:
 
 def _load_model(path: Path, device: str | torch.device) -> LoadedModel:
     metadata = read_metadata(path)
-    run_dir = _tokenizer_folder(path)
+    run_dir = tokenizer_folder(path)
     tok_path = run_dir / "tokenizer.json"
     if tok_path.exists() and not tok_path.is_file():
         raise CheckpointError(

@@ -114,6 +114,11 @@ class TrainRecipe:
     average_last: int = 5
     patience: int = 0  # early stopping: stop after this many dev evaluations without a better score; 0 = off
     patience_metric: str = "bleu"  # what early stopping watches: "bleu" (higher is better) or "loss" (lower)
+    # fine-tuning: a trained model to start from (a run directory or a .safetensors file), its tokenizer taken
+    # with it; a fresh optimizer and learning-rate schedule from step 0. The model section must match its shape
+    # (dropout may differ). null = random initialisation (fairseq --restore-file with --reset-optimizer, Marian
+    # --pretrained-model, OpenNMT-py -train_from with -reset_optim all)
+    init_from: str | None = None
 
 
 @dataclass
@@ -371,6 +376,10 @@ _RULES: dict[str, tuple[typing.Callable[[Any], bool], str]] = {
         lambda v: v is None or v.strip() != "",
         "must be a tokenizer.json path, or null to train one",
     ),
+    "train.init_from": (
+        lambda v: v is None or v.strip() != "",
+        "must be a trained model to start from (a run directory or a .safetensors file), or null",
+    ),
     "tokenizer.vocab_size": (
         lambda v: MIN_VOCAB_SIZE <= v <= MAX_VOCAB_SIZE,
         f"must be between {MIN_VOCAB_SIZE} (the byte fallback needs 256 byte tokens + 4 special tokens, plus room "
@@ -624,6 +633,8 @@ _KNOWN_AS = {
         (("beam_size", "num_beams"), "decode.beam"),
         (("lenpen", "length_penalty"), "decode.alpha (the GNMT length penalty)"),
         (("update_freq", "accum_count", "gradient_accumulation_steps"), "train.accum_steps"),
+        (("restore_file", "train_from", "pretrained_model", "load_model", "init_checkpoint"),
+         "train.init_from (fine-tuning: a trained run to start from, with a fresh optimizer and schedule)"),
     )
     for name in names
 }

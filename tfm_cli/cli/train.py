@@ -121,9 +121,11 @@ def train(
         from tfm_cli.corpus import PROGRESS_EVERY, now_and_then
         from tfm_cli.runtime import resolve_device, resolve_precision
         from tfm_cli.training import check_resume, check_start, preflight, scan_corpora
+        from tfm_cli.training.checks import with_init_tokenizer
 
         torch_device = resolve_device(device)
         resolve_precision(resolved.train.precision, torch_device, "train.precision")  # fp16 on a CPU is refused
+        resolved = with_init_tokenizer(resolved, resume is not None)  # fine-tuning: that model's tokenizer, as a start
         preflight(resolved, Path(run_dir), resume is not None)  # every check a real start makes before writing
         # and a resume's, saying the newer checkpoints it would pass over, as the resume says them
         resumes_at = check_resume(resolved, Path(run_dir), torch_device, said=info) if resume is not None else None
@@ -144,8 +146,9 @@ def train(
 
     if launch.asked:  # the same command, minus the launcher options, as N processes under torchrun
         from tfm_cli.training import preflight
+        from tfm_cli.training.checks import with_init_tokenizer
 
-        preflight(resolved, Path(run_dir), resume is not None)  # said once here, not once per process
+        preflight(with_init_tokenizer(resolved, resume is not None), Path(run_dir), resume is not None)  # said once here
         args = ["train", *([recipe] if recipe is not None else []), *overrides, "--device", device]
         args += ["--resume", str(resume)] if resume is not None else ["--out", str(run_dir)]
         args += ["--json"] if json_out else []
@@ -480,6 +483,11 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     config = model_config(recipe, vocab, 0, 1, 2)
     parameters = parameter_count(config)  # shapes only: no memory is allocated
     t = recipe.train
+    init = None
+    if t.init_from and resumes_at is None:  # as the start checks it: every shape of that model the same
+        from tfm_cli.training.checks import check_init
+
+        init = check_init(recipe, config)
     budget: dict[str, Any] = {}
     finished = None
     if resumes_at is not None:
@@ -504,6 +512,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
         "tokens_per_step": t.max_tokens * t.accum_steps,
         "sentence_pairs": pairs,
         **({"resumes_at_step": resumes_at} if resumes_at is not None else {}),
+        **({"init_from": {"weights": str(init.path), "step": init.step}} if init is not None else {}),
         **({"finished": True} if finished is not None else {}),
         **budget,
         "note": "tokens_per_step is the most source (and target) tokens per optimizer step, padding included",
@@ -535,6 +544,9 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
         return
     if resumes_at is not None:
         print(f"# resumes from step {resumes_at:,} to train.max_steps={recipe.train.max_steps:,}")
+    if init is not None:  # as the start itself will say
+        print(f"# fine-tunes {init.path} (its step {init.step:,}): its weights and tokenizer, a fresh optimizer and "
+              "learning-rate schedule from step 0")
     if budget:
         left = budget["train_seconds_left"]
         then = f"{left:,.0f}s left" if left > 0 else "spent: the resume trains no step, it writes the final model"

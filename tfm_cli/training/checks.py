@@ -13,7 +13,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tfm_cli.checkpoint import config_in_metadata, read_metadata
+from tfm_cli.checkpoint import config_in_metadata, read_metadata, tokenizer_folder
 from tfm_cli.corpus import TsvColumns, read_pairs, resolve_corpus_path
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, human_size, shell_word
 from tfm_cli.files import DirectoryLock, nearest_existing, utf8_name
@@ -175,7 +175,8 @@ def _check_paths_beside(recipe_file: Path, recipe: Recipe, overridden: set[str])
     def written(text: str) -> str:
         return os.path.relpath(folder / text) if only_beside(text) else text
 
-    specs = [("data.train", recipe.data.train), ("data.dev", recipe.data.dev), ("tokenizer.path", recipe.tokenizer.path)]
+    specs = [("data.train", recipe.data.train), ("data.dev", recipe.data.dev), ("tokenizer.path", recipe.tokenizer.path),
+             ("train.init_from", recipe.train.init_from)]
     for key, spec in specs:
         if key in overridden:  # the command line's own path: "write it in the recipe" would be the wrong fix
             continue
@@ -424,6 +425,92 @@ def scan_corpora(
     return {key: counts[key] for key in ("data.train", "data.dev") if key in counts}
 
 
+# --- fine-tuning: train.init_from ------------------------------------------------------------------------------
+
+FREE_IN_FINE_TUNING = ("dropout", "attn_dropout")  # model keys a fine-tuning may change: no weight depends on them
+
+
+@dataclasses.dataclass(frozen=True)
+class InitModel:
+    """The trained model a fine-tuning starts from (`train.init_from`): its weights file and step."""
+
+    path: Path
+    step: int
+
+
+def _init_weights(recipe: Recipe) -> tuple[Path, dict[str, str]]:
+    """The weights file that train.init_from names (a run's final, best or newest, as `tfm translate` picks) and
+    its metadata; errors name the key."""
+    from tfm_cli.runs import resolve_weights
+
+    spec = Path(recipe.train.init_from).expanduser()
+    try:
+        path = resolve_weights(spec)
+        return path, read_metadata(path)
+    except CheckpointError as error:
+        raise CheckpointError(f"train.init_from: {error.message}", hint=error.hint) from None
+
+
+def with_init_tokenizer(recipe: Recipe, resume: bool = False) -> Recipe:
+    """A start with train.init_from takes its model's tokenizer: tokenizer.path is set to that tokenizer.json,
+    which every later check and the run's own copy then use (a tokenizer.path given must be the same tokenizer).
+    A resume has its own copy, and does not read train.init_from again."""
+    if resume or not recipe.train.init_from:
+        return recipe
+    path, metadata = _init_weights(recipe)
+    own = tokenizer_folder(path) / "tokenizer.json"
+    if not own.is_file():
+        raise CheckpointError(
+            f"train.init_from: {path} has no tokenizer.json beside it ({own} is missing), and a model is trained on with "
+            "the tokenizer it was trained with", hint=f"put that run's tokenizer.json at {own}",
+        )
+    expected = metadata["tokenizer_sha256"]
+    if Tokenizer.load(own).sha256 != expected:
+        raise CheckpointError(
+            f"train.init_from: {own} does not match {path} (its tokenizer hash differs)",
+            hint="put back the tokenizer.json that model was trained with",
+        )
+    given = Path(recipe.tokenizer.path).expanduser() if recipe.tokenizer.path else None
+    if given is None:
+        return dataclasses.replace(recipe, tokenizer=dataclasses.replace(recipe.tokenizer, path=str(own)))
+    if given.is_file() and Tokenizer.load(given).sha256 != expected:  # (one that is missing: preflight says so)
+        raise TfmError(
+            f"tokenizer.path {recipe.tokenizer.path} is not the tokenizer of train.init_from ({own}): a model is "
+            "trained on with the tokenizer it was trained with",
+            hint="drop tokenizer.path (tokenizer.path=null): the run takes the tokenizer of train.init_from",
+        )
+    return recipe
+
+
+def check_init(recipe: Recipe, config) -> InitModel:
+    """The model train.init_from names, checked against the run's model config: every shape the same (dropout may
+    differ). A TfmError names each key that differs and the value that fits."""
+    from tfm_cli.model import ModelConfig
+
+    path, metadata = _init_weights(recipe)
+    try:
+        theirs = ModelConfig.from_dict(config_in_metadata(path, metadata))
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"train.init_from: {path}: invalid model config in its metadata ({err})") from None
+    differ = [
+        f.name for f in dataclasses.fields(config)
+        if f.name not in FREE_IN_FINE_TUNING and getattr(config, f.name) != getattr(theirs, f.name)
+    ]
+    if differ:
+        ours = ", ".join(f"model.{name}={getattr(config, name)}" for name in differ)
+        fix = " ".join(f"model.{name}={getattr(theirs, name)}" for name in differ)
+        raise TfmError(
+            f"train.init_from {path} is a model of {', '.join(f'{n}={getattr(theirs, n)}' for n in differ)}, but this "
+            f"recipe's has {ours}: its weights would not fit",
+            hint=f"give the model section of the run it comes from (e.g. its recipe.yaml), or set {fix}",
+        )
+    try:
+        step = int(metadata.get("step", 0))
+    except ValueError:
+        step = 0
+    return InitModel(path, step)
+
+
 def with_absolute_paths(recipe: Recipe) -> Recipe:
     """The recipe with relative corpus and tokenizer paths made absolute (they are relative to the CWD)."""
 
@@ -436,7 +523,8 @@ def with_absolute_paths(recipe: Recipe) -> Recipe:
 
     data = dataclasses.replace(recipe.data, train=absolute(recipe.data.train), dev=absolute(recipe.data.dev))
     tokenizer = dataclasses.replace(recipe.tokenizer, path=absolute(recipe.tokenizer.path))
-    return dataclasses.replace(recipe, data=data, tokenizer=tokenizer)
+    train = dataclasses.replace(recipe.train, init_from=absolute(recipe.train.init_from))
+    return dataclasses.replace(recipe, data=data, tokenizer=tokenizer, train=train)
 
 
 def check_room(run_dir: Path, config, t, resume: bool = False, probe: bool = True) -> None:

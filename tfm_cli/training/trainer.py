@@ -84,7 +84,9 @@ from tfm_cli.runtime import (
 )
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer
 from tfm_cli.training.checks import (
+    InitModel,
     check_beam,
+    check_init,
     check_recipe_file,
     check_resumable,
     check_room,
@@ -97,6 +99,7 @@ from tfm_cli.training.checks import (
     resume_recipe,
     schedule_warnings,
     with_absolute_paths,
+    with_init_tokenizer,
     with_tokenizer_size,
 )
 from tfm_cli.training.evaluation import evaluate, finish, load_dev
@@ -309,6 +312,7 @@ def train(
     if recipe_file is not None and not resume:
         check_recipe_file(recipe_file, recipe, run_dir)
     device = resolve_device(device)  # a torch.device too: torch.device("cuda") without a GPU failed deep in torch
+    recipe = with_init_tokenizer(recipe, resume)  # fine-tuning (train.init_from): that model's tokenizer
     preflight(recipe, run_dir, resume)
     dist = setup_distributed(device)  # one rank of a torchrun job, or a single process
     events = (events or TrainEvents()) if dist.is_main else TrainEvents()  # rank 0 alone reports
@@ -382,6 +386,7 @@ class Trainer:
         self.lock = DirectoryLock(run_dir)  # rank 0 holds it while it trains the run
         self.finished: dict[str, Any] | None = None  # a resumed run that was already finished: its summary.json
         self.corpus_stats: CorpusStats | None = None  # what reading data.train kept and skipped (summary.json)
+        self.init_model: InitModel | None = None  # the model a fine-tuning starts from (train.init_from), checked
 
     def _lock(self) -> None:
         """One process at a time trains a run: a second one (a --resume of a run still training, or a start into
@@ -444,6 +449,8 @@ class Trainer:
                 check_room(run_dir, self.config, t, self.resume)
             # a model too large for the memory is said before the run's files are written
             self.model, self.optimizer, self.scaler = setup_model(self.config, t, self.device, self.precision)
+            if self.init_model is not None:
+                self._start_from(self.init_model)
         except BaseException:
             if self.main and not self.resume:  # take back what this start wrote: its tokenizer, checkpoints/
                 if not had_tokenizer:
@@ -472,6 +479,15 @@ class Trainer:
         if self.board.enabled and not self.resume:
             self.board.recipe(yaml.safe_dump(recipe_to_dict(self.recipe), sort_keys=False, allow_unicode=True), self.step)
 
+    def _start_from(self, init: InitModel) -> None:
+        """Fine-tuning: the trained weights of train.init_from in place of the random ones (every rank reads the
+        same file); the optimizer and the learning-rate schedule start afresh, at step 0."""
+        load_state(self.model, read_weights(init.path), init.path)
+        self.events.message(
+            f"fine-tuning {init.path} (its step {init.step:,}): its weights and tokenizer, a fresh optimizer and "
+            "learning-rate schedule from step 0"
+        )
+
     def _read_inputs(self, created: bool, weights: Path | None) -> TokenizedCorpus:
         """The tokenizer, model config and dev set (kept on self) and the encoded training corpus (returned), all
         read before the run's files are written: a bad corpus leaves the run as it was."""
@@ -482,6 +498,8 @@ class Trainer:
             self.tokenizer = tok = _share_tokenizer(prepared, self.dist)
             self.recipe = recipe = with_tokenizer_size(recipe, tok.vocab_size)  # recipe.yaml records the run's size
             self.config = model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id)
+            if recipe.train.init_from and not self.resume:  # its shapes against this config, before any corpus is read
+                self.init_model = check_init(recipe, self.config)
             check_beam(recipe, tok.vocab_size)  # a tokenizer trained here may hold fewer tokens than asked for
             read_start = time.perf_counter()
             corpus = usable_corpus(recipe, tok, _reading(self.events) if main else None)  # every rank encodes it all
@@ -1018,6 +1036,7 @@ class Trainer:
             # the recipe this final model was made with: recipe.yaml is rewritten when a resume starts, so a resume
             # stopped before this file was written (while averaging or evaluating) left a recipe.yaml ahead of it
             "recipe_resolved": recipe_to_dict(with_absolute_paths(self.recipe)),
+            "init_from": with_absolute_paths(self.recipe).train.init_from,  # the model it was fine-tuned from, or None
         }
         # the curves before summary.json, which marks the run finished: a stop between the two left it without
         # curves.png for good (its resume found nothing to do)
