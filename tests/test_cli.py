@@ -722,6 +722,29 @@ def test_translate_dash_at_a_terminal_translates_each_line_typed(random_run: Pat
     assert typed == tfm(*args, "Bonjour.").stdout.splitlines()
 
 
+def test_an_option_of_one_value_given_twice_is_refused(random_run: Path, tmp_path: Path) -> None:
+    """Click kept the last: `--reference r1 --reference r2` scored against r2 alone (no multi-reference BLEU),
+    `--model a --model b` translated with b (no ensemble), exit 0. Two values are a usage error; the same value
+    twice (a shell alias) is not, nor a sentence after -- that looks like the option."""
+    other = tmp_path / "other"
+    shutil.copytree(random_run, other)
+    refs = [tmp_path / "r1.en", tmp_path / "r2.en"]
+    for r in refs:
+        r.write_text("Hello.\n", encoding="utf-8")
+    args = ["translate", "--device", "cpu", "--max-len", "2"]
+    for given, name in (
+        (["--model", str(random_run), "--model", str(other), "Bonjour."], "--model"),
+        (["--model", str(random_run), "--reference", str(refs[0]), f"--reference={refs[1]}"], "--reference"),
+        (["--model", str(random_run), "-b", "2", "--beam", "3", "Bonjour."], "--beam"),
+    ):
+        proc = tfm(*args, *given, stdin="Bonjour.\n")
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        lines = _error_lines(proc.stderr)
+        assert lines[0].startswith(f"Error: Invalid value for {name}: given twice (") and "give it once" in lines[0], lines
+    assert tfm(*args, "--model", str(random_run), "--model", str(random_run), "Bonjour.").returncode == 0
+    assert tfm(*args, "--model", str(random_run), "--", "--model").returncode == 0
+
+
 def test_translate_precision_errors(random_run: Path) -> None:
     proc = tfm("translate", "--model", str(random_run), "--device", "cpu", "--precision", "fp16", "x")
     _assert_one_line_error(proc, "fp16", "CUDA")

@@ -769,7 +769,12 @@ RICH_HELP_COLUMNS = 80  # narrower terminals get a command's help as Click's pla
 class Command(_FlagsTakeNoValue, typer.core.TyperCommand):
     """Every tfm command. Its --help is Typer's rich panels on a terminal of RICH_HELP_COLUMNS columns or more, and
     Click's plain list on a narrower one: there the panels' option column cut names short (`--vocab…`, `--n-bes…`
-    at 40 columns, 2 to 18 names a command) and left a word a line for the descriptions."""
+    at 40 columns, 2 to 18 names a command) and left a word a line for the descriptions. An option of one value
+    given twice with two values is refused (`_refuse_repeated_options`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _refuse_repeated_options(self, args)
+        return super().parse_args(ctx, args)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         from rich.console import Console
@@ -785,6 +790,36 @@ class Command(_FlagsTakeNoValue, typer.core.TyperCommand):
             return super().format_help(ctx, formatter)
         finally:
             self.rich_markup_mode = rich_mode
+
+
+def _refuse_repeated_options(command: Any, args: Sequence[str]) -> None:
+    """Click keeps the last value of an option given twice: `--reference r1 --reference r2` scored against r2
+    alone, `--model a --model b` translated with b (no ensemble) and exited 0. Two different values of an option
+    that takes one are a usage error now (the same value twice, as a shell alias adds it, is not)."""
+    takes_value: dict[str, Any] = {}
+    for param in command.params:
+        if getattr(param, "param_type_name", "") == "option" and not getattr(param, "is_flag", False) and not getattr(param, "count", False):
+            takes_value.update({name: param for name in (*param.opts, *param.secondary_opts)})
+    seen: dict[str, tuple[str, str | None]] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":  # the rest are arguments (a sentence that starts with "-")
+            return
+        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        param = takes_value.get(name)
+        if param is not None:
+            if not eq:
+                value, i = (args[i + 1] if i + 1 < len(args) else None), i + 1
+            if not param.multiple:
+                if param.name in seen and seen[param.name][1] != value:
+                    first, before = seen[param.name]
+                    raise typer.BadParameter(
+                        f"given twice ({first} {before} and {name} {value}); it takes one value: give it once",
+                        param_hint=name,
+                    )
+                seen[param.name] = (name, value)
+        i += 1
 
 
 class Group(_FlagsTakeNoValue, typer.core.TyperGroup):
