@@ -229,6 +229,21 @@ def test_tokenize_says_when_the_corpus_gives_fewer_tokens_than_asked(tmp_path: P
     assert "fewer than" not in proc.stderr
 
 
+def test_a_corpus_already_cut_by_sentencepiece_is_said(tmp_path: Path) -> None:
+    """A corpus in SentencePiece's pieces (`▁Je ▁suis ▁étud iant .`), as many Marian, OpenNMT and fairseq users
+    have theirs: the ▁ were read as spaces, without a word, and the translations could not go through spm_decode."""
+    rows = _texts(400)
+    pairs = list(zip(rows[::2], rows[1::2], strict=True))
+    spm, plain = tmp_path / "spm.tsv", tmp_path / "plain.tsv"
+    spm.write_text("".join(f"▁{s.replace(' ', ' ▁')}\t▁{t.replace(' ', ' ▁')}\n" for s, t in pairs), encoding="utf-8")
+    plain.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    proc = tfm("tokenize", "--corpus", str(spm), "--vocab-size", "300", "--out", str(tmp_path / "a.json"))
+    assert proc.returncode == 0 and "warning: --corpus: 100% of its pairs hold ▁ (U+2581)" in proc.stderr, proc.stderr
+    assert "spm_decode" in proc.stderr
+    proc = tfm("tokenize", "--corpus", str(plain), "--vocab-size", "300", "--out", str(tmp_path / "b.json"))
+    assert proc.returncode == 0 and "U+2581" not in proc.stderr, proc.stderr
+
+
 def test_tokenize_measures_the_pairs_train_keeps(tmp_path: Path) -> None:
     """A pair with an empty side (a bare tab, a side of spaces) counted among tokenize's sentences and in its
     token means, where `tfm train` skips it: the two commands disagreed on the corpus."""

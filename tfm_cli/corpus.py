@@ -330,12 +330,24 @@ def tokenizer_texts(spec: CorpusSpec, say: Callable[[str], None], option: str | 
     def texts() -> Iterator[str]:
         what = next(passes, "")
         said = now_and_then(PROGRESS_EVERY, lambda text, seconds: say(f"{text} so far ({seconds:,.0f}s)"))
+        marked = read = 0
         for read, (_, src, tgt) in enumerate(read_pairs(spec, option=option), start=1):
+            marked += SPM_MARK in src or SPM_MARK in tgt
             yield src
             yield tgt
             said(f"tokenizer: {read:,} pairs read {what}")
+        if what.endswith("(pass 1 of 2)") and read >= 10 and marked >= read / 2:
+            say(
+                f"warning: {option or 'data.train'}: {marked / read:.0%} of its pairs hold ▁ (U+2581), as text encoded "
+                "by SentencePiece does: tfm learns its subwords from plain text and reads ▁ as a space, so its "
+                "translations will not be in SentencePiece's pieces; decode the corpus first (spm_decode), or train on "
+                "the plain text"
+            )
 
     return texts
+
+
+SPM_MARK = "\u2581"  # "▁": SentencePiece's word-start mark, which a corpus already cut into its pieces is full of
 
 
 def read_pairs(
