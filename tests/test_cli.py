@@ -760,6 +760,35 @@ def test_an_option_of_one_value_given_twice_is_refused(random_run: Path, tmp_pat
     assert tfm(*args, "--model", str(random_run), "--", "--model").returncode == 0
 
 
+def test_an_empty_translation_of_an_input_that_is_not_is_said(random_run: Path, tmp_path: Path) -> None:
+    """A model that ends a sentence at once gave "" for a non-empty input, exit 0, nothing on stderr (cut and
+    garbled translations were counted). Said now, with --min-len 1; an empty input line stays unsaid."""
+    import torch
+
+    from tfm_cli.checkpoint import load_model, save_weights, weights_state
+    from tfm_cli.runs import FINAL
+
+    run = tmp_path / "run"
+    shutil.copytree(random_run, run)
+    loaded = load_model(run)
+    model, cfg = loaded.model, loaded.model.config
+    with torch.no_grad():  # every decoder output a large multiple of the </s> embedding: </s> always wins
+        emb = model.tgt_embed.token.weight
+        emb[cfg.eos_id] *= 1 + emb.norm(dim=1).max() / emb[cfg.eos_id].norm()
+        model.decoder_layers[-1].sub_ffn.norm.weight.zero_()
+        model.decoder_layers[-1].sub_ffn.norm.bias.copy_(10 * emb[cfg.eos_id])
+        if not cfg.tie_embeddings:
+            model.generator.weight.copy_(emb)
+    save_weights(run / FINAL, weights_state(model), cfg, loaded.tokenizer.sha256, 1)
+    proc = tfm("translate", "--model", str(run), "--device", "cpu", stdin="Bonjour.\n\nMerci.\n")
+    assert proc.returncode == 0 and proc.stdout == "\n\n\n", proc.stdout
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert warned == ["warning: 2 of 3 translations (lines 1, 3) are empty for an input that is not: the model ended the "
+                      "sentence at once (an input unlike its training data?); --min-len 1 asks for at least one token"], proc.stderr
+    proc = tfm("translate", "--model", str(run), "--device", "cpu", "--min-len", "1", stdin="Bonjour.\n")
+    assert proc.stdout.strip() and "empty" not in proc.stderr, proc.stderr
+
+
 def test_translate_precision_errors(random_run: Path) -> None:
     proc = tfm("translate", "--model", str(random_run), "--device", "cpu", "--precision", "fp16", "x")
     _assert_one_line_error(proc, "fp16", "CUDA")

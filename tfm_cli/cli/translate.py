@@ -306,12 +306,13 @@ def _which(lines: list[int], total: int, verb: str, verbs: str, shown: int = 5) 
 
 
 class _Broken:
-    """The translations holding byte tokens that make no UTF-8 character (shown as U+FFFD), said once at the end:
-    a model that spells a script byte by byte (a vocabulary too small for it, or a reused tokenizer that lacks
-    it) can emit a character's bytes cut short or out of order, and each line looked like any other."""
+    """The translations holding byte tokens that make no UTF-8 character (shown as U+FFFD), and those left empty
+    for an input that is not, said once at the end: a model that spells a script byte by byte (a vocabulary too
+    small for it, or a reused tokenizer that lacks it) can emit a character's bytes cut short or out of order, and
+    a model can end a sentence at once (an input unlike its training data): each line looked like any other."""
 
     def __init__(self) -> None:
-        self.total, self.lines = 0, []
+        self.total, self.lines, self.empty = 0, [], []
 
     def count(self, result, line: int) -> None:
         from tfm_cli.tokenizer import broken_characters
@@ -319,8 +320,15 @@ class _Broken:
         self.total += 1
         if broken_characters(result.tokens):
             self.lines.append(line)
+        if not str(result) and result.source.strip():  # (an empty input line is left empty, as documented)
+            self.empty.append(line)
 
     def say(self) -> None:
+        if self.empty:
+            warn(
+                f"{_which(self.empty, self.total, 'is', 'are')} empty for an input that is not: the model ended "
+                "the sentence at once (an input unlike its training data?); --min-len 1 asks for at least one token"
+            )
         if not self.lines:
             return
         warn(
