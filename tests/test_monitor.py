@@ -11,6 +11,7 @@ import contextlib
 import gzip
 import itertools
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -393,3 +394,13 @@ def test_event_files_that_cannot_be_written_end_tensorboard_logging_in_one_line(
     ]
     assert not board.enabled and threading.active_count() <= threads
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_perplexity_is_capped_and_said_to_be() -> None:
+    """exp(NLL) is capped at exp(50) for JSON; the log lines said 5184705528587072045056.0 on every step of a
+    diverged run, as if measured, and printed a large figure whole."""
+    from tfm_cli.monitor import perplexity, ppl_text
+
+    assert perplexity(2.0) == math.exp(2.0) and perplexity(60.0) == perplexity(50.0) == math.exp(50.0)
+    assert ppl_text(perplexity(60.0)) == ">5.2e+21" and ppl_text(perplexity(49.0)) == "1.91e+21"
+    assert ppl_text(1.178e17) == "1.18e+17" and ppl_text(12.345) == "12.3" and ppl_text(12.345, 2) == "12.35"

@@ -25,6 +25,21 @@ from tfm_cli.files import atomic_write, json_value, write_failure
 from tfm_cli.runs import CURVES_PNG, TENSORBOARD_DIR
 from tfm_cli.signals import held_stop_signals
 
+PPL_CAP_NATS = 50.0  # perplexity is exp(NLL) up to exp(50) = 5.2e21, a model long diverged: a finite figure for JSON
+
+
+def perplexity(nll: float) -> float:
+    """exp(mean NLL per token), capped at exp(PPL_CAP_NATS) (log lines show the cap as ">5.2e+21": `ppl_text`)."""
+    return math.exp(min(nll, PPL_CAP_NATS))
+
+
+def ppl_text(ppl: float, digits: int = 1) -> str:
+    """A perplexity for a log line: the figure (3 significant digits from a million: 117832928967061616.0 was
+    printed whole), or ">5.2e+21" at the cap (the same figure on every step of a diverged run read like a
+    measurement)."""
+    cap = math.exp(PPL_CAP_NATS)
+    return f">{cap:.2g}" if ppl >= cap else f"{ppl:.{digits}f}" if ppl < 1e6 else f"{ppl:.3g}"
+
 _TRAIN_SCALARS = {"loss": "train/loss", "ppl": "train/ppl", "lr": "train/lr", "tgt_tokens_per_s": "train/tgt_tokens_per_s"}
 _DEV_SCALARS = {"loss": "dev/loss", "ppl": "dev/ppl", "bleu": "dev/bleu", "chrf": "dev/chrf"}
 

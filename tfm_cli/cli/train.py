@@ -553,6 +553,12 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
         print(f"# train.max_time={t.max_time} counts all sessions: {budget['train_seconds_used']:,.0f}s of training used, {then}")
 
 
+def _ppl(ppl: float, digits: int = 1) -> str:
+    from tfm_cli.monitor import ppl_text
+
+    return ppl_text(ppl, digits)
+
+
 class _Progress:
     """TrainEvents rendered on stderr: a rich progress bar at a terminal, plain log lines otherwise."""
 
@@ -643,7 +649,7 @@ class _Progress:
             if (left := self.left()) is not None:
                 eta = min(eta, left)
             info(
-                f"step {step}/{self.max_steps}  loss {m['loss']:.3f}  ppl {m['ppl']:.1f}  lr {m['lr']:.2e}  "
+                f"step {step}/{self.max_steps}  loss {m['loss']:.3f}  ppl {_ppl(m['ppl'])}  lr {m['lr']:.2e}  "
                 f"{m['tgt_tokens_per_s']:,.0f} tgt tok/s  epoch {m['epoch']}  eta {duration(eta)}"
             )
 
@@ -651,7 +657,7 @@ class _Progress:
         chosen = metrics.get("final_model", {}).get("chosen", "average")
         label = f"final model ({'averaged' if chosen == 'average' else 'last checkpoint'})" if metrics.get("final") else f"step {step}"
         text = (
-            f"dev {label}: loss {metrics['loss']:.3f}  ppl {metrics['ppl']:.2f}  BLEU {metrics['bleu']:.2f}  "
+            f"dev {label}: loss {metrics['loss']:.3f}  ppl {_ppl(metrics['ppl'], 2)}  BLEU {metrics['bleu']:.2f}  "
             f"chrF {metrics['chrf']:.2f}  ({metrics['sentences']} sentences)"
         )
         if (plain := metrics.get("as_written")) is not None:  # the references as the file has them (evaluation.py)

@@ -4,7 +4,6 @@ run's final model between the average of the last checkpoints (the paper, sectio
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from tfm_cli.data import make_batch, token_batches
 from tfm_cli.decoding import translate_ids
 from tfm_cli.errors import TfmError
 from tfm_cli.model import Transformer
-from tfm_cli.monitor import append_metrics
+from tfm_cli.monitor import append_metrics, perplexity
 from tfm_cli.recipe import (
     Recipe,
 )
@@ -105,7 +104,7 @@ def dev_loss(model: Transformer, dev: DevSet, max_tokens: int, smoothing: float,
             features = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask, features_only=True)
             loss, nll, n = output_loss(features, model.generator.weight, batch.tgt_out, smoothing, cfg.pad_id, batch.tgt_keep)
         loss_sum, nll_sum, n_tokens = loss_sum + float(loss), nll_sum + float(nll), n_tokens + n
-    return {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens, "ppl": math.exp(min(nll_sum / n_tokens, 50))}
+    return {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens, "ppl": perplexity(nll_sum / n_tokens)}
 
 
 def evaluate(

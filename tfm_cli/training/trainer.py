@@ -52,6 +52,7 @@ from tfm_cli.monitor import (
     RisingLoss,
     TensorBoardLog,
     append_metrics,
+    perplexity,
     write_curves_png,
 )
 from tfm_cli.recipe import (
@@ -1104,7 +1105,7 @@ class _Window:
         """The log line's numbers (per target token; throughput over the window's wall time)."""
         return {
             "step": step, "epoch": epoch, "loss": self.loss / self.tokens,
-            "ppl": math.exp(min(self.nll / self.tokens, 50)), "lr": lr,
+            "ppl": perplexity(self.nll / self.tokens), "lr": lr,
             "tgt_tokens_per_s": (self.tokens - self.carried) / (time.perf_counter() - self.start),
             "elapsed_s": time.perf_counter() - started,
             "data_wait_s": self.waiting,  # of the window's wall time, spent waiting for the next batches
