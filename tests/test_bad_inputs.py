@@ -1566,6 +1566,11 @@ def test_a_cut_caused_by_min_len_blames_min_len(run: Path) -> None:
     proc = translate(run, "--min-len", "20", "--max-len", "3", "Merci.")
     assert proc.returncode == 0, proc.stderr
     assert "--min-len 20 forbids the end of sentence" in proc.stderr and "raise --max-len" not in proc.stderr, proc.stderr
+    assert "(input tokens + 3)" in proc.stderr, proc.stderr
+    # a --min-len past the model's own limit (max_positions 64: 63 tokens): that limit is the cut, not the input + 100
+    proc = translate(run, "--min-len", "80", "--max-len", "100", "Merci.")
+    assert "cut at the maximum output length (the model's limit of 63 tokens)" in proc.stderr, proc.stderr
+    assert "--min-len 80 forbids" in proc.stderr and "input tokens + 100" not in proc.stderr, proc.stderr
     proc = translate(run, "--max-len", "1", "--greedy", "Je ne sais pas ce que tu veux dire.")  # a plain short limit
     if "cut at the maximum output length" in proc.stderr:  # (unless this model ends it within one token)
         assert "raise --max-len" in proc.stderr and "--min-len" not in proc.stderr, proc.stderr
@@ -1946,6 +1951,19 @@ def test_a_tokenizer_path_that_is_an_empty_folder_says_how_to_train_into_it(root
     command, path = re.search(r"with `(tfm tokenize RECIPE --out .*?)` and give (tokenizer.path=\S+),", proc.stderr).groups()
     tfm("tokenize", *shlex.split(command.replace("RECIPE", str(root / "recipe.yaml")))[2:])
     tfm("train", *args[:1], *shlex.split(path), *args[2:])
+
+
+@pytest.mark.parametrize("key", ["data.dev", "data.train"])
+def test_an_empty_corpus_file_is_named_by_its_key_before_the_tokenizer_is_trained(root: Path, tmp_path: Path, key: str) -> None:
+    """An empty dev file was said after the tokenizer's training (minutes on a large corpus), as "X contains no
+    sentence pairs", naming neither data.dev nor data.dev=null."""
+    empty = write(tmp_path / "empty.tsv", "")
+    out = tmp_path / "out"
+    for dry in ([], ["--dry-run"]):
+        proc = tfm("train", str(root / "recipe.yaml"), f"{key}={empty}", "--out", str(out), *dry, check=False)
+        error_line(proc, f"{key}: {empty} is empty")
+        assert "tokenizer:" not in proc.stderr and not out.exists(), proc.stderr
+        assert ("data.dev=null" in proc.stderr) == (key == "data.dev"), proc.stderr
 
 
 def test_a_beam_wider_than_the_tokenizer_is_refused_before_anything_is_written(root: Path, run: Path, tmp_path: Path) -> None:

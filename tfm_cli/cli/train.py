@@ -658,7 +658,7 @@ class _Progress:
         label = f"final model ({'averaged' if chosen == 'average' else 'last checkpoint'})" if metrics.get("final") else f"step {step}"
         text = (
             f"dev {label}: loss {metrics['loss']:.3f}  ppl {_ppl(metrics['ppl'], 2)}  BLEU {metrics['bleu']:.2f}  "
-            f"chrF {metrics['chrf']:.2f}  ({metrics['sentences']} sentences)"
+            f"chrF {metrics['chrf']:.2f}  ({metrics['sentences']} sentence{'s' if metrics['sentences'] != 1 else ''})"
         )
         if (plain := metrics.get("as_written")) is not None:  # the references as the file has them (evaluation.py)
             text += f"; as written: BLEU {plain['bleu']:.2f}  chrF {plain['chrf']:.2f}"

@@ -280,8 +280,10 @@ class _Cuts:
         what = _which(self.lines, self.total, "was", "were")
         model_limit = f"the model's limit of {self.limit} tokens (model.max_positions - 1), which --max-len cannot raise"
         if self.by_min_len == n:  # raising --max-len would only let them run on longer
+            # (the maximum is the model's own limit where --min-len reaches past it: "input tokens + 100" was said)
+            cap = f"the model's limit of {self.limit} tokens" if self.at_limit == n else f"input tokens + {self.offset}"
             warn(
-                f"{what} cut at the maximum output length (input tokens + {self.offset}) before the model could end "
+                f"{what} cut at the maximum output length ({cap}) before the model could end "
                 f"{'it' if n == 1 else 'them'}: --min-len {self.min_len} forbids the end of sentence until then; lower "
                 "--min-len (the recipe's decode.min_len) below the output length you expect"
             )

@@ -289,13 +289,19 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
     for key, spec in (("data.train", recipe.data.train), ("data.dev", recipe.data.dev)):
         for path in [] if spec is None else [spec] if isinstance(spec, str) else spec:
             try:
-                resolve_corpus_path(path)
+                found = resolve_corpus_path(path)
             except CorpusError as err:
                 hint = err.hint
                 if resumed is not None:  # the run's recipe.yaml names where the corpus was
                     value = "[SOURCE_FILE, TARGET_FILE]" if isinstance(spec, list) else "NEW_PATH"
                     hint = f"if it moved, give its new place: tfm train --resume {shell_word(resumed)} '{key}={value}'"
                 raise CorpusError(f"{key}: {err}", hint=hint) from None
+            if found.is_file() and found.stat().st_size == 0:  # said once the tokenizer was trained, naming no key
+                raise CorpusError(
+                    f"{key}: {path} is empty",
+                    hint="give a file of source<TAB>target lines" + (
+                        ", or data.dev=null to train without dev evaluations" if key == "data.dev" else ""),
+                )
         if resumed is None and isinstance(spec, list) and _same_file(*spec):  # a slip: the model would learn to copy
             raise CorpusError(
                 f"{key}: [{spec[0]}, {spec[1]}] names the same file as source and target: every pair would be a "
