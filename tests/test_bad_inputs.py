@@ -1966,6 +1966,16 @@ def test_an_empty_corpus_file_is_named_by_its_key_before_the_tokenizer_is_traine
         assert ("data.dev=null" in proc.stderr) == (key == "data.dev"), proc.stderr
 
 
+def test_a_tokenizer_trained_smaller_than_asked_is_said_by_train(root: Path, tmp_path: Path) -> None:
+    """`tfm tokenize` said "fewer than asked"; `tfm train` rewrote recipe.yaml's tokenizer.vocab_size unsaid."""
+    out = tmp_path / "out"
+    proc = tfm("train", str(root / "recipe.yaml"), "tokenizer.vocab_size=100000", "train.max_steps=1", "train.save_every=1",
+               "train.average_last=1", "train.keep_last=1", "--out", str(out), "--device", "cpu")
+    size = json.loads((out / "config.json").read_text())["vocab_size"]
+    assert f"note: {size:,} tokens, fewer than the 100,000 asked" in proc.stderr and "(recipe.yaml records it)" in proc.stderr
+    assert f"vocab_size: {size}" in (out / "recipe.yaml").read_text()
+
+
 def test_a_beam_wider_than_the_tokenizer_is_refused_before_anything_is_written(root: Path, run: Path, tmp_path: Path) -> None:
     """tokenizer.path names a 400-token tokenizer, decode.beam=1000 passes the recipe's own check (vocab_size
     2000): the start says so before its first step (with a dev set it trained to the end, then failed in the

@@ -56,6 +56,7 @@ from tfm_cli.monitor import (
     write_curves_png,
 )
 from tfm_cli.recipe import (
+    MIN_VOCAB_SIZE,
     Recipe,
     dump_recipe,
     load_recipe,
@@ -229,6 +230,13 @@ def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents, resum
     events.message(
         f"tokenizer: trained {tokenizer.vocab_size} tokens in {time.perf_counter() - started:.1f}s -> {target}"
     )
+    if tokenizer.vocab_size < recipe.tokenizer.vocab_size:  # said, as `tfm tokenize` says it (recipe.yaml was rewritten unsaid)
+        recorded = "recipe.yaml records it" if tokenizer.vocab_size >= MIN_VOCAB_SIZE else (
+            f"recipe.yaml keeps {recipe.tokenizer.vocab_size}, the least a recipe takes being {MIN_VOCAB_SIZE}; config.json has it")
+        events.message(
+            f"note: {tokenizer.vocab_size:,} tokens, fewer than the {recipe.tokenizer.vocab_size:,} asked: the corpus has no "
+            f"more pairs of pieces seen at least {recipe.tokenizer.min_frequency} times ({recorded})"
+        )
     return tokenizer
 
 
