@@ -323,6 +323,32 @@ def test_a_final_model_older_than_the_runs_newest_checkpoint_is_said(copy: Path,
     assert len(warning) == 1 and "tfm train --resume" in warning[0] and "step-00000015.safetensors" in warning[0], proc.stderr
 
 
+def test_a_tokenizer_json_deleted_while_the_run_trains_is_written_back(root: Path, tmp_path: Path) -> None:
+    """rm RUN/tokenizer.json mid-training: the run ended with exit 0, its model then loaded nowhere ("missing")
+    and --resume failed; `tfm tokenize` may not write into a run. The next checkpoint writes it back, said."""
+    from tfm_cli.training import TrainEvents
+    from tfm_cli.training import train as train_in_process
+    from tfm_cli.translator import Translator
+
+    out = tmp_path / "run"
+    said: list[str] = []
+
+    class Deleting(TrainEvents):
+        def step(self, step: int, metrics: dict) -> None:
+            if step == 3:
+                (out / "tokenizer.json").unlink()
+
+        def message(self, text: str) -> None:
+            said.append(text)
+
+    recipe = load_recipe(root / "recipe.yaml", ["train.max_steps=6", "train.save_every=5", "data.dev=null"])
+    train_in_process(recipe, out, device="cpu", events=Deleting())
+    assert [s for s in said if "was gone" in s] == [
+        f"warning: {out / 'tokenizer.json'} was gone (deleted while the run trained): written back, as the model needs it"]
+    loaded = Translator.load(out, device="cpu")  # "tokenizer.json is missing" before; its hash is checked on load
+    assert loaded.step == 6 and isinstance(loaded.translate("Bonjour."), str)
+
+
 def test_tokenize_out_refuses_the_tokenizer_of_a_run_that_is_training(root: Path, tmp_path: Path) -> None:
     """`tfm tokenize --out RUN/tokenizer.json` while `tfm train` read its corpus (before its recipe.yaml and
     config.json): the run finished on the old tokenizer, and its model then failed every translate ("does not

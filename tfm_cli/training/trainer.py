@@ -959,6 +959,7 @@ class Trainer:
                 **marked,
             )
             atomic_write(state_path(path), lambda tmp: torch.save(state, tmp))
+            self._keep_tokenizer()
         except OSError as error:  # a disk that filled up: say what is kept and how to go on
             if not _unwritable(error):
                 raise
@@ -974,6 +975,15 @@ class Trainer:
                     "it is kept, and the run goes on"
                 )
         return path
+
+    def _keep_tokenizer(self) -> None:
+        """Write the run's tokenizer.json back from memory when it is gone (deleted while the run trained): the run
+        ended with exit 0, and its model then loaded nowhere, nor resumed (`tfm tokenize` may not write it there)."""
+        own = self.run_dir / "tokenizer.json"
+        if os.path.lexists(own):
+            return
+        self.tokenizer.save(own)
+        self.events.message(f"warning: {own} was gone (deleted while the run trained): written back, as the model needs it")
 
     def _interrupted(self, stream_state: dict[str, int], together: bool = False) -> TrainResult:
         """Ctrl-C: keep the last completed step and say how to continue. With `together` (the ranks agreed to stop,
