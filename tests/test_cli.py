@@ -737,10 +737,11 @@ def test_translate_dash_at_a_terminal_translates_each_line_typed(random_run: Pat
     assert typed == tfm(*args, "Bonjour.").stdout.splitlines()
 
 
-def test_an_option_of_one_value_given_twice_is_refused(random_run: Path, tmp_path: Path) -> None:
+def test_an_option_of_one_file_given_two_is_refused(random_run: Path, tmp_path: Path) -> None:
     """Click kept the last: `--reference r1 --reference r2` scored against r2 alone (no multi-reference BLEU),
-    `--model a --model b` translated with b (no ensemble), exit 0. Two values are a usage error; the same value
-    twice (a shell alias) is not, nor a sentence after -- that looks like the option."""
+    `--model a --model b` translated with b (no ensemble), exit 0. Two files are a usage error; the same one
+    twice is not, nor a sentence after -- that looks like the option, and a setting given again is the last
+    one (an alias's `--beam 2` overridden), as in most command lines."""
     other = tmp_path / "other"
     shutil.copytree(random_run, other)
     refs = [tmp_path / "r1.en", tmp_path / "r2.en"]
@@ -750,7 +751,8 @@ def test_an_option_of_one_value_given_twice_is_refused(random_run: Path, tmp_pat
     for given, name in (
         (["--model", str(random_run), "--model", str(other), "Bonjour."], "--model"),
         (["--model", str(random_run), "--reference", str(refs[0]), f"--reference={refs[1]}"], "--reference"),
-        (["--model", str(random_run), "-b", "2", "--beam", "3", "Bonjour."], "--beam"),
+        (["-m", str(random_run), "--output", str(tmp_path / "a.txt"), "--output", str(tmp_path / "b.txt"),
+          "--reference", str(refs[0])], "--output"),
     ):
         proc = tfm(*args, *given, stdin="Bonjour.\n")
         assert proc.returncode == 2 and proc.stdout == "", proc.stderr
@@ -758,6 +760,7 @@ def test_an_option_of_one_value_given_twice_is_refused(random_run: Path, tmp_pat
         assert lines[0].startswith(f"Error: Invalid value for {name}: given twice (") and "give it once" in lines[0], lines
     assert tfm(*args, "--model", str(random_run), "--model", str(random_run), "Bonjour.").returncode == 0
     assert tfm(*args, "--model", str(random_run), "--", "--model").returncode == 0
+    assert tfm(*args, "--model", str(random_run), "-b", "2", "--beam", "3", "Bonjour.").returncode == 0
 
 
 def test_an_empty_translation_of_an_input_that_is_not_is_said(random_run: Path, tmp_path: Path) -> None:

@@ -319,7 +319,7 @@ def test_a_final_model_older_than_the_runs_newest_checkpoint_is_said(copy: Path,
         warnings.simplefilter("error")
         load_model(copy / "model.safetensors")  # asked for by name: nothing to say
     proc = tfm("translate", "--model", str(copy), "Bonjour .", "--device", "cpu")
-    warning = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    warning = [line for line in proc.stderr.splitlines() if line.startswith("warning:") and "final model" in line]
     assert len(warning) == 1 and "tfm train --resume" in warning[0] and "step-00000015.safetensors" in warning[0], proc.stderr
 
 

@@ -792,10 +792,14 @@ class Command(_FlagsTakeNoValue, typer.core.TyperCommand):
             self.rich_markup_mode = rich_mode
 
 
+PATH_METAVAR = "<path>"  # the metavar of every option that names one file or folder
+
+
 def _refuse_repeated_options(command: Any, args: Sequence[str]) -> None:
     """Click keeps the last value of an option given twice: `--reference r1 --reference r2` scored against r2
-    alone, `--model a --model b` translated with b (no ensemble) and exited 0. Two different values of an option
-    that takes one are a usage error now (the same value twice, as a shell alias adds it, is not)."""
+    alone, `--model a --model b` translated with b (no ensemble) and exited 0. Two different files or folders
+    for an option that takes one (its metavar `<path>`) are a usage error now; the same one twice is not, and a
+    setting given again (`--beam 5` after an alias's `--beam 4`) is the last one, as in most command lines."""
     takes_value: dict[str, Any] = {}
     for param in command.params:
         if getattr(param, "param_type_name", "") == "option" and not getattr(param, "is_flag", False) and not getattr(param, "count", False):
@@ -811,7 +815,7 @@ def _refuse_repeated_options(command: Any, args: Sequence[str]) -> None:
         if param is not None:
             if not eq:
                 value, i = (args[i + 1] if i + 1 < len(args) else None), i + 1
-            if not param.multiple:
+            if not param.multiple and param.metavar == PATH_METAVAR:
                 if param.name in seen and seen[param.name][1] != value:
                     first, before = seen[param.name]
                     raise typer.BadParameter(
