@@ -1957,13 +1957,19 @@ def test_a_tokenizer_path_that_is_an_empty_folder_says_how_to_train_into_it(root
 def test_an_empty_corpus_file_is_named_by_its_key_before_the_tokenizer_is_trained(root: Path, tmp_path: Path, key: str) -> None:
     """An empty dev file was said after the tokenizer's training (minutes on a large corpus), as "X contains no
     sentence pairs", naming neither data.dev nor data.dev=null."""
+    import gzip
+
     empty = write(tmp_path / "empty.tsv", "")
+    with gzip.open(tmp_path / "empty.tsv.gz", "wt"):  # a gzip of nothing, and a file of blank lines: no pair either
+        pass
+    blank = write(tmp_path / "blank.tsv", "\n\n")
     out = tmp_path / "out"
-    for dry in ([], ["--dry-run"]):
-        proc = tfm("train", str(root / "recipe.yaml"), f"{key}={empty}", "--out", str(out), *dry, check=False)
-        error_line(proc, f"{key}: {empty} is empty")
-        assert "tokenizer:" not in proc.stderr and not out.exists(), proc.stderr
-        assert ("data.dev=null" in proc.stderr) == (key == "data.dev"), proc.stderr
+    for given, said in ((empty, "is empty"), (tmp_path / "empty.tsv.gz", "contains no sentence pairs"), (blank, "contains no sentence pairs")):
+        for dry in ([], ["--dry-run"]):
+            proc = tfm("train", str(root / "recipe.yaml"), f"{key}={given}", "--out", str(out), *dry, check=False)
+            error_line(proc, f"{key}: {given} {said}")
+            assert "tokenizer:" not in proc.stderr and not out.exists(), proc.stderr
+            assert ("data.dev=null" in proc.stderr) == (key == "data.dev"), proc.stderr
 
 
 def test_a_tokenizer_trained_smaller_than_asked_is_said_by_train(root: Path, tmp_path: Path) -> None:

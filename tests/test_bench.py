@@ -311,6 +311,18 @@ def test_train_times_every_step_of_a_recipe_with_a_time_budget(recipe: Path) -> 
     assert {r["phase"]: r["steps"] for r in json.loads(proc.stdout)["records"]} == {"model step": 2, "trainer": 2}
 
 
+def test_train_of_a_fine_tuning_recipe_uses_its_models_tokenizer(recipe: Path, tmp_path: Path) -> None:
+    """train.init_from: the bench trained a tokenizer of its own, and its trainer phase then refused it ("is not
+    tokenizer.path"), with a hint that could not be followed; it times the run's vocabulary now, as tfm train trains."""
+    run = tmp_path / "run"
+    tfm("train", str(recipe), "tokenizer.vocab_size=350", "train.max_steps=1", "train.save_every=1", "train.average_last=1",
+        "--out", str(run), "--device", "cpu")
+    proc = tfm("bench", "train", str(recipe), f"train.init_from={run}", "--steps", "1", "--warmup", "0", "--device", "cpu",
+               "--json", check=False)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["settings"]["model"]["vocab_size"] == json.loads((run / "config.json").read_text())["vocab_size"]
+
+
 def test_train_interrupted_in_the_trainer_phase_stops(recipe: Path) -> None:
     """Ctrl-C in the trainer phase: the trainer returned (its step kept in the scratch run) and the bench went on
     to read step times it never recorded (a KeyError traceback); it stops as Ctrl-C anywhere else does."""

@@ -753,6 +753,7 @@ def test_an_option_of_one_file_given_two_is_refused(random_run: Path, tmp_path: 
         (["--model", str(random_run), "--reference", str(refs[0]), f"--reference={refs[1]}"], "--reference"),
         (["-m", str(random_run), "--output", str(tmp_path / "a.txt"), "--output", str(tmp_path / "b.txt"),
           "--reference", str(refs[0])], "--output"),
+        (["-m", str(random_run), f"-r{refs[0]}", "--reference", str(refs[1])], "--reference"),  # a short one, attached
     ):
         proc = tfm(*args, *given, stdin="Bonjour.\n")
         assert proc.returncode == 2 and proc.stdout == "", proc.stderr

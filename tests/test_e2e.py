@@ -270,6 +270,8 @@ def test_fine_tuning_starts_from_the_trained_weights_and_tokenizer(data: dict[st
     assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in theirs)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["init_from"] == str(init) and summary["steps"] == 1
+    refused = tfm("train", "--resume", str(out), f"train.init_from={run['dir']}", check=False)  # history it never had
+    assert refused.returncode == 1 and "train.init_from=" in refused.stderr and "on a resume" in refused.stderr, refused.stderr
     shutil.rmtree(init)  # a resume trains on from its own checkpoint
     tfm("train", "--resume", str(out), "train.max_steps=2", "train.lr_factor=1", "--device", "cpu")
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
@@ -278,6 +280,56 @@ def test_fine_tuning_starts_from_the_trained_weights_and_tokenizer(data: dict[st
     error = next(line for line in refused.stderr.splitlines() if line.startswith("Error:"))
     assert refused.returncode == 1 and "d_ff=64, but this recipe's has model.d_ff=128" in error, refused.stderr
     assert "set model.d_ff=64" in refused.stderr and not (tmp_path / "wide").exists()
+
+
+def test_a_fine_tuning_recipe_naming_a_run_beside_it_says_where_relative_paths_are_read(run: dict, tmp_path: Path) -> None:
+    """`init_from: initrun`, a run folder beside the recipe, run from another directory: the hint that relative paths
+    are read from the current directory was given for files only ("model initrun does not exist")."""
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    shutil.copytree(run["dir"], cfg / "initrun")
+    text = (run["dir"] / "recipe.yaml").read_text(encoding="utf-8").replace("init_from: null", "init_from: initrun")
+    (cfg / "r.yaml").write_text(text, encoding="utf-8")
+    proc = tfm("train", str(cfg / "r.yaml"), "--out", str(tmp_path / "ft"), "--dry-run", cwd=tmp_path, check=False)
+    assert proc.returncode == 1 and "train.init_from: initrun does not exist in the current directory" in proc.stderr, proc.stderr
+    assert "it is there beside the recipe: write init_from: cfg/initrun" in proc.stderr, proc.stderr
+
+
+def test_fine_tuning_from_a_run_that_prunes_the_checkpoint_it_chose_chooses_again(
+    data: dict[str, Path], run: dict, tmp_path: Path, monkeypatch
+) -> None:
+    """train.init_from=RUN while RUN trains (save_every 1, keep_last 1): the checkpoint chosen before the corpus was
+    read was pruned before its weights were, a FileNotFoundError traceback. Chosen again, as translate does."""
+    from tfm_cli.recipe import load_recipe
+    from tfm_cli.runs import checkpoint_path, checkpoint_steps
+    from tfm_cli.training import train as train_in_process
+    from tfm_cli.training import trainer
+
+    live = tmp_path / "live"
+    shutil.copytree(run["dir"], live, ignore=shutil.ignore_patterns("model.safetensors", "best.safetensors"))
+    real = trainer.check_init
+    pruned: list[Path] = []
+
+    def the_run_saves_and_prunes(recipe, config):
+        chosen = real(recipe, config)
+        if not pruned:  # once, after the first choice: step N+1 saved, step N pruned
+            shutil.copy(chosen.path, checkpoint_path(live, chosen.step + 1))
+            chosen.path.unlink()
+            pruned.append(chosen.path)
+        return chosen
+
+    monkeypatch.setattr(trainer, "check_init", the_run_saves_and_prunes)
+    said: list[str] = []
+
+    class Said(trainer.TrainEvents):
+        def message(self, text: str) -> None:
+            said.append(text)
+
+    recipe = load_recipe(data["recipe"], [f"train.init_from={live}", "train.max_steps=1", "train.save_every=1",
+                                          "train.average_last=1", "data.dev=null"])
+    train_in_process(recipe, tmp_path / "ft", device="cpu", events=Said())
+    newest = checkpoint_steps(live)[-1][1]
+    assert pruned and pruned[0] != newest and any(f"fine-tuning {newest} (its step " in s for s in said), said
 
 
 def test_metrics_and_summary(run: dict) -> None:

@@ -165,6 +165,21 @@ def test_an_export_never_takes_the_folder_of_a_training_that_is_starting(trained
         run_export("release", trained["dir"], later, verify_lines=3)
     assert list(later.iterdir()) == [] and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
     held_later.release()
+    monkeypatch.undo()
+
+    forced = tmp_path / "forced"  # --force took the folder made meanwhile, and deleted it with the training's lock
+    held_forced = DirectoryLock(forced)
+
+    def training_starts(what: str, n: int):  # while the export checks itself: a `tfm train --out` begins
+        if not forced.exists():
+            forced.mkdir()
+            assert held_forced.acquire()
+        return contextlib.nullcontext(None)
+
+    with pytest.raises(TfmError, match="since this export began; the export was not installed"):
+        run_export("release", trained["dir"], forced, force=True, verify_lines=3, progress=training_starts)
+    assert forced.is_dir() and list(forced.iterdir()) == []
+    held_forced.release()
 
 
 def test_run_export_refuses_arguments_of_the_wrong_type_before_touching_out(trained, tmp_path: Path) -> None:

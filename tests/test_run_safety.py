@@ -161,10 +161,10 @@ def test_a_second_process_on_a_run_in_training_is_refused(trained: Path, tmp_pat
         wait_until(first, lambda: any(step > 10 for step, _ in checkpoint_steps(run)), "the first process saves checkpoints")
         for extra in ([], ["--dry-run"]):  # the dry run of the resume said "resumes from step N"
             proc = train("--resume", str(run), "train.max_steps=1000000", *extra)
-            error_line(proc, f"{run} is in use by another process right now (a training, or `tfm tokenize` writing its tokenizer.json)")
+            error_line(proc, f"{run} is in use by another process right now (a training, or `tfm tokenize` or `tfm export` writing into it)")
         for extra in ([], ["--dry-run"]):  # a start into it said "already holds a trained run": it is training
             proc = train(str(run / "recipe.yaml"), "--out", str(run), *extra)
-            error_line(proc, f"{run} is in use by another process right now (a training, or `tfm tokenize` writing its tokenizer.json)")
+            error_line(proc, f"{run} is in use by another process right now (a training, or `tfm tokenize` or `tfm export` writing into it)")
             assert "hint: train into another --out" in proc.stderr, proc.stderr
     finally:
         first.send_signal(signal.SIGTERM)
@@ -323,6 +323,25 @@ def test_a_final_model_older_than_the_runs_newest_checkpoint_is_said(copy: Path,
     assert len(warning) == 1 and "tfm train --resume" in warning[0] and "step-00000015.safetensors" in warning[0], proc.stderr
 
 
+def test_a_tokenizer_json_deleted_after_the_last_checkpoint_is_written_back(root: Path, tmp_path: Path, monkeypatch) -> None:
+    """Deleted while the final model was averaged and evaluated: exit 0 and a run whose model loaded nowhere."""
+    from tfm_cli.training import train as train_in_process
+    from tfm_cli.training import trainer
+    from tfm_cli.translator import Translator
+
+    out = tmp_path / "run"
+    real = trainer.Trainer._finish
+
+    def deleting_first(self, stopped):
+        (out / "tokenizer.json").unlink()
+        return real(self, stopped)
+
+    monkeypatch.setattr(trainer.Trainer, "_finish", deleting_first)
+    recipe = load_recipe(root / "recipe.yaml", ["train.max_steps=2", "train.save_every=2", "data.dev=null", "train.average_last=1"])
+    train_in_process(recipe, out, device="cpu")
+    assert Translator.load(out, device="cpu").step == 2
+
+
 def test_a_tokenizer_json_deleted_while_the_run_trains_is_written_back(root: Path, tmp_path: Path) -> None:
     """rm RUN/tokenizer.json mid-training: the run ended with exit 0, its model then loaded nowhere ("missing")
     and --resume failed; `tfm tokenize` may not write into a run. The next checkpoint writes it back, said."""
@@ -363,7 +382,7 @@ def test_tokenize_out_refuses_the_tokenizer_of_a_run_that_is_training(root: Path
     lock = DirectoryLock(run)  # as `tfm train` holds it from its first moment
     assert lock.acquire()
     proc = tfm(*given, "--vocab-size", "320", check=False)
-    error_line(proc, f"{run} is in use by another process right now (a training, or `tfm tokenize` writing its tokenizer.json)", "would break its model")
+    error_line(proc, f"{run} is in use by another process right now (a training, or `tfm tokenize` or `tfm export` writing into it)", "would break its model")
     assert (run / "tokenizer.json").read_bytes() == before
     lock.release()
     tfm(*given, "--vocab-size", "320")  # once it is not: replaced, as before
@@ -396,7 +415,7 @@ main()
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "NO_COLOR": "1"})
-    error_line(proc, f"{run} is in use by another process right now (a training, or `tfm tokenize` writing its tokenizer.json) "
+    error_line(proc, f"{run} is in use by another process right now (a training, or `tfm tokenize` or `tfm export` writing into it) "
                "(since this tokenizer's training began; nothing was written): replacing tokenizer.json would break its model")
     assert (run / "tokenizer.json").read_text() == "the run's own"
 

@@ -350,8 +350,10 @@ def train(
     from tfm_cli.bench.train import bench_train, check_steps_fit, recipe_tokenizer
     from tfm_cli.recipe import load_recipe
     from tfm_cli.runtime import resolve_device
+    from tfm_cli.training.checks import with_init_tokenizer
 
-    resolved = load_recipe(recipe, list(overrides or []))
+    # a fine-tuning recipe (train.init_from) trains with that model's tokenizer, as `tfm train` does
+    resolved = with_init_tokenizer(load_recipe(recipe, list(overrides or [])))
     check_steps_fit(resolved, steps, warmup)  # before a tokenizer is trained on the corpus
     gate_inputs = _gate_inputs(baseline, tolerance, "train")
     torch_device = resolve_device(device)

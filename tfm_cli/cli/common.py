@@ -811,6 +811,8 @@ def _refuse_repeated_options(command: Any, args: Sequence[str]) -> None:
         if arg == "--":  # the rest are arguments (a sentence that starts with "-")
             return
         name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if not arg.startswith("--") and len(arg) > 2 and arg[:2] in takes_value:  # -ofile: the value attached
+            name, eq, value = arg[:2], "=", arg[2:]
         param = takes_value.get(name)
         if param is not None:
             if not eq:

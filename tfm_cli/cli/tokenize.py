@@ -220,8 +220,8 @@ def _refuse_a_run_folder(run_dir: Path, target: Path, lock, meanwhile: bool = Fa
         # `tfm train` holds it from its first moment, before its recipe.yaml and config.json are written: the
         # tokenizer it has loaded would no longer be the run's tokenizer.json, and its model could not be used
         raise TfmError(
-            f"{run_dir} is in use by another process right now (a training, or `tfm tokenize` writing its "
-            f"tokenizer.json){since}: replacing {target.name} would break its model",
+            f"{run_dir} is in use by another process right now (a training, or `tfm tokenize` or `tfm export` writing "
+            f"into it){since}: replacing {target.name} would break its model",
             hint="choose another --out",
         )
     if checkpoint_steps(run_dir) or (run_dir / "model.safetensors").is_file():

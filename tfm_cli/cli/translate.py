@@ -322,7 +322,7 @@ class _Broken:
         self.total += 1
         if broken_characters(result.tokens):
             self.lines.append(line)
-        if not str(result) and result.source.strip():  # (an empty input line is left empty, as documented)
+        if not result.tokens and result.source.strip():  # ended at once (an empty input line is left empty, as documented)
             self.empty.append(line)
 
     def say(self) -> None:

@@ -305,6 +305,7 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
             if path.is_file():
                 path.chmod(mode)
         if out.exists() and force:
+            _lock_or_refuse(lock, out, meanwhile=True)  # (made while this export ran, by a training: its lock)
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".old", dir=out.parent))
             try:
                 out.rename(old / out.name)

@@ -59,7 +59,7 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
         )
     if not resume and run_dir.is_dir() and _trained_now(run_dir):  # not "already holds a trained run": it is training
         raise TfmError(
-            f"{run_dir} is in use by another process right now (a training, or `tfm tokenize` writing its tokenizer.json)",
+            f"{run_dir} is in use by another process right now (a training, or `tfm tokenize` or `tfm export` writing into it)",
             hint="train into another --out, or wait until that run ends",
         )
     prior = checkpoint_steps(run_dir)
@@ -166,11 +166,11 @@ def _check_paths_beside(recipe_file: Path, recipe: Recipe, overridden: set[str])
     except OSError:
         return
 
-    def only_beside(text: str) -> bool:  # a relative path missing here that names a file beside the recipe
+    def only_beside(text: str) -> bool:  # a relative path missing here that names a file (or run) beside the recipe
         path = Path(text)
         if text.startswith(("bundled:", "~")) or path.is_absolute() or path.exists():
             return False
-        return (folder / path).is_file()
+        return (folder / path).is_file() or (text == recipe.train.init_from and (folder / path).is_dir())
 
     def written(text: str) -> str:
         return os.path.relpath(folder / text) if only_beside(text) else text
@@ -302,6 +302,14 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
                     hint="give a file of source<TAB>target lines" + (
                         ", or data.dev=null to train without dev evaluations" if key == "data.dev" else ""),
                 )
+        if spec is not None and resumed is None:  # its first pair (a gzip of nothing, blank lines): said now too
+            try:
+                next(iter(read_pairs(spec)), None)
+            except CorpusError as err:
+                hint = err.hint or "give a file of source<TAB>target lines"
+                if key == "data.dev":
+                    hint += ", or data.dev=null to train without dev evaluations"
+                raise CorpusError(f"{key}: {err.message}", hint=hint) from None
         if resumed is None and isinstance(spec, list) and _same_file(*spec):  # a slip: the model would learn to copy
             raise CorpusError(
                 f"{key}: [{spec[0]}, {spec[1]}] names the same file as source and target: every pair would be a "
@@ -517,16 +525,18 @@ def check_init(recipe: Recipe, config) -> InitModel:
     return InitModel(path, step)
 
 
+def _absolute(spec):
+    """A corpus, tokenizer or model path made absolute (relative ones are read from the current directory)."""
+    if spec is None:
+        return None
+    if isinstance(spec, list):
+        return [_absolute(s) for s in spec]
+    return spec if spec.startswith("bundled:") else str(Path(spec).expanduser().resolve())
+
+
 def with_absolute_paths(recipe: Recipe) -> Recipe:
-    """The recipe with relative corpus and tokenizer paths made absolute (they are relative to the CWD)."""
-
-    def absolute(spec):
-        if spec is None:
-            return None
-        if isinstance(spec, list):
-            return [absolute(s) for s in spec]
-        return spec if spec.startswith("bundled:") else str(Path(spec).expanduser().resolve())
-
+    """The recipe with relative corpus, tokenizer and model paths made absolute (they are relative to the CWD)."""
+    absolute = _absolute
     data = dataclasses.replace(recipe.data, train=absolute(recipe.data.train), dev=absolute(recipe.data.dev))
     tokenizer = dataclasses.replace(recipe.tokenizer, path=absolute(recipe.tokenizer.path))
     train = dataclasses.replace(recipe.train, init_from=absolute(recipe.train.init_from))
@@ -824,6 +834,15 @@ def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: {run_dir} is not a tfm run directory", hint="pass the run's folder, e.g. runs/tiny")
     recipe = load_recipe(path, overrides)
+    if any(o.split("=", 1)[0].strip() == "train.init_from" for o in overrides):
+        started = load_recipe(path).train.init_from
+        if _absolute(recipe.train.init_from) != _absolute(started):  # recipe.yaml and summary.json would say so, untrue
+            raise TfmError(
+                f"train.init_from={recipe.train.init_from} on a resume: a run starts from another model once, at its "
+                f"start ({started or 'random weights'}), and a resume trains on from its own checkpoints",
+                hint="drop train.init_from; to fine-tune this run's model on, start a new run from it: "
+                f"tfm train {shell_word(path)} --out NEW train.init_from={shell_word(run_dir)}",
+            )
     if cut := _settings_cut(Path(run_dir), path):
         given = {o.split("=", 1)[0].strip() for o in overrides}
         if lost := [(key, value) for key, value in cut if key not in given]:

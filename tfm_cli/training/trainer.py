@@ -75,6 +75,7 @@ from tfm_cli.runs import (
     delete_checkpoint,
     evaluated_path,
     prune_checkpoints,
+    run_dir_of,
     state_path,
 )
 from tfm_cli.runtime import (
@@ -490,8 +491,23 @@ class Trainer:
 
     def _start_from(self, init: InitModel) -> None:
         """Fine-tuning: the trained weights of train.init_from in place of the random ones (every rank reads the
-        same file); the optimizer and the learning-rate schedule start afresh, at step 0."""
-        load_state(self.model, read_weights(init.path), init.path)
+        same file); the optimizer and the learning-rate schedule start afresh, at step 0. A run that is training
+        may have pruned the checkpoint chosen before the corpus was read: chosen again, as `load_model` does."""
+        for _ in range(4):
+            try:
+                state = read_weights(init.path)
+                break
+            except (OSError, RuntimeError):  # (safetensors says a missing file in either)
+                if init.path.exists():
+                    raise
+                init = self.init_model = check_init(self.recipe, self.config)
+        else:
+            raise CheckpointError(
+                f"train.init_from: the checkpoints of {run_dir_of(init.path)} were deleted as fast as they were read "
+                "(a run training with a small train.keep_last?)",
+                hint="fine-tune from a copy of one of its checkpoints, or once that run has written its final model",
+            )
+        load_state(self.model, state, init.path)
         self.events.message(
             f"fine-tuning {init.path} (its step {init.step:,}): its weights and tokenizer, a fresh optimizer and "
             "learning-rate schedule from step 0"
@@ -1034,6 +1050,7 @@ class Trainer:
             return TrainResult(self.run_dir, self.step, False, {}, time.perf_counter() - self.started, stopped)
         run_dir, t = self.run_dir, self.t
         finishing = time.perf_counter()
+        self._keep_tokenizer()  # (deleted after the last checkpoint: the final model needs it too)
         try:
             final = finish(run_dir, self.recipe, self.model, self.tokenizer, self.dev, self.amp, self.events, self.board)
         except OSError as error:  # model.safetensors, or its metrics.jsonl line
@@ -1494,7 +1511,7 @@ def _unwritable(error: BaseException) -> bool:
 
 def _in_training(run_dir: Path) -> TfmError:
     return TfmError(
-        f"{run_dir} is in use by another process right now (a training, or `tfm tokenize` writing its tokenizer.json)",
+        f"{run_dir} is in use by another process right now (a training, or `tfm tokenize` or `tfm export` writing into it)",
         hint="wait until it ends, or stop it (Ctrl-C or kill: it saves a checkpoint), then `tfm train --resume "
         f"{shell_word(run_dir)}`; or train into another --out",
     )
