@@ -57,9 +57,10 @@ def attention(
     a 2-core AVX-512 CPU with native bf16, forward + backward of the quickstart's three attentions under
     autocast: SDPA's fused kernel in bf16 142 ms, its math kernel 39 ms, this 21-25 ms (the math kernel builds a
     float mask and copies for its products); the quickstart's training step 6% faster than with the math kernel,
-    4% faster than with fp32 copies of Q, K and V that autocast cast straight back (the same numbers, bit for
-    bit), 7% faster than with the formula held to fp32, whose output is within one bf16 rounding less (max
-    |error| 0.009 against 0.018 on random inputs; median step-time ratios, 30 batches side by side). fp32 keeps SDPA, whose fused CPU kernel is the
+    and 5-6% faster than with the formula held to fp32, whose output is within one bf16 rounding less (max
+    |error| 0.009 against 0.018 on random inputs). fp32 copies of Q, K and V, which autocast cast straight back
+    (the same numbers, bit for bit), cost 1-2% (median step-time ratios, 30 batches, each variant first in turn:
+    in a fixed order the one run second was 2-4% faster whichever it was). fp32 keeps SDPA, whose fused CPU kernel is the
     fastest there. The weights asked for (`need_weights`: inspection, which turns autocast off) are computed in
     fp32, on any device and at any length (in bf16 the explicit formula was 5x further from exact than SDPA),
     then returned, like the output, in the input's precision.
