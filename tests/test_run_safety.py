@@ -323,6 +323,34 @@ def test_a_final_model_older_than_the_runs_newest_checkpoint_is_said(copy: Path,
     assert len(warning) == 1 and "tfm train --resume" in warning[0] and "step-00000015.safetensors" in warning[0], proc.stderr
 
 
+def test_a_run_folder_moved_while_it_trains_stops_before_writing_under_its_old_name(root: Path, tmp_path: Path) -> None:
+    """`mv RUN RUN-old` while it trains, then `tfm train --out RUN`: the lock was on the moved folder, so the second
+    run was let in, and the first one wrote its checkpoints, metrics and final model into the second's folder (or,
+    with nothing there, stopped on "metrics.jsonl: No such file or directory"). It stops at its next write now,
+    saying where its folder is, and resumes there."""
+    from tfm_cli.errors import TfmError
+    from tfm_cli.training import TrainEvents
+    from tfm_cli.training import train as train_in_process
+
+    out, moved = tmp_path / "run", tmp_path / "run-old"
+
+    class Moving(TrainEvents):
+        def step(self, step: int, metrics: dict) -> None:
+            if step == 6:
+                out.rename(moved)
+                out.mkdir()  # another run's folder, by the old name
+                (out / "theirs.txt").write_text("another run's")
+
+    recipe = load_recipe(root / "recipe.yaml", ["train.max_steps=12", "train.save_every=5", "train.log_every=5", "data.dev=null"])
+    with pytest.raises(TfmError) as caught:
+        train_in_process(recipe, out, device="cpu", events=Moving())
+    assert str(caught.value).startswith(f"{out} was moved or deleted while this run trained (its folder is now {moved})")
+    assert caught.value.hint == f"continue it where it is: tfm train --resume {moved}"
+    assert sorted(p.name for p in out.iterdir()) == ["theirs.txt"]  # nothing of the first run written there
+    proc = train("--resume", str(moved))
+    assert proc.returncode == 0 and (moved / "model.safetensors").is_file(), proc.stderr
+
+
 def test_a_tokenizer_json_deleted_after_the_last_checkpoint_is_written_back(root: Path, tmp_path: Path, monkeypatch) -> None:
     """Deleted while the final model was averaged and evaluated: exit 0 and a run whose model loaded nowhere."""
     from tfm_cli.training import train as train_in_process

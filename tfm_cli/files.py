@@ -213,3 +213,22 @@ class DirectoryLock:
         if self._fd is not None:
             os.close(self._fd)  # closing the last descriptor drops the lock
             self._fd = None
+
+    def moved(self) -> Path | None:
+        """Where the locked directory is now when its path no longer names it (renamed, or deleted: `mv RUN
+        RUN-old` while it trains, then another `tfm train --out RUN`, whose folder the first process then wrote
+        into); None while it does, or when no lock is held. The new place comes from /proc where there is one."""
+        if self._fd is None:
+            return None
+        held = os.fstat(self._fd)
+        try:
+            now = os.stat(self.path)
+        except OSError:
+            now = None
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            return None
+        try:
+            where = Path(os.readlink(f"/proc/self/fd/{self._fd}"))
+        except OSError:
+            return Path("?")
+        return where

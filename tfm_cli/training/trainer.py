@@ -406,10 +406,26 @@ class Trainer:
         if self.main:
             _sweep_temporary_files(self.run_dir)
 
+    def _check_place(self) -> None:
+        """Rank 0 writes into its run directory by name: if that name is no longer the folder it locked (moved
+        while it trains, and maybe another run started there), stop before writing into what is not its own."""
+        if not self.main or (where := self.lock.moved()) is None:
+            return
+        if (board := getattr(self, "board", None)) is not None:
+            board.close()
+        gone = " (deleted)" in str(where) or str(where) == "?"
+        now = "deleted" if gone else f"now {where}"
+        raise TfmError(
+            f"{self.run_dir} was moved or deleted while this run trained (its folder is {now}): stopped at step "
+            f"{self.step} before writing into {self.run_dir}, which is no longer its folder",
+            hint="start again with another --out" if gone else f"continue it where it is: tfm train --resume {shell_word(where)}",
+        )
+
     def log(self, record: dict[str, Any]) -> None:
         """A record for metrics.jsonl (rank 0 writes it)."""
         if not self.main:
             return
+        self._check_place()
         try:
             append_metrics(self.run_dir, record)
         except OSError as error:  # a disk that filled up: said as for a checkpoint, with the way on
@@ -943,6 +959,7 @@ class Trainer:
         """
         dist = self.dist
         self._check_weights_finite()  # on every rank alike (their weights are the same): never a broken checkpoint
+        self._check_place()
         rng = _rng_state()
         rng_ranks = dist.gather(rng) if dist.enabled and every_rank else None
         path = checkpoint_path(self.run_dir, self.step)
