@@ -1067,6 +1067,7 @@ class Trainer:
             return TrainResult(self.run_dir, self.step, False, {}, time.perf_counter() - self.started, stopped)
         run_dir, t = self.run_dir, self.t
         finishing = time.perf_counter()
+        self._check_place()  # the final model, curves and summary are written by the folder's name too
         self._keep_tokenizer()  # (deleted after the last checkpoint: the final model needs it too)
         try:
             final = finish(run_dir, self.recipe, self.model, self.tokenizer, self.dev, self.amp, self.events, self.board)
