@@ -769,8 +769,8 @@ RICH_HELP_COLUMNS = 80  # narrower terminals get a command's help as Click's pla
 class Command(_FlagsTakeNoValue, typer.core.TyperCommand):
     """Every tfm command. Its --help is Typer's rich panels on a terminal of RICH_HELP_COLUMNS columns or more, and
     Click's plain list on a narrower one: there the panels' option column cut names short (`--vocab…`, `--n-bes…`
-    at 40 columns, 2 to 18 names a command) and left a word a line for the descriptions. An option of one value
-    given twice with two values is refused (`_refuse_repeated_options`)."""
+    at 40 columns, 2 to 18 names a command) and left a word a line for the descriptions. An option naming one
+    file or folder given two is refused (`_refuse_repeated_options`)."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         _refuse_repeated_options(self, args)

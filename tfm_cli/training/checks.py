@@ -536,10 +536,9 @@ def _absolute(spec):
 
 def with_absolute_paths(recipe: Recipe) -> Recipe:
     """The recipe with relative corpus, tokenizer and model paths made absolute (they are relative to the CWD)."""
-    absolute = _absolute
-    data = dataclasses.replace(recipe.data, train=absolute(recipe.data.train), dev=absolute(recipe.data.dev))
-    tokenizer = dataclasses.replace(recipe.tokenizer, path=absolute(recipe.tokenizer.path))
-    train = dataclasses.replace(recipe.train, init_from=absolute(recipe.train.init_from))
+    data = dataclasses.replace(recipe.data, train=_absolute(recipe.data.train), dev=_absolute(recipe.data.dev))
+    tokenizer = dataclasses.replace(recipe.tokenizer, path=_absolute(recipe.tokenizer.path))
+    train = dataclasses.replace(recipe.train, init_from=_absolute(recipe.train.init_from))
     return dataclasses.replace(recipe, data=data, tokenizer=tokenizer, train=train)
 
 

@@ -859,7 +859,7 @@ class Trainer:
         """Raise the divergence error when an update left NaN or infinite weights although its loss was finite
         (a learning rate so large that the step itself overflowed): they were saved as a checkpoint, called intact
         and offered for resume. The next loss would be NaN; checked where weights are saved or scored."""
-        if all(bool(p.isfinite().all()) for p in self.model.parameters()):
+        if bool(torch.stack([p.isfinite().all() for p in self.model.parameters()]).all()):  # one sync, not one a tensor
             return
         self.board.close()
         lr = inverse_sqrt_lr(self.step, self.config.d_model, self.t.warmup_steps, self.t.lr_factor)
