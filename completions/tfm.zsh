@@ -230,8 +230,8 @@ _tfm_translate() {
         '(--n-best -n)'{--n-best,-n}'[Print the K best translations of each input, best first, one a line\: input line number TAB score...]:n best: ' \
         '--output[When scoring, also write the translations to this file.]:output:_files' \
         '--precision[auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, fp16 (CUDA only), or int...]:precision:(auto bf16 fp16 fp32 int8)' \
-        '(--reference -r)'{--reference,-r}'[Reference translations, one per input line\: print BLEU and chrF instead of translations (- reads...]:reference:_files' \
-        '*--score[Score on a TSV (source TAB reference), or give --score SRC --score REF\: print BLEU and chrF (- re...]:score:_files' \
+        '*'{--reference,-r}'[Reference translations, one per input line\: print BLEU and chrF instead of translations (- reads...]:reference:_files' \
+        '*--score[Score on a TSV (source TAB reference), or give --score SRC --score REF (--score REF2 ...]:score:_files' \
         '1:text: '
 }
 

@@ -738,10 +738,10 @@ def test_translate_dash_at_a_terminal_translates_each_line_typed(random_run: Pat
 
 
 def test_an_option_of_one_file_given_two_is_refused(random_run: Path, tmp_path: Path) -> None:
-    """Click kept the last: `--reference r1 --reference r2` scored against r2 alone (no multi-reference BLEU),
-    `--model a --model b` translated with b (no ensemble), exit 0. Two files are a usage error; the same one
-    twice is not, nor a sentence after -- that looks like the option, and a setting given again is the last
-    one (an alias's `--beam 2` overridden), as in most command lines."""
+    """Click kept the last: `--model a --model b` translated with b (no ensemble), exit 0 (and `--reference r1
+    --reference r2` scored against r2 alone, before several references were scored). Two files are a usage error;
+    the same one twice is not, nor a sentence after -- that looks like the option, and a setting given again is
+    the last one (an alias's `--beam 2` overridden), as in most command lines."""
     other = tmp_path / "other"
     shutil.copytree(random_run, other)
     refs = [tmp_path / "r1.en", tmp_path / "r2.en"]
@@ -750,10 +750,10 @@ def test_an_option_of_one_file_given_two_is_refused(random_run: Path, tmp_path: 
     args = ["translate", "--device", "cpu", "--max-len", "2"]
     for given, name in (
         (["--model", str(random_run), "--model", str(other), "Bonjour."], "--model"),
-        (["--model", str(random_run), "--reference", str(refs[0]), f"--reference={refs[1]}"], "--reference"),
+        (["--model", str(random_run), "--model", str(other), "--reference", str(refs[0]), f"--reference={refs[1]}"], "--model"),
         (["-m", str(random_run), "--output", str(tmp_path / "a.txt"), "--output", str(tmp_path / "b.txt"),
           "--reference", str(refs[0])], "--output"),
-        (["-m", str(random_run), f"-r{refs[0]}", "--reference", str(refs[1])], "--reference"),  # a short one, attached
+        (["-m", str(random_run), f"-m{other}", "--reference", str(refs[1])], "-m"),  # a short one, attached
     ):
         proc = tfm(*args, *given, stdin="Bonjour.\n")
         assert proc.returncode == 2 and proc.stdout == "", proc.stderr

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -221,5 +223,73 @@ def test_a_large_corpus_is_scored_a_chunk_at_a_time_to_sacrebleus_own_figure(mon
         bleu = sacrebleu.corpus_bleu(hypotheses, [references], tokenize=tokenize)
         assert got["bleu"] == round(bleu.score, 2) and got["chrf"] == round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2)
         metric = bleu_metric(tokenize)
-        chunked = scoring._corpus_score(metric, hypotheses, references, chunk=7)
+        chunked = scoring._corpus_score(metric, hypotheses, [references], chunk=7)
         assert chunked.score == bleu.score and chunked.counts == bleu.counts and chunked.sys_len == bleu.sys_len
+    # several references a sentence, and some with fewer (sacrebleu's None): the same scores and signatures
+    seconds = [sentence() for _ in range(503)]
+    thirds = [sentence() if i % 3 else None for i in range(503)]
+    for per_sentence, streams, nrefs in (
+        ([[a, b] for a, b in zip(references, seconds, strict=True)], [references, seconds], "nrefs:2"),
+        ([[a, b] + ([c] if c is not None else []) for a, b, c in zip(references, seconds, thirds, strict=True)],
+         [references, seconds, thirds], "nrefs:var"),
+    ):
+        got = score_translations(hypotheses, per_sentence, "13a")
+        bleu = sacrebleu.metrics.BLEU(tokenize="13a")
+        chrf = sacrebleu.metrics.CHRF()
+        whole_bleu, whole_chrf = bleu.corpus_score(hypotheses, streams), chrf.corpus_score(hypotheses, streams)
+        assert got["bleu"] == round(whole_bleu.score, 2) != round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)
+        assert got["chrf"] == round(whole_chrf.score, 2)
+        assert got["bleu_signature"] == str(bleu.get_signature()) and nrefs in got["bleu_signature"]
+        assert got["chrf_signature"] == str(chrf.get_signature()) and nrefs in got["chrf_signature"]
+
+
+def test_several_references_score_as_sacrebleus_command_line(run: Path, tmp_path: Path) -> None:
+    """`--reference r1 --reference r2` scored against r2 alone (Click kept the last; later refused): the
+    multi-reference BLEU and chrF now, the very figures the `sacrebleu r1 r2 -i hyp` command prints; the same with
+    `--score SRC R1 R2` and `Translator.score` with a list of references per source."""
+    sources = ["Bonjour.", "Merci beaucoup.", "Où est la gare ?", "Il fait beau.", "Je suis étudiant.", "Au revoir."]
+    translator = Translator.load(run, device="cpu")
+    hypotheses = [t.text for t in translator.translate(sources)]
+    # references that share parts with the (random model's) translations, differently per file, scored by
+    # character (the random translations are single runs of letters)
+    first = [h[: len(h) * 2 // 3] + "the cat" for h in hypotheses]
+    second = ["a dog" + h[len(h) // 3 :] for h in hypotheses]
+    src, r1, r2 = tmp_path / "src.fr", tmp_path / "r1.en", tmp_path / "r2.en"
+    for path, lines in ((src, sources), (r1, first), (r2, second)):
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    hyp = tmp_path / "hyp.en"
+    char = ("--bleu-tokenize", "char")
+    proc = translate(run, "--reference", str(r1), "--reference", str(r2), *char, "--json", "--output", str(hyp), stdin="".join(s + "\n" for s in sources))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert hyp.read_text(encoding="utf-8").splitlines() == hypotheses
+    cli = subprocess.run(
+        [sys.executable, "-m", "sacrebleu", str(r1), str(r2), "-i", str(hyp), "-m", "bleu", "chrf", "-w", "2", "--format", "json", "--tokenize", "char"],
+        capture_output=True, text=True, check=True,
+    )
+    theirs = json.loads(cli.stdout)
+    assert [report["bleu"], report["chrf"]] == [theirs[0]["score"], theirs[1]["score"]]
+    assert report["bleu_signature"] == theirs[0]["signature"] and "nrefs:2" in report["bleu_signature"]
+    alone = json.loads(translate(run, "--reference", str(r2), *char, "--json", stdin=src.read_text(encoding="utf-8")).stdout)
+    assert 0 < alone["bleu"] < report["bleu"] and "nrefs:1" in alone["bleu_signature"]
+    assert report["references"] == [str(r1), str(r2)] and alone["references"] == str(r2)
+    scored = json.loads(translate(run, "--score", str(src), "--score", str(r1), "--score", str(r2), *char, "--json").stdout)
+    assert (scored["bleu"], scored["chrf"], scored["references"]) == (report["bleu"], report["chrf"], [str(r1), str(r2)])
+    api = translator.score(sources, [[a, b] for a, b in zip(first, second, strict=True)], "char")
+    assert (api["bleu"], api["chrf"], api["bleu_signature"]) == (report["bleu"], report["chrf"], report["bleu_signature"])
+    varied = translator.score(sources, [[a, b] if i % 2 else a for i, (a, b) in enumerate(zip(first, second, strict=True))])
+    assert "nrefs:var" in varied["bleu_signature"]
+
+    # a file of the wrong length, stdin twice, and lists that are no references: one line each
+    r2.write_text("".join(line + "\n" for line in second[:-1]), encoding="utf-8")
+    error_line(translate(run, "--reference", str(r1), "--reference", str(r2), stdin=src.read_text(encoding="utf-8")),
+               f"{r2} has 5 lines but the input has 6")
+    error_line(translate(run, "--score", str(src), "--score", str(r1), "--score", str(r2)), f"{r2} has 5 lines but {src} has 6")
+    proc = translate(run, "Bonjour.", "--reference", "-", "--reference", "-", stdin="Hello.\n")
+    assert proc.returncode == 2 and "stdin can be read once" in proc.stderr, proc.stderr
+    with pytest.raises(TfmError, match="references item 1 is an empty list"):
+        translator.score(sources[:2], [["Hello."], []])
+    with pytest.raises(TypeError, match="references item 0 holds a int"):
+        translator.score(sources[:1], [["Hello.", 3]])
+    with pytest.raises(TypeError, match="a string or a list of strings per source; references item 0 is set"):
+        translator.score(sources[:1], [{"Hello."}])

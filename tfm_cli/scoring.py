@@ -87,39 +87,65 @@ def bleu_metric(tokenize: str) -> Any:
 SCORE_CHUNK = 5000
 
 
-def _corpus_score(metric, hypotheses: list[str], references: list[str], chunk: int | None = None):
-    """`metric.corpus_score(hypotheses, [references])`, the same score, with the memory of `chunk` sentences.
+References = Sequence[str] | Sequence[Sequence[str]]  # one reference a sentence, or several (a list each)
+
+
+def reference_streams(references: References) -> list[list[str | None]]:
+    """Per-sentence references as sacrebleu takes them: one stream per reference, each with one line per sentence.
+
+    `references` holds one string per sentence, or a list (or tuple) of strings per sentence: several references,
+    as WMT's test sets with a second translation, Hugging Face `evaluate` and torchmetrics take them. Sentences may
+    have different numbers of references: the missing ones are None, which sacrebleu leaves out (`nrefs:var` in the
+    signature).
+    """
+    per_sentence = [[r] if isinstance(r, str) else list(r) for r in references]
+    width = max((len(refs) for refs in per_sentence), default=1)
+    return [[refs[k] if k < len(refs) else None for refs in per_sentence] for k in range(width)]
+
+
+def reference_texts(references: References) -> list[str]:
+    """Every reference string, sentence by sentence (for auto's choice of BLEU tokenizer)."""
+    return [t for r in references for t in ([r] if isinstance(r, str) else r)]
+
+
+def _corpus_score(metric, hypotheses: list[str], streams: list[list[str | None]], chunk: int | None = None):
+    """`metric.corpus_score(hypotheses, streams)`, the same score, with the memory of `chunk` sentences.
 
     sacrebleu's BLEU and chrF are functions of the sum of per-sentence statistics (`_aggregate_and_compute` sums
     them): the chunks' sums are summed. A sacrebleu without these methods gets the whole corpus at once."""
     chunk = SCORE_CHUNK if chunk is None else chunk
     extract, compute = getattr(metric, "_extract_corpus_statistics", None), getattr(metric, "_aggregate_and_compute", None)
     if extract is None or compute is None or len(hypotheses) <= chunk:
-        return metric.corpus_score(hypotheses, [references])
-    metric._check_corpus_score_args(hypotheses, [references])
+        return metric.corpus_score(hypotheses, streams)
+    metric._check_corpus_score_args(hypotheses, streams)
     total: list[int] | None = None
     for start in range(0, len(hypotheses), chunk):
-        stats = extract(hypotheses[start : start + chunk], [references[start : start + chunk]])
+        stats = extract(hypotheses[start : start + chunk], [s[start : start + chunk] for s in streams])
         part = [sum(column) for column in zip(*stats, strict=True)]
         total = part if total is None else [a + b for a, b in zip(total, part, strict=True)]
+    # the signature's nrefs is the last chunk's count: the whole corpus's, as one corpus_score would have it
+    counts = {sum(s[i] is not None for s in streams) for i in range(len(hypotheses))}
+    metric.num_refs = counts.pop() if len(counts) == 1 else -1
     return compute([total])
 
 
 def score_translations(
-    hypotheses: Sequence[str], references: Sequence[str], bleu_tokenize: str = AUTO
+    hypotheses: Sequence[str], references: References, bleu_tokenize: str = AUTO
 ) -> dict[str, Any]:
     """Corpus BLEU and chrF with sacrebleu, with their signatures and the BLEU tokenizer used.
 
-    `bleu_tokenize` is one of BLEU_TOKENIZERS; `auto` picks it from the references (`bleu_tokenize_for`).
-    The texts are scored as given: normalise the references as the translations were (`Tokenizer.normalize`).
+    `references` holds one reference per hypothesis, or a list of references per hypothesis (multi-reference BLEU
+    and chrF: the signatures say `nrefs:2`, or `nrefs:var` where the numbers differ). `bleu_tokenize` is one of
+    BLEU_TOKENIZERS; `auto` picks it from the references (`bleu_tokenize_for`). The texts are scored as given:
+    normalise the references as the translations were (`Tokenizer.normalize`).
     """
     from sacrebleu.metrics import CHRF
 
     references = list(references)
-    tokenize = resolve_bleu_tokenize(bleu_tokenize, references)
+    tokenize = resolve_bleu_tokenize(bleu_tokenize, reference_texts(references))
     bleu, chrf = bleu_metric(tokenize), CHRF()
-    hypotheses = list(hypotheses)
-    b, c = _corpus_score(bleu, hypotheses, references), _corpus_score(chrf, hypotheses, references)
+    hypotheses, streams = list(hypotheses), reference_streams(references)
+    b, c = _corpus_score(bleu, hypotheses, streams), _corpus_score(chrf, hypotheses, streams)
     return {
         "bleu": round(b.score, 2),
         "chrf": round(c.score, 2),

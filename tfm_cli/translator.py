@@ -669,57 +669,92 @@ class Translator:
             stop.set()
 
     def score(
-        self, sources: Iterable[str], references: Iterable[str], bleu_tokenize: str = "auto", **settings: Any
+        self,
+        sources: Iterable[str],
+        references: Iterable[str] | Iterable[Sequence[str]],
+        bleu_tokenize: str = "auto",
+        **settings: Any,
     ) -> dict[str, Any]:
         """Translate `sources` and score them against `references` with sacrebleu (corpus BLEU and chrF).
 
-        The references are normalised as the translations are (NFC, whitespace runs to one space, ends
-        stripped, and ’ as ' by a tokenizer that reads it so). Where that changed any reference, the scores
-        against the references as written, what sacrebleu gives on the reference file, come too (`as_written`).
-        `bleu_tokenize` is sacrebleu's BLEU tokenizer (`tfm_cli.scoring.BLEU_TOKENIZERS`); `auto`
-        picks it from the references' script: `zh` for Chinese, `char` for Japanese, Thai and other scripts
-        written without spaces, else `13a`. `settings` are decode settings, as for `translate`.
+        `references` holds one reference per source, or a list (or tuple) of references per source: BLEU and
+        chrF against several references, as sacrebleu scores `REF1 REF2` (`nrefs:2` in the signatures, `nrefs:var`
+        where sources have different numbers of them). The references are normalised as the translations are
+        (NFC, whitespace runs to one space, ends stripped, and ’ as ' by a tokenizer that reads it so). Where that
+        changed any reference, the scores against the references as written, what sacrebleu gives on the
+        reference files, come too (`as_written`). `bleu_tokenize` is sacrebleu's BLEU tokenizer
+        (`tfm_cli.scoring.BLEU_TOKENIZERS`); `auto` picks it from the references' script: `zh` for Chinese,
+        `char` for Japanese, Thai and other scripts written without spaces, else `13a`. `settings` are decode
+        settings, as for `translate`.
 
         Returns:
             {"sentences", "bleu", "chrf", "bleu_tokenize", "bleu_signature", "chrf_signature", "translations"},
-            and "as_written": {"bleu", "chrf", "references_changed"} where normalising changed a reference.
+            and "as_written": {"bleu", "chrf", "references_changed"} where normalising changed a reference
+            (`references_changed` counts reference strings, all references of a source included).
 
         Raises:
-            TfmError: no sentences at all, not one reference per source, or a BLEU tokenizer that sacrebleu
-                cannot set up (checked before anything is translated).
+            TypeError: `sources` or `references` is not a list (or other iterable) of strings, or a source's
+                references are not a list or tuple of strings.
+            TfmError: no sentences at all, not one reference (or list of them) per source, an empty list of
+                references, or a BLEU tokenizer that sacrebleu cannot set up (checked before anything is
+                translated).
         """
-        from tfm_cli.scoring import BLEU_TOKENIZERS, bleu_metric, resolve_bleu_tokenize, score_translations
+        from tfm_cli.scoring import (
+            BLEU_TOKENIZERS,
+            bleu_metric,
+            reference_texts,
+            resolve_bleu_tokenize,
+            score_translations,
+        )
 
         for name, given in (("sources", sources), ("references", references)):
             if isinstance(given, (str, bytes, bytearray)) or not isinstance(given, Iterable):  # a str: one per character
                 raise TypeError(f"score() takes lists of sentences; {name} is a {type(given).__name__}")
             _check_ordered(given, f"score()'s {name}")
         sources, references = list(sources), list(references)
-        for name, given in (("sources", sources), ("references", references)):
-            bad = next((i for i, line in enumerate(given) if not isinstance(line, str)), None)
-            if bad is not None:
-                raise TypeError(f"score() takes strings; {name} item {bad} is {type(given[bad]).__name__}")
+        bad = next((i for i, line in enumerate(sources) if not isinstance(line, str)), None)
+        if bad is not None:
+            raise TypeError(f"score() takes strings; sources item {bad} is {type(sources[bad]).__name__}")
+        for i, refs in enumerate(references):
+            if isinstance(refs, str):
+                continue
+            if not isinstance(refs, (list, tuple)):
+                raise TypeError(
+                    f"score() takes a string or a list of strings per source; references item {i} is {type(refs).__name__}"
+                )
+            if not refs:
+                raise TfmError(f"references item {i} is an empty list", hint="give each source at least one reference")
+            wrong = next((r for r in refs if not isinstance(r, str)), None)
+            if wrong is not None:
+                raise TypeError(f"score() takes strings; references item {i} holds a {type(wrong).__name__}")
         if not sources and not references:  # sacrebleu has no score for an empty corpus (it raised IndexError)
             raise TfmError("nothing to score: no source sentences and no references", hint="give at least one sentence")
         if len(sources) != len(references):
             raise TfmError(
                 f"{len(references)} references for {len(sources)} sources",
-                hint="give exactly one reference per source sentence",
+                hint="give exactly one reference (or one list of references) per source sentence",
             )
         if not isinstance(bleu_tokenize, str) or bleu_tokenize not in BLEU_TOKENIZERS:
             raise TfmError(f"bleu_tokenize={bleu_tokenize!r} is not one of: {', '.join(BLEU_TOKENIZERS)}")
-        _check_text(references, "reference", 1)
-        written, references = references, [self.tokenizer.normalize(_without_bom(r)) for r in references]  # as translations are
-        tokenize = resolve_bleu_tokenize(bleu_tokenize, references)
+        for number, refs in enumerate(references, start=1):  # numbered by source, its references each checked
+            for reference in [refs] if isinstance(refs, str) else refs:
+                check_text(reference, f"reference {number}", "decode the references as UTF-8 strictly, or drop the bad characters")
+        written = references
+        references = [self._normalized(r) if isinstance(r, str) else [self._normalized(t) for t in r] for r in written]
+        tokenize = resolve_bleu_tokenize(bleu_tokenize, reference_texts(references))
         bleu_metric(tokenize)  # MeCab missing: said before the translating, not after
         translations = self.translate(sources, **settings)
         hypotheses = [t.text for t in translations]
         metrics = score_translations(hypotheses, references, tokenize)
-        changed = sum(a != b for a, b in zip(written, references, strict=True))
+        changed = sum(a != b for a, b in zip(reference_texts(written), reference_texts(references), strict=True))
         if changed:  # a published score is sacrebleu's on the file: say what that gives too
             plain = score_translations(hypotheses, written, tokenize)
             metrics["as_written"] = {"bleu": plain["bleu"], "chrf": plain["chrf"], "references_changed": changed}
         return {"sentences": len(sources), **metrics, "translations": translations}
+
+    def _normalized(self, reference: str) -> str:
+        """A reference as the translations are written (`Tokenizer.normalize`), a byte-order mark dropped."""
+        return self.tokenizer.normalize(_without_bom(reference))
 
     def _translate_lines(
         self, lines: list[str], first_line: int, decode: DecodeSettings, progress: Callable[[int], None] | None

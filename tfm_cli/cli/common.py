@@ -796,8 +796,8 @@ PATH_METAVAR = "<path>"  # the metavar of every option that names one file or fo
 
 
 def _refuse_repeated_options(command: Any, args: Sequence[str]) -> None:
-    """Click keeps the last value of an option given twice: `--reference r1 --reference r2` scored against r2
-    alone, `--model a --model b` translated with b (no ensemble) and exited 0. Two different files or folders
+    """Click keeps the last value of an option given twice: `--model a --model b` translated with b (no ensemble)
+    and exited 0 (options that take several, as `--reference`, are `multiple`). Two different files or folders
     for an option that takes one (its metavar `<path>`) are a usage error now; the same one twice is not, and a
     setting given again (`--beam 5` after an alias's `--beam 4`) is the last one, as in most command lines."""
     takes_value: dict[str, Any] = {}

@@ -51,8 +51,8 @@ def translate(
     greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding instead of beam search."),
     n_best: int = typer.Option(1, "--n-best", "-n", min=1, help="Print the K best translations of each input, best first, one a line: input line number TAB score TAB translation (--json: an nbest list). A text can repeat: two hypotheses may spell it with different subword tokens (--json shows them); both are kept, as fairseq, Marian and CTranslate2 keep them. Not with --score/--reference, which score the best."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per input line: source, translation, score, log_prob, tokens, truncated, stopped (eos, or max_len: cut at the maximum output length, see --max-len) (and nbest with --n-best, each with its own stopped)."),
-    reference: Path = typer.Option(None, "--reference", "-r", parser=given_path, metavar="<path>", help="Reference translations, one per input line: print BLEU and chrF instead of translations (- reads them from stdin when TEXT is given).", show_default=False),
-    score: list[Path] = typer.Option(None, "--score", parser=given_path, metavar="<path>", help="Score on a TSV (source TAB reference), or give --score SRC --score REF: print BLEU and chrF (- reads one from stdin).", show_default=False),
+    reference: list[Path] = typer.Option(None, "--reference", "-r", parser=given_path, metavar="<path>", help="Reference translations, one per input line: print BLEU and chrF instead of translations (- reads them from stdin when TEXT is given). Given again, more references: multi-reference BLEU and chrF, as sacrebleu REF1 REF2.", show_default=False),
+    score: list[Path] = typer.Option(None, "--score", parser=given_path, metavar="<path>", help="Score on a TSV (source TAB reference), or give --score SRC --score REF (--score REF2 ... for more references): print BLEU and chrF (- reads one from stdin).", show_default=False),
     output: Path = typer.Option(None, "--output", parser=file_path("translations.txt"), metavar="<path>", help="When scoring, also write the translations to this file.", show_default=False),
     bleu_tokenize: str = typer.Option("auto", "--bleu-tokenize", help="When scoring, sacrebleu's BLEU tokenizer: auto (zh for Chinese references, char for Japanese, Thai and other scripts without spaces, else 13a), 13a, intl, zh, char, ja-mecab, ko-mecab, flores101, flores200, none."),
     device: str = typer.Option("auto", "--device", callback=device_name, help=DEVICE_HELP),
@@ -78,16 +78,19 @@ def translate(
       tfm translate --score dev.tsv            (BLEU and chrF against the TSV's second column)
 
       tfm translate --score test.en-zh.tsv --bleu-tokenize zh
+
+      tfm translate --score src.fr --score ref1.en --score ref2.en     (two references a sentence)
     """
     dash = text == "-"
     if dash:  # as for cat, sacrebleu and most of the field's tools: stdin (a terminal too: typed lines)
         text = None
+    reference = reference or []  # Click gives () for a multiple option not given
     _check_options(text, beam, alpha, greedy, n_best, score, reference, output, bleu_tokenize, precision)
     reads_stdin = text is None and not score
     if reads_stdin and sys.stdin is None:  # started with stdin closed (<&-)
         raise TfmError("standard input is closed: there is nothing to translate", hint="give a sentence, or pipe lines into stdin")
     if reads_stdin and not dash and sys.stdin.isatty():  # said before the model loads: reading would wait, silently
-        if reference is not None:  # it waited for sources typed at the terminal, without a word
+        if reference:  # it waited for sources typed at the terminal, without a word
             raise typer.BadParameter(
                 "--reference scores the sentences read from stdin, and stdin is the terminal: pipe them in "
                 f"({typed_command('translate')} < src.fr), or give - to type them (Ctrl-D ends)",
@@ -98,20 +101,21 @@ def translate(
             "one a line (Ctrl-D ends)",
             param_hint="TEXT",
         )
-    if reference is not None and reads_stdin and reads_from_stdin(reference):
-        # /dev/stdin of a `< src` file opens that file again: the sources were scored against themselves
-        raise TfmError(
-            f"--reference {reference} is the standard input the sentences to translate are read from",
-            hint="give the references a file of their own, e.g. tfm translate --reference ref.en < src.fr",
-        )
-    if score:  # `--score -`, as sacrebleu and `tfm translate -` read stdin: it said "--score - does not exist"
-        if sum(str(p) == "-" for p in score) > 1:
-            raise typer.BadParameter("stdin can be read once: give - to one of them, and a file to the other", param_hint="--score")
-        score = [_stdin_file(p, "--score") for p in score]
-    if reference is not None and text is not None:  # with sources on stdin, a - was refused above
-        reference = _stdin_file(reference, "--reference")
+    for ref in reference if reads_stdin else ():
+        if reads_from_stdin(ref):  # /dev/stdin of a `< src` file opens that file again: sources scored against themselves
+            raise TfmError(
+                f"--reference {ref} is the standard input the sentences to translate are read from",
+                hint="give the references a file of their own, e.g. tfm translate --reference ref.en < src.fr",
+            )
+    for option, files in (("--score", score or []), ("--reference", reference)):
+        # `--score -`, as sacrebleu and `tfm translate -` read stdin: it said "--score - does not exist"
+        if sum(str(p) == "-" for p in files) > 1:
+            raise typer.BadParameter("stdin can be read once: give - to one of them, and files to the others", param_hint=option)
+    score = [_stdin_file(p, "--score") for p in score or []]
+    if text is not None:  # with sources on stdin, a - was refused above
+        reference = [_stdin_file(p, "--reference") for p in reference]
     if output is not None:  # before the model loads and the sentences are translated
-        check_output_file(output, "--output", inputs=[*(score or []), *([reference] if reference else [])], reads_stdin=reads_stdin)
+        check_output_file(output, "--output", inputs=[*score, *reference], reads_stdin=reads_stdin)
 
     if text is not None:
         if names_a_file(text):  # `tfm translate input.fr` translated the file's name
@@ -130,7 +134,7 @@ def translate(
             )
 
     written = _Written()
-    written.scoring = bool(score or reference is not None)
+    written.scoring = bool(score or reference)
     # Ctrl-C, SIGTERM (kill, a scheduler) and SIGHUP end with a line saying what was written: the stream's
     # translations are written as they come (a window of about two batches at a time), and those of a window's
     # first lines already translated when the signal came are written before it ends (Translator.translate_stream),
@@ -143,7 +147,7 @@ def translate(
         say_which_weights(model, Path(translator.path))
         if output is not None:  # again, now that the model's own files are known: they are inputs too
             check_output_file(
-                output, "--output", inputs=[*(score or []), *([reference] if reference else []), *translator.files], reads_stdin=reads_stdin
+                output, "--output", inputs=[*score, *reference, *translator.files], reads_stdin=reads_stdin
             )
         if beam is None and n_best > translator.settings.beam and not greedy:  # a --beam given was checked above
             raise typer.BadParameter(
@@ -157,7 +161,7 @@ def translate(
         )
         cuts, broken = _Cuts(translator, max_len, min_len), _Broken()
         with route_warnings():
-            if score or reference is not None:
+            if score or reference:
                 _score(translator, settings, text, score, reference, output, json_out, bleu_tokenize, cuts, broken)
                 cuts.say(json_marks=False)  # scoring's --json is the report, not the translations
                 broken.say()
@@ -182,14 +186,12 @@ def _check_options(text, beam, alpha, greedy, n_best, score, reference, output, 
         raise typer.BadParameter(f"--greedy decodes without a beam; drop --beam {beam} (or --greedy)", param_hint="--beam")
     if beam is not None and n_best > beam:
         raise typer.BadParameter(f"--n-best {n_best} cannot exceed --beam {beam}", param_hint="--n-best")
-    if score and (text is not None or reference is not None):
-        extra = " and ".join(w for w, v in (("TEXT", text), ("--reference", reference)) if v is not None)
+    if score and (text is not None or reference):
+        extra = " and ".join(w for w, v in (("TEXT", text), ("--reference", reference or None)) if v is not None)
         raise typer.BadParameter(f"--score reads sources and references from its file(s); drop {extra}", param_hint="--score")
     if greedy and alpha is not None:  # ignored without a word: greedy search ranks no hypotheses by length
         raise typer.BadParameter(f"--greedy has no length penalty; drop --alpha {alpha:g} (or --greedy)", param_hint="--alpha")
-    if score and len(score) > 2:
-        raise typer.BadParameter("give one TSV, or a source file and a reference file", param_hint="--score")
-    if n_best > 1 and (score or reference is not None):  # scored the best and wrote only it to --output, silently
+    if n_best > 1 and (score or reference):  # scored the best and wrote only it to --output, silently
         raise typer.BadParameter(
             f"scoring (--score, --reference) scores the best translation of each input and --output writes only it; "
             f"drop --n-best {n_best}, or translate without scoring to print {n_best} hypotheses an input",
@@ -356,6 +358,19 @@ def _stdin_file(path: Path, option: str) -> Path:
     return Path("/dev/stdin")
 
 
+def _reference_lines(path: Path, option: str, sources: list[str], counted: str) -> list[str]:
+    """The lines of one reference file, one per source sentence (blank lines at the end of either not counted)."""
+    from tfm_cli.corpus import read_lines
+
+    lines = read_lines(path, option=option)
+    if len(lines) != len(sources):
+        raise TfmError(
+            f"{_named(path)} has {len(lines)} lines but {counted} {len(sources)} (blank lines at the end of either are not counted)",
+            hint="give one reference line per input line",
+        )
+    return lines
+
+
 def _named(path: Path) -> str:
     """A scored file as the report names it: `-` (read as /dev/stdin) is "stdin"."""
     return "stdin" if str(path) == "/dev/stdin" else str(path)
@@ -388,29 +403,33 @@ def _score(
     cuts: _Cuts, broken: _Broken,
 ) -> None:
     """Read sources and references, then print the Translator's corpus BLEU/chrF (sacrebleu)."""
-    from tfm_cli.corpus import TsvColumns, read_lines, read_pairs
+    from tfm_cli.corpus import TsvColumns, read_pairs
 
     if score:
-        spec = str(score[0]) if len(score) == 1 else [str(p) for p in score]
+        spec = str(score[0]) if len(score) == 1 else [str(p) for p in score[:2]]
         columns = TsvColumns()  # a tab inside a reference cut it short, and the score was of the cut one, unsaid
         pairs = [(s, t) for _, s, t in read_pairs(spec, once=True, option="--score", columns=columns)]
         if warning := columns.warning():
             warn(f"--score {warning}")
-        sources, references, what = [s for s, _ in pairs], [t for _, t in pairs], " ".join(map(_named, score))
-        files = {"sources": _named(score[0]), "references": _named(score[-1])}  # a TSV holds both
+        sources, what = [s for s, _ in pairs], " ".join(map(_named, score))
+        reference_files = [_named(score[0] if len(score) == 1 else score[1]), *map(_named, score[2:])]  # a TSV holds both
+        streams = [[t for _, t in pairs]]
+        if len(score) > 2:  # more references: one line per source each, as the second file has
+            while sources and not sources[-1] and not streams[0][-1]:  # blank at the end of both, as read_lines drops
+                sources.pop()
+                streams[0].pop()
+            streams += [_reference_lines(path, "--score", sources, f"{_named(score[0])} has") for path in score[2:]]
+        files = {"sources": _named(score[0]), "references": reference_files}
     else:
         sources = [text] if text is not None else [line.rstrip("\r\n") for line in stdin_lines(typed_command("translate"))]
         while sources and not sources[-1]:  # blank lines at the end, as read_lines drops the references'
             sources.pop()
-        references = read_lines(reference, option="--reference")
-        what = _named(reference)
-        files = {"sources": "TEXT" if text is not None else "stdin", "references": what}
-        if len(references) != len(sources):
-            raise TfmError(
-                f"{reference} has {len(references)} lines but the input has {len(sources)} "
-                "(blank lines at the end of either are not counted)",
-                hint="give one reference line per input line",
-            )
+        streams = [_reference_lines(path, "--reference", sources, "the input has") for path in reference]
+        what = " ".join(map(_named, reference))
+        files = {"sources": "TEXT" if text is not None else "stdin", "references": [_named(p) for p in reference]}
+    references = streams[0] if len(streams) == 1 else [list(refs) for refs in zip(*streams, strict=True)]
+    if len(streams) == 1:  # one file: named as before (a string); several: a list
+        files["references"] = files["references"][0]
     with progress_bar("translate", total=len(sources)) as advance:
         report = translator.score(sources, references, bleu_tokenize, progress=advance, **settings)
     translations = report.pop("translations")
@@ -432,7 +451,7 @@ def _score(
     info(f"sacrebleu: {report['bleu_signature']} | {report['chrf_signature']}")
     if (plain := report.get("as_written")) is not None:
         info(
-            f"{plain['references_changed']:,} of the {len(sources):,} references changed when normalised as the "
+            f"{plain['references_changed']:,} of the {len(sources) * len(streams):,} references changed when normalised as the "
             f"translations are (NFC, spacing, ’ as '); against the references as written, as sacrebleu scores "
-            f"the file: BLEU {plain['bleu']}, chrF {plain['chrf']}"
+            f"the {'files' if len(streams) > 1 else 'file'}: BLEU {plain['bleu']}, chrF {plain['chrf']}"
         )
