@@ -445,6 +445,27 @@ def test_find_token_of_a_word_in_several_pieces() -> None:
             find_token(pieces + ["▁ét", "é."], partial)
 
 
+def test_find_token_in_scripts_without_spaces_and_turkish_capitals() -> None:
+    """Where a script has no spaces every piece is a unit, so a word over several pieces ("แมว" as "แ" "ม" "ว") or
+    inside one ("果" in "苹果") was "not in the sentence"; and Python lowercases "İ" to "i" and a combining dot,
+    so "istanbul" never found "İstanbul" though case "does not matter"."""
+    thai = ["▁", "ฉัน", "ชอบ", "แ", "ม", "ว", "มา", "ก", "</s>"]
+    assert [find_token(thai, q) for q in ("แมว", "ชอบแ", "ชอบ", "มาก")] == [3, 2, 2, 6]
+    chinese = ["▁", "我", "喜欢", "苹果", "。", "</s>"]
+    assert [find_token(chinese, q) for q in ("我喜欢", "果", "欢苹", "喜欢")] == [1, 3, 2, 2]
+    for absent in ("香蕉", "我爱"):
+        with pytest.raises(TfmError, match="is not in the sentence"):
+            find_token(chinese, absent)
+    mixed = ["▁I", "▁like", "▁", "苹果", "▁ap", "ples", "</s>"]
+    with pytest.raises(TfmError, match="is not in the sentence"):
+        find_token(mixed, "like苹")  # a letter of a spaced script: words are matched as before, not runs of letters
+    with pytest.raises(TfmError, match="is not in the sentence"):
+        find_token(mixed, "pl")
+    turkish = ["▁İstanbul", "'", "da", "▁ÖĞRENCİ", "▁ılık", "</s>"]
+    found = {q: find_token(turkish, q) for q in ("istanbul", "ISTANBUL", "İSTANBUL", "öğrenci", "Öğrenci", "ılık")}
+    assert found == {"istanbul": 0, "ISTANBUL": 0, "İSTANBUL": 0, "öğrenci": 3, "Öğrenci": 3, "ılık": 4}
+
+
 def test_cli_token_of_a_word_in_several_pieces(trained: dict) -> None:
     """`--token traversé`, a word this vocabulary spells in several pieces, shows the piece it starts with, and says so."""
     pieces = Translator.load(trained["dir"], device="cpu", precision="fp32").tokenizer.pieces(SENTENCE)

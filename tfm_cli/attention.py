@@ -326,8 +326,14 @@ _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 
 def _comparable(text: str) -> str:
     """`text` as --token compares it: without "▁", NFC (the tokens are NFC; a query typed or pasted in NFD is the
-    same word), lowercased, with ’ ‘ ʼ read as '."""
-    return unicodedata.normalize("NFC", text.replace("▁", "")).strip().lower().translate(_APOSTROPHES)
+    same word), case-folded, with ’ ‘ ʼ read as '."""
+    return _folded(unicodedata.normalize("NFC", text.replace("▁", "")).strip()).translate(_APOSTROPHES)
+
+
+def _folded(text: str) -> str:
+    """`text` case-folded, Turkish's dotted İ included: Python folds it to "i" and a combining dot above (U+0307),
+    so "İstanbul" never matched "istanbul" or "ISTANBUL"; the dot goes."""
+    return text.casefold().replace("i\u0307", "i")
 
 
 def _parts(token: str) -> list[str]:
@@ -349,8 +355,9 @@ def _parts(token: str) -> list[str]:
 def find_token(tokens: list[str], query: str, inputs: list[str] | None = None) -> int:
     """The position of `query` in `tokens`: a 1-based index ("3"), the token's text, or a word inside it
     ("il" finds "▁qu'il"); the first match wins. A word the vocabulary splits into several pieces ("été" as
-    "▁ét" "é.") is found at its first piece, when no piece matches by itself. Case, NFC/NFD and ’ versus ' do not
-    matter. TfmError listing the tokens when nothing matches.
+    "▁ét" "é.") is found at its first piece, when no piece matches by itself; in a script written without spaces,
+    any run of its characters is found, at the piece where it starts. Case (Turkish İ included), NFC/NFD and ’
+    versus ' do not matter. TfmError listing the tokens when nothing matches.
 
     Target positions are labelled by the token each predicts; `inputs` are the tokens they read (`tgt_inputs`),
     so "<s>" finds the first position, the one that reads it."""
@@ -371,6 +378,8 @@ def find_token(tokens: list[str], query: str, inputs: list[str] | None = None) -
         start = _piece_starting(tokens, group, wanted) if len(group) > 1 and wanted else None
         if start is not None:
             return start
+    if (unspaced_at := _unspaced_match(tokens, wanted)) is not None:
+        return unspaced_at
     if inputs and wanted == BOS and inputs[0] == BOS:  # no position predicts "<s>": the first one reads it
         return 0
     raise TfmError(f"--token {query!r} is not in the sentence", hint=_listing(tokens))
@@ -397,6 +406,24 @@ def _piece_starting(tokens: list[str], group: list[int], wanted: str) -> int | N
     return None
 
 
+def _unspaced_match(tokens: list[str], wanted: str) -> int | None:
+    """In a script written without spaces (Chinese, Japanese, Thai...), where every piece is a unit of its own,
+    the piece where `wanted` starts, across pieces ("我喜欢" over "我" "喜欢", "แมว" over "แ" "ม" "ว") or inside one
+    ("果" in "苹果"); None when `wanted` has a letter of a spaced script, or no letter at all."""
+    letters = [ch for ch in wanted if ch.isalpha()]
+    if not letters or not all(unspaced(ch) for ch in letters):
+        return None
+    spans = [(positions[0], _comparable(text)) for positions, text in _characters(tokens) if text not in (BOS, EOS)]
+    at = "".join(text for _, text in spans).find(wanted)
+    if at < 0:
+        return None
+    for position, text in spans:
+        if at < len(text):
+            return position
+        at -= len(text)
+    return None
+
+
 def word_of(tokens: list[str], position: int) -> tuple[str, list[int]]:
     """The word (`word_groups`) that holds `position`: its text and its positions."""
     group = next(group for group in word_groups(tokens) if position in group)
@@ -415,7 +442,7 @@ def _spelled_in_bytes(tokens: list[str]) -> dict[int, tuple[str, str]]:
             if later[0] != last + 1:  # another piece between: the run ends
                 break
             run, last = run + later_text, later[-1]
-        found[positions[0]] = (text.lower(), run.lower())
+        found[positions[0]] = (_folded(text), _folded(run))
     return found
 
 
