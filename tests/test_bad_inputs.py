@@ -488,6 +488,35 @@ def test_suggested_fix_command_works_from_where_tfm_ran(
     assert [(s, t) for _, s, t in read_pairs(corpus.parent / fixed)] == [(first, "Hello."), ("Merci.", "Thanks.")]
 
 
+@pytest.mark.parametrize(
+    ("text", "encoding"),
+    [("учитель и студент.", "cp1251"), ("我喜欢苹果。", "gb18030"), ("私は学生です。", "shift_jis"), ("저는 학생입니다.", "euc-kr"),
+     ("İstanbul'da öğrenci.", "cp1254"), ("Może łódź jest zła.", "cp1250"), ("Да.", "cp1251"), ("καλημέρα κόσμε.", "cp1253")],
+)
+def test_a_file_in_another_encoding_is_not_told_to_read_as_cp1252(tmp_path: Path, text: str, encoding: str) -> None:
+    """Every file that was not UTF-8 got `iconv -f cp1252`: on a Russian (cp1251), Chinese or Japanese file it exits 0
+    and writes wrong letters ("ó÷èòåëü"), which tfm then trained on. Such a line gets `-f ENCODING` and the usual
+    encodings by script; the command printed with the file's own encoding in place gives the text back."""
+    corpus = write(tmp_path / "c.tsv", f"Hello.\t{text}\n".encode(encoding))
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs(corpus))
+    message = str(err.value)
+    one_line(err.value, f"{corpus}:1: invalid UTF-8 at byte")
+    assert "iconv -f ENCODING -t utf-8" in message and "cp1252" not in message.split("where ENCODING")[0], message
+    command = re.search(r"\(e\.g\. (.*?), where ENCODING", message).group(1).replace("ENCODING", encoding)
+    subprocess.run(command, shell=True, check=True, cwd=tmp_path)
+    assert [(s, t) for _, s, t in read_pairs(tmp_path / "utf8-c.tsv")] == [("Hello.", text)]
+
+
+def test_stdin_in_another_encoding_is_not_told_to_read_as_cp1252(run: Path) -> None:
+    russian = translate(run, stdin="Bonjour.\nучитель и студент.\n".encode("cp1251"))
+    error_line(russian, "stdin line 2: invalid UTF-8 at byte 1")
+    assert "hint: re-encode the input as UTF-8, e.g. iconv -f ENCODING -t utf-8, where ENCODING is the file's own: cp1251 for Cyrillic" in russian.stderr
+    french = translate(run, stdin="Bonjour.\nDéjà vu.\n".encode("cp1252"))
+    error_line(french, "stdin line 2: invalid UTF-8 at byte 2")
+    assert "hint: re-encode the input as UTF-8, e.g. iconv -f cp1252 -t utf-8\n" in french.stderr, french.stderr
+
+
 def test_text_that_looks_like_a_compression_header_is_still_text(tmp_path: Path) -> None:
     corpus = write(tmp_path / "c.tsv", "BZh9\tBZh9\nPK\tPK\n")
     assert [(s, t) for _, s, t in read_pairs(corpus)] == [("BZh9", "BZh9"), ("PK", "PK")]

@@ -170,16 +170,20 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterat
                 except UnicodeDecodeError as err:
                     _check_intact(f, shown, line_no, path)
                     name, fixed = _shell_path(path), _shell_path(path, "utf8-")
+                    western = reads_as_western(raw)
+                    code = "cp1252" if western else "ENCODING"
                     fix = (
-                        "pipe it through iconv -f cp1252 -t utf-8"
+                        f"pipe it through iconv -f {code} -t utf-8"
                         if not path.is_file()
-                        else f"zcat {name} | iconv -f cp1252 -t utf-8 | gzip > {fixed}"
+                        else f"zcat {name} | iconv -f {code} -t utf-8 | gzip > {fixed}"
                         if isinstance(f, gzip.GzipFile)
-                        else f"iconv -f cp1252 -t utf-8 {name} > {fixed}"
+                        else f"iconv -f {code} -t utf-8 {name} > {fixed}"
                     )
                     raise CorpusError(
                         f"{shown}:{line_no}: invalid UTF-8 at byte {err.start + 1} of the line "
-                        f"({raw[err.start : err.start + 1]!r}); re-encode the file as UTF-8 (e.g. {fix})"
+                        f"({raw[err.start : err.start + 1]!r}); re-encode the file as UTF-8 (e.g. {fix}"
+                        + ("" if western else f", {ENCODINGS}")
+                        + ")"
                     ) from None
                 if text.startswith("\ufeff"):  # a UTF-8 byte-order mark is not part of a sentence: at the start
                     text = text[1:]  # of the file, or of a later line where files saved with one were concatenated
@@ -218,6 +222,34 @@ def _check_intact(f: IO[bytes], shown: str, line_no: int, path: Path) -> None:
             f"{shown}: the compressed data is damaged ({err}; line {line_no} came out as garbage): restore the "
             f"file from a good copy (gzip -t {_shell_path(path)} checks one)"
         ) from None
+
+
+# What a message says of an encoding that is not Windows' Western one (cp1252 read such text into wrong letters
+# silently: a Russian file in cp1251 became "ó÷èòåëü", which tfm then trained on)
+ENCODINGS = (
+    "where ENCODING is the file's own: cp1251 for Cyrillic, cp1253 Greek, cp1254 Turkish, cp1250 Central European, "
+    "cp1252 Western European, gb18030 Chinese, shift_jis Japanese, euc-kr Korean; file -i or uchardet can tell"
+)
+
+
+def reads_as_western(raw: bytes) -> bool:
+    """Whether a line that is not UTF-8 reads as Windows' Western European text (cp1252, of which Latin-1 is
+    nearly all): accented letters inside words of ASCII ones. Not when cp1252 cannot decode it, when it makes
+    runs of three or more accented letters, or words of two (whole words of another alphabet: Cyrillic, Greek, CJK
+    bytes), Turkish's
+    ğ İ ı ş Ş Ğ read as ð Ý ý þ Þ Ð, or a symbol inside a word (Polish ł ą ż read as ³ ¹ ¿)."""
+    try:
+        text = raw.decode("cp1252")
+    except UnicodeDecodeError:
+        return False
+    accented = r"[^\W\d_a-zA-Z]"  # a letter, not an ASCII one
+    if re.search(rf"{accented}{{3}}|\b{accented}{{2}}\b", text) or any(ch in "ÐðÝýÞþ" for ch in text):
+        return False
+    for i in range(1, len(text) - 1):
+        ch = text[i]
+        if not (ch.isascii() or ch.isalpha() or ch in "’‘´·–—") and text[i - 1].isalpha() and text[i + 1].isalpha():
+            return False
+    return True
 
 
 def _shell_path(path: Path, prefix: str = "") -> str:

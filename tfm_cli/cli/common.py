@@ -526,9 +526,12 @@ def _stdin_line(number: int, raw: bytes, command: str) -> str:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
+        from tfm_cli.corpus import ENCODINGS, reads_as_western
+
         raise TfmError(
             f"stdin line {number}: invalid UTF-8 at byte {e.start + 1}",
-            hint="re-encode the input as UTF-8, e.g. iconv -f cp1252 -t utf-8",
+            hint="re-encode the input as UTF-8, e.g. "
+            + ("iconv -f cp1252 -t utf-8" if reads_as_western(raw) else f"iconv -f ENCODING -t utf-8, {ENCODINGS}"),
         ) from None
     if "\r" in text.removesuffix("\n").removesuffix("\r"):  # CR-only line ends would glue sentences together
         if number > 1 or text.endswith("\n"):  # the input ends its lines with LF: a stray CR inside a sentence
