@@ -112,6 +112,28 @@ def test_translator_normalises_references_as_its_translations(run: Path, monkeyp
             translator.score(sources, texts, bleu_tokenize="ja-mecab")
 
 
+def test_a_reference_file_with_a_byte_order_mark_scores_as_written_as_sacrebleu_scores_it(run: Path, tmp_path: Path) -> None:
+    """The reader dropped the BOM of a reference file saved by Notepad, so `as_written` ("as sacrebleu scores the
+    file") was not sacrebleu's figure on it, and a file whose only change was its BOM gave no such line at all."""
+    sources = ["Bonjour.", "Merci beaucoup.", "Où est la gare ?"]
+    translator = Translator.load(run, device="cpu")
+    hypotheses = [t.text for t in translator.translate(sources)]
+    references = [h[: len(h) // 2] + "x" for h in hypotheses]  # share their first characters with the translations
+    src, ref, hyp = tmp_path / "src.fr", tmp_path / "ref.en", tmp_path / "hyp.en"
+    src.write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    ref.write_bytes(b"\xef\xbb\xbf" + "".join(r + "\n" for r in references).encode())
+    hyp.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    theirs = json.loads(subprocess.run(
+        [sys.executable, "-m", "sacrebleu", str(ref), "-i", str(hyp), "-m", "bleu", "chrf", "-w", "2", "--format", "json",
+         "--tokenize", "char"], capture_output=True, text=True, check=True).stdout)
+    for given in (["--reference", str(ref)], ["--score", str(src), "--score", str(ref)]):
+        proc = translate(run, *given, "--bleu-tokenize", "char", "--json", stdin=src.read_text(encoding="utf-8"))
+        report = json.loads(proc.stdout)
+        assert report["as_written"]["references_changed"] == 1, report
+        assert [report["as_written"]["bleu"], report["as_written"]["chrf"]] == [theirs[0]["score"], theirs[1]["score"]]
+        assert report["chrf"] == translator.score(sources, references, "char")["chrf"]  # normalised: the BOM gone
+
+
 def test_translate_score_chooses_and_says_the_bleu_tokenizer(run: Path, tmp_path: Path) -> None:
     pairs = tmp_path / "fr-zh.tsv"
     pairs.write_text("".join(f"Phrase {i}.\t{zh}\n" for i, zh in enumerate(CHINESE)), encoding="utf-8")

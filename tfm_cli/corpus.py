@@ -144,11 +144,12 @@ def _open_binary(path: Path) -> Iterator[IO[bytes]]:
             yield f
 
 
-def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterator[tuple[int, str]]:
+def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom: bool = False) -> Iterator[tuple[int, str]]:
     """Yield (line_no, text) with the newline (and a CR before it) stripped, decoded as strict UTF-8.
 
     Blank lines at the very end of the file are dropped unless `trailing_blanks`; blank lines elsewhere are
-    yielded as "".
+    yielded as "". A byte-order mark that starts a line is dropped unless `keep_bom` (a line of a BOM alone is
+    blank either way).
     """
     pending_blank: list[int] = []
     try:
@@ -185,8 +186,9 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False) -> Iterat
                         + ("" if western else f", {ENCODINGS}")
                         + ")"
                     ) from None
-                if text.startswith("\ufeff"):  # a UTF-8 byte-order mark is not part of a sentence: at the start
-                    text = text[1:]  # of the file, or of a later line where files saved with one were concatenated
+                if text.startswith("\ufeff") and (not keep_bom or text == "\ufeff"):  # a UTF-8 byte-order mark is
+                    text = text[1:]  # not part of a sentence: at the start of the file, or of a later line where
+                    # files saved with one were concatenated (kept for scoring as written, as sacrebleu reads it)
                 if not text:
                     pending_blank.append(line_no)
                     continue
@@ -287,15 +289,16 @@ def _not_text(raw: bytes, line_no: int, path: Path, gzipped: bool) -> str | None
     return None
 
 
-def read_lines(spec: str | os.PathLike, option: str | None = None) -> list[str]:
+def read_lines(spec: str | os.PathLike, option: str | None = None, keep_bom: bool = False) -> list[str]:
     """All lines of one text file (plain or gzip, strict UTF-8; a pipe too), e.g. reference translations;
-    `option` names the command-line option that gave the path, for the messages.
+    `option` names the command-line option that gave the path, for the messages. A byte-order mark that starts a
+    line is dropped, unless `keep_bom` (references scored as written, as sacrebleu reads the file, keep it).
 
     Raises:
         CorpusError: the file is missing or unreadable, or a line is not valid UTF-8 (file and line named).
     """
     path = resolve_corpus_path(spec, once=True, option=option)
-    return [text for _, text in _read_lines(path, _shown(spec, path))]
+    return [text for _, text in _read_lines(path, _shown(spec, path), keep_bom=keep_bom)]
 
 
 def _shown(spec: str | os.PathLike, path: Path) -> str:
@@ -383,7 +386,8 @@ SPM_MARK = "\u2581"  # "▁": SentencePiece's word-start mark, which a corpus al
 
 
 def read_pairs(
-    spec: CorpusSpec, once: bool = False, option: str | None = None, columns: TsvColumns | None = None
+    spec: CorpusSpec, once: bool = False, option: str | None = None, columns: TsvColumns | None = None,
+    target_bom: bool = False,
 ) -> Iterator[Pair]:
     """Stream the sentence pairs of a corpus, line by line (nothing is held in memory).
 
@@ -394,6 +398,8 @@ def read_pairs(
         once: the caller reads the corpus once (scoring), so a pipe will do; training reads it more than once.
         option: the command-line option that gave the path(s) (e.g. "--score"), for the messages.
         columns: counts a TSV file's lines by their number of columns as they are read (two files: untouched).
+        target_bom: two files: keep a byte-order mark that starts a line of the target file (`read_lines`'s
+            `keep_bom`: references scored as written, as sacrebleu reads the file).
 
     Returns:
         A generator of (line_no, src, tgt), line_no 1-based. A pair with an empty side is yielded as is
@@ -409,7 +415,7 @@ def read_pairs(
         return _read_tsv(path, _shown(spec, path), option, columns)
     if isinstance(spec, (list, tuple)) and len(spec) == 2:
         src_path, tgt_path = resolve_corpus_path(spec[0], once, option), resolve_corpus_path(spec[1], once, option)
-        return _read_parallel(src_path, _shown(spec[0], src_path), tgt_path, _shown(spec[1], tgt_path))
+        return _read_parallel(src_path, _shown(spec[0], src_path), tgt_path, _shown(spec[1], tgt_path), target_bom)
     raise TfmError(
         f"corpus {spec!r} is not a corpus spec: give a TSV file path (source<TAB>target per line) "
         "or a list of two line-aligned files [source_file, target_file]"
@@ -475,11 +481,13 @@ class _TabbedSides:
                 )
 
 
-def _read_parallel(src_path: Path, src_shown: str, tgt_path: Path, tgt_shown: str) -> Iterator[Pair]:
+def _read_parallel(
+    src_path: Path, src_shown: str, tgt_path: Path, tgt_shown: str, target_bom: bool = False
+) -> Iterator[Pair]:
     # Blank lines at the end are read as lines: a last sentence may be empty on one side (a pair skipped like
     # any other with an empty side), so "a\nb\nc\n" and "x\ny\n\n" are aligned, as `wc -l` says.
     src_lines = _read_lines(src_path, src_shown, trailing_blanks=True)
-    tgt_lines = _read_lines(tgt_path, tgt_shown, trailing_blanks=True)
+    tgt_lines = _read_lines(tgt_path, tgt_shown, trailing_blanks=True, keep_bom=target_bom)
     n = full = 0  # lines, and lines with text on both sides
     tabs = _TabbedSides(src_shown, tgt_shown)
     while True:

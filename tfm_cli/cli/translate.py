@@ -362,7 +362,7 @@ def _reference_lines(path: Path, option: str, sources: list[str], counted: str) 
     """The lines of one reference file, one per source sentence (blank lines at the end of either not counted)."""
     from tfm_cli.corpus import read_lines
 
-    lines = read_lines(path, option=option)
+    lines = read_lines(path, option=option, keep_bom=True)  # as sacrebleu reads it, for the scores as written
     if len(lines) != len(sources):
         raise TfmError(
             f"{_named(path)} has {len(lines)} lines but {counted} {len(sources)} (blank lines at the end of either are not counted)",
@@ -408,7 +408,7 @@ def _score(
     if score:
         spec = str(score[0]) if len(score) == 1 else [str(p) for p in score[:2]]
         columns = TsvColumns()  # a tab inside a reference cut it short, and the score was of the cut one, unsaid
-        pairs = [(s, t) for _, s, t in read_pairs(spec, once=True, option="--score", columns=columns)]
+        pairs = [(s, t) for _, s, t in read_pairs(spec, once=True, option="--score", columns=columns, target_bom=True)]
         if warning := columns.warning():
             warn(f"--score {warning}")
         sources, what = [s for s, _ in pairs], " ".join(map(_named, score))
@@ -452,6 +452,6 @@ def _score(
     if (plain := report.get("as_written")) is not None:
         info(
             f"{plain['references_changed']:,} of the {len(sources) * len(streams):,} references changed when normalised as the "
-            f"translations are (NFC, spacing, ’ as '); against the references as written, as sacrebleu scores "
+            f"translations are (NFC, spacing, ’ as ', a byte-order mark dropped); against the references as written, as sacrebleu scores "
             f"the {'files' if len(streams) > 1 else 'file'}: BLEU {plain['bleu']}, chrF {plain['chrf']}"
         )
