@@ -336,6 +336,11 @@ def test_tokenizer_stats(tok: Tokenizer) -> None:
     assert stats["unk_share"] == 0.0
     total = stats["src_tokens"]["total"] + stats["tgt_tokens"]["total"]
     assert stats["byte_fallback_share"] == pytest.approx(8 / total)  # two emoji, 4 bytes each
+    # and each side's own (the table showed the whole corpus's share under "source")
+    one_sided = tokenizer_stats(tok, [("Bonjour.", "😀 😀"), ("Va !", "Go.")])
+    src, tgt = one_sided["src_tokens"], one_sided["tgt_tokens"]
+    assert src["byte_fallback_share"] == 0.0 and tgt["byte_fallback_share"] == pytest.approx(8 / tgt["total"])
+    assert src["unk_share"] == tgt["unk_share"] == 0.0
     # (line_no, src, tgt) triples from read_pairs are accepted as well
     assert tokenizer_stats(tok, [(1, s, t) for s, t in pairs]) == stats
 

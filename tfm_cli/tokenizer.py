@@ -483,22 +483,23 @@ def tokenizer_stats(
         chunk_size: how many pairs to encode per batched call.
 
     Returns:
-        {"vocab_size", "sentences", "src_tokens": {"mean", "median", "max", "total"}, "tgt_tokens": {...},
-        "unk_share", "byte_fallback_share"}; the shares are fractions of all src+tgt tokens.
+        {"vocab_size", "sentences", "src_tokens": {"mean", "median", "max", "total", "unk_share",
+        "byte_fallback_share"}, "tgt_tokens": {...}, "unk_share", "byte_fallback_share"}; the shares at the top are
+        fractions of all src+tgt tokens, those of a side fractions of its tokens.
     """
     hist: dict[str, Counter[int]] = {"src": Counter(), "tgt": Counter()}
-    unk = byte = total = n = 0
+    unk: Counter[str] = Counter()
+    byte: Counter[str] = Counter()
+    n = 0
 
     def consume(side: str, texts: list[str]) -> None:
-        nonlocal unk, byte, total
         for ids in tokenizer.encode_batch(texts):
             hist[side][len(ids)] += 1
-            total += len(ids)
             for i in ids:
                 if i == Tokenizer.unk_id:
-                    unk += 1
+                    unk[side] += 1
                 elif N_SPECIAL <= i < FIRST_PIECE_ID:
-                    byte += 1
+                    byte[side] += 1
 
     src_buf: list[str] = []
     tgt_buf: list[str] = []
@@ -514,20 +515,24 @@ def tokenizer_stats(
         consume("src", src_buf)
         consume("tgt", tgt_buf)
 
-    def summary(h: Counter[int]) -> dict[str, float]:
+    def summary(side: str) -> dict[str, float]:
+        h = hist[side]
         count = sum(h.values())
         if count == 0:
-            return {"mean": 0.0, "median": 0.0, "max": 0, "total": 0}
+            return {"mean": 0.0, "median": 0.0, "max": 0, "total": 0, "unk_share": 0.0, "byte_fallback_share": 0.0}
         tot = sum(k * v for k, v in h.items())
-        return {"mean": tot / count, "median": _hist_median(h, count), "max": max(h), "total": tot}
+        shares = {"unk_share": unk[side] / tot if tot else 0.0, "byte_fallback_share": byte[side] / tot if tot else 0.0}
+        return {"mean": tot / count, "median": _hist_median(h, count), "max": max(h), "total": tot, **shares}
 
+    src, tgt = summary("src"), summary("tgt")
+    total = src["total"] + tgt["total"]
     return {
         "vocab_size": tokenizer.vocab_size,
         "sentences": n,
-        "src_tokens": summary(hist["src"]),
-        "tgt_tokens": summary(hist["tgt"]),
-        "unk_share": unk / total if total else 0.0,
-        "byte_fallback_share": byte / total if total else 0.0,
+        "src_tokens": src,
+        "tgt_tokens": tgt,
+        "unk_share": unk.total() / total if total else 0.0,
+        "byte_fallback_share": byte.total() / total if total else 0.0,
     }
 
 

@@ -201,8 +201,8 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
             ("tokens per sentence: median", src["median"], tgt["median"]),
             ("tokens per sentence: max", src["max"], tgt["max"]),
             ("tokens in total", src["total"], tgt["total"]),
-            ("unknown tokens (share)", f"{stats['unk_share']:.4%}", ""),
-            ("byte-fallback tokens (share)", f"{stats['byte_fallback_share']:.4%}", ""),
+            ("unknown tokens (share)", f"{src['unk_share']:.4%}", f"{tgt['unk_share']:.4%}"),
+            ("byte-fallback tokens (share)", f"{src['byte_fallback_share']:.4%}", f"{tgt['byte_fallback_share']:.4%}"),
             ("training time (s)", round(seconds, 2), ""),
         ],
     )
