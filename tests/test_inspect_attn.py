@@ -531,6 +531,40 @@ def test_heatmap_lines_fit_the_terminal_in_cells_with_wide_characters(columns: i
     assert legend == "keys: " + "  ".join(entries), legend  # every key, in order, no entry broken
 
 
+@pytest.mark.parametrize("numbers", [False, True])
+def test_right_to_left_labels_keep_the_numbers_after_them_in_their_columns(numbers: bool, capsys, monkeypatch) -> None:
+    """A terminal that applies the bidirectional algorithm (Konsole, mlterm, macOS Terminal) joins the digits that
+    follow an Arabic or Hebrew letter to its right-to-left run: `1 قطة  ·  51  48` showed as `1 48 51 · قطة`, the
+    weights under the wrong keys, and each key's number beside another word in the legend. A left-to-right mark
+    (no width) now ends every such label: no digit follows a right-to-left letter without one between."""
+    import re
+
+    from rich.cells import cell_len
+
+    from tfm_cli.cli.inspect_attn import _label, _render_heatmap
+
+    keys = ["▁أنا", "▁أحب", "▁القطة", "▁الكبيرة", ".", "▁שלום", "</s>"]
+    queries = ["▁I", "▁like", "▁قطة", "▁cat", "</s>"]
+
+    class Report:  # what the heatmap reads of an AttentionReport
+        def matrix(self, kind, layer, head):
+            return torch.softmax(torch.randn(len(queries), len(keys), generator=torch.Generator().manual_seed(0)), -1)
+
+        def query_tokens(self, kind):
+            return queries
+
+        def key_tokens(self, kind):
+            return keys
+
+    monkeypatch.setenv("COLUMNS", "100")
+    _render_heatmap(Report(), "cross", 0, None, numbers=numbers)
+    out = capsys.readouterr().out
+    right_to_left = "[\u0590-\u08ff]"
+    assert re.search(right_to_left, out) and not re.search(f"{right_to_left}[^\u200e\\d]*\\d", out), out
+    assert "\u200e" not in "".join(line for line in out.splitlines() if not re.search(right_to_left, line))
+    assert _label("▁قطة", 16) == "قطة\u200e" and cell_len(_label("▁قطة", 16)) == 3 and _label("▁cat", 16) == "cat"
+
+
 def test_a_piece_that_starts_with_a_combining_mark_is_shown_on_a_dotted_circle() -> None:
     """A Devanagari vowel sign or virama that is a piece of its own combined with the space printed before it."""
     from tfm_cli.cli.inspect_attn import _label

@@ -375,8 +375,8 @@ def _json(data, report, shown, kind, layer, head, token, query, explain_head, al
 
 def _header(report) -> None:
     how = "given target (teacher-forced)" if report.forced_target else "the model's translation"
-    info(f"source: {report.source}")
-    info(f"target: {report.target}  ({how})")
+    info(f"source: {_left_to_right_after(report.source)}")
+    info(f"target: {_left_to_right_after(report.target)}  ({how})")
 
 
 def _table(title: str, columns: list[str], rows: list) -> None:
@@ -393,7 +393,18 @@ def _label(text: str, width: int) -> str:
     text = text.replace("▁", "_") if text.startswith("▁") and len(text) == 1 else text.replace("▁", "")
     if text and unicodedata.category(text[0]) in ("Mn", "Mc", "Me"):  # a piece that starts with a combining mark
         text = "◌" + text  # (a Devanagari vowel sign alone) on a dotted circle, as type specimens show them
-    return text if cell_len(text) <= width else set_cell_size(text, width - 1) + "…"
+    text = text if cell_len(text) <= width else set_cell_size(text, width - 1) + "…"
+    return _left_to_right_after(text)
+
+
+def _left_to_right_after(text: str) -> str:
+    """`text` and a left-to-right mark (U+200E, no width) after it when it holds a right-to-left letter: a
+    terminal that applies the bidirectional algorithm (Konsole, mlterm, macOS Terminal) otherwise carried the
+    numbers after an Arabic or Hebrew label into its run, and showed the weights under the wrong keys (`1 قطة  ·
+    51 48` as `1 48 51 · قطة`) and each key's number beside another word."""
+    if any(unicodedata.bidirectional(ch) in ("R", "AL") for ch in text):
+        return text + "\u200e"
+    return text
 
 
 def _wrapped(words: list[str], width: int, sep: str = " ", indent: str = "") -> str:
