@@ -568,3 +568,71 @@ def test_page_in_chromium_follows_a_dark_system_theme(browser, tmp_path, report)
         assert _severe(browser) == []
     finally:
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "light"}]})
+
+
+def _word_level_report() -> dict:
+    """A report merged to words (as `--words` makes it) whose target has a word of three pieces, `tired.` as
+    `▁tir` `ed` `.`: its later pieces read the first piece of the key word `tired.`, which is not masked."""
+    import torch
+
+    from tfm_cli.attention import AttentionReport, merge_words
+
+    src, tgt = ["▁Je", "▁suis", "▁fatigué", ".", "</s>"], ["▁I", "▁am", "▁tir", "ed", ".", "</s>"]
+    inputs = ["<s>", *tgt[:-1]]
+    gen = torch.Generator().manual_seed(0)
+
+    def weights(n_q: int, n_k: int, causal: bool) -> torch.Tensor:
+        logits = torch.randn(2, 2, n_q, n_k, generator=gen)
+        if causal:
+            logits = logits.masked_fill(torch.ones(n_q, n_k, dtype=torch.bool).triu(1), float("-inf"))
+        return logits.softmax(-1)
+
+    pieces = AttentionReport(
+        "Je suis fatigué.", "I am tired.", False, "runs/x", src, tgt, inputs,
+        {"encoder": weights(5, 5, False), "decoder": weights(6, 6, True), "cross": weights(6, 5, False)}, 16,
+    )
+    words = merge_words(pieces)
+    assert words.tgt_tokens == ["I", "am", "tired.", "</s>"] and words.tgt_inputs == ["<s>", "I", "am", "tired."]
+    assert words.decoder_visible() == [1, 2, 4, 4] and pieces.decoder_visible() == [1, 2, 3, 4, 5, 6]
+    w = words.weights["decoder"]
+    for q, visible in enumerate(words.decoder_visible()):  # the keys past what a word reads are exactly 0, the rest not
+        assert bool((w[:, :, q, visible:] == 0).all()) and bool((w[:, :, q, :visible] > 0).all())
+    return words.to_dict()
+
+
+def test_word_level_decoder_weights_are_not_shown_as_masked_in_the_image(tmp_path):
+    """At word level `tired.` (`▁tired` `.`) puts real weight on the key word `tired.`, one right of the diagonal:
+    the image greyed it as masked, as every cell past the diagonal."""
+    pytest.importorskip("matplotlib")
+    import numpy as np
+
+    report = _word_level_report()
+    shown = []
+    import matplotlib.axes
+
+    original = matplotlib.axes.Axes.imshow
+
+    def keep(self, data, *args, **kwargs):
+        shown.append(data)
+        return original(self, data, *args, **kwargs)
+
+    matplotlib.axes.Axes.imshow = keep
+    try:
+        write_image(report, tmp_path / "words.png", "decoder", 0, 0)
+    finally:
+        matplotlib.axes.Axes.imshow = original
+    mask = np.ma.getmaskarray(shown[0])
+    assert mask.tolist() == [[k >= v for k in range(4)] for v in report["decoder_visible"]]
+    assert not mask[2, 3] and shown[0][2, 3] == pytest.approx(report["attention"]["decoder"][0][0][2][3])
+
+
+def test_page_in_chromium_shows_word_level_decoder_weights_past_the_diagonal(browser, tmp_path):
+    from selenium.webdriver.support.ui import Select
+
+    report = _word_level_report()
+    browser.get(write_html(report, tmp_path / "words.html").as_uri())
+    Select(browser.find_element("id", "kind")).select_by_value("decoder")
+    masked = browser.execute_script(
+        "return [...document.querySelectorAll('#heatmap rect.cell.masked')].length;")
+    assert masked == sum(4 - v for v in report["decoder_visible"]) == 5  # 3 + 2 + 0 + 0: not the 6 past the diagonal
+    assert _severe(browser) == []

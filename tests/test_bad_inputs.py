@@ -2202,6 +2202,10 @@ def test_inspect_attn_align_reads_its_layer_from_the_decoder(run: Path, tmp_path
     assert data["alignment_from"] == {"kind": "cross", "layer": 1, "head": None}  # the last of 2 decoder layers
     data = json.loads(tfm(*plain, "--kind", "encoder", "--layer", "3", "--json").stdout)
     assert data["alignment"] == " ".join(f"{i}-{j}" for i, j in default) and data["alignment_from"]["head"] is None
+    # and with --align, as the README says ("a layer only the encoder has leaves the default"): it was refused there
+    # (in the terminal, where --kind encoder is not used with --align, it still is, above)
+    with_align = json.loads(tfm(*base, "--kind", "encoder", "--layer", "3", "--json").stdout)
+    assert with_align["alignment"] == data["alignment"] and with_align["alignment_from"] == data["alignment_from"]
 
 
 def test_inspect_attn_numbers_too_long_to_read(run: Path) -> None:

@@ -532,6 +532,41 @@ def test_heatmap_lines_fit_the_terminal_in_cells_with_wide_characters(columns: i
 
 
 @pytest.mark.parametrize("numbers", [False, True])
+def test_key_numbers_of_a_long_sentence_stay_over_their_columns(numbers: bool, capsys, monkeypatch) -> None:
+    """From key 100 the header's numbers took 4 cells over 3-cell columns: each drifted one cell further right
+    than its column, and the header ran past the terminal's edge. Every number ends where its column's cell ends
+    (the weight, or the shade, of that key), on every block, within the width."""
+    from tfm_cli.cli.inspect_attn import _render_heatmap
+
+    keys, queries = [f"▁w{j}" for j in range(152)], ["▁a", "▁b", "</s>"]
+    hot = {0: 5, 1: 101, 2: 150}  # each query puts all its weight on one key
+
+    class Report:
+        def matrix(self, kind, layer, head):
+            m = torch.zeros(len(queries), len(keys))
+            for q, k in hot.items():
+                m[q, k] = 1.0
+            return m
+
+        def query_tokens(self, kind):
+            return queries
+
+        def key_tokens(self, kind):
+            return keys
+
+    monkeypatch.setenv("COLUMNS", "80")
+    _render_heatmap(Report(), "encoder", 0, None, numbers=numbers)
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80, [line for line in lines if len(line) > 80]
+    for q, k in hot.items():
+        block = next(i for i, line in enumerate(lines) if line.startswith("keys ") and int(line.split()[1].split("-")[0]) <= k + 1
+                     <= int(line.split()[1].split("-")[1]))
+        header, row = lines[block + 1], lines[block + 2 + q]
+        end = re.search("100" if numbers else "█+", row).end()  # where the key's cell ends (a space after)
+        assert header[:end].split()[-1] == str(k + 1) and header[end:end + 1] in (" ", ""), (header, row)
+
+
+@pytest.mark.parametrize("numbers", [False, True])
 def test_right_to_left_labels_keep_the_numbers_after_them_in_their_columns(numbers: bool, capsys, monkeypatch) -> None:
     """A terminal that applies the bidirectional algorithm (Konsole, mlterm, macOS Terminal) joins the digits that
     follow an Arabic or Hebrew letter to its right-to-left run: `1 قطة  ·  51  48` showed as `1 48 51 · قطة`, the

@@ -56,6 +56,16 @@ class AttentionReport:
     # Word level only: decoder self-attention's first row (layers, heads, keys) without its first piece, the query
     # that sees only "<s>"; None when the first word is one piece (its row is that query's alone). For `head_summary`.
     decoder_first_row: torch.Tensor | None = field(default=None, repr=False)
+    # Word level only: for each decoder query word, how many key words the causal mask lets it see (a word's
+    # later pieces see the first piece of the word after: `tired.` as `▁tired` `.` reads `▁tired`, the start of the
+    # key word `tired.`); subword level: query i sees keys 0..i
+    decoder_words_visible: list[int] | None = None
+
+    def decoder_visible(self) -> list[int]:
+        """For each decoder self-attention query, the number of keys it may see (the keys after are masked)."""
+        if self.decoder_words_visible is not None:
+            return self.decoder_words_visible
+        return list(range(1, len(self.tgt_tokens) + 1))
 
     @property
     def n_layers(self) -> dict[str, int]:
@@ -128,6 +138,7 @@ class AttentionReport:
             "word_level": self.word_level, "stopped": self.stopped,
             "src_tokens": self.src_tokens, "tgt_tokens": self.tgt_tokens, "tgt_inputs": self.tgt_inputs,
             "n_layers": self.n_layers, "n_heads": self.n_heads, "d_k": self.d_k,
+            "decoder_visible": self.decoder_visible(),
             "selection": {"kind": kind, "layer": layer, "head": head},
             "attention": attention,
         }
@@ -314,6 +325,8 @@ def merge_words(report: AttentionReport) -> AttentionReport:
         [_word_text(report.src_tokens, g) for g in src_g], [_word_text(report.tgt_tokens, g) for g in tgt_g],
         [_word_text(report.tgt_inputs, g) for g in in_g], weights, report.d_k, word_level=True, stopped=report.stopped,
         decoder_first_row=first_row,
+        # a key word is visible to a query word when its first piece is read by the query word's last piece
+        decoder_words_visible=[sum(k[0] <= q[-1] for k in in_g) for q in tgt_g],
     )
 
 

@@ -144,7 +144,11 @@ def inspect_attn(
     layer_index = _layer(layer, layers, kind)
     head_index = _head(head, shown.n_heads)
     decoder_layers = shown.n_layers["decoder"]
-    if align and layer is not None and layer > decoder_layers:  # --align reads cross-attention, whatever --kind says
+    # --align reads cross-attention, whatever --kind says: a layer the decoder has not is refused, but for an encoder
+    # layer given with --kind encoder to what takes the kind (--json, --html, --image, --token), where the
+    # alignment keeps its default layer, as without --align
+    for_the_encoder = given_kind == "encoder" and (json_out or html is not None or image is not None or token is not None)
+    if align and layer is not None and layer > decoder_layers and not for_the_encoder:
         raise TfmError(
             f"--layer {layer} is out of range for --align: it reads cross-attention, and the decoder has layers 1-{decoder_layers}",
             hint=f"use --layer 1 to {decoder_layers} with --align",
@@ -436,7 +440,9 @@ def _render_heatmap(report, kind: str, layer: int, head: int | None, numbers: bo
     # drew 0.003 and 0.19 alike: it gets the shade characters, six levels, as a pipe does.
     fancy = fancy_stdout() and out.color_system in ("256", "truecolor")
     label_width = min(16, max(cell_len(_label(t, 16)) for t in queries))
-    cell = 4 if numbers else 3
+    # a key's number above its column takes its digits and a space: keys 100 and on widen every column by one
+    # (3-cell columns under 4-cell numbers drifted right, one cell a key, and ran past the terminal's edge)
+    cell = max(4 if numbers else 3, len(str(len(keys))) + 1)
     columns = shutil.get_terminal_size((100, 24)).columns
     per_block = max(4, (columns - label_width - 6) // cell)
     print(_wrapped(f"{what} (rows: queries, columns: keys; row weights sum to 1)".split(" "), columns))

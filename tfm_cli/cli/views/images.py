@@ -84,7 +84,8 @@ def write_image(report: dict[str, Any], path: Path, kind: str, layer: int | None
     maps = per_head.mean(axis=1)  # layer, query, key
     layers = list(range(len(maps))) if layer is None else [layer]
     if kind == "decoder":  # the causal mask: future positions shown as masked, not as a weight of 0
-        future = np.triu(np.ones((len(queries), len(keys)), dtype=bool), k=1)
+        visible = report.get("decoder_visible") or list(range(1, len(queries) + 1))  # word level: see AttentionReport
+        future = np.arange(len(keys))[None, :] >= np.asarray(visible)[:, None]
         maps = np.ma.masked_array(maps, mask=np.broadcast_to(future, maps.shape))
 
     cols = len(layers) if len(layers) <= 3 else math.ceil(math.sqrt(len(layers)))
