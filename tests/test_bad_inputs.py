@@ -1094,6 +1094,45 @@ def test_tokenize_into_a_run_is_refused(root: Path, copy: Path) -> None:
     assert snapshot(copy) == before
 
 
+def test_tokenize_through_a_link_to_a_run_s_tokenizer_is_refused(root: Path, copy: Path, tmp_path: Path) -> None:
+    """`--out LINK`, LINK naming RUN/tokenizer.json: the checks looked at the link's folder, not the run, and the
+    run's tokenizer was replaced (its model then refused to load); a link to a folder that does not exist said
+    "No such file or directory" only after the training, with a hint of free space and permissions."""
+    before = snapshot(copy)
+    link = tmp_path / "tok.json"
+    link.symlink_to(copy / "tokenizer.json")
+    proc = tfm("tokenize", str(root / "recipe.yaml"), "--out", str(link), check=False)
+    error_line(proc, f"{copy} already holds a trained model: replacing tokenizer.json would break it")
+    assert snapshot(copy) == before and link.is_symlink()
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "nowhere" / "tok.json")
+    proc = tfm("tokenize", str(root / "recipe.yaml"), "--out", str(dangling), check=False)
+    error_line(proc, f"--out {dangling} is a broken symbolic link (to {tmp_path / 'nowhere' / 'tok.json'}), whose folder does not exist")
+
+
+def test_an_output_through_a_link_replaces_its_file_whole_or_not_at_all(tmp_path: Path) -> None:
+    """A symbolic link was written in place, through the link: a full disk cut the file it names short (a
+    tokenizer.json that no longer loaded, a translations file half gone). The file it names is replaced whole now,
+    the link kept, and a failed write leaves it as it was."""
+    from tfm_cli.cli.common import write_output
+
+    kept, link = tmp_path / "real" / "hyp.txt", tmp_path / "hyp.txt"
+    kept.parent.mkdir()
+    kept.write_text("old\n" * 20, encoding="utf-8")
+    link.symlink_to(kept)
+
+    def full_disk(name: str) -> None:
+        Path(name).write_text("new, half", encoding="utf-8")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(TfmError, match=f"--output {link} could not be written: No space left on device; the file there is as it was"):
+        write_output(link, "--output", full_disk)
+    assert kept.read_text(encoding="utf-8") == "old\n" * 20 and link.is_symlink()
+    assert sorted(p.name for p in kept.parent.iterdir()) == ["hyp.txt"]  # no temporary file left
+    write_output(link, "--output", lambda name: Path(name).write_text("new\n", encoding="utf-8"))
+    assert link.is_symlink() and link.resolve() == kept.resolve() and kept.read_text(encoding="utf-8") == "new\n"
+
+
 def test_tokenize_beside_a_run_s_tokenizer_under_another_name_is_written(root: Path, copy: Path) -> None:
     """`--out RUN/tok-300.json` (another tokenizer kept beside a run's): refused as "replacing tok-300.json would
     break it", though the run's model is bound to its tokenizer.json alone, which is left as it was."""

@@ -282,6 +282,12 @@ def check_output_file(
         raise TfmError(f"{option} {path} cannot be written: {error.strerror or error}", hint=f"give {option} another path") from None
     if path.is_dir():
         raise TfmError(f"{option} {path} is a directory", hint=f"give {option} a file path, e.g. {path / example}")
+    if path.is_symlink() and not path.exists() and not written_file(path).parent.is_dir():
+        # "could not be written: No such file or directory", after the work, said nothing of the link
+        raise TfmError(
+            f"{option} {path} is a broken symbolic link (to {os.readlink(path)}), whose folder does not exist",
+            hint=f"make that folder, or give {option} another path",
+        )
     if path.exists():
         for given in inputs:
             if _same_file(path, Path(given)):
@@ -311,7 +317,7 @@ def check_output_file(
         return path
     from tfm_cli.files import name_too_long, nearest_existing
 
-    existing = nearest_existing(path.absolute().parent)
+    existing = nearest_existing(written_file(path).absolute().parent)  # where the file (a link's, named) will be
     try:
         if not existing.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, f"{existing} is a file, not a folder")
@@ -585,10 +591,22 @@ def _is_stdin(path: Path) -> bool:
     return regular and str(path) != "-" and reads_from_stdin(path)
 
 
+def written_file(path: Path) -> Path:
+    """The file that writing `path` writes: the one a symbolic link names (followed to the end), else `path`,
+    which a link to a device or a pipe (/dev/stdout) stays, written in place through it."""
+    try:
+        if not path.is_symlink() or (path.exists() and not path.is_file()):
+            return path
+        return path.resolve()
+    except (OSError, RuntimeError):  # a name too long, a loop of links: said by the checks, as a path that cannot be written
+        return path
+
+
 def write_output(path: Path, option: str, write: Callable[[str], object]) -> Path:
     """Write a command's output file (`write(filename)` writes it) whole or not at all: into a temporary file
-    beside it, then renamed over it, so that a full disk or Ctrl-C leaves the previous file as it was. A device
-    or a pipe (/dev/stdout, a FIFO) and a symlink are written in place. Returns `path`.
+    beside it, then renamed over it, so that a full disk or Ctrl-C leaves the previous file as it was. A symbolic
+    link is kept, and the file it names replaced so; a device or a pipe (/dev/stdout, a FIFO) is written in place.
+    Returns `path`.
 
     Raises:
         TfmError: the file could not be written (the message names it, and says that nothing was replaced).
@@ -596,13 +614,16 @@ def write_output(path: Path, option: str, write: Callable[[str], object]) -> Pat
     from tfm_cli.files import atomic_write, remove_empty
 
     path = Path(path)
-    in_place = path.is_symlink() or (path.exists() and not path.is_file())
-    made = [p for p in [path.absolute().parent, *path.absolute().parent.parents] if not p.exists()]
+    # a symbolic link: the file it names is replaced whole, the link kept (written in place through the link, a
+    # full disk left that file cut short: a tokenizer.json that no longer loaded)
+    target = written_file(path)
+    in_place = target.exists() and not target.is_file()
+    made = [p for p in [target.absolute().parent, *target.absolute().parent.parents] if not p.exists()]
     try:
         if in_place:
             write(str(path))
         else:
-            atomic_write(path, write)
+            atomic_write(target, write)
     except OSError as error:
         remove_empty(made)  # the folders made on the way: a command that fails leaves none behind
         kept = "" if in_place else ("; the file there is as it was" if path.exists() else "; nothing was written")

@@ -18,6 +18,7 @@ from tfm_cli.cli.common import (
     print_json,
     print_table,
     warn,
+    written_file,
     write_output,
 )
 from tfm_cli.errors import CheckpointError, TfmError
@@ -141,11 +142,12 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     from tfm_cli.tokenizer import tokenizer_stats, train_tokenizer
 
     target = out if out is not None else default_out
-    run_dir = target.parent
-    runs_own = target.name == "tokenizer.json"  # the file a run's model is bound to; another name beside it is not
+    written = written_file(target)  # through a symbolic link: the file it names, where a run may be
+    run_dir = written.parent
+    runs_own = written.name == "tokenizer.json"  # the file a run's model is bound to; another name beside it is not
     lock = DirectoryLock(run_dir)  # kept to the end once taken: a `tfm train` into the folder meanwhile is refused
     if runs_own:
-        _refuse_a_run_folder(run_dir, target, lock)
+        _refuse_a_run_folder(run_dir, written, lock)
 
     sources = [recipe] if recipe is not None else []
     sources += [Path(c) for c in (spec if isinstance(spec, list) else [spec]) if not str(c).startswith("bundled:")]
@@ -156,7 +158,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     tok = train_tokenizer(texts, settings["vocab_size"], settings["min_frequency"])  # read twice
     seconds = time.perf_counter() - started
     if runs_own:  # again: a `tfm train` may have made the folder (and its own tokenizer) while this one trained
-        _refuse_a_run_folder(run_dir, target, lock, meanwhile=True)
+        _refuse_a_run_folder(run_dir, written, lock, meanwhile=True)
     # a full disk: one line naming --out, the previous file kept (write_output's own temporary file: tok.save's
     # inside it made a name 14 bytes too long for an --out near the file system's limit)
     write_output(target, "--out", tok.write_json)
