@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 from pathlib import Path, PurePosixPath
 
@@ -87,9 +88,12 @@ def test_release_refuses_a_tokenizer_that_is_not_its_own(release: Path, trained,
 
 
 def test_half_precision_release_is_smaller_and_reports_what_changed(trained, tmp_path: Path) -> None:
-    out = tmp_path / "my exports" / "fp16"  # a space: the note's command quotes it, to be pasted as it is
+    # a space and a quote: the note's command quotes it, to be pasted as it is (with a quote it named the staging
+    # folder, removed by then, as the quoting of the two names differed)
+    out = tmp_path / "my exports" / "fp16 o'clock"
     result = run_export("release", trained["dir"], out, dtype="fp16", verify_lines=40)
-    assert f"translate with: tfm translate --model '{out}'" in result.notes
+    assert f"translate with: tfm translate --model {shlex.quote(str(out))}" in result.notes, result.notes
+    assert json.loads((out / "tfm-export.json").read_text(encoding="utf-8"))["notes"] == result.notes
     full = (trained["dir"] / "model.safetensors").stat().st_size
     assert (out / "model.safetensors").stat().st_size < 0.6 * full
     logits, translations = result.checks

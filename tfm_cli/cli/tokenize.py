@@ -18,8 +18,8 @@ from tfm_cli.cli.common import (
     print_json,
     print_table,
     warn,
-    written_file,
     write_output,
+    written_file,
 )
 from tfm_cli.errors import CheckpointError, TfmError
 

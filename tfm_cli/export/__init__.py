@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tfm_cli.errors import TfmError
+from tfm_cli.errors import TfmError, shell_word
 from tfm_cli.export.common import EXPORT_INFO, Check, ExportCheckError, ExportResult, staging
 from tfm_cli.files import TEXT_ERRORS, as_path
 
@@ -43,7 +43,8 @@ def default_out(model: str | Path | None, fmt: str, runs_root: str | Path = "run
 
 
 def _out_for(run: Path, fmt: str) -> Path:
-    return Path("exports") / f"{run.name}-{fmt}"
+    # the run's own name, also when given as `.` or `..` (they made exports/-release, and ..-release in a folder)
+    return Path("exports") / f"{Path(os.path.abspath(run)).name}-{fmt}"
 
 
 def run_export(
@@ -123,7 +124,8 @@ def run_export(
         except NonFiniteOutput as err:  # the source weights give NaN: named, as tfm translate names them
             raise TfmError(f"{loaded.path}: {err}", hint=err.hint) from None
         result.path = out
-        result.notes = [note.replace(str(tmp), str(out)) for note in result.notes]  # name the final place
+        # name the final place: as the notes quote it for a shell too (`--out "ex-q'uote"` named the staging folder)
+        result.notes = [note.replace(shell_word(tmp), shell_word(out)).replace(str(tmp), str(out)) for note in result.notes]
         info = {"format": fmt, "tfm_version": __version__, "step": loaded.step, **result.to_dict()}
         (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8", errors=TEXT_ERRORS)
         result.files.append(EXPORT_INFO)
