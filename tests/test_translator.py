@@ -458,6 +458,30 @@ def test_stream_translates_what_was_read_when_the_next_line_would_wait(translato
         translator.translate_stream(lines, ready=True)
 
 
+def test_a_service_s_queue_read_by_one_stream_after_another_loses_no_request_with_ready(translator: Translator) -> None:
+    """The README's service pattern: requests come on a queue, each session a stream that ends with `break`. With
+    the read-ahead thread, the closed stream's thread waited on the queue and took the next session's first request
+    and dropped it (as the docstring and README now say); with `ready` the lines are read in the caller's thread, and
+    every request is answered, in order, by the session that asked."""
+    import queue
+
+    requests: queue.Queue[str] = queue.Queue()
+
+    def session(n: int) -> list[str]:
+        answers = []
+        for result in translator.translate_stream(iter(requests.get, None), ready=lambda: not requests.empty()):
+            answers.append(result.source)
+            if len(answers) == n:
+                break
+        return answers
+
+    for sentences in (SOURCES[:2], SOURCES[2:3], SOURCES[3:6]):
+        for sentence in sentences:
+            requests.put(sentence)
+        assert session(len(sentences)) == list(sentences)
+    assert requests.empty()
+
+
 @pytest.mark.parametrize("ready", [None, lambda: True], ids=["read-ahead", "ready"])
 def test_stream_interrupted_mid_chunk_yields_the_lines_done_before_it(translator: Translator, ready) -> None:
     """A KeyboardInterrupt (Ctrl-C; `tfm translate` turns SIGTERM into one) in the middle of a chunk lost every

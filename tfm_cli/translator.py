@@ -517,6 +517,11 @@ class Translator:
         rather than waited on. So a slow iterator (a socket, a queue) gets each line's translation as soon as the
         line is there, not once `chunk_lines` lines have come, while an input that is all there (a file, a list) is
         still translated in chunks of up to `chunk_lines` lines. `lines` is iterated from that thread only.
+        Closing the results early (`break`, `.close()`) ends the thread when `lines` next gives it a line or ends:
+        a thread that waits on an empty queue or a quiet socket takes the line that comes next and drops it, and
+        until then holds `lines` (a generator resumed meanwhile raises "generator already executing"). A source that
+        outlives the stream (a service's queue or socket, read by one stream after another) gives `ready` instead,
+        so that no line is read that is not translated.
 
         `ready`, when given, replaces the thread: it is asked after each line read whether the next one can be had
         without waiting; when it says no, the lines read so far are translated and yielded before the next is read
