@@ -868,7 +868,9 @@ def test_a_device_is_checked_whether_named_or_given_as_a_torch_device(parts, tmp
 
     run = _run_dir(tmp_path / "run", parts, None)
     assert Translator.load(run, device=torch.device("cpu")).device == torch.device("cpu")
-    for bad in ("cuda:abc", "cuda:", "cuda:²", torch.device("meta")):
+    for cpu in ("cpu:0", torch.device("cpu", 0)):  # torch's name of the CPU with its index: "unknown device" before
+        assert Translator.load(run, device=cpu).device == torch.device("cpu")
+    for bad in ("cuda:abc", "cuda:", "cuda:²", "cpu:1", torch.device("meta")):
         with pytest.raises(TfmError, match="unknown device"):
             Translator.load(run, device=bad)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -31,8 +31,11 @@ def check_device_name(name: str) -> None:
 def resolve_device(name: str | torch.device) -> torch.device:
     """'auto' -> cuda when available, else cpu; 'cuda' without a GPU is an error, not a silent fallback.
 
-    A torch.device is checked as its name is (torch.device("cuda") without a GPU failed later, deep in torch)."""
+    A torch.device is checked as its name is (torch.device("cuda") without a GPU failed later, deep in torch);
+    "cpu:0" (torch's name of torch.device("cpu", 0)) is the CPU."""
     name = str(name) if isinstance(name, torch.device) else name
+    if name == "cpu:0":  # refused as an "unknown device", though any torch.device is taken
+        name = "cpu"
     check_device_name(name)
     index = name[len("cuda:"):] if name.startswith("cuda:") else None
     if name == "auto":
