@@ -499,6 +499,24 @@ def test_cli_json_alignment_names_the_words_it_counts(trained: dict) -> None:
     assert words["src_words"] == words["src_tokens"][:-1] == data["src_words"] and words["alignment"] == data["alignment"]
 
 
+class _HeatmapInput:
+    """What the heatmap reads of an AttentionReport: these tokens, and these weights (else random rows)."""
+
+    def __init__(self, queries: list[str], keys: list[str], weights: torch.Tensor | None = None) -> None:
+        self.queries, self.keys = queries, keys
+        rows = torch.randn(len(queries), len(keys), generator=torch.Generator().manual_seed(0)).softmax(-1)
+        self.weights = rows if weights is None else weights
+
+    def matrix(self, kind, layer, head):
+        return self.weights
+
+    def query_tokens(self, kind):
+        return self.queries
+
+    def key_tokens(self, kind):
+        return self.keys
+
+
 @pytest.mark.parametrize("columns", [40, 80])
 def test_heatmap_lines_fit_the_terminal_in_cells_with_wide_characters(columns: int, capsys, monkeypatch) -> None:
     """The legend was wrapped by characters: Japanese keys (two cells each) ran 96 cells wide at COLUMNS=80 and
@@ -510,18 +528,8 @@ def test_heatmap_lines_fit_the_terminal_in_cells_with_wide_characters(columns: i
     keys = ["▁", "大きい", "犬", "とても", "食べる", "見る", "猫", "家", "水", "小さい", "猫", "家", "。"] * 2
     queries = ["The", "big", "dog", "学校", "ね", "</s>"]
 
-    class Report:  # what the heatmap reads of an AttentionReport
-        def matrix(self, kind, layer, head):
-            return torch.softmax(torch.randn(len(queries), len(keys), generator=torch.Generator().manual_seed(0)), -1)
-
-        def query_tokens(self, kind):
-            return queries
-
-        def key_tokens(self, kind):
-            return keys
-
     monkeypatch.setenv("COLUMNS", str(columns))
-    _render_heatmap(Report(), "cross", 0, None, numbers=False)
+    _render_heatmap(_HeatmapInput(queries, keys), "cross", 0, None, numbers=False)
     lines = capsys.readouterr().out.splitlines()
     assert max(cell_len(line) for line in lines) <= columns, [line for line in lines if cell_len(line) > columns]
     start = next(i for i, line in enumerate(lines) if line.startswith("keys: "))
@@ -541,21 +549,11 @@ def test_key_numbers_of_a_long_sentence_stay_over_their_columns(numbers: bool, c
     keys, queries = [f"▁w{j}" for j in range(152)], ["▁a", "▁b", "</s>"]
     hot = {0: 5, 1: 101, 2: 150}  # each query puts all its weight on one key
 
-    class Report:
-        def matrix(self, kind, layer, head):
-            m = torch.zeros(len(queries), len(keys))
-            for q, k in hot.items():
-                m[q, k] = 1.0
-            return m
-
-        def query_tokens(self, kind):
-            return queries
-
-        def key_tokens(self, kind):
-            return keys
-
+    weights = torch.zeros(len(queries), len(keys))
+    for q, k in hot.items():
+        weights[q, k] = 1.0
     monkeypatch.setenv("COLUMNS", "80")
-    _render_heatmap(Report(), "encoder", 0, None, numbers=numbers)
+    _render_heatmap(_HeatmapInput(queries, keys, weights), "encoder", 0, None, numbers=numbers)
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 80, [line for line in lines if len(line) > 80]
     for q, k in hot.items():
@@ -581,18 +579,8 @@ def test_right_to_left_labels_keep_the_numbers_after_them_in_their_columns(numbe
     keys = ["▁أنا", "▁أحب", "▁القطة", "▁الكبيرة", ".", "▁שלום", "</s>"]
     queries = ["▁I", "▁like", "▁قطة", "▁cat", "</s>"]
 
-    class Report:  # what the heatmap reads of an AttentionReport
-        def matrix(self, kind, layer, head):
-            return torch.softmax(torch.randn(len(queries), len(keys), generator=torch.Generator().manual_seed(0)), -1)
-
-        def query_tokens(self, kind):
-            return queries
-
-        def key_tokens(self, kind):
-            return keys
-
     monkeypatch.setenv("COLUMNS", "100")
-    _render_heatmap(Report(), "cross", 0, None, numbers=numbers)
+    _render_heatmap(_HeatmapInput(queries, keys), "cross", 0, None, numbers=numbers)
     out = capsys.readouterr().out
     right_to_left = "[\u0590-\u08ff]"
     assert re.search(right_to_left, out) and not re.search(f"{right_to_left}[^\u200e\\d]*\\d", out), out
