@@ -160,6 +160,13 @@ def test_the_api_refuses_what_it_cannot_show(translator: Translator, report, tra
             attention_report(*args)
     with pytest.raises(TfmError, match="int8"):
         attention_report(Translator.load(trained["dir"], device="cpu", precision="int8"), SENTENCE)
+    # decode settings are checked (beam=0, an unknown one), and refused with a target, which nothing decodes:
+    # both were taken without a word there
+    with pytest.raises(TfmError, match="beam=0 must be >= 1"):
+        attention_report(translator, SENTENCE, beam=0)
+    for settings in ({"beam": 0}, {"bogus": 1}, {"greedy": True}):
+        with pytest.raises(TfmError, match=r"decode settings \(.*\) have no effect with a target"):
+            attention_report(translator, SENTENCE, "I am a student.", **settings)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         inside = attention_report(translator, SENTENCE)
     assert all(torch.equal(inside.weights[k], report.weights[k]) for k in KINDS)

@@ -947,6 +947,14 @@ def test_a_run_extended_past_its_end_evaluates_and_averages_as_the_longer_run(ro
 
         assert evaluations(run) == evaluations(tmp_path / "whole") == [5, 10, 15, 20], first  # the last step too
 
+        # and its train records after the first end: the record at step 15 averages steps 11-15, as the longer run's
+        # does (the 12-step run's end logged 11-12 and saved no sums of them: the extended record covered 13-15)
+        def train_records(folder: Path) -> dict[int, float]:
+            lines = (folder / "metrics.jsonl").read_text().splitlines()
+            return {r["step"]: r["loss"] for r in map(json.loads, lines) if r["kind"] == "train" and r["step"] > first}
+
+        assert train_records(run) == train_records(tmp_path / "whole") and train_records(run), first
+
 
 def test_an_old_checkpoint_that_may_not_be_deleted_does_not_stop_the_run(copy: Path, monkeypatch) -> None:
     """An old checkpoint made immutable (`chattr +i`) or another user's: the prune after a save raised, and the run

@@ -148,12 +148,14 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     """Translate `source` (or take `target`, teacher-forced) and collect every attention weight of the model.
 
     The weights are computed in fp32, whatever autocast the caller is in, on the translation the translator makes
-    in its own precision.
+    in its own precision. `decode` are decode settings for that translation (beam, greedy, ...), as for
+    `Translator.translate`; with a `target` there is no translation, and they are refused.
 
     Raises:
         TfmError: an empty source or target, or one longer than the model takes; an int8 translator (its weights
-            are a quantized copy: load it in another precision).
-        TypeError: `translator` is not a Translator, or `source`/`target` is not a str.
+            are a quantized copy: load it in another precision); a decode setting out of range, or any given
+            with a `target`.
+        TypeError: `translator` is not a Translator, `source`/`target` is not a str, or an unknown decode setting.
     """
     if not isinstance(translator, Translator):  # a run's path failed as "'str' object has no attribute 'tokenizer'"
         raise TypeError(f"attention_report() takes a Translator (Translator.load(path)), not {type(translator).__name__}")
@@ -163,6 +165,11 @@ def attention_report(translator: Translator, source: str, target: str | None = N
         if text is not None:
             check_text(text, f"the {name}")
             check_sentence(text, f"the {name}")  # as `tfm inspect-attn` refuses them (a target was glued into one)
+    if target is not None and decode:  # beam=0 or bogus=1 were taken without a word: nothing is decoded
+        raise TfmError(
+            f"decode settings ({', '.join(sorted(decode))}) have no effect with a target: it is teacher-forced, not translated",
+            hint="drop them, or drop the target to inspect the model's own translation",
+        )
     if translator.precision == "int8":  # the weights shown would be those of the quantized copy
         raise TfmError(
             "attention_report() shows the fp32 model's weights, and this translator's linear layers are int8",

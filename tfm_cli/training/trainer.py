@@ -385,6 +385,9 @@ class Trainer:
         self.eval_owed = False  # resumed from a checkpoint whose step's dev evaluation was never completed
         self.window = _Window()  # the sums of the steps since the last train record (`fit`)
         self.resumed_window: dict[str, Any] | None = None  # those a checkpoint saved, for the resume's first record
+        # the sums of a train record logged off the train.log_every schedule, at an end (train.max_steps, the time
+        # budget, early stopping): a run extended past it logs them again in its next record, as the longer run would
+        self.ended_window: dict[str, Any] | None = None
         self.undeletable: set[str | None] = set()  # files of old checkpoints that could not be pruned (said once each)
         self.early = EarlyStopping(self.t.patience, self.t.patience_metric)
         self.started = time.perf_counter()
@@ -785,6 +788,7 @@ class Trainer:
         self.window.stepping += time.perf_counter() - stepping  # the model step itself (it ends synchronised)
         self.step += 1
         loop.stream_state = loop.batches.state_dict()
+        self.ended_window = None
         if math.isfinite(loss):
             loop.bad_in_a_row = 0
             self.window.add(step_tokens(group), loss, nll)
@@ -852,6 +856,7 @@ class Trainer:
         warning = loop.rising.update(metrics["loss"], lr)
         if warning:
             self.events.message(warning)
+        self.ended_window = self.window.sums() if self.step % self.t.log_every else None
         self.window = _Window()
         return metrics
 
@@ -977,8 +982,9 @@ class Trainer:
             "eval_owed": self._evaluates_at(self.step) and self.evaluated_step != self.step,
             # the recipe it was trained with: a resume tells a recipe.yaml cut short (`resume_recipe`)
             "recipe": recipe_to_dict(with_absolute_paths(self.recipe)),
-            # the steps since the last train record: the resume's first record covers them too, as the run's did
-            "log_window": self.window.sums(),
+            # the steps since the last train record on the schedule: the resume's first record covers them too, as
+            # the run's did (those an end logged included: a run extended past its end logs them again)
+            "log_window": _Window.resumed(self.ended_window).plus(self.window).sums(),
         }
         if rng_ranks is not None:
             state["rng_ranks"] = rng_ranks
@@ -1144,6 +1150,10 @@ class _Window:
     def sums(self) -> dict[str, Any]:
         """What a checkpoint saves of it: the loss sums and their tokens."""
         return {"tokens": self.tokens, "loss": self.loss, "nll": self.nll}
+
+    def plus(self, other: _Window) -> _Window:
+        """The sums of both windows (as `resumed` makes them: for a checkpoint)."""
+        return _Window(tokens=self.tokens + other.tokens, loss=self.loss + other.loss, nll=self.nll + other.nll)
 
     @classmethod
     def resumed(cls, saved: Any) -> _Window:
