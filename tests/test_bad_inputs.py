@@ -481,7 +481,7 @@ def test_suggested_fix_command_works_from_where_tfm_ran(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(CorpusError) as err:
         list(read_pairs(f"data/{name}"))  # as given on a command line, relative to the working directory
-    command = re.search(r"\(e\.g\. (.*)\)$|convert them \((.*?)\);", str(err.value))
+    command = re.search(r"\(e\.g\. (.*?)(?:, if it is Western European text.*)?\)$|convert them \((.*?)\);", str(err.value))
     assert command, str(err.value)
     subprocess.run(command.group(1) or command.group(2), shell=True, check=True)
     first = "Déjà vu’ 5 € – «oui»." if data == _CP1252 else "Déjà vu."
@@ -508,13 +508,22 @@ def test_a_file_in_another_encoding_is_not_told_to_read_as_cp1252(tmp_path: Path
     assert [(s, t) for _, s, t in read_pairs(tmp_path / "utf8-c.tsv")] == [("Hello.", text)]
 
 
+def test_central_european_text_that_reads_as_western_is_told_its_encoding_too(tmp_path: Path) -> None:
+    """Czech ě, Polish ń and ę in cp1250 read as ì, ñ and ê in cp1252, Western letters: the guess cannot tell, so
+    the message names cp1250 beside the cp1252 command."""
+    corpus = write(tmp_path / "cz.tsv", "Děkuji moc.\tThank you.\nDzień dobry, proszę.\tGood morning.\n".encode("cp1250"))
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs(corpus))
+    one_line(err.value, "iconv -f cp1252 -t utf-8", "if it is Western European text; else -f its own encoding: cp1250 for Central European")
+
+
 def test_stdin_in_another_encoding_is_not_told_to_read_as_cp1252(run: Path) -> None:
     russian = translate(run, stdin="Bonjour.\nучитель и студент.\n".encode("cp1251"))
     error_line(russian, "stdin line 2: invalid UTF-8 at byte 1")
     assert "hint: re-encode the input as UTF-8, e.g. iconv -f ENCODING -t utf-8, where ENCODING is the file's own: cp1251 for Cyrillic" in russian.stderr
     french = translate(run, stdin="Bonjour.\nDéjà vu.\n".encode("cp1252"))
     error_line(french, "stdin line 2: invalid UTF-8 at byte 2")
-    assert "hint: re-encode the input as UTF-8, e.g. iconv -f cp1252 -t utf-8\n" in french.stderr, french.stderr
+    assert "hint: re-encode the input as UTF-8, e.g. iconv -f cp1252 -t utf-8, if it is Western European text; else -f its own encoding: cp1250" in french.stderr, french.stderr
 
 
 def test_text_that_looks_like_a_compression_header_is_still_text(tmp_path: Path) -> None:
@@ -1104,6 +1113,15 @@ def test_tokenize_through_a_link_to_a_run_s_tokenizer_is_refused(root: Path, cop
     proc = tfm("tokenize", str(root / "recipe.yaml"), "--out", str(link), check=False)
     error_line(proc, f"{copy} already holds a trained model: replacing tokenizer.json would break it")
     assert snapshot(copy) == before and link.is_symlink()
+    # and a run whose own tokenizer.json is a link to a file kept elsewhere: refused by the run's folder too
+    kept = tmp_path / "store" / "shared-tok.json"
+    kept.parent.mkdir()
+    shutil.move(copy / "tokenizer.json", kept)
+    (copy / "tokenizer.json").symlink_to(kept)
+    before, kept_bytes = snapshot(copy), kept.read_bytes()
+    proc = tfm("tokenize", str(root / "recipe.yaml"), "--out", str(copy / "tokenizer.json"), check=False)
+    error_line(proc, f"{copy} already holds a trained model: replacing tokenizer.json would break it")
+    assert snapshot(copy) == before and kept.read_bytes() == kept_bytes
     dangling = tmp_path / "dangling.json"
     dangling.symlink_to(tmp_path / "nowhere" / "tok.json")
     proc = tfm("tokenize", str(root / "recipe.yaml"), "--out", str(dangling), check=False)

@@ -949,11 +949,11 @@ def test_a_run_extended_past_its_end_evaluates_and_averages_as_the_longer_run(ro
 
         # and its train records after the first end: the record at step 15 averages steps 11-15, as the longer run's
         # does (the 12-step run's end logged 11-12 and saved no sums of them: the extended record covered 13-15)
-        def train_records(folder: Path) -> dict[int, float]:
+        def train_records(folder: Path, after: int) -> dict[int, float]:
             lines = (folder / "metrics.jsonl").read_text().splitlines()
-            return {r["step"]: r["loss"] for r in map(json.loads, lines) if r["kind"] == "train" and r["step"] > first}
+            return {r["step"]: r["loss"] for r in map(json.loads, lines) if r["kind"] == "train" and r["step"] > after}
 
-        assert train_records(run) == train_records(tmp_path / "whole") and train_records(run), first
+        assert train_records(run, first) == train_records(tmp_path / "whole", first) and train_records(run, first), first
 
 
 def test_an_old_checkpoint_that_may_not_be_deleted_does_not_stop_the_run(copy: Path, monkeypatch) -> None:

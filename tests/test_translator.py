@@ -870,6 +870,8 @@ def test_a_device_is_checked_whether_named_or_given_as_a_torch_device(parts, tmp
     assert Translator.load(run, device=torch.device("cpu")).device == torch.device("cpu")
     for cpu in ("cpu:0", torch.device("cpu", 0)):  # torch's name of the CPU with its index: "unknown device" before
         assert Translator.load(run, device=cpu).device == torch.device("cpu")
+    same = [tfm("translate", "--model", str(run), "--device", name, "Bonjour.").stdout for name in ("cpu", "cpu:0")]
+    assert same[0] == same[1] != ""  # the command line takes it too
     for bad in ("cuda:abc", "cuda:", "cuda:²", "cpu:1", torch.device("meta")):
         with pytest.raises(TfmError, match="unknown device"):
             Translator.load(run, device=bad)

@@ -351,9 +351,10 @@ def _comparable(text: str) -> str:
 
 
 def _folded(text: str) -> str:
-    """`text` case-folded, Turkish's dotted İ included: Python folds it to "i" and a combining dot above (U+0307),
-    so "İstanbul" never matched "istanbul" or "ISTANBUL"; the dot goes."""
-    return text.casefold().replace("i\u0307", "i")
+    """`text` case-folded, Turkish's dotted and dotless i included: Python folds İ to "i" and a combining dot above
+    (U+0307), so "İstanbul" never matched "istanbul" or "ISTANBUL" (the dot goes), and keeps ı, the lower case of
+    Turkish I, apart from i, so "kış" never matched "KIŞ" (ı reads as i)."""
+    return text.casefold().replace("i\u0307", "i").replace("ı", "i")
 
 
 def _parts(token: str) -> list[str]:

@@ -183,7 +183,7 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom:
                     raise CorpusError(
                         f"{shown}:{line_no}: invalid UTF-8 at byte {err.start + 1} of the line "
                         f"({raw[err.start : err.start + 1]!r}); re-encode the file as UTF-8 (e.g. {fix}"
-                        + ("" if western else f", {ENCODINGS}")
+                        + (f", {WESTERN_OR_NOT}" if western else f", {ENCODINGS}")
                         + ")"
                     ) from None
                 if text.startswith("\ufeff") and (not keep_bom or text == "\ufeff"):  # a UTF-8 byte-order mark is
@@ -232,14 +232,20 @@ ENCODINGS = (
     "where ENCODING is the file's own: cp1251 for Cyrillic, cp1253 Greek, cp1254 Turkish, cp1250 Central European, "
     "cp1252 Western European, gb18030 Chinese, shift_jis Japanese, euc-kr Korean; file -i or uchardet can tell"
 )
+# ... and of a line that reads as Western European text, which Central European text can too (Czech ě read as ì)
+WESTERN_OR_NOT = (
+    "if it is Western European text; else -f its own encoding: cp1250 for Central European, cp1251 Cyrillic, "
+    "cp1253 Greek, cp1254 Turkish, gb18030 Chinese, shift_jis Japanese, euc-kr Korean"
+)
 
 
 def reads_as_western(raw: bytes) -> bool:
     """Whether a line that is not UTF-8 reads as Windows' Western European text (cp1252, of which Latin-1 is
     nearly all): accented letters inside words of ASCII ones. Not when cp1252 cannot decode it, when it makes
     runs of three or more accented letters, or words of two (whole words of another alphabet: Cyrillic, Greek, CJK
-    bytes), Turkish's
-    ğ İ ı ş Ş Ğ read as ð Ý ý þ Þ Ð, or a symbol inside a word (Polish ł ą ż read as ³ ¹ ¿)."""
+    bytes), Turkish's ğ İ ı ş Ş Ğ read as ð Ý ý þ Þ Ð (Icelandic's ð þ ý too, then), or a symbol inside a word (Polish
+    ł ą ż read as ³ ¹ ¿). A guess: Central European text whose letters read as Western ones (Czech ě as ì, Polish ń
+    and ę as ñ and ê) passes, which is why the message names the other encodings beside cp1252."""
     try:
         text = raw.decode("cp1252")
     except UnicodeDecodeError:

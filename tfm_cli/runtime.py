@@ -22,8 +22,11 @@ DEVICES = ("auto", "cpu", "cuda")
 
 
 def check_device_name(name: str) -> None:
-    """Raise TfmError unless `name` names a device: auto, cpu, cuda or cuda:N (whether it is there is not asked)."""
+    """Raise TfmError unless `name` names a device: auto, cpu (or cpu:0), cuda or cuda:N (whether it is there is not
+    asked)."""
     index = name[len("cuda:"):] if name.startswith("cuda:") else None
+    if name == "cpu:0":  # torch's name of torch.device("cpu", 0): the CPU
+        return
     if (name not in DEVICES and index is None) or (index is not None and not (index.isascii() and index.isdigit())):
         raise TfmError(f"unknown device {name!r}", hint=f"use one of: {', '.join(DEVICES)} (or cuda:N)")
 

@@ -82,7 +82,7 @@ def device_name(value: str) -> str:
         check_device_name(value)
     except TfmError as error:
         raise typer.BadParameter(f"{error.message}: {error.hint}") from None
-    return value
+    return "cpu" if value == "cpu:0" else value  # torch's name of the CPU, as the Python API takes it
 
 
 def fancy_stdout() -> bool:
@@ -532,12 +532,12 @@ def _stdin_line(number: int, raw: bytes, command: str) -> str:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        from tfm_cli.corpus import ENCODINGS, reads_as_western
+        from tfm_cli.corpus import ENCODINGS, WESTERN_OR_NOT, reads_as_western
 
         raise TfmError(
             f"stdin line {number}: invalid UTF-8 at byte {e.start + 1}",
             hint="re-encode the input as UTF-8, e.g. "
-            + ("iconv -f cp1252 -t utf-8" if reads_as_western(raw) else f"iconv -f ENCODING -t utf-8, {ENCODINGS}"),
+            + (f"iconv -f cp1252 -t utf-8, {WESTERN_OR_NOT}" if reads_as_western(raw) else f"iconv -f ENCODING -t utf-8, {ENCODINGS}"),
         ) from None
     if "\r" in text.removesuffix("\n").removesuffix("\r"):  # CR-only line ends would glue sentences together
         if number > 1 or text.endswith("\n"):  # the input ends its lines with LF: a stray CR inside a sentence

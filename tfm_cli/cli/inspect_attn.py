@@ -203,8 +203,8 @@ def inspect_attn(
         _say_pieces(shown, kind, query)
     if summary:
         _render_summary(shown)
-    if align:
-        _render_alignment(report, layer, head_index)
+    if align:  # a layer only the encoder has (--kind encoder --layer N, taken by --token, --html, --image): the default
+        _render_alignment(report, layer if layer is not None and layer <= decoder_layers else None, head_index)
     if token is not None and explain_head:
         _render_explain(report, kind, layer_index, 0 if head_index is None else head_index, query)
     elif token is not None:

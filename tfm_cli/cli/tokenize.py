@@ -142,12 +142,13 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     from tfm_cli.tokenizer import tokenizer_stats, train_tokenizer
 
     target = out if out is not None else default_out
-    written = written_file(target)  # through a symbolic link: the file it names, where a run may be
-    run_dir = written.parent
-    runs_own = written.name == "tokenizer.json"  # the file a run's model is bound to; another name beside it is not
-    lock = DirectoryLock(run_dir)  # kept to the end once taken: a `tfm train` into the folder meanwhile is refused
-    if runs_own:
-        _refuse_a_run_folder(run_dir, written, lock)
+    # the file a run's model is bound to is its tokenizer.json (another name beside it is not): the path given, and
+    # through a symbolic link the file it names, each where a run may be (a run's tokenizer.json may be a link)
+    runs_own = {p.parent: p for p in (target, written_file(target)) if p.name == "tokenizer.json"}
+    # each kept to the end once taken: a `tfm train` into the folder meanwhile is refused
+    locks = {run_dir: DirectoryLock(run_dir) for run_dir in runs_own}
+    for run_dir, path in runs_own.items():
+        _refuse_a_run_folder(run_dir, path, locks[run_dir])
 
     sources = [recipe] if recipe is not None else []
     sources += [Path(c) for c in (spec if isinstance(spec, list) else [spec]) if not str(c).startswith("bundled:")]
@@ -157,8 +158,8 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     texts = tokenizer_texts(spec, info, option=option)
     tok = train_tokenizer(texts, settings["vocab_size"], settings["min_frequency"])  # read twice
     seconds = time.perf_counter() - started
-    if runs_own:  # again: a `tfm train` may have made the folder (and its own tokenizer) while this one trained
-        _refuse_a_run_folder(run_dir, written, lock, meanwhile=True)
+    for run_dir, path in runs_own.items():  # again: a `tfm train` may have made the folder (and its tokenizer) meanwhile
+        _refuse_a_run_folder(run_dir, path, locks[run_dir], meanwhile=True)
     # a full disk: one line naming --out, the previous file kept (write_output's own temporary file: tok.save's
     # inside it made a name 14 bytes too long for an --out near the file system's limit)
     write_output(target, "--out", tok.write_json)

@@ -523,7 +523,7 @@ def _providers(ort, device: str | torch.device) -> list[str]:
     cuda = "CUDAExecutionProvider" in ort.get_available_providers()
     if name == "auto":
         name = "cuda" if cuda and torch.cuda.is_available() else "cpu"
-    if name == "cpu":
+    if name in ("cpu", "cpu:0"):
         return ["CPUExecutionProvider"]
     if not name.startswith("cuda"):
         raise TfmError(f"device {name!r} is not a device", hint="use one of: auto, cpu, cuda (or cuda:N)")
