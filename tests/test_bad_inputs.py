@@ -2263,6 +2263,12 @@ def test_inspect_attn_align_reads_its_layer_from_the_decoder(run: Path, tmp_path
     # (in the terminal, where --kind encoder is not used with --align, it still is, above)
     with_align = json.loads(tfm(*base, "--kind", "encoder", "--layer", "3", "--json").stdout)
     assert with_align["alignment"] == data["alignment"] and with_align["alignment_from"] == data["alignment_from"]
+    # and where --token, --html or --image takes the encoder's layer, the terminal's alignment is the default's too
+    # (it raised a traceback there: layer=2 is out of range for cross)
+    shown = tfm(*base, "--kind", "encoder", "--layer", "3", "--token", "suis", check=False)
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    default_pairs = " ".join(f"{i}-{j}" for i, j in default)
+    assert default_pairs in shown.stdout.splitlines() and "from cross-attention layer 2, mean of heads" in shown.stderr
 
 
 def test_inspect_attn_numbers_too_long_to_read(run: Path) -> None:
