@@ -52,6 +52,28 @@ def test_a_resume_that_cannot_continue_leaves_the_run_as_it_was(copy: Path) -> N
     train("--resume", str(copy), "train.max_steps=11").check_returncode()  # the run still resumes
 
 
+def test_a_resume_that_reorders_the_rest_of_its_epoch_says_so(copy: Path, tmp_path: Path) -> None:
+    """A resume that changed train.seed (or max_tokens, or max_len, with the position still in the epoch) read the
+    rest of the epoch in another order without a word: some pairs trained twice in it, others never. Said now, in
+    the dry run too; a resume that changes none of them says nothing of it."""
+    said = "the rest of epoch 1 (from batch 5) comes from batches made or ordered otherwise"
+    for override in ("train.seed=5", "train.max_tokens=480"):
+        run = Path(shutil.copytree(copy, tmp_path / override))
+        for checkpoint in sorted((run / "checkpoints").glob("step-00000010*")):
+            checkpoint.unlink()  # resume from step 5, mid-epoch
+        (run / "model.safetensors").unlink()
+        dry = train("--resume", str(run), override, "train.max_steps=6", "--dry-run")
+        assert dry.returncode == 0 and said in dry.stderr and override.split("=")[0] in dry.stderr, dry.stderr
+        proc = train("--resume", str(run), override, "train.max_steps=6")
+        assert proc.returncode == 0 and said in proc.stderr, proc.stderr
+    plain = Path(shutil.copytree(copy, tmp_path / "plain"))
+    for checkpoint in sorted((plain / "checkpoints").glob("step-00000010*")):
+        checkpoint.unlink()
+    (plain / "model.safetensors").unlink()
+    proc = train("--resume", str(plain), "train.max_steps=6")
+    assert proc.returncode == 0 and "ordered otherwise" not in proc.stderr, proc.stderr
+
+
 def test_a_resume_of_a_finished_run_has_nothing_to_do(copy: Path) -> None:
     """A plain resume of a finished run evaluated the final model on the whole dev set again and appended a second
     "final" record to metrics.jsonl; a resume that changes a setting still writes the final model again."""
