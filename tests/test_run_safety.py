@@ -74,6 +74,21 @@ def test_a_resume_that_reorders_the_rest_of_its_epoch_says_so(copy: Path, tmp_pa
     assert proc.returncode == 0 and "ordered otherwise" not in proc.stderr, proc.stderr
 
 
+def test_a_resume_with_another_number_of_threads_says_it_is_not_bit_for_bit(copy: Path) -> None:
+    """Float sums depend on the number of torch threads: a resume with another number went on otherwise than the
+    run would have, without a word (a resume with another number of processes says so)."""
+    for name in ("step-00000010.safetensors", "step-00000010.state.pt"):
+        (copy / "checkpoints" / name).unlink()
+    (copy / "model.safetensors").unlink()
+    proc = tfm("train", "--resume", str(copy), "train.max_steps=6", "--device", "cpu", check=False,
+               env_extra={"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"})
+    assert proc.returncode == 0, proc.stderr
+    assert "saved by a run of 1 torch thread(s) a process, resumed with 2" in proc.stderr, proc.stderr
+    assert "OMP_NUM_THREADS=1 resumes exactly" in proc.stderr
+    proc = train("--resume", str(copy), "train.max_steps=7")  # saved with 2 now, resumed with 1: said again
+    assert proc.returncode == 0 and "saved by a run of 2 torch thread(s) a process, resumed with 1" in proc.stderr, proc.stderr
+
+
 def test_a_resume_of_a_finished_run_has_nothing_to_do(copy: Path) -> None:
     """A plain resume of a finished run evaluated the final model on the whole dev set again and appended a second
     "final" record to metrics.jsonl; a resume that changes a setting still writes the final model again."""

@@ -646,6 +646,13 @@ class Trainer:
                 "continues from the same weights and data position, but not bit for bit as the run would have gone on "
                 "(the gradients are summed in another order, and each process draws its own dropout masks)"
             )
+        saved_threads, threads = state.get("threads"), torch.get_num_threads()  # (older states: not saved)
+        if saved_threads is not None and saved_threads != threads and self.device.type == "cpu" and self.main:
+            self.events.message(
+                f"this checkpoint was saved by a run of {saved_threads} torch thread(s) a process, resumed with "
+                f"{threads}: it continues from the same weights and data position, but not bit for bit as the run "
+                f"would have gone on (float sums depend on the threads; OMP_NUM_THREADS={saved_threads} resumes exactly)"
+            )
 
     def _restore_evaluation(self, weights: Path) -> None:
         """The outcome of the dev evaluation that followed this checkpoint, if it was completed (its state was
@@ -975,7 +982,7 @@ class Trainer:
         state = {
             "step": self.step, "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
             "stream": stream_state, "rng": rng, "best_bleu": self.best_bleu, "tfm_version": __version__,
-            "processes": dist.world_size,
+            "processes": dist.world_size, "threads": torch.get_num_threads(),
             "early_stopping": self.early.state_dict(), "scoring": self._scoring(),
             "train_seconds": self._train_seconds(), "evaluated_step": self.evaluated_step,
             # saved before this step's dev evaluation: a resume from here does it (see `fit`), unless its outcome
