@@ -18,6 +18,7 @@ import re
 import shlex
 import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -879,3 +880,21 @@ def test_greedy_only_refuses_a_beam_it_would_ignore(recipe: Path) -> None:
     proc = tfm("bench", "translate", "--recipe", str(recipe), "--greedy-only", "--beam", "3", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "--greedy-only measures no beam search: drop --beam" in proc.stderr
+
+
+def test_bench_train_says_a_temporary_folder_too_small_for_its_trainer_phase_first(monkeypatch, tmp_path: Path) -> None:
+    """The trainer phase's scratch run under TMPDIR ran out of room minutes in, after the model step was timed, and
+    the trainer's check told to "choose another --out", an option `bench train` has not."""
+    from collections import namedtuple
+
+    from tfm_cli.bench import train as bench
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(bench.shutil, "disk_usage", lambda path: usage(10**12, 0, 6 * 2**20))
+    with pytest.raises(TfmError) as caught:
+        bench._check_scratch_space(1_945_600)
+    assert str(caught.value).startswith(f"the trainer phase trains into a scratch run in {tmp_path} (the temporary folder)")
+    assert "6.0 MiB free" in str(caught.value) and "--model-step-only" in caught.value.hint and "--out" not in caught.value.hint
+    monkeypatch.setattr(bench.shutil, "disk_usage", lambda path: usage(10**12, 0, 10**9))
+    bench._check_scratch_space(1_945_600)  # room enough: nothing said

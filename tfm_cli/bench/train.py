@@ -43,7 +43,7 @@ from tfm_cli.bench.common import (
     synchronize,
 )
 from tfm_cli.data import Batch, BatchStream, encode_corpus, pad_multiple_for
-from tfm_cli.errors import TfmError
+from tfm_cli.errors import TfmError, human_size
 from tfm_cli.model import ModelConfig
 from tfm_cli.recipe import Recipe, model_config
 from tfm_cli.runtime import autocast, resolve_precision, tune_cpu_allocator
@@ -190,6 +190,22 @@ def bench_trainer(
     return {"step_times": per_step, "data_wait_share": waited / wall, "model_step_share": inside / wall, **memory}
 
 
+def _check_scratch_space(params: int) -> None:
+    """Raise TfmError when the temporary folder cannot hold the trainer phase's scratch run (one checkpoint kept):
+    the trainer's own check said "choose another --out", an option bench train has not, after the model step."""
+    from tfm_cli.training.checks import run_files_size
+
+    folder = Path(tempfile.gettempdir())
+    need, free = run_files_size(params, keep_last=1), shutil.disk_usage(folder).free
+    if free < need:
+        raise TfmError(
+            f"the trainer phase trains into a scratch run in {folder} (the temporary folder), which has "
+            f"{human_size(free)} free, but the checkpoints and weights of this {params:,}-parameter model need about "
+            f"{human_size(need)}",
+            hint="point TMPDIR at a folder with room (TMPDIR=/big/tmp tfm bench train ...), or give --model-step-only",
+        )
+
+
 def bench_train(
     recipe: Recipe,
     device: torch.device,
@@ -220,6 +236,8 @@ def bench_train(
     peak = matmul_peak(device, precision)
     params = config.num_parameters()
 
+    if trainer:  # said before the model step is timed, not minutes later by the trainer's own check
+        _check_scratch_space(params)
     phases = {"model step": bench_model_step(recipe, config, groups, device, precision, warmup, progress)}
     if trainer:
         phases["trainer"] = bench_trainer(recipe, tokenizer, device, warmup, steps, progress)

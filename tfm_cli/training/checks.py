@@ -576,7 +576,7 @@ def check_room(run_dir: Path, config, t, resume: bool = False, probe: bool = Tru
             )
     params = parameter_count(config)
     checkpoint, weights = params * 12, params * 4
-    peak = checkpoint * (t.keep_last + 1) + weights * 2  # what the run's files come to at most
+    peak = run_files_size(params, t.keep_last)
     held = _held(run_dir, checkpoint, weights) if resume else 0
     need = max(peak - held, checkpoint)
     free = shutil.disk_usage(there).free
@@ -590,6 +590,13 @@ def check_room(run_dir: Path, config, t, resume: bool = False, probe: bool = Tru
             f"{run_dir} has {human_size(free)} free, but {said}",
             hint=", ".join(["free some space", *_fewer(run_dir, t, resume, fits), f"or {_elsewhere(run_dir, resume)}"]),
         )
+
+
+def run_files_size(params: int, keep_last: int) -> int:
+    """About the most a run's files take on disk, in bytes: `keep_last` checkpoints of a model of `params`
+    parameters, one more while the oldest is pruned (weights and Adam's two moments, 12 bytes a parameter), and its
+    final and best weights (4 bytes a parameter each)."""
+    return params * 12 * (keep_last + 1) + params * 4 * 2
 
 
 def _held(run_dir: Path, checkpoint: int, weights: int) -> int:
