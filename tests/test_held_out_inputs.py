@@ -429,7 +429,7 @@ def test_api_arguments_of_the_wrong_kind_are_clear_errors(translator: Translator
         translator.score("abc", "xyz")
     with pytest.raises(TypeError, match="references is a NoneType"):
         translator.score(["abc"], None)
-    with pytest.raises(TypeError, match="references item 0 is int"):
+    with pytest.raises(TypeError, match=r"references item 0 \(counted from 0\) is int"):
         translator.score(["abc"], [3])
     with pytest.raises(TypeError, match="not a NoneType"):
         next(translator.translate_stream(None))

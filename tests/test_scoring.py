@@ -309,9 +309,9 @@ def test_several_references_score_as_sacrebleus_command_line(run: Path, tmp_path
     error_line(translate(run, "--score", str(src), "--score", str(r1), "--score", str(r2)), f"{r2} has 5 lines but {src} has 6")
     proc = translate(run, "Bonjour.", "--reference", "-", "--reference", "-", stdin="Hello.\n")
     assert proc.returncode == 2 and "stdin can be read once" in proc.stderr, proc.stderr
-    with pytest.raises(TfmError, match="references item 1 is an empty list"):
+    with pytest.raises(TfmError, match=r"references item 1 \(counted from 0\) is an empty list"):
         translator.score(sources[:2], [["Hello."], []])
-    with pytest.raises(TypeError, match="references item 0 holds a int"):
+    with pytest.raises(TypeError, match=r"references item 0 \(counted from 0\) holds a int"):
         translator.score(sources[:1], [["Hello.", 3]])
-    with pytest.raises(TypeError, match="a string or a list of strings per source; references item 0 is set"):
+    with pytest.raises(TypeError, match=r"a string or a list of strings per source; references item 0 \(counted from 0\) is set"):
         translator.score(sources[:1], [{"Hello."}])

@@ -192,7 +192,7 @@ def test_a_translation_is_one_line_whatever_byte_tokens_the_model_emits(parts, t
 
 
 def test_translate_rejects_non_strings(translator: Translator) -> None:
-    with pytest.raises(TypeError, match="item 1 is int"):
+    with pytest.raises(TypeError, match=r"item 1 \(counted from 0\) is int"):
         translator.translate(["Bonjour.", 3])
     for given in (b"Bonjour.", None, 3):  # bytes read as a list of ints ("item 0 is int"); None "is not iterable"
         with pytest.raises(TypeError, match=f"takes a string or a list of strings, not {type(given).__name__}"):

@@ -493,7 +493,7 @@ class Translator:
         lines = list(text)
         bad = next((i for i, line in enumerate(lines) if not isinstance(line, str)), None)
         if bad is not None:
-            raise TypeError(f"translate() takes strings; item {bad} is {type(lines[bad]).__name__}")
+            raise TypeError(f"translate() takes strings; item {bad} (counted from 0) is {type(lines[bad]).__name__}")
         return self._translate_lines(lines, 1, self._call_settings(settings), progress)
 
     def translate_stream(
@@ -719,19 +719,19 @@ class Translator:
         sources, references = list(sources), list(references)
         bad = next((i for i, line in enumerate(sources) if not isinstance(line, str)), None)
         if bad is not None:
-            raise TypeError(f"score() takes strings; sources item {bad} is {type(sources[bad]).__name__}")
+            raise TypeError(f"score() takes strings; sources item {bad} (counted from 0) is {type(sources[bad]).__name__}")
         for i, refs in enumerate(references):
             if isinstance(refs, str):
                 continue
             if not isinstance(refs, (list, tuple)):
                 raise TypeError(
-                    f"score() takes a string or a list of strings per source; references item {i} is {type(refs).__name__}"
+                    f"score() takes a string or a list of strings per source; references item {i} (counted from 0) is {type(refs).__name__}"
                 )
             if not refs:
-                raise TfmError(f"references item {i} is an empty list", hint="give each source at least one reference")
+                raise TfmError(f"references item {i} (counted from 0) is an empty list", hint="give each source at least one reference")
             wrong = next((r for r in refs if not isinstance(r, str)), None)
             if wrong is not None:
-                raise TypeError(f"score() takes strings; references item {i} holds a {type(wrong).__name__}")
+                raise TypeError(f"score() takes strings; references item {i} (counted from 0) holds a {type(wrong).__name__}")
         if not sources and not references:  # sacrebleu has no score for an empty corpus (it raised IndexError)
             raise TfmError("nothing to score: no source sentences and no references", hint="give at least one sentence")
         if len(sources) != len(references):
