@@ -89,6 +89,19 @@ def test_a_resume_with_another_number_of_threads_says_it_is_not_bit_for_bit(copy
     assert proc.returncode == 0 and "saved by a run of 2 torch thread(s) a process, resumed with 1" in proc.stderr, proc.stderr
 
 
+def test_a_folder_where_the_run_writes_a_file_is_said_before_training(copy: Path) -> None:
+    """A folder at model.safetensors (or summary.json, metrics.jsonl...) was found when that file was written: the
+    final model's after the whole training, with a hint of paths, permissions and free space."""
+    for name in ("step-00000010.safetensors", "step-00000010.state.pt"):
+        (copy / "checkpoints" / name).unlink()
+    (copy / "model.safetensors").unlink()
+    (copy / "model.safetensors").mkdir()
+    for extra in (["--dry-run"], []):
+        proc = train("--resume", str(copy), "train.max_steps=12", *extra)
+        error_line(proc, f"{copy / 'model.safetensors'} is a folder, where the run writes its model.safetensors")
+        assert "move that folder away" in proc.stderr and not (copy / "checkpoints" / "step-00000012.safetensors").exists()
+
+
 def test_a_resume_of_a_finished_run_has_nothing_to_do(copy: Path) -> None:
     """A plain resume of a finished run evaluated the final model on the whole dev set again and appended a second
     "final" record to metrics.jsonl; a resume that changes a setting still writes the final model again."""

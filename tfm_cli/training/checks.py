@@ -564,6 +564,14 @@ def check_room(run_dir: Path, config, t, resume: bool = False, probe: bool = Tru
             hint=f"fix that folder's permissions, or {_elsewhere(run_dir, resume)}",
         ) from None
     there = next((p for p in (folder, *folder.parents) if p.is_dir()), Path("."))
+    # A folder where the run writes one of its files was found by that write: the final model's after the whole
+    # training, with "check the path, its permissions and the free space"
+    for name in (FINAL, BEST, "summary.json", "metrics.jsonl", CURVES_PNG):
+        if (run_dir / name).is_dir():
+            raise TfmError(
+                f"{run_dir / name} is a folder, where the run writes its {name}",
+                hint=f"move that folder away, or {_elsewhere(run_dir, resume)}",
+            )
     # What a resume writes into in place (the rest is written under a temporary name and renamed): a read-only
     # metrics.jsonl stopped the run at its first log line, a read-only tensorboard/ before the first step with a
     # traceback from tensorboard's writer thread, both after recipe.yaml had been rewritten.
