@@ -695,7 +695,8 @@ class Translator:
         Returns:
             {"sentences", "bleu", "chrf", "bleu_tokenize", "bleu_signature", "chrf_signature", "translations"},
             and "as_written": {"bleu", "chrf", "references_changed"} where normalising changed a reference
-            (`references_changed` counts reference strings, all references of a source included).
+            (`references_changed` counts reference strings, all references of a source included). BLEU and chrF
+            are rounded to 2 decimals, as `tfm translate --score` and the training's evaluations give them.
 
         Raises:
             TypeError: `sources` or `references` is not a list (or other iterable) of strings, or a source's
