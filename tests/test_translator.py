@@ -860,6 +860,16 @@ def test_the_constructor_names_arguments_of_the_wrong_kind(parts, tmp_path: Path
     assert Translator(model, tok, DecodeSettings(beam=2)).settings.beam == 2
 
 
+def test_a_model_on_the_meta_device_is_refused_in_one_line(parts) -> None:
+    """A model built on the meta device (shapes, no values) crashed deep in torch ("unsupported scalarType")."""
+    model, tok = parts
+    with torch.device("meta"):
+        empty = type(model)(model.config)
+    with pytest.raises(TfmError, match="the model's weights are on the meta device") as caught:
+        Translator(empty, tok)
+    assert "load_state_dict" in caught.value.hint
+
+
 def test_a_device_is_checked_whether_named_or_given_as_a_torch_device(parts, tmp_path: Path, monkeypatch) -> None:
     """torch.device("cuda") skipped the device check: without a GPU it failed deep in torch ("Torch not compiled
     with CUDA enabled"), as train(device=torch.device("cuda")) did; "cuda:abc" and a GPU beyond the machine's

@@ -328,6 +328,11 @@ class Translator:
                 "DecodeSettings(**values), or give them to translate() as keywords"
             )
         _check_precision(precision)
+        if isinstance(model, Transformer) and any(p.is_meta for p in model.parameters()):  # failed deep in torch
+            raise TfmError(
+                "the model's weights are on the meta device: it has shapes but no values",
+                hint="build it on the CPU or a GPU and load its weights (load_state_dict), or Translator.load a run",
+            )
         if isinstance(model, Transformer) and precision == "int8":
             from tfm_cli.quantization import quantize_int8
 
