@@ -57,7 +57,7 @@ complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcomman
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l batch-sizes -x -d 'Sentences per batch, comma-separated.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l beam -x -d 'Beam size for the beam rows (default 4).'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l beam-only -d 'Only beam search.'
-complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l cache-only -l no-cache -d 'Also time decoding without the K/V cache (--cache-only skips it).'
+complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l cache-only -l no-cache -d '--no-cache (the default) times decoding without the K/V cache too, beside the cached search'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l compare -d 'Also time HF MarianMT (same shapes) and CTranslate2 (these weights, float32 on CPU) on equal work.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, cuda, or cuda:N (one GPU).'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from translate' -l greedy-only -d 'Only greedy search.'

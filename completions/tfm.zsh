@@ -103,7 +103,7 @@ _tfm_bench_translate() {
         '--batch-sizes[Sentences per batch, comma-separated.]:batch sizes: ' \
         '--beam[Beam size for the beam rows (default 4).]:beam: ' \
         '--beam-only[Only beam search.]' \
-        '(--cache-only --no-cache)'{--cache-only,--no-cache}'[Also time decoding without the K/V cache (--cache-only skips it).]' \
+        '(--cache-only --no-cache)'{--cache-only,--no-cache}'[--no-cache (the default) times decoding without the K/V cache too, beside the cached search]' \
         '--compare[Also time HF MarianMT (same shapes) and CTranslate2 (these weights, float32 on CPU) on equal work.]' \
         '--device[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
         '--greedy-only[Only greedy search.]' \

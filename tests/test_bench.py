@@ -692,6 +692,12 @@ def test_compare_says_what_is_missing(recipe: Path, tmp_path: Path) -> None:
                "--out-len", "5", "--device", "cpu", "--compare", env_extra={"PYTHONPATH": str(tmp_path / "block")}, check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "needs Hugging Face transformers" in proc.stderr and "bench" in proc.stderr
+    # bench train too, before its tokenizer is trained and its corpus read (it said so after both)
+    path = os.pathsep.join(filter(None, [str(tmp_path / "block"), os.environ.get("PYTHONPATH")]))
+    proc = tfm("bench", "train", str(recipe), "--steps", "1", "--warmup", "0", "--device", "cpu", "--compare",
+               env_extra={"PYTHONPATH": path}, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("Error: --compare needs Hugging Face transformers"), proc.stderr
 
 
 def test_train_compare_fails_before_measuring(recipe: Path, pre_norm_recipe: Path, monkeypatch: pytest.MonkeyPatch) -> None:

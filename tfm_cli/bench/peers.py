@@ -68,6 +68,11 @@ def _transformers():
     return transformers
 
 
+def check_transformers() -> None:
+    """Raise TfmError when transformers, which --compare times, is not installed (said before any set-up)."""
+    _transformers()
+
+
 def check_marian(config: ModelConfig):
     """The transformers module, once sure that MarianMT has an equivalent of `config`.
 

@@ -355,6 +355,10 @@ def train(
     # a fine-tuning recipe (train.init_from) trains with that model's tokenizer, as `tfm train` does
     resolved = with_init_tokenizer(load_recipe(recipe, list(overrides or [])))
     check_steps_fit(resolved, steps, warmup)  # before a tokenizer is trained on the corpus
+    if compare:  # transformers missing: said before the tokenizer's training and the corpus's reading, not after
+        from tfm_cli.bench.peers import check_transformers
+
+        check_transformers()
     gate_inputs = _gate_inputs(baseline, tolerance, "train")
     torch_device = resolve_device(device)
     tokenizer = recipe_tokenizer(resolved, info)
@@ -411,7 +415,7 @@ def translate(
     beam: int | None = typer.Option(None, "--beam", min=1, show_default=False, help="Beam size for the beam rows (default 4)."),
     greedy_only: bool = typer.Option(False, "--greedy-only", help="Only greedy search."),
     beam_only: bool = typer.Option(False, "--beam-only", help="Only beam search."),
-    no_cache: bool = typer.Option(True, "--no-cache/--cache-only", help="Also time decoding without the K/V cache (--cache-only skips it)."),
+    no_cache: bool = typer.Option(True, "--no-cache/--cache-only", help="--no-cache (the default) times decoding without the K/V cache too, beside the cached search; --cache-only times the cached search alone."),
     compare: bool = typer.Option(False, "--compare", help=TRANSLATE_COMPARE_HELP),
     precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and CPUs with native bf16, else fp32), fp32, bf16, fp16, or int8 (CPU: int8 linear layers for tfm and both peers)."),
     device: str = typer.Option("auto", "--device", callback=device_name, help=DEVICE_HELP),
