@@ -287,6 +287,11 @@ def test_min_len_yields_to_the_maximum_length() -> None:
         beam_search(model, src, src_mask, beam_size=2, max_len_offset=1, min_len=50),
     ):
         assert [len(h[0].tokens) for h in hyps] == [3, 7]  # source length + 1: the maximum wins
+        # cut there, though the model wants to end at that step: min_len forbade it every step before, so the
+        # length limit ended these, not the model (beam search called them "eos", and nothing was said)
+        assert [h[0].stopped for h in hyps] == ["max_len", "max_len"]
+    for hyps in (greedy_search(model, src, src_mask, max_len_offset=1), beam_search(model, src, src_mask, beam_size=2, max_len_offset=1)):
+        assert [h[0].stopped for h in hyps] == ["eos", "eos"]  # without min_len: the model ends them at once
 
 
 @pytest.mark.parametrize("min_len", [1, 2, 3])

@@ -380,7 +380,9 @@ def test_bad_launcher_options_get_one_line(tmp_path: Path) -> None:
     recipe.write_text(ddp_recipe("bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
     cases = [
         (["--nproc-per-node", "0"], "--nproc-per-node"),  # Click's range check; its wording varies
-        (["--nproc-per-node", "2", "--dry-run"], "drop them with --dry-run"),
+        (["--nproc-per-node", "2", "--dry-run"], "--nproc-per-node starts training with torchrun; drop it with --dry-run"),
+        # the options given, not --nproc-per-node where it was not
+        (["--node-rank", "5", "--nnodes", "2", "--dry-run"], "--nnodes, --node-rank start training with torchrun; drop them with"),
         (["--nproc-per-node", "999", "--device", "cuda"], "more processes than this node's"),
         (["--nproc-per-node", "2", "--device", "cuda:1"], "names one GPU"),
         (["--nnodes", "2", "--nproc-per-node", "2"], "--master-addr"),

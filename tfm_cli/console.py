@@ -38,8 +38,20 @@ def numpy_before_torch() -> None:
         sys.meta_path.insert(0, NumpyBeforeTorch())
 
 
+def columns_zero_as_unset() -> None:
+    """COLUMNS=0 (or a number below 1) as if unset: rich took it for a width of nothing, and every error, and the
+    help, came out as blank lines (exit status 1 and not a word); Python's own `shutil.get_terminal_size` reads it
+    as unset too, and asks the terminal."""
+    import os
+
+    columns = os.environ.get("COLUMNS")
+    if columns is not None and columns.strip().lstrip("-").isdigit() and int(columns) < 1:
+        del os.environ["COLUMNS"]
+
+
 def main() -> None:
     try:
+        columns_zero_as_unset()  # before rich's consoles are made
         numpy_before_torch()
         from tfm_cli.cli.app import main as run
 

@@ -230,7 +230,7 @@ def _step_log_probs(
     engine: Engine, last: torch.Tensor, state: DecoderState, at_max: torch.Tensor, ban_eos: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B,) last tokens -> (B, V) fp32 log-probabilities of the next token for each row, and (B,) bool: the rows
-    whose end was forced, against the model's choice.
+    whose end was forced, against the model's choice (or forbidden until then, by `min_len`).
 
     Padding, BOS and <unk> are never outputs. Rows at their length limit ((B,) bool `at_max`) may only end (EOS);
     with `ban_eos` (fewer than `min_len` tokens so far) the other rows may not end. As in fairseq, banned tokens
@@ -251,8 +251,10 @@ def _step_log_probs(
             hint="restore model.safetensors (e.g. average the run's checkpoints) or train again",
         )
     forced = at_max.clone()
-    if limited:
+    if limited and not ban_eos:
         forced[at_max] = log_probs[at_max].argmax(dim=-1) != cfg.eos_id  # the model's choice, before min_len's ban
+    # (with min_len not reached every row at its limit is cut there: a beam that had its end forbidden for 50 steps
+    # wants it at the limit, and was called ended by the model, "eos", with no word of the cut)
     eos = log_probs[:, cfg.eos_id].clone() if limited else None
     if ban_eos:
         log_probs[:, cfg.eos_id] = float("-inf")

@@ -73,8 +73,10 @@ def train(
     launch = _Launch(nproc_per_node, nnodes, node_rank, master_addr, master_port, rdzv_endpoint)
     if launch.asked:
         if curves is not None or dry_run:
+            # (it named --nproc-per-node where only --node-rank was given)
             raise typer.BadParameter(
-                "--nproc-per-node and the node options start training; drop them with --dry-run or --curves", param_hint="--nproc-per-node"
+                f"{', '.join(launch.given)} {'starts' if len(launch.given) == 1 else 'start'} training with torchrun; "
+                f"drop {'it' if len(launch.given) == 1 else 'them'} with --dry-run or --curves", param_hint=launch.given[0]
             )
         launch.check(device)
     if curves is not None:
@@ -259,7 +261,10 @@ class _Launch:
     """`--nproc-per-node N` and the node options: checked, then torchrun started on `tfm train` itself."""
 
     def __init__(self, nproc_per_node, nnodes, node_rank, master_addr, master_port, rdzv_endpoint) -> None:
-        self.asked = any(v is not None for v in (nproc_per_node, nnodes, node_rank, master_addr, master_port, rdzv_endpoint))
+        options = {"--nproc-per-node": nproc_per_node, "--nnodes": nnodes, "--node-rank": node_rank,
+                   "--master-addr": master_addr, "--master-port": master_port, "--rdzv-endpoint": rdzv_endpoint}
+        self.given = [name for name, value in options.items() if value is not None]  # as the user gave them
+        self.asked = bool(self.given)
         self.nproc, self.nnodes = nproc_per_node or 1, nnodes or 1
         self.node_rank, self.master_addr, self.master_port = node_rank, master_addr, master_port
         self.rdzv_endpoint = rdzv_endpoint
