@@ -1664,6 +1664,14 @@ def test_a_cut_caused_by_min_len_blames_min_len(run: Path) -> None:
         assert "raise --max-len" in proc.stderr and "--min-len" not in proc.stderr, proc.stderr
 
 
+def test_a_file_given_where_a_run_directory_is_expected_is_said_to_be_one(run: Path, tmp_path: Path) -> None:
+    """`--curves RUN/metrics.jsonl` said the file "has no metrics.jsonl"; a FIFO as --model "holds no model"."""
+    error_line(tfm("train", "--curves", str(run / "recipe.yaml"), check=False), f"{run / 'recipe.yaml'} is a file, not a run directory")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    error_line(translate(fifo, "Bonjour."), f"{fifo} is neither a weights file (.safetensors) nor a run directory")
+
+
 def test_carriage_return_line_ends_are_not_read_as_one_line(run: Path, tmp_path: Path) -> None:
     lines = _head(50).splitlines()
     cr = write(tmp_path / "mac.tsv", "\r".join(lines) + "\r")

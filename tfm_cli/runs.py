@@ -149,6 +149,11 @@ def resolve_weights(spec: str | os.PathLike[str] | None, runs_root: str | os.Pat
             f"{path} is a CTranslate2 model (model.bin), not tfm's",
             hint="translate with it through ctranslate2.Translator, or give tfm the run it was converted from",
         )
+    if path.exists() and not path.is_dir():  # a FIFO, a device: "holds no model" spoke of a folder
+        raise CheckpointError(
+            f"{path} is neither a weights file (.safetensors) nor a run directory",
+            hint="give a run directory, its model.safetensors, a release or an export",
+        )
     raise CheckpointError(
         f"{path} holds no model ({FINAL}, {BEST} or {CHECKPOINTS}/step-*.safetensors)",
         hint="train into it with `tfm train RECIPE --out DIR`, or give a run that finished a checkpoint",

@@ -427,6 +427,8 @@ def _show_curves(run_dir: Path, json_out: bool) -> None:
 
     if not run_dir.exists():
         raise TfmError(f"run directory {run_dir} does not exist", hint="check the path; runs are under runs/, e.g. runs/tiny")
+    if not run_dir.is_dir():  # `--curves RUN/metrics.jsonl` said the file "has no metrics.jsonl"
+        raise TfmError(f"{run_dir} is a file, not a run directory", hint=f"pass the run directory, e.g. {shell_word(run_dir.parent)}")
     try:
         data = read_curves(run_dir)
     except (FileNotFoundError, NotADirectoryError):
