@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -145,8 +146,9 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     # the file a run's model is bound to is its tokenizer.json (another name beside it is not): the path given, and
     # through a symbolic link the file it names, each where a run may be (a run's tokenizer.json may be a link)
     runs_own = {p.parent: p for p in (target, written_file(target)) if p.name == "tokenizer.json"}
-    if target.is_dir():  # `--out RUN`: a run said as one, not a hint to give RUN/tokenizer.json, refused then
-        runs_own.setdefault(target, target / "tokenizer.json")
+    with contextlib.suppress(OSError):  # a name too long is said by check_output_file, below
+        if target.is_dir():  # `--out RUN`: a run said as one, not a hint to give RUN/tokenizer.json, refused then
+            runs_own.setdefault(target, target / "tokenizer.json")
     # each kept to the end once taken: a `tfm train` into the folder meanwhile is refused
     locks = {run_dir: DirectoryLock(run_dir) for run_dir in runs_own}
     for run_dir, path in runs_own.items():
