@@ -1124,6 +1124,11 @@ def test_tokenize_through_a_link_to_a_run_s_tokenizer_is_refused(root: Path, cop
     proc = tfm("tokenize", str(root / "recipe.yaml"), "--out", str(copy / "tokenizer.json"), check=False)
     error_line(proc, f"{copy} already holds a trained model: replacing tokenizer.json would break it")
     assert snapshot(copy) == before and kept.read_bytes() == kept_bytes
+    # one link more on the way (LINK -> RUN/tokenizer.json -> the file elsewhere): every hop is checked
+    (tmp_path / "mylink").symlink_to(copy / "tokenizer.json")
+    proc = tfm("tokenize", str(root / "recipe.yaml"), "--out", str(tmp_path / "mylink"), check=False)
+    error_line(proc, f"{copy} already holds a trained model: replacing tokenizer.json would break it")
+    assert snapshot(copy) == before and kept.read_bytes() == kept_bytes
     dangling = tmp_path / "dangling.json"
     dangling.symlink_to(tmp_path / "nowhere" / "tok.json")
     proc = tfm("tokenize", str(root / "recipe.yaml"), "--out", str(dangling), check=False)

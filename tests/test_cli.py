@@ -1430,7 +1430,7 @@ def test_without_numpy_torch_still_loads_under_the_console_script() -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == "2.0", proc.stderr
 
 
-@pytest.mark.parametrize("columns", ["0", "-5"])
+@pytest.mark.parametrize("columns", ["0", "-5", "--5", " 0 ", "abc"])
 def test_a_width_of_no_columns_is_taken_as_unset(columns: str) -> None:
     """COLUMNS=0: rich took it for a width of nothing, and every error came out as an empty line (exit status 1,
     not a word), the help as blank lines."""

@@ -74,6 +74,51 @@ def test_a_resume_that_reorders_the_rest_of_its_epoch_says_so(copy: Path, tmp_pa
     assert proc.returncode == 0 and "ordered otherwise" not in proc.stderr, proc.stderr
 
 
+def test_the_reorder_note_compares_with_the_checkpoint_s_recipe_and_not_at_an_epoch_s_end(root: Path, tmp_path: Path) -> None:
+    """The note compared with the run's recipe.yaml, which a session started after the checkpoint rewrites (killed,
+    it left seed 5 there over a seed-1 checkpoint: no note for a real reorder, a false one for none); and it spoke
+    of "the rest of epoch 1" where the checkpoint was at that epoch's end, nothing of it left."""
+    from tfm_cli.recipe import dump_recipe, recipe_to_dict
+    from tfm_cli.training.checks import with_absolute_paths
+    from tfm_cli.training.trainer import restore_stream
+
+    class Stream:  # what restore_stream reads of a BatchStream
+        def __init__(self, n: int) -> None:
+            self.n, self.position = n, 0
+
+        def load_state_dict(self, saved: dict) -> None:
+            self.position = saved["position"]
+
+        def batches(self) -> list:
+            return [[0]] * self.n
+
+    run = tmp_path / "run"
+    run.mkdir()
+    seed = lambda n: load_recipe(root / "recipe.yaml", [f"train.seed={n}"])  # noqa: E731
+    dump_recipe(with_absolute_paths(seed(5)), run / "recipe.yaml")  # a later session's, killed before a checkpoint
+    trained_with = recipe_to_dict(with_absolute_paths(seed(1)))  # the checkpoint's own
+    mid, end = {"epoch": 1, "position": 3}, {"epoch": 1, "position": 8}
+    assert restore_stream(Stream(8), mid, seed(1), run, trained_with) is None  # seed 1 as trained: no reorder
+    note = restore_stream(Stream(8), mid, seed(5), run, trained_with)
+    assert note is not None and "changes train.seed" in note and "the rest of epoch 1 (from batch 3)" in note
+    assert restore_stream(Stream(8), end, seed(5), run, trained_with) is None  # nothing of epoch 1 left
+    assert restore_stream(Stream(8), mid, seed(1), run, None) is not None  # an older state: recipe.yaml's, as before
+
+
+def test_a_resume_drops_the_records_a_dead_session_logged_past_its_checkpoint(copy: Path) -> None:
+    """A session killed past its last checkpoint (kill -9) left its records of later steps in metrics.jsonl; the
+    resume appended its own after them, and the curves mixed the two (TensorBoard's events were purged). The resume
+    drops them, and says so; the run's records then have each step once, in order."""
+    for name in ("step-00000010.safetensors", "step-00000010.state.pt"):
+        (copy / "checkpoints" / name).unlink()  # as if killed after logging steps 6-10, before their checkpoint
+    (copy / "model.safetensors").unlink()
+    records = lambda: [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    assert any(r["step"] > 5 for r in records())
+    proc = train("--resume", str(copy))
+    assert proc.returncode == 0 and "dropped 1 record(s) of metrics.jsonl logged after step 5" in proc.stderr, proc.stderr
+    assert [(r["kind"], r["step"]) for r in records()] == [("train", 5), ("train", 10)]  # step 10 once: this session's
+
+
 def test_a_resume_with_another_number_of_threads_says_it_is_not_bit_for_bit(copy: Path) -> None:
     """Float sums depend on the number of torch threads: a resume with another number went on otherwise than the
     run would have, without a word (a resume with another number of processes says so)."""

@@ -44,8 +44,11 @@ def columns_zero_as_unset() -> None:
     as unset too, and asks the terminal."""
     import os
 
-    columns = os.environ.get("COLUMNS")
-    if columns is not None and columns.strip().lstrip("-").isdigit() and int(columns) < 1:
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:  # unset, or no number (`--5`, `abc`): rich ignores those itself
+        return
+    if columns < 1:
         del os.environ["COLUMNS"]
 
 

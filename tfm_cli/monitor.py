@@ -228,6 +228,31 @@ class RisingLoss:
         return None
 
 
+def purge_metrics_after(run_dir: Path, step: int) -> int:
+    """Drop the records of metrics.jsonl logged after `step` (by a session that died past its last checkpoint, a
+    `kill -9`), as TensorBoard's purge_step drops its events, so that a resume from `step` does not interleave its
+    records with those of a future that was thrown away. Returns how many were dropped (the file is rewritten
+    whole, or not at all, only then). Lines that are no record are kept."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    kept: list[bytes] = []
+    dropped = 0
+    for line in path.read_bytes().splitlines(keepends=True):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            kept.append(line)
+            continue
+        later = isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] > step
+        dropped += later
+        if not later:
+            kept.append(line)
+    if dropped:
+        atomic_write(path, lambda tmp: Path(tmp).write_bytes(b"".join(kept)))
+    return dropped
+
+
 def append_metrics(run_dir: Path, record: dict[str, Any]) -> None:
     """Add one record (a log window, an evaluation, the final scores) to the run's metrics.jsonl, on a line of
     its own: after a line that a crash cut mid-write (no newline at the end of the file), a new line is started

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -145,7 +146,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     target = out if out is not None else default_out
     # the file a run's model is bound to is its tokenizer.json (another name beside it is not): the path given, and
     # through a symbolic link the file it names, each where a run may be (a run's tokenizer.json may be a link)
-    runs_own = {p.parent: p for p in (target, written_file(target)) if p.name == "tokenizer.json"}
+    runs_own = {p.parent: p for p in (*_link_chain(target), written_file(target)) if p.name == "tokenizer.json"}
     with contextlib.suppress(OSError):  # a name too long is said by check_output_file, below
         if target.is_dir():  # `--out RUN`: a run said as one, not a hint to give RUN/tokenizer.json, refused then
             runs_own.setdefault(target, target / "tokenizer.json")
@@ -213,6 +214,16 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
             ("training time (s)", round(seconds, 2), ""),
         ],
     )
+
+
+def _link_chain(path: Path, hops: int = 40) -> list[Path]:
+    """`path` and every path its symbolic links name on the way to a file (a run's tokenizer.json may be a link, and
+    a link to it one more hop), at most `hops` of them (a loop is said by the output's checks)."""
+    chain = [path]
+    with contextlib.suppress(OSError):
+        while chain[-1].is_symlink() and len(chain) <= hops:
+            chain.append(chain[-1].parent / os.readlink(chain[-1]))
+    return chain
 
 
 def _refuse_a_run_folder(run_dir: Path, target: Path, lock, meanwhile: bool = False) -> None:

@@ -263,7 +263,7 @@ class _Launch:
     def __init__(self, nproc_per_node, nnodes, node_rank, master_addr, master_port, rdzv_endpoint) -> None:
         options = {"--nproc-per-node": nproc_per_node, "--nnodes": nnodes, "--node-rank": node_rank,
                    "--master-addr": master_addr, "--master-port": master_port, "--rdzv-endpoint": rdzv_endpoint}
-        self.given = [name for name, value in options.items() if value is not None]  # as the user gave them
+        self.given = [name for name, value in options.items() if value is not None]  # those given, in the help's order
         self.asked = bool(self.given)
         self.nproc, self.nnodes = nproc_per_node or 1, nnodes or 1
         self.node_rank, self.master_addr, self.master_port = node_rank, master_addr, master_port
@@ -428,7 +428,11 @@ def _show_curves(run_dir: Path, json_out: bool) -> None:
     if not run_dir.exists():
         raise TfmError(f"run directory {run_dir} does not exist", hint="check the path; runs are under runs/, e.g. runs/tiny")
     if not run_dir.is_dir():  # `--curves RUN/metrics.jsonl` said the file "has no metrics.jsonl"
-        raise TfmError(f"{run_dir} is a file, not a run directory", hint=f"pass the run directory, e.g. {shell_word(run_dir.parent)}")
+        inside = (run_dir.parent / "metrics.jsonl").is_file()  # a file of a run: that run
+        raise TfmError(
+            f"{run_dir} is {'a file' if run_dir.is_file() else 'not a folder'}, not a run directory",
+            hint=f"pass the run directory, e.g. {shell_word(run_dir.parent) if inside else 'runs/tiny'}",
+        )
     try:
         data = read_curves(run_dir)
     except (FileNotFoundError, NotADirectoryError):

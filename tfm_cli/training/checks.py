@@ -568,9 +568,9 @@ def check_room(run_dir: Path, config, t, resume: bool = False, probe: bool = Tru
     # training, with "check the path, its permissions and the free space"
     for name in (FINAL, BEST, "summary.json", "metrics.jsonl", CURVES_PNG):
         if (run_dir / name).is_dir():
-            raise TfmError(
+            raise TfmError(  # (a copy of the run would copy the folder too)
                 f"{run_dir / name} is a folder, where the run writes its {name}",
-                hint=f"move that folder away, or {_elsewhere(run_dir, resume)}",
+                hint="move that folder away" + ("" if resume else ", or choose another --out"),
             )
     # What a resume writes into in place (the rest is written under a temporary name and renamed): a read-only
     # metrics.jsonl stopped the run at its first log line, a read-only tensorboard/ before the first step with a

@@ -53,6 +53,7 @@ from tfm_cli.monitor import (
     TensorBoardLog,
     append_metrics,
     perplexity,
+    purge_metrics_after,
     write_curves_png,
 )
 from tfm_cli.recipe import (
@@ -500,6 +501,12 @@ class Trainer:
             self._restore(weights, state)
         if self.main:  # only now: a resume that cannot continue (above) leaves the run's recipe.yaml as it was
             self._write_run_files()
+        if self.main and self.resume and (dropped := purge_metrics_after(run_dir, self.step)):
+            # a session that died past its last checkpoint (kill -9) logged a future this resume throws away
+            self.events.message(
+                f"dropped {dropped} record(s) of metrics.jsonl logged after step {self.step} by a session that stopped "
+                "without saving them in a checkpoint (this resume trains those steps again)"
+            )
         if dist.enabled:
             self.events.message(f"{dist.world_size} processes (DDP over {dist.device.type}): each trains on its share of every batch")
         self.step_model = dist.wrap(self.model)  # DDP in a multi-process job; `model` stays what is saved and evaluated
@@ -610,7 +617,8 @@ class Trainer:
         load_state(self.model, read_weights(weights), weights)  # load_state_dict copies onto the model's device
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
-        if (note := restore_stream(self.stream, state["stream"], self.recipe, self.run_dir)) and self.main:
+        note = restore_stream(self.stream, state["stream"], self.recipe, self.run_dir, state.get("recipe"))
+        if note and self.main:
             self.events.message(note)
         _restore_rng(state, self.dist, self.t.seed)
         self.earlier_seconds = float(state.get("train_seconds", 0.0))
@@ -1233,7 +1241,7 @@ def check_resume(
         corpus, recipe.train.max_tokens, recipe.train.seed, tok.pad_id, tok.bos_id, tok.eos_id,
         pad_multiple=pad_multiple_for(device or torch.device("cpu")),
     )
-    if (note := restore_stream(stream, state["stream"], recipe, run_dir)) and said is not None:
+    if (note := restore_stream(stream, state["stream"], recipe, run_dir, state.get("recipe"))) and said is not None:
         said(note)
     return step
 
@@ -1430,24 +1438,36 @@ _STREAM_KEYS = ("data.train", "data.max_len", "train.max_tokens")  # what decide
 _ORDER_KEYS = (*_STREAM_KEYS, "train.seed")  # ... and their order within an epoch
 
 
-def _changed_settings(recipe: Recipe, run_dir: Path, keys: tuple[str, ...]) -> list[tuple[str, str, str]]:
-    """The (key, section, name) of `keys` whose values this resume's recipe changes from the run's recipe.yaml."""
+def _trained_with(run_dir: Path, saved_recipe: dict[str, Any] | None) -> dict[str, Any]:
+    """The recipe the checkpoint was trained with, as a dict: the one its state saved, else the run's recipe.yaml
+    (older states; a session started after the checkpoint may have rewritten it), else {}."""
+    if isinstance(saved_recipe, dict):
+        return saved_recipe
     try:
-        before = recipe_to_dict(with_absolute_paths(load_recipe(run_dir / "recipe.yaml")))
+        return recipe_to_dict(with_absolute_paths(load_recipe(run_dir / "recipe.yaml")))
     except TfmError:
-        return []
+        return {}
+
+
+def _changed_settings(
+    recipe: Recipe, before: dict[str, Any], keys: tuple[str, ...]
+) -> list[tuple[str, str, str]]:
+    """The (key, section, name) of `keys` whose values this resume's recipe changes from `before`."""
     now = recipe_to_dict(with_absolute_paths(recipe))
     return [
         (key, section, name)
         for key in keys
         for section, name in [key.split(".")]
-        if section in before and before[section].get(name) != now[section].get(name)
+        if isinstance(before.get(section), dict) and before[section].get(name) != now[section].get(name)
     ]
 
 
-def restore_stream(stream: BatchStream, saved: dict[str, int], recipe: Recipe, run_dir: Path) -> str | None:
+def restore_stream(
+    stream: BatchStream, saved: dict[str, int], recipe: Recipe, run_dir: Path, saved_recipe: dict[str, Any] | None = None
+) -> str | None:
     """Put `stream` at the data position a checkpoint saved; when the position does not exist in this resume's
-    batches, say which of the recipe's data settings this resume changes (the run's recipe.yaml has the old ones).
+    batches, say which of the recipe's data settings this resume changes from those the checkpoint was trained
+    with (`saved_recipe`, its state's; else the run's recipe.yaml).
 
     Returns:
         What to say when this resume changes what orders the batches (data.train, data.max_len, train.max_tokens,
@@ -1456,12 +1476,12 @@ def restore_stream(stream: BatchStream, saved: dict[str, int], recipe: Recipe, r
     Raises:
         CheckpointError: the position lies past the end of its epoch (another corpus, max_len or max_tokens).
     """
+    before = _trained_with(run_dir, saved_recipe)
     try:
         stream.load_state_dict(saved)
     except TfmError as error:
-        differ = _changed_settings(recipe, run_dir, _STREAM_KEYS)
+        differ = _changed_settings(recipe, before, _STREAM_KEYS)
         now = recipe_to_dict(with_absolute_paths(recipe))
-        before = recipe_to_dict(with_absolute_paths(load_recipe(run_dir / "recipe.yaml"))) if differ else {}
         changed = [f"{key} {before[section][name]!r} -> {now[section][name]!r}" for key, section, name in differ]
         why = f"this resume changes {'; '.join(changed)}" if changed else str(error)
         raise CheckpointError(
@@ -1473,7 +1493,8 @@ def restore_stream(stream: BatchStream, saved: dict[str, int], recipe: Recipe, r
         ) from None
     # the position exists, but in batches made or ordered otherwise: the rest of the epoch was read in another
     # order without a word (measured: train.seed=5 trained 200 of 1,160 pairs twice in that epoch, 217 not at all)
-    if differ := _changed_settings(recipe, run_dir, _ORDER_KEYS):
+    at_its_end = stream.position >= len(stream.batches())  # nothing of that epoch is left to read
+    if not at_its_end and (differ := _changed_settings(recipe, before, _ORDER_KEYS)):
         return (
             f"note: this resume changes {', '.join(key for key, _, _ in differ)}: the rest of epoch {saved.get('epoch')} "
             f"(from batch {saved.get('position')}) comes from batches made or ordered otherwise, so some of its pairs "
