@@ -565,3 +565,26 @@ def test_an_empty_out_that_cannot_be_replaced_is_not_blamed_on_another_export(tm
     message = str(caught.value)
     assert message == f"{out} (an empty folder) cannot be replaced by the export: Device or resource busy", message
     assert "another process" not in message and list(out.iterdir()) == []
+
+
+def test_the_release_card_says_how_an_unusual_model_was_made(trained, tmp_path: Path) -> None:
+    """The card said "(tied embeddings counted once)" of an untied model, "1 heads", and "trained for 5 steps" of a
+    model fine-tuned for 5 steps from another's weights."""
+    import yaml
+
+    from clitools import tiny_recipe
+
+    train_tsv = trained["dir"].parent / "train.tsv"
+    base = yaml.safe_load(tiny_recipe("odd", data={"train": str(train_tsv), "dev": None},
+                                      model={"tie_embeddings": False, "n_heads": 1},
+                                      train={"max_steps": 4, "save_every": 2, "keep_last": 2, "average_last": 1}))
+    recipe = tmp_path / "odd.yaml"
+    recipe.write_text(yaml.safe_dump(base), encoding="utf-8")
+    first, tuned = tmp_path / "first", tmp_path / "tuned"
+    tfm("train", str(recipe), "--out", str(first), "--device", "cpu")
+    tfm("train", str(recipe), "--out", str(tuned), "--device", "cpu", f"train.init_from={first}", "train.max_steps=2")
+    card = (run_export("release", tuned, tmp_path / "rel", verify_lines=5).path / "README.md").read_text(encoding="utf-8")
+    assert "tied embeddings counted once" not in card and ", 1 head, 1+1 layers" in card, card
+    assert f"- fine-tuned for 2 steps from `{first}`; exported from" in card, card
+    plain = (run_export("release", first, tmp_path / "rel-first", verify_lines=5).path / "README.md").read_text(encoding="utf-8")
+    assert "- trained for 4 steps; exported from" in plain, plain

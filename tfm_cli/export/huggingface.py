@@ -714,6 +714,9 @@ batch = tokenizer(["..."], return_tensors="pt", padding=True, truncation=True)
 print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 ```
 
+`batch_decode` keeps the spaces of `▁` tokens in a row (an undertrained model emits them); `tfm translate` writes a
+run of spaces as one and strips the ends: `" ".join(text.split())` gives its line.
+
 `truncation=True` cuts a sentence longer than the encoder's {config.max_positions} positions to its first
 {config.max_positions - 1} pieces and `</s>`, as `tfm translate` cuts it (with a warning); without it such a sentence
 ends in an `IndexError`. For CTranslate2, cut `tokens` (below) the same way.

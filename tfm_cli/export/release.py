@@ -196,6 +196,19 @@ def _dev_pairs(run_dir: Path, tokenizer: Tokenizer) -> tuple[list[tuple[str, str
         return [], "auto"
 
 
+def _trained_for(loaded: LoadedModel) -> str:
+    """How the model was trained, for the card: its steps, and the model a fine-tuning run started from (the card
+    said "trained for 40 steps" of a model fine-tuned for 40 from one of 300)."""
+    from tfm_cli.recipe import load_recipe
+
+    steps = f"{loaded.step:,} step{'s' if loaded.step != 1 else ''}"
+    try:
+        init_from = load_recipe(loaded.run_dir / "recipe.yaml").train.init_from
+    except (TfmError, OSError, ValueError):
+        init_from = None
+    return f"fine-tuned for {steps} from `{init_from}`" if init_from else f"trained for {steps}"
+
+
 def _model_card(loaded: LoadedModel, dtype: str, scores: dict[str, Any] | None, example: str) -> str:
     cfg = loaded.model.config
     recipe_file = loaded.run_dir / "recipe.yaml"
@@ -223,9 +236,11 @@ def _model_card(loaded: LoadedModel, dtype: str, scores: dict[str, Any] | None, 
         "",
         "## Model",
         "",
-        f"- parameters: {loaded.model.num_parameters():,} (tied embeddings counted once); weights stored as {dtype}",
-        f"- trained for {loaded.step:,} steps; exported from `{loaded.path.name}` of run `{name}`",
-        f"- d_model {cfg.d_model}, d_ff {cfg.d_ff}, {cfg.n_heads} heads, {cfg.n_enc_layers}+{cfg.n_dec_layers} layers, "
+        f"- parameters: {loaded.model.num_parameters():,}{' (tied embeddings counted once)' if cfg.tie_embeddings else ''}; "
+        f"weights stored as {dtype}",
+        f"- {_trained_for(loaded)}; exported from `{loaded.path.name}` of run `{name}`",
+        f"- d_model {cfg.d_model}, d_ff {cfg.d_ff}, {cfg.n_heads} head{'s' if cfg.n_heads != 1 else ''}, "
+        f"{cfg.n_enc_layers}+{cfg.n_dec_layers} layers, "
         f"{cfg.norm}-norm, {cfg.positions} positions, vocabulary {cfg.vocab_size:,} (joint BPE)",
         f"- tokenizer.json sha256 {loaded.tokenizer.sha256}",
         "",
