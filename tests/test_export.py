@@ -571,7 +571,6 @@ def test_the_release_card_says_how_an_unusual_model_was_made(trained, tmp_path: 
     """The card said "(tied embeddings counted once)" of an untied model, "1 heads", and "trained for 5 steps" of a
     model fine-tuned for 5 steps from another's weights."""
     import yaml
-
     from clitools import tiny_recipe
 
     train_tsv = trained["dir"].parent / "train.tsv"
