@@ -335,6 +335,47 @@ def test_a_handler_of_another_program_is_left_alone() -> None:
         signal.signal(signal.SIGTERM, before)
 
 
+def test_a_stop_signal_during_the_clean_up_after_an_error_does_not_hide_the_error() -> None:
+    """torchrun's SIGTERM to the ranks left after one was killed landed in the process group's clean-up, after the
+    "lost contact" error: its KeyboardInterrupt replaced that error, said as a stop "outside a training step".
+    During that clean-up a stop signal is dropped when an error is on its way out, and passed on otherwise."""
+    import tfm_cli.training.trainer as trainer
+    from tfm_cli.distributed import RankError
+    from tfm_cli.signals import held_stop_signals
+
+    def stopping(signum, frame):
+        raise KeyboardInterrupt
+
+    stopping.raises_keyboard_interrupt = True  # as `tfm train`'s handler is marked
+    before = signal.signal(signal.SIGTERM, stopping)
+    try:
+        with held_stop_signals(deliver=False):
+            _signal_self(signal.SIGTERM)  # dropped: nothing raised, inside or after
+        with pytest.raises(KeyboardInterrupt), held_stop_signals():
+            _signal_self(signal.SIGTERM)  # held, then passed on after the block
+
+        class Dist:  # a rank whose peer died: its clean-up is where torchrun's SIGTERM lands
+            is_main, owns_group = True, False
+
+            def say_stopping(self) -> None:
+                pass
+
+            def cleanup(self) -> None:
+                _signal_self(signal.SIGTERM)
+
+        lost = RankError("process 0 of 2 lost contact with another process of the job")
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in (("resolve_device", lambda device: device), ("with_init_tokenizer", lambda r, resume: r),
+                                ("preflight", lambda *a: None), ("setup_distributed", lambda device: Dist())):
+                patch.setattr(trainer, name, value)
+            patch.setattr(trainer, "_train", lambda *a: (_ for _ in ()).throw(lost))
+            recipe = trainer.load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "tiny.yaml")
+            with pytest.raises(RankError, match="lost contact"):
+                trainer.train(recipe, Path("run"), device="cpu")
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_tensorboard_calls_are_never_interrupted_inside() -> None:
     """A stop signal during a tensorboard call is passed on when the call is done: raised inside the writer's
     queue locking, it left close() waiting two minutes, or for ever."""
@@ -380,9 +421,9 @@ def test_bad_launcher_options_get_one_line(tmp_path: Path) -> None:
     recipe.write_text(ddp_recipe("bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
     cases = [
         (["--nproc-per-node", "0"], "--nproc-per-node"),  # Click's range check; its wording varies
-        (["--nproc-per-node", "2", "--dry-run"], "--nproc-per-node starts training with torchrun; drop it with --dry-run"),
+        (["--nproc-per-node", "2", "--dry-run"], "--nproc-per-node starts training with torchrun, which --dry-run does not: drop it"),
         # the options given, not --nproc-per-node where it was not
-        (["--node-rank", "5", "--nnodes", "2", "--dry-run"], "--nnodes, --node-rank start training with torchrun; drop them with"),
+        (["--node-rank", "5", "--nnodes", "2", "--dry-run"], "--nnodes, --node-rank start training with torchrun, which --dry-run does not: drop them"),
         (["--nproc-per-node", "999", "--device", "cuda"], "more processes than this node's"),
         (["--nproc-per-node", "2", "--device", "cuda:1"], "names one GPU"),
         (["--nnodes", "2", "--nproc-per-node", "2"], "--master-addr"),

@@ -56,10 +56,11 @@ def swap_handlers(handlers: dict[int, Any], replaced: dict[int, Any] | None = No
 
 
 @contextlib.contextmanager
-def held_stop_signals() -> Iterator[None]:
+def held_stop_signals(deliver: bool = True) -> Iterator[None]:
     """Hold the stop signals whose handler raises KeyboardInterrupt (`stops_the_run`) over the block, then call
-    that handler for the first one that came (it raises after the block, not inside it). Outside the main
-    thread, where no handler runs, this does nothing."""
+    that handler for the first one that came (it raises after the block, not inside it); with `deliver=False`
+    they are dropped instead (the process is already ending on an error, which a KeyboardInterrupt would hide).
+    Outside the main thread, where no handler runs, this does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -74,7 +75,7 @@ def held_stop_signals() -> Iterator[None]:
         yield
     finally:
         swap_handlers(previous)
-        if came:
+        if came and deliver:
             previous[came[0]](came[0], None)
 
 

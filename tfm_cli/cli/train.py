@@ -75,8 +75,9 @@ def train(
         if curves is not None or dry_run:
             # (it named --nproc-per-node where only --node-rank was given)
             raise typer.BadParameter(
-                f"{', '.join(launch.given)} {'starts' if len(launch.given) == 1 else 'start'} training with torchrun; "
-                f"drop {'it' if len(launch.given) == 1 else 'them'} with --dry-run or --curves", param_hint=launch.given[0]
+                f"{', '.join(launch.given)} {'starts' if len(launch.given) == 1 else 'start'} training with torchrun, "
+                f"which {'--dry-run' if dry_run else '--curves'} does not: drop {'it' if len(launch.given) == 1 else 'them'}",
+                param_hint=launch.given[0]
             )
         launch.check(device)
     if curves is not None:

@@ -86,6 +86,7 @@ from tfm_cli.runtime import (
     resolve_precision,
     tune_cpu_allocator,
 )
+from tfm_cli.signals import held_stop_signals
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer
 from tfm_cli.training.checks import (
     InitModel,
@@ -327,16 +328,21 @@ def train(
     preflight(recipe, run_dir, resume)
     dist = setup_distributed(device)  # one rank of a torchrun job, or a single process
     events = (events or TrainEvents()) if dist.is_main else TrainEvents()  # rank 0 alone reports
+    failed = False
     try:
         return _train(recipe, run_dir, resume, events, dist)
     except BaseException as error:
+        failed = True
         if isinstance(error, TfmError) and not isinstance(error, RankError):
             dist.say_stopping()  # rank 0's own line says it all (a full disk): rank 1 need not add "lost contact"
         if dist.owns_group:
             _let_go_of_frames(error)
         raise
     finally:
-        dist.cleanup()
+        # torchrun's SIGTERM to the ranks left after one died lands here: its KeyboardInterrupt replaced the "lost
+        # contact" error on the way out, which was then said as a stop "outside a training step"
+        with held_stop_signals(deliver=not failed):
+            dist.cleanup()
 
 
 def _let_go_of_frames(error: BaseException) -> None:
