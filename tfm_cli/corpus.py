@@ -228,15 +228,21 @@ def _check_intact(f: IO[bytes], shown: str, line_no: int, path: Path) -> None:
 
 # What a message says of an encoding that is not Windows' Western one (cp1252 read such text into wrong letters
 # silently: a Russian file in cp1251 became "ó÷èòåëü", which tfm then trained on)
-ENCODINGS = (
-    "where ENCODING is the file's own: cp1251 for Cyrillic, cp1253 Greek, cp1254 Turkish, cp1250 Central European, "
-    "cp1252 Western European, gb18030 Chinese, shift_jis Japanese, euc-kr Korean; file -i or uchardet can tell"
-)
+_BY_SCRIPT = (("cp1251", "Cyrillic"), ("cp1253", "Greek"), ("cp1254", "Turkish"), ("cp1250", "Central European"),
+              ("cp1252", "Western European"), ("gb18030", "Chinese"), ("shift_jis", "Japanese"), ("euc-kr", "Korean"))
+
+
+def _encodings(leave_out: str = "", first: str = "") -> str:
+    """The usual encodings by script, as a message lists them ("cp1251 for Cyrillic, cp1253 Greek, ..."), `first`
+    first (the likeliest), `leave_out` left out."""
+    ordered = sorted(_BY_SCRIPT, key=lambda pair: pair[0] != first)  # a stable sort: the rest keep their order
+    named = [f"{code} {script}" for code, script in ordered if code != leave_out]
+    return named[0].replace(" ", " for ", 1) + ", " + ", ".join(named[1:])
+
+
+ENCODINGS = f"where ENCODING is the file's own: {_encodings()}; file -i or uchardet can tell"
 # ... and of a line that reads as Western European text, which Central European text can too (Czech ě read as ì)
-WESTERN_OR_NOT = (
-    "if it is Western European text; else -f its own encoding: cp1250 for Central European, cp1251 Cyrillic, "
-    "cp1253 Greek, cp1254 Turkish, gb18030 Chinese, shift_jis Japanese, euc-kr Korean"
-)
+WESTERN_OR_NOT = f"if it is Western European text; else -f its own encoding: {_encodings(leave_out='cp1252', first='cp1250')}"
 
 
 def reads_as_western(raw: bytes) -> bool:
