@@ -172,6 +172,26 @@ def test_the_api_refuses_what_it_cannot_show(translator: Translator, report, tra
     assert all(torch.equal(inside.weights[k], report.weights[k]) for k in KINDS)
 
 
+
+def test_numpy_and_tensor_indices_are_indices(report) -> None:
+    """An index from numpy (`np.argmax` of a row) or a one-element integer tensor is an index: both were refused
+    as "must be an int", though torch and numpy take them; a float, a bool or a string still is not."""
+    import numpy as np
+
+    last = report.n_layers["decoder"] - 1
+    expected = report.matrix("cross", last, 0)
+    for layer, head in ((np.int64(last), np.int32(0)), (torch.tensor(last), torch.tensor(0))):
+        assert torch.equal(report.matrix("cross", layer, head), expected)
+        assert report.to_dict(kind="cross", layer=layer, head=head) == report.to_dict(kind="cross", layer=last, head=0)
+    query = int(np.argmax(expected[:, 0].numpy()))
+    assert focus(report, "cross", np.int64(query)) == focus(report, "cross", query)
+    for bad, name in ((1.0, "float"), (True, "bool"), ("0", "str"), (torch.tensor(0.0), "Tensor")):
+        with pytest.raises(TypeError, match=f"layer must be an int \\(0-based\\) or None, not {name}"):
+            report.matrix("cross", bad, 0)
+    with pytest.raises(ValueError, match="layer=99 is out of range"):
+        report.matrix("cross", np.int64(99), 0)
+
+
 def test_find_token() -> None:
     tokens = ["▁L'", "an", "▁qu'il", "▁était", "</s>"]
     assert find_token(tokens, "il") == 2 and find_token(tokens, "qu'il") == 2 and find_token(tokens, "3") == 2

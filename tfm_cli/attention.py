@@ -17,6 +17,7 @@ CLI renders these numbers (tfm_cli/cli/inspect_attn.py) and a Python user gets t
 from __future__ import annotations
 
 import math
+import operator
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,8 +99,13 @@ class AttentionReport:
         ):
             if value is None or limit is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int):
+            try:  # an int, numpy's or a one-element integer tensor; not a bool, a float or a string
+                index = operator.index(value) if not isinstance(value, bool) else None
+            except TypeError:
+                index = None
+            if index is None:
                 raise TypeError(f"{name} must be an int (0-based) or None, not {type(value).__name__}")
+            value = index
             if not 0 <= value < limit:
                 raise ValueError(f"{name}={value} is out of range: 0 to {limit - 1} (0-based) for {kind or 'every kind'}")
 
