@@ -107,7 +107,7 @@ complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l encode -s e -x -d '
 complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l help -s h -d 'Show this message and exit.'
 complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l json -d 'Print results as JSON for scripts instead of a table.'
 complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l min-frequency -x -d 'Minimum count of a merge (default: the recipe\'s, else 2).'
-complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l out -s o -r -F -d 'Where to save tokenizer.json (default: runs/<recipe name>/tokenizer.json, or ./tokenizer.json).'
+complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l out -s o -r -F -d 'Where to save tokenizer.json (default: the recipe\'s tokenizer.path, else runs/<recipe name>/token...'
 complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l tokenizer -s t -r -F -d 'With --encode: a tokenizer.json or a run directory (default: the most recent run).'
 complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l vocab-size -x -d 'Vocabulary size (default: the recipe\'s, else 8000).'
 complete -c tfm -n '__fish_seen_subcommand_from tokenize' -F

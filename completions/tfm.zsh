@@ -187,7 +187,7 @@ _tfm_tokenize() {
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[Print results as JSON for scripts instead of a table.]' \
         '--min-frequency[Minimum count of a merge (default\: the recipe'\''s, else 2).]:min frequency: ' \
-        '(--out -o)'{--out,-o}'[Where to save tokenizer.json (default\: runs/<recipe name>/tokenizer.json, or ./tokenizer.json).]:out:_files' \
+        '(--out -o)'{--out,-o}'[Where to save tokenizer.json (default\: the recipe'\''s tokenizer.path, else runs/<recipe name>/token...]:out:_files' \
         '(--tokenizer -t)'{--tokenizer,-t}'[With --encode\: a tokenizer.json or a run directory (default\: the most recent run).]:tokenizer:_files' \
         '--vocab-size[Vocabulary size (default\: the recipe'\''s, else 8000).]:vocab size: ' \
         '1:recipe:_tfm_recipe_word' \

@@ -238,7 +238,7 @@ def test_a_corpus_already_cut_by_sentencepiece_is_said(tmp_path: Path) -> None:
     spm.write_text("".join(f"▁{s.replace(' ', ' ▁')}\t▁{t.replace(' ', ' ▁')}\n" for s, t in pairs), encoding="utf-8")
     plain.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
     proc = tfm("tokenize", "--corpus", str(spm), "--vocab-size", "300", "--out", str(tmp_path / "a.json"))
-    assert proc.returncode == 0 and "warning: --corpus: 100% of its pairs hold ▁ (U+2581)" in proc.stderr, proc.stderr
+    assert proc.returncode == 0 and f"warning: --corpus {spm}: 100% of its {len(pairs)} pairs hold ▁ (U+2581)" in proc.stderr, proc.stderr
     assert "spm_decode" in proc.stderr
     proc = tfm("tokenize", "--corpus", str(plain), "--vocab-size", "300", "--out", str(tmp_path / "b.json"))
     assert proc.returncode == 0 and "U+2581" not in proc.stderr, proc.stderr
@@ -261,6 +261,64 @@ def test_tokenize_measures_the_pairs_train_keeps(tmp_path: Path) -> None:
     assert "note: 3 pairs with an empty side not measured (tfm train skips them)" in proc.stderr
     table = tfm("tokenize", "--corpus", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "t.json"))
     assert "note: 3 pairs with an empty side" in table.stderr and re.search(r"sentences\s+300\s+300", table.stdout)
+
+
+
+def test_tokenize_with_a_recipe_measures_what_its_max_len_keeps(tmp_path: Path) -> None:
+    """With a recipe, the statistics counted the pairs `tfm train` drops for data.max_len (one base64 line of
+    750,000 characters made the source mean 2,367 tokens where train's corpus has 14); they are left out and
+    counted now, as train counts them."""
+    with gzip.open(Path(tfm_cli.__file__).parent / "corpora" / "tatoeba-fr-en" / "dev.tsv.gz", "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()[:300]
+    corpus = tmp_path / "c.tsv"
+    corpus.write_text("\n".join([*lines, " ".join(["mot"] * 200) + "\tword", "court\t" + "long " * 80]) + "\n",
+                      encoding="utf-8")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(clitools.tiny_recipe("mx", data={"train": str(corpus), "dev": None, "max_len": 32}), encoding="utf-8")
+    proc = tfm("tokenize", str(recipe), "--out", str(tmp_path / "tok.json"), "--json")
+    report = json.loads(proc.stdout)
+    kept, long = report["sentences"], report["skipped_long"]
+    assert kept + long == 302 and long >= 2, report  # the two made long, and any dev line over 31 tokens
+    assert report["src_tokens"]["max"] <= 31 and report["tgt_tokens"]["max"] <= 31
+    assert f"note: {long} pairs with a side over 31 tokens not measured (tfm train skips them: data.max_len=32" in proc.stderr
+    run = tfm("train", str(recipe), f"tokenizer.path={tmp_path / 'tok.json'}", "train.max_steps=1", "train.warmup_steps=1",
+              "train.average_last=1", "--out", str(tmp_path / "run"))
+    assert f"{kept} pairs kept of 302 read (0 with an empty side and {long} with a side over 31 tokens" in run.stderr, run.stderr
+    # without a recipe, no max_len is known: every pair is measured
+    plain = json.loads(tfm("tokenize", "--corpus", str(corpus), "--out", str(tmp_path / "t2.json"), "--json").stdout)
+    assert plain["sentences"] == 302 and "skipped_long" not in plain and plain["src_tokens"]["max"] >= 200
+
+
+def test_tokenize_with_a_recipe_writes_its_tokenizer_path(tmp_path: Path) -> None:
+    """`tfm tokenize RECIPE` wrote runs/NAME/tokenizer.json though the recipe named tokenizer.path, and then
+    `tfm train RECIPE` refused to start (the run's tokenizer was not tokenizer.path). It writes tokenizer.path now,
+    and refuses to replace that file unasked."""
+    corpus = tmp_path / "c.tsv"
+    corpus.write_text("".join(f"phrase {i} ici .\tsentence {i} here .\n" for i in range(200)), encoding="utf-8")
+    wanted = tmp_path / "shared" / "tok.json"
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(clitools.tiny_recipe("tp", data={"train": str(corpus), "dev": None}, tokenizer={"path": str(wanted)}),
+                      encoding="utf-8")
+    proc = tfm("tokenize", str(recipe), cwd=tmp_path)
+    assert wanted.is_file() and not (tmp_path / "runs").exists(), proc.stderr
+    before = wanted.read_bytes()
+    again = tfm("tokenize", str(recipe), "tokenizer.vocab_size=300", cwd=tmp_path)
+    _assert_one_line_error(again, f"sets tokenizer.path: {wanted}, which exists")
+    assert f"hint: give --out {wanted} to replace it" in again.stderr
+    assert wanted.read_bytes() == before
+    tfm("tokenize", str(recipe), "tokenizer.vocab_size=300", "--out", str(wanted), cwd=tmp_path)  # asked: replaced
+    assert wanted.read_bytes() != before
+    tfm("train", str(recipe), "--out", str(tmp_path / "run"), "--dry-run", cwd=tmp_path)
+
+
+
+def test_tokenize_out_to_a_device(tmp_path: Path) -> None:
+    """`--out /dev/null` was "already exists and is not a tokenizer.json ... delete the file first" (as root, advice
+    that removes /dev/null), and a device past that check failed on the fsync: "Invalid argument"."""
+    corpus = tmp_path / "c.tsv"
+    corpus.write_text("".join(f"phrase {i} ici .\tsentence {i} here .\n" for i in range(50)), encoding="utf-8")
+    proc = tfm("tokenize", "--corpus", str(corpus), "--vocab-size", "300", "--out", "/dev/null", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["sentences"] == 50, proc.stderr
 
 
 def test_mismatched_parallel_files(tmp_path: Path) -> None:

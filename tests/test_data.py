@@ -166,6 +166,8 @@ def test_a_pipe_or_a_directory_is_named_as_such(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(CorpusError, match=r"pipe is a pipe or a device, not a file: a corpus is read more than once"):
         read_pairs(fifo)
+    with pytest.raises(CorpusError, match=r"^--corpus \S*pipe is a pipe or a device"):  # named as every --corpus message
+        read_pairs(fifo, option="--corpus")
     with pytest.raises(CorpusError, match=r"is not a file but a directory: give the path of a \.tsv or \.txt file"):
         read_pairs([tmp_path, fifo])
 
@@ -497,3 +499,27 @@ def test_training_a_tokenizer_says_how_far_each_pass_has_come(tmp_path: Path, mo
     said.clear()
     tok = train_tokenizer(corpus.tokenizer_texts(str(path), said.append), vocab_size=300)
     assert tok.vocab_size > 260 and len(said) == 6 and said[-1].startswith("tokenizer: 3 pairs read for its pieces")
+
+
+def test_a_sentencepiece_corpus_is_said_after_its_first_pairs(tmp_path: Path) -> None:
+    """The warning of a corpus cut into SentencePiece's pieces came after the whole first pass (150 s of a
+    1,000,000-line corpus) and named the option, not the file: it comes after the first 1,000 pairs now."""
+    from tfm_cli.corpus import SPM_SAMPLE, tokenizer_texts
+
+    corpus = tmp_path / "spm.tsv"
+    corpus.write_text("▁Je ▁suis .\t▁I ▁am .\n" * (3 * SPM_SAMPLE), encoding="utf-8")
+    said: list[str] = []
+    texts = tokenizer_texts(str(corpus), said.append, option="--corpus")()
+    for _ in range(2 * SPM_SAMPLE - 1):  # both sides of the first SPM_SAMPLE pairs, all but the last
+        next(texts)
+    assert not said
+    next(texts)
+    next(texts)  # the generator resumes after the last pair of the sample: the warning, before the next pair
+    assert said == [said[0]] and said[0].startswith(f"warning: --corpus {corpus}: 100% of its first 1,000 pairs hold ▁")
+    list(texts)
+    assert len(said) == 1  # once
+    plain = tmp_path / "plain.tsv"
+    plain.write_text("Je suis .\tI am .\n" * 20, encoding="utf-8")
+    said.clear()
+    list(tokenizer_texts(str(plain), said.append)())
+    assert said == []

@@ -270,6 +270,11 @@ def test_load_rejects_garbage_and_foreign_tokenizers(tok: Tokenizer, tmp_path: P
     garbage.write_text("{not json", encoding="utf-8")
     with pytest.raises(TfmError, match="garbage.json is not a readable tokenizer"):
         Tokenizer.load(garbage)
+    # a JSON file of another kind: the library's "expected `,` or `}` at line 1 column 5" read as a syntax error
+    other = tmp_path / "other.json"
+    other.write_text('{"a": 1}', encoding="utf-8")
+    with pytest.raises(TfmError, match="other.json is not a readable tokenizer file: JSON, but not a tokenizers file$"):
+        Tokenizer.load(other)
 
     # Our own file with <pad> and <unk> swapped: wrong special ids.
     spec = json.loads(tok.backend.to_str())

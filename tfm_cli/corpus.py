@@ -126,7 +126,8 @@ def resolve_corpus_path(spec: str | os.PathLike, once: bool = False, option: str
         raise CorpusError(f"{what} is a socket, not a file", hint="give the path of a text file")
     if not path.is_file() and not once:  # a pipe (/dev/stdin, <(zcat ...)) or a device: it can be read only once
         raise CorpusError(
-            f"corpus file {text} is a pipe or a device, not a file: a corpus is read more than once, "
+            f"{f'{option} {text}' if option is not None else f'corpus file {text}'} is a pipe or a device, not a file: "
+            "a corpus is read more than once, "
             "so save it to a file first (gzip it if it is large: tfm reads .gz as a stream)"
         )
     return path
@@ -378,20 +379,34 @@ def tokenizer_texts(spec: CorpusSpec, say: Callable[[str], None], option: str | 
         what = next(passes, "")
         said = now_and_then(PROGRESS_EVERY, lambda text, seconds: say(f"{text} so far ({seconds:,.0f}s)"))
         marked = read = 0
+        first = what.endswith("(pass 1 of 2)")
         for read, (_, src, tgt) in enumerate(read_pairs(spec, option=option), start=1):
             marked += SPM_MARK in src or SPM_MARK in tgt
             yield src
             yield tgt
             said(f"tokenizer: {read:,} pairs read {what}")
-        if what.endswith("(pass 1 of 2)") and read >= 10 and marked >= read / 2:
-            say(
-                f"warning: {option or 'data.train'}: {marked / read:.0%} of its pairs hold ▁ (U+2581), as text encoded "
-                "by SentencePiece does: tfm learns its subwords from plain text and reads ▁ as a space, so its "
-                "translations will not be in SentencePiece's pieces; decode the corpus first (spm_decode), or train on "
-                "the plain text"
-            )
+            if first and read == SPM_SAMPLE:  # said at the start, not after a first pass of minutes
+                _warn_spm(say, spec, option, marked, read)
+                first = False
+        if first:
+            _warn_spm(say, spec, option, marked, read)
 
     return texts
+
+
+SPM_SAMPLE = 1000  # the first pairs, which tell a corpus cut into SentencePiece's pieces
+
+
+def _warn_spm(say: Callable[[str], None], spec: CorpusSpec, option: str | None, marked: int, read: int) -> None:
+    """Say, when most of the `read` pairs hold ▁, that the corpus looks cut into SentencePiece's pieces."""
+    if read >= 10 and marked >= read / 2:
+        files = " and ".join(map(str, spec)) if isinstance(spec, (list, tuple)) else str(spec)
+        say(
+            f"warning: {option or 'data.train'} {files}: {marked / read:.0%} of its {'first ' if read == SPM_SAMPLE else ''}"
+            f"{read:,} pairs hold ▁ (U+2581), as text encoded by SentencePiece does: tfm learns its subwords from plain "
+            "text and reads ▁ as a space, so its translations will not be in SentencePiece's pieces; decode the corpus "
+            "first (spm_decode), or train on the plain text"
+        )
 
 
 SPM_MARK = "\u2581"  # "▁": SentencePiece's word-start mark, which a corpus already cut into its pieces is full of

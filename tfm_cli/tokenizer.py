@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -183,15 +184,19 @@ class Tokenizer:
                 f"tokenizer file {path} {what}",
                 hint="give the tokenizer.json of a tfm run (written by Tokenizer.save)",
             )
+        json_read = False
         try:
             text = path.read_text(encoding="utf-8")
             json_value(text)
+            json_read = True
             hf = _HFTokenizer.from_str(text)
         except (
             Exception
         ) as err:  # OSError, UnicodeDecodeError, JSON errors; tokenizers raises plain Exception
+            # (a JSON file of another kind: the library's own words, "expected `,` at line 1", read as a syntax error)
+            why = "JSON, but not a tokenizers file" if json_read else (str(err).splitlines()[0] if str(err) else repr(err))
             raise TfmError(
-                f"{path} is not a readable tokenizer file: {str(err).splitlines()[0] if str(err) else err!r}",
+                f"{path} is not a readable tokenizer file: {why}",
                 hint="give the tokenizer.json of a tfm run (written by Tokenizer.save)",
             ) from err
         return cls(hf, source=str(path))
@@ -202,7 +207,8 @@ class Tokenizer:
         with open(path, "w", encoding="utf-8", newline="") as f:
             f.write(self._json)
             f.flush()
-            os.fsync(f.fileno())
+            if stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # (a device or a pipe, `--out /dev/stdout`, has no fsync)
+                os.fsync(f.fileno())
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the tokenizer as JSON, atomically (a temporary file in the same folder, then `os.replace`)."""
@@ -473,7 +479,7 @@ def _with_byte_fallback(trained: _HFTokenizer) -> _HFTokenizer:
 
 
 def tokenizer_stats(
-    tokenizer: Tokenizer, pairs: Iterable[tuple[str, str]], chunk_size: int = 10000
+    tokenizer: Tokenizer, pairs: Iterable[tuple[str, str]], chunk_size: int = 10000, max_len: int | None = None
 ) -> dict[str, object]:
     """Token counts of a parallel corpus under `tokenizer`.
 
@@ -481,39 +487,47 @@ def tokenizer_stats(
         tokenizer: the tokenizer to measure.
         pairs: (src, tgt) tuples; longer tuples use their last two items, so `read_pairs` output works as is.
         chunk_size: how many pairs to encode per batched call.
+        max_len: a recipe's `data.max_len`: a pair with a side of more than max_len - 1 tokens is not measured but
+            counted in "skipped_long", as training skips it (`tfm_cli.data.encode_corpus`); None: every pair.
 
     Returns:
         {"vocab_size", "sentences", "src_tokens": {"mean", "median", "max", "total", "unk_share",
-        "byte_fallback_share"}, "tgt_tokens": {...}, "unk_share", "byte_fallback_share"}; the shares at the top are
-        fractions of all src+tgt tokens, those of a side fractions of its tokens.
+        "byte_fallback_share"}, "tgt_tokens": {...}, "unk_share", "byte_fallback_share"}, and "skipped_long" with a
+        `max_len`; the shares at the top are fractions of all src+tgt tokens, those of a side fractions of its tokens.
     """
     hist: dict[str, Counter[int]] = {"src": Counter(), "tgt": Counter()}
     unk: Counter[str] = Counter()
     byte: Counter[str] = Counter()
-    n = 0
+    n = skipped_long = 0
 
-    def consume(side: str, texts: list[str]) -> None:
-        for ids in tokenizer.encode_batch(texts):
-            hist[side][len(ids)] += 1
-            for i in ids:
-                if i == Tokenizer.unk_id:
-                    unk[side] += 1
-                elif N_SPECIAL <= i < FIRST_PIECE_ID:
-                    byte[side] += 1
+    def count(side: str, ids: list[int]) -> None:
+        hist[side][len(ids)] += 1
+        for i in ids:
+            if i == Tokenizer.unk_id:
+                unk[side] += 1
+            elif N_SPECIAL <= i < FIRST_PIECE_ID:
+                byte[side] += 1
+
+    def consume(srcs: list[str], tgts: list[str]) -> None:
+        nonlocal n, skipped_long
+        for s, t in zip(tokenizer.encode_batch(srcs), tokenizer.encode_batch(tgts), strict=True):
+            if max_len is not None and max(len(s), len(t)) > max_len - 1:  # the </s> (or <s>) takes one
+                skipped_long += 1
+                continue
+            n += 1
+            count("src", s)
+            count("tgt", t)
 
     src_buf: list[str] = []
     tgt_buf: list[str] = []
     for pair in pairs:
         src_buf.append(pair[-2])
         tgt_buf.append(pair[-1])
-        n += 1
         if len(src_buf) >= chunk_size:
-            consume("src", src_buf)
-            consume("tgt", tgt_buf)
+            consume(src_buf, tgt_buf)
             src_buf, tgt_buf = [], []
     if src_buf:
-        consume("src", src_buf)
-        consume("tgt", tgt_buf)
+        consume(src_buf, tgt_buf)
 
     def summary(side: str) -> dict[str, float]:
         h = hist[side]
@@ -533,6 +547,7 @@ def tokenizer_stats(
         "tgt_tokens": tgt,
         "unk_share": unk.total() / total if total else 0.0,
         "byte_fallback_share": byte.total() / total if total else 0.0,
+        **({"skipped_long": skipped_long} if max_len is not None else {}),
     }
 
 

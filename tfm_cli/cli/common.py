@@ -306,7 +306,7 @@ def check_output_file(
                 f"{option} {path} is the file the input is read from (standard input): writing it would destroy it",
                 hint=f"give {option} another path",
             )
-        if keeps is not None and not keeps(path):
+        if keeps is not None and path.is_file() and not keeps(path):  # (a device or a pipe is written in place)
             raise TfmError(
                 f"{option} {path} already exists and is not {what}: it is left as it is",
                 hint=f"give {option} another path, or delete the file first",

@@ -23,7 +23,7 @@ from tfm_cli.cli.common import (
     write_output,
     written_file,
 )
-from tfm_cli.errors import CheckpointError, TfmError
+from tfm_cli.errors import CheckpointError, TfmError, shell_word
 
 
 def tokenize(
@@ -32,7 +32,7 @@ def tokenize(
     corpus: list[str] = typer.Option(None, "--corpus", "-c", help="Train on this TSV (source TAB target), or give it twice: source file, target file.", show_default=False),
     vocab_size: int = typer.Option(None, "--vocab-size", min=300, max=1_000_000, help="Vocabulary size (default: the recipe's, else 8000).", show_default=False),
     min_frequency: int = typer.Option(None, "--min-frequency", min=1, max=2**63 - 1, help="Minimum count of a merge (default: the recipe's, else 2).", show_default=False),
-    out: Path = typer.Option(None, "--out", "-o", parser=file_path("tokenizer.json"), metavar="<path>", help="Where to save tokenizer.json (default: runs/<recipe name>/tokenizer.json, or ./tokenizer.json).", show_default=False),
+    out: Path = typer.Option(None, "--out", "-o", parser=file_path("tokenizer.json"), metavar="<path>", help="Where to save tokenizer.json (default: the recipe's tokenizer.path, else runs/<recipe name>/tokenizer.json; ./tokenizer.json without a recipe).", show_default=False),
     tokenizer: Path = typer.Option(None, "--tokenizer", "-t", parser=given_path, metavar="<path>", help="With --encode: a tokenizer.json or a run directory (default: the most recent run).", show_default=False),
     encode: list[str] = typer.Option(None, "--encode", "-e", help="Show the pieces and ids of this text (repeatable) instead of training.", show_default=False),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -116,6 +116,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     spec: Any = None
     option = None  # the command-line option the corpus came from (None: the recipe's data.train)
     default_out = Path("tokenizer.json")
+    max_len = None  # the recipe's data.max_len: the pairs `tfm train` keeps are measured
     if recipe is not None and "=" in recipe and not Path(recipe).exists():  # `--corpus c.tsv tokenizer.vocab_size=500`
         raise typer.BadParameter(
             f"{recipe} is an override, not a recipe file: overrides follow a RECIPE (tfm tokenize RECIPE {recipe}); "
@@ -129,6 +130,16 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
         settings = {"vocab_size": r.tokenizer.vocab_size, "min_frequency": r.tokenizer.min_frequency}
         spec = r.data.train
         default_out = Path("runs") / r.name / "tokenizer.json"
+        max_len = r.data.max_len
+        if r.tokenizer.path and out is None:  # the file `tfm train RECIPE` takes: written there, never replaced
+            default_out = Path(r.tokenizer.path).expanduser()
+            if default_out.exists() or default_out.is_symlink():
+                raise TfmError(
+                    f"recipe {recipe} sets tokenizer.path: {r.tokenizer.path}, which exists: `tfm train` trains on that "
+                    "file, and this command would not replace it unasked",
+                    hint=f"give --out {shell_word(default_out)} to replace it, or --out another file and set "
+                    "tokenizer.path to it (or null, to use the run's own)",
+                )
     elif overrides:
         raise typer.BadParameter("overrides need a RECIPE", param_hint="OVERRIDES")
     if corpus:
@@ -172,8 +183,8 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     if tok.vocab_size < settings["vocab_size"]:  # said, not left for the user to notice in the table
         info(
             f"note: {tok.vocab_size:,} tokens, fewer than the {settings['vocab_size']:,} asked: the corpus has no more "
-            f"pairs of pieces seen at least {settings['min_frequency']} times (a larger corpus, or a lower "
-            "--min-frequency, gives more)"
+            f"pairs of pieces seen at least {settings['min_frequency']} times (a larger corpus"
+            f"{', or a lower --min-frequency,' if settings['min_frequency'] > 1 else ''} gives more)"
         )
     columns = TsvColumns()  # a tab inside a few sentences, said as `tfm train` says it
     skipped = 0  # pairs with an empty side: `tfm train` skips them, so they are no sentences of its corpus
@@ -189,12 +200,18 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
                 skipped += 1
             said(f"measuring the corpus: {read:,} pairs read")
 
-    stats = tokenizer_stats(tok, kept())
+    measuring = time.perf_counter()
+    stats = tokenizer_stats(tok, kept(), max_len=max_len)
+    measure_seconds = time.perf_counter() - measuring
     if warning := columns.warning():
         warn(f"{option or 'data.train'} {warning}")
     if skipped:
         info(f"note: {skipped:,} pair{'s' if skipped > 1 else ''} with an empty side not measured (tfm train skips them)")
-    report = {"tokenizer": str(target), "corpus": spec, "train_seconds": round(seconds, 2), **stats, "skipped_empty": skipped}
+    if long := stats.get("skipped_long", 0):
+        info(f"note: {long:,} pair{'s' if long > 1 else ''} with a side over {max_len - 1} tokens not measured (tfm "
+             f"train skips them: data.max_len={max_len} counts the </s>)")
+    report = {"tokenizer": str(target), "corpus": spec, "train_seconds": round(seconds, 2),
+              "measure_seconds": round(measure_seconds, 2), **stats, "skipped_empty": skipped}
     if json_out:
         print_json(report)
         return
@@ -212,6 +229,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
             ("unknown tokens (share)", f"{src['unk_share']:.4%}", f"{tgt['unk_share']:.4%}"),
             ("byte-fallback tokens (share)", f"{src['byte_fallback_share']:.4%}", f"{tgt['byte_fallback_share']:.4%}"),
             ("training time (s)", round(seconds, 2), ""),
+            ("measuring time (s)", round(measure_seconds, 2), ""),
         ],
     )
 
