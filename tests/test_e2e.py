@@ -828,3 +828,20 @@ def test_dev_pairs_left_out_for_an_empty_side_are_counted(data: dict[str, Path],
     assert "(50 sentences)" in proc.stderr
     report = json.loads(tfm("translate", "--model", str(out), "--device", "cpu", "--score", str(dev), "--json").stdout)
     assert report["sentences"] == 52
+
+
+
+def test_a_periodic_dev_line_says_its_loss_is_of_every_sentence(data: dict[str, Path], run: dict, tmp_path: Path) -> None:
+    """With train.eval_sentences under the dev set's size, the line said "loss ... ppl ... BLEU ... (20
+    sentences)", and the record `"sentences": 20`, though the loss and perplexity are of the whole dev set (only
+    the scores are of the first 20). The line says both now, and the record counts both."""
+    out = _run_dir_with_tokenizer(tmp_path / "run", run)
+    proc = tfm("train", str(data["recipe"]), "train.max_steps=2", "train.save_every=2", "train.eval_every=2",
+               "train.eval_sentences=20", "train.average_last=1", "--out", str(out), "--device", "cpu")
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("dev step 2:"))
+    assert re.search(r"ppl \S+  \(all 50\)  BLEU \S+  chrF \S+  \(first 20 sentences\)$", line), line
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    periodic = next(r for r in records if r["kind"] == "eval")
+    final = next(r for r in records if r["kind"] == "final")
+    assert (periodic["sentences"], periodic["loss_sentences"], final["sentences"]) == (20, 50, 50)
+    assert periodic["loss"] == final["loss"]  # the same weights (the last checkpoint, average_last=1), every sentence

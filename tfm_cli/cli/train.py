@@ -668,9 +668,11 @@ class _Progress:
     def evaluation(self, step: int, metrics: dict[str, Any]) -> None:
         chosen = metrics.get("final_model", {}).get("chosen", "average")
         label = f"final model ({'averaged' if chosen == 'average' else 'last checkpoint'})" if metrics.get("final") else f"step {step}"
-        text = (
-            f"dev {label}: loss {metrics['loss']:.3f}  ppl {_ppl(metrics['ppl'], 2)}  BLEU {metrics['bleu']:.2f}  "
-            f"chrF {metrics['chrf']:.2f}  ({metrics['sentences']} sentence{'s' if metrics['sentences'] != 1 else ''})"
+        n, every = metrics["sentences"], metrics.get("loss_sentences", metrics["sentences"])
+        text = (  # the loss of every dev sentence, the scores of the first `train.eval_sentences`: both said so
+            f"dev {label}: loss {metrics['loss']:.3f}  ppl {_ppl(metrics['ppl'], 2)}{f'  (all {every:,})' if n < every else ''}"
+            f"  BLEU {metrics['bleu']:.2f}  chrF {metrics['chrf']:.2f}  ({'first ' if n < every else ''}{n:,} "
+            f"sentence{'s' if n != 1 else ''})"
         )
         if (plain := metrics.get("as_written")) is not None:  # the references as the file has them (evaluation.py)
             text += f"; as written: BLEU {plain['bleu']:.2f}  chrF {plain['chrf']:.2f}"

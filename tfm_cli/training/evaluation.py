@@ -111,7 +111,8 @@ def evaluate(
     model: Transformer, tokenizer: Tokenizer, dev: DevSet, recipe: Recipe, amp, sentences: int = 0,
     events=None, what: str = "dev evaluation",
 ) -> dict[str, Any]:
-    """Dev loss and perplexity, then BLEU/chrF of beam-search output on the first `sentences` (0 = all).
+    """Dev loss and perplexity (of the whole dev set), then BLEU/chrF of beam-search output on the first
+    `sentences` (0 = all).
 
     The beam search is the slow part (minutes on a CPU for a barely trained model, which runs every sentence to
     the maximum length): its progress goes to `events.decoding(what, sentences)` when the events have it."""
@@ -131,7 +132,8 @@ def evaluate(
     if changed := dev.references_changed(n):  # what sacrebleu gives on the file, as `tfm translate --score` says it
         plain = score_translations(outputs, dev.written[:n], dev.bleu_tokenize)
         metrics["as_written"] = {"bleu": plain["bleu"], "chrf": plain["chrf"], "references_changed": changed}
-    metrics["sentences"] = n
+    metrics["sentences"] = n  # those decoded and scored; the loss and perplexity are of every dev sentence
+    metrics["loss_sentences"] = len(dev.sources)
     model.train(was_training)
     return metrics
 
