@@ -75,7 +75,7 @@ _tfm_bench_attention() {
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '*--impl[Implementations to run (default\: all this device has)]:impl:(naive sdpa-cudnn sdpa-efficient sdpa-flash sdpa-math tfm)' \
         '--json[Print the result as one JSON document.]' \
-        '--lengths[Sequence lengths, comma-separated (capped to what fits in memory).]:lengths: ' \
+        '--lengths[Sequence lengths, comma-separated (one that would not fit in memory is skipped, with the reason).]:lengths: ' \
         '*--mask[none, padding or causal]:mask:(causal none padding)' \
         '--repeat[Timed repetitions per figure (median and spread).]:repeat: ' \
         '--tolerance[How much worse a gated figure may get before --baseline fails\: a percentage (10%) or a share (0.1).]:tolerance: ' \
@@ -104,7 +104,7 @@ _tfm_bench_translate() {
         '--beam[Beam size for the beam rows (default 4).]:beam: ' \
         '--beam-only[Only beam search.]' \
         '(--cache-only --no-cache)'{--cache-only,--no-cache}'[--no-cache (the default) times decoding without the K/V cache too, beside the cached search]' \
-        '--compare[Also time HF MarianMT (same shapes) and CTranslate2 (these weights, float32 on CPU) on equal work.]' \
+        '--compare[Also time HF MarianMT (same shapes) and CTranslate2 (these weights, at tfm'\''s --precision where th...]' \
         '--device[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
         '--greedy-only[Only greedy search.]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \

@@ -107,6 +107,37 @@ def test_attention_json_and_correctness() -> None:
     assert len(exponents) == len(impls) * 2 * 2 and all(math.isfinite(e["exponent"]) for e in exponents)
 
 
+def test_attention_in_bf16_times_the_path_the_model_runs_and_counts_its_matrices(monkeypatch) -> None:
+    """In bf16 the `tfm` row called the model's attention without autocast, so on CPU at <= 128 keys it timed an
+    fp32 copy path the model never runs (3-8x slower than under autocast), and counted no L x L matrix, though it
+    builds one there; `naive` and `sdpa-math`, which build theirs in fp32, were counted at bf16's 2 bytes."""
+    import tfm_cli.bench.attention as bench
+    from tfm_cli.model.transformer import CPU_SHORT_KEYS
+
+    seen: list[tuple[torch.dtype, bool]] = []
+    real = bench.attention
+
+    def spy(q, k, v, mask=None, dropout_p=0.0, need_weights=False):
+        if not need_weights:
+            seen.append((q.dtype, torch.is_autocast_enabled("cpu")))
+        return real(q, k, v, mask, dropout_p, need_weights)
+
+    monkeypatch.setattr(bench, "attention", spy)
+    short, long = 16, 2 * CPU_SHORT_KEYS
+    result = bench.bench_attention(torch.device("cpu"), [short, long], batch=2, heads=2, d_k=8, dtype="bf16",
+                                   passes=["forward"], impls=["naive", "tfm", "sdpa-math", "sdpa-flash"], repeat=1)
+    assert seen and all(dtype == torch.bfloat16 and autocast for dtype, autocast in seen), seen
+    mb = {(r["impl"], r["length"]): r["lxl_matrix_mb"] for r in result["records"]}
+    size = {n: 2 * 2 * n * n / 2**20 for n in (short, long)}  # B H L L elements, in MiB per byte
+    assert mb == {
+        ("naive", short): 4 * size[short], ("naive", long): 4 * size[long],
+        ("sdpa-math", short): 4 * size[short], ("sdpa-math", long): 4 * size[long],
+        ("tfm", short): 2 * size[short], ("tfm", long): 0.0,  # the explicit formula under autocast, then SDPA
+        ("sdpa-flash", short): 0.0, ("sdpa-flash", long): 0.0,
+    }
+    assert all(r["status"] == "ok" for r in result["records"]), result["records"]
+
+
 def test_an_implementation_whose_output_is_wrong_is_no_figure(tmp_path: Path) -> None:
     """The float64 check was recorded (`max_abs_diff`) and never applied: a kernel returning zeros, 1.09 from the
     formula, was reported "ok" at 102-432 GFLOP/s with exit 0 (README: "Before any figure is trusted ...").
@@ -187,6 +218,8 @@ def test_attention_skips_lengths_whose_inputs_do_not_fit() -> None:
         nothing = "16," not in extra[1]
         assert proc.returncode == (1 if nothing else 0), proc.stderr
         assert ("Error: nothing was measured: all 2 figure(s) were skipped or unsupported" in proc.stderr) == nothing
+        # with --json nothing is printed above: the reasons are the records'
+        assert ("(each record of the JSON says why)" in proc.stderr) == nothing and "reasons above" not in proc.stderr
         records = json.loads(proc.stdout)["records"]
         huge = [r for r in records if r["length"] == 10**8 or r["length"] == 10**20 or "--batch" in extra]
         assert huge and all(r["status"] == "skipped" and "GiB" in r["reason"] for r in huge), records

@@ -3,7 +3,9 @@
 Implementations compared on the same (B, H, L, Dh) inputs and mask:
   naive          the explicit formula softmax(Q K^T / sqrt(d_k)) V, as tfm's model runs it when weights are asked
                  for: it materialises the L x L matrix
-  tfm            tfm's own fast path (`tfm_cli.model.attention`): what the model runs in training and translation
+  tfm            tfm's own fast path (`tfm_cli.model.attention`): what the model runs in training and translation,
+                 as it runs it (bf16 and fp16 under autocast; on CPU with at most 128 keys the explicit formula,
+                 whose L x L matrix is counted)
   sdpa-math      PyTorch SDPA forced to its math backend (also materialises L x L)
   sdpa-flash     SDPA's FlashAttention backend (on CPU, PyTorch's own fused kernel)
   sdpa-efficient SDPA's memory-efficient backend (CUDA)
@@ -35,7 +37,8 @@ from tfm_cli.bench.common import (
     summarize,
     time_runs,
 )
-from tfm_cli.model.transformer import attention
+from tfm_cli.model.dropout import REDUCED
+from tfm_cli.model.transformer import CPU_SHORT_KEYS, attention
 
 DEFAULT_LENGTHS = (64, 128, 256, 512, 1024, 2048, 4096)
 MASKS = ("none", "padding", "causal")
@@ -46,7 +49,7 @@ _BACKENDS = {
     "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
     "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
 }
-MATERIALISES = {"naive", "sdpa-math"}  # implementations that build the (B, H, L, L) matrix
+MATERIALISES = {"naive", "sdpa-math"}  # implementations that build the (B, H, L, L) matrix (and `tfm` on short keys)
 FIT_FROM = 256  # lengths below this are dominated by launch overheads; the growth exponent is fitted above
 
 
@@ -60,8 +63,15 @@ def implementations(device: torch.device) -> list[str]:
 def _attention_fn(impl: str) -> Callable[..., torch.Tensor]:
     if impl == "naive":
         return lambda q, k, v, mask: attention(q, k, v, mask, need_weights=True)[0]
-    if impl == "tfm":
-        return lambda q, k, v, mask: attention(q, k, v, mask)[0]
+    if impl == "tfm":  # as the model calls it: in bf16 or fp16, under autocast (training, bf16 translation)
+
+        def model_path(q, k, v, mask):
+            if q.dtype not in REDUCED:
+                return attention(q, k, v, mask)[0]
+            with torch.autocast(q.device.type, dtype=q.dtype):
+                return attention(q, k, v, mask)[0]
+
+        return model_path
     backend = _BACKENDS[impl]
 
     def run(q, k, v, mask):
@@ -102,17 +112,28 @@ def attention_flops(batch: int, heads: int, length: int, d_k: int, mask: str, ba
 WRONG_ABOVE = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 6e-2}
 
 
+def matrix_element_bytes(impl: str, dtype: str, device: torch.device, length: int) -> int:
+    """Bytes per element of the (B, H, L, L) matrix `impl` builds at this length (0: it builds none). The explicit
+    formula asked for weights, and SDPA's math backend, compute it in fp32 whatever the inputs' precision; tfm's
+    own path builds it only on CPU in bf16 or fp16 with at most CPU_SHORT_KEYS keys, in bf16 there (autocast)."""
+    element = torch.tensor([], dtype=DTYPES[dtype]).element_size()
+    if impl in MATERIALISES:
+        return max(element, 4)
+    if impl == "tfm" and device.type == "cpu" and DTYPES[dtype] in REDUCED and length <= CPU_SHORT_KEYS:
+        return element
+    return 0
+
+
 def _needs_bytes(
-    impl: str, batch: int, heads: int, length: int, d_k: int, dtype: str, backward: bool, mask: str = "none"
+    impl: str, batch: int, heads: int, length: int, d_k: int, dtype: str, backward: bool, mask: str = "none",
+    device: torch.device = torch.device("cpu"),
 ) -> int:
     """A rough upper bound of the memory one call needs: its inputs and mask, and for the implementations that
     materialise L x L, scores, mask fill, softmax (and their gradients)."""
     element = torch.tensor([], dtype=DTYPES[dtype]).element_size()
     qkv = 4 * batch * heads * length * d_k * element * (2 if backward else 1)
     qkv += length * length if mask == "causal" else batch * length  # the boolean mask
-    if impl not in MATERIALISES:
-        return qkv
-    matrix = batch * heads * length * length * max(element, 4)
+    matrix = batch * heads * length * length * matrix_element_bytes(impl, dtype, device, length)
     return qkv + matrix * (6 if backward else 3)
 
 
@@ -143,12 +164,11 @@ def bench_attention(
     if unknown:
         raise ValueError(f"unknown or unavailable implementation(s) on {device.type}: {', '.join(unknown)}")
     budget = memory_budget_bytes(device)
-    element = torch.tensor([], dtype=DTYPES[dtype]).element_size()
     records: list[dict[str, Any]] = []
     generator = torch.Generator(device="cpu").manual_seed(0)
     for mask_kind, length, pass_name in _grid(masks, lengths, passes):
         backward = pass_name == "forward+backward"
-        needs = {impl: _needs_bytes(impl, batch, heads, length, d_k, dtype, backward, mask_kind) for impl in impls}
+        needs = {impl: _needs_bytes(impl, batch, heads, length, d_k, dtype, backward, mask_kind, device) for impl in impls}
         if any(need <= budget for need in needs.values()):  # else not even the inputs fit: every one is skipped
             shape = (batch, heads, length, d_k)
             q, k, v = (torch.randn(shape, generator=generator).to(device, DTYPES[dtype]) for _ in range(3))
@@ -158,7 +178,7 @@ def bench_attention(
             record: dict[str, Any] = {
                 "id": f"attention/{impl}/{mask_kind}/{pass_name}/L={length}",
                 "impl": impl, "mask": mask_kind, "pass": pass_name, "length": length,
-                "lxl_matrix_mb": batch * heads * length * length * element / 2**20 if impl in MATERIALISES else 0.0,
+                "lxl_matrix_mb": batch * heads * length * length * matrix_element_bytes(impl, dtype, device, length) / 2**20,
             }
             need = needs[impl]
             if need > budget:

@@ -44,7 +44,8 @@ BASELINE_HELP = "An earlier `--json` result: exit 1 naming every gated figure th
 TOLERANCE_HELP = "How much worse a gated figure may get before --baseline fails: a percentage (10%) or a share (0.1)."
 COMPARE_HELP = "Also time Hugging Face MarianMT with the same shapes on the same work (needs the bench extra)."
 TRANSLATE_COMPARE_HELP = (
-    "Also time HF MarianMT (same shapes) and CTranslate2 (these weights, float32 on CPU) on equal work. "
+    "Also time HF MarianMT (same shapes) and CTranslate2 (these weights, at tfm's --precision where that build has "
+    "it, else float32, said) on equal work. "
     "MarianMT needs the bench extra; CTranslate2 is left out, with a note, without the ctranslate2 extra."
 )
 
@@ -210,7 +211,7 @@ def _percent(share: float) -> str:
 
 @app.command("attention", cls=Command)
 def attention(
-    lengths: str = typer.Option("64,128,256,512,1024,2048,4096", "--lengths", help="Sequence lengths, comma-separated (capped to what fits in memory)."),
+    lengths: str = typer.Option("64,128,256,512,1024,2048,4096", "--lengths", help="Sequence lengths, comma-separated (one that would not fit in memory is skipped, with the reason)."),
     batch: int = typer.Option(2, "--batch", min=1, help="Batch size B."),
     heads: int = typer.Option(8, "--heads", min=1, help="Heads H."),
     d_k: int = typer.Option(64, "--d-k", min=1, help="Per-head width d_k."),
@@ -282,7 +283,8 @@ def attention(
         )
     if not any(r["status"] == "ok" for r in result["records"]):  # a CI step that measured nothing must not pass
         raise TfmError(
-            f"nothing was measured: all {len(result['records'])} figure(s) were skipped or unsupported (reasons above)",
+            f"nothing was measured: all {len(result['records'])} figure(s) were skipped or unsupported "
+            f"({'each record of the JSON says why' if json_out else 'reasons above'})",
             hint="choose shorter --lengths, a smaller --batch or --heads, or other --impl/--mask/--dtype",
         )
 

@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-_REDUCED = (torch.bfloat16, torch.float16)  # 16-bit floats, whose scale of the survivors is kept in fp32
+REDUCED = (torch.bfloat16, torch.float16)  # the 16-bit floats (here: whose scale of the survivors is kept in fp32)
 
 
 class Dropout(nn.Dropout):
@@ -35,7 +35,7 @@ class Dropout(nn.Dropout):
             return super().forward(x)
         if self.p == 1.0:
             return x * 0.0
-        if x.dtype in _REDUCED:
+        if x.dtype in REDUCED:
             # 1 / (1 - p) in bf16 is 1.109375 for p = 0.1, not 1.111: a mask holding it scaled every kept element
             # down alike, by 0.16%, a bias that no rounding noise averages out. Here x is multiplied by the scale in
             # fp32 arithmetic and each product rounded to bf16 on its own, so activations of varied sizes keep

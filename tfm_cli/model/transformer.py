@@ -24,13 +24,16 @@ from torch import nn
 
 from tfm_cli.model.cache import KVCache, LayerCache
 from tfm_cli.model.config import ModelConfig
-from tfm_cli.model.dropout import Dropout
+from tfm_cli.model.dropout import REDUCED, Dropout
 
 # Attention weights of one layer, (B, H, queries, keys), or None when they were not asked for.
 AttnWeights = torch.Tensor | None
 
-_REDUCED = (torch.bfloat16, torch.float16)
-CPU_SHORT_KEYS = 128  # up to this many keys, the explicit formula in fp32 beats SDPA's kernels on CPU in bf16
+# On CPU in bf16 or fp16, with at most this many keys (NMT sentences), the explicit formula beats SDPA's kernels:
+# forward + backward of the quickstart's three attentions under autocast took 21-25 ms, against 39 ms for SDPA's
+# math kernel (which builds a float mask) and 142 ms for its fused one (2-core AVX-512 CPU, native bf16; the
+# training step 6% faster than with the math kernel). fp32 keeps SDPA, whose fused CPU kernel is fastest there.
+CPU_SHORT_KEYS = 128
 
 
 # --- 3.2.1 Scaled dot-product attention ----------------------------------------------------------------------
@@ -47,32 +50,19 @@ def attention(
     """softmax(Q K^T / sqrt(d_k)) V over (B, H, Tq, Dh) queries and (B, H, Tk, Dh) keys/values.
 
     The fast path is `F.scaled_dot_product_attention` (fused kernels, FlashAttention on CUDA), which never
-    materialises the Tq x Tk matrix. When `need_weights` is set the explicit formula runs instead and the
-    (B, H, Tq, Tk) weights are returned too; both paths compute the same function.
-
-    On CPU in bf16 or fp16 with at most 128 keys (`CPU_SHORT_KEYS`: NMT sentences) the explicit formula runs
-    instead of SDPA. Under CPU autocast (training and bf16 translation) it runs as autocast makes it: products in
-    bf16 (fp32 accumulation), the softmax of bf16 scores (accumulated in fp32 by its kernel); without autocast
-    (a bf16 model called directly) in fp32, and only the output is rounded to the input's precision. Measured on
-    a 2-core AVX-512 CPU with native bf16, forward + backward of the quickstart's three attentions under
-    autocast: SDPA's fused kernel in bf16 142 ms, its math kernel 39 ms, this 21-25 ms (the math kernel builds a
-    float mask and copies for its products); the quickstart's training step 6% faster than with the math kernel,
-    and 5-6% faster than with the formula held to fp32, whose output is within one bf16 rounding less (max
-    |error| 0.009 against 0.018 on random inputs). fp32 copies of Q, K and V, which autocast cast straight back
-    (the same numbers, bit for bit), cost 1-2% (median step-time ratios, 30 batches, each variant first in turn:
-    in a fixed order the one run second was 2-4% faster whichever it was). fp32 keeps SDPA, whose fused CPU kernel is the
-    fastest there. The weights asked for (`need_weights`: inspection, which turns autocast off) are computed in
-    fp32, on any device and at any length (in bf16 the explicit formula was 5x further from exact than SDPA),
-    then returned, like the output, in the input's precision.
+    materialises the Tq x Tk matrix. The explicit formula runs instead when the (B, H, Tq, Tk) weights are asked
+    for (`need_weights`: inspection; computed in fp32 on any device, then returned, like the output, in the input's
+    precision), and on CPU in bf16 or fp16 with at most `CPU_SHORT_KEYS` keys, where it is faster. Both paths
+    compute the same function.
     """
-    short_on_cpu = q.device.type == "cpu" and q.dtype in _REDUCED and k.size(-2) <= CPU_SHORT_KEYS
+    short_on_cpu = q.device.type == "cpu" and q.dtype in REDUCED and k.size(-2) <= CPU_SHORT_KEYS
     if not need_weights and not short_on_cpu:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
     dtype = q.dtype
-    # The weights asked for: in fp32 whatever autocast says. Else fp32 unless autocast would cast the products
-    # straight back to bf16 (a copy each way for the same numbers).
+    # The weights asked for: in fp32 whatever autocast says. Else as autocast makes it (bf16 products, accumulated
+    # in fp32; fp32 copies would be cast straight back, 1-2% of a step for the same numbers), or fp32 without it.
     with torch.autocast(q.device.type, enabled=False) if need_weights else contextlib.nullcontext():
-        if dtype in _REDUCED and (need_weights or not torch.is_autocast_enabled(q.device.type)):
+        if dtype in REDUCED and (need_weights or not torch.is_autocast_enabled(q.device.type)):
             q, k, v = q.float(), k.float(), v.float()
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
         if mask is not None:
