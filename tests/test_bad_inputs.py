@@ -654,11 +654,15 @@ def test_files_of_another_kind_given_as_the_model_are_named_for_what_they_are(co
     graph = copy / "export" / "decoder.onnx"
     graph.parent.mkdir()
     graph.write_bytes(b"\x08\x07 an onnx protobuf")
+    evaluated = copy / "checkpoints" / "step-00000010.evaluated.json"
+    evaluated.write_text("{}", encoding="utf-8")
     before = snapshot(copy)
     cases = [
         (state, ["is a checkpoint's trainer state", "not its weights"], "step-00000010.safetensors"),
         (graph, ["is one graph of an ONNX export"], f"give the export directory ({graph.parent})"),
-        (copy / "tokenizer.json", ["is a JSON file, not a model's weights"], f"give the run directory that holds it ({copy})"),
+        (copy / "tokenizer.json", ["is a JSON file, not a model's weights"], f"give the run directory it belongs to ({copy})"),
+        # a file of checkpoints/: its run, not checkpoints/ (which is refused as no run)
+        (evaluated, ["is a JSON file, not a model's weights"], f"give the run directory it belongs to ({copy}) or"),
         (copy / "checkpoints", ["is the checkpoints folder of a run, not a run"], "step-00000010.safetensors"),
     ]
     for model, said, hint in cases:

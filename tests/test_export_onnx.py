@@ -107,14 +107,18 @@ def test_cli_onnxruntime_equals_torch(exported, trained) -> None:
 
 
 def test_wrong_engine_for_the_model_is_one_line(exported, trained) -> None:
-    for args, message in (
-        (["--model", str(exported[0]), "--engine", "torch"], "is an ONNX export: it holds no PyTorch weights"),
-        (["--model", str(trained["dir"]), "--engine", "onnxruntime"], "holds no ONNX graphs"),
-        (["--model", str(exported[0]), "--precision", "bf16"], "runs fp32 graphs"),
-        (["--model", str(exported[0]), "--engine", "tensorrt"], "is not one of"),
+    """(The hints said "use precision fp32 ... (engine torch)" in the API's words at the command line, and offered
+    the torch engine for an export, which has no PyTorch weights.)"""
+    for args, message, hint in (
+        (["--model", str(exported[0]), "--engine", "torch"], "is an ONNX export: it holds no PyTorch weights",
+         "translate it with --engine onnxruntime or auto"),
+        (["--model", str(trained["dir"]), "--engine", "onnxruntime"], "holds no ONNX graphs", "tfm export RUN --format onnx"),
+        (["--model", str(exported[0]), "--precision", "bf16"], "runs fp32 graphs", "use --precision fp32"),
+        (["--model", str(exported[0]), "--engine", "tensorrt"], "is not one of", "--engine"),
     ):
         proc = tfm("translate", *args, "Je suis étudiant.", check=False)
         assert proc.returncode in (1, 2) and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert hint in proc.stderr and "(engine torch)" not in proc.stderr, proc.stderr
         if proc.returncode == 1:
             assert len(proc.stderr.strip().splitlines()) == 2  # the error and its hint
     with pytest.raises(TfmError, match="holds no ONNX graphs") as caught:

@@ -404,3 +404,13 @@ def test_perplexity_is_capped_and_said_to_be() -> None:
     assert perplexity(2.0) == math.exp(2.0) and perplexity(60.0) == perplexity(50.0) == math.exp(50.0)
     assert ppl_text(perplexity(60.0)) == ">5.2e+21" and ppl_text(perplexity(49.0)) == "1.91e+21"
     assert ppl_text(1.178e17) == "1.18e+17" and ppl_text(12.345) == "12.3" and ppl_text(12.345, 2) == "12.35"
+
+
+def test_a_chart_of_one_point_is_one_line() -> None:
+    """A run logged once (train.log_every above max_steps) drew a chart of one ▁ with its value as both ends of
+    the range and "step 30 30" under it."""
+    from tfm_cli.cli.views import bar_chart
+
+    assert bar_chart("train loss", [30], [6.4912]) == ["train loss 6.49 at step 30"]
+    lines = bar_chart("train loss", [10, 20, 30], [6.0, 5.0, 4.0])
+    assert lines[0].startswith("train loss │") and "step 10" in lines[-1] and lines[-1].rstrip().endswith("30")

@@ -185,7 +185,7 @@ def _not_weights(path: Path) -> CheckpointError | None:
     if path.suffix in kinds:
         return CheckpointError(
             f"{path} is {kinds[path.suffix]} file, not a model's weights",
-            hint=f"give the run directory that holds it ({folder}) or a .safetensors file",
+            hint=f"give the run directory it belongs to ({shell_word(run_dir_of(path))}) or a .safetensors file",
         )
     return None
 

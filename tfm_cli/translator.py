@@ -358,7 +358,8 @@ class Translator:
         else:
             raise TfmError(
                 f"the {self.engine_name} engine runs fp32 graphs; precision {precision} is not available for it",
-                hint="use precision fp32 (or auto), or translate with the PyTorch weights (engine torch)",
+                hint="use --precision fp32 (precision=\"fp32\" in Python), or translate with the PyTorch weights of the "
+                "run it was exported from",
             )
         self.settings = settings if settings is not None else DecodeSettings()
         self.settings.check()
@@ -438,7 +439,8 @@ class Translator:
         if model is not None and is_onnx_export(model):
             raise TfmError(
                 f"{model} is an ONNX export: it holds no PyTorch weights for the torch engine",
-                hint="translate it with engine onnxruntime (or auto), or load the run directory it came from",
+                hint="translate it with --engine onnxruntime or auto (engine=\"onnxruntime\" in Python), or load the run "
+                "directory it came from",
             )
         torch_device = resolve_device(device)
         loaded = load_model(model, torch_device, runs_root)

@@ -28,7 +28,10 @@ def _number(value: float) -> str:
 
 
 def bar_chart(label: str, xs: Sequence[float], ys: Sequence[float], height: int = 6, width: int = 60) -> list[str]:
-    """A column chart of ys over xs, `height` rows of eighth-blocks, the y range on the left, x range below."""
+    """A column chart of ys over xs, `height` rows of eighth-blocks, the y range on the left, x range below; one
+    point is one line (a chart of it showed its value twice and "step 30 30")."""
+    if len(ys) == 1:
+        return [f"{label} {_number(ys[0])} at step {xs[0]:,.0f}"]
     xs, ys = _buckets(xs, ys, width)
     low, high = min(ys), max(ys)
     span = (high - low) or 1.0
