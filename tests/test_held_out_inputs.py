@@ -529,6 +529,14 @@ def test_api_settings_and_arguments_the_cli_would_refuse(translator: Translator,
         DecodeSettings(greedy=True, beam=3)
     assert DecodeSettings(beam=5).updated(greedy=True).beam == 4  # a greedy search's beam is no setting of it
     assert DecodeSettings(greedy=True).updated(greedy=False, beam=6).beam == 6
+    # a length penalty with greedy search was taken without a word (the CLI refuses --greedy --alpha)
+    with pytest.raises(TfmError, match=r"decode setting alpha=0.9 has no effect with greedy=True") as given:
+        DecodeSettings().updated(greedy=True, alpha=0.9)
+    assert "not both" in given.value.hint
+    with pytest.raises(TfmError, match=r"alpha=0.9 has no effect with greedy=True") as earlier:
+        DecodeSettings(greedy=True).updated(alpha=0.9)
+    assert "greedy=False" in earlier.value.hint
+    assert DecodeSettings(greedy=True).updated(greedy=False, alpha=0.9).alpha == 0.9
     settings = DecodeSettings(beam=numpy.int64(3), alpha=numpy.float32(0.5), max_tokens=numpy.int32(900))
     assert json.loads(json.dumps(vars(settings))) == {**vars(DecodeSettings(beam=3, alpha=0.5, max_tokens=900))}
     assert type(settings.beam) is int and type(settings.alpha) is float and repr(settings).startswith("DecodeSettings(beam=3,")

@@ -134,6 +134,12 @@ class DecodeSettings:
                 f"decode setting beam={given['beam']!r} has no effect: these settings decode greedily (greedy=True)",
                 hint="add greedy=False to search with a beam",
             )
+        if given.get("alpha") is not None and (given.get("greedy") or (self.greedy is True and given.get("greedy") is None)):
+            # as the CLI refuses --greedy --alpha: greedy search ranks no hypotheses by length
+            raise TfmError(
+                f"decode setting alpha={given['alpha']!r} has no effect with greedy=True (it ranks no hypotheses by length)",
+                hint="give greedy=True or a length penalty, not both" if given.get("greedy") else "add greedy=False to search with a beam",
+            )
         values = {k: v for k, v in given.items() if v is not None}
         if values.get("greedy", self.greedy) is True and "beam" not in values:
             values["beam"] = DEFAULT_BEAM  # greedy search takes no beam: the one of the settings before goes
