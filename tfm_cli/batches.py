@@ -1,7 +1,8 @@
-"""The training data path as its own iterator: each step's batches, built ahead on a background thread.
+"""The training data path as its own iterator: each step's batches, built ahead on a background thread on CUDA.
 
 One optimizer step trains on one *group*: `train.accum_steps` consecutive batches of a `BatchStream`.
-`Prefetcher` builds the next `depth` groups on a daemon thread while the model trains on the current one, so
+`Prefetcher` builds the next `depth` groups on a daemon thread while the model trains on the current one (the
+trainer asks for that on CUDA; on the CPU, whose cores the step itself uses, `depth` is 0: no thread), so
 gathering and padding the ids and building the masks overlap the step instead of preceding it. On CUDA the
 thread also puts every tensor in pinned (page-locked) memory, so that the step's `.to(device,
 non_blocking=True)` is an asynchronous copy the GPU overlaps with its work.

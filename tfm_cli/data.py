@@ -6,7 +6,7 @@ groups indices into batches of at most `max_tokens` padded tokens per side, sort
 `make_batch` pads them into a `Batch` (Annotated Transformer: src, tgt_in, tgt_out and their masks).
 `BatchStream` repeats this epoch after epoch and can resume at the exact next batch; it pads straight from the
 corpus's id buffers with tensor operations (`corpus_batch`), the same batches as `make_batch` at a fraction of
-the host time. `tfm_cli.batches.Prefetcher` builds them ahead of the training step, on a background thread.
+the host time. `tfm_cli.batches.Prefetcher` builds them ahead of the training step, on a background thread on CUDA.
 """
 
 from __future__ import annotations
@@ -251,7 +251,8 @@ class Batch:
         return self._map(lambda t: t.pin_memory())
 
 
-# On CUDA the padded lengths S and T of training batches are rounded up to a multiple of this. A batch shape
+# On CUDA the padded lengths S and T of training batches may be rounded up to a multiple of this: 1 (off) for
+# now, the measurements of the question below waiting for a GPU session (issue #11). A batch shape
 # the GPU has not met before costs kernel selection and planning on its first step; rounding leaves far fewer
 # shapes (the tiny recipe's first 200 batches: 13 (S, T) pairs instead of 99, 48 (B, S, T) shapes instead of
 # 100, B still varying) for more padded positions (there 28% of them instead of 3%). The extra positions are
@@ -269,7 +270,8 @@ def pad_multiple_for(device: torch.device | str) -> int:
     return CUDA_PAD_MULTIPLE if torch.device(device).type == "cuda" else 1
 
 
-def _round_up(n: int, multiple: int) -> int:
+def _round_up(n, multiple: int):
+    """`n` (an int or a tensor of them) rounded up to a multiple of `multiple`."""
     return -(-n // multiple) * multiple
 
 
@@ -414,8 +416,8 @@ def token_batches(
         order = order[np.argsort(key, kind="stable")]
 
     # + EOS on src and tgt_out, + BOS on tgt_in; the batch from `start` is the longest prefix that fits
-    src_width = -(-(src_len[order] + 1) // pad_multiple) * pad_multiple
-    tgt_width = -(-(tgt_len[order] + 1) // pad_multiple) * pad_multiple
+    src_width = _round_up(src_len[order] + 1, pad_multiple)  # (elementwise: lengths are tensors here)
+    tgt_width = _round_up(tgt_len[order] + 1, pad_multiple)
     batches: list[list[int]] = []
     start = 0
     while start < len(order):

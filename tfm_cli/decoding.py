@@ -320,8 +320,9 @@ def greedy_search(
     batch, device = src.size(0), src.device
     if batch == 0:
         return []
+    # max_len: (B,) each sentence's output limit, kept row for row with the live sentences as they finish
     engine, state, max_len, last = _start_search(model, src, src_mask, max_len_offset, use_cache)
-    cfg = engine.config  # max_len shrinks with the live rows
+    cfg = engine.config
     # The books are tensors indexed by sentence, read once at the end: no per-sentence Python at each step.
     tokens = torch.zeros(batch, int(max_len.max()) + 1, dtype=torch.long, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
@@ -385,8 +386,9 @@ def beam_search(
         return []
     # The first step has one hypothesis per sentence (BOS): it runs on n rows, and its K best tokens then
     # become the K beams, whose rows are copies of their sentence's row (the `select` below).
+    # max_len: (n,) each sentence's output limit, kept row for row with the live sentences as they finish
     engine, state, max_len, last = _start_search(model, src, src_mask, max_len_offset, use_cache)
-    cfg = engine.config  # max_len shrinks with the live sentences
+    cfg = engine.config
     width = int(max_len.max()) + 1  # token slots of a finished hypothesis: the longest output, then EOS
     sentence = torch.arange(n, device=device)  # (live,) original index of each live sentence
     seqs = torch.empty(n, 0, dtype=torch.long, device=device)  # (live * beams, step) generated tokens of each beam

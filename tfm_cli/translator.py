@@ -42,7 +42,7 @@ import torch
 
 from tfm_cli.checkpoint import load_model
 from tfm_cli.corpus import line_count
-from tfm_cli.decoding import Engine, Hypothesis, NonFiniteOutput, TorchEngine, translate_ids
+from tfm_cli.decoding import Engine, Hypothesis, NonFiniteOutput, TorchEngine, as_engine, translate_ids
 from tfm_cli.errors import TfmError
 from tfm_cli.files import as_path
 from tfm_cli.model import Transformer
@@ -343,7 +343,7 @@ class Translator:
             from tfm_cli.quantization import quantize_int8
 
             model = quantize_int8(model)
-        engine = TorchEngine(model) if isinstance(model, Transformer) else model  # decodes in eval mode; `model` keeps its own
+        engine = as_engine(model)  # a TorchEngine decodes in eval mode; `model` keeps its own
         config = engine.config
         if config.vocab_size != tokenizer.vocab_size:
             raise TfmError(
