@@ -112,6 +112,25 @@ def test_the_resume_command_gives_the_job_s_processes() -> None:
     assert resume_command("r", nodes) == "tfm train --resume r --nproc-per-node 4 --nnodes 2"
 
 
+
+def test_the_resume_command_names_a_device_that_auto_would_not_pick(monkeypatch) -> None:
+    """The hint after a stop said `tfm train --resume RUN` for a run on the CPU of a machine with a GPU (or on its
+    second GPU), which `--device auto` resumes elsewhere; the launcher's kill -9 line named --device already."""
+    from tfm_cli.distributed import resume_command
+
+    cpu, cuda, second = torch.device("cpu"), torch.device("cuda"), torch.device("cuda", 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resume_command("r", {}, device=cpu) == "tfm train --resume r"  # what auto picks here
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resume_command("r", {}, device=cpu) == "tfm train --resume r --device cpu"
+    assert resume_command("r", {}, device=cuda) == "tfm train --resume r"
+    assert resume_command("r", {}, device=torch.device("cuda", 0)) == "tfm train --resume r"
+    assert resume_command("r", {}, device=second) == "tfm train --resume r --device cuda:1"
+    job = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}  # each rank its own GPU
+    assert resume_command("r", job, device=second) == "tfm train --resume r --nproc-per-node 2"
+    assert resume_command("r", job, device=cpu) == "tfm train --resume r --device cpu --nproc-per-node 2"
+
+
 def test_threads_are_shared_out_unless_set() -> None:
     assert threads_per_process(2, {"OMP_NUM_THREADS": "3"}) is None
     assert threads_per_process(10_000, {}) == 1

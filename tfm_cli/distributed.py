@@ -221,14 +221,23 @@ def lost_a_peer(error: BaseException) -> bool:
     return isinstance(error, network) or (isinstance(error, RuntimeError) and any(k in str(error) for k in _LOST_PEER))
 
 
-def resume_command(run_dir: str | os.PathLike, environ: Mapping[str, str] | None = None) -> str:
+def resume_command(
+    run_dir: str | os.PathLike, environ: Mapping[str, str] | None = None, device: torch.device | None = None
+) -> str:
     """`tfm train --resume RUN`, with the processes of the torchrun job this process belongs to, so that the
     resume is exact (the same number of processes): `--nproc-per-node N`, and `--nnodes M` over several nodes
-    (each node then adds its own --node-rank and --master-addr, or --rdzv-endpoint)."""
+    (each node then adds its own --node-rank and --master-addr, or --rdzv-endpoint); and `--device` where the
+    run's `device` is not the one `auto` picks (a run on the CPU of a machine with a GPU, or on its second GPU)."""
     from tfm_cli.errors import shell_word
 
     command = f"tfm train --resume {shell_word(run_dir)}"
     found = torchrun_env(environ)
+    if device is not None:
+        auto = "cuda" if torch.cuda.is_available() else "cpu"
+        if device.type != auto:
+            command += f" --device {device.type}"
+        elif (found is None or found[2] == 1) and device.index not in (None, 0):  # (a job's ranks each take their own)
+            command += f" --device {device}"
     if found is None or found[2] == 1:
         return command
     environ = os.environ if environ is None else environ

@@ -190,7 +190,7 @@ def train(
             _exiting()
             if rank != 0:
                 raise typer.Exit(interrupted_status(received)) from None
-            _interrupted_outside_the_loop(Path(run_dir), received)
+            _interrupted_outside_the_loop(Path(run_dir), received, torch_device)
     if result.interrupted:
         _exiting()
         if received:
@@ -242,7 +242,7 @@ def _exiting() -> None:
 
 
 
-def _interrupted_outside_the_loop(run_dir: Path, received: list[int]) -> None:
+def _interrupted_outside_the_loop(run_dir: Path, received: list[int], device=None) -> None:
     """Ctrl-C or a stop signal before the first step or while the final model was written: every file is written
     under a temporary name and renamed, so what is there is whole; say what to run next, and exit 128 + signal."""
     from tfm_cli.distributed import resume_command
@@ -252,7 +252,7 @@ def _interrupted_outside_the_loop(run_dir: Path, received: list[int]) -> None:
     steps = checkpoint_steps(run_dir) if run_dir.is_dir() else []
     if steps:
         info(f"tfm train: stopped by {why} outside a training step; its checkpoints (up to step {steps[-1][0]}) are "
-             f"intact; continue, or write the final model, with `{resume_command(run_dir)}`")
+             f"intact; continue, or write the final model, with `{resume_command(run_dir, device=device)}`")
     else:
         info(f"tfm train: stopped by {why} before the first checkpoint; nothing to resume: start again")
     raise typer.Exit(interrupted_status(received))

@@ -441,7 +441,7 @@ class Trainer:
         except OSError as error:  # a disk that filled up: said as for a checkpoint, with the way on
             if not _unwritable(error):
                 raise
-            raise _not_saved(self.run_dir, self.step, error, what="its log line") from error
+            raise _not_saved(self.run_dir, self.step, error, what="its log line", device=self.device) from error
 
     # --- set up -----------------------------------------------------------------------------------------------
 
@@ -951,7 +951,7 @@ class Trainer:
             except OSError as error:
                 if not _unwritable(error):
                     raise
-                raise _not_saved(self.run_dir, self.step, error, what=BEST) from error
+                raise _not_saved(self.run_dir, self.step, error, what=BEST, device=self.device) from error
         stop = self.early.update(self.step, result)
         self.evaluated_step = self.step
         if self.last_saved == self.step:  # the checkpoint of this step was saved before: its evaluation is done
@@ -1024,7 +1024,7 @@ class Trainer:
         except OSError as error:  # a disk that filled up: say what is kept and how to go on
             if not _unwritable(error):
                 raise
-            raise _not_saved(self.run_dir, self.step, error) from error
+            raise _not_saved(self.run_dir, self.step, error, device=self.device) from error
         self.last_saved = self.step  # only now: Ctrl-C in the middle of a save saves again in `_interrupted`
         failed = _drop_stop_checkpoints(self.run_dir, before=self.step)  # (an earlier stop's too: it counted in keep_last)
         failed += prune_checkpoints(self.run_dir, self.t.keep_last)
@@ -1050,7 +1050,7 @@ class Trainer:
         """Ctrl-C: keep the last completed step and say how to continue. With `together` (the ranks agreed to stop,
         see `HeldStops`) every rank is at this step and takes part in the save; otherwise rank 0 saves alone."""
         self.optimizer.zero_grad(set_to_none=True)
-        resume = f"continue with `{resume_command(self.run_dir)}`"
+        resume = f"continue with `{resume_command(self.run_dir, device=self.device)}`"
         if self.step > self.last_saved and (self.main or together):
             with _sigint_ignored():  # a second Ctrl-C must not cut the save short (the first one asked for it)
                 path = self.save_checkpoint(stream_state, every_rank=together, on_stop=True)
@@ -1073,7 +1073,7 @@ class Trainer:
         return RankError(
             f"process {self.dist.rank} of {self.dist.world_size} lost contact with another process of the job after "
             f"step {self.step} (it stopped, or its machine did: its own output or torchrun's says why); {where}",
-            hint=f"continue with `{resume_command(self.run_dir)}`" if saved else "start the run again",
+            hint=f"continue with `{resume_command(self.run_dir, device=self.device)}`" if saved else "start the run again",
         )
 
     def _corpus_counts(self) -> dict[str, Any]:
@@ -1102,7 +1102,7 @@ class Trainer:
         except OSError as error:  # model.safetensors, or its metrics.jsonl line
             if not _unwritable(error):
                 raise
-            raise _not_saved(run_dir, self.step, error, what="the final model", done=True) from error
+            raise _not_saved(run_dir, self.step, error, what="the final model", done=True, device=self.device) from error
         self.board.close()
         result = TrainResult(run_dir, self.step, False, final, time.perf_counter() - self.started, stopped)
         summary = {
@@ -1135,7 +1135,7 @@ class Trainer:
         except OSError as error:
             if not _unwritable(error):
                 raise
-            raise _not_saved(run_dir, self.step, error, what="summary.json", done=True) from error
+            raise _not_saved(run_dir, self.step, error, what="summary.json", done=True, device=self.device) from error
         return result
 
 
@@ -1572,14 +1572,17 @@ def _ran_out_of_memory(run_dir: Path, step: int, device: torch.device, error: Ba
     )
 
 
-def _not_saved(run_dir: Path, step: int, error: OSError, what: str = "its checkpoint", done: bool = False) -> TfmError:
+def _not_saved(
+    run_dir: Path, step: int, error: OSError, what: str = "its checkpoint", done: bool = False,
+    device: torch.device | None = None,
+) -> TfmError:
     """The error that stops a run whose checkpoint (or `what` else) could not be written (a disk that filled up,
     or was made read-only); it names the last checkpoint that was (a resume takes the newest one with its trainer
     state), and the resume with the job's processes. `done`: training had reached its end (the final phase)."""
     found, kept = _last_intact(run_dir)
-    then = f"then continue with `{resume_command(run_dir)}`" if found else "then run the same command again"
+    then = f"then continue with `{resume_command(run_dir, device=device)}`" if found else "then run the same command again"
     if found and done:
-        then = f"then `{resume_command(run_dir)}` writes the final model from the checkpoints"
+        then = f"then `{resume_command(run_dir, device=device)}` writes the final model from the checkpoints"
     fix = "make it writable again" if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else "free some space there"
     stopped = f"training ended at step {step}, but" if done else f"training stopped at step {step}:"
     return TfmError(
