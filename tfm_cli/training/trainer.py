@@ -18,6 +18,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -513,6 +514,8 @@ class Trainer:
                 f"dropped {dropped} record(s) of metrics.jsonl logged after step {self.step} by a session that stopped "
                 "without saving them in a checkpoint (this resume trains those steps again)"
             )
+        if self.main and self.resume:
+            self._discard_future()
         if dist.enabled:
             self.events.message(f"{dist.world_size} processes (DDP over {dist.device.type}): each trains on its share of every batch")
         self.step_model = dist.wrap(self.model)  # DDP in a multi-process job; `model` stays what is saved and evaluated
@@ -520,6 +523,42 @@ class Trainer:
         self.board = TensorBoardLog.open(run_dir, self.step, self.events.message) if self.main else TensorBoardLog(None)
         if self.board.enabled and not self.resume:
             self.board.recipe(yaml.safe_dump(recipe_to_dict(self.recipe), sort_keys=False, allow_unicode=True), self.step)
+
+    def _discard_future(self) -> None:
+        """Remove what a session that stopped while saving left past the step this resume starts from: weights
+        without their trainer state (or the reverse), and a best.safetensors of a step it trains again. A run that
+        ended before that step (a lower train.max_steps, train.max_time) averaged such weights into its final model
+        and counted them against keep_last; a best file of that future stood against scores it never had."""
+        failed: list[OSError] = []
+        paths = sorted((self.run_dir / CHECKPOINTS).glob("step-*"))
+        steps = {int(m.group(1)) for p in paths if (m := re.fullmatch(r"step-(\d+)\.(safetensors|state\.pt|evaluated\.json)", p.name))}
+        removed = [p.name for p in paths for step in steps if step > self.step and p.name.startswith(f"step-{step:08d}.")]
+        for step in sorted(s for s in steps if s > self.step):
+            delete_checkpoint(checkpoint_path(self.run_dir, step), failed)  # its weights, state and evaluation
+        best = self.run_dir / BEST
+        try:
+            best_step = int(read_metadata(best).get("step", -1)) if best.is_file() else -1
+        except (CheckpointError, ValueError):
+            best_step = -1  # not tfm's, or no step: left as it is
+        if best_step > self.step:
+            try:
+                best.unlink()
+                removed.append(BEST)
+                self.best_bleu = -1.0  # the next evaluation's model is the best again
+            except OSError as error:
+                failed.append(error)
+        if failed:  # (an immutable file, another user's): the final model would average it
+            error = failed[0]
+            raise TfmError(
+                f"{error.filename} could not be removed ({error.strerror or error}): it was left past step {self.step}, "
+                "which this resume starts from, by a session that stopped before it saved that step whole",
+                hint=f"remove it yourself, then `{resume_command(self.run_dir, device=self.device)}` again",
+            )
+        if removed:
+            self.events.message(
+                f"removed {', '.join(removed)}: left past step {self.step} by a session that stopped before it saved "
+                "that step whole (this resume trains those steps again)"
+            )
 
     def _start_from(self, init: InitModel) -> None:
         """Fine-tuning: the trained weights of train.init_from in place of the random ones (every rank reads the
@@ -1386,7 +1425,7 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
     if newer:
         events.message(
             f"checkpoint(s) at step {', '.join(map(str, newer))} have no trainer state (the run stopped while "
-            f"saving): resuming from step {step}; they are rewritten when the run gets there"
+            f"saving): resuming from step {step}; the resume removes them and trains those steps again"
         )
     steps = {s for s, _ in found}
     orphans = sorted(int(f.name[5:13]) for f in (run_dir / CHECKPOINTS).glob("step-*.state.pt")
@@ -1394,7 +1433,7 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
     if orphans:  # weights deleted or lost beside their state (it fell back without a word)
         events.message(
             f"checkpoint(s) at step {', '.join(map(str, orphans))} have a trainer state but no weights (.safetensors): "
-            f"resuming from step {step}; they are rewritten when the run gets there"
+            f"resuming from step {step}; the resume removes them and trains those steps again"
         )
     # On the CPU: the RNG states must stay CPU ByteTensors (map_location=cuda broke resume on GPUs), and
     # Optimizer.load_state_dict moves each state tensor to its parameter's device itself.
