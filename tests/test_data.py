@@ -263,6 +263,42 @@ def test_encode_corpus_skips_and_counts(tok: Tokenizer, tmp_path: Path) -> None:
         corpus.src(2)
 
 
+def test_a_side_too_long_for_any_pieces_is_skipped_unencoded(tok: Tokenizer, tmp_path: Path, monkeypatch) -> None:
+    """One line of 100 MB took 9.5 GB and 9 minutes to encode, only to be skipped as too long. A side with more
+    characters than max_len - 1 of the tokenizer's longest pieces could hold is skipped unencoded now; the kept
+    pairs and the counts are those of encoding everything (sides that are long only before normalising, runs of
+    spaces or combining marks that NFC composes, are encoded and judged on their tokens)."""
+    import unicodedata
+
+    limit = 15 * tok.longest_piece  # max_len 16
+    lines = [
+        "Bonjour.\tHello.",
+        "x" * (limit * 5) + "\tA long one.",  # too long whatever its pieces
+        "Court.\t" + "word " * limit,  # too long on its tokens
+        "Oui" + " " * (limit * 6) + ".\tYes.",  # long only before its spaces become one
+        "Merci" + "\u200b" * (limit * 6) + " !\tThanks!",  # long only before its invisible marks go
+        unicodedata.normalize("NFD", "\u1f8f") * (limit + 1) + "\tA.",  # 4 code points each, 1 once composed
+        "\tNo source.",
+    ]
+    path = write(tmp_path / "c.tsv", "\n".join(lines) + "\n")
+    encoded: list[str] = []
+    real = tok.encode_batch
+    monkeypatch.setattr(tok, "encode_batch", lambda texts: (encoded.extend(texts), real(texts))[1])
+    quick = encode_corpus(path, tok, max_len=16, chunk_size=3)
+    assert encoded and not any(text.startswith("xxx") for text in encoded)  # the x line was never encoded
+
+    class EveryLine:  # the same tokenizer, without `longest_piece`: every side encoded
+        vocab_size = tok.vocab_size
+        encode_batch = staticmethod(real)
+
+    whole = encode_corpus(path, EveryLine(), max_len=16, chunk_size=3)
+    # kept: Bonjour, Oui and Merci; too long: the x and the composed lines unencoded, the words on their tokens
+    assert quick.stats == whole.stats and (quick.stats.kept, quick.stats.skipped_long) == (3, 3), quick.stats
+    assert lines[5].split("\t")[0] not in encoded
+    assert [quick.src(i) for i in range(len(quick))] == [whole.src(i) for i in range(len(whole))]
+    assert [quick.tgt(i) for i in range(len(quick))] == [whole.tgt(i) for i in range(len(whole))]
+
+
 def test_encode_corpus_length_limit_is_max_len_minus_one(tok: Tokenizer, tmp_path: Path) -> None:
     text = "Je suis étudiant 😀"
     n = len(tok.encode(text))

@@ -50,6 +50,17 @@ UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 INVISIBLE = "\ufeff\u200b\u2060\u00ad\u200e\u200f"
 _NOT_SHOWN = str.maketrans("", "", INVISIBLE + "\u2581")  # and "▁", which the tokenizer reads as a space
 
+_SPACES = re.compile("[\\s\u2581]+")  # whitespace, and ▁, which normalising makes one space a run (or none at an end)
+MOST_COMPOSED = 4  # NFC composes at most 4 code points into one (U+1F8F: Α, dasia, perispomeni, prosgegrammeni)
+
+
+def least_normalized(text: str) -> int:
+    """A lower bound of the characters `text` keeps once a tokenizer tfm trains has normalised it (whitespace runs
+    and ▁ to one space, invisible marks dropped, NFC), counted without normalising: its other characters, over 4."""
+    visible = len(_SPACES.sub("", text)) - sum(text.count(c) for c in INVISIBLE)
+    return visible // MOST_COMPOSED
+
+
 Pair = tuple[int, str, str]  # (line number, 1-based; source sentence; target sentence)
 CorpusSpec = str | os.PathLike | Sequence[str | os.PathLike]
 

@@ -23,6 +23,7 @@ sentence is ordinary text (encoded piece by piece), never the BOS id.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -36,7 +37,7 @@ from pathlib import Path
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as _HFTokenizer
 
-from tfm_cli.corpus import INVISIBLE
+from tfm_cli.corpus import INVISIBLE, MOST_COMPOSED, least_normalized
 from tfm_cli.errors import TfmError
 from tfm_cli.files import as_path, json_value, write_failure
 
@@ -151,6 +152,12 @@ class Tokenizer:
     def vocab_size(self) -> int:
         """Number of ids, specials and byte tokens included."""
         return self._tk.get_vocab_size(with_added_tokens=True)
+
+    @functools.cached_property
+    def longest_piece(self) -> int:
+        """Characters of normalised text the longest learned piece stands for (its ▁ a space): a text of n of them
+        takes at least n / longest_piece tokens, which tells a line far too long for a model without encoding it."""
+        return max([len(p) for p, i in self._tk.get_vocab(with_added_tokens=False).items() if i >= FIRST_PIECE_ID] or [1])
 
     @property
     def sha256(self) -> str:
@@ -508,8 +515,17 @@ def tokenizer_stats(
             elif N_SPECIAL <= i < FIRST_PIECE_ID:
                 byte[side] += 1
 
+    def surely_long(text: str) -> bool:  # as `tfm_cli.data.encode_corpus` tells it: skipped unencoded
+        bound = (max_len - 1) * tokenizer.longest_piece
+        return len(text) > bound * MOST_COMPOSED and least_normalized(text) > bound
+
     def consume(srcs: list[str], tgts: list[str]) -> None:
         nonlocal n, skipped_long
+        if max_len is not None:
+            fits = [not (surely_long(s) or surely_long(t)) for s, t in zip(srcs, tgts, strict=True)]
+            skipped_long += fits.count(False)
+            srcs = [s for s, ok in zip(srcs, fits, strict=True) if ok]
+            tgts = [t for t, ok in zip(tgts, fits, strict=True) if ok]
         for s, t in zip(tokenizer.encode_batch(srcs), tokenizer.encode_batch(tgts), strict=True):
             if max_len is not None and max(len(s), len(t)) > max_len - 1:  # the </s> (or <s>) takes one
                 skipped_long += 1
