@@ -17,8 +17,10 @@ _tfm_dirs() {
 }
 
 _tfm_overrides() {
-    compopt -o nospace 2>/dev/null  # the value follows the '='
-    COMPREPLY+=( $(compgen -W "$_tfm_recipe_keys" -- "$cur") )
+    local keys=( $(compgen -W "$_tfm_recipe_keys" -- "$cur") )
+    (( ${#keys[@]} )) || return 0
+    compopt -o nospace 2>/dev/null  # the value follows the '=' (set only for a key: a file name takes its space)
+    COMPREPLY+=( "${keys[@]}" )
 }
 
 # _tfm_npos START VALUE_OPTIONS...: how many positional words precede the cursor, counting from START.
@@ -170,8 +172,8 @@ _tfm() {
             ;;
         tokenize)
             case $prev in
-                --out|--tokenizer|-o|-t) _tfm_files; return 0 ;;
-                --corpus|--encode|--min-frequency|--vocab-size|-c|-e) COMPREPLY=(); return 0 ;;
+                --corpus|--out|--tokenizer|-c|-o|-t) _tfm_files; return 0 ;;
+                --encode|--min-frequency|--vocab-size|-e) COMPREPLY=(); return 0 ;;
             esac
             if [[ $cur == -* ]]; then
                 COMPREPLY=( $(compgen -W "--corpus --encode --help --json --min-frequency --out --tokenizer --vocab-size -c -e -h -o -t" -- "$cur") )

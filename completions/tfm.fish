@@ -102,7 +102,7 @@ complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l token -x -d 'Fo
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l words -d 'Merge subword pieces into words (keys summed, queries averaged).'
 
 # tfm tokenize
-complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l corpus -s c -x -d 'Train on this TSV (source TAB target), or give it twice: source file, target file.'
+complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l corpus -s c -r -F -d 'Train on this TSV (source TAB target), or give it twice: source file, target file.'
 complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l encode -s e -x -d 'Show the pieces and ids of this text (repeatable) instead of training.'
 complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l help -s h -d 'Show this message and exit.'
 complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l json -d 'Print results as JSON for scripts instead of a table.'

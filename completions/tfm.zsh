@@ -65,57 +65,57 @@ _tfm_recipe_word() {
 
 _tfm_bench_attention() {
     _arguments -s -S \
-        '--baseline[An earlier `--json` result\: exit 1 naming every gated figure that got worse by more than --tolera...]:baseline:_files' \
-        '--batch[Batch size B.]:batch: ' \
-        '--d-k[Per-head width d_k.]:d k: ' \
-        '--device[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
-        '--dtype[fp32, bf16 or fp16.]:dtype:(bf16 fp16 fp32)' \
+        '--baseline=[An earlier `--json` result\: exit 1 naming every gated figure that got worse by more than --tolera...]:baseline:_files' \
+        '--batch=[Batch size B.]:batch: ' \
+        '--d-k=[Per-head width d_k.]:d k: ' \
+        '--device=[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
+        '--dtype=[fp32, bf16 or fp16.]:dtype:(bf16 fp16 fp32)' \
         '--forward-only[Time the forward pass only (default\: forward, and forward+backward).]' \
-        '--heads[Heads H.]:heads: ' \
+        '--heads=[Heads H.]:heads: ' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
-        '*--impl[Implementations to run (default\: all this device has)]:impl:(naive sdpa-cudnn sdpa-efficient sdpa-flash sdpa-math tfm)' \
+        '*--impl=[Implementations to run (default\: all this device has)]:impl:(naive sdpa-cudnn sdpa-efficient sdpa-flash sdpa-math tfm)' \
         '--json[Print the result as one JSON document.]' \
-        '--lengths[Sequence lengths, comma-separated (one that would not fit in memory is skipped, with the reason).]:lengths: ' \
-        '*--mask[none, padding or causal]:mask:(causal none padding)' \
-        '--repeat[Timed repetitions per figure (median and spread).]:repeat: ' \
-        '--tolerance[How much worse a gated figure may get before --baseline fails\: a percentage (10%) or a share (0.1).]:tolerance: ' \
-        '--warmup[Untimed runs first.]:warmup: '
+        '--lengths=[Sequence lengths, comma-separated (one that would not fit in memory is skipped, with the reason).]:lengths: ' \
+        '*--mask=[none, padding or causal]:mask:(causal none padding)' \
+        '--repeat=[Timed repetitions per figure (median and spread).]:repeat: ' \
+        '--tolerance=[How much worse a gated figure may get before --baseline fails\: a percentage (10%) or a share (0.1).]:tolerance: ' \
+        '--warmup=[Untimed runs first.]:warmup: '
 }
 
 _tfm_bench_train() {
     _arguments -s -S \
-        '--baseline[An earlier `--json` result\: exit 1 naming every gated figure that got worse by more than --tolera...]:baseline:_files' \
+        '--baseline=[An earlier `--json` result\: exit 1 naming every gated figure that got worse by more than --tolera...]:baseline:_files' \
         '--compare[Also time Hugging Face MarianMT with the same shapes on the same work (needs the bench extra).]' \
-        '--device[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
+        '--device=[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[Print the result as one JSON document.]' \
         '--model-step-only[Skip the trainer phase.]' \
-        '--steps[Timed optimizer steps per phase.]:steps: ' \
-        '--tolerance[How much worse a gated figure may get before --baseline fails\: a percentage (10%) or a share (0.1).]:tolerance: ' \
-        '--warmup[Untimed optimizer steps first.]:warmup: ' \
+        '--steps=[Timed optimizer steps per phase.]:steps: ' \
+        '--tolerance=[How much worse a gated figure may get before --baseline fails\: a percentage (10%) or a share (0.1).]:tolerance: ' \
+        '--warmup=[Untimed optimizer steps first.]:warmup: ' \
         '1:recipe:_files' \
         '*:overrides:_tfm_overrides'
 }
 
 _tfm_bench_translate() {
     _arguments -s -S \
-        '--baseline[An earlier `--json` result\: exit 1 naming every gated figure that got worse by more than --tolera...]:baseline:_files' \
-        '--batch-sizes[Sentences per batch, comma-separated.]:batch sizes: ' \
-        '--beam[Beam size for the beam rows (default 4).]:beam: ' \
+        '--baseline=[An earlier `--json` result\: exit 1 naming every gated figure that got worse by more than --tolera...]:baseline:_files' \
+        '--batch-sizes=[Sentences per batch, comma-separated.]:batch sizes: ' \
+        '--beam=[Beam size for the beam rows (default 4).]:beam: ' \
         '--beam-only[Only beam search.]' \
         '(--cache-only --no-cache)'{--cache-only,--no-cache}'[--no-cache (the default) times decoding without the K/V cache too, beside the cached search]' \
         '--compare[Also time HF MarianMT (same shapes) and CTranslate2 (these weights, at tfm'\''s --precision where th...]' \
-        '--device[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
+        '--device=[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
         '--greedy-only[Only greedy search.]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[Print the result as one JSON document.]' \
-        '(--model -m)'{--model,-m}'[A trained run or .safetensors file (default\: random weights of --recipe'\''s shape).]:model:_files' \
-        '--out-len[Tokens every output is forced to (min = max length).]:out len: ' \
-        '--precision[auto (bf16 on CUDA and CPUs with native bf16, else fp32), fp32, bf16, fp16, or int8 (CPU\: int8 li...]:precision:(auto bf16 fp16 fp32 int8)' \
-        '--recipe[Random weights with this recipe'\''s model shape and vocabulary size (its tokenizer.path'\''s, if it na...]:recipe:_files' \
-        '--sentences[Sources translated per configuration (a multiple of every batch size).]:sentences: ' \
-        '--src-len[Tokens per source.]:src len: ' \
-        '--tolerance[How much worse a gated figure may get before --baseline fails\: a percentage (10%) or a share (0.1).]:tolerance: '
+        '(--model -m)'{--model=,-m+}'[A trained run or .safetensors file (default\: random weights of --recipe'\''s shape).]:model:_files' \
+        '--out-len=[Tokens every output is forced to (min = max length).]:out len: ' \
+        '--precision=[auto (bf16 on CUDA and CPUs with native bf16, else fp32), fp32, bf16, fp16, or int8 (CPU\: int8 li...]:precision:(auto bf16 fp16 fp32 int8)' \
+        '--recipe=[Random weights with this recipe'\''s model shape and vocabulary size (its tokenizer.path'\''s, if it na...]:recipe:_files' \
+        '--sentences=[Sources translated per configuration (a multiple of every batch size).]:sentences: ' \
+        '--src-len=[Tokens per source.]:src len: ' \
+        '--tolerance=[How much worse a gated figure may get before --baseline fails\: a percentage (10%) or a share (0.1).]:tolerance: '
 }
 
 _tfm_bench() {
@@ -147,91 +147,91 @@ _tfm_bench() {
 
 _tfm_export() {
     _arguments -s -S \
-        '--dtype[release\: store the weights as fp32, fp16 or bf16.]:dtype:(bf16 fp16 fp32)' \
+        '--dtype=[release\: store the weights as fp32, fp16 or bf16.]:dtype:(bf16 fp16 fp32)' \
         '--force[Replace an earlier export in --out (only once the new export is written and checked]' \
-        '(--format -f)'{--format,-f}'[release (safetensors + tokenizer + model card), onnx (encoder + decoder step for onnxruntime), or...]:format:(huggingface onnx release)' \
+        '(--format -f)'{--format=,-f+}'[release (safetensors + tokenizer + model card), onnx (encoder + decoder step for onnxruntime), or...]:format:(huggingface onnx release)' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[Print the result (files, checks, notes) as JSON.]' \
-        '--opset[onnx\: the ONNX opset, 14 to 21 (default\: 17).]:opset: ' \
-        '(--out -o)'{--out,-o}'[Directory to write (default\: exports/RUN-FORMAT).]:out:_files' \
-        '--verify-lines[Dev sentences the translation checks use (0\: all of the dev set)]:verify lines: ' \
+        '--opset=[onnx\: the ONNX opset, 14 to 21 (default\: 17).]:opset: ' \
+        '(--out -o)'{--out=,-o+}'[Directory to write (default\: exports/RUN-FORMAT).]:out:_files' \
+        '--verify-lines=[Dev sentences the translation checks use (0\: all of the dev set)]:verify lines: ' \
         '1:model:_files'
 }
 
 _tfm_inspect_attn() {
     _arguments -s -S \
         '--align[Print the source-target word alignment from cross-attention (Pharaoh i-j).]' \
-        '--device[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
+        '--device=[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
         '--explain[With --token\: one head step by step (q.k, /sqrt(d_k), softmax, values)]' \
-        '--head[Head, from 1, or '\''mean'\'' of all heads (the default]:head: ' \
+        '--head=[Head, from 1, or '\''mean'\'' of all heads (the default]:head: ' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
-        '--html[Also write a self-contained HTML page to explore every head.]:html:_files' \
-        '--image[Also write the heatmap as an image (.png or .svg]:image:_files' \
+        '--html=[Also write a self-contained HTML page to explore every head.]:html:_files' \
+        '--image=[Also write the heatmap as an image (.png or .svg]:image:_files' \
         '--json[Print tokens and the weights as JSON\: of every kind, layer and head, or of those --kind, --layer...]' \
-        '(--kind -k)'{--kind,-k}'[encoder, decoder or cross (default\: cross]:kind:(cross decoder encoder)' \
-        '(--layer -l)'{--layer,-l}'[Layer, from 1 (default\: the last]:layer: ' \
-        '(--model -m)'{--model,-m}'[Run directory, release directory or .safetensors file (default\: the most recent run under runs/).]:model:_files' \
+        '(--kind -k)'{--kind=,-k+}'[encoder, decoder or cross (default\: cross]:kind:(cross decoder encoder)' \
+        '(--layer -l)'{--layer=,-l+}'[Layer, from 1 (default\: the last]:layer: ' \
+        '(--model -m)'{--model=,-m+}'[Run directory, release directory or .safetensors file (default\: the most recent run under runs/).]:model:_files' \
         '--numbers[Print the weights (in %) in the heatmap cells.]' \
-        '--precision[The arithmetic of the translation, as tfm translate'\''s\: auto (bf16 on CUDA and on CPUs with native...]:precision:(auto bf16 fp16 fp32)' \
+        '--precision=[The arithmetic of the translation, as tfm translate'\''s\: auto (bf16 on CUDA and on CPUs with native...]:precision:(auto bf16 fp16 fp32)' \
         '--summary[Statistics of every head\: entropy, maximum, share on </s>, <s> and punctuation, distance from the...]' \
-        '(--target -t)'{--target,-t}'[Inspect this target (teacher-forced) instead of the model'\''s translation.]:target: ' \
-        '--token[Focus on one query token\: its text (a word inside a piece counts\: '\''il'\'' finds qu'\''il]:token: ' \
+        '(--target -t)'{--target=,-t+}'[Inspect this target (teacher-forced) instead of the model'\''s translation.]:target: ' \
+        '--token=[Focus on one query token\: its text (a word inside a piece counts\: '\''il'\'' finds qu'\''il]:token: ' \
         '--words[Merge subword pieces into words (keys summed, queries averaged).]' \
         '1:sentence: '
 }
 
 _tfm_tokenize() {
     _arguments -s -S \
-        '*'{--corpus,-c}'[Train on this TSV (source TAB target), or give it twice\: source file, target file.]:corpus: ' \
-        '*'{--encode,-e}'[Show the pieces and ids of this text (repeatable) instead of training.]:encode: ' \
+        '*'{--corpus=,-c+}'[Train on this TSV (source TAB target), or give it twice\: source file, target file.]:corpus:_files' \
+        '*'{--encode=,-e+}'[Show the pieces and ids of this text (repeatable) instead of training.]:encode: ' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[Print results as JSON for scripts instead of a table.]' \
-        '--min-frequency[Minimum count of a merge (default\: the recipe'\''s, else 2).]:min frequency: ' \
-        '(--out -o)'{--out,-o}'[Where to save tokenizer.json (default\: the recipe'\''s tokenizer.path, else runs/<recipe name>/token...]:out:_files' \
-        '(--tokenizer -t)'{--tokenizer,-t}'[With --encode\: a tokenizer.json or a run directory (default\: the most recent run).]:tokenizer:_files' \
-        '--vocab-size[Vocabulary size (default\: the recipe'\''s, else 8000).]:vocab size: ' \
+        '--min-frequency=[Minimum count of a merge (default\: the recipe'\''s, else 2).]:min frequency: ' \
+        '(--out -o)'{--out=,-o+}'[Where to save tokenizer.json (default\: the recipe'\''s tokenizer.path, else runs/<recipe name>/token...]:out:_files' \
+        '(--tokenizer -t)'{--tokenizer=,-t+}'[With --encode\: a tokenizer.json or a run directory (default\: the most recent run).]:tokenizer:_files' \
+        '--vocab-size=[Vocabulary size (default\: the recipe'\''s, else 8000).]:vocab size: ' \
         '1:recipe:_tfm_recipe_word' \
         '*:overrides:_tfm_overrides'
 }
 
 _tfm_train() {
     _arguments -s -S \
-        '--curves[Show a run'\''s loss and dev BLEU curves (and write curves.png with the plot extra), then exit.]:curves:_files' \
-        '--device[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
+        '--curves=[Show a run'\''s loss and dev BLEU curves (and write curves.png with the plot extra), then exit.]:curves:_files' \
+        '--device=[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
         '--dry-run[Check the recipe, corpora and run directory as a real start would, print the resolved recipe, par...]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[Print results as JSON for scripts instead of a table.]' \
-        '--master-addr[Address of node 0 (several nodes without --rdzv-endpoint).]:master addr: ' \
-        '--master-port[A free port on node 0 (torchrun'\''s default\: 29500).]:master port: ' \
-        '--nnodes[Number of nodes (machines) in the job, each running the same command.]:nnodes: ' \
-        '--node-rank[This node'\''s rank, 0 to nnodes-1 (node 0 writes the run).]:node rank: ' \
-        '--nproc-per-node[Train with N processes on this node, one per GPU with CUDA (NCCL) or sharing the cores on CPU (gl...]:nproc per node: ' \
-        '(--out -o)'{--out,-o}'[Run directory (default\: runs/<recipe name>).]:out:_files' \
-        '--rdzv-endpoint[HOST\:PORT of a c10d rendezvous instead of --master-addr and --node-rank.]:rdzv endpoint: ' \
-        '--resume[Continue the run in this directory from its newest checkpoint.]:resume:_files' \
+        '--master-addr=[Address of node 0 (several nodes without --rdzv-endpoint).]:master addr: ' \
+        '--master-port=[A free port on node 0 (torchrun'\''s default\: 29500).]:master port: ' \
+        '--nnodes=[Number of nodes (machines) in the job, each running the same command.]:nnodes: ' \
+        '--node-rank=[This node'\''s rank, 0 to nnodes-1 (node 0 writes the run).]:node rank: ' \
+        '--nproc-per-node=[Train with N processes on this node, one per GPU with CUDA (NCCL) or sharing the cores on CPU (gl...]:nproc per node: ' \
+        '(--out -o)'{--out=,-o+}'[Run directory (default\: runs/<recipe name>).]:out:_files' \
+        '--rdzv-endpoint=[HOST\:PORT of a c10d rendezvous instead of --master-addr and --node-rank.]:rdzv endpoint: ' \
+        '--resume=[Continue the run in this directory from its newest checkpoint.]:resume:_files' \
         '1:recipe:_tfm_recipe_word' \
         '*:overrides:_tfm_overrides'
 }
 
 _tfm_translate() {
     _arguments -s -S \
-        '--alpha[GNMT length penalty, 0 to 10 (default\: the run'\''s recipe, 0.6).]:alpha: ' \
-        '--batch-tokens[Source tokens per batch (default\: the run'\''s recipe).]:batch tokens: ' \
-        '(--beam -b)'{--beam,-b}'[Beam size (default\: the run'\''s recipe, 4).]:beam: ' \
-        '--bleu-tokenize[When scoring, sacrebleu'\''s BLEU tokenizer\: auto (zh for Chinese references, char for Japanese, Tha...]:bleu tokenize:(13a auto char flores101 flores200 intl ja-mecab ko-mecab none zh)' \
-        '--device[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
-        '--engine[auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime.]:engine:(auto onnxruntime torch)' \
+        '--alpha=[GNMT length penalty, 0 to 10 (default\: the run'\''s recipe, 0.6).]:alpha: ' \
+        '--batch-tokens=[Source tokens per batch (default\: the run'\''s recipe).]:batch tokens: ' \
+        '(--beam -b)'{--beam=,-b+}'[Beam size (default\: the run'\''s recipe, 4).]:beam: ' \
+        '--bleu-tokenize=[When scoring, sacrebleu'\''s BLEU tokenizer\: auto (zh for Chinese references, char for Japanese, Tha...]:bleu tokenize:(13a auto char flores101 flores200 intl ja-mecab ko-mecab none zh)' \
+        '--device=[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
+        '--engine=[auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime.]:engine:(auto onnxruntime torch)' \
         '--greedy[Greedy decoding instead of beam search.]' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[One JSON object per input line\: source, translation, score, log_prob, tokens, truncated, stopped...]' \
-        '--max-len[Output may be at most input length + this many tokens (default\: the run'\''s recipe, 50)]:max len: ' \
-        '--min-len[No end of sentence before this many output tokens (default\: the run'\''s recipe, 0).]:min len: ' \
-        '(--model -m)'{--model,-m}'[Run directory, .safetensors checkpoint, release or ONNX export directory (default\: the most recen...]:model:_files' \
-        '(--n-best -n)'{--n-best,-n}'[Print the K best translations of each input, best first, one a line\: input line number TAB score...]:n best: ' \
-        '--output[When scoring, also write the translations to this file.]:output:_files' \
-        '--precision[auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, fp16 (CUDA only), or int...]:precision:(auto bf16 fp16 fp32 int8)' \
-        '*'{--reference,-r}'[Reference translations, one per input line\: print BLEU and chrF instead of translations (- reads...]:reference:_files' \
-        '*--score[Score on a TSV (source TAB reference), or give --score SRC --score REF (--score REF2 ...]:score:_files' \
+        '--max-len=[Output may be at most input length + this many tokens (default\: the run'\''s recipe, 50)]:max len: ' \
+        '--min-len=[No end of sentence before this many output tokens (default\: the run'\''s recipe, 0).]:min len: ' \
+        '(--model -m)'{--model=,-m+}'[Run directory, .safetensors checkpoint, release or ONNX export directory (default\: the most recen...]:model:_files' \
+        '(--n-best -n)'{--n-best=,-n+}'[Print the K best translations of each input, best first, one a line\: input line number TAB score...]:n best: ' \
+        '--output=[When scoring, also write the translations to this file.]:output:_files' \
+        '--precision=[auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, fp16 (CUDA only), or int...]:precision:(auto bf16 fp16 fp32 int8)' \
+        '*'{--reference=,-r+}'[Reference translations, one per input line\: print BLEU and chrF instead of translations (- reads...]:reference:_files' \
+        '*--score=[Score on a TSV (source TAB reference), or give --score SRC --score REF (--score REF2 ...]:score:_files' \
         '1:text: '
 }
 

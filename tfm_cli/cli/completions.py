@@ -49,6 +49,8 @@ _COMMAND_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {("inspect-attn", "--
 # Arguments typed `str` in the app because they also take other things (with `tfm train --resume RUN`, the
 # first word is an override): what to complete for them.
 _ARGUMENT_KINDS: dict[str, str] = {"recipe": "file", "overrides": "override"}
+# Options typed `str` for the same reason (`--corpus` also takes bundled:NAME): what to complete for them.
+_OPTION_KINDS: dict[str, str] = {"--corpus": "file"}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -163,6 +165,8 @@ def _option(param: Any, command: str = "") -> Option:
     long = [n for n in names if n.startswith("--")]
     if kind == "value" and long and long[0] in _OPTION_CHOICES:
         kind, choices = "choice", tuple(sorted(_COMMAND_CHOICES.get((command, long[0]), _OPTION_CHOICES[long[0]])))
+    elif kind == "value" and long and long[0] in _OPTION_KINDS:
+        kind = _OPTION_KINDS[long[0]]
     return Option(names, _first_sentence(param.help), kind, choices, multiple)
 
 
@@ -367,8 +371,10 @@ def bash_script(spec: AppSpec) -> str:
         "}",
         "",
         "_tfm_overrides() {",
-        "    compopt -o nospace 2>/dev/null  # the value follows the '='",
-        '    COMPREPLY+=( $(compgen -W "$_tfm_recipe_keys" -- "$cur") )',
+        '    local keys=( $(compgen -W "$_tfm_recipe_keys" -- "$cur") )',
+        "    (( ${#keys[@]} )) || return 0",
+        "    compopt -o nospace 2>/dev/null  # the value follows the '=' (set only for a key: a file name takes its space)",
+        '    COMPREPLY+=( "${keys[@]}" )',
         "}",
         "",
         "# _tfm_npos START VALUE_OPTIONS...: how many positional words precede the cursor, counting from START.",
@@ -456,13 +462,16 @@ def _zsh_option(option: Option) -> str:
     star = "*" if option.multiple else ""
     if names and any(n in ("--help", "-h", "--version") for n in names):
         exclusive = "(- *)"  # they end the command line
-    value = ""
+    value, written = "", names
     if option.takes_value:
         message = names[0].lstrip("-").replace("-", " ")
         value = f":{_zsh_quote(message)}:{_zsh_action(option.kind, option.choices)}"
-    if len(names) == 1:
-        return f"'{exclusive}{star}{names[0]}[{desc}]{value}'"
-    return f"'{exclusive}{star}'{{{','.join(names)}}}'[{desc}]{value}'"
+        # the value in the next word or in the same one: `--device=cpu` (`=`), `-mruns/tiny` (`+`); without
+        # these, zsh read `--device=cpu` as a positional word and `-fo` as stacked flags
+        written = tuple(f"{n}=" if n.startswith("--") else f"{n}+" for n in names)
+    if len(written) == 1:
+        return f"'{exclusive}{star}{written[0]}[{desc}]{value}'"
+    return f"'{exclusive}{star}'{{{','.join(written)}}}'[{desc}]{value}'"
 
 
 def _zsh_function(*words: str) -> str:
