@@ -74,6 +74,31 @@ def test_a_resume_that_reorders_the_rest_of_its_epoch_says_so(copy: Path, tmp_pa
     assert proc.returncode == 0 and "ordered otherwise" not in proc.stderr, proc.stderr
 
 
+def test_a_resume_on_a_corpus_changed_in_place_says_so(root: Path, tmp_path: Path) -> None:
+    """data.train's file shuffled in place (same path, same size, same mtime) between two sessions: the resume
+    went on, on other batches than the run's, without a word (its losses differed from the run's own resume). The
+    checkpoint keeps a hash of the corpus's ids now, and the resume and its dry run say the content changed."""
+    corpus = tmp_path / "train.tsv"
+    lines = (root / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    corpus.write_text("".join(lines), encoding="utf-8")
+    run = tmp_path / "run"
+    proc = train(str(root / "recipe.yaml"), f"data.train={corpus}", "train.max_steps=10", "--out", str(run))
+    assert proc.returncode == 0, proc.stderr
+    for checkpoint in sorted((run / "checkpoints").glob("step-00000010*")):
+        checkpoint.unlink()  # resume from step 5, mid-epoch
+    (run / "model.safetensors").unlink()
+    said = "note: this resume changes the content of data.train (the same path holds other pairs): the rest of epoch 1"
+    same = train("--resume", str(run), "train.max_steps=6", "--dry-run")
+    assert same.returncode == 0 and "changes the content" not in same.stderr, same.stderr
+    stat = corpus.stat()
+    random.Random(1).shuffle(lines)
+    corpus.write_text("".join(lines), encoding="utf-8")
+    os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    for extra in (["--dry-run"], []):
+        proc = train("--resume", str(run), "train.max_steps=6", *extra)
+        assert proc.returncode == 0 and said in proc.stderr, proc.stderr
+
+
 def test_the_reorder_note_compares_with_the_checkpoint_s_recipe_and_not_at_an_epoch_s_end(root: Path, tmp_path: Path) -> None:
     """The note compared with the run's recipe.yaml, which a session started after the checkpoint rewrites (killed,
     it left seed 5 there over a seed-1 checkpoint: no note for a real reorder, a false one for none); and it spoke

@@ -11,6 +11,7 @@ the host time. `tfm_cli.batches.Prefetcher` builds them ahead of the training st
 
 from __future__ import annotations
 
+import hashlib
 import random
 from array import array
 from collections.abc import Callable, Iterator, Sequence
@@ -101,6 +102,15 @@ class TokenizedCorpus:
     def tgt(self, i: int) -> list[int]:
         """Target ids of pair i (no BOS/EOS)."""
         return self._slice(self._tgt_ids, self._tgt_offsets, i)
+
+    def digest(self) -> str:
+        """A hash of the pairs' ids, in order: what a checkpoint saves to tell, at a resume, a corpus file changed in
+        place (same path, other pairs), whose batches are no longer those the run trained on."""
+        h = hashlib.blake2b(digest_size=16)
+        for buffer in (self._src_offsets, self._src_ids, self._tgt_offsets, self._tgt_ids):
+            h.update(buffer.typecode.encode())
+            h.update(memoryview(buffer).cast("B"))
+        return h.hexdigest()
 
     def id_tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(src_ids, src_starts, tgt_ids, tgt_starts): the flat id buffers as 1-D tensors (uint16 or int32) and

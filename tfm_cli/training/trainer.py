@@ -479,6 +479,7 @@ class Trainer:
         random.seed(t.seed)
         had_tokenizer = (run_dir / "tokenizer.json").exists()
         corpus = self._read_inputs(created, weights)
+        self.corpus_digest = corpus.digest()  # saved with each checkpoint: a resume tells a corpus changed in place
         self.corpus_stats = corpus.stats
         had_checkpoints = (run_dir / CHECKPOINTS).exists()
         try:
@@ -662,7 +663,10 @@ class Trainer:
         load_state(self.model, read_weights(weights), weights)  # load_state_dict copies onto the model's device
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
-        note = restore_stream(self.stream, state["stream"], self.recipe, self.run_dir, state.get("recipe"))
+        note = restore_stream(
+            self.stream, state["stream"], self.recipe, self.run_dir, state.get("recipe"),
+            corpus_changed=state.get("corpus_digest", self.corpus_digest) != self.corpus_digest,  # (older states: not saved)
+        )
         if note and self.main:
             self.events.message(note)
         _restore_rng(state, self.dist, self.t.seed)
@@ -1035,7 +1039,7 @@ class Trainer:
         state = {
             "step": self.step, "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
             "stream": stream_state, "rng": rng, "best_bleu": self.best_bleu, "tfm_version": __version__,
-            "processes": dist.world_size, "threads": torch.get_num_threads(),
+            "processes": dist.world_size, "threads": torch.get_num_threads(), "corpus_digest": self.corpus_digest,
             "early_stopping": self.early.state_dict(), "scoring": self._scoring(),
             "train_seconds": self._train_seconds(), "evaluated_step": self.evaluated_step,
             # saved before this step's dev evaluation: a resume from here does it (see `fit`), unless its outcome
@@ -1286,7 +1290,8 @@ def check_resume(
         corpus, recipe.train.max_tokens, recipe.train.seed, tok.pad_id, tok.bos_id, tok.eos_id,
         pad_multiple=pad_multiple_for(device or torch.device("cpu")),
     )
-    if (note := restore_stream(stream, state["stream"], recipe, run_dir, state.get("recipe"))) and said is not None:
+    changed = state.get("corpus_digest", None) not in (None, corpus.digest())
+    if (note := restore_stream(stream, state["stream"], recipe, run_dir, state.get("recipe"), changed)) and said is not None:
         said(note)
     return step
 
@@ -1508,15 +1513,18 @@ def _changed_settings(
 
 
 def restore_stream(
-    stream: BatchStream, saved: dict[str, int], recipe: Recipe, run_dir: Path, saved_recipe: dict[str, Any] | None = None
+    stream: BatchStream, saved: dict[str, int], recipe: Recipe, run_dir: Path, saved_recipe: dict[str, Any] | None = None,
+    corpus_changed: bool = False,
 ) -> str | None:
     """Put `stream` at the data position a checkpoint saved; when the position does not exist in this resume's
     batches, say which of the recipe's data settings this resume changes from those the checkpoint was trained
-    with (`saved_recipe`, its state's; else the run's recipe.yaml).
+    with (`saved_recipe`, its state's; else the run's recipe.yaml), or that the corpus changed in place
+    (`corpus_changed`: its pairs' ids are not those the checkpoint saved a hash of).
 
     Returns:
         What to say when this resume changes what orders the batches (data.train, data.max_len, train.max_tokens,
-        train.seed) and the position still exists: the rest of its epoch comes in another order. Else None.
+        train.seed, or the corpus files' content) and the position still exists: the rest of its epoch comes in
+        another order. Else None.
 
     Raises:
         CheckpointError: the position lies past the end of its epoch (another corpus, max_len or max_tokens).
@@ -1528,7 +1536,8 @@ def restore_stream(
         differ = _changed_settings(recipe, before, _STREAM_KEYS)
         now = recipe_to_dict(with_absolute_paths(recipe))
         changed = [f"{key} {before[section][name]!r} -> {now[section][name]!r}" for key, section, name in differ]
-        why = f"this resume changes {'; '.join(changed)}" if changed else str(error)
+        why = (f"this resume changes {'; '.join(changed)}" if changed
+               else f"data.train holds other pairs than it was trained on ({error})" if corpus_changed else str(error))
         raise CheckpointError(
             f"{run_dir} cannot continue from its data position (epoch {saved.get('epoch')}, batch "
             f"{saved.get('position')}): {why}",
@@ -1539,9 +1548,12 @@ def restore_stream(
     # the position exists, but in batches made or ordered otherwise: the rest of the epoch was read in another
     # order without a word (measured: train.seed=5 trained 200 of 1,160 pairs twice in that epoch, 217 not at all)
     at_its_end = stream.position >= len(stream.batches())  # nothing of that epoch is left to read
-    if not at_its_end and (differ := _changed_settings(recipe, before, _ORDER_KEYS)):
+    differ = _changed_settings(recipe, before, _ORDER_KEYS)
+    if not at_its_end and (differ or corpus_changed):
+        # a file edited or replaced under the same path: its batches were other ones without a word
+        what = ", ".join(key for key, _, _ in differ) if differ else "the content of data.train (the same path holds other pairs)"
         return (
-            f"note: this resume changes {', '.join(key for key, _, _ in differ)}: the rest of epoch {saved.get('epoch')} "
+            f"note: this resume changes {what}: the rest of epoch {saved.get('epoch')} "
             f"(from batch {saved.get('position')}) comes from batches made or ordered otherwise, so some of its pairs "
             "train twice in it and others not at all; the epochs after it are whole"
         )
