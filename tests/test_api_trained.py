@@ -68,6 +68,16 @@ def test_api_and_cli_translate_identically(trained: dict) -> None:
     independent = BLEU().corpus_score([t.text for t in api_report["translations"]], [trained["references"]]).score
     assert api_report["bleu"] == round(independent, 2)
 
+    # the scored translations are what `tfm translate` prints for the same lines; kept or not, each is handed on
+    printed = _cli("translate", "--model", str(trained["dir"]), stdin="\n".join(trained["sources"]) + "\n").stdout
+    assert [t.text for t in api_report["translations"]] == printed.split("\n")[:-1]
+    seen: list = []
+    lean = translator.score(trained["sources"], trained["references"], on_translation=seen.append, keep_translations=False)
+    assert "translations" not in lean and {k: v for k, v in api_report.items() if k != "translations"} == lean
+    assert [t.text for t in seen] == [t.text for t in api_report["translations"]]
+    with pytest.raises(TypeError, match="on_translation takes a function"):
+        translator.score(trained["sources"], trained["references"], on_translation=3)
+
 
 def test_bf16_agrees_with_fp32(trained: dict) -> None:
     """bf16 autocast (forced, so this runs on CPUs without native bf16 too): most translations identical,

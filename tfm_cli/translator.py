@@ -691,9 +691,18 @@ class Translator:
         sources: Iterable[str],
         references: Iterable[str] | Iterable[Sequence[str]],
         bleu_tokenize: str = "auto",
+        *,
+        progress: Callable[[int], None] | None = None,
+        on_translation: Callable[[Translation], None] | None = None,
+        keep_translations: bool = True,
         **settings: Any,
     ) -> dict[str, Any]:
         """Translate `sources` and score them against `references` with sacrebleu (corpus BLEU and chrF).
+
+        The sources are translated as `translate_stream` translates a file (`CHUNK_LINES` at a time, in windows):
+        the very translations `tfm translate` prints for them. `on_translation` is called with each, in order, as
+        it comes; with `keep_translations=False` they are not kept for the result (no "translations": 100,000
+        scored lines kept some 8 KB each), only their text for the scores.
 
         `references` holds one reference per source, or a list (or tuple) of references per source: BLEU and
         chrF against several references, as sacrebleu scores `REF1 REF2` (`nrefs:2` in the signatures, `nrefs:var`
@@ -706,7 +715,8 @@ class Translator:
         settings, as for `translate`.
 
         Returns:
-            {"sentences", "bleu", "chrf", "bleu_tokenize", "bleu_signature", "chrf_signature", "translations"},
+            {"sentences", "bleu", "chrf", "bleu_tokenize", "bleu_signature", "chrf_signature", "translations"}
+            ("translations" only with `keep_translations`),
             and "as_written": {"bleu", "chrf", "references_changed"} where normalising changed a reference
             (`references_changed` counts reference strings, all references of a source included). BLEU and chrF
             are rounded to 2 decimals, as `tfm translate --score` and the training's evaluations give them.
@@ -762,14 +772,25 @@ class Translator:
         references = [self._normalized(r) if isinstance(r, str) else [self._normalized(t) for t in r] for r in written]
         tokenize = resolve_bleu_tokenize(bleu_tokenize, reference_texts(references))
         bleu_metric(tokenize)  # MeCab missing: said before the translating, not after
-        translations = self.translate(sources, **settings)
-        hypotheses = [t.text for t in translations]
+        _check_progress(progress)
+        if on_translation is not None and not callable(on_translation):
+            raise TypeError(f"on_translation takes a function called with each Translation, not {type(on_translation).__name__}")
+        decode = self._call_settings(settings)
+        translations: list[Translation] = []
+        hypotheses: list[str] = []
+        for first in range(0, len(sources), CHUNK_LINES):  # as translate_stream takes a file: bounded memory
+            for translation in self._translated(sources[first : first + CHUNK_LINES], first + 1, decode, progress):
+                hypotheses.append(translation.text)
+                if on_translation is not None:
+                    on_translation(translation)
+                if keep_translations:
+                    translations.append(translation)
         metrics = score_translations(hypotheses, references, tokenize)
         changed = sum(a != b for a, b in zip(reference_texts(written), reference_texts(references), strict=True))
         if changed:  # a published score is sacrebleu's on the file: say what that gives too
             plain = score_translations(hypotheses, written, tokenize)
             metrics["as_written"] = {"bleu": plain["bleu"], "chrf": plain["chrf"], "references_changed": changed}
-        return {"sentences": len(sources), **metrics, "translations": translations}
+        return {"sentences": len(sources), **metrics, **({"translations": translations} if keep_translations else {})}
 
     def _normalized(self, reference: str) -> str:
         """A reference as the translations are written (`Tokenizer.normalize`), a byte-order mark dropped."""

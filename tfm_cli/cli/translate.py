@@ -430,14 +430,18 @@ def _score(
     references = streams[0] if len(streams) == 1 else [list(refs) for refs in zip(*streams, strict=True)]
     if len(streams) == 1:  # one file: named as before (a string); several: a list
         files["references"] = files["references"][0]
+    texts: list[str] = []  # for --output: the translations' text, not the translations (some 8 KB a line)
+
+    def each(translation) -> None:
+        texts.append(translation.text)
+        cuts.count(translation, len(texts))
+        broken.count(translation, len(texts))
+
     with progress_bar("translate", total=len(sources)) as advance:
-        report = translator.score(sources, references, bleu_tokenize, progress=advance, **settings)
-    translations = report.pop("translations")
-    for line, translation in enumerate(translations, start=1):
-        cuts.count(translation, line)
-        broken.count(translation, line)
+        report = translator.score(sources, references, bleu_tokenize, progress=advance, on_translation=each,
+                                  keep_translations=False, **settings)
     if output is not None:  # checked to be possible before the work; written whole or not at all
-        text = "".join(t.text + "\n" for t in translations)
+        text = "".join(t + "\n" for t in texts)
         write_output(output, "--output", lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     report = {**files, "model": str(translator.path), **report}
     if json_out:
