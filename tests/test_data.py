@@ -279,6 +279,7 @@ def test_a_side_too_long_for_any_pieces_is_skipped_unencoded(tok: Tokenizer, tmp
         "Merci" + "\u200b" * (limit * 6) + " !\tThanks!",  # long only before its invisible marks go
         unicodedata.normalize("NFD", "\u1f8f") * (limit + 1) + "\tA.",  # 4 code points each, 1 once composed
         "\tNo source.",
+        "\u200b\t" + "x" * (limit * 5),  # an empty side beside a long one: empty, as encoding says it
     ]
     path = write(tmp_path / "c.tsv", "\n".join(lines) + "\n")
     encoded: list[str] = []
@@ -293,7 +294,7 @@ def test_a_side_too_long_for_any_pieces_is_skipped_unencoded(tok: Tokenizer, tmp
 
     whole = encode_corpus(path, EveryLine(), max_len=16, chunk_size=3)
     # kept: Bonjour, Oui and Merci; too long: the x and the composed lines unencoded, the words on their tokens
-    assert quick.stats == whole.stats and (quick.stats.kept, quick.stats.skipped_long) == (3, 3), quick.stats
+    assert quick.stats == whole.stats and (quick.stats.kept, quick.stats.skipped_long, quick.stats.skipped_empty) == (3, 3, 2)
     assert lines[5].split("\t")[0] not in encoded
     assert [quick.src(i) for i in range(len(quick))] == [whole.src(i) for i in range(len(whole))]
     assert [quick.tgt(i) for i in range(len(quick))] == [whole.tgt(i) for i in range(len(whole))]

@@ -584,7 +584,8 @@ def test_a_resume_that_ends_before_a_half_saved_step_leaves_it_out(data: dict[st
     """Weights saved without their trainer state (a kill, a full disk between the two writes) past the step a
     resume starts from were "rewritten when the run gets there"; a resume that ended before it (a lower
     train.max_steps, train.max_time) averaged them into its final model (stamped with their step) and counted them
-    against keep_last, and a best.safetensors of that future stayed the run's best. The resume removes them now."""
+    against keep_last. The resume removes them now. A best.safetensors evaluated past that step (an evaluation
+    between two checkpoints, then a kill) is a model the run scored: kept, and the BLEU to beat."""
     from safetensors.torch import load_file, save_file
 
     from tfm_cli.checkpoint import read_metadata
@@ -598,14 +599,14 @@ def test_a_resume_that_ends_before_a_half_saved_step_leaves_it_out(data: dict[st
     future = checkpoints / "step-00000030.safetensors"  # a best of that future, never scored by what is kept
     save_file(load_file(str(future)), str(run_dir / "best.safetensors"), metadata={**read_metadata(future), "bleu": "99.0"})
     proc = tfm("train", "--resume", str(run_dir), "train.max_steps=25", "--device", "cpu")
-    assert "removed step-00000030.safetensors, best.safetensors: left past step 20 by a session" in proc.stderr, proc.stderr
+    assert "removed step-00000030.safetensors: left past step 20 by a session" in proc.stderr, proc.stderr
     assert sorted(p.name for p in checkpoints.glob("step-*.safetensors")) == [
         "step-00000010.safetensors", "step-00000020.safetensors", "step-00000025.safetensors"]
     assert read_metadata(run_dir / "model.safetensors")["step"] == "25"
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     assert summary["steps"] == 25 and [Path(c).name for c in summary["final_model"]["checkpoints"]] == [
         "step-00000020.safetensors", "step-00000025.safetensors"], summary["final_model"]
-    assert not (run_dir / "best.safetensors").exists()  # no evaluation of 21-25 was due to make another
+    assert read_metadata(run_dir / "best.safetensors")["bleu"] == "99.0"  # kept: no evaluation beat it
 
 
 def test_unwritable_or_full_run_directory_is_reported_before_training(data: dict[str, Path], tmp_path: Path, monkeypatch) -> None:

@@ -537,6 +537,8 @@ def test_api_settings_and_arguments_the_cli_would_refuse(translator: Translator,
         DecodeSettings(greedy=True).updated(alpha=0.9)
     assert "greedy=False" in earlier.value.hint
     assert DecodeSettings(greedy=True).updated(greedy=False, alpha=0.9).alpha == 0.9
+    with pytest.raises(TfmError, match=r"alpha='x' must be a number"):  # its type first
+        DecodeSettings().updated(greedy=True, alpha="x")
     settings = DecodeSettings(beam=numpy.int64(3), alpha=numpy.float32(0.5), max_tokens=numpy.int32(900))
     assert json.loads(json.dumps(vars(settings))) == {**vars(DecodeSettings(beam=3, alpha=0.5, max_tokens=900))}
     assert type(settings.beam) is int and type(settings.alpha) is float and repr(settings).startswith("DecodeSettings(beam=3,")

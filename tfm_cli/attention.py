@@ -85,18 +85,21 @@ class AttentionReport:
     def check(
         self, kind: str | None = None, layer: int | None = None, head: int | None = None, query: int | None = None,
         needs_kind: bool = False,
-    ) -> None:
+    ) -> tuple[int | None, int | None, int | None]:
         """Raise ValueError for a kind, layer, head or query (0-based) this report has not; a layer with no kind must
-        be one of every kind. A bad one gave empty weights (`to_dict`) or a bare IndexError/KeyError."""
+        be one of every kind. A bad one gave empty weights (`to_dict`) or a bare IndexError/KeyError. Returns the
+        layer, head and query as plain ints (numpy's and one-element tensors' taken: JSON has neither)."""
         if (kind is not None or needs_kind) and kind not in KINDS:
             raise ValueError(f"kind={kind!r} is not one of: {', '.join(KINDS)}")
         kinds = [kind] if kind is not None else list(KINDS)
         counts = {"encoder": self.n_layers["encoder"], "decoder": self.n_layers["decoder"], "cross": self.n_layers["decoder"]}
+        plain: list[int | None] = []
         for name, value, limit in (
             ("layer", layer, min(counts[k] for k in kinds)),
             ("head", head, self.n_heads),
             ("query", query, len(self.query_tokens(kind)) if kind is not None else None),
         ):
+            plain.append(value)
             if value is None or limit is None:
                 continue
             try:  # an int, numpy's or a one-element integer tensor; not a bool, a float or a string
@@ -105,13 +108,14 @@ class AttentionReport:
                 index = None
             if index is None:
                 raise TypeError(f"{name} must be an int (0-based) or None, not {type(value).__name__}")
-            value = index
+            value = plain[-1] = index
             if not 0 <= value < limit:
                 raise ValueError(f"{name}={value} is out of range: 0 to {limit - 1} (0-based) for {kind or 'every kind'}")
+        return plain[0], plain[1], plain[2]
 
     def matrix(self, kind: str, layer: int, head: int | None) -> torch.Tensor:
         """(queries, keys) weights of one head, or their mean over heads when `head` is None (0-based)."""
-        self.check(kind, layer, head)
+        layer, head, _ = self.check(kind, layer, head)
         w = self.weights[kind][layer]
         return w.mean(dim=0) if head is None else w[head]
 
@@ -125,7 +129,7 @@ class AttentionReport:
         Raises:
             ValueError: a kind, layer or head the report has not (a layer with no kind: one of every kind).
         """
-        self.check(kind, layer, head)
+        layer, head, _ = self.check(kind, layer, head)
         attention: dict[str, Any] = {}
         for name in KINDS:
             w = self.weights[name]
@@ -538,7 +542,7 @@ def head_summary(report: AttentionReport) -> list[dict[str, Any]]:
 def focus(report: AttentionReport, kind: str, query: int) -> dict[str, Any]:
     """Where query position `query` attends in every layer and head of `kind`: the top key and its weight per
     (layer, head), and the mean over heads per layer as a distribution over the keys."""
-    report.check(kind, query=query, needs_kind=True)
+    _, _, query = report.check(kind, query=query, needs_kind=True)
     w = report.weights[kind][:, :, query, :]  # (L, H, K)
     top_w, top_k = w.max(dim=-1)
     keys = report.key_tokens(kind)
@@ -556,7 +560,7 @@ def explain(report: AttentionReport, kind: str, layer: int, head: int, query: in
     """One head's attention for one query, step by step as the paper's formula reads: the dot products q.k for
     each key, divided by sqrt(d_k), the softmax, the value vectors' norms, and the weighted sum (0-based indices).
     Keys a causal mask hides are left out, as the model leaves them out."""
-    report.check(kind, layer, head, query, needs_kind=True)
+    layer, head, query = report.check(kind, layer, head, query, needs_kind=True)
     if report.word_level or kind not in report.vectors:
         raise TfmError("the step-by-step view needs subword tokens", hint="drop --words for --explain")
     vec = report.vectors[kind]
@@ -594,7 +598,7 @@ def default_alignment_layer(report: AttentionReport) -> int:
 def alignment(report: AttentionReport, layer: int | None = None, head: int | None = None) -> list[tuple[int, int]]:
     """Pharaoh (source word, target word) pairs, 0-based: each target word aligned to the source word its
     cross-attention weighs most (the mean over heads of `layer` unless `head` is given). "</s>" is left out."""
-    report.check("cross", layer, head)
+    layer, head, _ = report.check("cross", layer, head)
     words = merge_words(report)
     layer = default_alignment_layer(words) if layer is None else layer
     m = words.matrix("cross", layer, head)

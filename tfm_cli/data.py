@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from tfm_cli.corpus import MOST_COMPOSED, CorpusSpec, TsvColumns, least_normalized, read_pairs
+from tfm_cli.corpus import MOST_COMPOSED, CorpusSpec, TsvColumns, has_text, least_normalized, read_pairs
 from tfm_cli.errors import TfmError
 from tfm_cli.model.masks import padding_mask, target_mask
 
@@ -195,7 +195,11 @@ def encode_corpus(
         if longest is not None:
             fits = [not (surely_long(s) or surely_long(t)) for s, t in zip(srcs, tgts, strict=True)]
             if not all(fits):
-                stats.skipped_long += fits.count(False)
+                for s, t, ok in zip(srcs, tgts, fits, strict=True):
+                    if not ok:  # an empty side is said first, as the encoded pair's check says it
+                        empty = not has_text(s) or not has_text(t)
+                        stats.skipped_empty += empty
+                        stats.skipped_long += not empty
                 srcs = [s for s, ok in zip(srcs, fits, strict=True) if ok]
                 tgts = [t for t, ok in zip(tgts, fits, strict=True) if ok]
         for s, t in zip(tokenizer.encode_batch(srcs), tokenizer.encode_batch(tgts), strict=True):

@@ -134,7 +134,9 @@ class DecodeSettings:
                 f"decode setting beam={given['beam']!r} has no effect: these settings decode greedily (greedy=True)",
                 hint="add greedy=False to search with a beam",
             )
-        if given.get("alpha") is not None and (given.get("greedy") or (self.greedy is True and given.get("greedy") is None)):
+        alpha = given.get("alpha")
+        is_number = isinstance(alpha, numbers.Real) and not isinstance(alpha, bool)  # (else its type is said)
+        if is_number and (given.get("greedy") or (self.greedy is True and given.get("greedy") is None)):
             # as the CLI refuses --greedy --alpha: greedy search ranks no hypotheses by length
             raise TfmError(
                 f"decode setting alpha={given['alpha']!r} has no effect with greedy=True (it ranks no hypotheses by length)",

@@ -389,6 +389,7 @@ class Trainer:
         self.device, self.main = dist.device, dist.is_main
         self.step = self.last_saved = 0
         self.best_bleu = -1.0
+        self.scoring_restarted = False  # a resume that scores the dev set otherwise: the best starts afresh
         self.evaluated_step = -1  # the step of the last dev evaluation done
         self.eval_owed = False  # resumed from a checkpoint whose step's dev evaluation was never completed
         self.window = _Window()  # the sums of the steps since the last train record (`fit`)
@@ -429,7 +430,7 @@ class Trainer:
         raise TfmError(
             f"{self.run_dir} was moved or deleted while this run trained (its folder is {now}): stopped at step "
             f"{self.step} before writing into {self.run_dir}, which is no longer its folder",
-            hint="start again with another --out" if gone else f"continue it where it is: tfm train --resume {shell_word(where)}",
+            hint="start again with another --out" if gone else f"continue it where it is: {resume_command(where, device=self.device)}",
         )
 
     def log(self, record: dict[str, Any]) -> None:
@@ -527,9 +528,12 @@ class Trainer:
 
     def _discard_future(self) -> None:
         """Remove what a session that stopped while saving left past the step this resume starts from: weights
-        without their trainer state (or the reverse), and a best.safetensors of a step it trains again. A run that
-        ended before that step (a lower train.max_steps, train.max_time) averaged such weights into its final model
-        and counted them against keep_last; a best file of that future stood against scores it never had."""
+        without their trainer state, or the reverse. A run that ended before that step (a lower train.max_steps,
+        train.max_time) averaged such weights into its final model and counted them against keep_last.
+
+        A best.safetensors written past it (an evaluation between two checkpoints, then a kill) is a model this run
+        trained and scored: kept, and its BLEU is the one a later evaluation must beat (the checkpoint's own best
+        was older, and a resumed evaluation scoring between the two replaced the best model by a worse one)."""
         failed: list[OSError] = []
         paths = sorted((self.run_dir / CHECKPOINTS).glob("step-*"))
         steps = {int(m.group(1)) for p in paths if (m := re.fullmatch(r"step-(\d+)\.(safetensors|state\.pt|evaluated\.json)", p.name))}
@@ -538,16 +542,12 @@ class Trainer:
             delete_checkpoint(checkpoint_path(self.run_dir, step), failed)  # its weights, state and evaluation
         best = self.run_dir / BEST
         try:
-            best_step = int(read_metadata(best).get("step", -1)) if best.is_file() else -1
+            metadata = read_metadata(best) if best.is_file() else {}
+            best_step, best_bleu = int(metadata.get("step", -1)), float(metadata.get("bleu", "nan"))
         except (CheckpointError, ValueError):
-            best_step = -1  # not tfm's, or no step: left as it is
-        if best_step > self.step:
-            try:
-                best.unlink()
-                removed.append(BEST)
-                self.best_bleu = -1.0  # the next evaluation's model is the best again
-            except OSError as error:
-                failed.append(error)
+            best_step, best_bleu = -1, math.nan  # not tfm's, or no step: left as it is
+        if best_step > self.step and not self.scoring_restarted and best_bleu > self.best_bleu:
+            self.best_bleu = best_bleu
         if failed:  # (an immutable file, another user's): the final model would average it
             error = failed[0]
             raise TfmError(
@@ -683,7 +683,8 @@ class Trainer:
         # in a collective the others never joined: a 2-process resume hung for good)
         scoring, now = state.get("scoring"), self.dist.broadcast(self._scoring())
         had_best = state.get("best_bleu", -1.0) >= 0 or state.get("early_stopping", {}).get("best") is not None
-        if scoring is not None and scoring != now:  # a BLEU of another dev set or tokenization is not comparable
+        self.scoring_restarted = scoring is not None and scoring != now
+        if self.scoring_restarted:  # a BLEU of another dev set or tokenization is not comparable
             changed = "; ".join(f"{k} {scoring.get(k)!r} -> {v!r}" for k, v in now.items() if scoring.get(k) != v)
             if had_best:
                 self.events.message(
@@ -864,7 +865,7 @@ class Trainer:
             self.events.message(f"step {self.step}: the loss is {loss} at lr {lr:.3g}: update skipped ({loop.skipped} so far)")
             if loop.bad_in_a_row >= MAX_BAD_STEPS:
                 self.board.close()
-                raise _diverged(self.run_dir, self.step, lr, loop.bad_in_a_row)
+                raise _diverged(self.run_dir, self.step, lr, loop.bad_in_a_row, device=self.device)
 
         metrics: dict[str, Any] = {}
         if self.step % t.log_every == 0 or self.step == t.max_steps:
@@ -933,7 +934,8 @@ class Trainer:
             return
         self.board.close()
         lr = inverse_sqrt_lr(self.step, self.config.d_model, self.t.warmup_steps, self.t.lr_factor)
-        raise _diverged(self.run_dir, self.step, lr, what=f"its update at lr {lr:.3g} made weights NaN or infinite (its loss was finite)")
+        raise _diverged(self.run_dir, self.step, lr, what=f"its update at lr {lr:.3g} made weights NaN or infinite (its loss was finite)",
+                        device=self.device)
 
     def _evaluates_at(self, step: int) -> bool:
         """Whether training evaluates on the dev set after `step`: every train.eval_every steps, the last included
@@ -1581,12 +1583,14 @@ def _last_intact(run_dir: Path) -> tuple[bool, str]:
     return True, f"the last checkpoint ({found[-1][1].name}, step {found[-1][0]}) is intact"
 
 
-def _diverged(run_dir: Path, step: int, lr: float, in_a_row: int = 0, what: str = "") -> TfmError:
+def _diverged(
+    run_dir: Path, step: int, lr: float, in_a_row: int = 0, what: str = "", device: torch.device | None = None
+) -> TfmError:
     """The error that stops a run whose loss stayed NaN or infinite (`in_a_row` steps), or whose weights became
     so (`what` happened); it names the last good checkpoint (none holds a NaN: such weights are never saved)."""
     found, kept = _last_intact(run_dir)
     then = (
-        f"then `tfm train --resume {shell_word(run_dir)} train.lr_factor=...` or start again"
+        f"then `{resume_command(run_dir, device=device)} train.lr_factor=...` or start again"
         if found  # with no checkpoint there is nothing to resume, and a start with other settings is refused there
         else f"and start again with another --out (or delete {shell_word(run_dir)} first: it has nothing to resume)"
     )
@@ -1612,7 +1616,7 @@ def _ran_out_of_memory(run_dir: Path, step: int, device: torch.device, error: Ba
     found, kept = _last_intact(run_dir)
     why = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
     then = (
-        f"then resume with them (`tfm train --resume {shell_word(run_dir)} train.max_tokens=...`, refused in one line "
+        f"then resume with them (`{resume_command(run_dir, device=device)} train.max_tokens=...`, refused in one line "
         "if the run's place in its batches does not exist with them) or start a new run with another --out"
         if found
         else f"and start again with another --out (or delete {shell_word(run_dir)} first: it has nothing to resume)"
