@@ -1091,3 +1091,35 @@ def _worker(launcher: int, rank: int) -> int:
             if f"RANK={rank}".encode() in (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0"):
                 return pid
     raise AssertionError(f"no worker of rank {rank} under process {launcher}")
+
+
+@pytest.mark.slow
+def test_nodes_started_with_different_settings_are_refused(data: dict[str, Path], tmp_path: Path) -> None:
+    """Two nodes (one process each, on this machine) whose commands differ in an override trained a model neither
+    recipe describes, without a word, and recipe.yaml said node 0's (`train.lr_factor=2.0` on node 1 alone: its
+    weights 99.9% apart from the run's). The processes compare their settings and pairs before the first step."""
+    import socket
+
+    for node_1, said in (
+        (["train.lr_factor=2.0"], "train.lr_factor is 1.0 in process 0 but 2.0 in process 1"),
+        ([f"data.train={tmp_path / 'other.tsv'}"], "process 1 read other pairs from data.train than process 0"),
+    ):
+        lines = (data["root"] / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+        (tmp_path / "other.tsv").write_text("".join(lines[:-50]), encoding="utf-8")  # its own copy, cut short
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = str(s.getsockname()[1])
+        run = tmp_path / f"run-{port}"
+        common = ["--device", "cpu", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", port,
+                  f"tokenizer.path={data['tokenizer']}"]
+        nodes = [
+            start_tfm("train", str(data["recipe"]), *extra, "--out", str(run), "--node-rank", str(rank), *common)
+            for rank, extra in ((0, []), (1, node_1))
+        ]
+        outputs = [node.communicate(timeout=600) for node in nodes]
+        for node, (_, err) in zip(nodes, outputs, strict=True):
+            text = err.decode()
+            assert node.returncode == 1 and "Traceback" not in text, text
+            errors = [line for line in text.splitlines() if line.startswith("Error: ")]
+            assert len(errors) == 1 and errors[0].startswith(f"Error: the processes of this job were started with different settings: {said}"), text
+        assert not (run / "checkpoints").exists() and not (run / "recipe.yaml").exists()

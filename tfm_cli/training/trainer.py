@@ -484,6 +484,8 @@ class Trainer:
         self.corpus_stats = corpus.stats
         had_checkpoints = (run_dir / CHECKPOINTS).exists()
         try:
+            if dist.enabled:
+                self._check_same_job()
             if self.main:  # an unwritable or full run directory is said now, not after an hour
                 check_room(run_dir, self.config, t, self.resume)
             # a model too large for the memory is said before the run's files are written
@@ -525,6 +527,29 @@ class Trainer:
         self.board = TensorBoardLog.open(run_dir, self.step, self.events.message) if self.main else TensorBoardLog(None)
         if self.board.enabled and not self.resume:
             self.board.recipe(yaml.safe_dump(recipe_to_dict(self.recipe), sort_keys=False, allow_unicode=True), self.step)
+
+    def _check_same_job(self) -> None:
+        """Every process of a multi-process job trains with the same settings on the same pairs: a node started
+        with another override (`train.lr_factor=2.0` on node 1 alone) trained a model neither recipe describes,
+        without a word, and recipe.yaml said node 0's. Compared here: every setting of the recipe but the names of
+        its files (nodes may keep their copies at other paths; their pairs are compared by hash instead)."""
+        signature = {f"{section}.{key}": value for section, values in recipe_to_dict(self.recipe).items()
+                     if isinstance(values, dict) for key, value in values.items()}
+        for own_file in ("data.train", "data.dev", "tokenizer.path", "train.init_from"):
+            signature.pop(own_file, None)
+        signature["data.train's pairs"] = self.corpus_digest
+        every = self.dist.gather(signature)
+        for rank, other in enumerate(every[1:], start=1):
+            differ = [key for key in signature if other.get(key) != every[0].get(key)]
+            if differ:
+                key = differ[0]
+                what = (f"process {rank} read other pairs from data.train than process 0 (another file, or another copy)"
+                        if key == "data.train's pairs" else f"{key} is {every[0][key]!r} in process 0 but {other[key]!r} in process {rank}")
+                more = f" ({len(differ) - 1} more setting(s) differ)" if len(differ) > 1 else ""
+                raise TfmError(
+                    f"the processes of this job were started with different settings: {what}{more}",
+                    hint="start every node with the same recipe, overrides and corpus",
+                )
 
     def _discard_future(self) -> None:
         """Remove what a session that stopped while saving left past the step this resume starts from: weights
