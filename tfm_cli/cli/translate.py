@@ -430,12 +430,15 @@ def _score(
     references = streams[0] if len(streams) == 1 else [list(refs) for refs in zip(*streams, strict=True)]
     if len(streams) == 1:  # one file: named as before (a string); several: a list
         files["references"] = files["references"][0]
-    texts: list[str] = []  # for --output: the translations' text, not the translations (some 8 KB a line)
+    texts: list[str] = []  # for --output: the translations' text, not the translations (some 5 KB a line)
+    count = [0]
 
     def each(translation) -> None:
-        texts.append(translation.text)
-        cuts.count(translation, len(texts))
-        broken.count(translation, len(texts))
+        count[0] += 1
+        cuts.count(translation, count[0])
+        broken.count(translation, count[0])
+        if output is not None:
+            texts.append(translation.text)
 
     with progress_bar("translate", total=len(sources)) as advance:
         report = translator.score(sources, references, bleu_tokenize, progress=advance, on_translation=each,
