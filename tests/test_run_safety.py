@@ -1179,3 +1179,21 @@ def test_a_checkpoint_whose_model_config_is_damaged_is_one_line_on_resume(copy: 
         for extra in (["--dry-run"], []):
             proc = train("--resume", str(copy), "train.max_steps=12", *extra)
             error_line(proc, f"{weights}: invalid model config in metadata")
+
+
+def test_a_trainer_state_of_another_model_is_refused(root: Path, copy: Path, tmp_path: Path) -> None:
+    """A step-N.state.pt copied from a run of another model (another d_model) was loaded without a check: the
+    resume crashed with a segmentation fault, or trained on with Adam moments of the wrong shapes, and its dry run
+    passed. Both refuse it now, naming the file, and the run is left as it was."""
+    other = tmp_path / "wider"
+    proc = train(str(root / "recipe.yaml"), f"tokenizer.path={copy / 'tokenizer.json'}", "model.d_model=48",
+                 "train.max_steps=10", "--out", str(other))
+    assert proc.returncode == 0, proc.stderr
+    shutil.copy(state_path(checkpoint_path(other, 10)), state_path(checkpoint_path(copy, 10)))
+    before = snapshot(copy)
+    for extra in (["--dry-run"], []):
+        proc = train("--resume", str(copy), "train.max_steps=12", *extra)
+        error_line(proc, f"{state_path(checkpoint_path(copy, 10))} is the trainer state of another model: it holds "
+                         "Adam's moments of shape")
+        assert "for a parameter of shape" in proc.stderr and "put back the state saved with" in proc.stderr
+        assert snapshot(copy) == before

@@ -47,6 +47,7 @@ from tfm_cli.distributed import Distributed, RankError, lost_a_peer, resume_comm
 from tfm_cli.distributed import setup as setup_distributed
 from tfm_cli.errors import CheckpointError, RecipeError, TfmError, UnreadableFileError, shell_word
 from tfm_cli.files import WRITE_ERRNOS, DirectoryLock, as_path, atomic_write, json_value
+from tfm_cli.model import Transformer
 from tfm_cli.monitor import (
     EARLY_STOP,
     EarlyStopping,
@@ -686,6 +687,7 @@ class Trainer:
         """Weights, Adam's moments, loss scale, data position, RNG states and the evaluation history, as saved
         (every rank loads the same checkpoint)."""
         load_state(self.model, read_weights(weights), weights)  # load_state_dict copies onto the model's device
+        check_state_fits(weights, state["optimizer"], list(self.model.parameters()))
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         note = restore_stream(
@@ -1312,6 +1314,9 @@ def check_resume(
     check_resumable(run_dir, weights, model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id), step,
                     recipe.train.max_steps)
     check_tokenizer_kept(recipe, run_dir, tok.vocab_size, state.get("recipe"))
+    with torch.device("meta"):  # the shapes alone: no memory, no time
+        shapes = Transformer(model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id))
+    check_state_fits(weights, state["optimizer"], list(shapes.parameters()))
     corpus = usable_corpus(recipe, tok)
     stream = BatchStream(
         corpus, recipe.train.max_tokens, recipe.train.seed, tok.pad_id, tok.bos_id, tok.eos_id,
@@ -1537,6 +1542,28 @@ def _changed_settings(
         for section, name in [key.split(".")]
         if isinstance(before.get(section), dict) and before[section].get(name) != now[section].get(name)
     ]
+
+
+def check_state_fits(weights: Path, optimizer: dict[str, Any], params: list[torch.Tensor]) -> None:
+    """Refuse a trainer state whose Adam moments are not of these parameters (a `.state.pt` copied from a run of
+    another model): loaded, torch took them without a check, and the run crashed (a segmentation fault) or trained
+    on with moments of the wrong shapes, without a word."""
+    ids = [i for group in optimizer.get("param_groups", []) for i in group.get("params", [])]
+    moments = optimizer.get("state", {})
+    problem = None
+    if len(ids) != len(params):
+        problem = f"Adam's moments of {len(ids)} parameter tensors, where the model has {len(params)}"
+    else:
+        for i, param in zip(ids, params, strict=True):
+            moment = moments.get(i, {}).get("exp_avg") if isinstance(moments.get(i), dict) else None
+            if isinstance(moment, torch.Tensor) and tuple(moment.shape) != tuple(param.shape):
+                problem = f"Adam's moments of shape {tuple(moment.shape)} for a parameter of shape {tuple(param.shape)}"
+                break
+    if problem is not None:
+        raise CheckpointError(
+            f"{state_path(weights)} is the trainer state of another model: it holds {problem} ({weights.name}'s model)",
+            hint=f"put back the state saved with {weights.name}, or delete both files to resume from the checkpoint before",
+        )
 
 
 def restore_stream(
