@@ -445,6 +445,22 @@ def test_api_arguments_of_the_wrong_kind_are_clear_errors(translator: Translator
     assert translator.translate(numpy.array(["Bonjour.", "Salut."])) == translator.translate(["Bonjour.", "Salut."])
 
 
+def test_score_checks_every_source_before_translating(translator: Translator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """score() translates a chunk at a time: a bad source past the first chunk (two lines in one, at source 2,051)
+    came after 2,000 translations; every source is checked first, as one call did."""
+    import tfm_cli.translator as module
+
+    monkeypatch.setattr(module, "SCORE_CHUNK_LINES", 2)
+    done: list[int] = []
+    for bad, said in (("Bonjour\nSalut.", "input line 5"), ("Bon\udcffjour.", "input line 5")):
+        sources = ["Oui.", "Non.", "Merci.", "Salut.", bad]
+        with pytest.raises(TfmError, match=said):
+            translator.score(sources, ["Yes."] * 5, progress=done.append)
+    assert done == []  # nothing was translated
+    report = translator.score(["Oui.", "Non.", "Merci."], ["Yes.", "No.", "Thanks."], progress=done.append)
+    assert sum(done) == 3 and len(report["translations"]) == 3  # chunks of 2: every source once, in order
+
+
 def test_api_takes_any_path_like_object(run: Path) -> None:
     """Any os.PathLike names a model, as it does for open() and pathlib: a PurePosixPath (or an os.DirEntry from
     os.scandir) was "Translator.load() takes a path (str or Path)"."""

@@ -90,6 +90,10 @@ def test_a_resume_on_a_corpus_changed_in_place_says_so(root: Path, tmp_path: Pat
     said = "note: this resume changes the content of data.train (the same path holds other pairs): the rest of epoch 1"
     same = train("--resume", str(run), "train.max_steps=6", "--dry-run")
     assert same.returncode == 0 and "changes the content" not in same.stderr, same.stderr
+    moved = tmp_path / "moved.tsv"  # a copy at another path: the same pairs, so the same batches (said "changes")
+    shutil.copy(corpus, moved)
+    proc = train("--resume", str(run), "train.max_steps=6", f"data.train={moved}", "--dry-run")
+    assert proc.returncode == 0 and "ordered otherwise" not in proc.stderr, proc.stderr
     stat = corpus.stat()
     random.Random(1).shuffle(lines)
     corpus.write_text("".join(lines), encoding="utf-8")

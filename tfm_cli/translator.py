@@ -781,6 +781,10 @@ class Translator:
         if on_translation is not None and not callable(on_translation):
             raise TypeError(f"on_translation takes a function called with each Translation, not {type(on_translation).__name__}")
         decode = self._call_settings(settings)
+        self._check_beam(decode)
+        # every source checked before any is translated, as one call did (the chunks below met the line at 2,051 late)
+        _check_sentences([_without_bom(line) for line in sources], 1)
+        _check_text(sources, "input line", 1)
         translations: list[Translation] = []
         hypotheses: list[str] = []
         for first in range(0, len(sources), SCORE_CHUNK_LINES):  # a chunk at a time, sorted by length: bounded memory

@@ -390,7 +390,6 @@ class Trainer:
         self.device, self.main = dist.device, dist.is_main
         self.step = self.last_saved = 0
         self.best_bleu = -1.0
-        self.scoring_restarted = False  # a resume that scores the dev set otherwise: the best starts afresh
         self.evaluated_step = -1  # the step of the last dev evaluation done
         self.eval_owed = False  # resumed from a checkpoint whose step's dev evaluation was never completed
         self.window = _Window()  # the sums of the steps since the last train record (`fit`)
@@ -570,9 +569,11 @@ class Trainer:
         try:
             metadata = read_metadata(best) if best.is_file() else {}
             best_step, best_bleu = int(metadata.get("step", -1)), float(metadata.get("bleu", "nan"))
+            scored_alike = json.loads(metadata.get("scoring", "null")) == json.loads(json.dumps(self._scoring()))
         except (CheckpointError, ValueError):
-            best_step, best_bleu = -1, math.nan  # not tfm's, or no step: left as it is
-        if best_step > self.step and not self.scoring_restarted and best_bleu > self.best_bleu:
+            best_step, best_bleu, scored_alike = -1, math.nan, False  # not tfm's, or no step: left as it is
+        # (a best of another dev set or scoring, as a session between may have had, is no BLEU to beat)
+        if best_step > self.step and scored_alike and best_bleu > self.best_bleu:
             self.best_bleu = best_bleu
         if failed:  # (an immutable file, another user's): the final model would average it
             error = failed[0]
@@ -692,7 +693,7 @@ class Trainer:
         self.scaler.load_state_dict(state["scaler"])
         note = restore_stream(
             self.stream, state["stream"], self.recipe, self.run_dir, state.get("recipe"),
-            corpus_changed=state.get("corpus_digest", self.corpus_digest) != self.corpus_digest,  # (older states: not saved)
+            corpus_changed=None if "corpus_digest" not in state else state["corpus_digest"] != self.corpus_digest,
         )
         if note and self.main:
             self.events.message(note)
@@ -710,8 +711,7 @@ class Trainer:
         # in a collective the others never joined: a 2-process resume hung for good)
         scoring, now = state.get("scoring"), self.dist.broadcast(self._scoring())
         had_best = state.get("best_bleu", -1.0) >= 0 or state.get("early_stopping", {}).get("best") is not None
-        self.scoring_restarted = scoring is not None and scoring != now
-        if self.scoring_restarted:  # a BLEU of another dev set or tokenization is not comparable
+        if scoring is not None and scoring != now:  # a BLEU of another dev set or tokenization is not comparable
             changed = "; ".join(f"{k} {scoring.get(k)!r} -> {v!r}" for k, v in now.items() if scoring.get(k) != v)
             if had_best:
                 self.events.message(
@@ -825,7 +825,7 @@ class Trainer:
 
     def _nothing_to_do(self) -> TrainResult:
         """A resume of a run whose final model is written: said, with the setting that would train it on."""
-        t, resume = self.t, f"tfm train --resume {shell_word(self.run_dir)}"
+        t, resume = self.t, resume_command(self.run_dir, device=self.device)
         if str(self.finished.get("stopped", "")).startswith(TIME_BUDGET):
             self.events.message(
                 f"{self.run_dir} stopped at step {self.step} when its time budget ran out (train.max_time={t.max_time}; "
@@ -1018,7 +1018,7 @@ class Trainer:
             try:  # (not written: the resume evaluates this step again, as its checkpoint says it is owed)
                 save_weights(
                     self.run_dir / BEST, weights_state(self.model), self.config, self.tokenizer.sha256, self.step,
-                    bleu=self.best_bleu,
+                    bleu=self.best_bleu, scoring=self._scoring(),  # (which dev set, how scored: `_discard_future`)
                 )
             except OSError as error:
                 if not _unwritable(error):
@@ -1322,7 +1322,7 @@ def check_resume(
         corpus, recipe.train.max_tokens, recipe.train.seed, tok.pad_id, tok.bos_id, tok.eos_id,
         pad_multiple=pad_multiple_for(device or torch.device("cpu")),
     )
-    changed = state.get("corpus_digest", None) not in (None, corpus.digest())
+    changed = None if "corpus_digest" not in state else state["corpus_digest"] != corpus.digest()
     if (note := restore_stream(stream, state["stream"], recipe, run_dir, state.get("recipe"), changed)) and said is not None:
         said(note)
     return step
@@ -1568,12 +1568,13 @@ def check_state_fits(weights: Path, optimizer: dict[str, Any], params: list[torc
 
 def restore_stream(
     stream: BatchStream, saved: dict[str, int], recipe: Recipe, run_dir: Path, saved_recipe: dict[str, Any] | None = None,
-    corpus_changed: bool = False,
+    corpus_changed: bool | None = None,
 ) -> str | None:
     """Put `stream` at the data position a checkpoint saved; when the position does not exist in this resume's
     batches, say which of the recipe's data settings this resume changes from those the checkpoint was trained
     with (`saved_recipe`, its state's; else the run's recipe.yaml), or that the corpus changed in place
-    (`corpus_changed`: its pairs' ids are not those the checkpoint saved a hash of).
+    (`corpus_changed`: its pairs' ids are not those the checkpoint saved a hash of; False: they are, so a moved
+    copy of the file or a data.max_len that keeps the same pairs changes no batch; None: an older state, no hash).
 
     Returns:
         What to say when this resume changes what orders the batches (data.train, data.max_len, train.max_tokens,
@@ -1603,6 +1604,8 @@ def restore_stream(
     # order without a word (measured: train.seed=5 trained 200 of 1,160 pairs twice in that epoch, 217 not at all)
     at_its_end = stream.position >= len(stream.batches())  # nothing of that epoch is left to read
     differ = _changed_settings(recipe, before, _ORDER_KEYS)
+    if corpus_changed is False:  # the same pairs' ids, in the same order: only the batching settings matter
+        differ = [d for d in differ if d[0] not in ("data.train", "data.max_len")]
     if not at_its_end and (differ or corpus_changed):
         # a file edited or replaced under the same path: its batches were other ones without a word
         what = ", ".join(key for key, _, _ in differ) if differ else "the content of data.train (the same path holds other pairs)"
