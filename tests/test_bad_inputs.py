@@ -1461,7 +1461,9 @@ def test_resume_refuses_tokenizer_settings_it_would_only_write_down(trained: Pat
     before = snapshot(run)
     for extra in ([], ["--dry-run"]):
         for override, named in (("tokenizer.vocab_size=800", "tokenizer.vocab_size 400 -> 800"),
-                                ("tokenizer.min_frequency=5", "tokenizer.min_frequency 2 -> 5")):
+                                ("tokenizer.min_frequency=5", "tokenizer.min_frequency 2 -> 5"),
+                                # taken, ignored and written down, a path that does not exist too
+                                ("tokenizer.path=/nonexistent.json", "tokenizer.path None -> '/nonexistent.json'")):
             proc = tfm("train", "--resume", str(run), override, "train.max_steps=12", "--device", "cpu", *extra, check=False)
             error_line(proc, "--resume cannot change the tokenizer", named)
             assert snapshot(run) == before

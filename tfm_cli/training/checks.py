@@ -695,7 +695,7 @@ def _edited(run_dir: Path, differ: list[tuple[str, object]]) -> list[tuple[str, 
 
 
 def check_tokenizer_kept(recipe: Recipe, run_dir: Path, actual: int, trained_with: object = None) -> None:
-    """Refuse a resume whose tokenizer.vocab_size or tokenizer.min_frequency differ from the run's: the run goes on
+    """Refuse a resume whose tokenizer.vocab_size, tokenizer.min_frequency or tokenizer.path differ from the run's: the run goes on
     with its own tokenizer.json, so such an override changed nothing but what recipe.yaml then said (a run of 500
     tokens recorded as one of 800, and trained so by `tfm train RUN/recipe.yaml --out NEW`). The size of the run's
     tokenizer.json is the run's size too: recipe.yaml records it (an older tfm recorded the size asked for, which a
@@ -710,6 +710,12 @@ def check_tokenizer_kept(recipe: Recipe, run_dir: Path, actual: int, trained_wit
         k for k in ("vocab_size", "min_frequency")
         if getattr(saved, k) != getattr(recipe.tokenizer, k) and not (k == "vocab_size" and recipe.tokenizer.vocab_size == actual)
     ]
+
+    def where(path: str | None) -> str | None:  # (a relative override and recipe.yaml's absolute path alike)
+        return str(Path(path).expanduser().resolve()) if path else None
+
+    if where(saved.path) != where(recipe.tokenizer.path):  # taken, ignored, and written into recipe.yaml
+        differ.append("path")
     changed = [f"tokenizer.{k} {getattr(saved, k)!r} -> {getattr(recipe.tokenizer, k)!r}" for k in differ]
     if changed:
         raise TfmError(
