@@ -1201,3 +1201,16 @@ def test_a_trainer_state_of_another_model_is_refused(root: Path, copy: Path, tmp
                          "Adam's moments of shape")
         assert "for a parameter of shape" in proc.stderr and "put back the state saved with" in proc.stderr
         assert snapshot(copy) == before
+
+
+def test_a_run_inside_another_run_s_folders_is_refused(root: Path, copy: Path) -> None:
+    """`--out RUN/checkpoints` trained a whole run there: `tfm translate --model RUN/checkpoints` then took it for a
+    run, and the outer run's checkpoints folder held another run's files (`tfm export` refuses such an --out)."""
+    before = snapshot(copy)
+    for out, said in ((copy / "checkpoints", f"is the checkpoints/ folder of the run {copy}"),
+                      (copy / "tensorboard" / "sub", f"is inside the tensorboard/ folder of the run {copy}")):
+        for extra in (["--dry-run"], []):
+            proc = train(str(root / "recipe.yaml"), "--out", str(out), *extra)
+            error_line(proc, f"{out} {said}")
+            assert "hint: choose an --out outside that run" in proc.stderr
+    assert snapshot(copy) == before

@@ -239,6 +239,15 @@ def _check_place(run_dir: Path, resume: bool = False) -> None:
     if run_dir.is_symlink() and not run_dir.exists():
         raise TfmError(f"{run_dir} is a broken symbolic link (to {os.readlink(run_dir)})",
                        hint="remove it, or create what it points to, or choose another --out")
+    if not resume:  # a run nested in another's checkpoints/ or tensorboard/ (`tfm export` refuses them too)
+        for folder in [run_dir.resolve(), *run_dir.resolve().parents]:
+            if folder.name in (CHECKPOINTS, "tensorboard") and (folder.parent / "recipe.yaml").is_file():
+                raise TfmError(
+                    f"{run_dir} is {'' if folder == run_dir.resolve() else 'inside '}the {folder.name}/ folder of the "
+                    f"run {folder.parent}: its files would mix "
+                    "with that run's (a resume of it, or `tfm translate --model`, would take them for its own)",
+                    hint="choose an --out outside that run",
+                )
     try:  # tensorboard (and what reads metrics.jsonl) take the path as UTF-8: it failed there with a traceback
         str(run_dir).encode("utf-8")
     except UnicodeEncodeError:
