@@ -437,8 +437,12 @@ PAIRS = b"Bonjour.\tHello.\nMerci.\tThanks.\n"
         (PAIRS.decode().encode("utf-16"), ":1: UTF-16 text, not UTF-8: re-encode the file (e.g. iconv -f utf-16 -t utf-8 c.tsv"),
         (PAIRS.decode().encode("utf-16-be"), ":1: a NUL byte at byte 1 of the line: a binary file (or UTF-16), not UTF-8 text"),
         (b"Bonjour.\tHello.\nMer\x00ci.\tThanks.\n", ":2: a NUL byte at byte 4 of the line"),  # was read as text
+        # a PDF or an image was "invalid UTF-8 ... iconv -f cp1252", random bytes "a carriage return inside the line"
+        (b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj\n", ":1: a PDF document, not text: give the corpus as plain or gzip UTF-8"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", ":1: a PNG image, not text"),
+        (bytes([7, 200, 27, 13, 65, 14, 66, 3, 1, 9, 67, 68, 2, 69, 70, 71, 72, 5, 6]) + b"\n", ":1: binary data, not text (8 control bytes in its 19)"),
     ],
-    ids=["xz", "bzip2", "utf-16", "utf-16-without-bom", "nul-in-line-2"],
+    ids=["xz", "bzip2", "utf-16", "utf-16-without-bom", "nul-in-line-2", "pdf", "png", "control-bytes"],
 )
 def test_corpus_that_is_not_text_says_what_it_is(tmp_path: Path, data: bytes, expected: str) -> None:
     corpus = write(tmp_path / "c.tsv", data)

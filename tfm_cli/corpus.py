@@ -295,6 +295,16 @@ def _carriage_return(path: Path, gzipped: bool) -> str:
     )
 
 
+# What a file of another kind starts with (`file` tells them so), and the control bytes no text holds (not TAB, LF
+# or CR; ESC and form feed are rare enough in a corpus's first line)
+_BINARY_KINDS = {
+    b"%PDF-": "a PDF document", b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image",
+    b"GIF8": "a GIF image", b"\x7fELF": "an executable (ELF)", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1": "an old Office document",
+    b"SQLite format 3\x00": "an SQLite database", b"\x80\x02": "a Python pickle", b"\x93NUMPY": "a NumPy array",
+}
+_CONTROL_BYTES = bytes([*range(0, 9), 11, 12, *range(14, 32), 127])
+
+
 def _not_text(raw: bytes, line_no: int, path: Path, gzipped: bool) -> str | None:
     """What a line is when it is not UTF-8 text at all (compressed, UTF-16, binary), or None."""
     name, fixed = _shell_path(path), _shell_path(path, "utf8-")
@@ -305,10 +315,19 @@ def _not_text(raw: bytes, line_no: int, path: Path, gzipped: bool) -> str | None
         if raw.startswith(UTF16_BOMS):
             fix = f"zcat {name} | iconv -f utf-16 -t utf-8 | gzip > {fixed}" if gzipped else f"iconv -f utf-16 -t utf-8 {name} > {fixed}"
             return f"UTF-16 text, not UTF-8: re-encode the file (e.g. {fix})"
+        for magic, kind in _BINARY_KINDS.items():  # a PDF was "invalid UTF-8 ... iconv -f cp1252", a PNG too
+            if raw.startswith(magic):
+                return f"{kind}, not text: give the corpus as plain or gzip UTF-8 text (source TAB target)"
     if b"\x00" in raw:  # valid UTF-8, but no text holds NUL bytes
         return (
             f"a NUL byte at byte {raw.index(0) + 1} of the line: a binary file (or UTF-16), not UTF-8 text; "
             "give a plain or gzip UTF-8 text file"
+        )
+    controls = sum(raw.count(bytes([c])) for c in _CONTROL_BYTES) if line_no == 1 else 0
+    if len(raw) >= 16 and controls > len(raw) / 20:  # random bytes read as "a carriage return inside the line"
+        return (
+            f"binary data, not text ({controls} control bytes in its {len(raw):,}): give the corpus as plain or gzip "
+            "UTF-8 text (source TAB target)"
         )
     return None
 
