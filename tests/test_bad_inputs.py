@@ -1934,6 +1934,9 @@ def test_a_position_table_larger_than_the_memory_is_refused_before_it_is_built(r
         ("train.warmup_steps", 0, "train.warmup_steps=0 must be >= 1"),  # was ZeroDivisionError after the tokenizer
         ("train.max_steps", "4", "train.max_steps='4' must be an integer"),  # was a TypeError, a run half written
         ("model.n_heads", 3, "must be divisible by model.n_heads=3"),  # was a ValueError from ModelConfig
+        # a misspelt attribute: the dataclass took it, and the run trained on with train.max_steps as it was
+        ("train.max_step", 3, "train.max_step is not a recipe key; tfm's is train.max_steps"),
+        ("model.d_modell", 64, "model.d_modell is not a recipe key; did you mean model.d_model?"),
     ],
 )
 def test_a_recipe_changed_in_code_is_checked_as_a_file_is(root: Path, tmp_path: Path, key: str, value, expected: str) -> None:

@@ -558,7 +558,18 @@ def validate_recipe(recipe: Recipe) -> list[str]:
         One line per problem (empty when the recipe is valid), each naming the dotted key, the bad value,
         the rule and the fix.
     """
-    return _validate(recipe_as_written(recipe), set())
+    return _set_in_code_unknown(recipe) + _validate(recipe_as_written(recipe), set())
+
+
+def _set_in_code_unknown(recipe: Recipe) -> list[str]:
+    """The attributes set in code that are no recipe key (`recipe.train.max_step = 3`): the dataclasses take any
+    attribute, and the run trained on with train.max_steps as it was, without a word; a file's key is named so."""
+    found = [_unknown_key(name) for name in vars(recipe) if name not in TOP_LEVEL_KEYS] if hasattr(recipe, "__dict__") else []
+    for section, cls in SECTIONS.items():
+        part = getattr(recipe, section, None)
+        if isinstance(part, cls) and hasattr(part, "__dict__"):
+            found += [_unknown_key(f"{section}.{name}") for name in vars(part) if name not in _section_fields(cls)]
+    return found
 
 
 def _as_written(value: Any, kind: str) -> Any:

@@ -314,8 +314,8 @@ def train(
             raise TfmError("train() needs a recipe, or resume=True with the run_dir to continue")
         recipe = resume_recipe(Path(run_dir), [])
     elif isinstance(recipe, Recipe):  # checked again: fields set in code after load_recipe were never checked
+        problems = validate_recipe(recipe)  # (on the recipe given: a copy keeps no attribute that is no key)
         recipe = recipe_as_written(recipe)  # a Path as its text: recipe.yaml is written from it
-        problems = validate_recipe(recipe)
         if problems:
             raise RecipeError(f"the recipe {recipe.name!r} given to train()", problems)
     elif isinstance(recipe, (str, os.PathLike)):
