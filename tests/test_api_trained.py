@@ -76,6 +76,8 @@ def test_api_and_cli_translate_identically(trained: dict) -> None:
     assert [t.text for t in seen] == [t.text for t in api_report["translations"]]
     with pytest.raises(TypeError, match="on_translation takes a function"):
         translator.score(trained["sources"], trained["references"], on_translation=3)
+    with pytest.raises(TypeError, match="keep_translations must be True or False, not str"):
+        translator.score(trained["sources"], trained["references"], keep_translations="no")
 
 
 def test_bf16_agrees_with_fp32(trained: dict) -> None:

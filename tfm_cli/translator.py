@@ -780,6 +780,8 @@ class Translator:
         _check_progress(progress)
         if on_translation is not None and not callable(on_translation):
             raise TypeError(f"on_translation takes a function called with each Translation, not {type(on_translation).__name__}")
+        if not isinstance(keep_translations, bool):  # keep_translations="no" would keep them
+            raise TypeError(f"keep_translations must be True or False, not {type(keep_translations).__name__}")
         decode = self._call_settings(settings)
         self._check_beam(decode)
         # every source checked before any is translated, as one call did (the chunks below met the line at 2,051 late)
