@@ -560,3 +560,10 @@ def test_a_sentencepiece_corpus_is_said_after_its_first_pairs(tmp_path: Path) ->
     said.clear()
     list(tokenizer_texts(str(plain), said.append)())
     assert said == []
+
+
+def test_text_that_starts_as_a_binary_format_does_is_text(tmp_path: Path) -> None:
+    """A PDF or a GIF is named for what it is (`_not_text`); a sentence that starts with those letters is not one."""
+    corpus = write(tmp_path / "c.tsv", "GIF89a is a format.\tGIF89a est un format.\n%PDF-1.4 files.\tDes fichiers.\n")
+    assert [(s, t) for _, s, t in read_pairs(corpus)] == [
+        ("GIF89a is a format.", "GIF89a est un format."), ("%PDF-1.4 files.", "Des fichiers.")]

@@ -316,7 +316,9 @@ def _not_text(raw: bytes, line_no: int, path: Path, gzipped: bool) -> str | None
             fix = f"zcat {name} | iconv -f utf-16 -t utf-8 | gzip > {fixed}" if gzipped else f"iconv -f utf-16 -t utf-8 {name} > {fixed}"
             return f"UTF-16 text, not UTF-8: re-encode the file (e.g. {fix})"
         for magic, kind in _BINARY_KINDS.items():  # a PDF was "invalid UTF-8 ... iconv -f cp1252", a PNG too
-            if raw.startswith(magic):
+            # (the two that text could start with, `%PDF-` and `GIF8`, only as the files themselves start)
+            plain = magic in (b"%PDF-", b"GIF8")
+            if raw.startswith(magic) and (not plain or re.fullmatch(rb"%PDF-\d\.\d\s*|GIF8[79]a.*[\x00-\x08].*", raw, re.S)):
                 return f"{kind}, not text: give the corpus as plain or gzip UTF-8 text (source TAB target)"
     if b"\x00" in raw:  # valid UTF-8, but no text holds NUL bytes
         return (
