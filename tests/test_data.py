@@ -567,3 +567,7 @@ def test_text_that_starts_as_a_binary_format_does_is_text(tmp_path: Path) -> Non
     corpus = write(tmp_path / "c.tsv", "GIF89a is a format.\tGIF89a est un format.\n%PDF-1.4 files.\tDes fichiers.\n")
     assert [(s, t) for _, s, t in read_pairs(corpus)] == [
         ("GIF89a is a format.", "GIF89a est un format."), ("%PDF-1.4 files.", "Des fichiers.")]
+    # valid UTF-8 with control characters (a model's output spelled in byte tokens) is text too
+    odd = "a\x01b\x02c\x03d\x04e\x05f\x06g\x07h"
+    corpus = write(tmp_path / "d.tsv", f"{odd}\tx\n")
+    assert [(s, t) for _, s, t in read_pairs(corpus)] == [(odd, "x")]

@@ -305,6 +305,14 @@ _BINARY_KINDS = {
 _CONTROL_BYTES = bytes([*range(0, 9), 11, 12, *range(14, 32), 127])
 
 
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _not_text(raw: bytes, line_no: int, path: Path, gzipped: bool) -> str | None:
     """What a line is when it is not UTF-8 text at all (compressed, UTF-16, binary), or None."""
     name, fixed = _shell_path(path), _shell_path(path, "utf8-")
@@ -326,7 +334,9 @@ def _not_text(raw: bytes, line_no: int, path: Path, gzipped: bool) -> str | None
             "give a plain or gzip UTF-8 text file"
         )
     controls = sum(raw.count(bytes([c])) for c in _CONTROL_BYTES) if line_no == 1 else 0
-    if len(raw) >= 16 and controls > len(raw) / 20:  # random bytes read as "a carriage return inside the line"
+    # random bytes read as "a carriage return inside the line" (valid UTF-8 with control characters is text: a
+    # model's output spelled in byte tokens can hold them)
+    if len(raw) >= 16 and controls > len(raw) / 20 and not _utf8(raw):
         return (
             f"binary data, not text ({controls} control bytes in its {len(raw):,}): give the corpus as plain or gzip "
             "UTF-8 text (source TAB target)"
