@@ -1043,6 +1043,17 @@ def test_a_100000_character_line_is_cut_with_a_warning(run: Path) -> None:
     assert seconds < 30, f"{seconds:.1f} s"
 
 
+def test_many_lines_cut_to_the_model_s_length_are_said_ten_then_counted(run: Path) -> None:
+    """200,000 inputs printed 3,102 warnings, one per line cut to the model's length: the first ten are said, the
+    rest counted in one line at the end (`--json` marks every one)."""
+    stdin = "".join(("chat " * 100) + "\n" for _ in range(14))
+    proc = translate(run, "--json", stdin=stdin)
+    cut = [line for line in proc.stderr.splitlines() if "tokens; the model takes at most 63" in line]
+    assert [f"input line {n} has " in line for n, line in enumerate(cut, start=1)] == [True] * 10, proc.stderr
+    assert "warning: ... and 4 more like the last 10 (not shown)" in proc.stderr, proc.stderr
+    assert [json.loads(line)["truncated"] for line in proc.stdout.splitlines()] == [True] * 14
+
+
 def test_a_line_with_no_end_in_sight_is_refused_not_held(run: Path) -> None:
     """`tfm translate < /dev/zero` read on without end (RSS growing, no word), and a 20 MB line took 2 GB and
     24 s for its first 1,023 tokens: a line over 1 MiB is refused once that much has come, naming it, after the lines

@@ -160,7 +160,9 @@ def translate(
             n_best=n_best,
         )
         cuts, broken = _Cuts(translator, max_len, min_len), _Broken()
-        with route_warnings():
+        from tfm_cli.translator import InputTruncatedWarning
+
+        with route_warnings(at_most={InputTruncatedWarning: TRUNCATED_SHOWN}):
             if score or reference:
                 _score(translator, settings, text, score, reference, output, json_out, bleu_tokenize, cuts, broken)
                 cuts.say(json_marks=False)  # scoring's --json is the report, not the translations
@@ -254,6 +256,9 @@ class _Written:
         if self.lines == 1:
             return "the translation of input line 1 was written"
         return f"the translations of input lines 1-{self.lines} were written"
+
+
+TRUNCATED_SHOWN = 10  # inputs cut to the model's length, said one by one; the rest counted in one line at the end
 
 
 class _Cuts:
