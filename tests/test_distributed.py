@@ -129,6 +129,11 @@ def test_the_resume_command_names_a_device_that_auto_would_not_pick(monkeypatch)
     job = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}  # each rank its own GPU
     assert resume_command("r", job, device=second) == "tfm train --resume r --nproc-per-node 2"
     assert resume_command("r", job, device=cpu) == "tfm train --resume r --device cpu --nproc-per-node 2"
+    # a node of a multi-node job: its own launcher options, as the launcher hands them on (`--nnodes 2` alone
+    # was refused as it stood: it needs the node's rank and the master's address)
+    node = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "TFM_LAUNCH_OPTIONS": "--nproc-per-node 4 --nnodes 2 --node-rank 1 --master-addr head --master-port 29500"}
+    assert resume_command("r", node) == "tfm train --resume r --nproc-per-node 4 --nnodes 2 --node-rank 1 --master-addr head --master-port 29500"
+    assert resume_command("r", {**node, "TFM_LAUNCH_OPTIONS": ""}) == "tfm train --resume r --nproc-per-node 4 --nnodes 2"
 
 
 def test_threads_are_shared_out_unless_set() -> None:

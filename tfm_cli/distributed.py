@@ -225,13 +225,16 @@ def resume_command(
     run_dir: str | os.PathLike, environ: Mapping[str, str] | None = None, device: torch.device | None = None
 ) -> str:
     """`tfm train --resume RUN`, with the processes of the torchrun job this process belongs to, so that the
-    resume is exact (the same number of processes): `--nproc-per-node N`, and `--nnodes M` over several nodes
-    (each node then adds its own --node-rank and --master-addr, or --rdzv-endpoint); and `--device` where the
-    run's `device` is not the one `auto` picks (a run on the CPU of a machine with a GPU, or on its second GPU)."""
+    resume is exact (the same number of processes): this node's launcher options as `tfm train` was given them
+    (`--nproc-per-node N`, and over several nodes `--nnodes M --node-rank R --master-addr HOST ...` or
+    `--rdzv-endpoint`: TFM_LAUNCH_OPTIONS, which the launcher sets), else those torchrun's environment tells; and
+    `--device` where the run's `device` is not the one `auto` picks (a run on the CPU of a machine with a GPU, or on
+    its second GPU)."""
     from tfm_cli.errors import shell_word
 
     command = f"tfm train --resume {shell_word(run_dir)}"
     found = torchrun_env(environ)
+    environ = os.environ if environ is None else environ
     if device is not None:
         auto = "cuda" if torch.cuda.is_available() else "cpu"
         if device.type != auto:
@@ -240,7 +243,8 @@ def resume_command(
             command += f" --device {device}"
     if found is None or found[2] == 1:
         return command
-    environ = os.environ if environ is None else environ
+    if launched := environ.get("TFM_LAUNCH_OPTIONS", ""):  # `tfm train`'s launcher options on this node, as given
+        return f"{command} {launched}"
     world_size = found[2]
     per_node = environ.get("LOCAL_WORLD_SIZE", "")
     per_node_n = int(per_node) if per_node.isdigit() and int(per_node) > 0 else world_size

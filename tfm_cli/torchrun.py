@@ -23,6 +23,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+LAUNCH_OPTIONS_ENV = "TFM_LAUNCH_OPTIONS"
+
 
 def main(argv: Sequence[str]) -> int:
     """Run torchrun on `argv` (its options, then `-m tfm_cli train ...`); the exit status."""
@@ -34,6 +36,9 @@ def main(argv: Sequence[str]) -> int:
     if not stop_with_parent():  # `tfm train` is gone already: start nothing
         return 128 + signal.SIGTERM
     os.environ[PARENT_ENV] = str(os.getpid())  # for the workers, which stop when torchrun does
+    # for the workers' resume hints: this node's own launcher options (`--node-rank 1 --master-addr ...`), which
+    # they cannot tell from torchrun's environment (a hint of `--nnodes 2` alone was refused as it stood)
+    os.environ[LAUNCH_OPTIONS_ENV] = " ".join(o for o in _run_and_launch_options(argv)[1] if not o.startswith("--device "))
     from torch.distributed import DistError
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
