@@ -486,6 +486,34 @@ def test_a_port_already_in_use_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+def test_a_node_that_never_came_is_not_blamed_on_the_port(monkeypatch, capsys) -> None:
+    """A rendezvous that timed out waiting for a node (15 minutes of silence, then "Timed out ... 1/2 clients
+    joined") was given the hint of a port another program holds; it says to start every node now."""
+    import sys
+
+    import torch.distributed.run
+    from torch.distributed import DistError
+    from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
+
+    from tfm_cli import torchrun
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # (main wraps it: put back after)
+    monkeypatch.delenv("TFM_LAUNCH_OPTIONS", raising=False)
+    for error, said in (
+        (DistError("Timed out after 901 seconds waiting for clients. 1/2 clients joined."), "start the same command on every node"),
+        (RendezvousTimeoutError(), "start the same command on every node"),
+        (DistError("The server socket has failed to listen on any local network address. address already in use"), "the port may be taken"),
+    ):
+        def fail(argv, error=error):
+            raise error
+
+        monkeypatch.setattr(torch.distributed.run, "main", fail)
+        monkeypatch.delenv("TFM_PARENT_PID", raising=False)  # (main sets it to itself, for its workers)
+        assert torchrun.main(["--nnodes=2", "--node-rank=0", "-m", "tfm_cli", "train", "r.yaml", "--out", "run"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("Error: the processes of the job could not meet: ") and f"hint: {said}" in err, err
+
+
 # ---- DDP in-process: train_step over shares equals train_step over the whole batches ---------------------------
 
 WORLD = 2

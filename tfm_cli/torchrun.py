@@ -71,12 +71,15 @@ def main(argv: Sequence[str]) -> int:
         return code if code > 0 else 128 - code if code < 0 else 1  # a negative code: killed by signal -code
     except (DistError, RendezvousError) as error:  # the rendezvous, before any worker started
         lines = str(error).strip().splitlines() or [type(error).__name__]
-        print(
-            f"Error: the processes of the job could not meet: {lines[0]}\n"
-            "hint: the port may be taken by another program: choose a free one (--master-port P, or "
-            "--rdzv-endpoint HOST:PORT), and check that node 0's address can be reached from this node",
-            file=sys.stderr,
+        timed_out = "Timed out" in lines[0] or "Timeout" in lines[0] or "timed out" in lines[0]
+        hint = (  # every node was waited for that long (up to 15 minutes), and one or more never came
+            "start the same command on every node (each with its own --node-rank) within the wait, and check that "
+            "each can reach node 0's address and port"
+            if timed_out
+            else "the port may be taken by another program: choose a free one (--master-port P, or "
+            "--rdzv-endpoint HOST:PORT), and check that node 0's address can be reached from this node"
         )
+        print(f"Error: the processes of the job could not meet: {lines[0]}\nhint: {hint}", file=sys.stderr)
         return 1
     finally:
         if logs:
