@@ -1156,3 +1156,39 @@ def test_nodes_started_with_different_settings_are_refused(data: dict[str, Path]
             errors = [line for line in text.splitlines() if line.startswith("Error: ")]
             assert len(errors) == 1 and errors[0].startswith(f"Error: the processes of this job were started with different settings: {said}"), text
         assert not (run / "checkpoints").exists() and not (run / "recipe.yaml").exists()
+
+
+@pytest.mark.slow
+def test_node_1_says_nothing_of_node_0_stopping_in_its_final_phase(data: dict[str, Path], tmp_path: Path) -> None:
+    """Node 0 stopped (SIGTERM) while it alone wrote the final model: node 1's torchrun printed c10d's C++ warning
+    "recvValueWithTimeout failed ... Exception raised from recvBytes" and 34 stack frames."""
+    import socket
+
+    dev = tmp_path / "dev.tsv"  # long enough that the final evaluation is still running when node 0 is stopped
+    with gzip.open(CORPORA / "dev.tsv.gz", "rt", encoding="utf-8") as f:
+        dev.write_text("".join(itertools.islice(f, 2000)), encoding="utf-8")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    run = tmp_path / "run"
+    common = ["train.max_steps=4", "train.save_every=2", "train.eval_every=0", f"data.dev={dev}",
+              f"tokenizer.path={data['tokenizer']}", "--out", str(run), "--device", "cpu", "--nnodes", "2",
+              "--master-addr", "127.0.0.1", "--master-port", port]
+    errs = [tmp_path / "node0.err", tmp_path / "node1.err"]
+    nodes = []
+    for rank in (0, 1):
+        with open(errs[rank], "wb") as err:
+            nodes.append(start_tfm("train", str(data["recipe"]), *common, "--node-rank", str(rank),
+                                   stdout=subprocess.DEVNULL, stderr=err))
+    try:
+        wait_until(nodes[0], lambda: "final model: evaluating" in errs[0].read_text(), "node 0 never began its final phase",
+                   timeout=300)
+        nodes[0].send_signal(signal.SIGTERM)
+        assert nodes[0].wait(timeout=120) == 128 + signal.SIGTERM
+        nodes[1].wait(timeout=120)
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+    said = errs[1].read_text()
+    assert "TCPStore" not in said and "frame #" not in said and "Traceback" not in said, said
