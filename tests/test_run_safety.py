@@ -1214,3 +1214,13 @@ def test_a_run_inside_another_run_s_folders_is_refused(root: Path, copy: Path) -
             error_line(proc, f"{out} {said}")
             assert "hint: choose an --out outside that run" in proc.stderr
     assert snapshot(copy) == before
+
+
+def test_a_resume_of_a_finished_run_that_lowers_keep_last_prunes(copy: Path) -> None:
+    """`--resume RUN train.keep_last=1 train.average_last=1` of a finished run wrote its final model again, but
+    saved nothing that prunes: both checkpoints stayed, where keep_last said one."""
+    assert [s for s, _ in checkpoint_steps(copy)] == [5, 10]
+    proc = train("--resume", str(copy), "train.keep_last=1", "train.average_last=1")
+    assert proc.returncode == 0, proc.stderr
+    assert [s for s, _ in checkpoint_steps(copy)] == [10] and not state_path(checkpoint_path(copy, 5)).exists()
+    assert read_metadata(copy / "model.safetensors")["step"] == "10"

@@ -1100,6 +1100,10 @@ class Trainer:
         self.last_saved = self.step  # only now: Ctrl-C in the middle of a save saves again in `_interrupted`
         failed = _drop_stop_checkpoints(self.run_dir, before=self.step)  # (an earlier stop's too: it counted in keep_last)
         failed += prune_checkpoints(self.run_dir, self.t.keep_last)
+        self._say_undeletable(failed)
+        return path
+
+    def _say_undeletable(self, failed: list[OSError]) -> None:
         for error in failed:  # a file that may not be deleted (immutable, another user's): it stopped the run
             if error.filename not in self.undeletable:  # said once
                 self.undeletable.add(error.filename)
@@ -1107,7 +1111,6 @@ class Trainer:
                     f"warning: an older checkpoint's file could not be deleted ({error.filename}: {error.strerror or error}): "
                     "it is kept, and the run goes on"
                 )
-        return path
 
     def _keep_tokenizer(self) -> None:
         """Write the run's tokenizer.json back from memory when it is gone (deleted while the run trained): the run
@@ -1175,6 +1178,9 @@ class Trainer:
             if not _unwritable(error):
                 raise
             raise _not_saved(run_dir, self.step, error, what="the final model", done=True, device=self.device) from error
+        # a resume of a finished run that lowers train.keep_last writes the final model again, and saves nothing
+        # that would prune (3 checkpoints stayed where keep_last said 2); average_last <= keep_last, so none it needs
+        self._say_undeletable(prune_checkpoints(run_dir, t.keep_last))
         self.board.close()
         result = TrainResult(run_dir, self.step, False, final, time.perf_counter() - self.started, stopped)
         summary = {
