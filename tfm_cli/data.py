@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from tfm_cli.corpus import MOST_COMPOSED, CorpusSpec, TsvColumns, has_text, least_normalized, read_pairs
+from tfm_cli.corpus import CorpusSpec, TsvColumns, has_text, read_pairs, surely_longer
 from tfm_cli.errors import TfmError
 from tfm_cli.model.masks import padding_mask, target_mask
 
@@ -189,7 +189,7 @@ def encode_corpus(
     longest = getattr(tokenizer, "longest_piece", None)
 
     def surely_long(text: str) -> bool:
-        return longest is not None and len(text) > limit * longest * MOST_COMPOSED and least_normalized(text) > limit * longest
+        return longest is not None and surely_longer(text, limit, longest)
 
     def flush(srcs: list[str], tgts: list[str]) -> None:
         if longest is not None:

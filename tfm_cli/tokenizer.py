@@ -37,7 +37,7 @@ from pathlib import Path
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as _HFTokenizer
 
-from tfm_cli.corpus import INVISIBLE, MOST_COMPOSED, least_normalized
+from tfm_cli.corpus import INVISIBLE, surely_longer
 from tfm_cli.errors import TfmError
 from tfm_cli.files import as_path, json_value, write_failure
 
@@ -516,8 +516,7 @@ def tokenizer_stats(
                 byte[side] += 1
 
     def surely_long(text: str) -> bool:  # as `tfm_cli.data.encode_corpus` tells it: skipped unencoded
-        bound = (max_len - 1) * tokenizer.longest_piece
-        return len(text) > bound * MOST_COMPOSED and least_normalized(text) > bound
+        return surely_longer(text, max_len - 1, tokenizer.longest_piece)
 
     def consume(srcs: list[str], tgts: list[str]) -> None:
         nonlocal n, skipped_long

@@ -79,7 +79,7 @@ def main(argv: Sequence[str]) -> int:
         return code if code > 0 else 128 - code if code < 0 else 1  # a negative code: killed by signal -code
     except (DistError, RendezvousError) as error:  # the rendezvous, before any worker started
         lines = str(error).strip().splitlines() or [type(error).__name__]
-        timed_out = "Timed out" in lines[0] or "Timeout" in lines[0] or "timed out" in lines[0]
+        timed_out = "timed out" in lines[0].lower() or "timeout" in lines[0].lower()  # (RendezvousTimeoutError)
         hint = (  # every node was waited for that long (up to 15 minutes), and one or more never came
             "start the same command on every node (each with its own --node-rank) within the wait, and check that "
             "each can reach node 0's address and port"
