@@ -111,7 +111,7 @@ _tfm_bench_translate() {
         '--json[Print the result as one JSON document.]' \
         '(--model -m)'{--model=,-m+}'[A trained run or .safetensors file (default\: random weights of --recipe'\''s shape).]:model:_files' \
         '--out-len=[Tokens every output is forced to (min = max length).]:out len: ' \
-        '--precision=[auto (bf16 on CUDA and CPUs with native bf16, else fp32), fp32, bf16, fp16, or int8 (CPU\: int8 li...]:precision:(auto bf16 fp16 fp32 int8)' \
+        '--precision=[auto (bf16 on CUDA and on CPUs with fast bf16\: AMX, AMD'\''s AVX512-BF16, Arm'\''s BF16]:precision:(auto bf16 fp16 fp32 int8)' \
         '--recipe=[Random weights with this recipe'\''s model shape and vocabulary size (its tokenizer.path'\''s, if it na...]:recipe:_files' \
         '--sentences=[Sources translated per configuration (a multiple of every batch size).]:sentences: ' \
         '--src-len=[Tokens per source.]:src len: ' \
@@ -172,7 +172,7 @@ _tfm_inspect_attn() {
         '(--layer -l)'{--layer=,-l+}'[Layer, from 1 (default\: the last]:layer: ' \
         '(--model -m)'{--model=,-m+}'[Run directory, release directory or .safetensors file (default\: the most recent run under runs/).]:model:_files' \
         '--numbers[Print the weights (in %) in the heatmap cells.]' \
-        '--precision=[The arithmetic of the translation, as tfm translate'\''s\: auto (bf16 on CUDA and on CPUs with native...]:precision:(auto bf16 fp16 fp32)' \
+        '--precision=[The arithmetic of the translation, as tfm translate'\''s\: auto (bf16 on CUDA and on CPUs with fast b...]:precision:(auto bf16 fp16 fp32)' \
         '--summary[Statistics of every head\: entropy, maximum, share on </s>, <s> and punctuation, distance from the...]' \
         '(--target -t)'{--target=,-t+}'[Inspect this target (teacher-forced) instead of the model'\''s translation.]:target: ' \
         '--token=[Focus on one query token\: its text (a word inside a piece counts\: '\''il'\'' finds qu'\''il]:token: ' \
@@ -229,7 +229,7 @@ _tfm_translate() {
         '(--model -m)'{--model=,-m+}'[Run directory, .safetensors checkpoint, release or ONNX export directory (default\: the most recen...]:model:_files' \
         '(--n-best -n)'{--n-best=,-n+}'[Print the K best translations of each input, best first, one a line\: input line number TAB score...]:n best: ' \
         '--output=[When scoring, also write the translations to this file.]:output:_files' \
-        '--precision=[auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, fp16 (CUDA only), or int...]:precision:(auto bf16 fp16 fp32 int8)' \
+        '--precision=[auto (bf16 on CUDA and on CPUs with fast bf16\: AMX, AMD'\''s AVX512-BF16, Arm'\''s BF16]:precision:(auto bf16 fp16 fp32 int8)' \
         '*'{--reference=,-r+}'[Reference translations, one per input line\: print BLEU and chrF instead of translations (- reads...]:reference:_files' \
         '*--score=[Score on a TSV (source TAB reference), or give --score SRC --score REF (--score REF2 ...]:score:_files' \
         '1:text: '

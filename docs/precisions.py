@@ -5,7 +5,8 @@
 For beam 4 and greedy search, and for 2 threads and 1: sentences/s of `Translator.translate` on the first
 `--sentences` dev sentences of the bundled corpus (the median of `--repeats` runs, the precisions interleaved so a
 noisy machine slows them alike), dev BLEU (sacrebleu, all of them) and how many translations equal fp32's. It prints
-the CPU it ran on with the figures: bf16 is fast only where the CPU has native bf16 (AVX512-BF16 or AMX-BF16; AVX-512 alone emulates it).
+the CPU it ran on with the figures: bf16 is fast only where the CPU has native bf16 (AVX512-BF16 or AMX-BF16; AVX-512
+alone emulates it), and on an Intel CPU only with AMX.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sacrebleu
 import torch
 
 from tfm_cli import Translator
-from tfm_cli.runtime import cpu_has_fast_bf16
+from tfm_cli.runtime import cpu_has_fast_bf16, cpu_has_native_bf16
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -37,7 +38,8 @@ def main() -> None:
         pairs = [line.rstrip("\n").split("\t") for line in f][: args.sentences]
     sources, references = [p[0] for p in pairs], [p[1] for p in pairs]
     translators = {p: Translator.load(args.run, device="cpu", precision=p) for p in PRECISIONS}
-    native = "native bf16" if cpu_has_fast_bf16() else "no native bf16"
+    native = ("no native bf16" if not cpu_has_native_bf16()
+              else "native bf16" if cpu_has_fast_bf16() else "native bf16 without AMX: auto is fp32")
     print(f"# {args.run}: {len(sources)} dev sentences; torch {torch.__version__}, CPU capability "
           f"{torch.backends.cpu.get_cpu_capability()} ({native})")
 

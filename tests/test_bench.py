@@ -32,7 +32,7 @@ from tfm_cli.errors import TfmError
 
 REPO = Path(__file__).resolve().parents[1]
 CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
-ENV_KEYS = {"tfm", "torch", "python", "device", "device_name", "cpu", "cpu_capability", "cpu_native_bf16", "threads", "dtype"}
+ENV_KEYS = {"tfm", "torch", "python", "device", "device_name", "cpu", "cpu_capability", "cpu_native_bf16", "cpu_fast_bf16", "threads", "dtype"}
 
 
 @pytest.fixture(scope="module")

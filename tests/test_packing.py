@@ -180,7 +180,7 @@ def test_fp32_stays_with_mkl_on_an_intel_cpu(monkeypatch, native_bf16: bool) -> 
     """MKL is the faster fp32 kernel on Intel's CPUs (oneDNN's packed one on AMD's): the view packs only bf16 there."""
     model = small_model()
     monkeypatch.setattr(packing, "cpu_vendor", lambda: "GenuineIntel")
-    monkeypatch.setattr(packing, "cpu_has_fast_bf16", lambda: native_bf16)
+    monkeypatch.setattr(packing, "cpu_has_native_bf16", lambda: native_bf16)
     assert not packing.fp32_packing_pays()
     view = decoding_view(model)
     if not native_bf16:  # nothing to pack: the layers stay nn.Linear (F.linear), self-attention stacked

@@ -697,7 +697,7 @@ def test_precision_auto_follows_the_cpu_and_each_can_be_forced(parts, tmp_path: 
     from tfm_cli.runtime import cpu_has_fast_bf16
 
     run = _run_dir(tmp_path / "run", parts, None)
-    auto = "bf16" if cpu_has_fast_bf16() else "fp32"  # bf16 only where this CPU runs it natively
+    auto = "bf16" if cpu_has_fast_bf16() else "fp32"  # bf16 only where it is faster on this CPU
     assert Translator.load(run, device="cpu").precision == auto
     assert Translator(*parts, precision="auto").precision == auto
     assert Translator.load(run, device="cpu", precision="fp32").precision == "fp32"
@@ -711,31 +711,46 @@ def test_precision_auto_follows_the_cpu_and_each_can_be_forced(parts, tmp_path: 
                     reason="reads the x86 flags of /proc/cpuinfo")
 def test_native_bf16_is_the_cpus_bf16_instructions_not_any_avx512() -> None:
     """The kernel's own flags are the reference: oneDNN's check says yes on every AVX-512 CPU, and 'auto' chose
-    bf16 on a Cascade Lake that emulates it, 3x slower than fp32."""
-    from tfm_cli.runtime import cpu_has_fast_bf16, resolve_precision
+    bf16 on a Cascade Lake that emulates it, 3x slower than fp32; and on an Intel CPU AVX512-BF16 pays only with
+    AMX (an Emerald Rapids without it ran the quickstart's step at 0.59x fp32 in bf16)."""
+    from tfm_cli.runtime import cpu_has_fast_bf16, cpu_has_native_bf16, resolve_precision
 
-    flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")).split()
-    native = bool({"avx512_bf16", "amx_bf16"} & set(flags))
-    assert cpu_has_fast_bf16() is native
-    assert resolve_precision("auto", torch.device("cpu")) == ("bf16" if native else "fp32")
+    info = Path("/proc/cpuinfo").read_text().splitlines()
+    flags = set(next(line for line in info if line.startswith("flags")).split())
+    vendor = next(line for line in info if line.startswith("vendor_id")).split(":", 1)[1].strip()
+    native = bool({"avx512_bf16", "amx_bf16"} & flags)
+    fast = "amx_bf16" in flags or ("avx512_bf16" in flags and vendor != "GenuineIntel")
+    assert cpu_has_native_bf16() is native
+    assert cpu_has_fast_bf16() is fast
+    assert resolve_precision("auto", torch.device("cpu")) == ("bf16" if fast else "fp32")
 
 
-@pytest.mark.parametrize(("found", "native"), [
-    ({"architecture": "x86_64", "avx512_f": True, "avx512_vnni": True, "avx512_bf16": False, "amx_bf16": False}, False),
-    ({"architecture": "x86_64", "avx512_f": True, "avx512_bf16": True, "amx_bf16": False}, True),
-    ({"architecture": "x86_64", "avx512_f": True, "avx512_bf16": False, "amx_bf16": True}, True),
-    ({"architecture": "x86_64", "avx2": True}, False),
-    ({"architecture": "arm64", "neon": True, "bf16": True}, True),
-    ({"architecture": "arm64", "neon": True, "bf16": False}, False),
+@pytest.mark.parametrize(("found", "vendor", "native", "fast"), [
+    ({"architecture": "x86_64", "avx512_f": True, "avx512_vnni": True, "avx512_bf16": False, "amx_bf16": False},
+     "GenuineIntel", False, False),  # Cascade Lake: emulated
+    ({"architecture": "x86_64", "avx512_f": True, "avx512_bf16": True, "amx_bf16": False}, "AuthenticAMD", True, True),
+    ({"architecture": "x86_64", "avx512_f": True, "avx512_bf16": True, "amx_bf16": False}, "GenuineIntel", True, False),
+    ({"architecture": "x86_64", "avx512_f": True, "avx512_bf16": True, "amx_bf16": True}, "GenuineIntel", True, True),
+    ({"architecture": "x86_64", "avx512_f": True, "avx512_bf16": False, "amx_bf16": True}, "GenuineIntel", True, True),
+    ({"architecture": "x86_64", "avx512_f": True, "avx512_bf16": True, "amx_bf16": False}, None, True, True),
+    ({"architecture": "x86_64", "avx2": True}, "AuthenticAMD", False, False),
+    ({"architecture": "arm64", "neon": True, "bf16": True}, None, True, True),
+    ({"architecture": "arm64", "neon": True, "bf16": False}, None, False, False),
 ])
-def test_native_bf16_on_cpus_we_do_not_have(monkeypatch, found: dict, native: bool) -> None:
+def test_native_and_fast_bf16_on_cpus_we_do_not_have(monkeypatch, found: dict, vendor: str | None, native: bool,
+                                                     fast: bool) -> None:
     from tfm_cli import runtime
 
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: found, raising=False)
+    monkeypatch.setattr(runtime, "cpu_vendor", lambda: vendor)
+    runtime.cpu_has_native_bf16.cache_clear()
     runtime.cpu_has_fast_bf16.cache_clear()
     try:
-        assert runtime.cpu_has_fast_bf16() is native
+        assert runtime.cpu_has_native_bf16() is native
+        assert runtime.cpu_has_fast_bf16() is fast
+        assert runtime.resolve_precision("auto", torch.device("cpu")) == ("bf16" if fast else "fp32")
     finally:
+        runtime.cpu_has_native_bf16.cache_clear()
         runtime.cpu_has_fast_bf16.cache_clear()
 
 

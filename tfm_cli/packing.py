@@ -43,7 +43,7 @@ from torch import nn
 
 from tfm_cli.model.transformer import DecoderLayer, EncoderLayer, MultiHeadAttention
 from tfm_cli.quantization import Int8Linear
-from tfm_cli.runtime import cpu_has_fast_bf16, cpu_vendor
+from tfm_cli.runtime import cpu_has_native_bf16, cpu_vendor
 
 
 def packing_available() -> bool:
@@ -133,7 +133,7 @@ class PackedLinear(nn.Module):
         versions = self._versions()
         if dtype not in self._packed or self._packed[dtype][0] != versions:
             packed = None
-            pays = (dtype == torch.float32 and fp32_packing_pays()) or (dtype == torch.bfloat16 and cpu_has_fast_bf16())
+            pays = (dtype == torch.float32 and fp32_packing_pays()) or (dtype == torch.bfloat16 and cpu_has_native_bf16())
             if pays and packing_available():
                 weight, bias = self._plain()
                 with torch.no_grad():
@@ -182,7 +182,7 @@ def decoding_view(model: nn.Module) -> nn.Module:
     params = list(model.parameters())
     if not params or params[0].device.type != "cpu":
         return model
-    pack = packing_available() and (fp32_packing_pays() or cpu_has_fast_bf16())
+    pack = packing_available() and (fp32_packing_pays() or cpu_has_native_bf16())
     pack = pack and any(type(m) is nn.Linear for m in model.modules())
     if not pack and not any(_stack(m.w_q, m.w_k, m.w_v) is not None for m in _self_attentions(model)):
         return model

@@ -68,26 +68,51 @@ def memory_of(device: torch.device) -> int | None:
 
 
 @functools.cache
-def cpu_has_fast_bf16() -> bool:
-    """True when this CPU multiplies bf16 natively, where bf16 autocast pays off: AVX512-BF16 or AMX-BF16 on x86,
-    the BF16 extension on Arm.
+def cpu_has_native_bf16() -> bool:
+    """True when this CPU has bf16 arithmetic instructions: AVX512-BF16 or AMX-BF16 on x86, the BF16 extension on
+    Arm. Whether they make bf16 faster than fp32 is `cpu_has_fast_bf16`'s question.
 
     Not oneDNN's own answer (`torch.ops.mkldnn._is_mkldnn_bf16_supported`), which on x86 is true for every AVX-512
     CPU: Skylake-SP and Cascade Lake have AVX-512 but no bf16 arithmetic, and emulate it. On a 2-core Cascade Lake
     (AVX512 with VNNI, no AVX512-BF16) the quickstart's model step ran at 887 target tokens/s in bf16 against 2,771
-    in fp32 (`tfm bench train recipes/tiny.yaml train.precision=...`), so 'auto' must choose fp32 there.
+    in fp32 (`tfm bench train recipes/tiny.yaml train.precision=...`).
     """
-    capabilities = getattr(torch.cpu, "get_capabilities", None)  # public in recent torch; pyproject allows >= 2.2
-    if capabilities is not None:
-        found = capabilities()
-        if found.get("architecture") in ("x86_64", "x86"):
-            return bool(found.get("avx512_bf16") or found.get("amx_bf16"))
-        if found.get("architecture") in ("arm64", "aarch64"):
-            return bool(found.get("bf16"))
+    found = _capabilities()
+    if found.get("architecture") in ("x86_64", "x86"):
+        return bool(found.get("avx512_bf16") or found.get("amx_bf16"))
+    if found.get("architecture") in ("arm64", "aarch64"):
+        return bool(found.get("bf16"))
     try:  # older torch, or another architecture: oneDNN's check (on Arm it reads the BF16 extension)
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+@functools.cache
+def cpu_has_fast_bf16() -> bool:
+    """True when bf16 autocast pays off on this CPU, so that precision 'auto' chooses it: AMX-BF16 (Intel's matrix
+    tiles), AVX512-BF16 on AMD's CPUs, the BF16 extension on Arm.
+
+    Not every CPU with bf16 instructions: an Intel CPU's AVX512-BF16 without AMX has no more multiplications a
+    cycle than its fp32 FMAs, and autocast adds its casts. On a 2-core Intel Xeon of the fifth generation (Emerald
+    Rapids, AVX512-BF16 and AVX512-FP16, AMX not exposed by the hypervisor) the quickstart's model step ran at 2,558
+    target tokens/s in bf16 against 4,333 in fp32, and the bf16 matrix product peaked at 0.165 TFLOP/s against
+    0.323 in fp32 (`tfm bench train recipes/tiny.yaml train.precision=bf16|fp32 --model-step-only`). On a 2-core
+    AMD EPYC with AVX512-BF16 the same step ran about 1.4x as fast in bf16 as in fp32.
+    """
+    if not cpu_has_native_bf16():
+        return False
+    found = _capabilities()
+    if found.get("architecture") in ("x86_64", "x86") and not found.get("amx_bf16"):
+        return cpu_vendor() != "GenuineIntel"
+    return True
+
+
+def _capabilities() -> dict:
+    """torch's account of the CPU's features (`torch.cpu.get_capabilities`, public in recent torch; pyproject
+    allows >= 2.2, which lacks it: {} there)."""
+    capabilities = getattr(torch.cpu, "get_capabilities", None)
+    return capabilities() if capabilities is not None else {}
 
 
 @functools.cache
@@ -105,7 +130,7 @@ def cpu_vendor() -> str | None:
 
 
 def resolve_precision(precision: str, device: torch.device, what: str = "precision") -> str:
-    """'auto' -> bf16 on CUDA GPUs and CPUs that run it natively, else fp32. fp16 is CUDA-only (loss scaling).
+    """'auto' -> bf16 on CUDA GPUs and on CPUs where it is faster than fp32 (`cpu_has_fast_bf16`), else fp32. fp16 is CUDA-only (loss scaling).
     `what` names where the value came from (`train.precision`, `--precision`) in the errors."""
     if precision not in PRECISIONS:
         raise TfmError(f"{what} {precision!r} is unknown", hint=f"use one of: {', '.join(PRECISIONS)}")

@@ -60,10 +60,11 @@ SCORE_CHUNK_LINES = 10000
 STREAM_WINDOW_BATCHES = 2
 ENGINES = ("auto", "torch", "onnxruntime")  # auto: onnxruntime for an ONNX export directory, else torch
 
-# precision="auto" is bf16 on CUDA and on CPUs with native bf16 (AVX512-BF16, AMX), fp32 elsewhere: the rule
-# training uses. Measured for translation on the quickstart model, all 2,000 dev sentences, 2-core AVX-512 CPU
-# with native bf16, 2 threads: beam 4 at 274 sentences/s in bf16 vs 237 in fp32 (1.15x), BLEU 35.58 vs 35.43,
-# 1,906 translations identical; greedy 1.20x, BLEU 29.65 vs 29.81. Without native bf16 it is emulated and slow.
+# precision="auto" is bf16 on CUDA and on CPUs with fast bf16 (`runtime.cpu_has_fast_bf16`), fp32 elsewhere: the
+# rule training uses. Measured for translation on the quickstart model, all 2,000 dev sentences, 2-core AMD EPYC
+# with AVX512-BF16, 2 threads: beam 4 at 274 sentences/s in bf16 vs 237 in fp32 (1.15x), BLEU 35.58 vs 35.43,
+# 1,906 translations identical; greedy 1.20x, BLEU 29.65 vs 29.81. Without native bf16 it is emulated and slow;
+# on an Intel CPU's AVX512-BF16 without AMX it ran at 0.58-0.69x fp32 (README).
 
 
 class InputTruncatedWarning(UserWarning):
@@ -320,7 +321,7 @@ class Translator:
                 while it trains goes on training with dropout); the search always runs it in eval mode.
             tokenizer: the tokenizer it was trained with.
             settings: default decode settings (the paper's when None).
-            precision: "auto" (bf16 on CUDA and on CPUs with native bf16, else fp32), "fp32", "bf16" or "fp16"
+            precision: "auto" (bf16 on CUDA and on CPUs where bf16 is faster than fp32, else fp32), "fp32", "bf16" or "fp16"
                 (CUDA only): autocast for the search; or "int8" (CPU only): a copy of the model whose linear
                 layers are quantized, inputs row by row (tfm_cli/quantization.py). The onnxruntime engine runs fp32
                 only ("auto" is fp32).
@@ -415,7 +416,7 @@ class Translator:
             engine: "auto" (onnxruntime for a directory holding encoder.onnx and decoder.onnx but no
                 model.safetensors, else torch), "torch", or "onnxruntime" (needs the `onnx` extra).
             device: "auto" (CUDA when available), "cpu", "cuda" or "cuda:N".
-            precision: "auto" (bf16 on CUDA and on CPUs with native bf16, else fp32), "fp32", "bf16", "fp16"
+            precision: "auto" (bf16 on CUDA and on CPUs where bf16 is faster than fp32, else fp32), "fp32", "bf16", "fp16"
                 (CUDA only) or "int8" (CPU only: int8 linear layers); onnxruntime: fp32.
             **settings: default decode settings (see `DecodeSettings`); they win over the run's recipe.
 

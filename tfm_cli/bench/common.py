@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from tfm_cli import __version__
-from tfm_cli.runtime import cpu_has_fast_bf16
+from tfm_cli.runtime import cpu_has_fast_bf16, cpu_has_native_bf16
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # The model's settings in a train or translate result: its shape and the variant of the architecture (pre-norm,
@@ -97,7 +97,8 @@ def cpu_name() -> str:
 
 
 def environment(device: torch.device, dtype: str) -> dict[str, Any]:
-    """Where a figure was measured: versions, device, CPU capability and bf16 support, threads, dtype."""
+    """Where a figure was measured: versions, device, CPU capability, bf16 instructions and whether they pay (as
+    'auto' judges), threads, dtype."""
     env: dict[str, Any] = {
         "tfm": __version__,
         "torch": torch.__version__,
@@ -106,7 +107,8 @@ def environment(device: torch.device, dtype: str) -> dict[str, Any]:
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
         "cpu": cpu_name(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "cpu_native_bf16": cpu_has_fast_bf16(),
+        "cpu_native_bf16": cpu_has_native_bf16(),
+        "cpu_fast_bf16": cpu_has_fast_bf16(),  # what precision 'auto' chooses bf16 by
         "cpu_cores": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "dtype": dtype,

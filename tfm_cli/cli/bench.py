@@ -89,8 +89,16 @@ def _progress() -> Iterator[Any]:
         yield lambda label, done, total: bar.update(task, description=label, completed=done, total=total)
 
 
+def _bf16_words(native: bool, fast: bool) -> str:
+    """How the CPU runs bf16, as a figure's reader needs it: whether it has the instructions, and whether 'auto'
+    uses them (an Intel CPU's AVX512-BF16 without AMX is slower than its fp32: `runtime.cpu_has_fast_bf16`)."""
+    if not native:
+        return "no native bf16"
+    return "native bf16" if fast else "native bf16, slower than fp32 without AMX: auto is fp32"
+
+
 def _environment_line(env: dict[str, Any]) -> str:
-    bf16 = "native bf16" if env["cpu_native_bf16"] else "no native bf16"
+    bf16 = _bf16_words(env.get("cpu_native_bf16"), env.get("cpu_fast_bf16", env.get("cpu_native_bf16")))
     where = env["device_name"] if env["device"].startswith("cuda") else f"{env['device_name']} ({env['cpu_capability']}, {bf16})"
     threads = f"{env['threads']} thread{'s' if env['threads'] != 1 else ''}"
     return f"{where}, {threads}, {env['dtype']}, torch {env['torch']}, tfm {env['tfm']}"
@@ -419,7 +427,7 @@ def translate(
     beam_only: bool = typer.Option(False, "--beam-only", help="Only beam search."),
     no_cache: bool = typer.Option(True, "--no-cache/--cache-only", help="--no-cache (the default) times decoding without the K/V cache too, beside the cached search; --cache-only times the cached search alone."),
     compare: bool = typer.Option(False, "--compare", help=TRANSLATE_COMPARE_HELP),
-    precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and CPUs with native bf16, else fp32), fp32, bf16, fp16, or int8 (CPU: int8 linear layers for tfm and both peers)."),
+    precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and on CPUs with fast bf16: AMX, AMD's AVX512-BF16, Arm's BF16; else fp32), fp32, bf16, fp16, or int8 (CPU: int8 linear layers for tfm and both peers)."),
     device: str = typer.Option("auto", "--device", callback=device_name, help=DEVICE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
     baseline: Path = typer.Option(None, "--baseline", parser=given_path, metavar="<path>", help=BASELINE_HELP, show_default=False),

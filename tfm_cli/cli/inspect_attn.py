@@ -68,7 +68,7 @@ def inspect_attn(
     html: Path = typer.Option(None, "--html", parser=file_path("attention.html"), metavar="<path>", help="Also write a self-contained HTML page to explore every head.", show_default=False),
     image: Path = typer.Option(None, "--image", parser=file_path("attention.png"), metavar="<path>", help="Also write the heatmap as an image (.png or .svg; needs the plot extra).", show_default=False),
     device: str = typer.Option("auto", "--device", callback=device_name, help=DEVICE_HELP),
-    precision: str = typer.Option("auto", "--precision", callback=_precision, help="The arithmetic of the translation, as tfm translate's: auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16 or fp16 (CUDA only). The weights shown are computed in fp32 on that translation."),
+    precision: str = typer.Option("auto", "--precision", callback=_precision, help="The arithmetic of the translation, as tfm translate's: auto (bf16 on CUDA and on CPUs with fast bf16: AMX, AMD's AVX512-BF16, Arm's BF16; else fp32), fp32, bf16 or fp16 (CUDA only). The weights shown are computed in fp32 on that translation."),
 ) -> None:
     """Show what every attention head attends to when the model translates SENTENCE.
 

@@ -56,7 +56,7 @@ def translate(
     output: Path = typer.Option(None, "--output", parser=file_path("translations.txt"), metavar="<path>", help="When scoring, also write the translations to this file.", show_default=False),
     bleu_tokenize: str = typer.Option("auto", "--bleu-tokenize", help="When scoring, sacrebleu's BLEU tokenizer: auto (zh for Chinese references, char for Japanese, Thai and other scripts without spaces, else 13a), 13a, intl, zh, char, ja-mecab, ko-mecab, flores101, flores200, none."),
     device: str = typer.Option("auto", "--device", callback=device_name, help=DEVICE_HELP),
-    precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, else fp32), fp32, bf16, fp16 (CUDA only), or int8 (CPU only: int8 linear layers, translations close to fp32's; faster on large batches, slower than fp32 one sentence at a time on some CPUs: see tfm bench translate)."),
+    precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and on CPUs with fast bf16: AMX, AMD's AVX512-BF16, Arm's BF16; else fp32), fp32, bf16, fp16 (CUDA only), or int8 (CPU only: int8 linear layers, translations close to fp32's; faster on large batches, slower than fp32 one sentence at a time on some CPUs: see tfm bench translate)."),
     min_len: int = typer.Option(None, "--min-len", min=0, help="No end of sentence before this many output tokens (default: the run's recipe, 0).", show_default=False),
     batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens per batch (default: the run's recipe).", show_default=False),
     engine: Engine = typer.Option("auto", "--engine", help="auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime."),
