@@ -47,13 +47,21 @@ import yaml
 from clitools import TFM, start_tfm, tfm, tfm_env, tiny_recipe
 from safetensors.torch import load_file, save_file
 
-from tfm_cli.checkpoint import load_model, read_metadata, save_weights, weights_state
+from tfm_cli.checkpoint import (
+    WEIGHTS_CRC,
+    load_model,
+    read_metadata,
+    save_weights,
+    weights_crc32,
+    weights_state,
+)
 from tfm_cli.corpus import read_pairs
 from tfm_cli.errors import CheckpointError, CorpusError, RecipeError, TfmError
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.recipe import TrainRecipe, load_recipe
 from tfm_cli.runs import FINAL, checkpoint_path, checkpoint_steps
 from tfm_cli.tokenizer import train_tokenizer
+from tfm_cli.translator import Translator
 
 REPO = Path(__file__).resolve().parents[1]
 CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
@@ -613,6 +621,52 @@ def test_truncated_or_corrupt_safetensors(copy: Path, given: str) -> None:
     assert proc.stdout == "" and snapshot(copy) == before
 
 
+def _zero_bytes_inside_a_tensor(weights: Path) -> None:
+    """Sixteen bytes of `weights`' tensor data set to zero, as a bad disk block or a broken copy does: the file
+    keeps its size and header, every number stays finite."""
+    data = bytearray(weights.read_bytes())
+    start = 8 + int.from_bytes(data[:8], "little")
+    middle = start + (len(data) - start) // 2
+    assert any(data[middle:middle + 16])  # random weights: not zero already
+    data[middle:middle + 16] = bytes(16)
+    weights.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("given", ["run", "checkpoint"])
+def test_weights_damaged_after_they_were_written_are_refused_by_name(copy: Path, given: str) -> None:
+    """Bytes zeroed inside the tensor data (the size, the header and every number still valid) loaded without a
+    word and translated with whatever weights were left: exit 0, garbage out. tfm writes a CRC-32 of the tensors
+    into the metadata, and every read checks it: translate, inspect-attn, export and the API refuse the file by
+    name, and leave it as it is."""
+    weights = copy / FINAL if given == "run" else checkpoint_path(copy, 10)
+    intact = translate(copy if given == "run" else weights, "Bonjour.")
+    assert intact.returncode == 0, intact.stderr
+    _zero_bytes_inside_a_tensor(weights)
+    before = snapshot(copy)
+    model = copy if given == "run" else weights
+    for proc in (translate(model, "Bonjour."),
+                 tfm("inspect-attn", "--model", str(model), "--device", "cpu", "Bonjour.", "--summary", check=False),
+                 tfm("export", str(model), "--format", "release", "--out", str(copy.parent / "release"), check=False)):
+        error_line(proc, f"{weights} is damaged: its tensors no longer match the CRC-32 saved with them (")
+        assert proc.stdout == ""
+        assert ("`tfm train --resume" in proc.stderr) is (given == "checkpoint"), proc.stderr
+    with pytest.raises(CheckpointError, match="is damaged") as caught:
+        Translator.load(model, device="cpu")
+    one_line(caught.value, str(weights))
+    assert snapshot(copy) == before and not (copy.parent / "release").exists()
+
+
+def test_weights_written_before_the_crc_load_as_before(copy: Path) -> None:
+    """Weights saved without `weights_crc32` (by tfm before it was written) are read unchecked, as they were."""
+    weights = copy / FINAL
+    plain = translate(copy, "Bonjour.")
+    metadata = read_metadata(weights)
+    del metadata[WEIGHTS_CRC]
+    save_file(load_file(str(weights)), str(weights), metadata=metadata)
+    proc = translate(copy, "Bonjour.")
+    assert proc.returncode == 0 and proc.stdout == plain.stdout, proc.stderr
+
+
 @pytest.mark.parametrize("kind", ["shapes", "foreign"])
 def test_weights_of_another_architecture(copy: Path, kind: str) -> None:
     weights = copy / "model.safetensors"
@@ -691,8 +745,11 @@ def test_a_config_json_that_disagrees_with_the_weights_is_said(copy: Path) -> No
 
 
 def _resave(weights: Path, state: dict | None = None, **metadata: str) -> None:
+    """`weights` with other tensors or metadata, and the CRC-32 of its tensors as tfm writes it (the damage
+    under test is another than bytes changed after writing)."""
     old = read_metadata(weights)
-    save_file(state if state is not None else load_file(str(weights)), str(weights), metadata={**old, **metadata})
+    state = state if state is not None else load_file(str(weights))
+    save_file(state, str(weights), metadata={**old, WEIGHTS_CRC: weights_crc32(state), **metadata})
 
 
 @pytest.mark.parametrize(

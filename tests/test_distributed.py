@@ -22,6 +22,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -484,6 +485,58 @@ def test_a_port_already_in_use_is_one_line(tmp_path: Path) -> None:
     assert len(errors) == 1 and "could not meet" in errors[0] and "address already in use" in errors[0], proc.stderr
     assert "--master-port" in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tells torchrun's workers by /proc")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_waiting_for_the_other_nodes_ends_at_once(tmp_path: Path, signum: int) -> None:
+    """Node 0 of two, the other never started: Ctrl-C did nothing for up to 15 minutes (torchrun's main thread
+    waits inside the C++ store, where Python's KeyboardInterrupt is not raised), and the port stayed taken; SIGTERM
+    ended torchrun there by its default action, which left its log directory in TMPDIR. Said as it waits now, and a
+    stop while it waits ends it in seconds, with 128 + the signal, one line, nothing written and nothing left."""
+    import socket
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(ddp_recipe("bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
+    port = _free_port()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = start_tfm("train", str(recipe), "--out", str(tmp_path / "run"), "--device", "cpu", "--nnodes", "2",
+                     "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                     env_extra={"TMPDIR": str(scratch)})
+    try:
+        def listening() -> bool:  # node 0's torchrun holds the rendezvous store on the port
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        wait_until(proc, listening, "node 0 never listened on its port", timeout=120)
+        time.sleep(2)  # well inside the store's wait
+        started = time.monotonic()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = err.decode()
+    assert proc.returncode == 128 + signum, err
+    assert time.monotonic() - started < 30, err
+    assert f"waiting for all 2 nodes to meet at 127.0.0.1:{port} (up to 15 minutes" in err, err
+    name = signal.Signals(signum).name
+    assert f"stopped by {name} while waiting for the other nodes of the job: no process had started" in err, err
+    assert "Traceback" not in err and not (tmp_path / "run").exists(), err
+    assert list(scratch.iterdir()) == [], err
+    with socket.socket() as s:  # torchrun is gone: nothing listens on the port (SO_REUSEADDR: closed connections
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # may linger in TIME_WAIT)
+        s.bind(("127.0.0.1", port))
+        s.listen()
 
 
 def test_a_node_that_never_came_is_not_blamed_on_the_port(monkeypatch, capsys) -> None:

@@ -373,12 +373,12 @@ def test_format_options_fp16_range_and_a_broken_recipe_are_named(trained, tmp_pa
     run = Path(shutil.copytree(trained["dir"], tmp_path / "run"))
     from safetensors.torch import load_file, save_file
 
-    from tfm_cli.checkpoint import read_metadata
+    from tfm_cli.checkpoint import WEIGHTS_CRC, read_metadata, weights_crc32
 
     state, metadata = load_file(str(run / "model.safetensors")), read_metadata(run / "model.safetensors")
     name = next(k for k in state if k.endswith("weight"))
-    state[name][0, 0] = 1e6  # a finite weight that fp16 cannot hold
-    save_file(state, str(run / "model.safetensors"), metadata=metadata)
+    state[name][0, 0] = 1e6  # a finite weight that fp16 cannot hold (its CRC-32 as tfm writes it: not damaged)
+    save_file(state, str(run / "model.safetensors"), metadata={**metadata, WEIGHTS_CRC: weights_crc32(state)})
     with pytest.raises(TfmError, match=f"{re.escape(name)} holds values up to 1e\\+06, beyond fp16's range") as caught:
         run_export("release", run, tmp_path / "fp16", dtype="fp16")
     assert "--dtype bf16" in caught.value.hint

@@ -22,7 +22,7 @@ from clitools import TFM, has_module, start_tfm, tfm, tfm_env
 from safetensors.torch import load_file, save_file
 from test_bad_inputs import error_line, translate, write
 
-from tfm_cli.checkpoint import read_metadata
+from tfm_cli.checkpoint import WEIGHTS_CRC, read_metadata, weights_crc32
 from tfm_cli.cli.common import print_json, write_output
 from tfm_cli.errors import CheckpointError, TfmError, shell_word
 from tfm_cli.runs import FINAL
@@ -354,8 +354,8 @@ def test_weights_holding_nan_are_refused_not_translated_to_empty_lines(run: Path
     copy = Path(shutil.copytree(run, tmp_path / "run"))
     state, metadata = load_file(str(copy / FINAL)), read_metadata(copy / FINAL)
     name = next(k for k in state if k.endswith("weight") and "decoder" in k)
-    state[name][0, 0] = float("nan")
-    save_file(state, str(copy / FINAL), metadata=metadata)
+    state[name][0, 0] = float("nan")  # as a run that diverged writes it, with their CRC-32
+    save_file(state, str(copy / FINAL), metadata={**metadata, WEIGHTS_CRC: weights_crc32(state)})
     error_line(translate(copy, stdin="Bonjour\nMerci\n"), f"{name} holds 1 NaN or infinite value of")
     proc = tfm("inspect-attn", "--model", str(copy), "Je suis.", check=False)
     error_line(proc, "NaN or infinite")

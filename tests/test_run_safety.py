@@ -52,6 +52,25 @@ def test_a_resume_that_cannot_continue_leaves_the_run_as_it_was(copy: Path) -> N
     train("--resume", str(copy), "train.max_steps=11").check_returncode()  # the run still resumes
 
 
+def test_a_resume_from_a_damaged_checkpoint_names_it_and_the_one_before_goes_on(copy: Path) -> None:
+    """The newest checkpoint's tensor bytes changed after it was written (its CRC-32 no longer matches): the resume
+    and its dry run refuse it by name, before touching the run, and say what to delete; once it is gone, the run
+    resumes from the checkpoint before it."""
+    newest = checkpoint_path(copy, 10)
+    test_bad_inputs._zero_bytes_inside_a_tensor(newest)
+    before = snapshot(copy)
+    for extra in (["--dry-run"], []):
+        proc = train("--resume", str(copy), "train.max_steps=12", *extra)
+        error_line(proc, f"{newest} is damaged: its tensors no longer match the CRC-32 saved with them")
+        assert f"delete it and {state_path(newest).name}" in proc.stderr, proc.stderr
+        assert snapshot(copy) == before
+    newest.unlink()
+    state_path(newest).unlink()
+    proc = train("--resume", str(copy), "train.max_steps=12")
+    assert proc.returncode == 0 and "step-00000005.safetensors at step 5" in proc.stderr, proc.stderr
+    assert [step for step, _ in checkpoint_steps(copy)][-1] == 12
+
+
 def test_a_resume_that_reorders_the_rest_of_its_epoch_says_so(copy: Path, tmp_path: Path) -> None:
     """A resume that changed train.seed (or max_tokens, or max_len, with the position still in the epoch) read the
     rest of the epoch in another order without a word: some pairs trained twice in it, others never. Said now, in

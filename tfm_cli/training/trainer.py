@@ -1323,6 +1323,7 @@ def check_resume(
     with torch.device("meta"):  # the shapes alone: no memory, no time
         shapes = Transformer(model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id))
     check_state_fits(weights, state["optimizer"], list(shapes.parameters()))
+    read_weights(weights)  # its CRC-32: a checkpoint damaged since it was written fails here as in the resume
     corpus = usable_corpus(recipe, tok)
     stream = BatchStream(
         corpus, recipe.train.max_tokens, recipe.train.seed, tok.pad_id, tok.bos_id, tok.eos_id,
