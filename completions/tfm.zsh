@@ -218,7 +218,7 @@ _tfm_translate() {
         '--alpha=[GNMT length penalty, 0 to 10 (default\: the run'\''s recipe, 0.6).]:alpha: ' \
         '--batch-tokens=[Source tokens per batch (default\: the run'\''s recipe).]:batch tokens: ' \
         '(--beam -b)'{--beam=,-b+}'[Beam size (default\: the run'\''s recipe, 4).]:beam: ' \
-        '--bleu-tokenize=[When scoring, sacrebleu'\''s BLEU tokenizer\: auto (zh for Chinese references, char for Japanese, Tha...]:bleu tokenize:(13a auto char flores101 flores200 intl ja-mecab ko-mecab none zh)' \
+        '--bleu-tokenize=[When scoring, sacrebleu'\''s BLEU tokenizer\: auto (zh for Chinese references, ja-mecab and ko-mecab...]:bleu tokenize:(13a auto char flores101 flores200 intl ja-mecab ko-mecab none zh)' \
         '--device=[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
         '--engine=[auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime.]:engine:(auto onnxruntime torch)' \
         '--greedy[Greedy decoding instead of beam search.]' \

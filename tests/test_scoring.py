@@ -17,7 +17,7 @@ import test_bad_inputs
 from clitools import tfm
 from test_bad_inputs import error_line, translate
 
-from tfm_cli import TfmError, Translator
+from tfm_cli import TfmError, Translator, scoring
 from tfm_cli.scoring import BLEU_TOKENIZERS, bleu_metric, bleu_tokenize_for, score_translations
 from tfm_cli.tokenizer import train_tokenizer
 
@@ -27,9 +27,10 @@ CHINESE = ["我们明天去北京看朋友。", "这本书非常有意思。", "
 CHINESE_HYPOTHESES = ["我们明天去北京看朋友。", "这本书很有意思。", "他每天六点起床。", "请关上窗户，外面冷。"]
 JAPANESE = ["私は毎朝コーヒーを飲みます。", "この本はとても面白いです。", "駅はどこですか。"]
 THAI = ["ฉันชอบกินข้าวผัด", "วันนี้อากาศดีมาก"]
+KOREAN = ["저는 학생입니다.", "오늘 날씨가 아주 좋아요."]
 SPACED = {
     "english": ["The cat sat on the mat.", "I will be there tomorrow."],
-    "korean": ["저는 학생입니다.", "오늘 날씨가 아주 좋아요."],
+    "korean with a few words": ["The word 물 means water in Korean.", "Seoul is 서울 in Korean."],
     "arabic": ["ذهبت إلى المدرسة صباحا.", "الكتاب على الطاولة."],
     "russian": ["Я люблю читать книги.", "Где находится вокзал?"],
     "mostly english with a few ideographs": ["The word 水 means water in Chinese.", "Tokyo is 東京 in Japanese."],
@@ -41,11 +42,28 @@ def test_auto_picks_the_tokenizer_by_the_references_script() -> None:
     assert bleu_tokenize_for(CHINESE) == ("zh", "the references are Chinese")
     technical = ["我用Python和TensorFlow写代码。", "请打开Settings菜单，然后点击Network。", "这个API返回JSON格式的数据。"]
     assert bleu_tokenize_for(technical)[0] == "zh"  # an English word counts once, not once a letter
-    assert bleu_tokenize_for(JAPANESE)[0] == "char" and "Japanese" in bleu_tokenize_for(JAPANESE)[1]
+    assert bleu_tokenize_for(JAPANESE)[0] == ("ja-mecab" if MECAB else "char")
+    assert bleu_tokenize_for(KOREAN)[0] == ("ko-mecab" if MECAB else "13a")
     assert bleu_tokenize_for(THAI)[0] == "char"
     for name, references in SPACED.items():
         assert bleu_tokenize_for(references)[0] == "13a", name
     assert bleu_tokenize_for([])[0] == bleu_tokenize_for(["", "123 !"])[0] == "13a"  # no letters: the default
+
+
+@pytest.mark.parametrize("mecab", [False, True])
+def test_japanese_and_korean_get_sacrebleus_own_tokenizer_where_mecab_is_there(monkeypatch, mecab: bool) -> None:
+    """`auto` scored Japanese with `char` and Korean with `13a` even with MeCab installed, where sacrebleu itself
+    (`-l en-ja`, `-l en-ko`) uses ja-mecab and ko-mecab: scores no one could compare. They are chosen where they can
+    be set up; elsewhere the fallback says that its score is not sacrebleu's."""
+    monkeypatch.setattr(scoring, "_can_set_up", lambda tokenize: mecab)
+    japanese, korean = bleu_tokenize_for(JAPANESE), bleu_tokenize_for(KOREAN)
+    if mecab:
+        assert japanese == ("ja-mecab", "the references are Japanese")
+        assert korean == ("ko-mecab", "the references are Korean")
+    else:
+        assert japanese[0] == "char" and "ja-mecab, needs MeCab: pip install 'sacrebleu[ja]'" in japanese[1]
+        assert korean[0] == "13a" and "ko-mecab, needs MeCab: pip install 'sacrebleu[ko]'" in korean[1]
+    assert bleu_tokenize_for(CHINESE)[0] == "zh" and bleu_tokenize_for(SPACED["english"])[1] == scoring.DEFAULT_WHY
 
 
 def test_scores_are_sacrebleus_own_with_the_chosen_tokenizer() -> None:
@@ -59,7 +77,8 @@ def test_scores_are_sacrebleus_own_with_the_chosen_tokenizer() -> None:
     assert forced["bleu"] == round(sacrebleu.corpus_bleu(CHINESE_HYPOTHESES, [CHINESE]).score, 2) < scores["bleu"] / 2
     assert forced["bleu_tokenize"] == "13a" and "tok:13a" in forced["bleu_signature"]
     hypotheses = ["私は毎朝お茶を飲みます。", "この本は面白いです。", "駅はどこ。"]
-    chars = sacrebleu.corpus_bleu(hypotheses, [JAPANESE], tokenize="char")
+    chosen = "ja-mecab" if MECAB else "char"
+    chars = sacrebleu.corpus_bleu(hypotheses, [JAPANESE], tokenize=chosen)
     assert score_translations(hypotheses, JAPANESE)["bleu"] == round(chars.score, 2) > 0
 
 

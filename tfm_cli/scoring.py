@@ -4,9 +4,9 @@ BLEU counts word n-grams, so it needs the words of the target side: sacrebleu's 
 and punctuation, which is right for languages written with spaces between words and wrong for those written
 without them. A Chinese translation scored with `13a` is one "word" per sentence and gets BLEU 0 however good
 it is. `auto` (the default everywhere in tfm) looks at the references' script and picks what sacrebleu and WMT
-use: `zh` for Chinese (each ideograph a word, 13a for the rest), `char` for Japanese (without MeCab, which
-`ja-mecab` needs) and for Thai, Lao, Khmer and Myanmar, `13a` for everything else (Korean is written with
-spaces). The choice is in the signature (`tok:zh`), as sacrebleu prints it, so a score says how it was made.
+use: `zh` for Chinese (each ideograph a word, 13a for the rest), `ja-mecab` for Japanese and `ko-mecab` for
+Korean where MeCab is installed (else `char` and `13a`, said), `char` for Thai, Lao, Khmer and Myanmar, and `13a`
+for everything else. The choice is in the signature (`tok:zh`), as sacrebleu prints it, so a score says how it was made.
 chrF counts character n-grams and needs no tokenizer.
 
 This module imports sacrebleu only when it scores, and nothing of torch.
@@ -14,12 +14,13 @@ This module imports sacrebleu only when it scores, and nothing of torch.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from tfm_cli.errors import TfmError
-from tfm_cli.scripts import script_of
+from tfm_cli.scripts import hangul, script_of
 
 AUTO = "auto"
 # sacrebleu's BLEU tokenizers (sacrebleu.metrics.bleu._TOKENIZERS), with auto first
@@ -31,8 +32,11 @@ def bleu_tokenize_for(references: Sequence[str]) -> tuple[str, str]:
 
     Decided by units of the references' text: each Han, kana, Thai, Lao, Khmer or Myanmar letter is one, and so
     is each run of other letters (an English word inside Chinese counts once, not once a letter). More than half
-    of them Han or kana is Chinese (`zh`), or Japanese (`char`) when a tenth or more of those are kana; more than
-    half Thai, Lao, Khmer or Myanmar is `char`; anything else `13a`.
+    of them Han or kana is Chinese (`zh`), or Japanese when a tenth or more of those are kana; more than half
+    Thai, Lao, Khmer or Myanmar is `char`; more than half words of Korean letters is Korean; anything else `13a`.
+    Japanese and Korean get sacrebleu's own choice for them (`sacrebleu -l en-ja` and `-l en-ko`), `ja-mecab` and
+    `ko-mecab`, where MeCab is installed (`sacrebleu[ja]`, `sacrebleu[ko]`); else `char` for Japanese and `13a`
+    for Korean (written with spaces), and `why` says that the score is not the one sacrebleu would give.
     """
     counts: Counter[str] = Counter()
     for line in references:
@@ -40,16 +44,37 @@ def bleu_tokenize_for(references: Sequence[str]) -> tuple[str, str]:
         for ch in line:
             script = script_of(ch) if ch.isalpha() else None
             if script is not None and (script or previous != ""):  # an unspaced letter, or a word's first letter
-                counts[script] += 1
+                counts["hangul" if hangul(ch) else script] += 1
             previous = script
     letters, han, kana, southeast = counts.total(), counts["han"], counts["kana"], counts["southeast-asian"]
     if letters and (han + kana) * 2 > letters:
         if kana * 10 >= han + kana:
-            return "char", "the references are Japanese (ja-mecab needs MeCab: --bleu-tokenize ja-mecab if installed)"
+            if _can_set_up("ja-mecab"):
+                return "ja-mecab", "the references are Japanese"
+            return "char", ("the references are Japanese; sacrebleu's own choice, ja-mecab, needs MeCab: pip "
+                            "install 'sacrebleu[ja]' (char scores differ)")
         return "zh", "the references are Chinese"
     if letters and southeast * 2 > letters:
         return "char", "the references are written without spaces between words (Thai, Lao, Khmer or Myanmar)"
-    return "13a", "sacrebleu's default"
+    if letters and counts["hangul"] * 2 > letters:
+        if _can_set_up("ko-mecab"):
+            return "ko-mecab", "the references are Korean"
+        return "13a", ("the references are Korean; sacrebleu's own choice, ko-mecab, needs MeCab: pip install "
+                       "'sacrebleu[ko]' (13a scores differ)")
+    return "13a", DEFAULT_WHY
+
+
+DEFAULT_WHY = "sacrebleu's default"  # `bleu_tokenize_for`'s reason for 13a, which needs no saying
+
+
+@functools.cache
+def _can_set_up(tokenize: str) -> bool:
+    """Whether sacrebleu's BLEU tokenizer `tokenize` can be set up here (MeCab and its dictionary installed)."""
+    try:
+        bleu_metric(tokenize)
+    except TfmError:
+        return False
+    return True
 
 
 def resolve_bleu_tokenize(tokenize: str, references: Sequence[str]) -> str:

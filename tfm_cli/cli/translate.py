@@ -54,7 +54,7 @@ def translate(
     reference: list[Path] = typer.Option(None, "--reference", "-r", parser=given_path, metavar="<path>", help="Reference translations, one per input line: print BLEU and chrF instead of translations (- reads them from stdin when TEXT is given). Given again, more references: multi-reference BLEU and chrF, as sacrebleu REF1 REF2.", show_default=False),
     score: list[Path] = typer.Option(None, "--score", parser=given_path, metavar="<path>", help="Score on a TSV (source TAB reference), or give --score SRC --score REF (--score REF2 ... for more references): print BLEU and chrF (- reads one from stdin).", show_default=False),
     output: Path = typer.Option(None, "--output", parser=file_path("translations.txt"), metavar="<path>", help="When scoring, also write the translations to this file.", show_default=False),
-    bleu_tokenize: str = typer.Option("auto", "--bleu-tokenize", help="When scoring, sacrebleu's BLEU tokenizer: auto (zh for Chinese references, char for Japanese, Thai and other scripts without spaces, else 13a), 13a, intl, zh, char, ja-mecab, ko-mecab, flores101, flores200, none."),
+    bleu_tokenize: str = typer.Option("auto", "--bleu-tokenize", help="When scoring, sacrebleu's BLEU tokenizer: auto (zh for Chinese references, ja-mecab and ko-mecab for Japanese and Korean where MeCab is installed, else char and 13a; char for Thai and other scripts without spaces; else 13a), 13a, intl, zh, char, ja-mecab, ko-mecab, flores101, flores200, none."),
     device: str = typer.Option("auto", "--device", callback=device_name, help=DEVICE_HELP),
     precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and on CPUs with fast bf16: AMX, AMD's AVX512-BF16, Arm's BF16; else fp32), fp32, bf16, fp16 (CUDA only), or int8 (CPU only: int8 linear layers, translations close to fp32's; faster on large batches, slower than fp32 one sentence at a time on some CPUs: see tfm bench translate)."),
     min_len: int = typer.Option(None, "--min-len", min=0, help="No end of sentence before this many output tokens (default: the run's recipe, 0).", show_default=False),
@@ -445,6 +445,12 @@ def _score(
         if output is not None:
             texts.append(translation.text)
 
+    if bleu_tokenize == AUTO:  # a choice that is not sacrebleu's own (MeCab missing) is said, as training says it
+        from tfm_cli.scoring import bleu_tokenize_for, reference_texts
+
+        chosen, why = bleu_tokenize_for(reference_texts(references))
+        if "needs MeCab" in why:
+            warn(f"BLEU tokenize={chosen}: {why}")
     with progress_bar("translate", total=len(sources)) as advance:
         report = translator.score(sources, references, bleu_tokenize, progress=advance, on_translation=each,
                                   keep_translations=False, **settings)

@@ -88,6 +88,7 @@ from tfm_cli.runtime import (
     resolve_precision,
     tune_cpu_allocator,
 )
+from tfm_cli.scoring import DEFAULT_WHY
 from tfm_cli.signals import held_stop_signals
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer
 from tfm_cli.training.checks import (
@@ -662,7 +663,7 @@ class Trainer:
                 self.events.message(f"warning: {warning}")
             if main and (warning := dev_is_train(recipe)):
                 self.events.message(f"warning: {warning}")
-            if self.dev is not None and self.dev.bleu_tokenize != "13a":  # said: sacrebleu's default is 13a
+            if self.dev is not None and (self.dev.bleu_tokenize != "13a" or self.dev.bleu_why not in ("", DEFAULT_WHY)):
                 why = f" ({self.dev.bleu_why})" if self.dev.bleu_why else ""
                 self.events.message(f"dev BLEU: sacrebleu tokenize={self.dev.bleu_tokenize}{why}")
             if self.resume:
