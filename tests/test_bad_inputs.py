@@ -437,6 +437,18 @@ def test_binary_or_not_utf8_corpus_names_file_and_line(run: Path, tmp_path: Path
 PAIRS = b"Bonjour.\tHello.\nMerci.\tThanks.\n"
 
 
+def _tar(gzipped: bool) -> bytes:
+    """A tar archive (gzip-compressed: a .tgz, as WMT and OPUS ship corpora) holding c.tsv."""
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz" if gzipped else "w") as archive:
+        entry = tarfile.TarInfo("c.tsv")
+        entry.size = len(PAIRS)
+        archive.addfile(entry, io.BytesIO(PAIRS))
+    return buffer.getvalue()
+
+
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
@@ -449,8 +461,13 @@ PAIRS = b"Bonjour.\tHello.\nMerci.\tThanks.\n"
         (b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj\n", ":1: a PDF document, not text: give the corpus as plain or gzip UTF-8"),
         (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", ":1: a PNG image, not text"),
         (bytes([7, 200, 27, 13, 65, 14, 66, 3, 1, 9, 67, 68, 2, 69, 70, 71, 72, 5, 6]) + b"\n", ":1: binary data, not text (8 control bytes in its 19)"),
+        # "a NUL byte at byte 15 of the line: a binary file (or UTF-16)", for a .tgz and a .tar and a gzip in a gzip
+        (_tar(gzipped=True), ":1: a tar archive (gzip-compressed), not a text file: extract it (tar xzf c.tsv) and give"),
+        (_tar(gzipped=False), ":1: a tar archive, not a text file: extract it (tar xf c.tsv)"),
+        (gzip.compress(gzip.compress(PAIRS)), ":1: gzip-compressed twice: gunzip it once (e.g. gunzip -c c.tsv > "),
     ],
-    ids=["xz", "bzip2", "utf-16", "utf-16-without-bom", "nul-in-line-2", "pdf", "png", "control-bytes"],
+    ids=["xz", "bzip2", "utf-16", "utf-16-without-bom", "nul-in-line-2", "pdf", "png", "control-bytes", "tgz", "tar",
+         "gzip-twice"],
 )
 def test_corpus_that_is_not_text_says_what_it_is(tmp_path: Path, data: bytes, expected: str) -> None:
     corpus = write(tmp_path / "c.tsv", data)
@@ -1354,6 +1371,24 @@ def test_the_same_file_as_source_and_target_is_refused(root: Path, tmp_path: Pat
     proc = tfm("train", str(recipe(tmp_path, str(root / "train.tsv"), dev=f"[{src}, {src}]")), "--out", str(out),
                "--dry-run", check=False)
     error_line(proc, "data.dev: [", "names the same file as source and target")
+
+
+def test_dev_sources_longer_than_the_model_are_said_and_a_huge_one_is_not_encoded_whole(root: Path, tmp_path: Path) -> None:
+    """A dev source longer than the model's positions was cut without a word (`tfm translate` says it), and a line
+    of 32 MB (a document without line breaks) was encoded whole to keep its first tokens: 5.2 GB of memory. Said
+    at the start now, with the line numbers, and a line far too long is encoded only as far as it needs."""
+    dev = write(tmp_path / "dev.tsv", "Bonjour.\tHello.\n" + "mot " * 300 + "\tword\n"
+                + "Bonjour " * 2_000_000 + "\tHello.\nMerci.\tThanks.\n")
+    proc = tfm("train", str(root / "recipe.yaml"), f"data.dev={dev}", "--out", str(tmp_path / "run"),
+               "train.max_steps=2", "train.save_every=1", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "longer than the model's" in line]
+    assert len(said) == 1 and said[0].startswith("warning: data.dev 2 sources longer than the model's "), proc.stderr
+    assert "(lines 2, 3): only the first " in said[0] and "as tfm translate cuts them" in said[0], said[0]
+    short = write(tmp_path / "short.tsv", "Bonjour.\tHello.\nMerci.\tThanks.\n")
+    ok = tfm("train", str(root / "recipe.yaml"), f"data.dev={short}", "--out", str(tmp_path / "ok"),
+             "train.max_steps=1", "train.save_every=1", "--device", "cpu")
+    assert ok.returncode == 0 and "longer than the model" not in ok.stderr, ok.stderr
 
 
 def test_a_dev_set_that_is_the_training_corpus_is_warned_about(root: Path, tmp_path: Path) -> None:

@@ -618,6 +618,14 @@ def test_right_to_left_labels_keep_the_numbers_after_them_in_their_columns(numbe
     assert _label("▁قطة", 16) == "قطة\u200e" and cell_len(_label("▁قطة", 16)) == 3 and _label("▁cat", 16) == "cat"
 
 
+def test_the_source_line_is_the_text_as_given_when_not_at_a_terminal(trained: dict) -> None:
+    """The `source:` line ended in a left-to-right mark (U+200E, for terminals that apply the bidirectional
+    algorithm) in a pipe or a log too, so the text copied or grepped from it was not the text given."""
+    sentence = "שלום le monde"
+    proc = tfm("inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", sentence, "--summary")
+    assert f"source: {sentence}\n" in proc.stderr and "\u200e" not in proc.stderr, repr(proc.stderr)
+
+
 def test_a_piece_that_starts_with_a_combining_mark_is_shown_on_a_dotted_circle() -> None:
     """A Devanagari vowel sign or virama that is a piece of its own combined with the space printed before it."""
     from tfm_cli.cli.inspect_attn import _label

@@ -891,6 +891,20 @@ def test_a_run_without_checkpoints_says_how_to_start_it_again(copy: Path) -> Non
     assert proc.returncode == 0 and (copy / "model.safetensors").is_file(), proc.stderr
 
 
+def test_a_run_copied_without_checkpoints_is_offered_its_weights_to_train_on(copy: Path, tmp_path: Path) -> None:
+    """A finished run copied with its final model but not its checkpoints: the hint offered only a new run from
+    the recipe, which throws the trained weights away. It gives the command that trains on from them, and it works."""
+    shutil.rmtree(copy / "checkpoints")
+    before = snapshot(copy)
+    proc = train("--resume", str(copy), "train.max_steps=12")
+    error_line(proc, f"{copy} has no checkpoint to resume from")
+    command = proc.stderr.split("hint: train on from its final model's weights (a new optimizer and schedule): ", 1)[1]
+    command = command.split("; or ", 1)[0].replace("NEW_DIR", str(tmp_path / "on"))
+    assert command.startswith(f"tfm train {copy / 'recipe.yaml'} train.init_from={copy} --out ") and snapshot(copy) == before
+    proc = train(*command.split()[2:], "train.max_steps=5")
+    assert proc.returncode == 0 and (tmp_path / "on" / "model.safetensors").is_file(), proc.stderr
+
+
 class _StopInEvaluation:
     """Training events that stop the run (Ctrl-C) as the dev evaluation after `step` starts decoding: after that
     step's checkpoint was saved, before its evaluation was done."""

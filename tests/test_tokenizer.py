@@ -424,6 +424,17 @@ def test_vocab_size_is_an_upper_bound_even_for_a_large_alphabet(tmp_path: Path) 
          str(tmp_path / "tok.json"), "--json"], capture_output=True, text=True, check=True,
     )
     assert json.loads(proc.stdout)["vocab_size"] == 300 and json.loads(proc.stdout)["unk_share"] == 0.0
+    # most characters spelled in bytes: said (84% of a side's tokens went by in the table without a word)
+    stats = json.loads(proc.stdout)
+    for side, key in (("source", "src_tokens"), ("target", "tgt_tokens")):
+        share = stats[key]["byte_fallback_share"]
+        assert share > 0.5 and f"warning: {share:.1%} of the {side} tokens are byte fallback" in proc.stderr, proc.stderr
+    assert "a larger --vocab-size keeps them whole (than 300;" in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfm_cli", "tokenize", "--corpus", str(corpus), "--vocab-size", "12000",
+         "--min-frequency", "1", "--out", str(tmp_path / "whole.json")], capture_output=True, text=True, check=True,
+    )
+    assert "byte fallback" not in proc.stderr, proc.stderr  # every character has a piece
 
 
 def test_the_same_corpus_gives_the_same_tokenizer_in_every_process(tmp_path: Path) -> None:
@@ -465,3 +476,54 @@ def test_the_api_refuses_a_str_where_it_takes_many(tok: Tokenizer) -> None:
             tok.decode([5, bad])
     ids = tok.encode("Bonjour le monde")
     assert tok.decode(ids) == "Bonjour le monde" and tok.encode_batch(["Bonjour le monde"]) == [ids]
+
+
+def test_a_stop_signal_ends_the_tokenizer_training_at_once() -> None:
+    """`tokenizers` trains in Rust with the GIL released, and Python runs a signal's handler only when the main
+    thread is back in Python: Ctrl-C during the merges waited for their end (10-19 s on the bundled corpus, minutes
+    on a large one). The training runs in a thread of its own now, waited for a tenth of a second at a time. Here
+    `zlib.compress`, which also works with the GIL released and no look at signals, stands in for it."""
+    import os
+    import signal
+    import threading
+    import time
+    import zlib
+
+    from tfm_cli.tokenizer import _stoppable
+
+    data = os.urandom(40_000_000)
+    started = time.monotonic()
+    zlib.compress(data, 9)
+    alone = time.monotonic() - started  # what a Ctrl-C inside the call would have waited for
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            _stoppable(lambda: zlib.compress(data, 9))
+        assert time.monotonic() - started < min(1.0, alone * 0.8), alone
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    with pytest.raises(ZeroDivisionError):  # the work's own exception, in the caller's thread
+        _stoppable(lambda: 1 / 0)
+
+
+def test_the_head_of_a_line_far_too_long_encodes_to_the_same_first_tokens(tok: Tokenizer) -> None:
+    """A dev line of 32 MB was encoded whole to keep the model's first 255 tokens (5.2 GB, 31 s): only a start
+    that surely holds more than them is encoded now, ended at a space, and its first tokens are the line's."""
+    from tfm_cli.corpus import head_for
+
+    longest = tok.longest_piece
+    texts = {
+        "words": "Bonjour tout le monde, comment allez-vous ? " * 4000,
+        "no spaces": "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(40_000)),
+        "runs of spaces": ("a" + " " * 5000) * 200 + "fin",  # a million characters, 200 tokens: not cut
+        "one long word": "x" * 100_000,
+        "short": "Bonjour.",
+    }
+    for name, text in texts.items():
+        head = head_for(text, 64, longest)
+        assert text.startswith(head), name
+        assert tok.encode(head)[:64] == tok.encode(text)[:64], name
+        assert len(head) < len(text) or name in ("short", "runs of spaces"), name
+    assert head_for(texts["short"], 64, longest) == "Bonjour."

@@ -66,6 +66,20 @@ def surely_longer(text: str, tokens: int, longest_piece: int) -> bool:
     return visible // MOST_COMPOSED > bound
 
 
+def head_for(text: str, tokens: int, longest_piece: int) -> str:
+    """The start of `text` that still encodes to its first `tokens` tokens: `text` itself, unless it is surely
+    longer than `tokens` (`surely_longer`), then a start that is still surely longer than that, ended at a space
+    where one comes soon after, so that no word is cut (BPE splits a word as a whole). A 32 MB dev line was encoded
+    whole to keep 255 of its tokens: 5.2 GB of memory for 31 s."""
+    if not surely_longer(text, tokens, longest_piece):
+        return text
+    size = tokens * longest_piece * MOST_COMPOSED * 2
+    while size < len(text) and not surely_longer(text[:size], tokens, longest_piece):  # (runs of spaces count none)
+        size *= 2
+    space = _SPACES.search(text, size, size + 10_000)
+    return text[: space.start() if space else size]
+
+
 Pair = tuple[int, str, str]  # (line number, 1-based; source sentence; target sentence)
 CorpusSpec = str | os.PathLike | Sequence[str | os.PathLike]
 
@@ -325,6 +339,11 @@ def _not_text(raw: bytes, line_no: int, path: Path, gzipped: bool) -> str | None
         for magic, (kind, undo, _) in OTHER_COMPRESSION.items():
             if magic.match(raw):
                 return f"{kind}-compressed data, not text: tfm reads plain or gzip text; decompress it first (e.g. {undo} {name})"
+        if raw[257:262] == b"ustar":  # a tar header's magic (WMT and OPUS ship .tgz): "a NUL byte at byte 15"
+            return (f"a tar archive{' (gzip-compressed)' if gzipped else ''}, not a text file: extract it (tar "
+                    f"x{'z' if gzipped else ''}f {name}) and give the corpus files it holds")
+        if gzipped and raw.startswith(GZIP_MAGIC):
+            return f"gzip-compressed twice: gunzip it once (e.g. gunzip -c {name} > {_shell_path(path, 'once-')}) and give that file"
         if raw.startswith(UTF16_BOMS):
             fix = f"zcat {name} | iconv -f utf-16 -t utf-8 | gzip > {fixed}" if gzipped else f"iconv -f utf-16 -t utf-8 {name} > {fixed}"
             return f"UTF-16 text, not UTF-8: re-encode the file (e.g. {fix})"

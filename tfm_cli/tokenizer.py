@@ -29,6 +29,7 @@ import json
 import os
 import re
 import stat
+import threading
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -444,10 +445,36 @@ def train_tokenizer(
                         for start in range(0, len(word), MAX_TRAINING_WORD):
                             yield word[start : start + MAX_TRAINING_WORD]
 
-    hf.train_from_iterator(stream(), trainer=trainer)
+    _stoppable(lambda: hf.train_from_iterator(stream(), trainer=trainer))
     if count[0] == 0:
         raise TfmError("cannot train a tokenizer: the training texts are empty (no non-blank sentence)")
     return Tokenizer(_with_byte_fallback(hf))
+
+
+def _stoppable(work: Callable[[], object]) -> None:
+    """Run `work` in a thread of its own and wait for it here, a tenth of a second at a time, so that a stop
+    signal's handler (Python runs them in the main thread, between two bytecodes) ends the command at once.
+
+    `tokenizers` learns its merges in Rust, with the GIL released: Ctrl-C or SIGTERM while the main thread was
+    inside that call waited for its end, 10-19 s for the bundled corpus and minutes for a large one. Here the
+    KeyboardInterrupt is raised in the main thread as soon as the signal comes; the training thread (a daemon,
+    whose result nobody waits for any more) ends with the process. An exception of `work` (a bad corpus line, read
+    through the iterator it consumes) is raised here as it was raised there.
+    """
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as error:  # noqa: BLE001 (every one is raised again in the caller's thread)
+            failed.append(error)
+
+    thread = threading.Thread(target=run, name="tfm-tokenizer-training", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.1)
+    if failed:
+        raise failed[0]
 
 
 def _alphabet(texts: Iterable[str], limit: int) -> list[str] | None:

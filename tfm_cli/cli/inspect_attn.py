@@ -379,8 +379,9 @@ def _json(data, report, shown, kind, layer, head, token, query, explain_head, al
 
 def _header(report) -> None:
     how = "given target (teacher-forced)" if report.forced_target else "the model's translation"
-    info(f"source: {_left_to_right_after(report.source)}")
-    info(f"target: {_left_to_right_after(report.target)}  ({how})")
+    shown = _left_to_right_after if sys.stderr.isatty() else str  # the mark for a terminal: not in a log or a pipe
+    info(f"source: {shown(report.source)}")
+    info(f"target: {shown(report.target)}  ({how})")
 
 
 def _table(title: str, columns: list[str], rows: list) -> None:

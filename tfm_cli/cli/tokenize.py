@@ -25,6 +25,8 @@ from tfm_cli.cli.common import (
 )
 from tfm_cli.errors import CheckpointError, TfmError, shell_word
 
+BYTE_FALLBACK_WARNING = 0.01  # a side's share of byte-fallback tokens that is said (`tfm train`'s, for a tokenizer of other text)
+
 
 def tokenize(
     recipe: str = typer.Argument(None, help="Recipe YAML whose data.train and tokenizer settings to use.", show_default=False),
@@ -210,6 +212,12 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     if long := stats.get("skipped_long", 0):
         info(f"note: {long:,} pair{'s' if long > 1 else ''} with a side over {max_len - 1} tokens not measured (tfm "
              f"train skips them: data.max_len={max_len} counts the </s>)")
+    for side, key in (("source", "src_tokens"), ("target", "tgt_tokens")):  # tfm train warns at 1% for a
+        if (share := stats[key]["byte_fallback_share"]) > BYTE_FALLBACK_WARNING:  # tokenizer it did not train
+            warn(f"{share:.1%} of the {side} tokens are byte fallback (characters without a piece of their own, "
+                 f"spelled byte by byte: up to {stats[key]['max']} tokens a sentence): a larger "
+                 f"--vocab-size keeps them whole (than {tok.vocab_size:,}; scripts of many characters, such as "
+                 "Chinese or Japanese, want tens of thousands)")
     report = {"tokenizer": str(target), "corpus": spec, "train_seconds": round(seconds, 2),
               "measure_seconds": round(measure_seconds, 2), **stats, "skipped_empty": skipped}
     if json_out:

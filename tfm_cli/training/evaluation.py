@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from tfm_cli.checkpoint import average_checkpoints, load_state, read_weights, save_weights
-from tfm_cli.corpus import TsvColumns, read_pairs
+from tfm_cli.corpus import TsvColumns, head_for, read_pairs
 from tfm_cli.data import make_batch, token_batches
 from tfm_cli.decoding import translate_ids
 from tfm_cli.errors import TfmError
@@ -43,6 +43,7 @@ class DevSet:
     # file. The translations are normalised text (’ as ', NFC), so a file full of ’ scores lower as written (141 of
     # 400 French references with ’: BLEU 23.72 normalised, 20.53 as written), and a published figure is that one.
     written: list[str] | None = None
+    cut_warning: str | None = None  # sources longer than the model takes (cut, as `tfm translate` cuts them)
 
     def references_changed(self, n: int | None = None) -> int:
         """How many of the first `n` (all) references normalising changed."""
@@ -61,9 +62,10 @@ def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str 
     # References normalised as the translations are (NFC, one space): an NFD reference would never match the
     # model's NFC output. A side empty once normalised (only whitespace, '▁' and invisible characters) is skipped, as in data.train.
     columns = TsvColumns()
-    read = [(s, tokenizer.normalize(t), t) for _, s, t in read_pairs(spec, columns=columns)]
-    kept = [(s, ref, t) for s, ref, t in read if ref and tokenizer.normalize(s)]
-    pairs = [(s, ref) for s, ref, _ in kept]
+    longest = tokenizer.longest_piece
+    read = [(n, s, tokenizer.normalize(head_for(t, max_positions, longest)), t) for n, s, t in read_pairs(spec, columns=columns)]
+    kept = [(n, s, ref, t) for n, s, ref, t in read if ref and tokenizer.normalize(head_for(s, max_positions, longest))]
+    pairs = [(s, ref) for _, s, ref, _ in kept]
     if not pairs:
         raise TfmError(
             f"dev corpus {spec} has no usable sentence pairs: every pair has a side that is empty once normalised "
@@ -72,18 +74,31 @@ def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str 
         )
     sources = [s for s, _ in pairs]
     references = [ref for _, ref in pairs]
-    # Sources longer than the model can take are cut (and count against BLEU), as `tfm translate` cuts them.
-    src_ids = [ids[: max_positions - 1] for ids in tokenizer.encode_batch(sources)]
+    # Sources longer than the model can take are cut (and count against BLEU), as `tfm translate` cuts them; a line
+    # far too long is encoded only as far as that needs (`head_for`)
+    src_ids = [ids[: max_positions] for ids in tokenizer.encode_batch([head_for(s, max_positions, longest) for s in sources])]
+    cut = [n for (n, *_), ids in zip(kept, src_ids, strict=True) if len(ids) > max_positions - 1]
+    src_ids = [ids[: max_positions - 1] for ids in src_ids]
     tgt_ids = [ids[: max_positions - 1] for ids in tokenizer.encode_batch(references)]
     why = ""
     if bleu_tokenize == AUTO:
         bleu_tokenize, why = bleu_tokenize_for(references)
     bleu_metric(bleu_tokenize)
-    written = [t for _, _, t in kept]
+    written = [t for *_, t in kept]
     return DevSet(
         sources, references, src_ids, tgt_ids, bleu_tokenize, why, len(read) - len(pairs), columns.warning(),
-        written=written if written != references else None,
+        written=written if written != references else None, cut_warning=_cut_warning(cut, max_positions),
     )
+
+
+def _cut_warning(lines: list[int], max_positions: int) -> str | None:
+    """What to say of the dev sources longer than the model takes (their line numbers, `lines`), or None."""
+    if not lines:
+        return None
+    shown = ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
+    return (f"{len(lines):,} source{'s' if len(lines) > 1 else ''} longer than the model's {max_positions} positions "
+            f"(line{'s' if len(lines) > 1 else ''} {shown}): only the first {max_positions - 1} tokens are translated, "
+            "as tfm translate cuts them, and the dev BLEU counts the cut")
 
 
 @torch.no_grad()

@@ -640,6 +640,8 @@ class Trainer:
             self.dev = load_dev(recipe.data.dev, tok, recipe.model.max_positions, self.t.bleu_tokenize) if recipe.data.dev and main else None
             if self.dev is not None and self.dev.columns_warning:
                 self.events.message(f"warning: data.dev {self.dev.columns_warning}")
+            if main and self.dev is not None and self.dev.cut_warning:
+                self.events.message(f"warning: data.dev {self.dev.cut_warning}")
             if self.dev is not None and self.dev.skipped_empty:  # said: sacrebleu on the whole file scores them too
                 n, skipped = len(self.dev.sources), self.dev.skipped_empty
                 self.events.message(
@@ -1429,7 +1431,10 @@ def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[s
     anew = f"start a new run from its recipe: tfm train {run_dir / 'recipe.yaml'} --out NEW_DIR"
     if not found:
         again = f"start it again without --resume: tfm train {shell_word(run_dir / 'recipe.yaml')} --out {shell_word(run_dir)}"
-        hint = anew if (run_dir / FINAL).is_file() else again
+        # a run copied without its checkpoints keeps its trained weights: fine-tune from them rather than start over
+        keep = (f"train on from its final model's weights (a new optimizer and schedule): tfm train "
+                f"{shell_word(run_dir / 'recipe.yaml')} train.init_from={shell_word(run_dir)} --out NEW_DIR; or {anew}")
+        hint = keep if (run_dir / FINAL).is_file() else again
         raise CheckpointError(f"{run_dir} has no checkpoint to resume from", hint=hint)
     # Weights are written before their trainer state: a run killed between the two leaves weights that
     # cannot be resumed exactly, so resume from the newest checkpoint that has both.
