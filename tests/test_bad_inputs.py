@@ -555,6 +555,21 @@ def test_stdin_in_another_encoding_is_not_told_to_read_as_cp1252(run: Path) -> N
     assert "hint: re-encode the input as UTF-8, e.g. iconv -f cp1252 -t utf-8, if it is Western European text; else -f its own encoding: cp1250" in french.stderr, french.stderr
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="symbolic links")
+def test_a_broken_link_as_the_corpus_is_said_to_be_one(tmp_path: Path) -> None:
+    """A link to a file that was moved (or a loop of links) was "does not exist", a file the user can see there."""
+    broken = tmp_path / "train.tsv"
+    broken.symlink_to(tmp_path / "moved" / "train.tsv")
+    loop = tmp_path / "loop.tsv"
+    loop.symlink_to(loop)
+    for path, target in ((broken, tmp_path / "moved" / "train.tsv"), (loop, loop)):
+        with pytest.raises(CorpusError) as err:
+            list(read_pairs(path))
+        one_line(err.value, f"corpus file {path} is a symbolic link to {target}, which does not exist")
+    proc = tfm("tokenize", "--corpus", str(broken), "--vocab-size", "300", "--out", str(tmp_path / "t.json"), check=False)
+    error_line(proc, f"--corpus {broken} is a symbolic link to ")
+
+
 def test_text_that_looks_like_a_compression_header_is_still_text(tmp_path: Path) -> None:
     corpus = write(tmp_path / "c.tsv", "BZh9\tBZh9\nPK\tPK\n")
     assert [(s, t) for _, s, t in read_pairs(corpus)] == [("BZh9", "BZh9"), ("PK", "PK")]
@@ -759,6 +774,11 @@ def test_a_config_json_that_disagrees_with_the_weights_is_said(copy: Path) -> No
     assert proc.returncode == 0 and proc.stdout == plain.stdout, proc.stderr  # the weights' config, as before
     assert f"warning: {path} describes another model than {copy / 'model.safetensors'} (n_heads" in proc.stderr
     assert "describes another model" not in plain.stderr, plain.stderr
+    # a number written as a string (hand-edited) is another value to the tools that read it: said as JSON has it
+    # ("d_model 32 there, 32 in the weights" named the same value twice)
+    path.write_text(json.dumps({**config, "d_model": str(config["d_model"])}), encoding="utf-8")
+    proc = translate(copy, "Bonjour.")
+    assert f'(d_model "{config["d_model"]}" there, {config["d_model"]} in the weights)' in proc.stderr, proc.stderr
 
 
 def _resave(weights: Path, state: dict | None = None, **metadata: str) -> None:

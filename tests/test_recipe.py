@@ -191,6 +191,15 @@ def test_a_key_in_other_case_or_with_dashes_is_pointed_to_the_key(tmp_path):
     ]
 
 
+def test_a_key_with_a_look_alike_letter_names_it(tmp_path):
+    """`train.max_stеps` with a Cyrillic е got "did you mean train.max_steps?", which looks the same on screen."""
+    path = write(tmp_path, "name: x\n")
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(path, ["train.max_st\u0435ps=5"])
+    (problem,) = problems_of(excinfo)
+    assert "is not a recipe key (its 'е' is U+0435 CYRILLIC SMALL LETTER IE, not an ASCII letter); did you mean train.max_steps?" in problem
+
+
 def test_override_with_bytes_that_are_not_utf8_says_so():
     """A Latin-1 file name on the command line (Python's surrogate escapes): YAML refused it with 'quote it',
     which cannot help."""

@@ -282,7 +282,11 @@ def test_load_rejects_garbage_and_foreign_tokenizers(tok: Tokenizer, tmp_path: P
     vocab["<pad>"], vocab["<unk>"] = vocab["<unk>"], vocab["<pad>"]
     swapped = tmp_path / "swapped.json"
     swapped.write_text(json.dumps(spec), encoding="utf-8")
-    with pytest.raises(TfmError, match=r"swapped\.json is not a tfm tokenizer: special token <pad> has id 3"):
+    with pytest.raises(TfmError, match=r"swapped\.json is not a tfm tokenizer: special token <pad> is id 3, expected at id 0"):
+        Tokenizer.load(swapped)
+    vocab["<pad>"], vocab["<p>"] = vocab.pop("<unk>"), vocab["<pad>"]  # <pad> put back, <unk> renamed: "has id None"
+    swapped.write_text(json.dumps(spec), encoding="utf-8")
+    with pytest.raises(TfmError, match=r"swapped\.json is not a tfm tokenizer: special token <unk> is missing, expected at id 3"):
         Tokenizer.load(swapped)
 
     # Another project's BPE tokenizer: no byte fallback, specials in another order.

@@ -415,7 +415,9 @@ def _warn_if_config_differs(config_json: Path, config: ModelConfig, path: Path) 
         return
     assert isinstance(theirs, dict)
     ours = config.to_dict()
-    differ = [f"{k} {theirs[k]} there, {v} in the weights" for k, v in ours.items() if k in theirs and theirs[k] != v]
+    # as JSON writes them: "d_model 256 there, 256 in the weights" was the string "256" against the number
+    differ = [f"{k} {json.dumps(theirs[k])} there, {json.dumps(v)} in the weights" for k, v in ours.items()
+              if k in theirs and theirs[k] != v]
     if differ:
         more = f" and {len(differ) - 2} more" if len(differ) > 2 else ""
         warnings.warn(

@@ -140,6 +140,16 @@ def resolve_corpus_path(spec: str | os.PathLike, once: bool = False, option: str
             "more than once: save it to a file first (gzip it if it is large: tfm reads .gz as a stream)"
         )
     path = Path(text).expanduser()
+    if not path.exists() and path.is_symlink():  # "does not exist" sent the user looking for a file that is there
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        where = f"{option} " if option is not None else "corpus file "
+        raise CorpusError(
+            f"{where}{text} is a symbolic link to {target}, which does not exist (or links round in a loop)",
+            hint=f"point the link at the corpus file (ln -sf FILE {shlex.quote(text)}), or give the file itself",
+        )
     if not path.exists() and option is not None:
         raise CorpusError(f"{option} {text} does not exist", hint=f"check the path given to {option}")
     if not path.exists():

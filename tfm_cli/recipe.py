@@ -659,6 +659,9 @@ def _unknown_key(dotted: str) -> str:
                 "files saved with one were joined: delete that character (the line's first)")
     parts = dotted.split(".")
     head = f"{dotted} is not a recipe key"
+    if not dotted.isascii():  # `train.max_stеps` with a Cyrillic е: "did you mean train.max_steps?" looked the same
+        odd = next(ch for ch in dotted if not ch.isascii())
+        head += f" (its {odd!r} is U+{ord(odd):04X} {unicodedata.name(odd, 'a character')}, not an ASCII letter)"
     folded = ".".join(p.casefold().replace("-", "_") for p in parts)  # TRAIN.MAX_STEPS, train.max-steps
     if folded != dotted and (folded in TOP_LEVEL_KEYS or folded in recipe_keys()):
         return f"{head}; did you mean {folded}? (keys are lower case, words joined by '_')"

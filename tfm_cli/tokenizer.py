@@ -363,11 +363,11 @@ def _check_layout(hf: _HFTokenizer) -> str | None:
         return "byte_fallback is off"
     for want, tok in enumerate(SPECIAL_TOKENS):
         got = hf.token_to_id(tok)
-        if got != want:
-            return f"special token {tok} has id {got}, expected {want}"
+        if got != want:  # ("has id None" for a token renamed or gone)
+            return f"special token {tok} is {'missing' if got is None else f'id {got}'}, expected at id {want}"
     for b, tok in enumerate(_BYTE_TOKENS):
-        if hf.token_to_id(tok) != N_SPECIAL + b:
-            return f"byte token {tok} has id {hf.token_to_id(tok)}, expected {N_SPECIAL + b}"
+        if (got := hf.token_to_id(tok)) != N_SPECIAL + b:
+            return f"byte token {tok} is {'missing' if got is None else f'id {got}'}, expected at id {N_SPECIAL + b}"
     if spec.get("normalizer") is None or spec.get("pre_tokenizer") is None or spec.get("decoder") is None:
         return "normalizer, pre-tokenizer or decoder missing"
     return None
