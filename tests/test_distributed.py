@@ -813,6 +813,31 @@ def test_tfm_train_under_torchrun_leaves_no_log_directory_in_tmpdir(pair: dict) 
 
 
 @pytest.mark.slow
+def test_a_stop_while_two_processes_train_saves_and_says_nothing_of_a_rendezvous(data: dict[str, Path], tmp_path: Path) -> None:
+    """Ctrl-C to `tfm train --nproc-per-node 2` as it trains: the workers save the step they are in and the job
+    ends with 130, as ever. torchrun may outlive its saved workers by seconds; that once read as "no process had
+    started" (no child process 3 s after the signal), and torchrun was sent SIGTERM as it shut down. The launcher
+    tells a started job by the folders torchrun makes in its log directory now; it leaves nothing in TMPDIR."""
+    out = tmp_path / "run"
+    out.mkdir()
+    shutil.copy(data["tokenizer"], out / "tokenizer.json")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = start_tfm("train", str(data["recipe"]), "--out", str(out), "train.max_steps=100000", "--device", "cpu",
+                     "--nproc-per-node", "2", env_extra={"TMPDIR": str(scratch)})
+    try:
+        wait_until(proc, has_lines(out / "metrics.jsonl"), "the job never logged a step", timeout=240)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = err.decode()
+    assert proc.returncode == 130, err
+    assert "interrupted: saved " in err and "no process had started" not in err and "Traceback" not in err, err
+    assert list((out / "checkpoints").glob("step-*.safetensors")) and [p.name for p in scratch.iterdir() if p.name.startswith("tfm-torchrun-")] == [], err
+
+
 def test_accumulation_over_two_processes(data: dict[str, Path]) -> None:
     """train.accum_steps=2: the first batch of each step skips the all-reduce (no_sync); same weights as 1 process."""
     one, _ = _train(data, "accum-one", "train.accum_steps=2", "train.eval_every=0", "train.max_steps=8", "train.save_every=8")

@@ -387,13 +387,19 @@ def test_a_resume_stopped_before_its_final_model_writes_it_next_time(copy: Path)
     assert "nothing to do" in train("--resume", str(copy)).stderr  # now it is written
 
 
-def test_a_damaged_checkpoint_in_the_final_average_says_how_to_go_on(copy: Path) -> None:
+@pytest.mark.parametrize("damage", ["truncated", "bytes changed"])
+def test_a_damaged_checkpoint_in_the_final_average_says_how_to_go_on(copy: Path, damage: str) -> None:
     """An older checkpoint damaged since it was saved (a resume reads only the newest) stopped the final average
-    with a SafetensorError traceback, after the steps of the resume were trained."""
+    with a SafetensorError traceback, after the steps of the resume were trained; one whose bytes changed inside
+    (its CRC-32 no longer matches) is said with the same way on."""
     weights = checkpoint_path(copy, 5)
-    weights.write_bytes(weights.read_bytes()[:1000])
+    if damage == "truncated":
+        weights.write_bytes(weights.read_bytes()[:1000])
+    else:
+        test_bad_inputs._zero_bytes_inside_a_tensor(weights)
     proc = train("--resume", str(copy), "train.keep_last=3")  # a changed setting: the final model is written again
-    error_line(proc, str(weights), "truncated or corrupt", "one of the 2 checkpoints averaged into the final model")
+    said = "truncated or corrupt" if damage == "truncated" else "is damaged: its tensors no longer match the CRC-32"
+    error_line(proc, str(weights), said, "one of the 2 checkpoints averaged into the final model")
     assert f"hint: delete it and its step-00000005.state.pt, then `tfm train --resume {copy}`" in proc.stderr
     weights.unlink()
     state_path(weights).unlink()
@@ -401,7 +407,7 @@ def test_a_damaged_checkpoint_in_the_final_average_says_how_to_go_on(copy: Path)
     assert read_metadata(copy / "model.safetensors").get("last") == '"step-00000010.safetensors"'
 
 
-@pytest.mark.parametrize("gone_before", ["read_metadata", "load_file"])
+@pytest.mark.parametrize("gone_before", ["read_metadata", "read_weights"])
 def test_a_checkpoint_pruned_while_it_is_loaded_gives_the_next_one(copy: Path, gone_before: str, monkeypatch) -> None:
     """`tfm translate --model RUN` (and export) of a run that is training, before its final model: the newest
     checkpoint, chosen a moment before, was pruned by the run before it was read, a FileNotFoundError traceback
@@ -703,7 +709,7 @@ def test_a_trainer_state_left_by_a_cut_prune_is_removed_by_the_next_one(copy: Pa
 
 
 def test_a_stop_signal_inside_a_weights_read_is_raised_after_it(copy: Path, monkeypatch) -> None:
-    """A SIGTERM that landed inside safetensors' load_file raised KeyboardInterrupt in the Python calls its Rust
+    """A SIGTERM that landed inside safetensors' reading raised KeyboardInterrupt in the Python calls its Rust
     code makes, and came out as "ValueError: could not determine the shape of object type 'UntypedStorage'": a
     traceback from `tfm export` stopped while it loaded its release. The read finishes, then the stop is raised."""
     import os
@@ -711,15 +717,15 @@ def test_a_stop_signal_inside_a_weights_read_is_raised_after_it(copy: Path, monk
     import tfm_cli.checkpoint as checkpoint
     from tfm_cli.cli.common import stop_signals
 
-    real, finished = checkpoint.load_file, []
+    real, finished = checkpoint.safe_open, []
 
-    def load_file_hit_by_a_signal(path: str):
+    def opened_and_hit_by_a_signal(path: str, *args, **kwargs):  # the weights' one opening (read_weights)
         os.kill(os.getpid(), signal.SIGTERM)  # its handler runs at the next bytecode: here, inside the read
-        state = real(path)
+        handle = real(path, *args, **kwargs)
         finished.append(path)
-        return state
+        return handle
 
-    monkeypatch.setattr(checkpoint, "load_file", load_file_hit_by_a_signal)
+    monkeypatch.setattr(checkpoint, "safe_open", opened_and_hit_by_a_signal)
     weights = copy / "model.safetensors"
     with pytest.raises(KeyboardInterrupt), stop_signals() as received:
         checkpoint.read_weights(weights)

@@ -219,8 +219,8 @@ def _damaged_hint(path: Path) -> str:
     """What to do about a damaged weights file, by where it is."""
     if path.parent.name == "checkpoints":
         run = path.parent.parent
-        return (f"copy it again from a backup, or delete it and {state_path(path).name}: `tfm train --resume "
-                f"{shell_word(run)}` continues from the newest whole checkpoint left")
+        return (f"copy it again from a backup, or use another checkpoint of the run; to train on, delete it and "
+                f"{state_path(path).name}: `tfm train --resume {shell_word(run)}` continues from the newest whole one left")
     if (path.parent / "checkpoints").is_dir():
         return (f"copy it again from where it came, or use a checkpoint of the run "
                 f"({shell_word(path.parent / 'checkpoints')}/step-*.safetensors translate too)")
@@ -238,11 +238,12 @@ def average_checkpoints(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
             state = read_weights(path)
         except OSError as err:
             raise unreadable(path, err) from None
-        except SafetensorError as err:  # an older checkpoint damaged since it was saved (a resume reads only the newest)
-            run = Path(path).parent.parent
+        except (SafetensorError, DamagedWeightsError) as err:  # an older checkpoint damaged since it was saved (a
+            run = Path(path).parent.parent  # resume reads only the newest)
+            what = str(err) if isinstance(err, DamagedWeightsError) else (
+                f"{path} is not a readable safetensors file, or is truncated or corrupt ({err})")
             raise CheckpointError(
-                f"{path} is not a readable safetensors file, or is truncated or corrupt ({err}): it is one of the "
-                f"{len(paths)} checkpoints averaged into the final model",
+                f"{what}: it is one of the {len(paths)} checkpoints averaged into the final model",
                 hint=f"delete it and its {state_path(Path(path)).name}, then `tfm train --resume {shell_word(run)}` "
                 "writes the final model from the others",
             ) from None

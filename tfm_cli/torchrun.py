@@ -12,6 +12,9 @@ program, an address that cannot be reached) is one `Error:` line and status 1, i
 torchrun keeps its workers' error files in a log directory that it makes in TMPDIR (`torchelastic_XXXX`) and never
 removes: one more left behind by every job. Unless `--log-dir` is given, the job's goes in a temporary directory
 of tfm's own, removed when torchrun returns (a worker's error has been read by then), however the job ended.
+`tfm train` gives one of its own (marked by OWNED_LOGS_ENV): it removes it once torchrun ends (a torchrun ended
+by a signal at the rendezvous cannot), and from its folders tells whether a worker had started; torchrun removes
+it only when `tfm train` is gone by then.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 LAUNCH_OPTIONS_ENV = "TFM_LAUNCH_OPTIONS"
+# the log directory `tfm train` made and gave as --log-dir, which it removes once torchrun ends; torchrun removes
+# it instead when `tfm train` is gone by then (killed outright, it could not)
+OWNED_LOGS_ENV = "TFM_TORCHRUN_LOGS"
 
 
 def main(argv: Sequence[str]) -> int:
@@ -35,6 +41,8 @@ def main(argv: Sequence[str]) -> int:
 
     if not stop_with_parent():  # `tfm train` is gone already: start nothing
         return 128 + signal.SIGTERM
+    parent = os.environ.get(PARENT_ENV, "")
+    owned = os.environ.pop(OWNED_LOGS_ENV, None)
     os.environ[PARENT_ENV] = str(os.getpid())  # for the workers, which stop when torchrun does
     # torchrun's own C++ warnings: the agent of node 1, whose node 0 ends (a stop in its final phase, which rank 0
     # does alone), printed c10d's "recvValueWithTimeout failed ... Exception raised from recvBytes" and 34 frames.
@@ -92,6 +100,8 @@ def main(argv: Sequence[str]) -> int:
     finally:
         if logs:
             shutil.rmtree(logs, ignore_errors=True)
+        elif owned and not (parent.isdigit() and os.getppid() == int(parent)):  # `tfm train` was killed
+            shutil.rmtree(owned, ignore_errors=True)
     return 0
 
 

@@ -38,6 +38,7 @@ from tfm_cli.cli.common import (
 )
 from tfm_cli.errors import TfmError, install_hint, shell_word
 from tfm_cli.signals import PARENT_ENV
+from tfm_cli.torchrun import OWNED_LOGS_ENV
 
 _DIST = "Several processes or machines (torchrun, DDP)"
 
@@ -343,15 +344,15 @@ class _Launch:
         info(f"tfm train: {self.nproc} process(es) on this node, {self.nnodes} node(s): {' '.join(cmd[1:])}")
         if self.nnodes > 1:  # torchrun says nothing while it waits, up to 15 minutes
             where = self.rdzv_endpoint or f"{self.master_addr}:{self.master_port or 29500}"
+            own = "" if self.rdzv_endpoint else ", with its own --node-rank"  # (the c10d rendezvous assigns them)
             info(f"tfm train: waiting for all {self.nnodes} nodes to meet at {where} (up to 15 minutes; start the "
-                 "same command on each node, with its own --node-rank)")
+                 f"same command on each node{own})")
         # torchrun in a session of its own: a stop signal reaches it once, from here, whether it came from the
         # terminal (Ctrl-C signals the whole foreground group) or to this process alone (`kill -INT PID` left tfm
         # waiting and the job training on: Python's Ctrl-C handler only raised KeyboardInterrupt here)
         forwarded: list[int] = []
         torchrun: list[subprocess.Popen] = []  # once started
         sent: list[float] = []  # when the signal was passed on
-        passed: list[int] = []  # which
 
         def forward(signum: int, frame: Any) -> None:  # torchrun passes it on to the ranks, which stop and save
             forwarded.append(signum)
@@ -360,12 +361,12 @@ class _Launch:
                 # torchrun handles SIGTERM, SIGINT, SIGHUP and SIGQUIT only: SIGXCPU (a CPU-time limit's notice)
                 # killed it outright, its workers left running as this process returned; they get SIGTERM
                 xcpu = getattr(signal, "SIGXCPU", None)
-                passed.append(signal.SIGTERM if signum == xcpu else signum)
-                torchrun[0].send_signal(passed[0])
+                torchrun[0].send_signal(signal.SIGTERM if signum == xcpu else signum)
 
         # torchrun's log directory (its workers' error files), removed here once it has ended: one ended by a signal
         # at the rendezvous, before its Python code runs again, cannot remove its own (tfm_cli.torchrun)
         logs = tempfile.mkdtemp(prefix="tfm-torchrun-")
+        env[OWNED_LOGS_ENV] = logs  # torchrun removes it if this process is gone by then (killed: kill -9)
         try:
             with handling_stop_signals(forward), _forwarding_ctrl_c(forward):
                 if forwarded:  # before anything started
@@ -373,12 +374,12 @@ class _Launch:
                 torchrun.append(subprocess.Popen([*cmd[:3], f"--log-dir={logs}", *cmd[3:]], env=env, start_new_session=True))
                 if forwarded and not sent:  # it came while torchrun was being started
                     forward(forwarded.pop(), None)
-                status, waiting = _wait_for_torchrun(torchrun[0], sent)
+                status, started = _wait_for_torchrun(torchrun[0], sent, Path(logs))
             if status < 0:  # torchrun killed: its workers get SIGTERM, and save the step they are in
                 _wait_for_the_workers(args)
         finally:
             shutil.rmtree(logs, ignore_errors=True)
-        if waiting or (passed and status == -passed[0]):  # (ended by the signal itself: before its handlers were set)
+        if forwarded and not started:
             at = "while waiting for the other nodes of the job" if self.nnodes > 1 else "as the job was starting"
             info(f"tfm train: stopped by {signal.Signals(forwarded[0]).name} {at}: no process had started, nothing "
                  "was trained or written")
@@ -393,46 +394,39 @@ class _Launch:
         return status
 
 
-def _wait_for_torchrun(torchrun: subprocess.Popen, sent: list[float], grace: float = 3.0) -> tuple[int, bool]:
-    """torchrun's exit status, once it ends; and whether it was ended here, as it waited for the other nodes.
+def _wait_for_torchrun(torchrun: subprocess.Popen, sent: list[float], logs: Path, grace: float = 3.0) -> tuple[int, bool]:
+    """torchrun's exit status, once it ends; and whether it had started the job's processes by then.
 
     Ctrl-C passed on to torchrun while it waits at the rendezvous for the other nodes did nothing for up to 15
     minutes: its main thread is inside the C++ store's wait, where Python's KeyboardInterrupt is not raised (SIGTERM
     ends it there). When it has not ended `grace` seconds after the signal (`sent` holds when it was passed on) and
-    has started no worker (a process of its own), there is nothing to save: it is sent SIGTERM, and killed if that
-    did not end it either. With workers it ends as they do, once they have saved.
+    has started no worker (its log directory `logs`, where it makes a folder for the attempt as it starts them, is
+    still empty), there is nothing to save: it is sent SIGTERM, and killed if that did not end it either. With
+    workers it ends as they do, once they have saved (it may outlive them by seconds: the folder tells).
     """
+    started = False
     ended: list[float] = []  # when it was told to end here
     while True:
+        started = started or _holds_anything(logs)
         try:
-            return torchrun.wait(timeout=0.5), bool(ended)
+            status = torchrun.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
             if ended and time.monotonic() - ended[0] > grace:
                 torchrun.kill()
-            elif not ended and sent and time.monotonic() - sent[0] > grace and _children(torchrun.pid) == 0:
-                torchrun.terminate()  # its handler runs inside that wait, and it removes its log directory
+            elif not ended and sent and time.monotonic() - sent[0] > grace and not started:
+                torchrun.terminate()  # its handler runs inside that wait (a worker started meanwhile saves)
                 ended.append(time.monotonic())
+            continue
+        return status, started or _holds_anything(logs)
 
 
-def _children(pid: int) -> int | None:
-    """How many processes `pid` has started that still run (Linux: read from /proc); None where it cannot be told."""
+def _holds_anything(folder: Path) -> bool:
+    """Whether `folder` holds a file or folder (False where it cannot be read, or is gone)."""
     try:
-        entries = os.listdir("/proc")
+        with os.scandir(folder) as entries:
+            return next(entries, None) is not None
     except OSError:
-        return None
-    count = 0
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:  # ended meanwhile, or not ours to read
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (name) ": state, ppid, ...
-        if len(fields) > 1 and fields[1] == str(pid).encode():
-            count += 1
-    return count if entries else None
+        return False
 
 
 def _wait_for_the_workers(args: list[str], timeout: float = 120) -> None:
