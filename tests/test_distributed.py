@@ -662,6 +662,30 @@ def _train_rank(rank: int, port: int, recipe: str, run: str, out: str, fail_at: 
         Path(f"{out}-{rank}.json").write_text(json.dumps(alive), encoding="utf-8")
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="flock")
+def test_a_rank_s_look_at_the_run_lock_is_not_taken_for_a_training(tmp_path: Path) -> None:
+    """Every rank asks, before it starts, whether another process trains the run; each asked by taking the
+    exclusive lock for a moment, and a rank that asked while its peer held it was told "in use by another process
+    right now" (a 2-process test job failed so, once). A question holds a shared lock now, which another question
+    does not see; a training's lock is seen as before."""
+    import fcntl
+
+    from tfm_cli.files import DirectoryLock
+    from tfm_cli.training.checks import _trained_now
+
+    peer = os.open(tmp_path, os.O_RDONLY)
+    try:
+        fcntl.flock(peer, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a peer's question, in flight
+        assert not _trained_now(tmp_path)
+        fcntl.flock(peer, fcntl.LOCK_UN)
+        training = DirectoryLock(tmp_path)
+        assert training.acquire() and _trained_now(tmp_path)
+        training.release()
+        assert not _trained_now(tmp_path)
+    finally:
+        os.close(peer)
+
+
 def _spawn_train(data: dict[str, Path], tmp_path: Path, steps: int, fail_at: int | None = None) -> tuple[Path, Path]:
     """Run `_train_rank` on WORLD spawned processes for `steps` steps (a step failing at `fail_at`, if given);
     returns the run directory and the prefix of the files each rank writes."""

@@ -117,13 +117,10 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
 
 def _trained_now(run_dir: Path) -> bool:
     """Whether another process holds the run's lock: `tfm train` holds it while it trains the run."""
-    lock = DirectoryLock(run_dir)
     try:
-        return not lock.acquire()
+        return DirectoryLock(run_dir).held_elsewhere()
     except OSError:  # a directory that cannot be opened: the checks below name what is wrong with it
         return False
-    finally:
-        lock.release()
 
 
 def check_recipe_file(recipe_file: str | os.PathLike[str], recipe: Recipe, run_dir: Path, overrides: Sequence[str] = ()) -> None:
