@@ -194,38 +194,38 @@ class DirectoryLock:
         self._fd: int | None = None
 
     def acquire(self) -> bool:
-        import errno
-        import fcntl
-
         if self._fd is not None:
             return True
-        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                os.close(fd)
-                return False
-        self._fd = fd
-        return True
+        fd, held = self._flock(exclusive=True)
+        if not held:
+            self._fd = fd
+        return not held
 
     def held_elsewhere(self) -> bool:
         """Whether another process holds the lock, asked with a shared lock taken and let go at once: two such
         questions at the same moment do not see each other, as two exclusive tries did (the ranks of a job each ask
         before they start, and one was told the run was "in use by another process": its peer's question)."""
+        if self._fd is not None:
+            return False
+        fd, held = self._flock(exclusive=False)
+        if fd is not None:
+            os.close(fd)
+        return held
+
+    def _flock(self, exclusive: bool) -> tuple[int | None, bool]:
+        """The directory opened and locked without waiting: (its descriptor, False), or (None, True) where another
+        process holds the lock. A file system that cannot lock counts as one where nobody holds it."""
         import errno
         import fcntl
 
-        if self._fd is not None:
-            return False
         fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except OSError as error:
-            return error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
-        finally:
-            os.close(fd)
-        return False
+            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                os.close(fd)
+                return None, True
+        return fd, False
 
     def release(self) -> None:
         if self._fd is not None:
