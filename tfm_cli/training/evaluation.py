@@ -62,10 +62,12 @@ def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str 
     # References normalised as the translations are (NFC, one space): an NFD reference would never match the
     # model's NFC output. A side empty once normalised (only whitespace, '▁' and invisible characters) is skipped, as in data.train.
     columns = TsvColumns()
+    # each side as far as the model can take it (`head_for`: a line of megabytes is not encoded whole)
     longest = tokenizer.longest_piece
-    read = [(n, s, tokenizer.normalize(head_for(t, max_positions, longest)), t) for n, s, t in read_pairs(spec, columns=columns)]
-    kept = [(n, s, ref, t) for n, s, ref, t in read if ref and tokenizer.normalize(head_for(s, max_positions, longest))]
-    pairs = [(s, ref) for _, s, ref, _ in kept]
+    read = [(n, s, head_for(s, max_positions, longest), tokenizer.normalize(head_for(t, max_positions, longest)), t)
+            for n, s, t in read_pairs(spec, columns=columns)]
+    kept = [(n, s, head, ref, t) for n, s, head, ref, t in read if ref and tokenizer.normalize(head)]
+    pairs = [(s, ref) for _, s, _, ref, _ in kept]
     if not pairs:
         raise TfmError(
             f"dev corpus {spec} has no usable sentence pairs: every pair has a side that is empty once normalised "
@@ -74,9 +76,8 @@ def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str 
         )
     sources = [s for s, _ in pairs]
     references = [ref for _, ref in pairs]
-    # Sources longer than the model can take are cut (and count against BLEU), as `tfm translate` cuts them; a line
-    # far too long is encoded only as far as that needs (`head_for`)
-    src_ids = [ids[: max_positions] for ids in tokenizer.encode_batch([head_for(s, max_positions, longest) for s in sources])]
+    # Sources longer than the model can take are cut (and count against BLEU), as `tfm translate` cuts them
+    src_ids = [ids[: max_positions] for ids in tokenizer.encode_batch([head for _, _, head, _, _ in kept])]
     cut = [n for (n, *_), ids in zip(kept, src_ids, strict=True) if len(ids) > max_positions - 1]
     src_ids = [ids[: max_positions - 1] for ids in src_ids]
     tgt_ids = [ids[: max_positions - 1] for ids in tokenizer.encode_batch(references)]
