@@ -89,12 +89,13 @@ def error_line(proc, *fragments: str, code: int = 1) -> str:
     return line
 
 
-def one_line(error: BaseException, *fragments: str) -> None:
-    """An in-process error: one line holding every fragment."""
+def one_line(error: BaseException, *fragments: str) -> str:
+    """An in-process error: one line holding every fragment; the line."""
     text = str(error)
     assert "\n" not in text, text
     for fragment in fragments:
         assert fragment in text, f"{fragment!r} not in {text!r}"
+    return text
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -474,6 +475,84 @@ def test_corpus_that_is_not_text_says_what_it_is(tmp_path: Path, data: bytes, ex
     with pytest.raises(CorpusError) as err:
         list(read_pairs(corpus))
     one_line(err.value, f"{corpus}{expected.replace(' c.tsv', f' {corpus}')}")
+
+
+_RECORDS = [{"fr": "Déjà vu.", "en": "Hello.", "id": 1}, {"fr": "Merci.", "en": "Thanks.", "id": 2}]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "expected"),
+    [
+        ("c.jsonl", "".join(json.dumps(r) + "\n" for r in _RECORDS).encode(), "a JSON record (JSON Lines?), not source<TAB>target"),
+        # as Hugging Face's datasets write a translation dataset (to_json)
+        ("c.json", "".join(json.dumps({"translation": {k: r[k] for k in ("fr", "en")}}, ensure_ascii=False) + "\n"
+                           for r in _RECORDS).encode(), "a JSON record (JSON Lines?)"),
+        ("c.tsv", "".join(json.dumps(r) + "\n" for r in _RECORDS).encode(), "a JSON record"),  # its copy: converted-c.tsv
+        ("c.csv", b'fr,en\n"D\xc3\xa9j\xc3\xa0 vu.","Hello."\n"Merci.",Thanks.\n', "comma-separated (CSV), not tab-separated"),
+        ("c.csv.gz", gzip.compress(b'fr,en\n"D\xc3\xa9j\xc3\xa0 vu.","Hello."\nMerci.,Thanks.\n'), "comma-separated (CSV)"),
+    ],
+    ids=["jsonl", "hf-datasets-json", "jsonl-named-tsv", "csv", "csv-gzip"],
+)
+def test_a_corpus_in_another_format_is_named_with_a_command_that_converts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, data: bytes, expected: str
+) -> None:
+    """JSON Lines (Hugging Face's datasets), CSV, TMX: each was "the line has no tab", true of its first line and no
+    help. Now the message says what the file is and, where a standard tool converts it, the command; run as printed
+    (from the directory tfm ran in), it writes a TSV that tfm reads, the same pairs in order."""
+    (tmp_path / "data").mkdir()
+    write(tmp_path / "data" / name, data)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs(f"data/{name}"))
+    message = one_line(err.value, f"data/{name}:1: {expected}")
+    command = re.search(r", e\.g\. (.*?) > (\S+)(?: \(source key first\))?$", message)
+    assert command, message
+    if "jq " in command.group(1) and not shutil.which("jq"):
+        pytest.skip("jq is not installed: the command's result was not checked")
+    if name.startswith("c.csv"):  # the header line, which the message says to remove
+        subprocess.run(f"{command.group(1)} | tail -n +2 > {command.group(2)}", shell=True, check=True)
+    else:
+        subprocess.run(f"{command.group(1)} > {command.group(2)}", shell=True, check=True)
+    converted = Path(command.group(2))
+    assert converted.name == ("converted-c.tsv" if name == "c.tsv" else "c.tsv")
+    assert [(s, t) for _, s, t in read_pairs(converted)] == [("Déjà vu.", "Hello."), ("Merci.", "Thanks.")]
+
+
+@pytest.mark.parametrize(
+    "first_line",
+    ['<?xml version="1.0" encoding="UTF-8"?>', '<tmx version="1.4">', '<srcset setid="newstest2014" srclang="any">',
+     "<!DOCTYPE tmx SYSTEM \"tmx14.dtd\">"],
+)
+def test_a_tmx_or_sgm_file_is_named_markup(tmp_path: Path, first_line: str) -> None:
+    corpus = write(tmp_path / "c.tmx", f"{first_line}\n<body>\n".encode())
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs(corpus))
+    one_line(err.value, f"{corpus}:1: XML or SGML markup (a TMX, XLIFF or SGM file?), not source<TAB>target lines")
+
+
+def test_a_first_line_without_a_tab_in_a_tsv_is_still_said_so(tmp_path: Path) -> None:
+    """Only a file that shows another format from its first line is named one: a sentence in angle brackets or
+    braces further down, or a first line of prose with a comma, is "the line has no tab" as before."""
+    for name, data, line in [("c.tsv", b"Bonjour.\tHello.\n<b>Merci.</b>\n", 2), ("c.tsv", b"{Merci.}\n", 1),
+                             ("c.tsv", b"Oui, merci.\n", 1)]:
+        corpus = write(tmp_path / name, data)
+        with pytest.raises(CorpusError) as err:
+            list(read_pairs(corpus))
+        one_line(err.value, f"{corpus}:{line}: the line has no tab: each line must be source<TAB>target")
+
+
+def test_text_appended_to_a_gzip_file_is_named_with_the_line_count(tmp_path: Path) -> None:
+    """`echo "a<TAB>b" >> train.tsv.gz` leaves bytes after the gzip data that are no second member: "cannot read
+    the file (Not a gzipped file (b'a\\t')); is it a complete, uncompressed or gzip text file?". Now it says what
+    is there, and the zcat it offers keeps the compressed lines (gzip warns of the rest and exits 2)."""
+    corpus = write(tmp_path / "c.tsv.gz", gzip.compress(b"Bonjour.\tHello.\nMerci.\tThanks.\n") + b"Oui.\tYes.\n")
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs(corpus))
+    message = one_line(err.value, f"{corpus}: after its compressed data (2 lines) the file goes on with bytes that are not gzip")
+    command = re.search(r"\((zcat .*?) keeps the compressed part", message)
+    assert command, message
+    subprocess.run(command.group(1), shell=True, check=False, stderr=subprocess.DEVNULL)
+    assert [(s, t) for _, s, t in read_pairs(tmp_path / "compressed-part-c.tsv")] == [("Bonjour.", "Hello."), ("Merci.", "Thanks.")]
 
 
 _UTF16 = "Déjà vu.\tHello.\nMerci.\tThanks.\n".encode("utf-16")

@@ -671,6 +671,25 @@ def test_directory_empty_and_non_mapping_files(tmp_path):
         load_recipe(latin1)
 
 
+@pytest.mark.parametrize("codec, iconv", [("utf-16", "utf-16"), ("utf-16-le", "utf-16le"), ("utf-16-be", "utf-16be")])
+def test_a_utf16_recipe_is_named_so_with_the_encoding_iconv_reads(tmp_path, codec, iconv):
+    """A recipe saved as UTF-16 (Notepad's "Unicode") was "bad byte 0xff at line 1, column 1", or without a
+    byte-order mark "control character 0x00, which YAML does not allow": true, but not what the file is. The
+    command offered writes the UTF-8 copy beside it, never over it, with the encoding that decodes it."""
+    path = tmp_path / "recipe.yaml"
+    text = "name: x\ndescription: café\nmodel:\n  d_model: 64\n"
+    path.write_bytes(text.encode(codec))
+    with pytest.raises(RecipeError) as excinfo:
+        load_recipe(path)
+    (problem,) = problems_of(excinfo)
+    assert problem.startswith("is UTF-16 text (") and "not UTF-8: save it as UTF-8" in problem, problem
+    assert problem.endswith(f"(e.g. iconv -f {iconv} -t utf-8 {path} > {tmp_path / 'utf8-recipe.yaml'})"), problem
+    python_codec = {"utf-16": "utf-16", "utf-16le": "utf-16-le", "utf-16be": "utf-16-be"}[iconv]
+    assert path.read_bytes().decode(python_codec).lstrip("\ufeff") == text  # iconv's name is the file's encoding
+    (tmp_path / "utf8-recipe.yaml").write_text(text, encoding="utf-8")
+    assert load_recipe(tmp_path / "utf8-recipe.yaml").description == "café"
+
+
 def test_empty_sections_take_defaults(tmp_path):
     recipe = load_recipe(write(tmp_path, "name: x\nmodel:\ntrain:\n"))
     assert recipe.model == ModelRecipe() and recipe.train == TrainRecipe()

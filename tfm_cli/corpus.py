@@ -193,6 +193,7 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom:
     blank either way).
     """
     pending_blank: list[int] = []
+    line_no = 0
     try:
         with _open_binary(path) as f:
             for line_no, raw in enumerate(f, start=1):
@@ -244,6 +245,17 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom:
         raise CorpusError(
             f"{shown}: permission denied: make the file readable (chmod +r {_shell_path(path)}) or run tfm as a "
             "user who may read it"
+        ) from None
+    except gzip.BadGzipFile as err:
+        if line_no == 0 or not str(err).startswith("Not a gzipped file"):
+            raise CorpusError(f"{shown}: cannot read the file ({err}); is it a complete, uncompressed or gzip text file?") from err
+        # bytes after the compressed data that are no second gzip member: text appended to the .gz (`>>`), whose
+        # lines would be lost if read as gzip does (gunzip keeps the compressed part, "trailing garbage ignored")
+        raise CorpusError(
+            f"{shown}: after its compressed data ({line_no:,} lines) the file goes on with bytes that are not gzip: "
+            f"text appended to a compressed file? Rebuild it as one "
+            f"gzip file (zcat {_shell_path(path)} > {_shell_path(path, 'compressed-part-').removesuffix('.gz')} keeps the "
+            "compressed part, with a warning of what it leaves out)"
         ) from None
     except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
         raise CorpusError(
@@ -537,6 +549,8 @@ def _read_tsv(path: Path, shown: str, option: str | None = None, columns: TsvCol
             what = "is blank" if not text else "holds only whitespace" if not text.strip() else "has no tab"
             # the two files as the user gives them: a recipe's list, or the option twice on a command line
             pair = f"{option} SOURCE_FILE {option} TARGET_FILE" if option else "[source_file, target_file]"
+            if n == 0 and (kind := _other_format(text, path)):  # a TMX or JSON Lines file is no TSV with a tab missing
+                raise CorpusError(f"{shown}:{line_no}: {kind}")
             raise CorpusError(
                 f"{shown}:{line_no}: the line {what}: each line must be source<TAB>target "
                 f"(remove blank lines; for one sentence per line, give {pair})"
@@ -551,6 +565,44 @@ def _read_tsv(path: Path, shown: str, option: str | None = None, columns: TsvCol
             f"{shown} has {n} lines but none with both a source and a target: every line has a side that is empty "
             "or holds only whitespace or invisible characters such as U+200B (expected source<TAB>target lines)"
         )
+
+
+def _other_format(text: str, path: Path) -> str | None:
+    """What the first line of a corpus file without a tab shows the file to be, when it is a format of parallel text
+    other than TSV (XML such as TMX or WMT's SGML, JSON Lines as Hugging Face datasets write them, CSV), with how to
+    convert it; or None. Each was "the line has no tab", true of its first line and no help."""
+    converted = path.name.removesuffix(".gz").rsplit(".", 1)[0] + ".tsv"
+    tsv = shlex.quote(str(path.with_name(converted if converted != path.name else "converted-" + converted)))
+    gzipped = path.name.endswith(".gz")
+    line = text.strip()
+    if re.match(r"<(\?xml|!DOCTYPE|[A-Za-z][\w:.-]*[\s>/])", line, re.I):
+        return ("XML or SGML markup (a TMX, XLIFF or SGM file?), not source<TAB>target lines: extract its sentence "
+                "pairs into a text file of source<TAB>target lines first")
+    if line.startswith("{"):
+        import json
+
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            paths = [f".{k}" if re.fullmatch(r"[A-Za-z_]\w*", k) else f".{json.dumps(k)}" for k, v in record.items()
+                     if isinstance(v, str)]
+            for key, value in record.items():  # Hugging Face's {"translation": {"en": ..., "fr": ...}}
+                if isinstance(value, dict) and len(paths) < 2:
+                    outer = f".{key}" if re.fullmatch(r"[A-Za-z_]\w*", key) else f".{json.dumps(key)}"
+                    paths += [f"{outer}.{k}" if re.fullmatch(r"[A-Za-z_]\w*", k) else f"{outer}.{json.dumps(k)}"
+                              for k, v in value.items() if isinstance(v, str)]
+            fields = ", ".join(paths[:2]) if len(paths) >= 2 else ".SOURCE_KEY, .TARGET_KEY"
+            jq = f"jq -r '[{fields}] | join(\"\\t\")'"
+            command = f"zcat {_shell_path(path)} | {jq}" if gzipped else f"{jq} {_shell_path(path)}"
+            return f"a JSON record (JSON Lines?), not source<TAB>target: convert the file first, e.g. {command} > {tsv} (source key first)"
+    if path.name.lower().removesuffix(".gz").endswith(".csv") and "," in line:
+        return ("comma-separated (CSV), not tab-separated: convert the file first (its header line too, if it has one, "
+                f"is read as a pair: remove it), e.g. {'zcat ' + _shell_path(path) + ' | ' if gzipped else ''}python3 -c "
+                f"'import csv, sys; [print(row[0], row[1], sep=\"\\t\") for row in csv.reader(sys.stdin)]'"
+                f"{'' if gzipped else ' < ' + _shell_path(path)} > {tsv}")
+    return None
 
 
 class _TabbedSides:

@@ -19,6 +19,7 @@ import math
 import os
 import re
 import reprlib
+import shlex
 import types
 import typing
 import unicodedata
@@ -1002,6 +1003,17 @@ def _not_found(path: Path, source: str) -> RecipeNotFoundError:
     )
 
 
+def _utf16(data: bytes) -> tuple[str, str] | None:
+    """How `data` shows itself as UTF-16 (Windows editors save so), and iconv's name of its encoding; or None."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "it starts with a UTF-16 byte-order mark", "utf-16"
+    head = data[:200]
+    for zeros, code in ((head[1::2], "utf-16le"), (head[0::2], "utf-16be")):  # iconv's utf-16 without a mark: BE
+        if len(head) >= 4 and zeros.count(0) > len(head) / 4:
+            return "a NUL byte beside each of its letters", code
+    return None
+
+
 def _read_yaml(path: Path, source: str) -> Any:
     if not path.exists():
         raise _not_found(path, source)
@@ -1011,6 +1023,11 @@ def _read_yaml(path: Path, source: str) -> Any:
         raise RecipeError(source, [f"is a directory, not a recipe file{hint}"])
     try:
         data = path.read_bytes()
+        if utf16 := _utf16(data):  # "bad byte 0xff at line 1, column 1", or with no byte-order mark "control
+            # character 0x00, which YAML does not allow": both true, neither saying what the file is
+            how, code = utf16
+            raise RecipeError(source, [f"is UTF-16 text ({how}), not UTF-8: save it as UTF-8 (e.g. iconv -f {code} "
+                                       f"-t utf-8 {shlex.quote(str(path))} > {shlex.quote(str(path.with_name('utf8-' + path.name)))})"])
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
