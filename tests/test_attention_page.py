@@ -249,7 +249,7 @@ def _missing(what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(tmp_path_factory):
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
@@ -266,7 +266,10 @@ def browser():
                  "--window-size=1280,900", "--hide-scrollbars", "--force-device-scale-factor=1"):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    # Chromium leaves a folder of its own in TMPDIR (org.chromium.Chromium.*, its singleton socket) at every start:
+    # one in /tmp per test run, kept; here it goes in a temporary folder of pytest's
+    scratch = {**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))}
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path, env=scratch), options=options)
     try:
         yield driver
     finally:

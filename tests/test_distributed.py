@@ -1160,7 +1160,9 @@ def test_kill_9_of_the_launcher_leaves_no_worker_training_on(data: dict[str, Pat
     """kill -9 of `tfm train --nproc-per-node 2` (the pid the user sees), or of its whole process group (tfm and
     torchrun): torchrun and the workers went on training in the background to the end, writing the run. Now a
     lost parent is a SIGTERM: the workers save the step, every rank in it, and all of the job's processes end."""
-    proc, out = _start_two_processes(data, f"launcher-killed-{killed.replace(' ', '-')}")
+    scratch = data["root"] / f"tmp-{killed.replace(' ', '-')}"  # the job's TMPDIR, where tfm makes torchrun's log folder
+    scratch.mkdir()
+    proc, out = _start_two_processes(data, f"launcher-killed-{killed.replace(' ', '-')}", env_extra={"TMPDIR": str(scratch)})
     workers = [_worker(proc.pid, rank=r) for r in (0, 1)]
     agent = _parent(workers[0])
     assert agent != proc.pid  # tfm -> torchrun -> workers
@@ -1173,6 +1175,9 @@ def test_kill_9_of_the_launcher_leaves_no_worker_training_on(data: dict[str, Pat
         assert time.monotonic() < deadline, f"still running: {[pid for pid in [agent, *workers] if _alive(pid)]}"
         time.sleep(0.2)
     _saved_by_every_rank(out)
+    if killed == "tfm":  # torchrun removes the log folder tfm made for it (killed with tfm, neither can: the
+        # folder is left in the job's TMPDIR, here the test's own, as torchrun's own `torchelastic_*` ones are)
+        assert not [p.name for p in scratch.iterdir() if p.name.startswith("tfm-torchrun-")]
 
 
 @pytest.mark.slow
