@@ -363,6 +363,14 @@ def test_a_table_wider_than_the_terminal_is_printed_whole(monkeypatch: pytest.Mo
     common.print_table("Pieces", ["piece", "id"], [("▁Je", "419")])
     drawn = screen.getvalue()
     assert "┏" in drawn and "▁Je" in drawn and "419" in drawn and "\t" not in drawn  # it fits: a drawn table
+    # a title longer than the table is, a sentence given to `tokenize --encode`: rich wrapped it to the table's width,
+    # a column of words cut inside a Thai or Japanese word; now it is one line above the table, as the terminal wraps it
+    screen.seek(0)
+    screen.truncate(0)
+    title = "'ภาษาไทยเป็นภาษาที่สวยงาม 日本語の文章です。': 12 tokens"
+    common.print_table(title, ["piece", "id"], [("▁Je", "419")])
+    drawn = screen.getvalue().splitlines()
+    assert drawn[0] == title and drawn[1].startswith("┏") and any("▁Je" in line for line in drawn), drawn
 
 
 def test_bad_recipe_traceback_with_tfm_debug(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
@@ -111,7 +112,12 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
             table.add_column(_escape(column), justify="left" if i == 0 else "right")
         for row in rows:
             table.add_row(*(_escape(_cell(v, human=True)) for v in row))
-        if Measurement.get(out, out.options.update(max_width=1_000_000), table).maximum <= out.width:  # unclamped
+        width = Measurement.get(out, out.options.update(max_width=1_000_000), table).maximum  # unclamped
+        if width <= out.width:
+            if cell_len(title) > width:  # rich wrapped a long title to the table's width: a sentence given to
+                # `tokenize --encode` was a column of words above a narrow table, cut inside a Thai or CJK word
+                table.title = None
+                out.print(_escape(title), style="italic", soft_wrap=True)
             out.print(table)
             return
         # Wider than the terminal: rich cut every cell to "entro…", "0.…" (inspect-attn --summary at 80 columns);
