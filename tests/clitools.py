@@ -86,7 +86,7 @@ class ForkServer:
 
     def forkable(self, env: dict[str, str]) -> bool:
         """Whether a call's environment agrees with the server's on what was read once, when it started."""
-        read_at_start = {k for k in {*env, *self.env} if k.startswith(("PYTHON", "LD_"))} | set(FORKED_ENV)
+        read_at_start = {k for k in {*env, *self.env} if k.startswith(("PYTHON", "LD_", "TORCH_CPP_"))} | set(FORKED_ENV)
         return all(env.get(k) == self.env.get(k) for k in read_at_start)
 
     def run(

@@ -495,6 +495,98 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_a_process_waits_for_the_others_to_join_ends_at_once(tmp_path: Path, signum: int) -> None:
+    """A worker of the job that waits in `init_process_group` for the others (another node's, still reading its
+    corpus or never coming: gloo waits up to an hour) took no stop signal: Python's handler runs only when that C++
+    wait returns, so a Ctrl-C or SIGTERM did nothing until torchrun killed the worker 30 s later, and nothing was
+    said. Here the worker is started as torchrun starts rank 0 of two, and rank 1 never comes."""
+    import socket
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(ddp_recipe("bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
+    port = _free_port()
+    torchrun = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port)}
+    proc = start_tfm("train", str(recipe), "--out", str(tmp_path / "run"), "--device", "cpu", env_extra=torchrun)
+    try:
+        def listening() -> bool:  # rank 0 holds the job's store on the port, and waits there for rank 1
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        wait_until(proc, listening, "rank 0 never listened on its port", timeout=120)
+        time.sleep(1)  # inside the wait
+        started = time.monotonic()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = err.decode()
+    assert proc.returncode == 128 + signum, err
+    assert time.monotonic() - started < 10, err  # (torchrun's own end of it: 30 s, then SIGKILL)
+    name = signal.Signals(signum).name
+    assert err.strip().splitlines()[-1] == (
+        f"tfm train: stopped by {name} while the processes of the job were meeting: nothing was trained or written"
+    ), err
+    assert "Traceback" not in err and not (tmp_path / "run").exists(), err
+
+
+def _connected_to(pid: int, port: int) -> bool:
+    """Whether process `pid` holds an established TCP connection to `port` (Linux: /proc/net/tcp*)."""
+    try:
+        sockets = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    except OSError:
+        return False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table, encoding="ascii") as f:
+            for line in list(f)[1:]:
+                fields = line.split()
+                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01" and f"socket:[{fields[9]}]" in sockets:
+                    return True
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tells connections by /proc")
+def test_process_0_gone_while_the_processes_meet_is_one_error_line_on_another_node(tmp_path: Path) -> None:
+    """Process 0 of the job (another node's) ended while the workers met in `init_process_group`: a worker on this
+    node printed c10d's "recvValueWithTimeout failed" and 22 frames of C++, then exited 1 with no word of its own
+    (a lost peer while setting up is said by process 0, on its own console). Now it says what happened, once."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(ddp_recipe("bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
+    port = _free_port()
+    # as tfm's torchrun starts them: three nodes of one process each; the third never comes
+    job = {"WORLD_SIZE": "3", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           "TORCH_CPP_LOG_LEVEL": "ERROR"}
+    first = start_tfm("train", str(recipe), "--out", str(tmp_path / "run0"), "--device", "cpu", env_extra={**job, "RANK": "0"})
+    second = None
+    try:
+        wait_until(first, lambda: _connected_to(first.pid, port) or _listening(port), "process 0 never listened", timeout=120)
+        second = start_tfm("train", str(recipe), "--out", str(tmp_path / "run1"), "--device", "cpu", env_extra={**job, "RANK": "1"})
+        wait_until(second, lambda: _connected_to(second.pid, port), "process 1 never met process 0", timeout=120)
+        time.sleep(1)
+        first.kill()
+        _, err = second.communicate(timeout=60)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    err = err.decode()
+    assert second.returncode == 1, err
+    assert err.strip().splitlines() == [
+        f"Error: process 0 of the job (on another node, at 127.0.0.1:{port}) went away while the processes were meeting",
+        "hint: its node's console says why (an error, a stop); start the same command on every node again",
+    ], err
+    assert not (tmp_path / "run1").exists()
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tells torchrun's workers by /proc")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_while_waiting_for_the_other_nodes_ends_at_once(tmp_path: Path, signum: int) -> None:

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from tfm_cli.errors import TfmError
-from tfm_cli.signals import stop_with_parent
+from tfm_cli.signals import ending_on_stop_signals, stop_with_parent
 
 # How long a rank waits in a collective before the job is declared hung. Rank 0 alone evaluates on the dev set
 # (and writes the final model) while the others wait at the next collective, so this must outlast a full
@@ -206,7 +206,23 @@ def setup(device: torch.device) -> Distributed:
         torch.cuda.set_device(device)
     owns = not dist.is_initialized()
     if owns:
-        dist.init_process_group(backend_for(device), timeout=TIMEOUT)
+        def say(signum: int) -> None:  # once a node, not once a process
+            if local_rank == 0:
+                print(f"tfm train: stopped by {signal.Signals(signum).name} while the processes of the job were meeting: "
+                      "nothing was trained or written", file=sys.stderr)
+
+        try:
+            with ending_on_stop_signals(say):  # gloo's wait for the other processes took no signal (see there)
+                dist.init_process_group(backend_for(device), timeout=TIMEOUT)
+        except RuntimeError as error:
+            if not lost_a_peer(error) or rank - local_rank == 0:  # process 0 on this node: it says why it ended
+                raise
+            # process 0 is on another node, whose console alone says why it ended: this one said nothing, exit 1
+            where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+            raise RankError(
+                f"process 0 of the job (on another node, at {where}) went away while the processes were meeting",
+                hint="its node's console says why (an error, a stop); start the same command on every node again",
+            ) from None
     return Distributed(rank, local_rank, world_size, device, owns, f"tfm/rank-0-said-why/{next(_setups)}")
 
 

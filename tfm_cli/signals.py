@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # In the order that decides which one the ranks of a DDP job report when they received different ones: a
@@ -77,6 +77,56 @@ def held_stop_signals(deliver: bool = True) -> Iterator[None]:
         swap_handlers(previous)
         if came and deliver:
             previous[came[0]](came[0], None)
+
+
+@contextlib.contextmanager
+def ending_on_stop_signals(say: Callable[[int], None]) -> Iterator[None]:
+    """Over a block whose main thread waits inside C++ for other processes (joining a process group: gloo waits up
+    to an hour for the job's other workers), a stop signal ends the process at once, with 128 + the signal as its
+    status, once `say(signum)` has said so. Nothing may be written in the block: there is nothing to save.
+
+    Python runs a signal's handler in the main thread between two bytecodes, so one that came during such a wait
+    ran only when it returned: a Ctrl-C or SIGTERM to a node whose worker waited for another node's (still reading
+    its corpus, or never coming) did nothing, until torchrun killed the worker 30 s later, and no word was said.
+    The C-level handler writes the signal's number to a pipe (`signal.set_wakeup_fd`), which a thread here reads.
+    Only a signal whose handler stops the run (`stops_the_run`) ends it; the others are handled as usual after
+    the block, and so is one that came as the block ended (the main thread waits for the end meanwhile).
+    Outside the main thread, this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    import select
+
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    lock, done = threading.Lock(), threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if not select.select([read_end], [], [], 0.1)[0]:
+                continue
+            for signum in os.read(read_end, 64):
+                with lock:
+                    if done.is_set() or not stops_the_run(signal.getsignal(signum)):
+                        continue
+                    say(signum)
+                    with contextlib.suppress(OSError, ValueError):
+                        sys.stderr.flush()
+                    os._exit(128 + signum)  # with the lock held: the main thread goes no further
+
+    watcher = threading.Thread(target=watch, name="tfm-stop-while-waiting", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        with lock:
+            done.set()
+        signal.set_wakeup_fd(previous)
+        watcher.join()
+        os.close(read_end)
+        os.close(write_end)
 
 
 # The process that started this one, for `stop_with_parent`: `tfm train --nproc-per-node` sets it for torchrun,

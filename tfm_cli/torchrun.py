@@ -44,10 +44,10 @@ def main(argv: Sequence[str]) -> int:
     parent = os.environ.get(PARENT_ENV, "")
     owned = os.environ.pop(OWNED_LOGS_ENV, None)
     os.environ[PARENT_ENV] = str(os.getpid())  # for the workers, which stop when torchrun does
-    # torchrun's own C++ warnings: the agent of node 1, whose node 0 ends (a stop in its final phase, which rank 0
-    # does alone), printed c10d's "recvValueWithTimeout failed ... Exception raised from recvBytes" and 34 frames.
-    # Read when torch loads (below); the workers, started later, get the environment as it was given.
-    given_level = os.environ.get("TORCH_CPP_LOG_LEVEL")
+    # c10d's C++ warnings, torchrun's and its workers': the agent of node 1, whose node 0 ends (a stop in its final
+    # phase, which rank 0 does alone), printed "recvValueWithTimeout failed ... Exception raised from recvBytes" and
+    # 34 frames, and so did a worker whose process 0 ended while they met, before its own error line. Unless the
+    # user set a level (TORCH_CPP_LOG_LEVEL=WARNING shows them again).
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     # for the workers' resume hints: this node's own launcher options (`--node-rank 1 --master-addr ...`), which
     # they cannot tell from torchrun's environment (a hint of `--nnodes 2` alone was refused as it stood)
@@ -58,8 +58,6 @@ def main(argv: Sequence[str]) -> int:
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import main as torchrun
 
-    if given_level is None:
-        del os.environ["TORCH_CPP_LOG_LEVEL"]
 
     # torchrun's agent logged, after a worker's own one-line error, the SIGTERM it sends the other workers ("W...
     # Sending process N closing signal SIGTERM") and the failure ("E... failed (exitcode: 1) local_rank: 0 (pid:
