@@ -1402,6 +1402,74 @@ def test_a_start_on_a_bad_corpus_leaves_no_run_behind(root: Path, run: Path, tmp
         assert not out.exists(), sorted(p.name for p in out.iterdir())
 
 
+@pytest.mark.parametrize("shape", ["tatoeba-download", "pandas-index", "tatoeba-download-gzip"])
+def test_a_corpus_whose_side_is_an_id_column_is_refused_with_the_cut_of_its_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    """Tatoeba.org's own download (`id<TAB>sentence<TAB>id<TAB>translation`) and pandas' `to_csv(sep="\\t")`
+    (its index first, a header of `<TAB>fr<TAB>en`) were trained without a word: every source an id number, the
+    translation dropped. Now the file is refused, dry run or not, with the `cut` of its two text columns; run as
+    printed, it writes the pairs. Two columns of numbers and words (a task of its own) are read as before."""
+    pairs = [tuple(line.split("\t")[:2]) for line in _head(300).splitlines()]
+    if shape.startswith("tatoeba-download"):
+        text = "".join(f"{1000 + i}\t{s}\t{90000 + i}\t{t}\n" for i, (s, t) in enumerate(pairs))
+        fields = "2,4"
+    else:
+        text = "\tfr\ten\n" + "".join(f"{i}\t{s}\t{t}\n" for i, (s, t) in enumerate(pairs))
+        fields = "2,3"
+    gz = shape.endswith("gzip")
+    (tmp_path / "data").mkdir()
+    name = "pairs.tsv.gz" if gz else "pairs.tsv"
+    write(tmp_path / "data" / name, gzip.compress(text.encode()) if gz else text.encode())
+    monkeypatch.chdir(tmp_path)
+    for command in (["train", str(recipe(tmp_path, f"data/{name}")), "--dry-run", "--out", str(tmp_path / "dry")],
+                    ["tokenize", "--corpus", f"data/{name}", "--vocab-size", "300", "--out", str(tmp_path / "tok.json")]):
+        proc = tfm(*command, check=False)
+        line = error_line(proc, f"data/{name}: its source side (column 1) is a number on 100% of its first 200 lines, an id")
+        assert not (tmp_path / "tok.json").exists() and not (tmp_path / "dry").exists()
+    cut = re.search(r"\(e\.g\. (.*?)\)$", line)
+    assert cut and f"cut -f{fields}" in cut.group(1), line
+    subprocess.run(cut.group(1), shell=True, check=True)
+    read = [(s, t) for _, s, t in read_pairs(tmp_path / "data" / "text-pairs.tsv")]
+    assert read[-300:] == pairs and (shape != "pandas-index" or read[0] == ("fr", "en")), read[:2]
+    numbers = write(tmp_path / "numbers.tsv", "".join(f"{n}\t{w}\n" for n, w in enumerate(["zero", "one", "two", "three", "four", "five", "six"])))
+    assert len(list(read_pairs(numbers))) == 7  # numbers read out: two columns, nothing else in the file
+
+
+def test_a_first_line_of_column_names_is_warned_about(tmp_path: Path) -> None:
+    """`fr<TAB>en` or `source<TAB>target` on line 1 (a spreadsheet's, pandas' header) was trained as a sentence pair,
+    unsaid. Warned about now, dry run, start and tokenize alike, with the command that drops it; a first line of
+    short words (`Oui<TAB>Yes`) is a pair like any other."""
+    lines = _head(50)
+    for header in ("fr\ten", "source\ttarget", "pt-BR\ten_US"):
+        corpus = write(tmp_path / "h.tsv", f"{header}\n{lines}".encode())
+        proc = tfm("train", str(recipe(tmp_path, str(corpus))), "--dry-run", "--out", str(tmp_path / "dry"))
+        src, tgt = header.split("\t")
+        said = f"warning: data.train {corpus}: line 1 ({src!r} / {tgt!r}) reads as the names of the columns"
+        assert said in proc.stderr, proc.stderr
+        command = proc.stderr.split("remove it (e.g. ", 1)[1].splitlines()[0].removesuffix(")")
+        subprocess.run(command, shell=True, check=True)
+        assert (tmp_path / "no-header-h.tsv").read_text(encoding="utf-8") == lines
+    proc = tfm("tokenize", "--corpus", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "tok.json"))
+    assert f"warning: --corpus {corpus}: line 1 ('pt-BR' / 'en_US') reads as" in proc.stderr, proc.stderr
+    plain = write(tmp_path / "p.tsv", f"Oui\tYes\n{lines}".encode())
+    proc = tfm("train", str(recipe(tmp_path, str(plain))), "--dry-run", "--out", str(tmp_path / "dry"))
+    assert "names of the columns" not in proc.stderr, proc.stderr
+
+
+def test_a_tab_inside_a_sentence_of_a_three_column_file_is_warned_about(tmp_path: Path) -> None:
+    """In Tatoeba's and Anki's three columns (the third an attribution), a line of four had a tab inside a sentence,
+    the rest of it dropped without a word: only a file of two columns and a few more was warned about."""
+    lines = [f"{line}\tCC-BY 2.0 (France) Attribution: tatoeba.org" for line in _head(100).splitlines()]
+    lines[41] = "Je suis\tétudiant.\tI am a student.\tCC-BY 2.0"
+    corpus = write(tmp_path / "three.tsv", ("\n".join(lines) + "\n").encode())
+    proc = tfm("train", str(recipe(tmp_path, str(corpus))), "--dry-run", "--out", str(tmp_path / "dry"))
+    said = f"warning: data.train {corpus}: 1 of 100 lines has more than 3 tab-separated columns (line 42) where the others have 3"
+    assert said in proc.stderr, proc.stderr
+    command = proc.stderr.split("check them, e.g. ", 1)[1].splitlines()[0]
+    assert subprocess.run(command, shell=True, capture_output=True, text=True).stdout.split() == ["42"]
+
+
 def test_a_tab_inside_a_few_sentences_is_warned_about(tmp_path: Path) -> None:
     """`Je suis<TAB>étudiant.<TAB>I am a student.` trained the pair "Je suis" -> "étudiant." without a word: columns
     after the second are ignored (a Tatoeba or Anki export's attribution). A file whose lines mostly have two

@@ -409,34 +409,77 @@ def _shown(spec: str | os.PathLike, path: Path) -> str:
 
 @dataclass
 class TsvColumns:
-    """A TSV corpus's lines counted by columns as `read_pairs` reads them: two, or more (the columns after the
-    second are ignored: a Tatoeba or Anki export's attribution). A file of both kinds most likely has a tab inside
-    a few sentences, where the rest of the source became the target: `warning` says so."""
+    """A TSV corpus's lines counted by columns as `read_pairs` reads them (the columns after the second are ignored: a
+    Tatoeba or Anki export's attribution), for `warning`: a file most of whose lines have K columns and a few more
+    most likely has a tab inside a few sentences, where the rest of the source became the target (of two columns)
+    or was dropped (of three); and a first line of column names, which is trained as a pair like any other."""
 
     shown: str = ""  # the file, as messages name it
-    two: int = 0  # lines of exactly two columns
-    more: int = 0  # lines of three or more
-    first_more: list[int] = field(default_factory=list)  # the first few of those (line numbers)
+    by_count: dict[int, int] = field(default_factory=dict)  # number of columns -> lines
+    first_of: dict[int, list[int]] = field(default_factory=dict)  # number of columns -> its first few lines
+    header: tuple[str, str] | None = None  # line 1, when it reads as column names
 
     def count(self, line_no: int, columns: int) -> None:
-        if columns > 2:
-            self.more += 1
-            if len(self.first_more) < 3:
-                self.first_more.append(line_no)
-        else:
-            self.two += 1
+        self.by_count[columns] = self.by_count.get(columns, 0) + 1
+        first = self.first_of.setdefault(columns, [])
+        if len(first) < 3:
+            first.append(line_no)
 
     def warning(self) -> str | None:
-        """What to say of a file whose lines mostly have two columns and some more, or None."""
-        if not (self.two and self.more):
+        """What to say of the file (its columns, a header line), or None."""
+        said = [w for w in (self._columns_warning(), self._header_warning()) if w]
+        return "; and ".join(said) or None
+
+    def _columns_warning(self) -> str | None:
+        if len(self.by_count) < 2:
             return None
-        lines = ", ".join(map(str, self.first_more)) + (", ..." if self.more > len(self.first_more) else "")
+        usual = max(self.by_count, key=lambda k: (self.by_count[k], -k))  # the most lines; of a tie, the fewer columns
+        more = sorted(k for k in self.by_count if k > usual)
+        if not more:  # fewer columns than the others (an attribution left out): nothing is lost
+            return None
+        n = sum(self.by_count[k] for k in more)
+        first = sorted(line for k in more for line in self.first_of[k])[:3]
+        lines = ", ".join(map(str, first)) + (", ..." if n > len(first) else "")
+        total = sum(self.by_count.values())
+        check = f"zcat -f {_shell_path(Path(self.shown))} | awk -F'\\t' 'NF > {usual} {{print NR}}'"
+        if usual == 2:
+            return (
+                f"{self.shown}: {n:,} of {total:,} lines {'has' if n == 1 else 'have'} more than two tab-separated columns "
+                f"(line{'s' if n > 1 else ''} {lines}) where the others have two: a tab inside a sentence makes "
+                f"the rest of it the target, and columns after the second are ignored; check them, e.g. {check}"
+            )
         return (
-            f"{self.shown}: {self.more:,} of {self.two + self.more:,} lines {'has' if self.more == 1 else 'have'} more than two tab-separated columns "
-            f"(line{'s' if self.more > 1 else ''} {lines}) where the others have two: a tab inside a sentence makes "
-            "the rest of it the target, and columns after the second are ignored; check them, e.g. "
-            f"zcat -f {_shell_path(Path(self.shown))} | awk -F'\\t' 'NF > 2 {{print NR}}'"
+            f"{self.shown}: {n:,} of {total:,} lines {'has' if n == 1 else 'have'} more than {usual} tab-separated columns "
+            f"(line{'s' if n > 1 else ''} {lines}) where the others have {usual}: a tab inside a sentence makes the rest "
+            f"of it another column, and columns after the second are ignored; check them, e.g. {check}"
         )
+
+    def _header_warning(self) -> str | None:
+        if self.header is None:
+            return None
+        src, tgt = self.header
+        path = Path(self.shown)
+        out = shlex.quote(str(path.with_name("no-header-" + path.name.removesuffix(".gz"))))
+        name = _shell_path(path)
+        cut = f"zcat {name} | tail -n +2 > {out}" if path.name.endswith(".gz") else f"tail -n +2 {name} > {out}"
+        return (
+            f"{self.shown}: line 1 ({src!r} / {tgt!r}) reads as the names of the columns, and is trained as a sentence "
+            f"pair like the others: remove it (e.g. {cut})"
+        )
+
+
+# What a first line of column names holds: a language's code (fr, en, pt-BR, zh_Hans) or a word that names a side
+# (ISO 639-1's two letters, lower case, or a few of ISO 639-3's three: "Oui<TAB>Yes" is a sentence pair)
+_HEADER_WORD = re.compile(
+    r"([a-z]{2}|eng|fra|deu|spa|ita|por|rus|zho|cmn|jpn|kor|ara|nld|tur|pol|ukr|ces|swe|fin|hin)([-_][A-Za-z]{2,4})?"
+    r"|(?i:(source|target|src|tgt|input|output|text|translation|sentence|reference|ref|hypothesis|original|english|"
+    r"french|german|spanish|[a-z]+_(text|sentence|lang))s?)"
+)
+
+
+def _looks_like_header(src: str, tgt: str) -> bool:
+    """Whether a first line's two sides are column names (`fr<TAB>en`, `source<TAB>target`), not a sentence pair."""
+    return src.strip() != tgt.strip() and all(_HEADER_WORD.fullmatch(side.strip()) for side in (src, tgt))
 
 
 PROGRESS_EVERY = 30.0  # seconds between two progress lines while a large corpus is read
@@ -541,10 +584,15 @@ def _read_tsv(path: Path, shown: str, option: str | None = None, columns: TsvCol
     n = full = 0  # lines, and lines with text on both sides
     if columns is not None:
         columns.shown = shown
+    ids = _IdColumns(shown, path)
     for line_no, text in _read_lines(path, shown):
         parts = text.split("\t", 2)  # columns after the second (a Tatoeba/Anki attribution) are ignored
-        if columns is not None:  # a trailing tab (an empty third column) cuts no sentence: two columns
-            columns.count(line_no, len(parts) if len(parts) < 3 or parts[2].strip() else 2)
+        if columns is not None:  # trailing tabs (empty columns at the end) cut no sentence
+            columns.count(line_no, len(text.rstrip("\t \u00a0").split("\t")))
+            if line_no == 1 and len(parts) >= 2 and _looks_like_header(parts[0], parts[1]):
+                columns.header = (parts[0], parts[1])
+        if ids.looking:
+            ids.look(text)
         if len(parts) < 2:
             what = "is blank" if not text else "holds only whitespace" if not text.strip() else "has no tab"
             # the two files as the user gives them: a recipe's list, or the option twice on a command line
@@ -558,6 +606,8 @@ def _read_tsv(path: Path, shown: str, option: str | None = None, columns: TsvCol
         n += 1
         full += has_text(parts[0]) and has_text(parts[1])
         yield line_no, parts[0], parts[1]
+    if ids.looking:
+        ids.verdict()
     if n == 0:
         raise CorpusError(f"{shown} contains no sentence pairs: expected source<TAB>target lines")
     if full == 0:
@@ -603,6 +653,53 @@ def _other_format(text: str, path: Path) -> str | None:
                 f"'import csv, sys; [print(row[0], row[1], sep=\"\\t\") for row in csv.reader(sys.stdin)]'"
                 f"{'' if gzipped else ' < ' + _shell_path(path)} > {tsv}")
     return None
+
+
+class _IdColumns:
+    """Over a TSV file's first LOOK lines: whether its first or second column is a number on nearly every line, where
+    the other is text, and so is a column after them. Tatoeba's own download (`id<TAB>sentence<TAB>id<TAB>translation`) and a pandas `to_csv(sep="\\t")`
+    (its index first) were read so without a word: every source an id number. `verdict` raises CorpusError for such
+    a file, with the `cut` of its two text columns."""
+
+    LOOK = 200
+
+    def __init__(self, shown: str, path: Path) -> None:
+        self.shown, self.path = shown, path
+        self.rows: list[list[str]] = []
+        self.looking = True
+
+    def look(self, text: str) -> None:
+        self.rows.append(text.split("\t"))
+        if len(self.rows) >= self.LOOK:
+            self.verdict()
+
+    def verdict(self) -> None:
+        self.looking = False
+        rows = [r for r in self.rows if len(r) >= 2]
+        if len(rows) < 5:
+            return
+        width = max(len(r) for r in rows)
+        numeric = [sum(i < len(r) and _NUMBER.fullmatch(r[i]) is not None for r in rows) / len(rows) for i in range(width)]
+        text = [i for i in range(width) if numeric[i] < 0.5 and sum(i < len(r) and has_text(r[i]) for r in rows) > len(rows) / 2]
+        found = next(((side, i) for side, i, other in (("source", 0, 1), ("target", 1, 0))
+                      if numeric[i] >= 0.9 and numeric[other] < 0.5), None)
+        if found is None or not any(k >= 2 for k in text):  # two columns, numbers and words: a task of its own
+            return  # (numbers read out, dates written out); the ids are said where a column after them holds text
+        side, i = found
+        name = _shell_path(self.path)
+        fields = ",".join(str(k + 1) for k in text[:2])
+        out = shlex.quote(str(self.path.with_name("text-" + self.path.name.removesuffix(".gz"))))
+        cut = (f"e.g. {'zcat -f ' + name + ' | cut' if self.path.name.endswith('.gz') else 'cut'} -f{fields}"
+               f"{'' if self.path.name.endswith('.gz') else ' ' + name} > {out}" if len(text) >= 2
+               else "keep the source and the target, in that order")
+        raise CorpusError(
+            f"{self.shown}: its {side} side (column {i + 1}) is a number on {numeric[i]:.0%} of its first {len(rows):,} "
+            f"lines, an id or a row number (Tatoeba's download, a pandas index?): tfm reads column 1 as the source and "
+            f"column 2 as the target; cut the file down to its two text columns first ({cut})"
+        )
+
+
+_NUMBER = re.compile(r"\s*[-+#]?\d[\d.,:_ ]*\s*")  # an id, a row number (a count written 1,000)
 
 
 class _TabbedSides:
