@@ -244,6 +244,38 @@ def test_a_corpus_already_cut_by_sentencepiece_is_said(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "U+2581" not in proc.stderr, proc.stderr
 
 
+
+def test_a_corpus_already_cut_by_subword_nmt_is_said_by_tokenize_and_the_dry_run(tmp_path: Path) -> None:
+    """subword-nmt's BPE (`étu@@ diant`), fairseq's preprocessing, was read as text without a word, and the model
+    learnt to write `@@`; and the dry run, which says what a start would, left out the SentencePiece warning that
+    the start's tokenizer training gave. Both are said now, with a command that undoes the BPE."""
+    rows = _texts(400)
+    pairs = list(zip(rows[::2], rows[1::2], strict=True))
+
+    def cut(text: str) -> str:  # every word of four letters or more cut after its second, as BPE cuts rare words
+        return " ".join(w[:2] + "@@ " + w[2:] if len(w) >= 4 and w.isalpha() else w for w in text.split(" "))
+
+    bpe = tmp_path / "bpe.tsv"
+    bpe.write_text("".join(f"{cut(s)}\t{cut(t)}\n" for s, t in pairs), encoding="utf-8")
+    proc = tfm("tokenize", "--corpus", str(bpe), "--vocab-size", "300", "--out", str(tmp_path / "a.json"))
+    said = re.search(rf"warning: --corpus {re.escape(str(bpe))}: \d+% of its {len(pairs)} pairs hold '@@ ', the joiner of subword-nmt's BPE.*undo the BPE first \((sed -r '.*?')\)", proc.stderr)
+    assert said, proc.stderr
+    undone = subprocess.run(f"{said.group(1)} {bpe}", shell=True, capture_output=True, text=True, check=True).stdout
+    assert undone == "".join(f"{s}\t{t}\n" for s, t in pairs)
+    spm = tmp_path / "spm.tsv"
+    spm.write_text("".join(f"▁{s.replace(' ', ' ▁')}\t▁{t.replace(' ', ' ▁')}\n" for s, t in pairs), encoding="utf-8")
+    for corpus, mark in ((bpe, "hold '@@ '"), (spm, "hold ▁ (U+2581)")):
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text(clitools.tiny_recipe("seg", data={"train": str(corpus), "dev": None}), encoding="utf-8")
+        proc = tfm("train", str(recipe), "--dry-run", "--out", str(tmp_path / "dry"))
+        assert f"warning: data.train {corpus}: " in proc.stderr and mark in proc.stderr, proc.stderr
+    plain = tmp_path / "plain.tsv"  # an email address or a handle holds @@ seldom, and no joiner: nothing said
+    plain.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    recipe.write_text(clitools.tiny_recipe("seg", data={"train": str(plain), "dev": None}), encoding="utf-8")
+    proc = tfm("train", str(recipe), "--dry-run", "--out", str(tmp_path / "dry"))
+    assert "subword" not in proc.stderr and "U+2581" not in proc.stderr, proc.stderr
+
+
 def test_tokenize_measures_the_pairs_train_keeps(tmp_path: Path) -> None:
     """A pair with an empty side (a bare tab, a side of spaces) counted among tokenize's sentences and in its
     token means, where `tfm train` skips it: the two commands disagreed on the corpus."""

@@ -509,38 +509,65 @@ def tokenizer_texts(spec: CorpusSpec, say: Callable[[str], None], option: str | 
     def texts() -> Iterator[str]:
         what = next(passes, "")
         said = now_and_then(PROGRESS_EVERY, lambda text, seconds: say(f"{text} so far ({seconds:,.0f}s)"))
-        marked = read = 0
         first = what.endswith("(pass 1 of 2)")
+        look = Segmented(spec, option)
         for read, (_, src, tgt) in enumerate(read_pairs(spec, option=option), start=1):
-            marked += SPM_MARK in src or SPM_MARK in tgt
+            if first:
+                look.look(src, tgt)
             yield src
             yield tgt
             said(f"tokenizer: {read:,} pairs read {what}")
             if first and read == SPM_SAMPLE:  # said at the start, not after a first pass of minutes
-                _warn_spm(say, spec, option, marked, read)
+                if warning := look.warning():
+                    say(f"warning: {warning}")
                 first = False
-        if first:
-            _warn_spm(say, spec, option, marked, read)
+        if first and (warning := look.warning()):
+            say(f"warning: {warning}")
 
     return texts
 
 
-SPM_SAMPLE = 1000  # the first pairs, which tell a corpus cut into SentencePiece's pieces
-
-
-def _warn_spm(say: Callable[[str], None], spec: CorpusSpec, option: str | None, marked: int, read: int) -> None:
-    """Say, when most of the `read` pairs hold ▁, that the corpus looks cut into SentencePiece's pieces."""
-    if read >= 10 and marked >= read / 2:
-        files = " and ".join(map(str, spec)) if isinstance(spec, (list, tuple)) else str(spec)
-        say(
-            f"warning: {option or 'data.train'} {files}: {marked / read:.0%} of its {'first ' if read == SPM_SAMPLE else ''}"
-            f"{read:,} pairs hold ▁ (U+2581), as text encoded by SentencePiece does: tfm learns its subwords from plain "
-            "text and reads ▁ as a space, so its translations will not be in SentencePiece's pieces; decode the corpus "
-            "first (spm_decode), or train on the plain text"
-        )
-
-
+SPM_SAMPLE = 1000  # the first pairs, which tell a corpus already cut into subwords
 SPM_MARK = "\u2581"  # "▁": SentencePiece's word-start mark, which a corpus already cut into its pieces is full of
+_BPE_JOINER = re.compile(r"\w@@( |$)")  # subword-nmt's `étu@@ diant`: a piece that goes on in the next
+
+
+class Segmented:
+    """Whether a corpus's first SPM_SAMPLE pairs are already cut into subwords: SentencePiece's pieces (`▁Je ▁suis
+    ▁étud iant .`) or subword-nmt's BPE (`Je suis étu@@ diant .`, fairseq's preprocessing), as many Marian, OpenNMT
+    and fairseq users have theirs. tfm learns its subwords from plain text: the marks were read as text, and its
+    translations would hold them. `look` at each pair, then `warning`."""
+
+    def __init__(self, spec: CorpusSpec, option: str | None = None) -> None:
+        self.spec, self.option = spec, option
+        self.read = self.spm = self.bpe = 0
+
+    def look(self, src: str, tgt: str) -> None:
+        if self.read < SPM_SAMPLE:
+            self.read += 1
+            self.spm += SPM_MARK in src or SPM_MARK in tgt
+            self.bpe += _BPE_JOINER.search(src) is not None or _BPE_JOINER.search(tgt) is not None
+
+    def warning(self) -> str | None:
+        """What to say of the corpus (after "warning: "), or None."""
+        if self.read < 10:
+            return None
+        files = " and ".join(map(str, self.spec)) if isinstance(self.spec, (list, tuple)) else str(self.spec)
+        share = f"of its {'first ' if self.read == SPM_SAMPLE else ''}{self.read:,} pairs"
+        where = f"{self.option or 'data.train'} {files}"
+        if self.spm >= self.read / 2:
+            return (
+                f"{where}: {self.spm / self.read:.0%} {share} hold ▁ (U+2581), as text encoded by SentencePiece does: tfm "
+                "learns its subwords from plain text and reads ▁ as a space, so its translations will not be in "
+                "SentencePiece's pieces; decode the corpus first (spm_decode), or train on the plain text"
+            )
+        if self.bpe >= self.read / 4:  # a short sentence may hold no word cut in two
+            return (
+                f"{where}: {self.bpe / self.read:.0%} {share} hold '@@ ', the joiner of subword-nmt's BPE (fairseq's "
+                "preprocessing): tfm learns its subwords from plain text, so its translations would hold @@; undo the "
+                "BPE first (sed -r 's/(@@ )|(@@ ?$)//g'), or train on the plain text"
+            )
+        return None
 
 
 def read_pairs(

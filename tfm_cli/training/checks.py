@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tfm_cli.checkpoint import config_in_metadata, read_metadata, tokenizer_folder
-from tfm_cli.corpus import TsvColumns, read_pairs, resolve_corpus_path
+from tfm_cli.corpus import SPM_SAMPLE, Segmented, TsvColumns, read_pairs, resolve_corpus_path
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, human_size, shell_word
 from tfm_cli.files import DirectoryLock, nearest_existing, utf8_name
 from tfm_cli.recipe import (
@@ -425,9 +425,12 @@ def scan_corpora(
         if spec is None:
             continue
         columns = TsvColumns()
+        segmented = Segmented(spec) if key == "data.train" else None  # as the start's tokenizer training says
         n = 0
         for _, s, t in read_pairs(spec, columns=columns):
             n += 1
+            if segmented is not None and n <= SPM_SAMPLE:
+                segmented.look(s, t)
             if progress is not None and n % 100_000 == 0:
                 progress(key, n)
             if look and key == "data.dev":
@@ -436,10 +439,9 @@ def scan_corpora(
                 found.add(pair)
         counts[key] = n
         held.discard(("", ""))
-        if warning := columns.warning():
-            said[key] = f"{key} {warning}"
+        said[key] = [f"{key} {w}" for w in (columns.warning(),) if w] + [w for w in (segmented and segmented.warning(),) if w]
     if warnings is not None:
-        warnings += [said[key] for key in ("data.train", "data.dev") if key in said]
+        warnings += [w for key in ("data.train", "data.dev") for w in said.get(key, [])]
         if warning := same or (_dev_in_train(recipe, found, held) if held else None):
             warnings.append(warning)
     return {key: counts[key] for key in ("data.train", "data.dev") if key in counts}
