@@ -472,6 +472,27 @@ def test_names_from_other_toolkits_point_to_the_key_that_means_them():
         "decode.length_penalty": "tfm's is decode.alpha",
         "train.update_freq": "tfm's is train.accum_steps",
         "train.warmup_step": "did you mean train.warmup_steps?",  # a look-alike still
+        # OpenNMT's valid_steps was "did you mean train.max_steps?", Hugging Face's eval_steps train.eval_sentences,
+        # embed_dim model.tie_embeddings: each a look-alike of another meaning; hidden_size and others got none
+        "train.valid_steps": "tfm's is train.eval_every",
+        "train.eval_steps": "tfm's is train.eval_every",
+        "train.validate_interval_updates": "tfm's is train.eval_every",
+        "train.save_interval_updates": "tfm's is train.save_every",
+        "train.save_checkpoint_steps": "tfm's is train.save_every",
+        "model.embed_dim": "tfm's is model.d_model",
+        "model.hidden_size": "tfm's is model.d_model",
+        "model.word_vec_size": "tfm's is model.d_model",
+        "model.encoder_embed_dim": "tfm's is model.d_model",
+        "model.dim-emb": "tfm's is model.d_model",  # Marian's, written with a hyphen
+        "model.transformer_ff": "tfm's is model.d_ff",
+        "model.encoder_ffn_embed_dim": "tfm's is model.d_ff",
+        "model.encoder_attention_heads": "tfm's is model.n_heads",
+        "model.transformer-heads": "tfm's is model.n_heads",
+        "model.layers": "tfm's is model.n_enc_layers (and model.n_dec_layers",
+        "data.valid": "tfm's is data.dev",
+        "validation": "tfm's is data.dev",
+        "data.valid-sets": "tfm's is data.dev",
+        "tokenizer.bpe_size": "tfm's is tokenizer.vocab_size",
     }
     for key, hint in said.items():
         with pytest.raises(RecipeError) as excinfo:
