@@ -333,6 +333,35 @@ def test_a_translator_that_has_translated_pickles_and_deep_copies(parts, tmp_pat
     assert [(r.text, r.score) for r in t.translate(SOURCES, n_best=2)] == expected  # the original still works
 
 
+def test_a_pickled_onnx_translator_whose_export_was_replaced_is_refused(parts, tmp_path: Path) -> None:
+    """A Translator of an ONNX export pickles as the export's path (onnxruntime's sessions cannot be pickled): a
+    worker that unpickled it after `tfm export --force` had replaced the export translated with the other model,
+    unsaid (24 of 30 sentences differed), while the parent went on with the first. Now it is refused, in one
+    line; loaded anew, the new export is used."""
+    pytest.importorskip("onnxruntime")
+    from tfm_cli.errors import CheckpointError
+    from tfm_cli.export import run_export
+
+    model, tok = parts
+    run = _run_dir(tmp_path / "run", parts, None)
+    run_export("onnx", run, tmp_path / "onnx", verify_lines=0)
+    t = Translator.load(tmp_path / "onnx", max_len_offset=6)
+    pickled = pickle.dumps(t)
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    run2 = _run_dir(tmp_path / "run2", (other, tok), None)
+    run_export("onnx", run2, tmp_path / "onnx", verify_lines=0, force=True)
+    with pytest.raises(CheckpointError) as caught:
+        pickle.loads(pickled)
+    assert str(caught.value).startswith(f"{(tmp_path / 'onnx').resolve()} holds another export than the one this engine "
+                                        "was pickled from (its encoder.onnx and decoder.onnx changed"), caught.value
+    assert "\n" not in str(caught.value) and "Translator.load" in caught.value.hint
+    fresh = Translator.load(tmp_path / "onnx", max_len_offset=6)
+    assert pickle.loads(pickle.dumps(fresh)).translate(SOURCES) == fresh.translate(SOURCES)
+
+
 def test_greedy_equals_beam_one(translator: Translator) -> None:
     greedy = translator.translate(SOURCES, greedy=True)
     beam1 = translator.translate(SOURCES, beam=1, alpha=0.0)
