@@ -8,6 +8,7 @@ search runs on both engines. A random pre-norm, learned-positions, untied model 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -28,7 +29,8 @@ from tfm_cli.model import ModelConfig, Transformer, padding_mask  # noqa: E402
 from tfm_cli.runs import FINAL  # noqa: E402
 from tfm_cli.translator import Translator  # noqa: E402
 
-FILES = ["encoder.onnx", "decoder.onnx", "config.json", "tokenizer.json", "recipe.yaml", "onnx.json", "tfm-export.json"]
+FILES = ["encoder.onnx", "decoder.onnx", "config.json", "tokenizer.json", "recipe.yaml", "onnx.json", "translate.py", "README.md",
+         "tfm-export.json"]
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +106,39 @@ def test_cli_onnxruntime_equals_torch(exported, trained) -> None:
     assert got == want and len(got.splitlines()) == 200
     greedy = tfm("translate", "--model", str(exported[0]), "--greedy", "Je suis étudiant.").stdout
     assert greedy == tfm("translate", "--model", str(trained["dir"]), "--precision", "fp32", "--greedy", "Je suis étudiant.").stdout
+
+
+def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm_greedy(exported, trained, tmp_path: Path) -> None:
+    """The export was usable only through tfm (`Translator.load`): its graphs' protocol (the `</s>` a source ends
+    with, `<s>` at position 0, the empty cache, the ids never output, the length limit) was nowhere written. Now the
+    folder has a README.md saying it and a translate.py of onnxruntime, numpy and tokenizers alone, which, run from
+    another directory with torch and tfm unimportable, prints `tfm translate --greedy`'s translations, line for
+    line: blank lines, a line longer than the model takes and characters spelled in byte tokens included."""
+    import subprocess
+    import sys
+
+    out = exported[0]
+    lines = [*trained["sources"][:60], "", "   ", "Je suis étudiant. " * 40, "Où est 東京 ? 🙂", "\u200b"]
+    text = "".join(line + "\n" for line in lines)
+    want = tfm("translate", "--model", str(out), "--greedy", stdin=text, check=False)
+    assert want.returncode == 0, want.stderr
+    # torch and tfm_cli made unimportable: the script must not need them
+    blocked = ("import runpy, sys; sys.modules['torch'] = sys.modules['tfm_cli'] = None; sys.argv = [sys.argv[1]]; "
+               "runpy.run_path(sys.argv[0], run_name='__main__')")
+    got = subprocess.run([sys.executable, "-c", blocked, str(out / "translate.py")], input=text.encode(), capture_output=True,
+                         cwd=tmp_path, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert got.returncode == 0, got.stderr.decode()
+    assert got.stdout.decode().splitlines() == want.stdout.splitlines() and len(want.stdout.splitlines()) == len(lines)
+    readme = (out / "README.md").read_text(encoding="utf-8")
+    config = json.loads((out / "config.json").read_text())
+    assert "python translate.py < source.txt" in readme and f"(B, {config['n_heads']}, 0, {config['d_model'] // config['n_heads']})" in readme
+    assert json.loads((out / "onnx.json").read_text())["decode"]["max_len_offset"] == _max_len_offset(trained)
+
+
+def _max_len_offset(trained) -> int:
+    from tfm_cli.translator import DecodeSettings
+
+    return DecodeSettings.from_run(trained["dir"]).max_len_offset
 
 
 def test_wrong_engine_for_the_model_is_one_line(exported, trained) -> None:

@@ -220,13 +220,22 @@ def export_onnx(loaded: LoadedModel, out: Path, sources: list[str], opset: int |
     if recipe.is_file():
         shutil.copyfile(recipe, out / "recipe.yaml")
         files.append("recipe.yaml")
+    from tfm_cli.translator import DecodeSettings
+
+    settings = DecodeSettings.from_run(loaded.run_dir)
     manifest = {
         "format": FORMAT, "tfm_version": __version__, "opset": opset, "step": loaded.step,
         "source": str(loaded.path), "tokenizer_sha256": loaded.tokenizer.sha256,
+        "decode": {"beam": settings.beam, "alpha": settings.alpha, "max_len_offset": settings.max_len_offset,
+                   "min_len": settings.min_len},
         **names,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     files.append(MANIFEST)
+    # for onnxruntime without tfm: a greedy search of a few lines, and what the graphs take and give
+    shutil.copyfile(Path(__file__).with_name("onnx_translate.py"), out / "translate.py")
+    (out / "README.md").write_text(_readme(config, opset, settings), encoding="utf-8")
+    files += ["translate.py", "README.md"]
     written = time.perf_counter() - started
 
     engine = OnnxEngine.open(out, config)
@@ -244,6 +253,59 @@ def export_onnx(loaded: LoadedModel, out: Path, sources: list[str], opset: int |
             f"Python: Translator.load({str(out)!r}), or OnnxEngine.open(...) for the searches in tfm_cli.decoding",
         ],
     )
+
+
+def _readme(config: ModelConfig, opset: int, settings) -> str:
+    """The export's README.md: its files, the two graphs' inputs and outputs, and how a search runs them."""
+    layers, heads, dk = config.n_dec_layers, config.n_heads, config.d_k
+    last = layers - 1
+    return f"""# A tfm model as ONNX graphs
+
+Exported by `tfm export --format onnx` (tfm {__version__}, opset {opset}, fp32): the Transformer split into an
+encoder graph and a decoder graph of one step over a key/value cache, as CTranslate2 and Hugging Face's Optimum
+split theirs.
+
+| file | what |
+| --- | --- |
+| encoder.onnx | source ids -> every decoder layer's cross-attention keys and values, computed once a sentence |
+| decoder.onnx | one decoding step: the previous token -> the next token's logits, and the cache one position longer |
+| config.json | the architecture ({config.n_enc_layers}+{layers} layers, d_model {config.d_model}, {heads} heads, vocabulary {config.vocab_size:,}) |
+| tokenizer.json | the tokenizer (Hugging Face `tokenizers`): normalisation, the joint BPE, the byte fallback |
+| onnx.json | the graphs' input and output names, and the run's decode settings |
+| translate.py | a greedy translator of stdin with onnxruntime, numpy and tokenizers alone (no tfm, no torch) |
+
+## Translate
+
+With tfm: `tfm translate --model THIS_FOLDER` (beam search with the run's settings, beam {settings.beam}, alpha
+{settings.alpha:g}), or `Translator.load("THIS_FOLDER")` in Python. Without it:
+
+```
+pip install onnxruntime numpy tokenizers
+python translate.py < source.txt > translations.txt
+```
+
+translate.py searches greedily, one sentence at a time: the translations of `tfm translate --greedy --model
+THIS_FOLDER`. Read it for the whole protocol; in short:
+
+## The graphs
+
+Ids: `<pad>` {config.pad_id}, `<s>` {config.bos_id}, `</s>` {config.eos_id}, `<unk>` 3. B is the batch, S the source
+length, t the tokens decoded so far, H = {heads} heads of Dh = {dk}.
+
+- **encoder.onnx**: `src` (B, S) int64, each row the tokenizer's ids of a sentence (`encode(text,
+  add_special_tokens=False)`, at most {config.max_positions - 1} of them) followed by `</s>` ({config.eos_id}),
+  right-padded with {config.pad_id} -> `cross_k.0`, `cross_v.0`, ... `cross_k.{last}`, `cross_v.{last}`, float32 (B, H, S, Dh).
+- **decoder.onnx**: `last` (B, 1) int64, the previous token (`<s>` at the first step); `position` (1,) int64, how
+  many tokens came before it (0 at the first step); `src_mask` (B, S) bool, True on the source's tokens (not its
+  padding); the encoder's `cross_k.i` / `cross_v.i`; `past_k.i` / `past_v.i` (B, H, t, Dh), the cache (t = 0 at
+  the first step: arrays of shape (B, {heads}, 0, {dk})) -> `logits` (B, vocabulary) float32, raw (apply a
+  log-softmax for scores), and `present_k.i` / `present_v.i` (B, H, t + 1, Dh), the next step's `past`.
+
+tfm's search never outputs `<pad>`, `<s>` or `<unk>` (their scores -inf), ends a translation at `</s>`, and stops
+one at source length + {settings.max_len_offset} tokens (at most {config.max_positions - 1}), where `</s>` is forced.
+A beam search reorders `past` along the batch axis as beams are chosen; the cross-attention arrays stay per
+sentence.
+"""
 
 
 def _set_metadata(graph, values: dict[str, str]) -> None:

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Translate with a tfm ONNX export, without tfm or torch: onnxruntime, numpy and Hugging Face tokenizers only.
+
+`tfm export RUN --format onnx` copies this file into the export as translate.py:
+
+    pip install onnxruntime numpy tokenizers
+    python translate.py < source.txt > translations.txt
+
+One line in, one line out. Greedy search over the decoder's key/value cache, as `tfm translate --greedy --model
+EXPORT` searches (the same translations: the same graphs run in onnxruntime); for beam search, n-best lists and
+batches, use tfm itself (`tfm translate --model EXPORT`, or `Translator.load(EXPORT)` in Python). The folder's
+README.md describes the two graphs, for a search of your own.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+UNK = 3  # <unk> in tfm's vocabulary (<pad> 0, <s> 1, </s> 2, <unk> 3, then 256 byte tokens, then the pieces)
+
+
+class GreedyTranslator:
+    """The encoder and decoder-step graphs of an export folder, and its tokenizer."""
+
+    def __init__(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        decode = json.loads((folder / "onnx.json").read_text(encoding="utf-8")).get("decode", {})
+        self.pad, self.bos, self.eos = config["pad_id"], config["bos_id"], config["eos_id"]
+        self.layers, self.heads = config["n_dec_layers"], config["n_heads"]
+        self.head_dim = config["d_model"] // config["n_heads"]
+        self.max_positions = config["max_positions"]
+        self.max_len_offset = decode.get("max_len_offset", 50)  # output: at most source length + this many tokens
+        self.min_len = decode.get("min_len", 0)  # no end before this many tokens
+        # never outputs: padding, <s>, and <unk> where it is none of those
+        self.banned = [self.pad, self.bos] + ([UNK] if UNK not in (self.pad, self.bos, self.eos) else [])
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        self.encoder = ort.InferenceSession(str(folder / "encoder.onnx"), options, providers=["CPUExecutionProvider"])
+        self.decoder = ort.InferenceSession(str(folder / "decoder.onnx"), options, providers=["CPUExecutionProvider"])
+
+    def translate(self, sentence: str) -> str:
+        # the source: its pieces (the tokenizer normalises as tfm does), cut to what the model takes, then </s>
+        ids = self.tokenizer.encode(sentence, add_special_tokens=False).ids[: self.max_positions - 1]
+        if not ids:  # nothing left once normalised: nothing to translate
+            return ""
+        src = np.array([ids + [self.eos]], dtype=np.int64)  # (batch 1, source length)
+        cross = self.encoder.run(None, {"src": src})  # cross_k.0, cross_v.0, ...: (1, heads, source length, head dim)
+        feeds = {"src_mask": src != self.pad}  # True where a source token may be attended to
+        for i in range(self.layers):
+            feeds[f"cross_k.{i}"], feeds[f"cross_v.{i}"] = cross[2 * i], cross[2 * i + 1]
+        past = [np.zeros((1, self.heads, 0, self.head_dim), np.float32) for _ in range(2 * self.layers)]
+        max_len = max(1, min(len(ids) + min(self.max_len_offset, self.max_positions - 1), self.max_positions - 1))
+        out, last = [], self.bos
+        for position in range(max_len + 1):  # `position`: how many tokens came before `last` (<s> is at 0)
+            for i in range(self.layers):
+                feeds[f"past_k.{i}"], feeds[f"past_v.{i}"] = past[2 * i], past[2 * i + 1]
+            logits, *past = self.decoder.run(
+                None, {**feeds, "last": np.array([[last]], dtype=np.int64), "position": np.array([position], dtype=np.int64)}
+            )  # logits (1, vocabulary), then present_k.0, present_v.0, ...: the cache one position longer
+            scores = logits[0].astype(np.float64)
+            scores[self.banned] = -np.inf
+            if position < self.min_len and position < max_len:
+                scores[self.eos] = -np.inf
+            token = self.eos if position == max_len else int(scores.argmax())  # at the limit: the end
+            if token == self.eos:
+                break
+            out.append(token)
+            last = token
+        return self.tokenizer.decode(out)
+
+
+def main() -> None:
+    translator = GreedyTranslator(Path(__file__).resolve().parent)
+    for line in sys.stdin.buffer:
+        sentence = line.decode("utf-8").rstrip("\n").rstrip("\r")
+        print(translator.translate(sentence), flush=True)
+
+
+if __name__ == "__main__":
+    main()
