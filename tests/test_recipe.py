@@ -218,8 +218,19 @@ def test_missing_or_bad_name():
     with pytest.raises(RecipeError) as excinfo:
         recipe_from_dict({"name": "my run/1"})
     assert problems_of(excinfo) == [
-        "name='my run/1' may only use letters, digits, '.', '_' and '-' (it names runs/<name>/); "
+        "name='my run/1' may only use ASCII letters, digits, '.', '_' and '-' (it names runs/<name>/); "
         "try 'my-run-1'"
+    ]
+    for name, where in ((".", "runs/ itself"), ("..", "no folder inside runs/")):  # they use only what is allowed
+        with pytest.raises(RecipeError) as excinfo:
+            recipe_from_dict({"name": name})
+        assert problems_of(excinfo) == [
+            f"name={name!r} names no run folder of its own (runs/{name}/ is {where}): use a letter or digit, e.g. name: base"
+        ]
+    with pytest.raises(RecipeError) as excinfo:  # `name: no`, a boolean to YAML 1.1
+        recipe_from_dict({"name": False})
+    assert problems_of(excinfo) == [
+        "name=false must be a string (YAML 1.1 reads yes, no, on, off, true and false as booleans: put it in quotes)"
     ]
     assert validate_recipe(Recipe())[0].startswith("name='' must be a non-empty run name")
 
@@ -443,10 +454,12 @@ def test_an_override_without_a_value_or_with_a_comment_is_refused():
             parse_override(text)
         return problems_of(excinfo)
 
-    for key in ("data.dev", "tokenizer.path", "train.max_time", "train.max_steps"):
+    for key in ("data.dev", "tokenizer.path", "train.max_time"):
         assert refused(f"{key}=  ") == [
             f"override '{key}=  ' has no value (an unset shell variable?): give one, or {key}=null for none"
         ]
+    for key in ("train.max_steps", "name", "model.d_model"):  # null offered where it is no value of the key
+        assert refused(f"{key}=  ") == [f"override '{key}=  ' has no value (an unset shell variable?): give one"]
     assert refused("description=run #3") == [
         "override 'description=run #3': YAML reads ' #' and what follows as a comment (description='run'); quote the "
         "value: 'description=\"run #3\"'"
@@ -709,6 +722,19 @@ def test_a_utf16_recipe_is_named_so_with_the_encoding_iconv_reads(tmp_path, code
     assert path.read_bytes().decode(python_codec).lstrip("\ufeff") == text  # iconv's name is the file's encoding
     (tmp_path / "utf8-recipe.yaml").write_text(text, encoding="utf-8")
     assert load_recipe(tmp_path / "utf8-recipe.yaml").description == "café"
+
+
+def test_a_gzipped_recipe_is_named_so(tmp_path):
+    """A recipe.yaml.gz (or one gzipped under its own name) was "bad byte 0x8b at line 1, column 2"."""
+    import gzip
+
+    for name in ("recipe.yaml.gz", "recipe.yaml"):
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(b"name: x\n"))
+        with pytest.raises(RecipeError) as excinfo:
+            load_recipe(path)
+        plain = tmp_path / ("recipe.yaml" if name.endswith(".gz") else "plain-recipe.yaml")
+        assert problems_of(excinfo) == [f"is gzip-compressed, not YAML text: decompress it first (gunzip -c {path} > {plain})"]
 
 
 def test_empty_sections_take_defaults(tmp_path):

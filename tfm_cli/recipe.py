@@ -337,7 +337,8 @@ def _type_problem(key: str, value: Any, kind: str) -> str | None:
             if not _is_finite(value) or value <= 0:  # ".nan" was told to write "nanm"
                 return f"{bad} must be a positive time budget with a unit, e.g. 90s, 15m, 2h or 1h30m (or null for no time limit)"
             return f"{bad} needs a unit: write e.g. {value}m for minutes, {value}s or {value}h (or null for no time limit)"
-        quote = " (put it in quotes)" if isinstance(value, (bool, int, float, datetime.date)) else ""
+        quote = (" (YAML 1.1 reads yes, no, on, off, true and false as booleans: put it in quotes)" if isinstance(value, bool)
+                 else " (put it in quotes)" if isinstance(value, (int, float, datetime.date)) else "")
         if isinstance(value, (dict, list)):  # `description: [draft]`, or `description=a: b` on the command line
             quote = f" (YAML reads {'[...]' if isinstance(value, list) else 'a: b'} as {_a(value)}: put it in quotes)"
         return f"{bad} must be a string{' or null' if kind == 'str?' else ''}{quote}"
@@ -453,10 +454,13 @@ def _name_problem(name: str) -> str | None:
     where = "it names runs/<name>/"
     if not name:
         return f"name={name!r} must be a non-empty run name ({where}), e.g. name: base"
-    if not _NAME_RE.fullmatch(name) or name in (".", ".."):
+    if name.strip(".") == "":  # it uses only the characters allowed, and names no folder of its own
+        where = "runs/ itself" if name == "." else "no folder inside runs/"
+        return f"name={name!r} names no run folder of its own (runs/{name}/ is {where}): use a letter or digit, e.g. name: base"
+    if not _NAME_RE.fullmatch(name):
         ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()  # étude -> etude
         fix = re.sub(r"[^A-Za-z0-9._-]+", "-", ascii_name).strip("-.") or "run"
-        return f"name={name!r} may only use letters, digits, '.', '_' and '-' ({where}); try {fix!r}"
+        return f"name={name!r} may only use ASCII letters, digits, '.', '_' and '-' ({where}); try {fix!r}"
     return None
 
 
@@ -765,9 +769,12 @@ def parse_override(text: str) -> tuple[str, Any]:
     except RecursionError:  # [[[[... deeper than Python's recursion limit: PyYAML's reader recurses
         raise RecipeError("override", [f"override {_shown(text)} has a value nested too deeply to read"]) from None
     if not raw.strip():  # `data.dev=$DEV` with DEV unset: the dev set was dropped without a word (read as null)
+        section, _, name = key.rpartition(".")
+        nullable = _KINDS.get(section, {}).get(name, "").endswith("?")  # `name=null` was offered, then refused
         raise RecipeError(
             "override",
-            [f"override {_shown(text)} has no value (an unset shell variable?): give one, or {key}=null for none"],
+            [f"override {_shown(text)} has no value (an unset shell variable?): give one"
+             + (f", or {key}=null for none" if nullable else "")],
         )
     if value is None and raw.lstrip().startswith("#"):  # `data.train=#1.tsv` read as a comment: null, silently
         raise RecipeError(
@@ -1047,6 +1054,12 @@ def _read_yaml(path: Path, source: str) -> Any:
         raise RecipeError(source, [f"is a directory, not a recipe file{hint}"])
     try:
         data = path.read_bytes()
+        if data.startswith(b"\x1f\x8b"):  # "bad byte 0x8b at line 1, column 2"
+            plain_path = path.with_name(path.name.removesuffix(".gz"))
+            if plain_path == path or plain_path.exists():  # never over a file that is there
+                plain_path = path.with_name("plain-" + plain_path.name)
+            plain = shlex.quote(str(plain_path))
+            raise RecipeError(source, [f"is gzip-compressed, not YAML text: decompress it first (gunzip -c {shlex.quote(str(path))} > {plain})"])
         if utf16 := _utf16(data):  # "bad byte 0xff at line 1, column 1", or with no byte-order mark "control
             # character 0x00, which YAML does not allow": both true, neither saying what the file is
             how, code = utf16
