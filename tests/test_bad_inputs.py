@@ -1814,6 +1814,15 @@ def test_a_tokenizer_trained_on_other_text_is_warned_with_its_byte_share(root: P
         # the dry run, which encodes the corpus with that tokenizer too, says it as well (it said nothing)
         dry = tfm("train", str(root / "recipe.yaml"), f"tokenizer.path={tok}", "--out", str(tmp_path / "dry"), "--dry-run")
         assert f"warning: {line.removeprefix('warning: ')}" in dry.stderr.replace("\n", " "), dry.stderr
+        assert line.endswith("train one on this corpus with `tfm tokenize RECIPE`, or set tokenizer.path: null to have the run train one"), line
+        # one `tfm tokenize` left in the run directory, tokenizer.path null: "set tokenizer.path: null" could not help
+        left = tmp_path / "left"
+        left.mkdir()
+        shutil.copy(tok, left / "tokenizer.json")
+        dry = tfm("train", str(root / "recipe.yaml"), "--out", str(left), "--dry-run")
+        said = next(x for x in dry.stderr.splitlines() if "byte fallback" in x)
+        assert said.startswith(f"warning: the tokenizer {left / 'tokenizer.json'} encodes") and said.endswith(
+            f"(it replaces that file), or delete {left / 'tokenizer.json'} to have the run train one"), said
 
 
 def test_the_byte_share_is_counted_in_chunks_of_any_id_type() -> None:

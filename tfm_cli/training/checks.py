@@ -794,11 +794,17 @@ def foreign_tokenizer(recipe: Recipe, corpus, tokenizer: Tokenizer, where: str) 
     # a joiner, a variation selector or a combining mark printed bare shows as nothing: its code point instead
     shown = [c if unicodedata.category(c)[0] not in "CMZ" else f"U+{ord(c):04X}" for c in missing[:10]]
     named = f" (characters without a piece of their own: {' '.join(shown)}{' ...' if len(missing) > 10 else ''})" if missing else ""
+    if recipe.train.init_from:  # a fine-tuned model keeps its tokenizer: "set tokenizer.path: null" could not be done
+        fix = (f"a model fine-tuned from train.init_from keeps that model's tokenizer: train from scratch (train.init_from: "
+               "null) for one of this corpus's own")
+    elif where.startswith("tokenizer.path"):
+        fix = "train one on this corpus with `tfm tokenize RECIPE`, or set tokenizer.path: null to have the run train one"
+    else:  # one `tfm tokenize` left in the run directory (tokenizer.path is null already)
+        fix = f"train one on this corpus with `tfm tokenize RECIPE` (it replaces that file), or delete {where} to have the run train one"
     return (
         f"the tokenizer {where} encodes {share:.1%} of the training tokens as byte fallback"
         f"{f' and <unk> ({unk / total:.1%})' if unk else ''}{named}: it was trained on other text than data.train, "
-        "or its vocabulary is too small for this corpus's characters, and the model will spend its length on bytes; "
-        "train one on this corpus with `tfm tokenize RECIPE`, or set tokenizer.path: null"
+        f"or its vocabulary is too small for this corpus's characters, and the model will spend its length on bytes; {fix}"
     )
 
 
