@@ -106,6 +106,25 @@ def test_an_empty_path_is_refused_not_read_as_the_current_folder(tmp_path: Path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["recipe.yaml"]
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "recipe.yaml", "--out", "runs/x\r", "--dry-run"],
+        ["tokenize", "recipe.yaml", "--out", "tok.json\r"],
+        ["export", "run", "--format", "release", "--out", "exported\n"],
+    ],
+)
+def test_a_path_ending_in_a_line_end_is_refused(tmp_path: Path, command) -> None:
+    """A script saved with Windows line ends passes `--out runs/x\\r`: the run went into a folder whose name ends in
+    an invisible carriage return. Refused now, before anything is written."""
+    shutil.copy(Path(__file__).parents[1] / "recipes" / "tiny.yaml", tmp_path / "recipe.yaml")
+    proc = tfm(*command, cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    said = " ".join(proc.stderr.replace("│", " ").split())
+    assert "'--out' / '-o':" in said and ("ends with a carriage return" in said or "ends with a line feed" in said), said
+    assert "dos2unix" in said and sorted(p.name for p in tmp_path.iterdir()) == ["recipe.yaml"]
+
+
 # ---- a disk that fills up -------------------------------------------------------------------------------------
 
 

@@ -246,7 +246,18 @@ def given_path(value: str) -> Path:
     with RUN unset) is refused, where Path("") would quietly be the current directory."""
     if not value.strip():
         raise typer.BadParameter(_EMPTY_PATH)
+    _refuse_a_line_end(value)
     return Path(value)
+
+
+def _refuse_a_line_end(value: str) -> None:
+    """A path ending in a carriage return (a shell script saved with Windows line ends: `--out runs/x\\r` made a
+    folder whose name ends in an invisible character) or a line feed is refused."""
+    if value.endswith(("\r", "\n")):
+        raise typer.BadParameter(
+            f"{value!r} ends with a {'carriage return' if value.endswith(chr(13)) else 'line feed'}, which no name means to: "
+            "a script saved with Windows line ends (convert it: dos2unix SCRIPT)? Give the path without it"
+        )
 
 
 def file_path(example: str) -> Callable[[str], Path]:
@@ -257,6 +268,7 @@ def file_path(example: str) -> Callable[[str], Path]:
     def parse(value: str) -> Path:
         if not value.strip():
             raise typer.BadParameter(_EMPTY_PATH)
+        _refuse_a_line_end(value)
         if value.endswith(("/", os.sep)) or Path(value).name in ("", ".", ".."):
             inside = os.path.join(value or ".", example)
             raise typer.BadParameter(f"{value!r} names a folder, not a file: give a file path, e.g. {inside}")

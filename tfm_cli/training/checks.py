@@ -795,7 +795,7 @@ def foreign_tokenizer(recipe: Recipe, corpus, tokenizer: Tokenizer, where: str) 
     shown = [c if unicodedata.category(c)[0] not in "CMZ" else f"U+{ord(c):04X}" for c in missing[:10]]
     named = f" (characters without a piece of their own: {' '.join(shown)}{' ...' if len(missing) > 10 else ''})" if missing else ""
     if recipe.train.init_from:  # a fine-tuned model keeps its tokenizer: "set tokenizer.path: null" could not be done
-        fix = (f"a model fine-tuned from train.init_from keeps that model's tokenizer: train from scratch (train.init_from: "
+        fix = ("a model fine-tuned from train.init_from keeps that model's tokenizer: train from scratch (train.init_from: "
                "null) for one of this corpus's own")
     elif where.startswith("tokenizer.path"):
         fix = "train one on this corpus with `tfm tokenize RECIPE`, or set tokenizer.path: null to have the run train one"
