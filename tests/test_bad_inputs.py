@@ -1538,6 +1538,12 @@ def test_the_same_file_as_source_and_target_is_refused(root: Path, tmp_path: Pat
     proc = tfm("train", str(recipe(tmp_path, str(root / "train.tsv"), dev=f"[{src}, {src}]")), "--out", str(out),
                "--dry-run", check=False)
     error_line(proc, "data.dev: [", "names the same file as source and target")
+    # `tfm tokenize` learnt one language's pieces from it, without a word: refused as `tfm train` refuses it
+    tok = tmp_path / "tok.json"
+    for command in (["--corpus", str(src), "--corpus", str(tmp_path / "." / "train.fr")], [str(recipe(tmp_path, f"[{src}, {src}]"))]):
+        proc = tfm("tokenize", *command, "--vocab-size", "300", "--out", str(tok), check=False)
+        error_line(proc, "names the same file as source and target: the joint tokenizer would learn one language's pieces")
+        assert not tok.exists()
 
 
 def test_dev_sources_longer_than_the_model_are_said_and_a_huge_one_is_not_encoded_whole(root: Path, tmp_path: Path) -> None:

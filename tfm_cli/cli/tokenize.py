@@ -151,6 +151,15 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
         option = "--corpus"
     if spec is None:
         raise typer.BadParameter("give a RECIPE or --corpus to train on (or --encode TEXT to inspect)", param_hint="RECIPE")
+    from tfm_cli.training.checks import same_file
+
+    if isinstance(spec, list) and same_file(*spec):  # as `tfm train` refuses it: one language's pieces alone
+        pair = f"--corpus {shell_word(spec[0])} --corpus {shell_word(spec[1])}" if option else f"data.train [{spec[0]}, {spec[1]}]"
+        raise TfmError(
+            f"{pair} names the same file as source and target: the joint tokenizer would learn one language's pieces",
+            hint="give the source file and the target file (--corpus train.fr --corpus train.en)" if option
+            else "give data.train the source file and the target file, e.g. [train.fr, train.en]",
+        )
     settings.update({k: v for k, v in (("vocab_size", vocab_size), ("min_frequency", min_frequency)) if v is not None})
     from tfm_cli.corpus import PROGRESS_EVERY, TsvColumns, has_text, now_and_then, read_pairs, tokenizer_texts
     from tfm_cli.files import DirectoryLock

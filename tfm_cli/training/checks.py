@@ -316,7 +316,7 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
                 if key == "data.dev":
                     hint += ", or data.dev=null to train without dev evaluations"
                 raise CorpusError(f"{key}: {err.message}", hint=hint) from None
-        if resumed is None and isinstance(spec, list) and _same_file(*spec):  # a slip: the model would learn to copy
+        if resumed is None and isinstance(spec, list) and same_file(*spec):  # a slip: the model would learn to copy
             raise CorpusError(
                 f"{key}: [{spec[0]}, {spec[1]}] names the same file as source and target: every pair would be a "
                 "sentence and itself, and the model would learn to copy its input",
@@ -325,7 +325,7 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
             )
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_file(a: str, b: str) -> bool:
     try:
         return resolve_corpus_path(a, once=True).samefile(resolve_corpus_path(b, once=True))
     except (OSError, TfmError):
@@ -387,7 +387,7 @@ def _same_corpus(recipe: Recipe) -> str | None:
     train, dev = recipe.data.train, recipe.data.dev
     if isinstance(train, list) == isinstance(dev, list):
         pairs = zip(train, dev, strict=True) if isinstance(train, list) else [(train, dev)]
-        if all(_same_file(a, b) for a, b in pairs):
+        if all(same_file(a, b) for a, b in pairs):
             return (f"data.dev is the training corpus ({dev}): its BLEU and loss measure how well the model remembers "
                     "its training pairs, not how well it translates; give data.dev held-out pairs")
     return None
