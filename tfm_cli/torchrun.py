@@ -58,7 +58,6 @@ def main(argv: Sequence[str]) -> int:
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import main as torchrun
 
-
     # torchrun's agent logged, after a worker's own one-line error, the SIGTERM it sends the other workers ("W...
     # Sending process N closing signal SIGTERM") and the failure ("E... failed (exitcode: 1) local_rank: 0 (pid:
     # N) of binary: ..."), which buried that line. Its elastic loggers are quiet; a worker killed by a signal,
