@@ -501,7 +501,6 @@ def test_a_stop_while_a_process_waits_for_the_others_to_join_ends_at_once(tmp_pa
     corpus or never coming: gloo waits up to an hour) took no stop signal: Python's handler runs only when that C++
     wait returns, so a Ctrl-C or SIGTERM did nothing until torchrun killed the worker 30 s later, and nothing was
     said. Here the worker is started as torchrun starts rank 0 of two, and rank 1 never comes."""
-    import socket
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text(ddp_recipe("bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
@@ -509,22 +508,10 @@ def test_a_stop_while_a_process_waits_for_the_others_to_join_ends_at_once(tmp_pa
     torchrun = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(port)}
     proc = start_tfm("train", str(recipe), "--out", str(tmp_path / "run"), "--device", "cpu", env_extra=torchrun)
-    try:
-        def listening() -> bool:  # rank 0 holds the job's store on the port, and waits there for rank 1
-            with socket.socket() as s:
-                return s.connect_ex(("127.0.0.1", port)) == 0
-
-        wait_until(proc, listening, "rank 0 never listened on its port", timeout=120)
-        time.sleep(1)  # inside the wait
-        started = time.monotonic()
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    err = err.decode()
+    # rank 0 holds the job's store on the port, and waits there for rank 1
+    err, seconds = _stopped_as_it_waits(proc, port, signum, "rank 0", settle=1)
     assert proc.returncode == 128 + signum, err
-    assert time.monotonic() - started < 10, err  # (torchrun's own end of it: 30 s, then SIGKILL)
+    assert seconds < 10, err  # (torchrun's own end of it: 30 s, then SIGKILL)
     name = signal.Signals(signum).name
     assert err.strip().splitlines()[-1] == (
         f"tfm train: stopped by {name} while the processes of the job were meeting: nothing was trained or written"
@@ -580,6 +567,21 @@ def test_process_0_gone_while_the_processes_meet_is_one_error_line_on_another_no
     assert not (tmp_path / "run1").exists()
 
 
+def _stopped_as_it_waits(proc, port: int, signum: int, who: str, settle: float) -> tuple[str, float]:
+    """Once `proc` listens on `port` (and `settle` seconds more), send it `signum`: its stderr, and the seconds it
+    took to end."""
+    try:
+        wait_until(proc, lambda: _listening(port), f"{who} never listened on its port", timeout=120)
+        time.sleep(settle)
+        started = time.monotonic()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return err.decode(), time.monotonic() - started
+
+
 def _listening(port: int) -> bool:
     import socket
 
@@ -604,22 +606,10 @@ def test_a_stop_while_waiting_for_the_other_nodes_ends_at_once(tmp_path: Path, s
     proc = start_tfm("train", str(recipe), "--out", str(tmp_path / "run"), "--device", "cpu", "--nnodes", "2",
                      "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", str(port),
                      env_extra={"TMPDIR": str(scratch)})
-    try:
-        def listening() -> bool:  # node 0's torchrun holds the rendezvous store on the port
-            with socket.socket() as s:
-                return s.connect_ex(("127.0.0.1", port)) == 0
-
-        wait_until(proc, listening, "node 0 never listened on its port", timeout=120)
-        time.sleep(2)  # well inside the store's wait
-        started = time.monotonic()
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    err = err.decode()
+    # node 0's torchrun holds the rendezvous store on the port
+    err, seconds = _stopped_as_it_waits(proc, port, signum, "node 0", settle=2)  # well inside the store's wait
     assert proc.returncode == 128 + signum, err
-    assert time.monotonic() - started < 30, err
+    assert seconds < 30, err
     assert f"waiting for all 2 nodes to meet at 127.0.0.1:{port} (up to 15 minutes" in err, err
     name = signal.Signals(signum).name
     assert f"stopped by {name} while waiting for the other nodes of the job: no process had started" in err, err
