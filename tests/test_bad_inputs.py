@@ -477,15 +477,16 @@ def test_corpus_that_is_not_text_says_what_it_is(tmp_path: Path, data: bytes, ex
     one_line(err.value, f"{corpus}{expected.replace(' c.tsv', f' {corpus}')}")
 
 
-_RECORDS = [{"fr": "Déjà vu.", "en": "Hello.", "id": 1}, {"fr": "Merci.", "en": "Thanks.", "id": 2}]
+_RECORDS = [{"id": "17", "fr": "Déjà vu.", "en": "Hello.", "n": 1}, {"id": "18", "fr": "Merci.", "en": "Thanks.", "n": 2}]
 
 
 @pytest.mark.parametrize(
     ("name", "data", "expected"),
     [
         ("c.jsonl", "".join(json.dumps(r) + "\n" for r in _RECORDS).encode(), "a JSON record (JSON Lines?), not source<TAB>target"),
-        # as Hugging Face's datasets write a translation dataset (to_json)
-        ("c.json", "".join(json.dumps({"translation": {k: r[k] for k in ("fr", "en")}}, ensure_ascii=False) + "\n"
+        # as Hugging Face's datasets write a translation dataset (to_json), a string id first (opus_books): the
+        # command took [.id, .translation.fr], and tfm trained ids to French
+        ("c.json", "".join(json.dumps({"id": r["id"], "translation": {k: r[k] for k in ("fr", "en")}}, ensure_ascii=False) + "\n"
                            for r in _RECORDS).encode(), "a JSON record (JSON Lines?)"),
         ("c.tsv", "".join(json.dumps(r) + "\n" for r in _RECORDS).encode(), "a JSON record"),  # its copy: converted-c.tsv
         ("c.csv", b'fr,en\n"D\xc3\xa9j\xc3\xa0 vu.","Hello."\n"Merci.",Thanks.\n', "comma-separated (CSV), not tab-separated"),
@@ -493,14 +494,19 @@ _RECORDS = [{"fr": "Déjà vu.", "en": "Hello.", "id": 1}, {"fr": "Merci.", "en"
     ],
     ids=["jsonl", "hf-datasets-json", "jsonl-named-tsv", "csv", "csv-gzip"],
 )
+@pytest.mark.parametrize("taken", [False, True])
 def test_a_corpus_in_another_format_is_named_with_a_command_that_converts_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, data: bytes, expected: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, data: bytes, expected: str, taken: bool
 ) -> None:
     """JSON Lines (Hugging Face's datasets), CSV, TMX: each was "the line has no tab", true of its first line and no
     help. Now the message says what the file is and, where a standard tool converts it, the command; run as printed
-    (from the directory tfm ran in), it writes a TSV that tfm reads, the same pairs in order."""
+    (from the directory tfm ran in), it writes a TSV that tfm reads, the same pairs in order, and never over a file
+    that is there (`taken`: a c.tsv beside it, which it replaced)."""
     (tmp_path / "data").mkdir()
     write(tmp_path / "data" / name, data)
+    if taken:
+        for mine in {"c.tsv", "converted-c.tsv"} - {name}:
+            write(tmp_path / "data" / mine, b"mine\tkept\n")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(CorpusError) as err:
         list(read_pairs(f"data/{name}"))
@@ -514,8 +520,10 @@ def test_a_corpus_in_another_format_is_named_with_a_command_that_converts_it(
     else:
         subprocess.run(f"{command.group(1)} > {command.group(2)}", shell=True, check=True)
     converted = Path(command.group(2))
-    assert converted.name == ("converted-c.tsv" if name == "c.tsv" else "c.tsv")
+    assert converted.name == ("converted-2-c.tsv" if taken else "converted-c.tsv" if name == "c.tsv" else "c.tsv")
     assert [(s, t) for _, s, t in read_pairs(converted)] == [("Déjà vu.", "Hello."), ("Merci.", "Thanks.")]
+    if taken:
+        assert all((tmp_path / "data" / f).read_bytes() == b"mine\tkept\n" for f in ("c.tsv", "converted-c.tsv") if f != name)
 
 
 @pytest.mark.parametrize(
@@ -545,14 +553,16 @@ def test_text_appended_to_a_gzip_file_is_named_with_the_line_count(tmp_path: Pat
     """`echo "a<TAB>b" >> train.tsv.gz` leaves bytes after the gzip data that are no second member: "cannot read
     the file (Not a gzipped file (b'a\\t')); is it a complete, uncompressed or gzip text file?". Now it says what
     is there, and the zcat it offers keeps the compressed lines (gzip warns of the rest and exits 2)."""
-    corpus = write(tmp_path / "c.tsv.gz", gzip.compress(b"Bonjour.\tHello.\nMerci.\tThanks.\n") + b"Oui.\tYes.\n")
+    corpus = write(tmp_path / "my c.tsv.gz", gzip.compress(b"Bonjour.\tHello.\nMerci.\tThanks.\n") + b"Oui.\tYes.\n")
     with pytest.raises(CorpusError) as err:
         list(read_pairs(corpus))
     message = one_line(err.value, f"{corpus}: after its compressed data (2 lines) the file goes on with bytes that are not gzip")
-    command = re.search(r"\((zcat .*?) keeps the compressed part", message)
+    command = re.search(r"\((zcat .*?) writes the lines of the compressed part", message)
     assert command, message
     subprocess.run(command.group(1), shell=True, check=False, stderr=subprocess.DEVNULL)
-    assert [(s, t) for _, s, t in read_pairs(tmp_path / "compressed-part-c.tsv")] == [("Bonjour.", "Hello."), ("Merci.", "Thanks.")]
+    part = tmp_path / "compressed-part-my c.tsv"  # plain text, named so (not .gz)
+    assert [(s, t) for _, s, t in read_pairs(part)] == [("Bonjour.", "Hello."), ("Merci.", "Thanks.")]
+    assert not part.read_bytes().startswith(b"\x1f\x8b")
 
 
 _UTF16 = "Déjà vu.\tHello.\nMerci.\tThanks.\n".encode("utf-16")
@@ -1425,7 +1435,7 @@ def test_a_corpus_whose_side_is_an_id_column_is_refused_with_the_cut_of_its_text
     for command in (["train", str(recipe(tmp_path, f"data/{name}")), "--dry-run", "--out", str(tmp_path / "dry")],
                     ["tokenize", "--corpus", f"data/{name}", "--vocab-size", "300", "--out", str(tmp_path / "tok.json")]):
         proc = tfm(*command, check=False)
-        line = error_line(proc, f"data/{name}: its source side (column 1) is a number on 100% of its first 200 lines, an id")
+        line = error_line(proc, f"data/{name}: its source side (column 1) is a number on 100% of its first 200 lines: an id")
         assert not (tmp_path / "tok.json").exists() and not (tmp_path / "dry").exists()
     cut = re.search(r"\(e\.g\. (.*?)\)$", line)
     assert cut and f"cut -f{fields}" in cut.group(1), line
@@ -1434,6 +1444,38 @@ def test_a_corpus_whose_side_is_an_id_column_is_refused_with_the_cut_of_its_text
     assert read[-300:] == pairs and (shape != "pandas-index" or read[0] == ("fr", "en")), read[:2]
     numbers = write(tmp_path / "numbers.tsv", "".join(f"{n}\t{w}\n" for n, w in enumerate(["zero", "one", "two", "three", "four", "five", "six"])))
     assert len(list(read_pairs(numbers))) == 7  # numbers read out: two columns, nothing else in the file
+    # numbers read out, not in order, with an attribution after them; numbers written with separators: a task of
+    # their own, read as they are (they were refused, and the `cut` offered trained words -> attribution)
+    import random
+
+    rng = random.Random(0)
+    words = [f"{rng.randint(1, 10**6)}\tnumber {i} in words\tCC-BY 2.0\n" for i in range(60)]
+    words += [f"{rng.randint(1, 999)},{rng.randint(100, 999)}\tsome words\tfr-FR\n" for i in range(60)]
+    assert len(list(read_pairs(write(tmp_path / "words.tsv", "".join(words).encode())))) == 120
+
+
+@pytest.mark.parametrize(
+    ("rows", "fields"),
+    [
+        # WikiMatrix: a margin score first, the file sorted by it
+        (lambda i, s, t: f"{1.2 - i / 1000:.4f}\t{s}\t{t}", "2,3"),
+        # two sentence ids first (a links file joined to its sentences), the first in order, the second not
+        (lambda i, s, t: f"{i + 1}\t{(i * 7919) % 1000}\t{s}\t{t}", "3,4"),
+        # Tatoeba's download with its ids in no order
+        (lambda i, s, t: f"{(i * 7919) % 100003}\t{s}\t{(i * 104729) % 100019}\t{t}", "2,4"),
+    ],
+    ids=["wikimatrix-score", "two-id-columns", "tatoeba-ids-unordered"],
+)
+def test_more_shapes_of_number_columns_are_refused(tmp_path: Path, rows, fields: str) -> None:
+    pairs = [tuple(line.split("\t")[:2]) for line in _head(300).splitlines()]
+    corpus = write(tmp_path / "c.tsv", "".join(rows(i, s, t) + "\n" for i, (s, t) in enumerate(pairs)).encode())
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs(corpus))
+    message = one_line(err.value, f"{corpus}: its source side (column 1) is a number on 100% of its first 200 lines")
+    cut = re.search(r"\(e\.g\. (.*?)\)$", message)
+    assert cut and f"cut -f{fields}" in cut.group(1), message
+    subprocess.run(cut.group(1), shell=True, check=True)
+    assert [(s, t) for _, s, t in read_pairs(tmp_path / "text-c.tsv")] == pairs
 
 
 def test_a_first_line_of_column_names_is_warned_about(tmp_path: Path) -> None:
@@ -1441,7 +1483,7 @@ def test_a_first_line_of_column_names_is_warned_about(tmp_path: Path) -> None:
     unsaid. Warned about now, dry run, start and tokenize alike, with the command that drops it; a first line of
     short words (`Oui<TAB>Yes`) is a pair like any other."""
     lines = _head(50)
-    for header in ("fr\ten", "source\ttarget", "pt-BR\ten_US"):
+    for header in ("fr\ten", "source\ttarget", "pt-BR\ten_US", "EN\tDE"):
         corpus = write(tmp_path / "h.tsv", f"{header}\n{lines}".encode())
         proc = tfm("train", str(recipe(tmp_path, str(corpus))), "--dry-run", "--out", str(tmp_path / "dry"))
         src, tgt = header.split("\t")
@@ -1449,12 +1491,14 @@ def test_a_first_line_of_column_names_is_warned_about(tmp_path: Path) -> None:
         assert said in proc.stderr, proc.stderr
         command = proc.stderr.split("remove it (e.g. ", 1)[1].splitlines()[0].removesuffix(")")
         subprocess.run(command, shell=True, check=True)
-        assert (tmp_path / "no-header-h.tsv").read_text(encoding="utf-8") == lines
+        out = Path(shlex.split(command)[-1])  # no-header-h.tsv, then converted-no-header-h.tsv, ...: never over one
+        assert out.read_text(encoding="utf-8") == lines and (tmp_path / "no-header-h.tsv").read_text(encoding="utf-8") == lines
     proc = tfm("tokenize", "--corpus", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "tok.json"))
-    assert f"warning: --corpus {corpus}: line 1 ('pt-BR' / 'en_US') reads as" in proc.stderr, proc.stderr
-    plain = write(tmp_path / "p.tsv", f"Oui\tYes\n{lines}".encode())
-    proc = tfm("train", str(recipe(tmp_path, str(plain))), "--dry-run", "--out", str(tmp_path / "dry"))
-    assert "names of the columns" not in proc.stderr, proc.stderr
+    assert f"warning: --corpus {corpus}: line 1 ('EN' / 'DE') reads as" in proc.stderr, proc.stderr
+    for first in ("Oui\tYes", "go\tva", "no\tnon"):  # short words, lower case too: sentence pairs
+        plain = write(tmp_path / "p.tsv", f"{first}\n{lines}".encode())
+        proc = tfm("train", str(recipe(tmp_path, str(plain))), "--dry-run", "--out", str(tmp_path / "dry"))
+        assert "names of the columns" not in proc.stderr, proc.stderr
 
 
 def test_a_tab_inside_a_sentence_of_a_three_column_file_is_warned_about(tmp_path: Path) -> None:

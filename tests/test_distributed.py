@@ -538,33 +538,64 @@ def _connected_to(pid: int, port: int) -> bool:
 def test_process_0_gone_while_the_processes_meet_is_one_error_line_on_another_node(tmp_path: Path) -> None:
     """Process 0 of the job (another node's) ended while the workers met in `init_process_group`: a worker on this
     node printed c10d's "recvValueWithTimeout failed" and 22 frames of C++, then exited 1 with no word of its own
-    (a lost peer while setting up is said by process 0, on its own console). Now it says what happened, once."""
+    (a lost peer while setting up is said by process 0, on its own console). Now this node says what happened, once
+    (its first process; the second exits 1 quietly)."""
     recipe = tmp_path / "r.yaml"
     recipe.write_text(ddp_recipe("bundled:tatoeba-fr-en/train.tsv.gz", steps=1), encoding="utf-8")
     port = _free_port()
-    # as tfm's torchrun starts them: three nodes of one process each; the third never comes
-    job = {"WORLD_SIZE": "3", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+    # as tfm's torchrun starts them: two nodes of two processes (ranks 0, 1 and 2, 3); rank 1 never comes
+    job = {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
            "TORCH_CPP_LOG_LEVEL": "ERROR"}
-    first = start_tfm("train", str(recipe), "--out", str(tmp_path / "run0"), "--device", "cpu", env_extra={**job, "RANK": "0"})
-    second = None
+    first = start_tfm("train", str(recipe), "--out", str(tmp_path / "run0"), "--device", "cpu",
+                      env_extra={**job, "RANK": "0", "LOCAL_RANK": "0"})
+    others: list = []
     try:
-        wait_until(first, lambda: _connected_to(first.pid, port) or _listening(port), "process 0 never listened", timeout=120)
-        second = start_tfm("train", str(recipe), "--out", str(tmp_path / "run1"), "--device", "cpu", env_extra={**job, "RANK": "1"})
-        wait_until(second, lambda: _connected_to(second.pid, port), "process 1 never met process 0", timeout=120)
+        wait_until(first, lambda: _listening(port), "process 0 never listened", timeout=120)
+        for rank in (2, 3):
+            others.append(start_tfm("train", str(recipe), "--out", str(tmp_path / "run1"), "--device", "cpu",
+                                    env_extra={**job, "RANK": str(rank), "LOCAL_RANK": str(rank - 2)}))
+        for proc in others:
+            wait_until(proc, lambda proc=proc: _connected_to(proc.pid, port), "a process never met process 0", timeout=120)
         time.sleep(1)
         first.kill()
-        _, err = second.communicate(timeout=60)
+        errs = [proc.communicate(timeout=60)[1].decode() for proc in others]
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
+        for proc in (first, *others):
+            if proc.poll() is None:
                 proc.kill()
-    err = err.decode()
-    assert second.returncode == 1, err
-    assert err.strip().splitlines() == [
+    assert [proc.returncode for proc in others] == [1, 1], errs
+    assert errs[0].strip().splitlines() == [
         f"Error: process 0 of the job (on another node, at 127.0.0.1:{port}) went away while the processes were meeting",
         "hint: its node's console says why (an error, a stop); start the same command on every node again",
-    ], err
+    ], errs
+    assert errs[1].strip() == "", errs
     assert not (tmp_path / "run1").exists()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
+def test_a_wakeup_fd_set_before_the_wait_still_gets_its_signals() -> None:
+    """The wait's watcher takes the process's wakeup fd for the block: a caller's own (asyncio's signal handling)
+    missed the signals that came meanwhile. They are passed on to it; the caller's handler still runs after."""
+    import socket
+
+    from tfm_cli.signals import ending_on_stop_signals
+
+    mine, other = socket.socketpair()
+    mine.setblocking(False)
+    ran: list[int] = []
+    handler = signal.signal(signal.SIGUSR1, lambda signum, frame: ran.append(signum))
+    before = signal.set_wakeup_fd(mine.fileno())
+    try:
+        with ending_on_stop_signals(lambda signum: None):
+            signal.raise_signal(signal.SIGUSR1)
+            other.settimeout(5)
+            got = other.recv(16)
+        assert got == bytes([signal.SIGUSR1]) and ran == [signal.SIGUSR1]
+        assert signal.set_wakeup_fd(before) == mine.fileno()  # the caller's fd is back in place
+    finally:
+        signal.signal(signal.SIGUSR1, handler)
+        mine.close()
+        other.close()
 
 
 def _stopped_as_it_waits(proc, port: int, signum: int, who: str, settle: float) -> tuple[str, float]:

@@ -135,6 +135,30 @@ def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm_greedy(
     assert json.loads((out / "onnx.json").read_text())["decode"]["max_len_offset"] == _max_len_offset(trained)
 
 
+def test_the_exports_translate_py_writes_text_as_tfm_does(exported) -> None:
+    """A small model may spell a character in byte tokens, a newline or a tab too, or cut one short: the tokenizer's
+    own decoder, which translate.py used, put the newline in the text (two lines out for one in) and made a whole
+    run of bytes holding a cut character U+FFFD. It writes tfm's text now (`Tokenizer.detokenize`)."""
+    import runpy
+
+    out = exported[0]
+    script = runpy.run_path(str(out / "translate.py"))  # not as __main__: its names, no stdin read
+    theirs = script["GreedyTranslator"](out)
+    tok = Translator.load(out, device="cpu").tokenizer
+    byte = {b: tok.piece_to_id(f"<0x{b:02X}>") for b in range(256)}
+    words = tok.encode("Bonjour toi, c'est l’été.")
+    cases = [
+        words,
+        words[:2] + [byte[0x0A]] + words[2:],  # a newline spelled in bytes
+        words[:1] + [byte[0x09], byte[0x09]] + words[1:],  # tabs
+        words[:2] + [byte[0xE5], byte[0xA5]] + [byte[b] for b in "好".encode()] + words[2:],  # a cut character, then one whole
+        [byte[b] for b in "  東京  ".encode()],
+        [],
+    ]
+    for ids in cases:
+        assert theirs.detokenize(ids) == tok.detokenize(ids), ids
+
+
 def _max_len_offset(trained) -> int:
     from tfm_cli.translator import DecodeSettings
 

@@ -173,6 +173,14 @@ def resolve_corpus_path(spec: str | os.PathLike, once: bool = False, option: str
     return path
 
 
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two corpus paths name the same file (through links and `bundled:` too); False where either is missing."""
+    try:
+        return resolve_corpus_path(a, once=True).samefile(resolve_corpus_path(b, once=True))
+    except (OSError, TfmError):
+        return False
+
+
 @contextlib.contextmanager
 def _open_binary(path: Path) -> Iterator[IO[bytes]]:
     """A corpus file opened for binary line reading, gunzipped if it starts with the gzip magic bytes (looked at
@@ -251,11 +259,11 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom:
             raise CorpusError(f"{shown}: cannot read the file ({err}); is it a complete, uncompressed or gzip text file?") from err
         # bytes after the compressed data that are no second gzip member: text appended to the .gz (`>>`), whose
         # lines would be lost if read as gzip does (gunzip keeps the compressed part, "trailing garbage ignored")
+        part = _shell_path(_free(path, "compressed-part-" + path.name.removesuffix(".gz")))
         raise CorpusError(
             f"{shown}: after its compressed data ({line_no:,} lines) the file goes on with bytes that are not gzip: "
-            f"text appended to a compressed file? Rebuild it as one "
-            f"gzip file (zcat {_shell_path(path)} > {_shell_path(path, 'compressed-part-').removesuffix('.gz')} keeps the "
-            "compressed part, with a warning of what it leaves out)"
+            f"text appended to a compressed file? Rebuild it from its parts (zcat {_shell_path(path)} > {part} writes "
+            "the lines of the compressed part, gzip warning of the rest it leaves out)"
         ) from None
     except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
         raise CorpusError(
@@ -459,7 +467,7 @@ class TsvColumns:
             return None
         src, tgt = self.header
         path = Path(self.shown)
-        out = shlex.quote(str(path.with_name("no-header-" + path.name.removesuffix(".gz"))))
+        out = _shell_path(_free(path, "no-header-" + path.name.removesuffix(".gz")))
         name = _shell_path(path)
         cut = f"zcat {name} | tail -n +2 > {out}" if path.name.endswith(".gz") else f"tail -n +2 {name} > {out}"
         return (
@@ -468,18 +476,32 @@ class TsvColumns:
         )
 
 
-# What a first line of column names holds: a language's code (fr, en, pt-BR, zh_Hans) or a word that names a side
-# (ISO 639-1's two letters, lower case, or a few of ISO 639-3's three: "Oui<TAB>Yes" is a sentence pair)
-_HEADER_WORD = re.compile(
-    r"([a-z]{2}|eng|fra|deu|spa|ita|por|rus|zho|cmn|jpn|kor|ara|nld|tur|pol|ukr|ces|swe|fin|hin)([-_][A-Za-z]{2,4})?"
-    r"|(?i:(source|target|src|tgt|input|output|text|translation|sentence|reference|ref|hypothesis|original|english|"
-    r"french|german|spanish|[a-z]+_(text|sentence|lang))s?)"
+# What a first line of column names holds: a language's code (fr, en, pt-BR, zh_Hans; ISO 639-1's, or a few of ISO
+# 639-3's) or a word that names a side. "Oui<TAB>Yes" and "go<TAB>va" are sentence pairs.
+_ISO_639_1 = frozenset(
+    "aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu cv cy da de dv dz ee el en "
+    "eo es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho hr ht hu hy hz ia id ie ig ii ik io is it iu ja jv "
+    "ka kg ki kj kk kl km kn ko kr ks ku kv kw ky la lb lg li ln lo lt lu lv mg mh mi mk ml mn mr ms mt my na nb nd ne "
+    "ng nl nn no nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru rw sa sc sd se sg si sk sl sm sn so sq sr ss st "
+    "su sv sw ta te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve vi vo wa wo xh yi yo za zh zu".split()
 )
+_LANGUAGE = re.compile(r"([A-Za-z]{2,3})(?:[-_][A-Za-z]{2,4})?")
+_SIDE_WORD = re.compile(
+    r"(source|target|src|tgt|input|output|text|translation|sentence|reference|ref|hypothesis|original|english|french|"
+    r"german|spanish|[a-z]+_(text|sentence|lang))s?", re.I
+)
+_ISO_639_3 = frozenset("eng fra deu spa ita por rus zho cmn jpn kor ara nld tur pol ukr ces swe fin hin".split())
+
+
+def _names_a_column(side: str) -> bool:
+    side = side.strip()
+    code = _LANGUAGE.fullmatch(side)
+    return bool(_SIDE_WORD.fullmatch(side)) or (code is not None and code.group(1).lower() in _ISO_639_1 | _ISO_639_3)
 
 
 def _looks_like_header(src: str, tgt: str) -> bool:
     """Whether a first line's two sides are column names (`fr<TAB>en`, `source<TAB>target`), not a sentence pair."""
-    return src.strip() != tgt.strip() and all(_HEADER_WORD.fullmatch(side.strip()) for side in (src, tgt))
+    return src.strip().lower() != tgt.strip().lower() and _names_a_column(src) and _names_a_column(tgt)
 
 
 PROGRESS_EVERY = 30.0  # seconds between two progress lines while a large corpus is read
@@ -648,8 +670,7 @@ def _other_format(text: str, path: Path) -> str | None:
     """What the first line of a corpus file without a tab shows the file to be, when it is a format of parallel text
     other than TSV (XML such as TMX or WMT's SGML, JSON Lines as Hugging Face datasets write them, CSV), with how to
     convert it; or None. Each was "the line has no tab", true of its first line and no help."""
-    converted = path.name.removesuffix(".gz").rsplit(".", 1)[0] + ".tsv"
-    tsv = shlex.quote(str(path.with_name(converted if converted != path.name else "converted-" + converted)))
+    tsv = _shell_path(_free(path, path.name.removesuffix(".gz").rsplit(".", 1)[0] + ".tsv"))
     gzipped = path.name.endswith(".gz")
     line = text.strip()
     if re.match(r"<(\?xml|!DOCTYPE|[A-Za-z][\w:.-]*[\s>/])", line, re.I):
@@ -663,13 +684,15 @@ def _other_format(text: str, path: Path) -> str | None:
         except ValueError:
             record = None
         if isinstance(record, dict):
-            paths = [f".{k}" if re.fullmatch(r"[A-Za-z_]\w*", k) else f".{json.dumps(k)}" for k, v in record.items()
-                     if isinstance(v, str)]
-            for key, value in record.items():  # Hugging Face's {"translation": {"en": ..., "fr": ...}}
-                if isinstance(value, dict) and len(paths) < 2:
-                    outer = f".{key}" if re.fullmatch(r"[A-Za-z_]\w*", key) else f".{json.dumps(key)}"
-                    paths += [f"{outer}.{k}" if re.fullmatch(r"[A-Za-z_]\w*", k) else f"{outer}.{json.dumps(k)}"
-                              for k, v in value.items() if isinstance(v, str)]
+            def key(name: str) -> str:  # jq's path step for a key
+                return f".{name}" if re.fullmatch(r"[A-Za-z_]\w*", name) else f".{json.dumps(name)}"
+
+            def texts(mapping: dict, outer: str = "") -> list[str]:  # its string fields, not ids or numbers
+                return [outer + key(k) for k, v in mapping.items() if isinstance(v, str) and not _NUMBER.fullmatch(v)]
+
+            # Hugging Face's {"id": "0", "translation": {"en": ..., "fr": ...}}: the pair is the nested one
+            nested = [texts(v, key(k)) for k, v in record.items() if isinstance(v, dict)]
+            paths = next((found for found in nested if len(found) >= 2), None) or texts(record)
             fields = ", ".join(paths[:2]) if len(paths) >= 2 else ".SOURCE_KEY, .TARGET_KEY"
             jq = f"jq -r '[{fields}] | join(\"\\t\")'"
             command = f"zcat {_shell_path(path)} | {jq}" if gzipped else f"{jq} {_shell_path(path)}"
@@ -683,10 +706,13 @@ def _other_format(text: str, path: Path) -> str | None:
 
 
 class _IdColumns:
-    """Over a TSV file's first LOOK lines: whether its first or second column is a number on nearly every line, where
-    the other is text, and so is a column after them. Tatoeba's own download (`id<TAB>sentence<TAB>id<TAB>translation`) and a pandas `to_csv(sep="\\t")`
-    (its index first) were read so without a word: every source an id number. `verdict` raises CorpusError for such
-    a file, with the `cut` of its two text columns."""
+    """Over a TSV file's first LOOK lines: whether its first or second column is a number on nearly every line, in
+    order or beside another column of numbers (an id, a row number, a score the file is sorted by), where the text
+    of the pair is in the columns after.
+    Tatoeba's own download (`id<TAB>sentence<TAB>id<TAB>translation`), a pandas `to_csv(sep="\\t")` (its index first)
+    and WikiMatrix's `score<TAB>source<TAB>target` were read so without a word: every source a number. `verdict`
+    raises CorpusError for such a file, with the `cut` of its two text columns. Numbers not in order (numbers read
+    out as words, with an attribution after them) are a task of their own, and read as they are."""
 
     LOOK = 200
 
@@ -706,27 +732,44 @@ class _IdColumns:
         if len(rows) < 5:
             return
         width = max(len(r) for r in rows)
-        numeric = [sum(i < len(r) and _NUMBER.fullmatch(r[i]) is not None for r in rows) / len(rows) for i in range(width)]
-        text = [i for i in range(width) if numeric[i] < 0.5 and sum(i < len(r) and has_text(r[i]) for r in rows) > len(rows) / 2]
-        found = next(((side, i) for side, i, other in (("source", 0, 1), ("target", 1, 0))
-                      if numeric[i] >= 0.9 and numeric[other] < 0.5), None)
-        if found is None or not any(k >= 2 for k in text):  # two columns, numbers and words: a task of its own
-            return  # (numbers read out, dates written out); the ids are said where a column after them holds text
-        side, i = found
+        numbers = [[float(r[i]) for r in rows if i < len(r) and _NUMBER.fullmatch(r[i])] for i in range(width)]
+        share = [len(found) / len(rows) for found in numbers]
+        text = [i for i in range(width) if share[i] < 0.5 and sum(i < len(r) and has_text(r[i]) for r in rows) > len(rows) / 2]
+        # in order, or beside another column of numbers (Tatoeba's two sentence ids, whatever their order)
+        paired = any(share[k] >= 0.9 for k in range(2, width))
+        ordered = [share[i] >= 0.9 and (paired or _monotonic(numbers[i])) for i in range(min(width, 2))]
+        if not any(ordered) or len([k for k in text if k >= sum(ordered)]) < 2:
+            return
+        i = ordered.index(True)
+        side = "source" if i == 0 else "target"
         name = _shell_path(self.path)
         fields = ",".join(str(k + 1) for k in text[:2])
-        out = shlex.quote(str(self.path.with_name("text-" + self.path.name.removesuffix(".gz"))))
-        cut = (f"e.g. {'zcat -f ' + name + ' | cut' if self.path.name.endswith('.gz') else 'cut'} -f{fields}"
-               f"{'' if self.path.name.endswith('.gz') else ' ' + name} > {out}" if len(text) >= 2
-               else "keep the source and the target, in that order")
+        out = _shell_path(_free(self.path, "text-" + self.path.name.removesuffix(".gz")))
+        gz = self.path.name.endswith(".gz")
+        cut = f"zcat {name} | cut -f{fields} > {out}" if gz else f"cut -f{fields} {name} > {out}"
         raise CorpusError(
-            f"{self.shown}: its {side} side (column {i + 1}) is a number on {numeric[i]:.0%} of its first {len(rows):,} "
-            f"lines, an id or a row number (Tatoeba's download, a pandas index?): tfm reads column 1 as the source and "
-            f"column 2 as the target; cut the file down to its two text columns first ({cut})"
+            f"{self.shown}: its {side} side (column {i + 1}) is a number on {share[i]:.0%} of its first {len(rows):,} "
+            f"lines: an id, a row number or a score (Tatoeba's download, a pandas index, WikiMatrix?); tfm "
+            f"reads column 1 as the source and column 2 as the target: cut the file down to its two text columns "
+            f"first (e.g. {cut})"
         )
 
 
-_NUMBER = re.compile(r"\s*[-+#]?\d[\d.,:_ ]*\s*")  # an id, a row number (a count written 1,000)
+_NUMBER = re.compile(r"\s*[-+]?\d+(\.\d+)?\s*")  # an id, a row number, a score (not "1,234" or "+33 6 12 34 05")
+
+
+def _monotonic(values: list[float]) -> bool:
+    """Whether `values` never go down, or never go up (and change at all)."""
+    steps = [b - a for a, b in zip(values, values[1:], strict=False)]
+    return any(steps) and (all(s >= 0 for s in steps) or all(s <= 0 for s in steps))
+
+
+def _free(path: Path, name: str) -> Path:
+    """The file `name` beside `path`, or `converted-name`, `converted-2-name`, ... if that one is there (or is
+    `path` itself): a command a message suggests never writes over a file."""
+    candidates = [name, f"converted-{name}", *(f"converted-{k}-{name}" for k in range(2, 100))]
+    return next((path.with_name(c) for c in candidates if not path.with_name(c).exists() and c != path.name),
+                path.with_name(f"converted-{name}"))
 
 
 class _TabbedSides:

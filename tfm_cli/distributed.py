@@ -219,9 +219,10 @@ def setup(device: torch.device) -> Distributed:
                 raise
             # process 0 is on another node, whose console alone says why it ended: this one said nothing, exit 1
             where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
-            raise RankError(
+            raise RankError(  # said once on this node, by its first process (the others exit 1 quietly)
                 f"process 0 of the job (on another node, at {where}) went away while the processes were meeting",
                 hint="its node's console says why (an error, a stop); start the same command on every node again",
+                said_elsewhere=local_rank != 0,
             ) from None
     return Distributed(rank, local_rank, world_size, device, owns, f"tfm/rank-0-said-why/{next(_setups)}")
 

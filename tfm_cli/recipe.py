@@ -454,7 +454,7 @@ def _name_problem(name: str) -> str | None:
     where = "it names runs/<name>/"
     if not name:
         return f"name={name!r} must be a non-empty run name ({where}), e.g. name: base"
-    if name.strip(".") == "":  # it uses only the characters allowed, and names no folder of its own
+    if name in (".", ".."):  # it uses only the characters allowed, and names no folder of its own
         where = "runs/ itself" if name == "." else "no folder inside runs/"
         return f"name={name!r} names no run folder of its own (runs/{name}/ is {where}): use a letter or digit, e.g. name: base"
     if not _NAME_RE.fullmatch(name):
@@ -657,7 +657,7 @@ _KNOWN_AS = {
          "train.save_every (steps between two checkpoints)"),
         (("keep_checkpoint", "keep_interval_updates", "save_total_limit", "keep_last_checkpoints"), "train.keep_last"),
         (("embed_dim", "hidden_size", "word_vec_size", "rnn_size", "encoder_embed_dim", "decoder_embed_dim", "dim_emb",
-          "emb_dim", "hidden_dim", "model_dim", "dmodel"), "model.d_model (the width of the embeddings and of every layer)"),
+          "emb_dim", "model_dim", "dmodel"), "model.d_model (the width of the embeddings and of every layer)"),
         (("transformer_ff", "encoder_ffn_embed_dim", "decoder_ffn_embed_dim", "ffn_dim", "ff_dim", "intermediate_size",
           "transformer_dim_ffn", "dim_ffn", "dff"), "model.d_ff (the inner width of the feed-forward layers)"),
         (("heads", "encoder_attention_heads", "decoder_attention_heads", "transformer_heads", "num_attention_heads",
@@ -669,11 +669,12 @@ _KNOWN_AS = {
           "validation_file"), "data.dev (a TSV file, or [source_file, target_file])"),
         (("train_sets", "train_data", "train_src", "training_data", "train_path", "train_file"),
          "data.train (a TSV file, or [source_file, target_file])"),
-        (("bpe_size", "vocab", "src_vocab_size", "tgt_vocab_size", "num_merges", "sentencepiece_vocab_size"),
+        (("bpe_size", "src_vocab_size", "tgt_vocab_size", "num_merges", "sentencepiece_vocab_size"),
          "tokenizer.vocab_size (one joint BPE vocabulary for both languages)"),
         (("share_all_embeddings", "share_embeddings", "tied_embeddings_all", "share_decoder_input_output_embed"),
          "model.tie_embeddings"),
-        (("dropout_rate", "attention_dropout", "relu_dropout", "hidden_dropout_prob"), "model.dropout (one rate for all, as in the paper)"),
+        (("dropout_rate", "hidden_dropout_prob"), "model.dropout (residual and embedding dropout, as in the paper)"),
+        (("attention_dropout", "attention_probs_dropout_prob", "dropout_attn"), "model.attn_dropout (dropout on the attention weights)"),
         (("seed_value", "random_seed"), "train.seed"),
     )
     for name in names

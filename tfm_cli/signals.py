@@ -88,12 +88,13 @@ def ending_on_stop_signals(say: Callable[[int], None]) -> Iterator[None]:
     Python runs a signal's handler in the main thread between two bytecodes, so one that came during such a wait
     ran only when it returned: a Ctrl-C or SIGTERM to a node whose worker waited for another node's (still reading
     its corpus, or never coming) did nothing, until torchrun killed the worker 30 s later, and no word was said.
-    The C-level handler writes the signal's number to a pipe (`signal.set_wakeup_fd`), which a thread here reads.
+    The C-level handler writes the signal's number to a pipe (`signal.set_wakeup_fd`), which a thread here reads
+    (and passes on to the wakeup fd set before, asyncio's, if any).
     Only a signal whose handler stops the run (`stops_the_run`) ends it; the others are handled as usual after
     the block, and so is one that came as the block ended (the main thread waits for the end meanwhile).
     Outside the main thread, this does nothing.
     """
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or sys.platform == "win32":  # (a socket there)
         yield
         return
     import select
@@ -107,7 +108,11 @@ def ending_on_stop_signals(say: Callable[[int], None]) -> Iterator[None]:
         while not done.is_set():
             if not select.select([read_end], [], [], 0.1)[0]:
                 continue
-            for signum in os.read(read_end, 64):
+            came = os.read(read_end, 64)
+            if previous >= 0:  # the caller's own wakeup fd (asyncio's) gets them too
+                with contextlib.suppress(OSError):
+                    os.write(previous, came)
+            for signum in came:
                 with lock:
                     if done.is_set() or not stops_the_run(signal.getsignal(signum)):
                         continue

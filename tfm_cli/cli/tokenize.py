@@ -151,7 +151,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
         option = "--corpus"
     if spec is None:
         raise typer.BadParameter("give a RECIPE or --corpus to train on (or --encode TEXT to inspect)", param_hint="RECIPE")
-    from tfm_cli.training.checks import same_file
+    from tfm_cli.corpus import same_file
 
     if isinstance(spec, list) and same_file(*spec):  # as `tfm train` refuses it: one language's pieces alone
         pair = f"--corpus {shell_word(spec[0])} --corpus {shell_word(spec[1])}" if option else f"data.train [{spec[0]}, {spec[1]}]"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, decoders
 
 UNK = 3  # <unk> in tfm's vocabulary (<pad> 0, <s> 1, </s> 2, <unk> 3, then 256 byte tokens, then the pieces)
 
@@ -41,6 +41,9 @@ class GreedyTranslator:
         # never outputs: padding, <s>, and <unk> where it is none of those
         self.banned = [self.pad, self.bos] + ([UNK] if UNK not in (self.pad, self.bos, self.eos) else [])
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.byte_of = {self.tokenizer.token_to_id(f"<0x{b:02X}>"): b for b in range(256)}  # the byte fallback's tokens
+        self.byte_of.pop(None, None)
+        self.metaspace = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
         options = ort.SessionOptions()
         options.log_severity_level = 3
         self.encoder = ort.InferenceSession(str(folder / "encoder.onnx"), options, providers=["CPUExecutionProvider"])
@@ -74,7 +77,28 @@ class GreedyTranslator:
                 break
             out.append(token)
             last = token
-        return self.tokenizer.decode(out)
+        return self.detokenize(out)
+
+    def detokenize(self, ids: list[int]) -> str:
+        """The text of output ids, as tfm makes it: each run of byte tokens read as UTF-8 (a cut character is one
+        U+FFFD; the tokenizer's own decoder made every byte of such a run one), the pieces joined ("▁" a space),
+        then normalised as a source is (a newline or tab a byte token spelled becomes a space: one line out)."""
+        if not any(i in self.byte_of for i in ids):
+            text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        else:
+            pieces, run = [], bytearray()
+            for i in ids:
+                if i in self.byte_of:
+                    run.append(self.byte_of[i])
+                    continue
+                if run:
+                    pieces.append(run.decode("utf-8", errors="replace"))
+                    run.clear()
+                pieces.append(self.tokenizer.id_to_token(i))
+            if run:
+                pieces.append(run.decode("utf-8", errors="replace"))
+            text = self.metaspace.decode(pieces)
+        return self.tokenizer.normalizer.normalize_str(text)
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tfm_cli.checkpoint import config_in_metadata, read_metadata, tokenizer_folder
-from tfm_cli.corpus import SPM_SAMPLE, Segmented, TsvColumns, read_pairs, resolve_corpus_path
+from tfm_cli.corpus import SPM_SAMPLE, Segmented, TsvColumns, read_pairs, resolve_corpus_path, same_file
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, human_size, shell_word
 from tfm_cli.files import DirectoryLock, nearest_existing, utf8_name
 from tfm_cli.recipe import (
@@ -323,13 +323,6 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
                 hint=f"give {key} the source file and the target file, e.g. [train.fr, train.en] (to train a copy "
                 "task on purpose, give a copy of the file as the target)",
             )
-
-
-def same_file(a: str, b: str) -> bool:
-    try:
-        return resolve_corpus_path(a, once=True).samefile(resolve_corpus_path(b, once=True))
-    except (OSError, TfmError):
-        return False
 
 
 DEV_IN_TRAIN_WARNING = 0.05  # of the dev pairs; a random split of a corpus with repeated pairs shares a few
