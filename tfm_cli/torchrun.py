@@ -47,7 +47,8 @@ def main(argv: Sequence[str]) -> int:
     # c10d's C++ warnings, torchrun's and its workers': the agent of node 1, whose node 0 ends (a stop in its final
     # phase, which rank 0 does alone), printed "recvValueWithTimeout failed ... Exception raised from recvBytes" and
     # 34 frames, and so did a worker whose process 0 ended while they met, before its own error line. Unless the
-    # user set a level (TORCH_CPP_LOG_LEVEL=WARNING shows them again).
+    # user set a level (TORCH_CPP_LOG_LEVEL=WARNING shows them again). Put back as it was once torchrun returns.
+    given_level = os.environ.get("TORCH_CPP_LOG_LEVEL")
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     # for the workers' resume hints: this node's own launcher options (`--node-rank 1 --master-addr ...`), which
     # they cannot tell from torchrun's environment (a hint of `--nnodes 2` alone was refused as it stood)
@@ -95,6 +96,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"Error: the processes of the job could not meet: {lines[0]}\nhint: {hint}", file=sys.stderr)
         return 1
     finally:
+        if given_level is None:
+            os.environ.pop("TORCH_CPP_LOG_LEVEL", None)
         if logs:
             shutil.rmtree(logs, ignore_errors=True)
         elif owned and not (parent.isdigit() and os.getppid() == int(parent)):  # `tfm train` was killed
