@@ -235,6 +235,14 @@ def test_error_unreadable_file_says_permission(tmp_path: Path, monkeypatch: pyte
     with pytest.raises(CorpusError) as err:
         list(read_pairs(path))
     assert str(err.value) == f"{path}: permission denied: make the file readable (chmod +r {path}) or run tfm as a user who may read it"
+    # a start's check of the recipe's corpora adds no hint of another kind ("give a file of source<TAB>target lines")
+    from tfm_cli.recipe import load_recipe
+    from tfm_cli.training.checks import _check_corpora
+
+    recipe = load_recipe(Path(__file__).parents[1] / "recipes" / "tiny.yaml", [f"data.train={path}", "data.dev=null"])
+    with pytest.raises(CorpusError) as err:
+        _check_corpora(recipe)
+    assert str(err.value).startswith(f"data.train: {path}: permission denied") and not err.value.hint, err.value.hint
 
 
 # ---- encoding --------------------------------------------------------------------------------------------

@@ -252,7 +252,8 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom:
     except PermissionError:  # the file is fine, its mode is not: asking whether it is complete would mislead
         raise CorpusError(
             f"{shown}: permission denied: make the file readable (chmod +r {_shell_path(path)}) or run tfm as a "
-            "user who may read it"
+            "user who may read it",
+            hint="",  # the fix is in the line: no hint of another kind is to be added to it
         ) from None
     except gzip.BadGzipFile as err:
         if line_no == 0 or not str(err).startswith("Not a gzipped file"):
