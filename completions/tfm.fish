@@ -74,7 +74,7 @@ complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcomman
 # tfm export
 complete -c tfm -n '__fish_seen_subcommand_from export' -l dtype -x -a 'bf16 fp16 fp32' -d 'release: store the weights as fp32, fp16 or bf16.'
 complete -c tfm -n '__fish_seen_subcommand_from export' -l force -d 'Replace an earlier export in --out (only once the new export is written and checked'
-complete -c tfm -n '__fish_seen_subcommand_from export' -l format -s f -x -a 'huggingface onnx release' -d 'release (safetensors + tokenizer + model card), onnx (encoder + decoder step for onnxruntime), or...'
+complete -c tfm -n '__fish_seen_subcommand_from export' -l format -s f -x -a 'huggingface onnx release' -d 'release (safetensors + tokenizer + model card), onnx (encoder + decoder step for onnxruntime, wit...'
 complete -c tfm -n '__fish_seen_subcommand_from export' -l help -s h -d 'Show this message and exit.'
 complete -c tfm -n '__fish_seen_subcommand_from export' -l json -d 'Print the result (files, checks, notes) as JSON.'
 complete -c tfm -n '__fish_seen_subcommand_from export' -l opset -x -d 'onnx: the ONNX opset, 14 to 21 (default: 17).'

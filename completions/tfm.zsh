@@ -149,7 +149,7 @@ _tfm_export() {
     _arguments -s -S \
         '--dtype=[release\: store the weights as fp32, fp16 or bf16.]:dtype:(bf16 fp16 fp32)' \
         '--force[Replace an earlier export in --out (only once the new export is written and checked]' \
-        '(--format -f)'{--format=,-f+}'[release (safetensors + tokenizer + model card), onnx (encoder + decoder step for onnxruntime), or...]:format:(huggingface onnx release)' \
+        '(--format -f)'{--format=,-f+}'[release (safetensors + tokenizer + model card), onnx (encoder + decoder step for onnxruntime, wit...]:format:(huggingface onnx release)' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \
         '--json[Print the result (files, checks, notes) as JSON.]' \
         '--opset=[onnx\: the ONNX opset, 14 to 21 (default\: 17).]:opset: ' \

@@ -27,7 +27,7 @@ DTYPES = ("fp32", "fp16", "bf16")
 
 def export(
     model: Path = typer.Argument(None, parser=given_path, metavar="RUN", help="Run directory, release directory or .safetensors file (default: the most recent run under runs/).", show_default=False),
-    fmt: str = typer.Option(..., "--format", "-f", help="release (safetensors + tokenizer + model card), onnx (encoder + decoder step for onnxruntime), or huggingface (MarianMT, for transformers and CTranslate2)."),
+    fmt: str = typer.Option(..., "--format", "-f", help="release (safetensors + tokenizer + model card), onnx (encoder + decoder step for onnxruntime, with a translate.py that needs neither tfm nor torch), or huggingface (MarianMT, for transformers and CTranslate2)."),
     out: Path = typer.Option(None, "--out", "-o", parser=given_path, metavar="<path>", help="Directory to write (default: exports/RUN-FORMAT).", show_default=False),
     force: bool = typer.Option(False, "--force", help="Replace an earlier export in --out (only once the new export is written and checked; a folder holding other files is refused)."),
     dtype: str = typer.Option("fp32", "--dtype", help="release: store the weights as fp32, fp16 or bf16."),
