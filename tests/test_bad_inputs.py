@@ -527,6 +527,22 @@ def test_a_corpus_in_another_format_is_named_with_a_command_that_converts_it(
 
 
 @pytest.mark.parametrize(
+    ("record", "fields"),
+    [
+        ({"meta": {"lang": "en", "url": "x"}, "src": "Hi.", "tgt": "Salut."}, ".src, .tgt"),  # a nested dict of metadata
+        ({"en": "2", "fr": "deux", "source": "tatoeba"}, ".en, .fr"),  # sentences that are numbers are sentences
+        ({"id": 5, "translation": {"en": "10", "fr": "dix"}}, ".translation.en, .translation.fr"),
+        ({"sentence_id": "7", "en": "Hi.", "fr": "Salut."}, ".en, .fr"),
+    ],
+)
+def test_the_jq_of_a_json_record_takes_its_pair(tmp_path: Path, record: dict, fields: str) -> None:
+    corpus = write(tmp_path / "c.jsonl", (json.dumps(record) + "\n").encode())
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs(corpus))
+    one_line(err.value, f"jq -r '[{fields}] | join(\"\\t\")'")
+
+
+@pytest.mark.parametrize(
     "first_line",
     ['<?xml version="1.0" encoding="UTF-8"?>', '<tmx version="1.4">', '<srcset setid="newstest2014" srclang="any">',
      "<!DOCTYPE tmx SYSTEM \"tmx14.dtd\">"],
@@ -1455,23 +1471,27 @@ def test_a_corpus_whose_side_is_an_id_column_is_refused_with_the_cut_of_its_text
 
 
 @pytest.mark.parametrize(
-    ("rows", "fields"),
+    ("rows", "fields", "column"),
     [
         # WikiMatrix: a margin score first, the file sorted by it
-        (lambda i, s, t: f"{1.2 - i / 1000:.4f}\t{s}\t{t}", "2,3"),
+        (lambda i, s, t: f"{1.2 - i / 1000:.4f}\t{s}\t{t}", "2,3", 1),
         # two sentence ids first (a links file joined to its sentences), the first in order, the second not
-        (lambda i, s, t: f"{i + 1}\t{(i * 7919) % 1000}\t{s}\t{t}", "3,4"),
+        (lambda i, s, t: f"{i + 1}\t{(i * 7919) % 1000}\t{s}\t{t}", "3,4", 1),
         # Tatoeba's download with its ids in no order
-        (lambda i, s, t: f"{(i * 7919) % 100003}\t{s}\t{(i * 104729) % 100019}\t{t}", "2,4"),
+        (lambda i, s, t: f"{(i * 7919) % 100003}\t{s}\t{(i * 104729) % 100019}\t{t}", "2,4", 1),
+        # the number second, between the two sides; a language code first, then an id: the target side a number
+        (lambda i, s, t: f"{s}\t{i}\t{t}", "1,3", 2),
+        (lambda i, s, t: f"eng\t{i}\t{s}\t{t}", "3,4", 2),
     ],
-    ids=["wikimatrix-score", "two-id-columns", "tatoeba-ids-unordered"],
+    ids=["wikimatrix-score", "two-id-columns", "tatoeba-ids-unordered", "id-between", "language-code-then-id"],
 )
-def test_more_shapes_of_number_columns_are_refused(tmp_path: Path, rows, fields: str) -> None:
+def test_more_shapes_of_number_columns_are_refused(tmp_path: Path, rows, fields: str, column: int) -> None:
     pairs = [tuple(line.split("\t")[:2]) for line in _head(300).splitlines()]
     corpus = write(tmp_path / "c.tsv", "".join(rows(i, s, t) + "\n" for i, (s, t) in enumerate(pairs)).encode())
     with pytest.raises(CorpusError) as err:
         list(read_pairs(corpus))
-    message = one_line(err.value, f"{corpus}: its source side (column 1) is a number on 100% of its first 200 lines")
+    side = "source" if column == 1 else "target"
+    message = one_line(err.value, f"{corpus}: its {side} side (column {column}) is a number on 100% of its first 200 lines")
     cut = re.search(r"\(e\.g\. (.*?)\)$", message)
     assert cut and f"cut -f{fields}" in cut.group(1), message
     subprocess.run(cut.group(1), shell=True, check=True)
@@ -1495,7 +1515,7 @@ def test_a_first_line_of_column_names_is_warned_about(tmp_path: Path) -> None:
         assert out.read_text(encoding="utf-8") == lines and (tmp_path / "no-header-h.tsv").read_text(encoding="utf-8") == lines
     proc = tfm("tokenize", "--corpus", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "tok.json"))
     assert f"warning: --corpus {corpus}: line 1 ('EN' / 'DE') reads as" in proc.stderr, proc.stderr
-    for first in ("Oui\tYes", "go\tva", "no\tnon"):  # short words, lower case too: sentence pairs
+    for first in ("Oui\tYes", "go\tva", "no\tnon", "No\tNe", "Ja\tDa"):  # short words: sentence pairs
         plain = write(tmp_path / "p.tsv", f"{first}\n{lines}".encode())
         proc = tfm("train", str(recipe(tmp_path, str(plain))), "--dry-run", "--out", str(tmp_path / "dry"))
         assert "names of the columns" not in proc.stderr, proc.stderr

@@ -664,7 +664,11 @@ def test_a_node_that_never_came_is_not_blamed_on_the_port(monkeypatch, capsys) -
     from tfm_cli import torchrun
 
     monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # (main wraps it: put back after)
-    monkeypatch.delenv("TFM_LAUNCH_OPTIONS", raising=False)
+    # main sets these for torchrun's workers (and takes TFM_TORCHRUN_LOGS away): set and removed here, so that the
+    # test process has them back as they were afterwards, whatever main did (a fork server started before compares)
+    for name in ("TFM_LAUNCH_OPTIONS", "TFM_PARENT_PID", "TFM_TORCHRUN_LOGS", "TORCH_CPP_LOG_LEVEL"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     for error, said in (
         (DistError("Timed out after 901 seconds waiting for clients. 1/2 clients joined."), "start the same command on every node"),
         (RendezvousTimeoutError(), "start the same command on every node"),
@@ -674,7 +678,7 @@ def test_a_node_that_never_came_is_not_blamed_on_the_port(monkeypatch, capsys) -
             raise error
 
         monkeypatch.setattr(torch.distributed.run, "main", fail)
-        monkeypatch.delenv("TFM_PARENT_PID", raising=False)  # (main sets it to itself, for its workers)
+        monkeypatch.delenv("TFM_PARENT_PID", raising=False)  # (main sets it to itself, for its workers: the next call)
         assert torchrun.main(["--nnodes=2", "--node-rank=0", "-m", "tfm_cli", "train", "r.yaml", "--out", "run"]) == 1
         err = capsys.readouterr().err
         assert err.startswith("Error: the processes of the job could not meet: ") and f"hint: {said}" in err, err

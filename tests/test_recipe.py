@@ -729,12 +729,14 @@ def test_a_gzipped_recipe_is_named_so(tmp_path):
     """A recipe.yaml.gz (or one gzipped under its own name) was "bad byte 0x8b at line 1, column 2"."""
     import gzip
 
-    for name, there, plain in (("recipe.yaml.gz", False, "recipe.yaml"), ("recipe.yaml.gz", True, "plain-recipe.yaml"),
-                               ("recipe.yaml", False, "plain-recipe.yaml")):
+    for name, there, plain in (("recipe.yaml.gz", [], "recipe.yaml"), ("recipe.yaml.gz", ["recipe.yaml"], "plain-recipe.yaml"),
+                               ("recipe.yaml", [], "plain-recipe.yaml"),
+                               ("recipe.yaml.gz", ["recipe.yaml", "plain-recipe.yaml"], "converted-plain-recipe.yaml")):
         path = tmp_path / name
-        (tmp_path / "recipe.yaml").unlink(missing_ok=True)
-        if there:  # a recipe.yaml of its own beside it: never written over
-            (tmp_path / "recipe.yaml").write_text("name: mine\n", encoding="utf-8")
+        for old in ("recipe.yaml", "plain-recipe.yaml"):
+            (tmp_path / old).unlink(missing_ok=True)
+        for mine in there:  # files of its own beside it: never written over
+            (tmp_path / mine).write_text("name: mine\n", encoding="utf-8")
         path.write_bytes(gzip.compress(b"name: x\n"))
         with pytest.raises(RecipeError) as excinfo:
             load_recipe(path)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from tfm_cli.errors import CorpusError, TfmError
+from tfm_cli.files import free_name
 
 BUNDLED_PREFIX = "bundled:"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -260,7 +261,7 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom:
             raise CorpusError(f"{shown}: cannot read the file ({err}); is it a complete, uncompressed or gzip text file?") from err
         # bytes after the compressed data that are no second gzip member: text appended to the .gz (`>>`), whose
         # lines would be lost if read as gzip does (gunzip keeps the compressed part, "trailing garbage ignored")
-        part = _shell_path(_free(path, "compressed-part-" + path.name.removesuffix(".gz")))
+        part = _shell_path(free_name(path, "compressed-part-" + path.name.removesuffix(".gz")))
         raise CorpusError(
             f"{shown}: after its compressed data ({line_no:,} lines) the file goes on with bytes that are not gzip: "
             f"text appended to a compressed file? Rebuild it from its parts (zcat {_shell_path(path)} > {part} writes "
@@ -329,15 +330,15 @@ def reads_as_western(raw: bytes) -> bool:
 
 
 def _shell_path(path: Path, prefix: str = "") -> str:
-    """`path` (or the file beside it named `prefix` + its name) as a shell word, for the commands a message
-    suggests: they work from the directory the user ran tfm in, whatever the file's name."""
-    return shlex.quote(str(path.with_name(prefix + path.name) if prefix else path))
+    """`path` (or a new file beside it named `prefix` + its name, `files.free_name`) as a shell word, for the
+    commands a message suggests: they work from the directory the user ran tfm in, whatever the file's name."""
+    return shlex.quote(str(free_name(path, prefix + path.name) if prefix else path))
 
 
 def _carriage_return(path: Path, gzipped: bool) -> str:
     """The problem of a line holding a carriage return that does not end it (CR-only line ends, old Mac style)."""
     cat, name = "zcat" if gzipped else "cat", _shell_path(path)
-    fixed = shlex.quote(str(path.with_name("fixed-" + path.name.removesuffix(".gz"))))
+    fixed = shlex.quote(str(free_name(path, "fixed-" + path.name.removesuffix(".gz"))))
     return (
         "a carriage return (\\r) inside the line: if the file ends its lines with CR alone (old Mac style), convert "
         f"them ({cat} {name} | tr '\\r' '\\n' > {fixed}); if they are stray characters in sentences, make them "
@@ -468,7 +469,7 @@ class TsvColumns:
             return None
         src, tgt = self.header
         path = Path(self.shown)
-        out = _shell_path(_free(path, "no-header-" + path.name.removesuffix(".gz")))
+        out = _shell_path(free_name(path, "no-header-" + path.name.removesuffix(".gz")))
         name = _shell_path(path)
         cut = f"zcat {name} | tail -n +2 > {out}" if path.name.endswith(".gz") else f"tail -n +2 {name} > {out}"
         return (
@@ -496,6 +497,8 @@ _ISO_639_3 = frozenset("eng fra deu spa ita por rus zho cmn jpn kor ara nld tur 
 
 def _names_a_column(side: str) -> bool:
     side = side.strip()
+    if side[:1].isupper() and not side.isupper() and _SIDE_WORD.fullmatch(side) is None:  # "No<TAB>Ne", "Ja<TAB>Da"
+        return False  # (a code in lower case or capitals, fr or FR, names a column; "Fr" starts a sentence)
     code = _LANGUAGE.fullmatch(side)
     return bool(_SIDE_WORD.fullmatch(side)) or (code is not None and code.group(1).lower() in _ISO_639_1 | _ISO_639_3)
 
@@ -671,7 +674,7 @@ def _other_format(text: str, path: Path) -> str | None:
     """What the first line of a corpus file without a tab shows the file to be, when it is a format of parallel text
     other than TSV (XML such as TMX or WMT's SGML, JSON Lines as Hugging Face datasets write them, CSV), with how to
     convert it; or None. Each was "the line has no tab", true of its first line and no help."""
-    tsv = _shell_path(_free(path, path.name.removesuffix(".gz").rsplit(".", 1)[0] + ".tsv"))
+    tsv = _shell_path(free_name(path, path.name.removesuffix(".gz").rsplit(".", 1)[0] + ".tsv"))
     gzipped = path.name.endswith(".gz")
     line = text.strip()
     if re.match(r"<(\?xml|!DOCTYPE|[A-Za-z][\w:.-]*[\s>/])", line, re.I):
@@ -688,12 +691,18 @@ def _other_format(text: str, path: Path) -> str | None:
             def key(name: str) -> str:  # jq's path step for a key
                 return f".{name}" if re.fullmatch(r"[A-Za-z_]\w*", name) else f".{json.dumps(name)}"
 
-            def texts(mapping: dict, outer: str = "") -> list[str]:  # its string fields, not ids or numbers
-                return [outer + key(k) for k, v in mapping.items() if isinstance(v, str) and not _NUMBER.fullmatch(v)]
+            def texts(mapping: dict, outer: str = "") -> list[str]:  # its string fields, not its ids
+                return [outer + key(k) for k, v in mapping.items()
+                        if isinstance(v, str) and not re.fullmatch(r"(?i)(id|idx|index|uid|guid|key|.+_id)", k)]
 
-            # Hugging Face's {"id": "0", "translation": {"en": ..., "fr": ...}}: the pair is the nested one
-            nested = [texts(v, key(k)) for k, v in record.items() if isinstance(v, dict)]
-            paths = next((found for found in nested if len(found) >= 2), None) or texts(record)
+            # Hugging Face's {"id": "0", "translation": {"en": ..., "fr": ...}}: the pair is the nested one, and an
+            # id is no side of it (an "id", "idx", "..._id" key; the values themselves may be numbers: "10", "dix")
+            translation = record.get("translation")
+            paths = texts(translation, key("translation")) if isinstance(translation, dict) else []
+            if len(paths) < 2:
+                paths = texts(record)
+            if len(paths) < 2:
+                paths += [p for k, v in record.items() if isinstance(v, dict) for p in texts(v, key(k))]
             fields = ", ".join(paths[:2]) if len(paths) >= 2 else ".SOURCE_KEY, .TARGET_KEY"
             jq = f"jq -r '[{fields}] | join(\"\\t\")'"
             command = f"zcat {_shell_path(path)} | {jq}" if gzipped else f"{jq} {_shell_path(path)}"
@@ -739,13 +748,16 @@ class _IdColumns:
         # in order, or beside another column of numbers (Tatoeba's two sentence ids, whatever their order)
         paired = any(share[k] >= 0.9 for k in range(2, width))
         ordered = [share[i] >= 0.9 and (paired or _monotonic(numbers[i])) for i in range(min(width, 2))]
-        if not any(ordered) or len([k for k in text if k >= sum(ordered)]) < 2:
+        # the pair's text: two columns of text, one of them after the first two (a column of one value, a language
+        # code `eng`, is no side of a pair)
+        text = [k for k in text if len({r[k] for r in rows if k < len(r)}) > 1] or text
+        if not any(ordered) or len(text) < 2 or max(text) < 2:
             return
         i = ordered.index(True)
         side = "source" if i == 0 else "target"
         name = _shell_path(self.path)
         fields = ",".join(str(k + 1) for k in text[:2])
-        out = _shell_path(_free(self.path, "text-" + self.path.name.removesuffix(".gz")))
+        out = _shell_path(free_name(self.path, "text-" + self.path.name.removesuffix(".gz")))
         gz = self.path.name.endswith(".gz")
         cut = f"zcat {name} | cut -f{fields} > {out}" if gz else f"cut -f{fields} {name} > {out}"
         raise CorpusError(
@@ -763,14 +775,6 @@ def _monotonic(values: list[float]) -> bool:
     """Whether `values` never go down, or never go up (and change at all)."""
     steps = [b - a for a, b in zip(values, values[1:], strict=False)]
     return any(steps) and (all(s >= 0 for s in steps) or all(s <= 0 for s in steps))
-
-
-def _free(path: Path, name: str) -> Path:
-    """The file `name` beside `path`, or `converted-name`, `converted-2-name`, ... if that one is there (or is
-    `path` itself): a command a message suggests never writes over a file."""
-    candidates = [name, f"converted-{name}", *(f"converted-{k}-{name}" for k in range(2, 100))]
-    return next((path.with_name(c) for c in candidates if not path.with_name(c).exists() and c != path.name),
-                path.with_name(f"converted-{name}"))
 
 
 class _TabbedSides:

@@ -147,6 +147,14 @@ def name_too_long(path: Path, existing: Path) -> str | None:
     return None
 
 
+def free_name(path: Path, name: str) -> Path:
+    """The file `name` beside `path`, or `converted-name`, `converted-2-name`, ... where that one is there (or is
+    `path` itself): the file a command in a message writes, never over one that is there."""
+    candidates = [name, f"converted-{name}", *(f"converted-{k}-{name}" for k in range(2, 100))]
+    return next((path.with_name(c) for c in candidates if c != path.name and not os.path.lexists(path.with_name(c))),
+                path.with_name(f"converted-{name}"))
+
+
 def remove_empty(folders: Sequence[Path]) -> None:
     """Remove these folders (deepest first), as long as they are empty: those a failed write made on the way."""
     for folder in folders:

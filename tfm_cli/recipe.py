@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from tfm_cli.errors import RecipeError, RecipeNotFoundError, TfmError
+from tfm_cli.files import free_name
 from tfm_cli.model.config import ModelConfig, config_problems
 from tfm_cli.precisions import PRECISIONS
 from tfm_cli.scoring import BLEU_TOKENIZERS
@@ -1058,14 +1059,14 @@ def _read_yaml(path: Path, source: str) -> Any:
         if data.startswith(b"\x1f\x8b"):  # "bad byte 0x8b at line 1, column 2"
             plain_path = path.with_name(path.name.removesuffix(".gz"))
             if plain_path == path or plain_path.exists():  # never over a file that is there
-                plain_path = path.with_name("plain-" + plain_path.name)
+                plain_path = free_name(path, "plain-" + plain_path.name)
             plain = shlex.quote(str(plain_path))
             raise RecipeError(source, [f"is gzip-compressed, not YAML text: decompress it first (gunzip -c {shlex.quote(str(path))} > {plain})"])
         if utf16 := _utf16(data):  # "bad byte 0xff at line 1, column 1", or with no byte-order mark "control
             # character 0x00, which YAML does not allow": both true, neither saying what the file is
             how, code = utf16
             raise RecipeError(source, [f"is UTF-16 text ({how}), not UTF-8: save it as UTF-8 (e.g. iconv -f {code} "
-                                       f"-t utf-8 {shlex.quote(str(path))} > {shlex.quote(str(path.with_name('utf8-' + path.name)))})"])
+                                       f"-t utf-8 {shlex.quote(str(path))} > {shlex.quote(str(free_name(path, 'utf8-' + path.name)))})"])
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1

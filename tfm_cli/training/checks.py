@@ -314,8 +314,8 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
             except CorpusError as err:
                 hint = err.hint if err.hint is not None else "give a file of source<TAB>target lines"
                 if key == "data.dev":  # ("": the line says the fix, a permission's)
-                    hint = f"{hint}, or data.dev=null" if hint else "or give data.dev=null"
-                    hint += " to train without dev evaluations"
+                    hint = f"{hint}, or data.dev=null to train without dev evaluations" if hint else (
+                        "data.dev=null trains without dev evaluations")
                 raise CorpusError(f"{key}: {err.message}", hint=hint) from None
         if resumed is None and isinstance(spec, list) and same_file(*spec):  # a slip: the model would learn to copy
             raise CorpusError(
