@@ -405,6 +405,29 @@ def test_a_table_wider_than_the_terminal_is_printed_whole(monkeypatch: pytest.Mo
     assert drawn[0] == title and drawn[1].startswith("┏") and any("▁Je" in line for line in drawn), drawn
 
 
+@pytest.mark.parametrize(
+    ("args", "said", "hint"),
+    [
+        (["translate", "--input", "in.fr"], "--input: tfm translate reads the sentences to translate from stdin", "< input.txt > output.txt"),
+        (["translate", "-i", "in.fr"], "-i: tfm translate reads the sentences to translate from stdin", "< input.txt"),
+        (["translate", "-o", "out.en", "x"], "-o: tfm translate writes the translations to stdout, one a line (--output is for scoring runs)", "> output.txt"),
+        (["translate", "--checkpoint", "m.pt", "x"], "--checkpoint: tfm translate's model (a run, a checkpoint, a release or an export) is --model", "--model runs/tiny"),
+        (["train", "--config", "r.yaml"], "--config: tfm train takes its recipe (a YAML file) as its first argument", "tfm train recipes/tiny.yaml"),
+        (["train", "r.yaml", "--save-dir", "runs/x"], "--save-dir: tfm train's run directory is --out", "--out runs/mine"),
+    ],
+)
+def test_another_toolkits_option_is_told_what_tfm_does(args: list[str], said: str, hint: str) -> None:
+    """fairseq's `--input`, Marian's `-i`/`-o`, OpenNMT's `-config`: Click named the nearest spelling, another
+    setting ("No such option: --input (Possible options: --output)", --output being for scoring runs)."""
+    proc = tfm(*args)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith(f"Error: No such option: {said}") and lines[1].startswith("hint: ") and hint in lines[1], proc.stderr
+    assert "Possible options" not in proc.stderr
+    other = tfm("translate", "--bogus")  # an option no toolkit has: as before
+    assert other.stderr.splitlines()[0] == "Error: No such option: --bogus" and "--help" in other.stderr
+
+
 def test_bad_recipe_traceback_with_tfm_debug(tmp_path: Path) -> None:
     recipe = tmp_path / "bad.yaml"
     recipe.write_text(BAD_RECIPE, encoding="utf-8")

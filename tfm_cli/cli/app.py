@@ -219,7 +219,33 @@ def _report_click_error(error: Any) -> None:
     if _is_a(error, "UsageError"):  # (the parser's own errors, "Option '--device' requires an argument.", have no ctx)
         hint = f"see {ctx.command_path if ctx is not None else _command_path(sys.argv[1:])} --help"
     message = " ".join(error.format_message().split())  # one line, whatever the terminal's width
+    if _is_a(error, "NoSuchOption") and ctx is not None:  # another toolkit's option: what tfm does instead
+        words, at = [], ctx
+        while at.parent is not None:  # the subcommand's words, whatever the root is called (tfm, python -m tfm_cli)
+            words.insert(0, at.info_name)
+            at = at.parent
+        known = _OTHER_TOOLKITS.get((" ".join(words), error.option_name))
+        if known is not None:
+            said, hint = known
+            message = f"No such option: {error.option_name}: {said}"
     report_error(TfmError(message, hint=hint))
+
+
+# Options of fairseq, OpenNMT-py, Marian and Hugging Face that tfm has otherwise: Click's "did you mean" named
+# the nearest spelling, another setting ("--input (Possible options: --output)", --output being for scoring runs).
+_STDIN = ("tfm translate reads the sentences to translate from stdin, one a line", "tfm translate --model RUN < input.txt > output.txt")
+_STDOUT = ("tfm translate writes the translations to stdout, one a line (--output is for scoring runs)",
+           "tfm translate --model RUN < input.txt > output.txt")
+_MODEL = ("tfm translate's model (a run, a checkpoint, a release or an export) is --model", "tfm translate --model runs/tiny < input.txt")
+_RECIPE = ("tfm train takes its recipe (a YAML file) as its first argument", "tfm train recipes/tiny.yaml (overrides after it: train.max_steps=2000)")
+_OUT = ("tfm train's run directory is --out", "tfm train RECIPE --out runs/mine")
+_OTHER_TOOLKITS: dict[tuple[str, str], tuple[str, str]] = {
+    **{("translate", name): _STDIN for name in ("--input", "-i", "--src", "-src", "--source", "--input-file", "--input_file")},
+    **{("translate", name): _STDOUT for name in ("-o", "--out", "--output-file", "--output_file")},
+    **{("translate", name): _MODEL for name in ("--path", "--checkpoint", "--ckpt", "--model-path", "--model_path", "-model")},
+    **{("train", name): _RECIPE for name in ("--config", "-c", "-config", "--recipe", "--config-file", "--config_file")},
+    **{("train", name): _OUT for name in ("--save-dir", "--save_dir", "--output-dir", "--output_dir", "-save_model", "--model-dir")},
+}
 
 
 def _command_path(args: list[str]) -> str:
