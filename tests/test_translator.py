@@ -192,8 +192,13 @@ def test_a_translation_is_one_line_whatever_byte_tokens_the_model_emits(parts, t
 
 
 def test_translate_rejects_non_strings(translator: Translator) -> None:
-    with pytest.raises(TypeError, match=r"item 1 \(counted from 0\) is int"):
+    with pytest.raises(TypeError, match=r"input line 2 \(item 1 of the list\) is int"):  # as the NUL below is numbered
         translator.translate(["Bonjour.", 3])
+    with pytest.raises(TfmError, match=r"input line 2 holds a NUL character"):
+        translator.translate(["Bonjour.", "x\x00y"])
+    for beam in (0, -1):  # out of range whatever else is given (with greedy=True it was "has no effect")
+        with pytest.raises(TfmError, match=rf"decode setting beam={beam} must be >= 1"):
+            translator.translate("Bonjour.", beam=beam, greedy=True)
     for given in (b"Bonjour.", None, 3):  # bytes read as a list of ints ("item 0 is int"); None "is not iterable"
         with pytest.raises(TypeError, match=f"takes a string or a list of strings, not {type(given).__name__}"):
             translator.translate(given)

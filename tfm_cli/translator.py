@@ -127,6 +127,10 @@ class DecodeSettings:
         unknown = sorted(set(given) - names)
         if unknown:
             raise TypeError(f"unknown decode setting(s): {', '.join(unknown)} (known: {', '.join(sorted(names))})")
+        beam = given.get("beam")
+        if beam is not None and not (isinstance(beam, numbers.Integral) and not isinstance(beam, bool) and beam >= 1):
+            # beam=0 is out of range, with greedy=True too (it was "has no effect"): said so when made (check)
+            return dataclasses.replace(self, **{k: v for k, v in given.items() if v is not None})
         if given.get("greedy") and given.get("beam") is not None:  # as the CLI refuses --greedy --beam K
             raise TfmError(
                 f"decode setting beam={given['beam']!r} has no effect with greedy=True",
@@ -512,7 +516,8 @@ class Translator:
         lines = list(text)
         bad = next((i for i, line in enumerate(lines) if not isinstance(line, str)), None)
         if bad is not None:
-            raise TypeError(f"translate() takes strings; item {bad} (counted from 0) is {type(lines[bad]).__name__}")
+            # numbered as every other message of a list's lines is (a NUL, several lines, a cut): "input line 2"
+            raise TypeError(f"translate() takes strings; input line {bad + 1} (item {bad} of the list) is {type(lines[bad]).__name__}")
         return self._translate_lines(lines, 1, self._call_settings(settings), progress)
 
     def translate_stream(
