@@ -491,14 +491,15 @@ def test_reading_a_corpus_reports_its_progress(tok: Tokenizer) -> None:
 def test_training_says_how_far_reading_a_large_corpus_has_come(tok: Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from clitools import tiny_recipe
 
+    import tfm_cli.training.corpora as corpora
     import tfm_cli.training.trainer as trainer
     from tfm_cli.recipe import load_recipe
 
     corpus = write(tmp_path / "train.tsv", "".join(f"{s}\t{t}\n" for _, s, t in itertools.islice(read_pairs(TRAIN), 1500)))
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(tiny_recipe("reading", data={"train": str(corpus), "dev": None}, train={"max_steps": 1, "save_every": 1}), encoding="utf-8")
-    monkeypatch.setattr(trainer, "READING_SAID_EVERY", 0.0)
-    monkeypatch.setattr(trainer, "encode_corpus", functools.partial(encode_corpus, chunk_size=500))
+    monkeypatch.setattr(corpora, "READING_SAID_EVERY", 0.0)
+    monkeypatch.setattr(corpora, "encode_corpus", functools.partial(encode_corpus, chunk_size=500))
 
     class Events(trainer.TrainEvents):
         def __init__(self) -> None:

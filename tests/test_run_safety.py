@@ -128,7 +128,7 @@ def test_the_reorder_note_compares_with_the_checkpoint_s_recipe_and_not_at_an_ep
     of "the rest of epoch 1" where the checkpoint was at that epoch's end, nothing of it left."""
     from tfm_cli.recipe import dump_recipe, recipe_to_dict
     from tfm_cli.training.checks import with_absolute_paths
-    from tfm_cli.training.trainer import restore_stream
+    from tfm_cli.training.resume import restore_stream
 
     class Stream:  # what restore_stream reads of a BatchStream
         def __init__(self, n: int) -> None:

@@ -152,6 +152,7 @@ def _quiet_writer_threads() -> None:
 
 
 EARLY_STOP = "early stop"  # how the reason begins (summary.json's "stopped")
+TIME_BUDGET = "time budget:"  # ... and when train.max_time ended the run
 
 
 class EarlyStopping:

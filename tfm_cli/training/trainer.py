@@ -2,7 +2,7 @@
 
 It goes recipe -> tokenizer -> token-bucketed batches -> model -> checkpoints, and reports through a
 `TrainEvents` object so that the CLI (rich progress) and tests (nothing) can both drive it. Resume is exact:
-optimizer, step, RNG states and data position are saved beside each checkpoint.
+optimizer, step, RNG states and data position are saved beside each checkpoint (resume.py reads them back).
 
 Under torchrun the same `train()` runs as one rank of a DDP job (see `tfm_cli.distributed`): every rank builds
 the same global batches and trains on its share of each, the loss is normalised by the global batch's target
@@ -12,7 +12,6 @@ tokens, and rank 0 alone evaluates, writes and reports.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import json
 import math
@@ -22,7 +21,6 @@ import re
 import signal
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,18 +36,16 @@ from tfm_cli.checkpoint import (
     read_metadata,
     read_weights,
     save_weights,
-    unreadable,
     weights_state,
 )
-from tfm_cli.corpus import PROGRESS_EVERY, now_and_then, tokenizer_texts
-from tfm_cli.data import BatchStream, CorpusStats, TokenizedCorpus, encode_corpus, pad_multiple_for
+from tfm_cli.corpus import tokenizer_texts
+from tfm_cli.data import BatchStream, CorpusStats, TokenizedCorpus, pad_multiple_for
 from tfm_cli.distributed import Distributed, RankError, lost_a_peer, resume_command
 from tfm_cli.distributed import setup as setup_distributed
-from tfm_cli.errors import CheckpointError, RecipeError, TfmError, UnreadableFileError, shell_word
-from tfm_cli.files import WRITE_ERRNOS, DirectoryLock, as_path, atomic_write, json_value
-from tfm_cli.model import Transformer
+from tfm_cli.errors import CheckpointError, RecipeError, TfmError, shell_word
+from tfm_cli.files import DirectoryLock, as_path, atomic_write, json_value
 from tfm_cli.monitor import (
-    EARLY_STOP,
+    TIME_BUDGET,
     EarlyStopping,
     RisingLoss,
     TensorBoardLog,
@@ -102,7 +98,6 @@ from tfm_cli.training.checks import (
     dev_is_train,
     foreign_dev,
     foreign_tokenizer,
-    new_run_hint,
     preflight,
     resume_recipe,
     schedule_warnings,
@@ -110,44 +105,30 @@ from tfm_cli.training.checks import (
     with_init_tokenizer,
     with_tokenizer_size,
 )
+from tfm_cli.training.corpora import in_tokens, reading_progress, usable_corpus
 from tfm_cli.training.evaluation import evaluate, finish, load_dev
+from tfm_cli.training.events import TrainEvents
+from tfm_cli.training.failures import (
+    diverged,
+    in_training,
+    not_saved,
+    out_of_memory,
+    ran_out_of_memory,
+    unwritable,
+)
 from tfm_cli.training.optim import inverse_sqrt_lr, load_optimizer_state
+from tfm_cli.training.resume import (
+    check_state_fits,
+    finished_summary,
+    restore_stream,
+    resume_point,
+    seconds_evaluated,
+)
 from tfm_cli.training.step import setup_model, step_tokens, train_step
 from tfm_cli.training.stopping import HeldStops
 
 TRIM_EVERY = 50  # CPU: steps between returning the heap's free pages to the kernel (see runtime.py)
-TIME_BUDGET = "time budget:"  # how summary.json's "stopped" begins when train.max_time ended the run
 MAX_BAD_STEPS = 5  # this many NaN/infinite losses in a row stop the run (each one alone is skipped)
-
-
-class TrainEvents:
-    """What the trainer tells the outside world; the CLI overrides these, the defaults say nothing."""
-
-    def message(self, text: str) -> None:
-        """A one-line status message (tokenizer trained, corpus read, checkpoint saved...)."""
-
-    def start(self, step: int, max_steps: int) -> None:
-        """Training steps begin at `step` (0, or where a resumed run stopped)."""
-
-    def time_budget(self, seconds_left: float) -> None:
-        """After `start`, when train.max_time is set: the training time it leaves this session (all sessions count),
-        so that an estimate of the time remaining can end there rather than at train.max_steps."""
-
-    def step(self, step: int, metrics: dict[str, Any]) -> None:
-        """After every optimizer step; `metrics` holds loss, lr, tokens/s when a log line was due."""
-
-    def evaluation(self, step: int, metrics: dict[str, Any]) -> None:
-        """After a dev-set evaluation."""
-
-    def decoding(self, what: str, sentences: int) -> contextlib.AbstractContextManager[Callable[[int], None] | None]:
-        """Around the beam search of a dev evaluation (`what`: "dev evaluation at step N", "final model..."), which
-        translates `sentences` dev sentences: a context manager that yields a function called with the number of
-        sentences done after each batch (progress), or None."""
-        return contextlib.nullcontext(None)
-
-    def stopping(self, signum: int) -> None:
-        """A stop signal came during a step, which ends first (`HeldStops`). Called inside the signal handler:
-        take no lock (write with os.write, not print)."""
 
 
 _EVENTS_CALLED = ("message", "start", "step", "evaluation")  # what the trainer calls on any events (the rest if there)
@@ -415,7 +396,7 @@ class Trainer:
         """One process at a time trains a run: a second one (a --resume of a run still training, or a start into
         its directory) would rewrite its checkpoints under it, or resume from one that is about to be pruned."""
         if self.main and not self.lock.acquire():
-            raise _in_training(self.run_dir)
+            raise in_training(self.run_dir)
         if self.main:
             _sweep_temporary_files(self.run_dir)
 
@@ -442,9 +423,9 @@ class Trainer:
         try:
             append_metrics(self.run_dir, record)
         except OSError as error:  # a disk that filled up: said as for a checkpoint, with the way on
-            if not _unwritable(error):
+            if not unwritable(error):
                 raise
-            raise _not_saved(self.run_dir, self.step, error, what="its log line", device=self.device) from error
+            raise not_saved(self.run_dir, self.step, error, what="its log line", device=self.device) from error
 
     # --- set up -----------------------------------------------------------------------------------------------
 
@@ -454,12 +435,12 @@ class Trainer:
         weights, state = None, {}
         if self.resume:  # read (and refuse) the trainer state before anything in the run is rewritten
             self._lock()
-            self.step, weights, state = _resume_point(run_dir, self.events)
+            self.step, weights, state = resume_point(run_dir, self.events)
             size = Tokenizer.load(run_dir / "tokenizer.json").vocab_size
             check_tokenizer_kept(self.recipe, run_dir, size, state.get("recipe"))  # before a finished run returns: an override is not ignored
             self.recipe = with_tokenizer_size(self.recipe, size)
-            trained = _seconds_evaluated(weights, float(state.get("train_seconds", 0.0)), self.step)
-            self.finished = _finished_summary(run_dir, self.step, self.recipe, trained)
+            trained = seconds_evaluated(weights, float(state.get("train_seconds", 0.0)), self.step)
+            self.finished = finished_summary(run_dir, self.step, self.recipe, trained)
             if self.finished is not None:  # nothing to train, average or evaluate: `fit` says so
                 return
         created = _make_run_dir(run_dir) if self.main else False
@@ -627,11 +608,11 @@ class Trainer:
                 self.init_model = check_init(recipe, self.config)
             check_beam(recipe, tok.vocab_size)  # a tokenizer trained here may hold fewer tokens than asked for
             read_start = time.perf_counter()
-            corpus = usable_corpus(recipe, tok, _reading(self.events) if main else None)  # every rank encodes it all
+            corpus = usable_corpus(recipe, tok, reading_progress(self.events) if main else None)  # every rank encodes it all
             s = corpus.stats
             self.events.message(
                 f"train corpus: {s.kept:,} pairs kept of {s.read:,} read "
-                f"({s.skipped_empty:,} with an empty side and {s.skipped_long:,} with a side over {_tokens(recipe.data.max_len - 1)} skipped: "
+                f"({s.skipped_empty:,} with an empty side and {s.skipped_long:,} with a side over {in_tokens(recipe.data.max_len - 1)} skipped: "
                 f"data.max_len={recipe.data.max_len} counts the </s>) "
                 f"in {time.perf_counter() - read_start:.1f}s"
             )
@@ -755,7 +736,7 @@ class Trainer:
         if step == self.step:
             self.best_bleu, self.evaluated_step, self.eval_owed = best_bleu, step, False
             self.early.load_state_dict(early)
-            self.earlier_seconds = _seconds_evaluated(weights, self.earlier_seconds, step)
+            self.earlier_seconds = seconds_evaluated(weights, self.earlier_seconds, step)
 
     def _scoring(self) -> dict[str, Any]:
         """What makes two dev evaluations comparable (the best BLEU, early stopping's best): saved with each
@@ -819,9 +800,9 @@ class Trainer:
             except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
                 if dist.enabled and isinstance(error, RuntimeError) and lost_a_peer(error):
                     raise self._lost_a_peer() from error
-                if _out_of_memory(error):  # was a 40-line traceback from inside backward()
+                if out_of_memory(error):  # was a 40-line traceback from inside backward()
                     self.board.close()
-                    raise _ran_out_of_memory(self.run_dir, self.step, self.device, error) from None
+                    raise ran_out_of_memory(self.run_dir, self.step, self.device, error) from None
                 raise
         self.loop_ended = time.perf_counter()
         return self._finish(stopped)
@@ -895,7 +876,7 @@ class Trainer:
             self.events.message(f"step {self.step}: the loss is {loss} at lr {lr:.3g}: update skipped ({loop.skipped} so far)")
             if loop.bad_in_a_row >= MAX_BAD_STEPS:
                 self.board.close()
-                raise _diverged(self.run_dir, self.step, lr, loop.bad_in_a_row, device=self.device)
+                raise diverged(self.run_dir, self.step, lr, loop.bad_in_a_row, device=self.device)
 
         metrics: dict[str, Any] = {}
         if self.step % t.log_every == 0 or self.step == t.max_steps:
@@ -964,7 +945,7 @@ class Trainer:
             return
         self.board.close()
         lr = inverse_sqrt_lr(self.step, self.config.d_model, self.t.warmup_steps, self.t.lr_factor)
-        raise _diverged(self.run_dir, self.step, lr, what=f"its update at lr {lr:.3g} made weights NaN or infinite (its loss was finite)",
+        raise diverged(self.run_dir, self.step, lr, what=f"its update at lr {lr:.3g} made weights NaN or infinite (its loss was finite)",
                         device=self.device)
 
     def _evaluates_at(self, step: int) -> bool:
@@ -1024,9 +1005,9 @@ class Trainer:
                     bleu=self.best_bleu, scoring=self._scoring(),  # (which dev set, how scored: `_discard_future`)
                 )
             except OSError as error:
-                if not _unwritable(error):
+                if not unwritable(error):
                     raise
-                raise _not_saved(self.run_dir, self.step, error, what=BEST, device=self.device) from error
+                raise not_saved(self.run_dir, self.step, error, what=BEST, device=self.device) from error
         stop = self.early.update(self.step, result)
         self.evaluated_step = self.step
         if self.last_saved == self.step:  # the checkpoint of this step was saved before: its evaluation is done
@@ -1097,9 +1078,9 @@ class Trainer:
             atomic_write(state_path(path), lambda tmp: torch.save(state, tmp))
             self._keep_tokenizer()
         except OSError as error:  # a disk that filled up: say what is kept and how to go on
-            if not _unwritable(error):
+            if not unwritable(error):
                 raise
-            raise _not_saved(self.run_dir, self.step, error, device=self.device) from error
+            raise not_saved(self.run_dir, self.step, error, device=self.device) from error
         self.last_saved = self.step  # only now: Ctrl-C in the middle of a save saves again in `_interrupted`
         failed = _drop_stop_checkpoints(self.run_dir, before=self.step)  # (an earlier stop's too: it counted in keep_last)
         failed += prune_checkpoints(self.run_dir, self.t.keep_last)
@@ -1178,9 +1159,9 @@ class Trainer:
         try:
             final = finish(run_dir, self.recipe, self.model, self.tokenizer, self.dev, self.amp, self.events, self.board)
         except OSError as error:  # model.safetensors, or its metrics.jsonl line
-            if not _unwritable(error):
+            if not unwritable(error):
                 raise
-            raise _not_saved(run_dir, self.step, error, what="the final model", done=True, device=self.device) from error
+            raise not_saved(run_dir, self.step, error, what="the final model", done=True, device=self.device) from error
         # a resume of a finished run that lowers train.keep_last writes the final model again, and saves nothing
         # that would prune (3 checkpoints stayed where keep_last said 2); average_last <= keep_last, so none it needs
         self._say_undeletable(prune_checkpoints(run_dir, t.keep_last))
@@ -1214,9 +1195,9 @@ class Trainer:
         try:
             atomic_write(run_dir / "summary.json", lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=2)))
         except OSError as error:
-            if not _unwritable(error):
+            if not unwritable(error):
                 raise
-            raise _not_saved(run_dir, self.step, error, what="summary.json", done=True, device=self.device) from error
+            raise not_saved(run_dir, self.step, error, what="summary.json", done=True, device=self.device) from error
         return result
 
 
@@ -1306,330 +1287,6 @@ def _make_run_dir(run_dir: Path) -> bool:
         raise TfmError(f"cannot create the run directory {run_dir}: {err.strerror}", hint="choose another --out") from None
 
 
-def check_resume(
-    recipe: Recipe, run_dir: Path, device: torch.device | None = None, said: Callable[[str], None] | None = None
-) -> int:
-    """What a resume checks before it writes (`tfm train --resume RUN --dry-run`): a checkpoint with its trainer
-    state (read safely), the run's tokenizer matching it, overrides that keep the checkpoint's model and a
-    train.max_steps not behind it, and a data position that exists in the batches of the corpus as this resume
-    reads it (`device`: where it would train, whose padding shapes the batches). Returns the step the run would
-    continue from. `said` receives what the resume would say of the checkpoints it passes over."""
-    lock = DirectoryLock(run_dir)
-    if not lock.acquire():  # as the resume itself refuses it (the dry run said "resumes from step N")
-        raise _in_training(run_dir)
-    lock.release()
-    step, weights, state = _resume_point(run_dir, _Messages(said) if said is not None else TrainEvents())
-    tok = Tokenizer.load(run_dir / "tokenizer.json")
-    check_resumable(run_dir, weights, model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id), step,
-                    recipe.train.max_steps)
-    check_tokenizer_kept(recipe, run_dir, tok.vocab_size, state.get("recipe"))
-    with torch.device("meta"):  # the shapes alone: no memory, no time
-        shapes = Transformer(model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id))
-    check_state_fits(weights, state["optimizer"], list(shapes.parameters()))
-    read_weights(weights)  # its CRC-32: a checkpoint damaged since it was written fails here as in the resume
-    corpus = usable_corpus(recipe, tok)
-    stream = BatchStream(
-        corpus, recipe.train.max_tokens, recipe.train.seed, tok.pad_id, tok.bos_id, tok.eos_id,
-        pad_multiple=pad_multiple_for(device or torch.device("cpu")),
-    )
-    changed = None if "corpus_digest" not in state else state["corpus_digest"] != corpus.digest()
-    if (note := restore_stream(stream, state["stream"], recipe, run_dir, state.get("recipe"), changed)) and said is not None:
-        said(note)
-    return step
-
-
-class _Messages(TrainEvents):
-    """Events that pass on only the messages."""
-
-    def __init__(self, said: Callable[[str], None]) -> None:
-        self.said = said
-
-    def message(self, text: str) -> None:
-        self.said(text)
-
-
-def trained_seconds(run_dir: Path) -> float:
-    """The training time (seconds, all sessions: what train.max_time counts) saved with the checkpoint a resume of
-    `run_dir` continues from (0 for a checkpoint of an older tfm, which saved none), with its step's evaluation."""
-    step, weights, state = _resume_point(run_dir, TrainEvents())
-    return _seconds_evaluated(weights, float(state.get("train_seconds", 0.0)), step)
-
-
-def _seconds_evaluated(weights: Path, saved: float, step: int) -> float:
-    """The training time after the dev evaluation that followed the checkpoint `weights` of `step` (saved before
-    it, with `saved` seconds), where that evaluation was completed and said so: the time budget counts evaluations, and one
-    that used it up must not leave the resume time to train on (`saved` otherwise)."""
-    try:
-        done = json_value(evaluated_path(weights).read_text(encoding="utf-8"))
-        seconds, evaluated = float(done["train_seconds"]), int(done["evaluated_step"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return saved
-    return max(saved, seconds) if evaluated == step else saved
-
-
-def finished_resume(run_dir: Path, recipe: Recipe) -> dict[str, Any] | None:
-    """The summary.json of `run_dir` when a resume with `recipe` would find the run finished (at train.max_steps,
-    stopped early or its time budget spent, its final model written, nothing in the recipe changed) and do
-    nothing; None when it would train, or write the final model. What `tfm train --resume --dry-run` reports."""
-    step, weights, state = _resume_point(run_dir, TrainEvents())
-    recipe = with_tokenizer_size(recipe, Tokenizer.load(run_dir / "tokenizer.json").vocab_size)
-    return _finished_summary(run_dir, step, recipe, _seconds_evaluated(weights, float(state.get("train_seconds", 0.0)), step))
-
-
-def check_start(recipe: Recipe, run_dir: Path, progress: Callable[[int], None] | None = None) -> list[str]:
-    """What a fresh start's `--dry-run` can check of the corpora beyond reading them, when the tokenizer is
-    already there (tokenizer.path, or one `tfm tokenize` left in the run directory): that some pair fits
-    data.max_len, and the warnings a start gives with it (a tokenizer trained on other text, a dev set in
-    another language; they were said only once training started). Returns the warnings. `progress` is given
-    the pairs tokenized so far, as `encode_corpus` gives it."""
-    own = run_dir / "tokenizer.json"
-    given = own if own.is_file() else Path(recipe.tokenizer.path).expanduser() if recipe.tokenizer.path else None
-    if given is None:
-        return []
-    tok = Tokenizer.load(given)
-    corpus = usable_corpus(recipe, tok, progress)
-    where = f"{own}" if own.is_file() else f"tokenizer.path {recipe.tokenizer.path}"
-    found = [foreign_tokenizer(recipe, corpus, tok, where)]
-    if recipe.data.dev:
-        dev = load_dev(recipe.data.dev, tok, recipe.model.max_positions, recipe.train.bleu_tokenize)
-        found.append(foreign_dev(recipe.data.dev, dev, corpus))
-    return [warning for warning in found if warning]
-
-
-def usable_corpus(recipe: Recipe, tok: Tokenizer, progress: Callable[[int], None] | None = None) -> TokenizedCorpus:
-    """data.train encoded with `tok`, the pairs longer than data.max_len left out; `progress` as `encode_corpus`'s.
-
-    Raises:
-        TfmError: no pair is left (the message says how many were empty and how many too long).
-    """
-    corpus = encode_corpus(recipe.data.train, tok, recipe.data.max_len, progress=progress)
-    s = corpus.stats
-    if s.kept == 0:
-        raise TfmError(
-            f"no usable sentence pairs in data.train {recipe.data.train}: of {s.read:,} read, {s.skipped_empty:,} have "
-            f"an empty side and {s.skipped_long:,} a side over {_tokens(recipe.data.max_len - 1)} (data.max_len={recipe.data.max_len} "
-            "counts the </s>)",
-            hint="check data.train, and raise data.max_len if the sentences are longer",
-        )
-    return corpus
-
-
-READING_SAID_EVERY = PROGRESS_EVERY  # seconds between two lines while a large corpus is read
-
-
-def _reading(events: TrainEvents) -> Callable[[int], None]:
-    """A line every READING_SAID_EVERY seconds while data.train is read and tokenized: 2,000,000 pairs took minutes
-    with nothing said, which looks like a hang (the line after it says how many were kept)."""
-    said = now_and_then(READING_SAID_EVERY, lambda text, seconds: events.message(f"{text} so far ({seconds:,.0f}s)"))
-    return lambda read: said(f"train corpus: {read:,} pairs read and tokenized")
-
-
-def _resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[str, Any]]:
-    """The newest checkpoint that has its trainer state: (step, weights file, trainer state)."""
-    found = checkpoint_steps(run_dir)
-    # A start into run_dir is refused once it holds checkpoints or a final model: then the way on is a new run.
-    anew = f"start a new run from its recipe: tfm train {run_dir / 'recipe.yaml'} --out NEW_DIR"
-    if not found:
-        again = f"start it again without --resume: tfm train {shell_word(run_dir / 'recipe.yaml')} --out {shell_word(run_dir)}"
-        # a run copied without its checkpoints keeps its trained weights: fine-tune from them rather than start over
-        keep = (f"train on from its final model's weights (a new optimizer and schedule): tfm train "
-                f"{shell_word(run_dir / 'recipe.yaml')} train.init_from={shell_word(run_dir)} --out NEW_DIR; or {anew}")
-        hint = keep if (run_dir / FINAL).is_file() else again
-        raise CheckpointError(f"{run_dir} has no checkpoint to resume from", hint=hint)
-    # Weights are written before their trainer state: a run killed between the two leaves weights that
-    # cannot be resumed exactly, so resume from the newest checkpoint that has both.
-    complete = [(s, w) for s, w in found if state_path(w).is_file()]
-    newest = complete[-1][0] if complete else -1
-    odd = [state_path(w) for s, w in found if s > newest and os.path.lexists(state_path(w))]
-    if odd:  # a folder or a pipe by that name: it was passed over as a missing state, unsaid in a dry run
-        raise CheckpointError(
-            f"{odd[-1]} is not a regular file (a directory, a pipe or a broken link), so it is no trainer state",
-            hint="put the trainer state back there, or move that away to resume from the checkpoint before",
-        )
-    if not complete:
-        raise CheckpointError(
-            f"{run_dir} has no checkpoint with its trainer state ({state_path(found[-1][1]).name} and older are missing)",
-            hint=f"an exact resume needs the .state.pt files; {anew}",
-        )
-    step, weights = complete[-1]
-    tok_path = run_dir / "tokenizer.json"
-    if not tok_path.is_file():  # else a start would train or copy a tokenizer, which need not be the run's
-        raise CheckpointError(
-            f"{tok_path} is missing: the run cannot continue without the tokenizer it was trained with",
-            hint="put back the tokenizer.json this run was trained with",
-        )
-    try:
-        expected = read_metadata(weights).get("tokenizer_sha256")
-    except UnreadableFileError:
-        raise
-    except CheckpointError as error:  # damaged (a disk that filled up, a copy cut short): the one before may be whole
-        raise CheckpointError(
-            str(error), hint=f"delete it and its {state_path(weights).name} to resume from the checkpoint before"
-        ) from None
-    if expected and Tokenizer.load(tok_path).sha256 != expected:
-        raise CheckpointError(
-            f"{tok_path} does not match {weights} (tokenizer hash differs): the run cannot continue with it",
-            hint="put back the tokenizer.json this run was trained with",
-        )
-    newer = [s for s, _ in found if s > step]
-    if newer:
-        events.message(
-            f"checkpoint(s) at step {', '.join(map(str, newer))} have no trainer state (the run stopped while "
-            f"saving): resuming from step {step}; the resume removes them and trains those steps again"
-        )
-    steps = {s for s, _ in found}
-    orphans = sorted(int(f.name[5:13]) for f in (run_dir / CHECKPOINTS).glob("step-*.state.pt")
-                     if f.name[5:13].isdigit() and int(f.name[5:13]) > step and int(f.name[5:13]) not in steps)
-    if orphans:  # weights deleted or lost beside their state (it fell back without a word)
-        events.message(
-            f"checkpoint(s) at step {', '.join(map(str, orphans))} have a trainer state but no weights (.safetensors): "
-            f"resuming from step {step}; the resume removes them and trains those steps again"
-        )
-    # On the CPU: the RNG states must stay CPU ByteTensors (map_location=cuda broke resume on GPUs), and
-    # Optimizer.load_state_dict moves each state tensor to its parameter's device itself.
-    state = load_trainer_state(state_path(weights))
-    if state.get("step", step) != step:  # e.g. copied from another checkpoint: Adam's moments and the data
-        raise CheckpointError(  # position of another step, on these weights
-            f"{state_path(weights)} is the trainer state of step {state['step']}, not of its checkpoint's step {step}",
-            hint=f"put back the state saved with {weights.name}, or delete both files to resume from the checkpoint before",
-        )
-    return step, weights, state
-
-
-def _finished_summary(run_dir: Path, step: int, recipe: Recipe, train_seconds: float = 0.0) -> dict[str, Any] | None:
-    """The summary.json of a run that a resume finds finished, or None: its newest checkpoint is at
-    train.max_steps, where early stopping ended it or where its time budget ran out (`train_seconds`: the
-    training time that checkpoint saved, all sessions, against train.max_time), its final model and summary were written from it, and the
-    resume changes nothing in its recipe (a changed setting, `train.average_last=3` or `train.patience=8` say,
-    writes the final model again, or trains on)."""
-    try:
-        summary = json_value((run_dir / "summary.json").read_text(encoding="utf-8"))
-        early = isinstance(summary, dict) and str(summary.get("stopped", "")).startswith(EARLY_STOP)
-        budget = parse_duration(recipe.train.max_time) if recipe.train.max_time else None
-        # as final: a resume continues the count. Its summary says so too where the checkpoint was saved before
-        # the budget ran out at the same step (a checkpoint, then a periodic evaluation, then the budget check)
-        by_budget = isinstance(summary, dict) and str(summary.get("stopped", "")).startswith(TIME_BUDGET)
-        spent = budget is not None and (train_seconds >= budget or by_budget)
-        if step < recipe.train.max_steps and not early and not spent:  # an early stop is as final: its patience is spent
-            return None
-        if isinstance(summary, dict) and "recipe_resolved" in summary:  # the recipe its final model was made with
-            before = summary["recipe_resolved"]
-        else:  # a summary of an older tfm: the run's recipe.yaml (older files: defaults)
-            before = recipe_to_dict(with_absolute_paths(load_recipe(run_dir / "recipe.yaml")))
-        now = json.loads(json.dumps(recipe_to_dict(with_absolute_paths(recipe))))
-        for side in (before, now):  # the run's tokenizer.json fixes it (an older tfm recorded the size asked for)
-            if isinstance(side, dict) and isinstance(side.get("tokenizer"), dict):
-                side["tokenizer"].pop("vocab_size", None)
-        same = before == now
-        written = read_metadata(run_dir / FINAL).get("step") == str(step)
-    except (OSError, ValueError, TfmError):  # a missing or damaged file: write the final model again
-        return None
-    if not (same and written and isinstance(summary, dict) and summary.get("steps") == step):
-        return None
-    return summary
-
-
-_STREAM_KEYS = ("data.train", "data.max_len", "train.max_tokens")  # what decides the batches a saved position points into
-_ORDER_KEYS = (*_STREAM_KEYS, "train.seed")  # ... and their order within an epoch
-
-
-def _trained_with(run_dir: Path, saved_recipe: dict[str, Any] | None) -> dict[str, Any]:
-    """The recipe the checkpoint was trained with, as a dict: the one its state saved, else the run's recipe.yaml
-    (older states; a session started after the checkpoint may have rewritten it), else {}."""
-    if isinstance(saved_recipe, dict):
-        return saved_recipe
-    try:
-        return recipe_to_dict(with_absolute_paths(load_recipe(run_dir / "recipe.yaml")))
-    except TfmError:
-        return {}
-
-
-def _changed_settings(
-    recipe: Recipe, before: dict[str, Any], keys: tuple[str, ...]
-) -> list[tuple[str, str, str]]:
-    """The (key, section, name) of `keys` whose values this resume's recipe changes from `before`."""
-    now = recipe_to_dict(with_absolute_paths(recipe))
-    return [
-        (key, section, name)
-        for key in keys
-        for section, name in [key.split(".")]
-        if isinstance(before.get(section), dict) and before[section].get(name) != now[section].get(name)
-    ]
-
-
-def check_state_fits(weights: Path, optimizer: dict[str, Any], params: list[torch.Tensor]) -> None:
-    """Refuse a trainer state whose Adam moments are not of these parameters (a `.state.pt` copied from a run of
-    another model): loaded, torch took them without a check, and the run crashed (a segmentation fault) or trained
-    on with moments of the wrong shapes, without a word."""
-    ids = [i for group in optimizer.get("param_groups", []) for i in group.get("params", [])]
-    moments = optimizer.get("state", {})
-    problem = None
-    if len(ids) != len(params):
-        problem = f"Adam's moments of {len(ids)} parameter tensors, where the model has {len(params)}"
-    else:
-        for i, param in zip(ids, params, strict=True):
-            moment = moments.get(i, {}).get("exp_avg") if isinstance(moments.get(i), dict) else None
-            if isinstance(moment, torch.Tensor) and tuple(moment.shape) != tuple(param.shape):
-                problem = f"Adam's moments of shape {tuple(moment.shape)} for a parameter of shape {tuple(param.shape)}"
-                break
-    if problem is not None:
-        raise CheckpointError(
-            f"{state_path(weights)} is the trainer state of another model: it holds {problem} ({weights.name}'s model)",
-            hint=f"put back the state saved with {weights.name}, or delete both files to resume from the checkpoint before",
-        )
-
-
-def restore_stream(
-    stream: BatchStream, saved: dict[str, int], recipe: Recipe, run_dir: Path, saved_recipe: dict[str, Any] | None = None,
-    corpus_changed: bool | None = None,
-) -> str | None:
-    """Put `stream` at the data position a checkpoint saved; when the position does not exist in this resume's
-    batches, say which of the recipe's data settings this resume changes from those the checkpoint was trained
-    with (`saved_recipe`, its state's; else the run's recipe.yaml), or that the corpus changed in place
-    (`corpus_changed`: its pairs' ids are not those the checkpoint saved a hash of; False: they are, so a moved
-    copy of the file or a data.max_len that keeps the same pairs changes no batch; None: an older state, no hash).
-
-    Returns:
-        What to say when this resume changes what orders the batches (data.train, data.max_len, train.max_tokens,
-        train.seed, or the corpus files' content) and the position still exists: the rest of its epoch comes in
-        another order. Else None.
-
-    Raises:
-        CheckpointError: the position lies past the end of its epoch (another corpus, max_len or max_tokens).
-    """
-    before = _trained_with(run_dir, saved_recipe)
-    try:
-        stream.load_state_dict(saved)
-    except TfmError as error:
-        differ = _changed_settings(recipe, before, _STREAM_KEYS)
-        now = recipe_to_dict(with_absolute_paths(recipe))
-        changed = [f"{key} {before[section][name]!r} -> {now[section][name]!r}" for key, section, name in differ]
-        why = (f"this resume changes {'; '.join(changed)}" if changed
-               else f"data.train holds other pairs than it was trained on ({error})" if corpus_changed else str(error))
-        raise CheckpointError(
-            f"{run_dir} cannot continue from its data position (epoch {saved.get('epoch')}, batch "
-            f"{saved.get('position')}): {why}",
-            hint=f"resume with the run's own {', '.join(_STREAM_KEYS)} (its recipe.yaml), or start a new run with "
-            f"{'them' if changed else 'its recipe'}: "
-            + new_run_hint(run_dir, [(key, now[section][name]) for key, section, name in differ]),
-        ) from None
-    # the position exists, but in batches made or ordered otherwise: the rest of the epoch was read in another
-    # order without a word (measured: train.seed=5 trained 200 of 1,160 pairs twice in that epoch, 217 not at all)
-    at_its_end = stream.position >= len(stream.batches())  # nothing of that epoch is left to read
-    differ = _changed_settings(recipe, before, _ORDER_KEYS)
-    if corpus_changed is False:  # the same pairs' ids, in the same order: only the batching settings matter
-        differ = [d for d in differ if d[0] not in ("data.train", "data.max_len")]
-    if not at_its_end and (differ or corpus_changed):
-        # a file edited or replaced under the same path: its batches were other ones without a word
-        what = ", ".join(key for key, _, _ in differ) if differ else "the content of data.train (the same path holds other pairs)"
-        return (
-            f"note: this resume changes {what}: the rest of epoch {saved.get('epoch')} "
-            f"(from batch {saved.get('position')}) comes from batches made or ordered otherwise, so some of its pairs "
-            "train twice in it and others not at all; the epochs after it are whole"
-        )
-    return None
-
-
 def _sweep_temporary_files(run_dir: Path) -> None:
     """Remove the half-written files of a trainer that was killed (`kill -9`, a machine that went down) in the
     middle of a save: `checkpoints/.step-*.tmp` (a state file of the base recipe is hundreds of MB), the write
@@ -1641,132 +1298,3 @@ def _sweep_temporary_files(run_dir: Path) -> None:
             for stale in folder.glob(pattern):
                 with contextlib.suppress(OSError):
                     stale.unlink()
-
-
-def _last_intact(run_dir: Path) -> tuple[bool, str]:
-    """Whether a checkpoint a resume can take is there (with its trainer state), and a phrase naming the newest."""
-    found = [(s, w) for s, w in checkpoint_steps(run_dir) if state_path(w).is_file()]
-    if not found:
-        return False, "no checkpoint was saved yet"
-    return True, f"the last checkpoint ({found[-1][1].name}, step {found[-1][0]}) is intact"
-
-
-def _diverged(
-    run_dir: Path, step: int, lr: float, in_a_row: int = 0, what: str = "", device: torch.device | None = None
-) -> TfmError:
-    """The error that stops a run whose loss stayed NaN or infinite (`in_a_row` steps), or whose weights became
-    so (`what` happened); it names the last good checkpoint (none holds a NaN: such weights are never saved)."""
-    found, kept = _last_intact(run_dir)
-    then = (
-        f"then `{resume_command(run_dir, device=device)} train.lr_factor=...` or start again"
-        if found  # with no checkpoint there is nothing to resume, and a start with other settings is refused there
-        else f"and start again with another --out (or delete {shell_word(run_dir)} first: it has nothing to resume)"
-    )
-    return TfmError(
-        f"training stopped at step {step}: {what or f'the loss was NaN or infinite {in_a_row} steps in a row at lr {lr:.3g}'}; "
-        f"{kept}",
-        hint=f"lower the learning rate (train.lr_factor) or lengthen train.warmup_steps, {then}",
-    )
-
-
-def _out_of_memory(error: BaseException) -> bool:
-    """A CUDA or CPU allocation that failed (torch raises RuntimeError for the CPU's, MemoryError in places)."""
-    text = str(error)
-    return (
-        isinstance(error, (MemoryError, torch.OutOfMemoryError))
-        or "can't allocate memory" in text or "out of memory" in text.lower()
-    )
-
-
-def _ran_out_of_memory(run_dir: Path, step: int, device: torch.device, error: BaseException) -> TfmError:
-    """The error that stops a run whose step (or evaluation) could not allocate its tensors; it names the last
-    intact checkpoint and the settings that take less memory."""
-    found, kept = _last_intact(run_dir)
-    why = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-    then = (
-        f"then resume with them (`{resume_command(run_dir, device=device)} train.max_tokens=...`, refused in one line "
-        "if the run's place in its batches does not exist with them) or start a new run with another --out"
-        if found
-        else f"and start again with another --out (or delete {shell_word(run_dir)} first: it has nothing to resume)"
-    )
-    return TfmError(
-        f"training ran out of memory on {device} {'in its first step' if step == 0 else f'after step {step}'} ({why}); {kept}",
-        hint=f"lower train.max_tokens (raising train.accum_steps keeps the tokens per step) or the model's size, {then}",
-    )
-
-
-def _not_saved(
-    run_dir: Path, step: int, error: OSError, what: str = "its checkpoint", done: bool = False,
-    device: torch.device | None = None,
-) -> TfmError:
-    """The error that stops a run whose checkpoint (or `what` else) could not be written (a disk that filled up,
-    or was made read-only); it names the last checkpoint that was (a resume takes the newest one with its trainer
-    state), and the resume with the job's processes. `done`: training had reached its end (the final phase)."""
-    found, kept = _last_intact(run_dir)
-    then = f"then continue with `{resume_command(run_dir, device=device)}`" if found else "then run the same command again"
-    if found and done:
-        then = f"then `{resume_command(run_dir, device=device)}` writes the final model from the checkpoints"
-    fix = "make it writable again" if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else "free some space there"
-    stopped = f"training ended at step {step}, but" if done else f"training stopped at step {step}:"
-    return TfmError(
-        f"{stopped} {what} could not be written ({error.filename or run_dir}: {error.strerror or error}); {kept}",
-        hint=f"{fix}, {then}",
-    )
-
-
-def _unwritable(error: BaseException) -> bool:
-    """Whether `error` is a file that could not be written for want of room or of write access (said with the way
-    on, by `_not_saved`), not a bug."""
-    return isinstance(error, OSError) and error.errno in (*WRITE_ERRNOS, errno.EACCES, errno.EPERM)
-
-
-def _in_training(run_dir: Path) -> TfmError:
-    return TfmError(
-        f"{run_dir} is in use by another process right now (a training, or `tfm tokenize` or `tfm export` writing into it)",
-        hint="wait until it ends, or stop it (Ctrl-C or kill: it saves a checkpoint), then `tfm train --resume "
-        f"{shell_word(run_dir)}`; or train into another --out",
-    )
-
-
-def _pickle_naming_code(path: Path) -> bool:
-    """Whether `path` is a pickle (read as opcodes, never run) that names a function or class to call: what a
-    planted pickle does. A torch.save archive that does so is told by torch.load's error ("GLOBAL")."""
-    import pickletools
-
-    try:
-        with open(path, "rb") as f:
-            return any(op.name in ("GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE") for op, _, _ in pickletools.genops(f))
-    except Exception:  # noqa: BLE001 - not a pickle at all (random bytes): damaged
-        return False
-
-
-def load_trainer_state(path: Path) -> dict[str, Any]:
-    """A checkpoint's trainer state, read without executing code (`torch.load(weights_only=True)`).
-
-    Raises:
-        CheckpointError: in one line, for a file that is damaged or holds anything but tensors and plain data
-            (a pickle that would run code is refused, never executed).
-    """
-    weights_name = path.name.removesuffix(".state.pt") + ".safetensors"
-    try:
-        with warnings.catch_warnings():  # torch's note on a pickle protocol it does not expect, before it refuses
-            warnings.simplefilter("ignore", UserWarning)
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except OSError as err:  # permissions, the disk: the file may be whole
-        raise unreadable(path, err) from None
-    except Exception as err:  # UnpicklingError, RuntimeError, EOFError...: torch's text is many lines long
-        code = "GLOBAL" in str(err) or _pickle_naming_code(path)  # else damaged (random bytes were "could run code")
-        why = "holds more than tensors and plain data (it could run code), so it was not loaded" if code else "is damaged"
-        raise CheckpointError(
-            f"{path} {why}",
-            hint=f"delete it and its {weights_name} to resume from the checkpoint before, or start a new run from the "
-            f"run's recipe: {new_run_hint(path.parent.parent, [])}",  # RUN/checkpoints/step-N.state.pt
-        ) from None
-    if not isinstance(state, dict) or not {"optimizer", "scaler", "stream", "rng"} <= state.keys():
-        raise CheckpointError(f"{path} is not a tfm trainer state", hint=f"delete it and its {weights_name} to resume from the checkpoint before")
-    return state
-
-
-def _tokens(n: int) -> str:
-    """`n` tokens, in words ("1 token", "63 tokens")."""
-    return f"{n:,} token{'' if n == 1 else 's'}"

@@ -1,0 +1,70 @@
+"""The training corpus as a run reads it: encoded with the run's tokenizer, the pairs over data.max_len left out
+(`usable_corpus`, refused when none is left), with a progress line while a large one is read; and what a fresh
+start's dry run checks of the corpora once a tokenizer is there (`check_start`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from tfm_cli.corpus import PROGRESS_EVERY, now_and_then
+from tfm_cli.data import TokenizedCorpus, encode_corpus
+from tfm_cli.errors import TfmError
+from tfm_cli.recipe import Recipe
+from tfm_cli.tokenizer import Tokenizer
+from tfm_cli.training.checks import foreign_dev, foreign_tokenizer
+from tfm_cli.training.evaluation import load_dev
+from tfm_cli.training.events import TrainEvents
+
+
+def check_start(recipe: Recipe, run_dir: Path, progress: Callable[[int], None] | None = None) -> list[str]:
+    """What a fresh start's `--dry-run` can check of the corpora beyond reading them, when the tokenizer is
+    already there (tokenizer.path, or one `tfm tokenize` left in the run directory): that some pair fits
+    data.max_len, and the warnings a start gives with it (a tokenizer trained on other text, a dev set in
+    another language; they were said only once training started). Returns the warnings. `progress` is given
+    the pairs tokenized so far, as `encode_corpus` gives it."""
+    own = run_dir / "tokenizer.json"
+    given = own if own.is_file() else Path(recipe.tokenizer.path).expanduser() if recipe.tokenizer.path else None
+    if given is None:
+        return []
+    tok = Tokenizer.load(given)
+    corpus = usable_corpus(recipe, tok, progress)
+    where = f"{own}" if own.is_file() else f"tokenizer.path {recipe.tokenizer.path}"
+    found = [foreign_tokenizer(recipe, corpus, tok, where)]
+    if recipe.data.dev:
+        dev = load_dev(recipe.data.dev, tok, recipe.model.max_positions, recipe.train.bleu_tokenize)
+        found.append(foreign_dev(recipe.data.dev, dev, corpus))
+    return [warning for warning in found if warning]
+
+
+def usable_corpus(recipe: Recipe, tok: Tokenizer, progress: Callable[[int], None] | None = None) -> TokenizedCorpus:
+    """data.train encoded with `tok`, the pairs longer than data.max_len left out; `progress` as `encode_corpus`'s.
+
+    Raises:
+        TfmError: no pair is left (the message says how many were empty and how many too long).
+    """
+    corpus = encode_corpus(recipe.data.train, tok, recipe.data.max_len, progress=progress)
+    s = corpus.stats
+    if s.kept == 0:
+        raise TfmError(
+            f"no usable sentence pairs in data.train {recipe.data.train}: of {s.read:,} read, {s.skipped_empty:,} have "
+            f"an empty side and {s.skipped_long:,} a side over {in_tokens(recipe.data.max_len - 1)} (data.max_len={recipe.data.max_len} "
+            "counts the </s>)",
+            hint="check data.train, and raise data.max_len if the sentences are longer",
+        )
+    return corpus
+
+
+READING_SAID_EVERY = PROGRESS_EVERY  # seconds between two lines while a large corpus is read
+
+
+def reading_progress(events: TrainEvents) -> Callable[[int], None]:
+    """A line every READING_SAID_EVERY seconds while data.train is read and tokenized: 2,000,000 pairs took minutes
+    with nothing said, which looks like a hang (the line after it says how many were kept)."""
+    said = now_and_then(READING_SAID_EVERY, lambda text, seconds: events.message(f"{text} so far ({seconds:,.0f}s)"))
+    return lambda read: said(f"train corpus: {read:,} pairs read and tokenized")
+
+
+def in_tokens(n: int) -> str:
+    """`n` tokens, in words ("1 token", "63 tokens")."""
+    return f"{n:,} token{'' if n == 1 else 's'}"
