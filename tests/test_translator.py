@@ -788,6 +788,45 @@ def test_native_and_fast_bf16_on_cpus_we_do_not_have(monkeypatch, found: dict, v
         runtime.cpu_has_fast_bf16.cache_clear()
 
 
+_CASCADE_LAKE = "vendor_id\t: GenuineIntel\nflags\t\t: fpu sse avx2 avx512f avx512_vnni\n"
+_EMERALD_RAPIDS = "vendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_fp16\n"
+_SAPPHIRE_RAPIDS = "vendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+_GENOA = "vendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f avx512_bf16\n"
+_GRAVITON3 = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\nCPU implementer\t: 0x41\n"
+_GRAVITON2 = "processor\t: 0\nFeatures\t: fp asimd atomics\nCPU implementer\t: 0x41\n"
+
+
+@pytest.mark.parametrize(("cpuinfo", "machine", "native", "fast"), [
+    (_CASCADE_LAKE, "x86_64", False, False),  # oneDNN's check said bf16: emulated, 3x slower than fp32
+    (_EMERALD_RAPIDS, "x86_64", True, False),
+    (_SAPPHIRE_RAPIDS, "x86_64", True, True),
+    (_GENOA, "x86_64", True, True),
+    (_GRAVITON3, "aarch64", True, True),
+    (_GRAVITON2, "aarch64", False, False),
+])
+def test_a_torch_without_get_capabilities_reads_the_kernels_cpu_flags(
+    monkeypatch, tmp_path: Path, cpuinfo: str, machine: str, native: bool, fast: bool
+) -> None:
+    import platform
+
+    from tfm_cli import runtime
+
+    monkeypatch.delattr(torch.cpu, "get_capabilities", raising=False)  # as torch 2.2 has it
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True, raising=False)  # every AVX-512
+    (tmp_path / "cpuinfo").write_text(cpuinfo, encoding="ascii")
+    monkeypatch.setattr(runtime, "CPUINFO", str(tmp_path / "cpuinfo"))
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    for cached in (runtime.cpu_has_native_bf16, runtime.cpu_has_fast_bf16, runtime.cpu_vendor):
+        cached.cache_clear()
+    try:
+        assert runtime.cpu_has_native_bf16() is native
+        assert runtime.cpu_has_fast_bf16() is fast
+        assert runtime.resolve_precision("auto", torch.device("cpu")) == ("bf16" if fast else "fp32")
+    finally:
+        for cached in (runtime.cpu_has_native_bf16, runtime.cpu_has_fast_bf16, runtime.cpu_vendor):
+            cached.cache_clear()
+
+
 def test_int8_quantizes_a_copy_and_stays_close_to_fp32(parts, tmp_path: Path) -> None:
     from tfm_cli.quantization import Int8Linear
 

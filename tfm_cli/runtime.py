@@ -109,17 +109,37 @@ def cpu_has_fast_bf16() -> bool:
 
 
 def _capabilities() -> dict:
-    """torch's account of the CPU's features (`torch.cpu.get_capabilities`, public in recent torch; pyproject
-    allows >= 2.2, which lacks it: {} there)."""
+    """torch's account of the CPU's features (`torch.cpu.get_capabilities`, public in recent torch); for a torch
+    without it (pyproject allows >= 2.2), the same names from the kernel's (`_cpuinfo_capabilities`)."""
     capabilities = getattr(torch.cpu, "get_capabilities", None)
-    return capabilities() if capabilities is not None else {}
+    return capabilities() if capabilities is not None else _cpuinfo_capabilities()
+
+
+CPUINFO = "/proc/cpuinfo"
+_ARCHITECTURES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def _cpuinfo_capabilities() -> dict:
+    """The CPU's features as Linux lists them (x86's `flags`: avx512_bf16, amx_bf16; Arm's `Features`: bf16), under
+    the names torch's `get_capabilities` gives them; {} where there is no /proc/cpuinfo. Without it an older torch
+    fell to oneDNN's check, which says bf16 on every AVX-512 CPU, and `auto` trained a Cascade Lake in emulated bf16."""
+    architecture = _ARCHITECTURES.get(platform.machine().lower())
+    try:
+        with open(CPUINFO, encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if architecture and key.strip() in ("flags", "Features"):
+                    return {"architecture": architecture, **dict.fromkeys(value.split(), True)}
+    except OSError:
+        pass
+    return {}
 
 
 @functools.cache
 def cpu_vendor() -> str | None:
     """The CPU's vendor string ("GenuineIntel", "AuthenticAMD", ...) where the system tells it; None elsewhere."""
     try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+        with open(CPUINFO, encoding="ascii", errors="replace") as f:
             for line in f:
                 if line.startswith("vendor_id"):
                     return line.split(":", 1)[1].strip()
