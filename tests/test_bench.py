@@ -816,7 +816,22 @@ def test_int8_runs_every_engine_in_int8(recipe: Path) -> None:
     engines = {r["engine"] for r in result["records"]}
     assert engines == ({"tfm", "hf-marian", "ct2"} if has_module("ctranslate2") else {"tfm", "hf-marian"})
     if has_module("ctranslate2"):
-        assert result["settings"]["peers"]["ct2"]["compute_type"].startswith("int8")
+        assert result["settings"]["peers"]["ct2"]["compute_type"].startswith("int8")  # the translator's own
+    # what was timed, counted in the models themselves: every linear layer of tfm's and of MarianMT's in int8
+    from tfm_cli.bench.peers import marian_model
+    from tfm_cli.model import Transformer
+    from tfm_cli.recipe import load_recipe, model_config
+
+    config = model_config(load_recipe(recipe), 64, 0, 1, 2)
+    in_tfm = sum(type(m) is torch.nn.Linear for m in Transformer(config).modules())
+    in_marian = sum(type(m) is torch.nn.Linear for m in marian_model(config).modules())
+    assert in_tfm > 0 and in_marian > 0
+    assert result["settings"]["linear_layers"] == {"int8": in_tfm, "float": 0}
+    assert result["settings"]["peers"]["hf-marian"]["linear_layers"] == {"int8": in_marian, "float": 0}
+    shown = tfm("bench", "translate", "--recipe", str(recipe), "--batch-sizes", "2", "--sentences", "2", "--src-len", "4",
+                "--out-len", "5", "--device", "cpu", "--precision", "int8", "--compare", "--cache-only", "--greedy-only")
+    assert f"tfm: {in_tfm} of {in_tfm} linear layers in int8" in shown.stderr
+    assert f"{in_marian} of {in_marian} linear layers in int8" in shown.stderr
 
 
 @pytest.mark.skipif(not has_module("transformers"), reason="transformers is not installed (the bench extra)")

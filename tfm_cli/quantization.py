@@ -88,6 +88,13 @@ def int8_linears(module: nn.Module) -> nn.Module:
     return module
 
 
+def linear_layers(module: nn.Module) -> dict[str, int]:
+    """How many of `module`'s linear layers run in int8 and how many in floating point: what a bench reports, so
+    that an int8 run shows it timed int8 layers."""
+    kinds = [type(m) for m in module.modules()]
+    return {"int8": kinds.count(Int8Linear), "float": kinds.count(nn.Linear)}
+
+
 def quantize_int8(model: Transformer) -> Transformer:
     """A copy of `model` for CPU inference whose linear layers run in int8 (the original is left as it was).
 

@@ -143,8 +143,11 @@ def marian_train_step_times(
     return time_steps(phase, model, optimizer, scaler, recipe, groups, device, precision, warmup, progress)
 
 
-def marian_translator(config: ModelConfig, device: torch.device, precision: str, beam: int, out_len: int) -> Translate:
-    """A function (batch of source ids, mode, use_cache) -> output lengths, running MarianMT's `generate`."""
+def marian_translator(
+    config: ModelConfig, device: torch.device, precision: str, beam: int, out_len: int
+) -> tuple[Translate, nn.Module]:
+    """A function (batch of source ids, mode, use_cache) -> output lengths, running MarianMT's `generate`; and the
+    model it runs."""
     model = marian_model(config).to(device).eval()
     if precision in ("bf16", "fp16"):  # weights cast once, as a user of `generate` casts them (under autocast alone,
         # each call, i.e. each batch, cast them again: 35-56 ms of the base model's, against one cast for tfm's engine)
@@ -174,7 +177,7 @@ def marian_translator(config: ModelConfig, device: torch.device, precision: str,
             )
         return [int((row != config.pad_id).sum()) - 1 for row in out]  # tokens after the decoder start
 
-    return run
+    return run, model
 
 
 def marian_peer(config: ModelConfig, device: torch.device, precision: str, beam: int, out_len: int) -> Peer:
@@ -184,8 +187,11 @@ def marian_peer(config: ModelConfig, device: torch.device, precision: str, beam:
         PeerUnavailable: MarianMT has no model of this shape (pre-norm, learned positions).
         TfmError: transformers is not installed.
     """
-    run = marian_translator(config, device, precision, beam, out_len)
-    return Peer(run, {"version": _transformers().__version__, "weights": "random, same shapes"}, [])
+    from tfm_cli.quantization import linear_layers
+
+    run, model = marian_translator(config, device, precision, beam, out_len)
+    settings = {"version": _transformers().__version__, "weights": "random, same shapes", "linear_layers": linear_layers(model)}
+    return Peer(run, settings, [])
 
 
 def _ctranslate2(config: ModelConfig, device: torch.device):

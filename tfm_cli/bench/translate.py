@@ -28,6 +28,7 @@ from tfm_cli.bench.common import (
 from tfm_cli.bench.peers import Translate
 from tfm_cli.decoding import TorchEngine, translate_ids
 from tfm_cli.model import Transformer
+from tfm_cli.quantization import linear_layers, quantize_int8
 from tfm_cli.runtime import autocast
 
 Progress = Callable[[str, int, int], None]  # (what, done, total)
@@ -122,8 +123,6 @@ def bench_translate(
     amp = (lambda: autocast(device, precision)) if precision not in ("fp32", "int8") else None
     tfm_model = model
     if precision == "int8":  # int8 linear layers (CPU); the peers get their int8 too
-        from tfm_cli.quantization import quantize_int8
-
         tfm_model = quantize_int8(model)
     engines_by_cache = {cache: TorchEngine(tfm_model, cache) for cache in (True, False)}  # built once, as Translator does
 
@@ -171,6 +170,7 @@ def bench_translate(
         "sentences": sentences, "src_len": src_len, "out_len": out_len, "beam": beam, "modes": list(modes),
         "batch_sizes": list(batch_sizes), "precision": precision,
         "model": {k: getattr(model.config, k) for k in MODEL_SETTINGS},
+        "linear_layers": linear_layers(tfm_model),  # tfm's, int8 and floating point: what it timed
         "peers": peers,
     }
     env = environment(device, precision)

@@ -526,6 +526,14 @@ def _random_model(recipe: Path):
     return Transformer(model_config(r, vocab, *ids))
 
 
+def _int8_share(engine: dict[str, Any], s: dict[str, Any]) -> str:
+    """", 38 of 38 linear layers in int8" for an int8 run whose engine counted them ("" otherwise)."""
+    layers = engine.get("linear_layers")
+    if s["precision"] != "int8" or not layers:
+        return ""
+    return f", {layers['int8']} of {layers['int8'] + layers['float']} linear layers in int8"
+
+
 def _render_translate(result: dict[str, Any]) -> None:
     s = result["settings"]
     rows = [
@@ -551,6 +559,8 @@ def _render_translate(result: dict[str, Any]) -> None:
             f", {peer['compute_type']}, {peer['intra_threads']} thread{'s' if peer['intra_threads'] != 1 else ''}"
             if "compute_type" in peer else ""
         )
-        info(f"{name}: {what} {peer['version']}{extra}, weights: {peer['weights']}")
+        info(f"{name}: {what} {peer['version']}{extra}, weights: {peer['weights']}{_int8_share(peer, s)}")
+    if s["precision"] == "int8" and "linear_layers" in s:
+        info(f"tfm: {_int8_share(s, s).removeprefix(', ')}")
     for note in result["summary"].get("notes", []):
         warn(note)
