@@ -224,9 +224,15 @@ def test_write_image_rejects_other_extensions(tmp_path, report, name):
 def test_write_image_rejects_bad_choices(tmp_path, report):
     from tfm_cli.errors import TfmError
 
-    for kind, layer, head in [("self", 0, 0), ("encoder", 2, 0), ("cross", 0, 4), ("decoder", -1, None)]:
-        with pytest.raises(TfmError):
+    for kind, layer, head, why in [
+        ("self", 0, 0, "unknown attention kind 'self': expected one of encoder, decoder, cross"),
+        ("encoder", 2, 0, r"layer index 2 is out of range: the encoder has 2 layers \(0-based\)"),
+        ("cross", 0, 4, r"head index 4 is out of range: there are 4 heads \(0-based\)"),
+        ("decoder", -1, None, r"layer index -1 is out of range: the decoder has 2 layers \(0-based\)"),
+    ]:
+        with pytest.raises(TfmError, match=f"^{why}$"):
             write_image(report, tmp_path / "a.png", kind, layer, head)
+        assert not (tmp_path / "a.png").exists()
 
 
 # --- the page in a real browser -----------------------------------------------------------------------------------

@@ -1168,8 +1168,18 @@ def test_completions_check_names_stale_files(tmp_path: Path) -> None:
     assert "tfm.zsh" in proc.stderr and "tfm.fish" in proc.stderr and "tfm.bash" not in proc.stderr
 
 
-def test_completions_deterministic() -> None:
-    assert completions.generate() == completions.generate()
+def test_completions_deterministic(tmp_path: Path) -> None:
+    """The scripts do not depend on the order of a set or a dict built from hashes: written by two processes with
+    other hash seeds (within one process the order would be the same every time), they are the same bytes."""
+    written = []
+    for seed in ("1", "2"):
+        out = tmp_path / seed
+        proc = subprocess.run([sys.executable, "-m", "tfm_cli.cli.completions", str(out)], capture_output=True,
+                              text=True, env={**_env(), "PYTHONHASHSEED": seed}, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        written.append({name: (out / name).read_bytes() for name in completions.FILES})
+    assert written[0] == written[1]
+    assert all(written[0].values())
 
 
 def test_completion_scripts_say_they_are_generated() -> None:

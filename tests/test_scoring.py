@@ -177,7 +177,9 @@ def test_translate_score_says_a_reference_cut_by_a_stray_tab(run: Path, tmp_path
     assert proc.returncode == 0 and json.loads(proc.stdout)["sentences"] == 10, proc.stderr
     assert f"warning: --score {pairs}: 1 of 10 lines has more than two tab-separated columns (line 10)" in proc.stderr
     pairs.write_text("Bonjour.\tHello.\n" * 10, encoding="utf-8")
-    assert "tab-separated columns" not in translate(run, "--score", str(pairs)).stderr
+    proc = translate(run, "--score", str(pairs), "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["sentences"] == 10, proc.stderr
+    assert "tab-separated columns" not in proc.stderr
 
 
 def test_the_hint_after_training_is_a_sentence_of_the_run_that_translate_takes(tmp_path: Path) -> None:
