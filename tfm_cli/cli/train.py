@@ -94,9 +94,28 @@ def train(
             )
         _show_curves(curves, json_out)
         return
+    recipe, overrides, resolved, run_dir = _resolve(recipe, list(overrides or []), resume, out)
+    if dry_run:
+        _check_as_a_start_would(resolved, run_dir, resume, device, json_out)
+        return
+    if launch.asked:  # the same command, minus the launcher options, as N processes under torchrun
+        from tfm_cli.training import preflight
+        from tfm_cli.training.checks import with_init_tokenizer
+
+        preflight(with_init_tokenizer(resolved, resume is not None), Path(run_dir), resume is not None)  # said once here
+        args = ["train", *([recipe] if recipe is not None else []), *overrides, "--device", device]
+        args += ["--resume", str(resume)] if resume is not None else ["--out", str(run_dir)]
+        args += ["--json"] if json_out else []
+        raise typer.Exit(launch.run(args, device))
+    result = _train_here(resolved, run_dir, device, resume is not None)
+    _report(result, resolved, json_out)
+
+
+def _resolve(recipe: str | None, overrides: list[str], resume: Path | None, out: Path | None):
+    """The recipe as given and the overrides (a resume's first override may have come as RECIPE), the resolved
+    recipe, and the run directory: a resume's own, else --out or runs/<recipe name>."""
     from tfm_cli.recipe import load_recipe
 
-    overrides = list(overrides or [])
     if resume is not None:
         # `tfm train --resume RUN key=value` (or `key = value`): no recipe was given
         if recipe is not None and ("=" in recipe or (overrides and overrides[0].startswith("="))):
@@ -112,54 +131,47 @@ def train(
             )
         from tfm_cli.training import resume_recipe
 
-        resolved = resume_recipe(resume, overrides)
-        run_dir = resume
-    else:
-        if recipe is None:
-            raise typer.BadParameter("a recipe is required, e.g. `tfm train recipes/tiny.yaml`", param_hint="RECIPE")
-        resolved = load_recipe(recipe, overrides)
-        run_dir = out if out is not None else Path("runs") / resolved.name
-        from tfm_cli.training.checks import check_recipe_file
+        return recipe, overrides, resume_recipe(resume, overrides), resume
+    if recipe is None:
+        raise typer.BadParameter("a recipe is required, e.g. `tfm train recipes/tiny.yaml`", param_hint="RECIPE")
+    resolved = load_recipe(recipe, overrides)
+    run_dir = out if out is not None else Path("runs") / resolved.name
+    from tfm_cli.training.checks import check_recipe_file
 
-        check_recipe_file(recipe, resolved, Path(run_dir), overrides)
+    check_recipe_file(recipe, resolved, Path(run_dir), overrides)
+    return recipe, overrides, resolved, run_dir
 
-    if dry_run:
-        from tfm_cli.corpus import PROGRESS_EVERY, now_and_then
-        from tfm_cli.runtime import resolve_device, resolve_precision
-        from tfm_cli.training import check_resume, check_start, preflight, scan_corpora
-        from tfm_cli.training.checks import with_init_tokenizer
 
-        torch_device = resolve_device(device)
-        resolve_precision(resolved.train.precision, torch_device, "train.precision")  # fp16 on a CPU is refused
-        resolved = with_init_tokenizer(resolved, resume is not None)  # fine-tuning: that model's tokenizer, as a start
-        preflight(resolved, Path(run_dir), resume is not None)  # every check a real start makes before writing
-        # and a resume's, saying the newer checkpoints it would pass over, as the resume says them
-        resumes_at = check_resume(resolved, Path(run_dir), torch_device, said=info) if resume is not None else None
-        from tfm_cli.training.checks import schedule_warnings
+def _check_as_a_start_would(resolved, run_dir: Path, resume: Path | None, device: str, json_out: bool) -> None:
+    """--dry-run: every check a real start (or resume) makes before it writes, the corpora read through, then what
+    it would train."""
+    from tfm_cli.corpus import PROGRESS_EVERY, now_and_then
+    from tfm_cli.runtime import resolve_device, resolve_precision
+    from tfm_cli.training import check_resume, check_start, preflight, scan_corpora
+    from tfm_cli.training.checks import schedule_warnings, with_init_tokenizer
 
-        found: list[str] = schedule_warnings(resolved)
-        # a line every 30 s while a large corpus is read, then tokenized (minutes for millions of lines: a silent
-        # dry run looked hung)
-        said = now_and_then(PROGRESS_EVERY, lambda text, seconds: info(f"{text} so far ({duration(seconds)})"))
-        pairs = scan_corpora(resolved, found, lambda key, n: said(f"{key}: {n:,} pairs read"))  # (+ a dev set in it)
-        for warning in found:
+    torch_device = resolve_device(device)
+    resolve_precision(resolved.train.precision, torch_device, "train.precision")  # fp16 on a CPU is refused
+    resolved = with_init_tokenizer(resolved, resume is not None)  # fine-tuning: that model's tokenizer, as a start
+    preflight(resolved, Path(run_dir), resume is not None)  # every check a real start makes before writing
+    # and a resume's, saying the newer checkpoints it would pass over, as the resume says them
+    resumes_at = check_resume(resolved, Path(run_dir), torch_device, said=info) if resume is not None else None
+    found: list[str] = schedule_warnings(resolved)
+    # a line every 30 s while a large corpus is read, then tokenized (minutes for millions of lines: a silent
+    # dry run looked hung)
+    said = now_and_then(PROGRESS_EVERY, lambda text, seconds: info(f"{text} so far ({duration(seconds)})"))
+    pairs = scan_corpora(resolved, found, lambda key, n: said(f"{key}: {n:,} pairs read"))  # (+ a dev set in it)
+    for warning in found:
+        warn(warning)
+    if resume is None:
+        for warning in check_start(resolved, Path(run_dir), lambda n: said(f"data.train: {n:,} pairs tokenized")):
             warn(warning)
-        if resume is None:
-            for warning in check_start(resolved, Path(run_dir), lambda n: said(f"data.train: {n:,} pairs tokenized")):
-                warn(warning)
-        _dry_run(resolved, run_dir, json_out, pairs, resumes_at, torch_device)
-        return
+    _dry_run(resolved, run_dir, json_out, pairs, resumes_at, torch_device)
 
-    if launch.asked:  # the same command, minus the launcher options, as N processes under torchrun
-        from tfm_cli.training import preflight
-        from tfm_cli.training.checks import with_init_tokenizer
 
-        preflight(with_init_tokenizer(resolved, resume is not None), Path(run_dir), resume is not None)  # said once here
-        args = ["train", *([recipe] if recipe is not None else []), *overrides, "--device", device]
-        args += ["--resume", str(resume)] if resume is not None else ["--out", str(run_dir)]
-        args += ["--json"] if json_out else []
-        raise typer.Exit(launch.run(args, device))
-
+def _train_here(resolved, run_dir: Path, device: str, resume: bool):
+    """Train in this process: alone, or as one rank of a torchrun job (rank 0 shows the progress, the others say
+    nothing but their own errors). Returns the `TrainResult`; a stopped run exits here with its status."""
     from tfm_cli.distributed import RankError, lost_a_peer, torchrun_env
     from tfm_cli.runtime import resolve_device, resolve_precision
     from tfm_cli.training import train as run_training
@@ -171,7 +183,7 @@ def train(
         try:
             if rank != 0:  # one rank of a torchrun job: rank 0 prints progress and the result
                 try:
-                    result = run_training(resolved, run_dir, torch_device, resume=resume is not None)
+                    result = run_training(resolved, run_dir, torch_device, resume=resume)
                 except RuntimeError as error:  # rank 0 ended while setting up (a bad dev set line): it has said why
                     if not lost_a_peer(error):
                         raise
@@ -186,7 +198,7 @@ def train(
             info(f"tfm train: recipe {resolved.name} -> {run_dir} on {torch_device} ({precision})")
             events = _Progress(resolved.train.max_steps, resolved.train.log_every)
             try:
-                result = run_training(resolved, run_dir, torch_device, resume=resume is not None, events=events)
+                result = run_training(resolved, run_dir, torch_device, resume=resume, events=events)
             finally:
                 events.close()
         except KeyboardInterrupt:  # outside the training loop: while setting up, or writing the final model
@@ -199,6 +211,11 @@ def train(
         if received:
             info(f"tfm train: stopped by {signal.Signals(received[0]).name}")
         raise typer.Exit(interrupted_status(received))
+    return result
+
+
+def _report(result, resolved, json_out: bool) -> None:
+    """The finished run: its final model's dev scores (a table, or JSON), its curves, and the command to try it."""
     final = result.final
     summary: dict[str, Any] = {
         "run_dir": str(result.run_dir), "steps": result.step, "wall_seconds": round(result.seconds, 1),
