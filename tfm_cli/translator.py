@@ -201,6 +201,43 @@ class _End:
     error: BaseException | None
 
 
+def _score_inputs(sources: Any, references: Any, bleu_tokenize: Any) -> tuple[list[str], list[Any]]:
+    """`Translator.score`'s sources and references as lists, once their types and counts and the name of its BLEU
+    tokenizer are checked (the texts themselves are checked by the caller, numbered as it reads them)."""
+    from tfm_cli.scoring import BLEU_TOKENIZERS
+
+    for name, given in (("sources", sources), ("references", references)):
+        if isinstance(given, (str, bytes, bytearray)) or not isinstance(given, Iterable):  # a str: one per character
+            raise TypeError(f"score() takes lists of sentences; {name} is a {type(given).__name__}")
+        _check_ordered(given, f"score()'s {name}")
+    sources, references = list(sources), list(references)
+    bad = next((i for i, line in enumerate(sources) if not isinstance(line, str)), None)
+    if bad is not None:
+        raise TypeError(f"score() takes strings; sources item {bad} (counted from 0) is {type(sources[bad]).__name__}")
+    for i, refs in enumerate(references):
+        if isinstance(refs, str):
+            continue
+        if not isinstance(refs, (list, tuple)):
+            raise TypeError(
+                f"score() takes a string or a list of strings per source; references item {i} (counted from 0) is {type(refs).__name__}"
+            )
+        if not refs:
+            raise TfmError(f"references item {i} (counted from 0) is an empty list", hint="give each source at least one reference")
+        wrong = next((r for r in refs if not isinstance(r, str)), None)
+        if wrong is not None:
+            raise TypeError(f"score() takes strings; references item {i} (counted from 0) holds a {type(wrong).__name__}")
+    if not sources and not references:  # sacrebleu has no score for an empty corpus (it raised IndexError)
+        raise TfmError("nothing to score: no source sentences and no references", hint="give at least one sentence")
+    if len(sources) != len(references):
+        raise TfmError(
+            f"{len(references)} references for {len(sources)} sources",
+            hint="give exactly one reference (or one list of references) per source sentence",
+        )
+    if not isinstance(bleu_tokenize, str) or bleu_tokenize not in BLEU_TOKENIZERS:
+        raise TfmError(f"bleu_tokenize={bleu_tokenize!r} is not one of: {', '.join(BLEU_TOKENIZERS)}")
+    return sources, references
+
+
 def _check_ordered(given: Any, what: str) -> None:
     """Refuse a set or a mapping: its order is not the caller's, so translation i could not be matched to input i
     (a dict would be translated by its keys)."""
@@ -739,43 +776,9 @@ class Translator:
                 references, or a BLEU tokenizer that sacrebleu cannot set up (checked before anything is
                 translated).
         """
-        from tfm_cli.scoring import (
-            BLEU_TOKENIZERS,
-            bleu_metric,
-            reference_texts,
-            resolve_bleu_tokenize,
-            score_translations,
-        )
+        from tfm_cli.scoring import bleu_metric, reference_texts, resolve_bleu_tokenize, score_translations
 
-        for name, given in (("sources", sources), ("references", references)):
-            if isinstance(given, (str, bytes, bytearray)) or not isinstance(given, Iterable):  # a str: one per character
-                raise TypeError(f"score() takes lists of sentences; {name} is a {type(given).__name__}")
-            _check_ordered(given, f"score()'s {name}")
-        sources, references = list(sources), list(references)
-        bad = next((i for i, line in enumerate(sources) if not isinstance(line, str)), None)
-        if bad is not None:
-            raise TypeError(f"score() takes strings; sources item {bad} (counted from 0) is {type(sources[bad]).__name__}")
-        for i, refs in enumerate(references):
-            if isinstance(refs, str):
-                continue
-            if not isinstance(refs, (list, tuple)):
-                raise TypeError(
-                    f"score() takes a string or a list of strings per source; references item {i} (counted from 0) is {type(refs).__name__}"
-                )
-            if not refs:
-                raise TfmError(f"references item {i} (counted from 0) is an empty list", hint="give each source at least one reference")
-            wrong = next((r for r in refs if not isinstance(r, str)), None)
-            if wrong is not None:
-                raise TypeError(f"score() takes strings; references item {i} (counted from 0) holds a {type(wrong).__name__}")
-        if not sources and not references:  # sacrebleu has no score for an empty corpus (it raised IndexError)
-            raise TfmError("nothing to score: no source sentences and no references", hint="give at least one sentence")
-        if len(sources) != len(references):
-            raise TfmError(
-                f"{len(references)} references for {len(sources)} sources",
-                hint="give exactly one reference (or one list of references) per source sentence",
-            )
-        if not isinstance(bleu_tokenize, str) or bleu_tokenize not in BLEU_TOKENIZERS:
-            raise TfmError(f"bleu_tokenize={bleu_tokenize!r} is not one of: {', '.join(BLEU_TOKENIZERS)}")
+        sources, references = _score_inputs(sources, references, bleu_tokenize)
         for number, refs in enumerate(references, start=1):  # numbered by source, its references each checked
             for reference in [refs] if isinstance(refs, str) else refs:
                 check_text(reference, f"reference {number}", "decode the references as UTF-8 strictly, or drop the bad characters")
