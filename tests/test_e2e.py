@@ -406,15 +406,16 @@ def test_translate_stdin_keeps_order_and_empty_lines(run: dict) -> None:
         assert isinstance(record["score"], float) and isinstance(record["tokens"], list)
     assert records[2] == {"source": "", "translation": "", "score": 0.0, "log_prob": 0.0, "tokens": [], "truncated": False, "stopped": "eos"}
     # line i of the output is the translation of line i: the model of this test translates most inputs alike (to "I"),
-    # so each line's score and tokens, which differ, are held to those of its own input translated alone
+    # so each line is held to its own input translated alone by its score too, which differs from line to line
     from tfm_cli import Translator
 
     translator = Translator.load(run["dir"], device="cpu")
     alone = [translator.translate(source) for source in INPUTS]
-    assert len({a.score for a in alone if a.source}) == len(INPUTS) - 1  # a swap of two lines would show
+    scores = sorted(a.score for a in alone if a.source)  # a swap of two lines would show
+    assert all(b - a > 1e-3 for a, b in itertools.pairwise(scores)), scores
     for record, own in zip(records, alone, strict=True):
         assert (record["translation"], record["tokens"]) == (str(own), own.tokens)
-        assert record["score"] == pytest.approx(own.score, rel=1e-5, abs=1e-6)
+        assert record["score"] == pytest.approx(own.score, abs=1e-4)  # --json rounds it to 4 decimals
     assert plain[:-1] == [r["translation"] for r in records]
     assert plain[2] == ""
 
@@ -438,7 +439,7 @@ def test_translate_greedy(run: dict) -> None:
     greedy = Translator.load(run["dir"], device="cpu").translate("Je suis étudiant.", greedy=True)
     assert record["source"] == "Je suis étudiant."
     assert (record["translation"], record["tokens"]) == (str(greedy), greedy.tokens)
-    assert record["score"] == record["log_prob"] == pytest.approx(greedy.log_prob, rel=1e-6)
+    assert record["score"] == record["log_prob"] == pytest.approx(greedy.log_prob, abs=1e-4)  # --json: 4 decimals
 
 
 def test_translate_long_input_warns(run: dict) -> None:

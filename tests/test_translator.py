@@ -803,9 +803,11 @@ _GRAVITON2 = "processor\t: 0\nFeatures\t: fp asimd atomics\nCPU implementer\t: 0
     (_GENOA, "x86_64", True, True),
     (_GRAVITON3, "aarch64", True, True),
     (_GRAVITON2, "aarch64", False, False),
+    (None, "AMD64", False, False),  # Windows: no flags to read; fp32 rather than oneDNN's "every AVX-512 CPU"
+    (None, "arm64", True, True),  # macOS: oneDNN reads Arm's BF16 extension (patched to yes here)
 ])
 def test_a_torch_without_get_capabilities_reads_the_kernels_cpu_flags(
-    monkeypatch, tmp_path: Path, cpuinfo: str, machine: str, native: bool, fast: bool
+    monkeypatch, tmp_path: Path, cpuinfo: str | None, machine: str, native: bool, fast: bool
 ) -> None:
     import platform
 
@@ -813,7 +815,8 @@ def test_a_torch_without_get_capabilities_reads_the_kernels_cpu_flags(
 
     monkeypatch.delattr(torch.cpu, "get_capabilities", raising=False)  # as torch 2.2 has it
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True, raising=False)  # every AVX-512
-    (tmp_path / "cpuinfo").write_text(cpuinfo, encoding="ascii")
+    if cpuinfo is not None:  # else no such file
+        (tmp_path / "cpuinfo").write_text(cpuinfo, encoding="ascii")
     monkeypatch.setattr(runtime, "CPUINFO", str(tmp_path / "cpuinfo"))
     monkeypatch.setattr(platform, "machine", lambda: machine)
     for cached in (runtime.cpu_has_native_bf16, runtime.cpu_has_fast_bf16, runtime.cpu_vendor):

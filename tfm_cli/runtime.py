@@ -121,8 +121,10 @@ _ARCHITECTURES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "
 
 def _cpuinfo_capabilities() -> dict:
     """The CPU's features as Linux lists them (x86's `flags`: avx512_bf16, amx_bf16; Arm's `Features`: bf16), under
-    the names torch's `get_capabilities` gives them; {} where there is no /proc/cpuinfo. Without it an older torch
-    fell to oneDNN's check, which says bf16 on every AVX-512 CPU, and `auto` trained a Cascade Lake in emulated bf16."""
+    the names torch's `get_capabilities` gives them. Without them an older torch fell to oneDNN's check, which says
+    bf16 on every AVX-512 CPU, and `auto` trained a Cascade Lake in emulated bf16: an x86 CPU whose flags are not
+    to be read (no /proc/cpuinfo: Windows, macOS) is one without bf16 here, fp32 being right everywhere; an Arm one
+    ({}) is left to oneDNN, which reads Arm's BF16 extension itself."""
     architecture = _ARCHITECTURES.get(platform.machine().lower())
     try:
         with open(CPUINFO, encoding="ascii", errors="replace") as f:
@@ -132,7 +134,7 @@ def _cpuinfo_capabilities() -> dict:
                     return {"architecture": architecture, **dict.fromkeys(value.split(), True)}
     except OSError:
         pass
-    return {}
+    return {"architecture": architecture} if architecture == "x86_64" else {}
 
 
 @functools.cache
