@@ -109,8 +109,8 @@ def cpu_has_fast_bf16() -> bool:
 
 
 def _capabilities() -> dict:
-    """torch's account of the CPU's features (`torch.cpu.get_capabilities`, public in recent torch); for a torch
-    without it (pyproject allows >= 2.2), the same names from the kernel's (`_cpuinfo_capabilities`)."""
+    """torch's account of the CPU's features (`torch.cpu.get_capabilities`, from torch 2.11, pyproject's floor); for
+    an older torch installed anyway (2.10 trains), the same names from the kernel's (`_cpuinfo_capabilities`)."""
     capabilities = getattr(torch.cpu, "get_capabilities", None)
     return capabilities() if capabilities is not None else _cpuinfo_capabilities()
 
