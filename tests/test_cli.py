@@ -1168,6 +1168,24 @@ def test_completions_check_names_stale_files(tmp_path: Path) -> None:
     assert "tfm.zsh" in proc.stderr and "tfm.fish" in proc.stderr and "tfm.bash" not in proc.stderr
 
 
+@pytest.mark.parametrize(("version", "refused"), [("2.5.1", True), ("2.10.0+cu128", True), ("2.11.0", False),
+                                                  ("2.12.0.dev20260101", False)])
+def test_a_torch_older_than_pyprojects_floor_is_one_error_line(tmp_path: Path, version: str, refused: bool) -> None:
+    """A torch kept older than pyproject's floor (pip --no-deps, an environment's own): `tfm train` failed with a
+    traceback in its first batch (2.3-2.9 cannot index uint16 on the CPU). Now every command says so first, from the
+    package's metadata (a distribution found before the real one stands in for it here)."""
+    info = tmp_path / f"torch-{version.split('+')[0]}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n", encoding="utf-8")
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+    proc = tfm("tokenize", "--help", PYTHONPATH=path)
+    if refused:
+        _assert_one_line_error(proc, f"tfm needs PyTorch 2.11 or newer; this Python has torch {version}")
+        assert "hint: pip install 'torch>=2.11'" in proc.stderr and proc.stdout == ""
+    else:
+        assert proc.returncode == 0 and "Usage: tfm tokenize" in proc.stdout, proc.stderr
+
+
 def test_completions_deterministic(tmp_path: Path) -> None:
     """The scripts do not depend on the order of a set or a dict built from hashes: written by two processes with
     other hash seeds (within one process the order would be the same every time), they are the same bytes."""

@@ -129,6 +129,24 @@ def _debug() -> bool:
     return os.environ.get("TFM_DEBUG", "").strip().lower() not in ("", "0", "no", "false", "off", "n", "f")
 
 
+MIN_TORCH = (2, 11)  # pyproject's floor: 2.3-2.9 cannot index the corpus's uint16 ids on the CPU
+
+
+def _older_torch() -> str | None:
+    """The installed torch's version where it is older than MIN_TORCH (pip's --no-deps, an environment that keeps
+    its own torch): `tfm train` failed there with a traceback in its first batch. None where it is new enough or
+    not found (read from its metadata: torch itself is not imported)."""
+    import re
+    from importlib import metadata
+
+    try:
+        version = metadata.version("torch")
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+    numbers = re.match(r"(\d+)\.(\d+)", version or "")
+    return version if numbers and tuple(map(int, numbers.groups())) < MIN_TORCH else None
+
+
 def main() -> None:
     """Console-script entry point."""
     if sys.stdout is None:  # started with stdout closed (>&-): every command's results go there, said after the work
@@ -147,6 +165,15 @@ def main() -> None:
 
         report_error(TfmError("the current directory no longer exists (it was deleted after the shell entered it)",
                               hint="cd to a directory that exists, then run the command again"))
+        sys.exit(1)
+    older = _older_torch()
+    if older is not None:
+        from tfm_cli.cli.common import report_error
+
+        report_error(TfmError(
+            f"tfm needs PyTorch {'.'.join(map(str, MIN_TORCH))} or newer; this Python has torch {older}",
+            hint="pip install 'torch>=2.11' (a CPU-only machine: its CPU build, --index-url https://download.pytorch.org/whl/cpu)",
+        ))
         sys.exit(1)
     from rich.console import Console
 
