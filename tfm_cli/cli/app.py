@@ -170,9 +170,10 @@ def main() -> None:
     if older is not None:
         from tfm_cli.cli.common import report_error
 
+        floor = ".".join(map(str, MIN_TORCH))
         report_error(TfmError(
-            f"tfm needs PyTorch {'.'.join(map(str, MIN_TORCH))} or newer; this Python has torch {older}",
-            hint="pip install 'torch>=2.11' (a CPU-only machine: its CPU build, --index-url https://download.pytorch.org/whl/cpu)",
+            f"tfm needs PyTorch {floor} or newer; this Python has torch {older}",
+            hint=f"pip install 'torch>={floor}' (a CPU-only machine: its CPU build, --index-url https://download.pytorch.org/whl/cpu)",
         ))
         sys.exit(1)
     from rich.console import Console
