@@ -14,6 +14,7 @@ _tfm_overrides() {
         'decode.max_len_offset='
         'decode.max_tokens='
         'decode.min_len='
+        'decode.split_sentences='
         'description='
         'model.attn_dropout='
         'model.d_ff='
@@ -228,6 +229,7 @@ _tfm_translate() {
         '--min-len=[No end of sentence before this many output tokens (default\: the run'\''s recipe, 0).]:min len: ' \
         '(--model -m)'{--model=,-m+}'[Run directory, .safetensors checkpoint, release or ONNX export directory (default\: the most recen...]:model:_files' \
         '(--n-best -n)'{--n-best=,-n+}'[Print the K best translations of each input, best first, one a line\: input line number TAB score...]:n best: ' \
+        '(--no-split-sentences --split-sentences)'{--no-split-sentences,--split-sentences}'[Translate each sentence of a line apart and join their translations on the line (default\: the run...]' \
         '--output=[When scoring, also write the translations to this file.]:output:_files' \
         '--precision=[auto (bf16 on CUDA and on CPUs with fast bf16\: AMX, AMD'\''s AVX512-BF16, Arm'\''s BF16]:precision:(auto bf16 fp16 fp32 int8)' \
         '*'{--reference=,-r+}'[Reference translations, one per input line\: print BLEU and chrF instead of translations (- reads...]:reference:_files' \

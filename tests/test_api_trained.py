@@ -45,7 +45,7 @@ def test_api_and_cli_translate_identically(trained: dict) -> None:
     """`tfm translate` is a face over `Translator`: the same translations, scores, n-best lists and BLEU."""
     from tfm_cli import Translator
 
-    sources = trained["sources"][:60] + ["", "Je suis étudiant."]
+    sources = trained["sources"][:60] + ["", "Je suis étudiant."] + _paragraphs(trained, 60, 8)
     stdin = "\n".join(sources) + "\n"
     translator = Translator.load(trained["dir"], device="cpu")
     outputs = set()
@@ -56,6 +56,10 @@ def test_api_and_cli_translate_identically(trained: dict) -> None:
         assert [r["score"] for r in cli] == [round(t.score, 4) for t in api], args
         if settings.get("n_best"):
             assert [[h["translation"] for h in r["nbest"]] for r in cli] == [[h.text for h in t.nbest] for t in api]
+        # a line of several sentences: each of them, as the API has them
+        assert [[x["translation"] for x in r.get("sentences", [])] for r in cli] == [
+            [x.text for x in t.sentences] if len(t.sentences) > 1 else [] for t in api
+        ]
         outputs.update(t.text for t in api)
     assert len(outputs) > 40  # varied output, so an order or batching mix-up would show
     plain = _cli("translate", "--model", str(trained["dir"]), stdin=stdin).stdout.split("\n")[:-1]
@@ -122,3 +126,102 @@ def test_readme_python_example_runs(trained: dict, tmp_path: Path) -> None:
     lines = proc.stdout.splitlines()
     assert len(lines) == 1 + 2 + 2 + 1  # one translation, two n-best lines, two streamed lines, one BLEU
     assert 0.0 <= float(lines[-1]) <= 100.0
+
+
+def _paragraphs(trained: dict, start: int, count: int) -> list[str]:
+    """`count` lines of three dev sources each (from source `start` on), as a document's paragraph holds them."""
+    sources = trained["sources"]
+    return [" ".join(sources[i : i + 3]) for i in range(start, start + 3 * count, 3)]
+
+
+def test_a_line_of_several_sentences_translates_as_they_do_one_at_a_time(trained: dict) -> None:
+    """A model trained on sentence pairs drops all but the first sentence of a line that holds several: the
+    Translator splits such a line, translates its sentences in the same batches as the other lines, and joins them
+    again. Checked against translating each sentence as a line of its own; the line whole (split_sentences=False)
+    against the search itself (`translate_ids`)."""
+    from tfm_cli import Translator
+    from tfm_cli.decoding import translate_ids
+    from tfm_cli.sentences import join_sentences, split_sentences
+
+    translator = Translator.load(trained["dir"], device="cpu")
+    lines = _paragraphs(trained, 0, 12) + ["", trained["sources"][0]]
+    parts = [split_sentences(line) for line in lines]
+    assert sum(len(p) > 1 for p in parts) >= 10  # the dev sources end their sentences
+    alone = translator.translate([s for p in parts for s in p if s])
+    calls: list[int] = []
+    results = translator.translate(lines, progress=calls.append)
+    assert sum(calls) == len(lines)  # lines, not sentences
+    done = iter(alone)
+    for line, sentences, result in zip(lines, parts, results, strict=True):
+        if not line:
+            assert result.text == "" and result.sentences == [result]
+            continue
+        mine = [next(done) for _ in sentences]
+        assert result.text == join_sentences([t.text for t in mine])
+        assert [t.text for t in result.sentences] == [t.text for t in mine] if len(mine) > 1 else result.sentences == [result]
+        assert [t.source for t in result.sentences] == sentences if len(mine) > 1 else result.source == line
+        assert result.source == line
+        assert result.score == pytest.approx(sum(t.score for t in mine), abs=1e-9)
+        assert result.log_prob == pytest.approx(sum(t.log_prob for t in mine), abs=1e-9)
+        assert result.tokens == [piece for t in mine for piece in t.tokens]
+    assert [t.text for t in translator.translate_stream(lines, chunk_lines=5)] == [t.text for t in results]
+
+    whole = translator.translate(lines[:12], split_sentences=False)
+    ids = translate_ids(translator.model, [translator.tokenizer.encode(line) for line in lines[:12]], max_len_offset=20)
+    assert [t.tokens for t in whole] == [[translator.tokenizer.id_to_piece(i) for i in h[0].tokens] for h in ids]
+    assert all(t.sentences == [t] for t in whole)
+    # the point of it: whole, the model stops early (fewer words than the three sentences' translations)
+    assert sum(len(t.text.split()) for t in whole) < 0.8 * sum(len(t.text.split()) for t in results[:12])
+
+
+def test_the_n_best_of_a_split_line_are_the_best_combinations_of_its_sentences(trained: dict) -> None:
+    """n-best of a line of several sentences: the k best choices of one hypothesis per sentence by their summed
+    scores, against every choice enumerated."""
+    import itertools
+
+    from tfm_cli import Translator
+    from tfm_cli.sentences import split_sentences
+
+    translator = Translator.load(trained["dir"], device="cpu")
+    for line in _paragraphs(trained, 90, 3):
+        sentences = split_sentences(line)
+        assert len(sentences) > 1
+        each = [t.nbest for t in translator.translate(sentences, beam=3, n_best=3)]
+        every = sorted(itertools.product(*each), key=lambda c: -sum(h.score for h in c))
+        got = translator.translate(line, beam=3, n_best=3).nbest
+        assert len(got) == 3
+        for hyp, combination in zip(got, every[:3], strict=True):
+            assert hyp.score == pytest.approx(sum(h.score for h in combination), abs=1e-9)
+            assert [h.text for h in hyp.sentences] == [h.text for h in combination]
+
+
+def test_the_dev_bleu_of_training_is_that_of_tfm_translate_on_lines_of_several_sentences(trained: dict, tmp_path: Path) -> None:
+    """The training's final dev BLEU is the score of what `tfm translate` prints: its evaluation splits the dev
+    lines of several sentences as the Translator does (4 of the 200 here). A recipe's decode.split_sentences: false
+    keeps lines whole in `tfm translate`, and --split-sentences turns it back on."""
+    import shutil
+
+    from tfm_cli import Translator
+    from tfm_cli.sentences import split_sentences
+
+    translator = Translator.load(trained["dir"], device="cpu")
+    split = [i for i, s in enumerate(trained["sources"]) if len(split_sentences(s)) > 1]
+    assert len(split) == 4
+    report = translator.score(trained["sources"], trained["references"])
+    assert report["bleu"] == trained["result"].final["bleu"]
+    whole = translator.translate([trained["sources"][i] for i in split], split_sentences=False)
+    assert [t.text for t in whole] != [report["translations"][i].text for i in split]  # so the check above means something
+
+    run = tmp_path / "run"
+    shutil.copytree(trained["dir"], run, ignore=shutil.ignore_patterns("checkpoints", "tensorboard"))
+    recipe = run / "recipe.yaml"  # the run's resolved recipe holds every key
+    assert "split_sentences: true" in recipe.read_text(encoding="utf-8")
+    recipe.write_text(recipe.read_text(encoding="utf-8").replace("split_sentences: true", "split_sentences: false"), encoding="utf-8")
+    assert Translator.load(run, device="cpu").settings.split_sentences is False
+    lines = [trained["sources"][i] for i in split]
+    stdin = "\n".join(lines) + "\n"
+    assert _cli("translate", "--model", str(run), stdin=stdin).stdout.splitlines() == [t.text for t in whole]
+    on = _cli("translate", "--model", str(run), "--split-sentences", stdin=stdin).stdout.splitlines()
+    assert on == [report["translations"][i].text for i in split]
+    off = _cli("translate", "--model", str(trained["dir"]), "--no-split-sentences", stdin=stdin).stdout.splitlines()
+    assert off == [t.text for t in whole]

@@ -1305,7 +1305,8 @@ def test_bash_completes_commands_and_options() -> None:
     assert _bash_complete("tfm", "") == _registered_commands()
     assert _bash_complete("tfm", "--v") == ["--version"]
     assert _bash_complete("tfm", "translate", "--be") == ["--beam"]
-    assert _bash_complete("tfm", "translate", "--n") == ["--n-best"]
+    assert _bash_complete("tfm", "translate", "--n-") == ["--n-best"]
+    assert _bash_complete("tfm", "translate", "--no-s") == ["--no-split-sentences"]
     assert _bash_complete("tfm", "bench", "") == ["attention", "train", "translate"]
     assert _bash_complete("tfm", "bench", "attention", "--ma") == ["--mask"]
     for command, options in _option_names().items():

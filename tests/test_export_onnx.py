@@ -29,7 +29,7 @@ from tfm_cli.model import ModelConfig, Transformer, padding_mask  # noqa: E402
 from tfm_cli.runs import FINAL  # noqa: E402
 from tfm_cli.translator import Translator  # noqa: E402
 
-FILES = ["encoder.onnx", "decoder.onnx", "config.json", "tokenizer.json", "recipe.yaml", "onnx.json", "translate.py", "README.md",
+FILES = ["encoder.onnx", "decoder.onnx", "config.json", "tokenizer.json", "recipe.yaml", "onnx.json", "translate.py", "sentences.py", "README.md",
          "tfm-export.json"]
 
 
@@ -113,22 +113,30 @@ def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm_greedy(
     with, `<s>` at position 0, the empty cache, the ids never output, the length limit) was nowhere written. Now the
     folder has a README.md saying it and a translate.py of onnxruntime, numpy and tokenizers alone, which, run from
     another directory with torch and tfm unimportable, prints `tfm translate --greedy`'s translations, line for
-    line: blank lines, a line longer than the model takes and characters spelled in byte tokens included."""
+    line: blank lines, a line longer than the model takes and characters spelled in byte tokens included, lines of
+    several sentences translated a sentence at a time as tfm does (sentences.py, copied beside it), or whole with
+    --no-split-sentences."""
     import subprocess
     import sys
 
     out = exported[0]
-    lines = [*trained["sources"][:60], "", "   ", "Je suis étudiant. " * 40, "Où est 東京 ? 🙂", "\u200b"]
+    paragraphs = [" ".join(trained["sources"][i : i + 3]) for i in range(60, 75, 3)]
+    lines = [*trained["sources"][:60], *paragraphs, "", "   ", "Je suis étudiant, " * 40, "Je suis étudiant. " * 40,
+             "Où est 東京 ? 🙂", "\u200b"]
     text = "".join(line + "\n" for line in lines)
-    want = tfm("translate", "--model", str(out), "--greedy", stdin=text, check=False)
-    assert want.returncode == 0, want.stderr
     # torch and tfm_cli made unimportable: the script must not need them
-    blocked = ("import runpy, sys; sys.modules['torch'] = sys.modules['tfm_cli'] = None; sys.argv = [sys.argv[1]]; "
+    blocked = ("import runpy, sys; sys.modules['torch'] = sys.modules['tfm_cli'] = None; sys.argv = sys.argv[1:]; "
                "runpy.run_path(sys.argv[0], run_name='__main__')")
-    got = subprocess.run([sys.executable, "-c", blocked, str(out / "translate.py")], input=text.encode(), capture_output=True,
-                         cwd=tmp_path, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert got.returncode == 0, got.stderr.decode()
-    assert got.stdout.decode().splitlines() == want.stdout.splitlines() and len(want.stdout.splitlines()) == len(lines)
+    outputs = []
+    for split in ([], ["--no-split-sentences"]):
+        want = tfm("translate", "--model", str(out), "--greedy", *split, stdin=text, check=False)
+        assert want.returncode == 0, want.stderr
+        got = subprocess.run([sys.executable, "-c", blocked, str(out / "translate.py"), *split], input=text.encode(),
+                             capture_output=True, cwd=tmp_path, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert got.returncode == 0, got.stderr.decode()
+        assert got.stdout.decode().splitlines() == want.stdout.splitlines() and len(want.stdout.splitlines()) == len(lines)
+        outputs.append(want.stdout.splitlines())
+    assert outputs[0][60:65] != outputs[1][60:65]  # the paragraphs: split, then whole
     readme = (out / "README.md").read_text(encoding="utf-8")
     config = json.loads((out / "config.json").read_text())
     assert "python translate.py < source.txt" in readme and f"(B, {config['n_heads']}, 0, {config['d_model'] // config['n_heads']})" in readme

@@ -194,7 +194,8 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     if len(src_ids) > limit:  # before translating it: a truncated translation of it would be no view of it
         raise TfmError(f"the sentence has {len(src_ids)} tokens; the model takes at most {limit}", hint="inspect a shorter sentence")
     if target is None:
-        result = translator.translate(source, **decode)
+        # the model's translation of the source whole: the maps are of one source and one output
+        result = translator.translate(source, **{**decode, "split_sentences": False})
         tgt_ids = [tok.piece_to_id(p) for p in result.tokens]
         target_text, forced, stopped = result.text, False, result.stopped
     else:

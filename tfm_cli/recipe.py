@@ -132,6 +132,7 @@ class DecodeRecipe:
     max_len_offset: int = 50  # max output length = source length + this
     min_len: int = 0  # no end-of-sentence before this many output tokens (0 = no minimum)
     max_tokens: int = 8000  # padded source tokens per translation batch, divided by the beam size
+    split_sentences: bool = True  # translate each sentence of a line apart (a model of sentence pairs drops the rest)
 
 
 @dataclass

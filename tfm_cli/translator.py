@@ -25,24 +25,26 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import heapq
 import numbers
 import os
 import sys
 import threading
 import unicodedata
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty, Full, Queue
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 import torch
 
 from tfm_cli.checkpoint import load_model
 from tfm_cli.corpus import line_count
-from tfm_cli.decoding import Engine, Hypothesis, NonFiniteOutput, TorchEngine, as_engine, translate_ids
+from tfm_cli.decoding import EOS, Engine, Hypothesis, NonFiniteOutput, TorchEngine, as_engine, translate_ids
 from tfm_cli.errors import TfmError
 from tfm_cli.files import as_path
 from tfm_cli.model import Transformer
@@ -50,6 +52,7 @@ from tfm_cli.precisions import TRANSLATE_PRECISIONS
 from tfm_cli.recipe import MAX_ALPHA, DecodeRecipe
 from tfm_cli.runs import BEST, CHECKPOINTS, CURVES_PNG, EXPORT_INFO, FINAL, TENSORBOARD_DIR
 from tfm_cli.runtime import autocast, resolve_device, resolve_precision
+from tfm_cli.sentences import join_sentences, split_sentences
 from tfm_cli.tokenizer import Tokenizer
 
 CHUNK_LINES = 2000  # translate_stream reads and translates this many lines at a time
@@ -98,6 +101,8 @@ class DecodeSettings:
         max_tokens: padded source tokens per batch (beam search divides it by the beam size).
         greedy: pick the most probable token at every step instead of beam search.
         n_best: how many hypotheses to return per input (beam search only; at most `beam`).
+        split_sentences: translate each sentence of an input apart and join their translations (`tfm_cli.sentences`):
+            a model trained on sentence pairs drops all but the first sentence of an input that holds several.
     """
 
     beam: int = PAPER.beam
@@ -107,11 +112,14 @@ class DecodeSettings:
     max_tokens: int = PAPER.max_tokens
     greedy: bool = False
     n_best: int = 1
+    split_sentences: bool = True
 
     def __post_init__(self) -> None:
         # checked when made: DecodeSettings(beam="4") was taken, and failed only where it was first used
-        if type(self.greedy).__module__ == "numpy" and type(self.greedy).__name__ in ("bool_", "bool"):
-            object.__setattr__(self, "greedy", bool(self.greedy))  # numpy's bool, as numpy's ints are taken
+        for name in ("greedy", "split_sentences"):
+            value = getattr(self, name)
+            if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):
+                object.__setattr__(self, name, bool(value))  # numpy's bool, as numpy's ints are taken
         # numpy's numbers as Python's (beam=np.int64(3) was kept as it was: not JSON, and shown as np.int64(3))
         for name in ("beam", "max_len_offset", "min_len", "max_tokens", "n_best"):
             value = getattr(self, name)
@@ -163,8 +171,9 @@ class DecodeSettings:
                 raise TfmError(f"decode setting {name}={value!r} must be an integer", hint="see `tfm translate --help` for each setting")
         if not isinstance(self.alpha, numbers.Real) or isinstance(self.alpha, bool):
             raise TfmError(f"decode setting alpha={self.alpha!r} must be a number", hint="see `tfm translate --help` for each setting")
-        if not isinstance(self.greedy, bool):  # greedy="false" would be true
-            raise TfmError(f"decode setting greedy={self.greedy!r} must be True or False", hint="see `tfm translate --help` for each setting")
+        for name in ("greedy", "split_sentences"):  # greedy="false" would be true
+            if not isinstance(getattr(self, name), bool):
+                raise TfmError(f"decode setting {name}={getattr(self, name)!r} must be True or False", hint="see `tfm translate --help` for each setting")
         rules = [
             (self.beam >= 1, f"beam={self.beam} must be >= 1"),
             (0 <= self.alpha <= MAX_ALPHA, f"alpha={self.alpha} must be a number between 0 and {MAX_ALPHA:g}"),
@@ -190,7 +199,10 @@ class DecodeSettings:
         from tfm_cli.recipe import load_recipe
 
         d = load_recipe(recipe_file).decode
-        return cls(beam=d.beam, alpha=d.alpha, max_len_offset=d.max_len_offset, min_len=d.min_len, max_tokens=d.max_tokens)
+        return cls(
+            beam=d.beam, alpha=d.alpha, max_len_offset=d.max_len_offset, min_len=d.min_len, max_tokens=d.max_tokens,
+            split_sentences=d.split_sentences,
+        )
 
 
 
@@ -253,7 +265,7 @@ def _check_progress(progress: Any) -> None:
     """Refuse a `progress` that cannot be called: 5 failed with "'int' object is not callable" from inside the
     search, once its first batch had been translated."""
     if progress is not None and not callable(progress):
-        raise TypeError(f"progress takes a function called with the number of sentences finished, not {type(progress).__name__}")
+        raise TypeError(f"progress takes a function called with the number of inputs finished, not {type(progress).__name__}")
 
 
 def _line(line: Any, number: int) -> str:
@@ -276,6 +288,9 @@ class Translation(str):
         truncated: the input was longer than the model takes, so only its first tokens were translated.
         stopped: "eos" when the model ended the translation, "max_len" when it reached the maximum output length
             (input tokens + max_len_offset, or the model's limit) and was cut there: likely incomplete.
+        sentences: for an input translated a sentence at a time (`split_sentences`), the best translation of each
+            of its sentences, in order (their texts joined are this text; their scores and log-probabilities summed
+            are this one's, their tokens in a row are its tokens); else `[self]`.
     """
 
     source: str
@@ -285,6 +300,7 @@ class Translation(str):
     nbest: list[Translation]
     truncated: bool
     stopped: str
+    sentences: list[Translation]
 
     def __new__(
         cls,
@@ -301,6 +317,7 @@ class Translation(str):
         self.source, self.score, self.log_prob = source, float(score), float(log_prob)
         self.tokens, self.truncated, self.stopped = list(tokens), truncated, stopped
         self.nbest = list(nbest) if nbest is not None else [self]
+        self.sentences = [self]
         return self
 
     @property
@@ -310,7 +327,9 @@ class Translation(str):
 
     def to_dict(self, nbest: bool = False) -> dict[str, Any]:
         """Plain data for JSON: source, translation, score, log_prob, tokens, truncated, stopped (and the n-best
-        list, each with its translation, score, log_prob, tokens and stopped, when asked)."""
+        list, each with its translation, score, log_prob, tokens and stopped, when asked); for an input translated
+        a sentence at a time, `sentences`: each sentence's source, translation, score, log_prob, tokens, truncated
+        and stopped."""
         record: dict[str, Any] = {
             "source": self.source, "translation": self.text, "score": self.score, "log_prob": self.log_prob,
             "tokens": self.tokens, "truncated": self.truncated, "stopped": self.stopped,
@@ -319,6 +338,10 @@ class Translation(str):
             record["nbest"] = [
                 {"translation": h.text, "score": h.score, "log_prob": h.log_prob, "tokens": h.tokens, "stopped": h.stopped}
                 for h in self.nbest
+            ]
+        if len(self.sentences) > 1:
+            record["sentences"] = [
+                {key: value for key, value in s.to_dict().items() if key != "sentences"} for s in self.sentences
             ]
         return record
 
@@ -529,9 +552,9 @@ class Translator:
         Args:
             text: a sentence, or an ordered iterable of sentences (a list, a tuple, a generator); empty ones give
                 empty translations without the model.
-            progress: called with the number of sentences finished after each batch.
+            progress: called with the number of inputs (lines) finished after each batch.
             **settings: decode settings for this call (beam, alpha, max_len_offset, min_len, max_tokens, greedy,
-                n_best); None leaves a setting at the translator's default.
+                n_best, split_sentences); None leaves a setting at the translator's default.
 
         Returns:
             A `Translation` for a string; for several, a list of them in input order.
@@ -654,17 +677,18 @@ class Translator:
         longest first: `tfm translate < big > out` stopped after ten minutes had nothing of the chunk it was on
         in `out` (a `kill -9` still loses the window being translated), where sed or awk would have written every
         line done."""
-        lines, ids, truncated = self._encoded(chunk, first, decode)
+        lines, sentences = self._encoded(chunk, first, decode)
+        size = [sum(len(s.ids) + 1 for s in these) for these in sentences]  # (+ 1: the end of sentence)
         budget = STREAM_WINDOW_BATCHES * max(decode.max_tokens // (1 if decode.greedy else decode.beam), 1)
         start = 0
         while start < len(lines):
             end, tokens = start, 0
-            while end < len(lines) and (end == start or tokens + len(ids[end]) + 1 <= budget):
-                tokens += len(ids[end]) + 1  # (+ 1: the end of sentence)
+            while end < len(lines) and (end == start or tokens + size[end] <= budget):
+                tokens += size[end]
                 end += 1
             finished: list[Translation] = []
             try:
-                results = self._search(lines[start:end], ids[start:end], truncated[start:end], decode, progress, finished)
+                results = self._search(lines[start:end], sentences[start:end], decode, progress, finished)
             except KeyboardInterrupt:
                 yield from finished
                 raise
@@ -819,94 +843,113 @@ class Translator:
     def _translate_lines(
         self, lines: list[str], first_line: int, decode: DecodeSettings, progress: Callable[[int], None] | None
     ) -> list[Translation]:
-        """Tokenise, cut what the model cannot take, search, detokenise; `first_line` numbers the warnings."""
-        lines, ids, truncated = self._encoded(lines, first_line, decode)
-        return self._search(lines, ids, truncated, decode, progress)
+        """Split into sentences, tokenise, cut what the model cannot take, search, detokenise, join; `first_line`
+        numbers the warnings."""
+        lines, sentences = self._encoded(lines, first_line, decode)
+        return self._search(lines, sentences, decode, progress)
 
-    def _encoded(
-        self, lines: list[str], first_line: int, decode: DecodeSettings
-    ) -> tuple[list[str], list[list[int]], list[bool]]:
-        """`lines` without byte-order marks, their token ids (cut to what the model takes: warned, numbered from
-        `first_line`; none for a line of invisible characters), and which of them were cut."""
+    def _encoded(self, lines: list[str], first_line: int, decode: DecodeSettings) -> tuple[list[str], list[list[_Sentence]]]:
+        """`lines` without byte-order marks, and the sentences of each to translate (the line itself, unless
+        `decode.split_sentences` finds several in it), their token ids cut to what the model takes (warned,
+        numbered from `first_line`); none for an empty line or one of invisible characters."""
         self._check_beam(decode)
         lines = [_without_bom(line) for line in lines]
         _check_sentences(lines, first_line)
+        parts = [split_sentences(line) if decode.split_sentences else [line] for line in lines]
         try:
-            ids = self.tokenizer.encode_batch(lines)
+            ids = iter(self.tokenizer.encode_batch([text for texts in parts for text in texts]))
         except TypeError:  # the tokenizer takes only text that UTF-8 can encode
             _check_text(lines, "input line", first_line)
             raise
-        for i, line in enumerate(lines):
-            if ids[i] and _invisible(line):  # only zero-width and direction marks: nothing to translate
-                ids[i] = []
         limit = self.max_source_tokens
-        truncated = [len(seq) > limit for seq in ids]
-        for i, seq in enumerate(ids):
-            if truncated[i]:
-                warnings.warn(
-                    f"input line {first_line + i} has {len(seq)} tokens; the model takes at most {limit}, "
-                    f"so only its first {limit} tokens were translated",
-                    InputTruncatedWarning,
-                    stacklevel=_caller_stacklevel(),
-                )
-                ids[i] = seq[:limit]
-        return lines, ids, truncated
+        sentences: list[list[_Sentence]] = []
+        for number, texts in enumerate(parts, start=first_line):
+            these = []
+            for text in texts:
+                seq = next(ids)
+                if not seq or _invisible(text):  # only zero-width and direction marks: nothing to translate
+                    continue
+                if len(seq) > limit:
+                    what = f"input line {number}" if len(texts) == 1 else f"a sentence of input line {number}"
+                    warnings.warn(
+                        f"{what} has {len(seq)} tokens; the model takes at most {limit}, "
+                        f"so only its first {limit} tokens were translated",
+                        InputTruncatedWarning,
+                        stacklevel=_caller_stacklevel(),
+                    )
+                these.append(_Sentence(text, seq[:limit], len(seq) > limit))
+            sentences.append(these)
+        return lines, sentences
 
     def _search(
         self,
         lines: list[str],
-        ids: list[list[int]],
-        truncated: list[bool],
+        sentences: list[list[_Sentence]],
         decode: DecodeSettings,
         progress: Callable[[int], None] | None,
         finished: list[Translation] | None = None,
     ) -> list[Translation]:
-        """The translations of `lines` (encoded by `_encoded`), in order.
+        """The translations of `lines`, from their `sentences` (`_encoded`), in order.
 
-        `finished`, when given, receives on a KeyboardInterrupt during the search (Ctrl-C, or a SIGTERM that
-        `tfm translate` turns into one) the translations of the lines already done, from the first line up to
-        the first one not done, before the interrupt goes on: batches run by length, not in line order.
+        `progress` is called with the number of lines finished after each batch. `finished`, when given, receives
+        on a KeyboardInterrupt during the search (Ctrl-C, or a SIGTERM that `tfm translate` turns into one) the
+        translations of the lines already done, from the first line up to the first one not done, before the
+        interrupt goes on: batches run by length, not in line order.
         """
-        todo = [i for i, seq in enumerate(ids) if seq]  # empty lines give empty lines, without the model
+        todo = [(i, j) for i, these in enumerate(sentences) for j in range(len(these))]  # empty lines: none
         hyps: list[list[Hypothesis]] = [[] for _ in todo]
+        several = len(todo) > sum(1 for these in sentences if these)  # some line was split
+        on_batch = _lines_progress([i for i, _ in todo], hyps, progress) if several and progress is not None else progress
         try:
             translate_ids(
-                self.engine, [ids[i] for i in todo], beam_size=decode.beam, alpha=decode.alpha,
+                self.engine, [sentences[i][j].ids for i, j in todo], beam_size=decode.beam, alpha=decode.alpha,
                 max_len_offset=decode.max_len_offset, min_len=decode.min_len, n_best=decode.n_best,
-                max_tokens=decode.max_tokens, greedy=decode.greedy, on_batch=progress,
+                max_tokens=decode.max_tokens, greedy=decode.greedy, on_batch=on_batch,
                 autocast=self._autocast, into=hyps,
             )
         except NonFiniteOutput as err:  # named with the model it came from
             raise TfmError(f"{self.path or 'the model'}: {err}", hint=err.hint) from None
         except KeyboardInterrupt:
             if finished is not None:
-                by_line = dict(zip(todo, hyps, strict=True))
-                done = next((i for i in todo if not by_line[i]), len(lines))  # the first line not translated
-                finished.extend(self._results(lines[:done], by_line, truncated, decode))
+                by_line = _by_line(todo, hyps)
+                done = next((i for i, these in enumerate(sentences) if not all(by_line.get(i, []))), len(lines))
+                finished.extend(self._results(lines[:done], sentences[:done], by_line, decode))
             raise
-        if progress is not None and len(todo) < len(lines):  # the empty lines are finished too: a bar reaches its total
-            progress(len(lines) - len(todo))
-        return self._results(lines, dict(zip(todo, hyps, strict=True)), truncated, decode)
+        empty = sum(1 for these in sentences if not these)
+        if progress is not None and empty:  # the empty lines are finished too: a bar reaches its total
+            progress(empty)
+        return self._results(lines, sentences, _by_line(todo, hyps), decode)
 
     def _results(
-        self, lines: list[str], by_line: dict[int, list[Hypothesis]], truncated: list[bool], decode: DecodeSettings
+        self, lines: list[str], sentences: list[list[_Sentence]], by_line: dict[int, list[list[Hypothesis]]],
+        decode: DecodeSettings,
     ) -> list[Translation]:
-        """The Translations of `lines` from the hypotheses of each (by its index; none: an empty line)."""
+        """The Translations of `lines` from the hypotheses of each of their sentences (`by_line`, by line index)."""
         results = []
         for i, line in enumerate(lines):
-            nbest = [  # detokenize: one line of text, even where the model emitted the byte tokens of a newline
-                Translation(
-                    self.tokenizer.detokenize(h.tokens), line, h.score, h.log_prob,
-                    [self.tokenizer.id_to_piece(t) for t in h.tokens], truncated=truncated[i], stopped=h.stopped,
-                )
-                for h in by_line.get(i, [])
+            options = [  # each sentence's hypotheses, best first
+                [self._translation(h, sentence) for h in hyps] for sentence, hyps in zip(sentences[i], by_line.get(i, []), strict=True)
             ]
-            if not nbest:  # an empty line: as many empty hypotheses as asked for, so output stays aligned
+            if not options:  # an empty line: as many empty hypotheses as asked for, so output stays aligned
                 nbest = [Translation("", line) for _ in range(decode.n_best)]
+            elif len(options) == 1:
+                nbest = options[0]
+                for t in nbest:
+                    t.source = line  # (a line whose other sentences were nothing to translate)
+            else:
+                nbest = [_joined(line, combination) for combination in _best_combinations(options, decode.n_best)]
             best = nbest[0]
             best.nbest = nbest
             results.append(best)
         return results
+
+    def _translation(self, h: Hypothesis, sentence: _Sentence) -> Translation:
+        """One hypothesis as text (detokenized: one line of text, even where the model emitted the byte tokens of
+        a newline)."""
+        return Translation(
+            self.tokenizer.detokenize(h.tokens), sentence.text, h.score, h.log_prob,
+            [self.tokenizer.id_to_piece(t) for t in h.tokens], truncated=sentence.truncated, stopped=h.stopped,
+        )
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         """The precision of the search, whatever the caller's context: fp32 and int8 searches turn off an
@@ -945,6 +988,77 @@ class Translator:
     def __repr__(self) -> str:
         where = self.path if self.path is not None else "<in memory>"
         return f"Translator({where}, engine={self.engine_name}, device={self.device}, precision={self.precision}, {self.settings})"
+
+
+class _Sentence(NamedTuple):
+    """One sentence of an input line (the whole line unless it was split), as the search takes it."""
+
+    text: str
+    ids: list[int]  # cut to what the model takes
+    truncated: bool  # it was cut
+
+
+def _by_line(todo: list[tuple[int, int]], hyps: list[list[Hypothesis]]) -> dict[int, list[list[Hypothesis]]]:
+    """The hypotheses of each line's sentences, in order, by line index, from those of the (line, sentence) pairs
+    in `todo`."""
+    by_line: dict[int, list[list[Hypothesis]]] = {}
+    for (i, _), h in zip(todo, hyps, strict=True):
+        by_line.setdefault(i, []).append(h)
+    return by_line
+
+
+def _lines_progress(owners: list[int], hyps: list[list[Hypothesis]], progress: Callable[[int], None]) -> Callable[[int], None]:
+    """An `on_batch` for the search of sentences that reports lines to `progress`: a line is finished when the
+    last of its sentences (`owners` gives each sentence's line) has its hypotheses in `hyps`."""
+    left = Counter(owners)
+    pending = list(range(len(owners)))
+
+    def on_batch(_: int) -> None:
+        nonlocal pending
+        finished, waiting = 0, []
+        for k in pending:
+            if hyps[k]:
+                left[owners[k]] -= 1
+                finished += left[owners[k]] == 0
+            else:
+                waiting.append(k)
+        pending = waiting
+        if finished:
+            progress(finished)
+
+    return on_batch
+
+
+def _best_combinations(options: list[list[Translation]], k: int) -> list[tuple[Translation, ...]]:
+    """The `k` best ways to choose one hypothesis per sentence (`options`, each best first), ranked by the sum of
+    their scores: the k best sums of n sorted lists, taken lazily from a heap of index tuples."""
+    def total(index: tuple[int, ...]) -> float:
+        return sum(options[n][j].score for n, j in enumerate(index))
+
+    first = (0,) * len(options)
+    heap, seen, best = [(-total(first), first)], {first}, []
+    while heap and len(best) < k:
+        _, index = heapq.heappop(heap)
+        best.append(tuple(options[n][j] for n, j in enumerate(index)))
+        for n in range(len(index)):
+            if index[n] + 1 < len(options[n]):
+                following = index[:n] + (index[n] + 1,) + index[n + 1 :]
+                if following not in seen:
+                    seen.add(following)
+                    heapq.heappush(heap, (-total(following), following))
+    return best
+
+
+def _joined(line: str, parts: tuple[Translation, ...]) -> Translation:
+    """The translation of `line` from those of its sentences: texts joined, scores, log-probabilities and tokens
+    added up, cut or stopped at the maximum length where one of them was."""
+    joined = Translation(
+        join_sentences([p.text for p in parts]), line, sum(p.score for p in parts), sum(p.log_prob for p in parts),
+        [piece for p in parts for piece in p.tokens], truncated=any(p.truncated for p in parts),
+        stopped=next((p.stopped for p in parts if p.stopped != EOS), EOS),
+    )
+    joined.sentences = list(parts)
+    return joined
 
 
 def _check_precision(precision: Any) -> None:

@@ -840,12 +840,25 @@ class Command(_FlagsTakeNoValue, typer.core.TyperCommand):
             return super().format_help(ctx, formatter)
         formatter.width = max(20, columns - 2)  # Click's own floor is 50
         # an option name longer than a third of the width gets a line of its own, its description the lines below
-        formatter.write_dl = functools.partial(formatter.write_dl, col_max=max(10, columns // 3))
+        formatter.write_dl = functools.partial(_write_dl, formatter, formatter.write_dl, col_max=max(10, columns // 3))
         rich_mode, self.rich_markup_mode = self.rich_markup_mode, None  # Typer's own switch to Click's help
         try:
             return super().format_help(ctx, formatter)
         finally:
             self.rich_markup_mode = rich_mode
+
+
+def _write_dl(formatter: Any, write_dl: Callable[..., None], rows: Sequence[tuple[str, str]], **options: Any) -> None:
+    """Click's `write_dl` with a flag pair wider than the terminal (`--split-sentences / --no-split-sentences` at
+    40 columns) on two lines, broken after its slash."""
+    fitted: list[tuple[str, str]] = []
+    for term, text in rows:
+        if formatter.current_indent + len(term) > formatter.width and " / " in term:
+            first, second = term.split(" / ", 1)
+            fitted += [(f"{first} /", ""), (second, text)]
+        else:
+            fitted.append((term, text))
+    write_dl(fitted, **options)
 
 
 PATH_METAVAR = "<path>"  # the metavar of every option that names one file or folder

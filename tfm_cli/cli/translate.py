@@ -50,7 +50,7 @@ def translate(
     max_len: int = typer.Option(None, "--max-len", min=0, help="Output may be at most input length + this many tokens (default: the run's recipe, 50); translations cut there are counted on stderr at the end.", show_default=False),
     greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding instead of beam search."),
     n_best: int = typer.Option(1, "--n-best", "-n", min=1, help="Print the K best translations of each input, best first, one a line: input line number TAB score TAB translation (--json: an nbest list). A text can repeat: two hypotheses may spell it with different subword tokens (--json shows them); both are kept, as fairseq, Marian and CTranslate2 keep them. Not with --score/--reference, which score the best."),
-    json_out: bool = typer.Option(False, "--json", help="One JSON object per input line: source, translation, score, log_prob, tokens, truncated, stopped (eos, or max_len: cut at the maximum output length, see --max-len) (and nbest with --n-best, each with its own stopped)."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON object per input line: source, translation, score, log_prob, tokens, truncated, stopped (eos, or max_len: cut at the maximum output length, see --max-len) (and nbest with --n-best, each with its own stopped; sentences, each with its source, for a line translated a sentence at a time)."),
     reference: list[Path] = typer.Option(None, "--reference", "-r", parser=given_path, metavar="<path>", help="Reference translations, one per input line: print BLEU and chrF instead of translations (- reads them from stdin when TEXT is given). Given again, more references: multi-reference BLEU and chrF, as sacrebleu REF1 REF2.", show_default=False),
     score: list[Path] = typer.Option(None, "--score", parser=given_path, metavar="<path>", help="Score on a TSV (source TAB reference), or give --score SRC --score REF (--score REF2 ... for more references): print BLEU and chrF (- reads one from stdin).", show_default=False),
     output: Path = typer.Option(None, "--output", parser=file_path("translations.txt"), metavar="<path>", help="When scoring, also write the translations to this file.", show_default=False),
@@ -60,6 +60,7 @@ def translate(
     min_len: int = typer.Option(None, "--min-len", min=0, help="No end of sentence before this many output tokens (default: the run's recipe, 0).", show_default=False),
     batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens per batch (default: the run's recipe).", show_default=False),
     engine: Engine = typer.Option("auto", "--engine", help="auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime."),
+    split_sentences: bool = typer.Option(None, "--split-sentences/--no-split-sentences", help="Translate each sentence of a line apart and join their translations on the line (default: the run's recipe, on): a model trained on sentence pairs drops all but the first sentence of a line that holds several. Breaks after . ! ? (and the full stops of Chinese, Japanese, Hindi...) before a capital or a digit, never inside quotes or after an abbreviation or initial; --no-split-sentences translates each line whole, as fairseq, Marian and CTranslate2 do.", show_default=False),
 ) -> None:
     """Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.
 
@@ -74,6 +75,8 @@ def translate(
       tfm translate --precision int8 < input.fr      (CPU: int8 linear layers; batches of sentences ran 1.4-1.55x fp32 on an AMD EPYC, about 1.0-1.26x on an Intel Cascade Lake)
 
       tfm translate --n-best 4 --json "Il fait beau."
+
+      tfm translate --no-split-sentences < doc.fr      (each line whole, as one sentence)
 
       tfm translate --score dev.tsv            (BLEU and chrF against the TSV's second column)
 
@@ -157,7 +160,7 @@ def translate(
             )
         settings = dict(
             beam=beam, alpha=alpha, max_len_offset=max_len, min_len=min_len, max_tokens=batch_tokens, greedy=greedy,
-            n_best=n_best,
+            n_best=n_best, split_sentences=split_sentences,
         )
         cuts, broken = _Cuts(translator, max_len, min_len), _Broken()
         from tfm_cli.translator import InputTruncatedWarning
@@ -393,7 +396,7 @@ def _alpha(value: float | None) -> float | None:
 def _emit(result, json_out: bool, n_best: int, line: int) -> None:
     if json_out:
         record = result.to_dict(nbest=n_best > 1)
-        for h in (record, *record.get("nbest", [])):
+        for h in (record, *record.get("nbest", []), *record.get("sentences", [])):
             h["score"], h["log_prob"] = round(h["score"], 4), round(h["log_prob"], 4)
         print_json(record)
     elif n_best > 1:

@@ -227,15 +227,16 @@ def export_onnx(loaded: LoadedModel, out: Path, sources: list[str], opset: int |
         "format": FORMAT, "tfm_version": __version__, "opset": opset, "step": loaded.step,
         "source": str(loaded.path), "tokenizer_sha256": loaded.tokenizer.sha256,
         "decode": {"beam": settings.beam, "alpha": settings.alpha, "max_len_offset": settings.max_len_offset,
-                   "min_len": settings.min_len},
+                   "min_len": settings.min_len, "split_sentences": settings.split_sentences},
         **names,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     files.append(MANIFEST)
     # for onnxruntime without tfm: a greedy search of a few lines, and what the graphs take and give
     shutil.copyfile(Path(__file__).with_name("onnx_translate.py"), out / "translate.py")
+    shutil.copyfile(Path(__file__).parents[1] / "sentences.py", out / "sentences.py")  # translate.py splits lines as tfm does
     (out / "README.md").write_text(_readme(config, opset, settings), encoding="utf-8")
-    files += ["translate.py", "README.md"]
+    files += ["translate.py", "sentences.py", "README.md"]
     written = time.perf_counter() - started
 
     engine = OnnxEngine.open(out, config)
@@ -273,6 +274,7 @@ split theirs.
 | tokenizer.json | the tokenizer (Hugging Face `tokenizers`): normalisation, the joint BPE, the byte fallback |
 | onnx.json | the graphs' input and output names, and the run's decode settings |
 | translate.py | a greedy translator of stdin with onnxruntime, numpy and tokenizers alone (no tfm, no torch) |
+| sentences.py | tfm's sentence splitting, which translate.py uses: a line of several sentences is translated a sentence at a time |
 
 ## Translate
 
@@ -285,7 +287,9 @@ python translate.py < source.txt > translations.txt
 ```
 
 translate.py searches greedily, one sentence at a time: the translations of `tfm translate --greedy --model
-THIS_FOLDER`. Read it for the whole protocol; in short:
+THIS_FOLDER`. Like tfm, it translates a line of several sentences a sentence at a time (sentences.py) and joins
+their translations, as the run's `decode.split_sentences` says ({'on' if settings.split_sentences else 'off'}; `python
+translate.py --no-split-sentences` keeps each line whole). Read it for the whole protocol; in short:
 
 ## The graphs
 

@@ -5,18 +5,25 @@
 
     pip install onnxruntime numpy tokenizers
     python translate.py < source.txt > translations.txt
+    python translate.py --no-split-sentences < source.txt    (each line whole, see below)
 
 One line in, one line out. Greedy search over the decoder's key/value cache, as `tfm translate --greedy --model
 EXPORT` searches (the same translations: the same graphs run in onnxruntime); for beam search, n-best lists and
 batches, use tfm itself (`tfm translate --model EXPORT`, or `Translator.load(EXPORT)` in Python). The folder's
 README.md describes the two graphs, for a search of your own.
+
+A line of several sentences is translated a sentence at a time and their translations joined, as tfm does
+(sentences.py, beside this file, is tfm's own splitting), unless the run's recipe said `decode.split_sentences:
+false` or `--no-split-sentences` is given.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -38,6 +45,7 @@ class GreedyTranslator:
         self.max_positions = config["max_positions"]
         self.max_len_offset = decode.get("max_len_offset", 50)  # output: at most source length + this many tokens
         self.min_len = decode.get("min_len", 0)  # no end before this many tokens
+        self.split_sentences = decode.get("split_sentences", True)  # a line's sentences one at a time
         # never outputs: padding, <s>, and <unk> where it is none of those
         self.banned = [self.pad, self.bos] + ([UNK] if UNK not in (self.pad, self.bos, self.eos) else [])
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -101,11 +109,25 @@ class GreedyTranslator:
         return self.tokenizer.normalizer.normalize_str(text)
 
 
+def _sentences() -> Any:
+    """sentences.py, beside this file (loaded by its path: a module of that name elsewhere is not it)."""
+    path = Path(__file__).resolve().with_name("sentences.py")
+    spec = importlib.util.spec_from_file_location("tfm_export_sentences", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
+    sentences = _sentences()
+    if sys.argv[1:] not in ([], ["--no-split-sentences"]):
+        sys.exit(f"usage: python {sys.argv[0]} [--no-split-sentences] < source.txt > translations.txt")
     translator = GreedyTranslator(Path(__file__).resolve().parent)
+    split = translator.split_sentences and "--no-split-sentences" not in sys.argv
     for line in sys.stdin.buffer:
-        sentence = line.decode("utf-8").rstrip("\n").rstrip("\r")
-        print(translator.translate(sentence), flush=True)
+        text = line.decode("utf-8").rstrip("\n").rstrip("\r")
+        parts = sentences.split_sentences(text) if split else [text]
+        print(sentences.join_sentences([translator.translate(part) for part in parts]), flush=True)
 
 
 if __name__ == "__main__":

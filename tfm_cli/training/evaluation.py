@@ -4,7 +4,7 @@ run's final model between the average of the last checkpoints (the paper, sectio
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from tfm_cli.recipe import (
 )
 from tfm_cli.runs import FINAL, checkpoint_steps
 from tfm_cli.scoring import AUTO, bleu_metric, bleu_tokenize_for, score_translations
+from tfm_cli.sentences import join_sentences, split_sentences
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training.loss import output_loss
 
@@ -44,6 +45,23 @@ class DevSet:
     # 400 French references with ’: BLEU 23.72 normalised, 20.53 as written), and a published figure is that one.
     written: list[str] | None = None
     cut_warning: str | None = None  # sources longer than the model takes (cut, as `tfm translate` cuts them)
+    _split: list[list[list[int]]] | None = field(default=None, repr=False, compare=False)  # `sentence_ids(split=True)`
+
+    def sentence_ids(self, tokenizer: Tokenizer, max_positions: int, split: bool) -> list[list[list[int]]]:
+        """The token ids of each source's sentences as `tfm translate` searches them: with `split`, one list per
+        sentence where `split_sentences` finds several (`decode.split_sentences`), else the source whole."""
+        if not split:
+            return [[ids] for ids in self.src_ids]
+        if self._split is None:
+            self._split = []
+            for source, ids in zip(self.sources, self.src_ids, strict=True):
+                parts = split_sentences(source)
+                if len(parts) == 1:
+                    self._split.append([ids])
+                    continue
+                heads = [head_for(part, max_positions, tokenizer.longest_piece) for part in parts]
+                self._split.append([seq[: max_positions - 1] for seq in tokenizer.encode_batch(heads) if seq])
+        return self._split
 
     def references_changed(self, n: int | None = None) -> int:
         """How many of the first `n` (all) references normalising changed."""
@@ -137,13 +155,16 @@ def evaluate(
     metrics: dict[str, Any] = dev_loss(model, dev, recipe.train.max_tokens, recipe.train.label_smoothing, amp)
     n = len(dev.sources) if sentences <= 0 else min(sentences, len(dev.sources))
     d = recipe.decode
+    lines = dev.sentence_ids(tokenizer, model.config.max_positions, d.split_sentences)[:n]
+    flat = [ids for line in lines for ids in line]  # each sentence of each source
     decoding = getattr(events, "decoding", None)  # (the CLI's events are duck-typed)
-    with decoding(what, n) if decoding is not None else contextlib.nullcontext(None) as advance:
+    with decoding(what, len(flat)) if decoding is not None else contextlib.nullcontext(None) as advance:
         hyps = translate_ids(
-            model, dev.src_ids[:n], beam_size=d.beam, alpha=d.alpha, max_len_offset=d.max_len_offset,
+            model, flat, beam_size=d.beam, alpha=d.alpha, max_len_offset=d.max_len_offset,
             max_tokens=d.max_tokens, autocast=amp, min_len=d.min_len, on_batch=advance,
         )
-    outputs = [tokenizer.detokenize(h[0].tokens if h else []) for h in hyps]  # the text `tfm translate` prints
+    texts = iter([tokenizer.detokenize(h[0].tokens if h else []) for h in hyps])
+    outputs = [join_sentences([next(texts) for _ in line]) for line in lines]  # the text `tfm translate` prints
     metrics.update(score_translations(outputs, dev.references[:n], dev.bleu_tokenize))
     if changed := dev.references_changed(n):  # what sacrebleu gives on the file, as `tfm translate --score` says it
         plain = score_translations(outputs, dev.written[:n], dev.bleu_tokenize)

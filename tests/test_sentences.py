@@ -1,0 +1,105 @@
+"""Sentence splitting (tfm_cli/sentences.py): where a line breaks into sentences and where it must not, and how
+their translations are joined again. The model-level behaviour (a split line translates as its sentences do one at
+a time) is in test_api_trained.py."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from tfm_cli.sentences import join_sentences, split_sentences
+
+CORPUS = Path(__file__).resolve().parent.parent / "tfm_cli" / "corpora" / "tatoeba-fr-en"
+
+
+@pytest.mark.parametrize(
+    ("line", "sentences"),
+    [
+        ("Tom est allé à Paris en 2019. Il y a rencontré Marie. Ils se sont mariés.",
+         ["Tom est allé à Paris en 2019.", "Il y a rencontré Marie.", "Ils se sont mariés."]),
+        ("¡Hola! ¿Qué tal? Muy bien.", ["¡Hola!", "¿Qué tal?", "Muy bien."]),
+        ("Wait!!! Stop?! Go.", ["Wait!!!", "Stop?!", "Go."]),
+        ("Je pense... Non, rien.", ["Je pense...", "Non, rien."]),
+        ("Je pense… Non.", ["Je pense…", "Non."]),
+        ("Où est la gare ? Je ne sais pas.", ["Où est la gare ?", "Je ne sais pas."]),  # French spacing
+        ("« Où es-tu ? » Il ne répondit pas.", ["« Où es-tu ? »", "Il ne répondit pas."]),
+        ("Il a dit : « Viens. » Je suis venu.", ["Il a dit : « Viens. »", "Je suis venu."]),
+        ("»Hallo!« sagte er. Dann ging er.", ["»Hallo!« sagte er.", "Dann ging er."]),
+        ("(C'est vrai. Je sais.) Bon.", ["(C'est vrai. Je sais.)", "Bon."]),
+        ("Il est parti. 3 jours après, il est revenu.", ["Il est parti.", "3 jours après, il est revenu."]),
+        ("I am 250. She is 300.", ["I am 250.", "She is 300."]),
+        ("It costs 3.5. That is cheap.", ["It costs 3.5.", "That is cheap."]),
+        ("Go to www.example.com. Then click.", ["Go to www.example.com.", "Then click."]),
+        ("I saw Jan. He was tired.", ["I saw Jan.", "He was tired."]),
+        ('He left. "Why?" she asked.', ["He left.", '"Why?" she asked.']),
+        ("我很累。我要睡觉。", ["我很累。", "我要睡觉。"]),
+        ("مرحبا. كيف حالك؟ أنا بخير.", ["مرحبا.", "كيف حالك؟", "أنا بخير."]),
+        ("नमस्ते। आप कैसे हैं?", ["नमस्ते।", "आप कैसे हैं?"]),
+        ("  Bonjour.   Ça va ?  ", ["Bonjour.", "Ça va ?"]),
+    ],
+)
+def test_a_line_breaks_into_its_sentences(line: str, sentences: list[str]) -> None:
+    assert split_sentences(line) == sentences
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "« Où es-tu ? » demanda-t-elle.",  # lower case after the quote: one sentence
+        "\"Où es-tu ? Je t'attends.\" dit-il.",  # a break inside quotes
+        "He said „Hallo. Wie geht's?“ und ging.",
+        "「どこ？」と彼女は言った。",  # a closed quote and no space: the sentence goes on
+        "J. K. Rowling a écrit Harry Potter.",  # initials
+        "M. Dupont est là.",
+        "Mr. Smith lives in the U.S. He likes it.",  # an abbreviation, a dotted one (the break after it is missed)
+        "Dr. No est un film. e.g. This one.",
+        "Am 3. Oktober 1990 wurde Deutschland wiedervereinigt.",  # a German ordinal
+        "1. Introduction",
+        "Louis XIV. Il régna longtemps.",
+        "See p. 5 and No. 12 and Art. 3 of it.",
+        "Born Jan. 5, 1990 in Paris.",
+        "Vive en EE. UU. con su familia.",
+        "Ik sprak met dhr. Jansen over het werk.",
+        "il est parti. il est revenu.",  # no capital: no sure break
+        "Il est là.Il part.",  # no space
+        "No break here",
+        "Ends with space.   ",
+        "   ",
+        "",
+    ],
+)
+def test_a_line_without_a_sure_break_is_kept_whole_as_it_is(line: str) -> None:
+    assert split_sentences(line) == [line]
+
+
+def test_splitting_keeps_every_character_of_the_bundled_corpus() -> None:
+    """On every source and target of the bundled corpus: the sentences hold the line's characters in order, only
+    white space between them dropped; and a break is made in a few lines, not most."""
+    lines = []
+    for name in ("train.tsv.gz", "dev.tsv.gz"):
+        with gzip.open(CORPUS / name, "rt", encoding="utf-8") as f:
+            lines += [side for line in f for side in line.rstrip("\n").split("\t")[:2]]
+    split = 0
+    for line in lines:
+        sentences = split_sentences(line)
+        assert "".join(sentences).replace(" ", "") == line.replace(" ", ""), line
+        assert all(s and s == s.strip() for s in sentences) or sentences == [line], line
+        split += len(sentences) > 1
+    assert 0 < split < len(lines) // 50  # Tatoeba: mostly one sentence a line
+
+
+def test_translations_are_joined_with_a_space_except_in_chinese_and_japanese() -> None:
+    assert join_sentences(["I'm tired.", "I want to sleep."]) == "I'm tired. I want to sleep."
+    assert join_sentences(["我很累。", "我要睡觉。"]) == "我很累。我要睡觉。"
+    assert join_sentences(["疲れた。", "Bye."]) == "疲れた。Bye."
+    assert join_sentences(["", "Yes.", ""]) == "Yes."
+    assert join_sentences([]) == ""
+
+
+def test_a_long_paragraph_is_split_whole() -> None:
+    """A line of thousands of sentences (a document pasted on one line) breaks at each of them; a quote opened
+    and never closed keeps the rest of the line whole."""
+    assert split_sentences("Je suis là. " * 5000) == ["Je suis là."] * 5000
+    assert split_sentences("Il part. " * 100 + '"Il dit. ' + "Il part. " * 100) == ["Il part."] * 100 + ['"Il dit. ' + " ".join(["Il part."] * 100)]
