@@ -652,3 +652,18 @@ def test_html_page_of_a_token_holds_its_step_by_step_for_every_head(trained: dic
     words = tmp_path / "words.html"  # word-level tokens have no one q and k: no steps
     _run(trained, "--token", "il", "--words", "--html", str(words))
     assert "steps" not in _embedded(words.read_text(encoding="utf-8"))
+
+
+def test_a_sentence_in_capitals_is_inspected_as_the_model_is_given_it(translator: Translator) -> None:
+    """`translate` gives a sentence written in capitals to the model in sentence case (and writes its translation
+    in capitals): the report shows the pieces the model was given, and the attention of its own translation, the
+    same weights as for the sentence case itself."""
+    from tfm_cli.sentences import sentence_case
+
+    shouted = attention_report(translator, SENTENCE.upper())
+    cased = attention_report(translator, sentence_case(SENTENCE.upper()))
+    assert shouted.source == SENTENCE.upper() and shouted.target == translator.translate(SENTENCE.upper()).text
+    assert shouted.target == cased.target.upper()
+    assert shouted.src_tokens == cased.src_tokens and shouted.tgt_tokens == cased.tgt_tokens
+    for kind in ("encoder", "decoder", "cross"):
+        assert torch.equal(shouted.weights[kind], cased.weights[kind])

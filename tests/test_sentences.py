@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tfm_cli.sentences import join_sentences, split_sentences
+from tfm_cli.sentences import Part, as_written, in_capitals, join_sentences, split_sentences, to_translate
 
 CORPUS = Path(__file__).resolve().parent.parent / "tfm_cli" / "corpora" / "tatoeba-fr-en"
 
@@ -38,6 +38,17 @@ CORPUS = Path(__file__).resolve().parent.parent / "tfm_cli" / "corpora" / "tatoe
         ("مرحبا. كيف حالك؟ أنا بخير.", ["مرحبا.", "كيف حالك؟", "أنا بخير."]),
         ("नमस्ते। आप कैसे हैं?", ["नमस्ते।", "आप कैसे हैं?"]),
         ("  Bonjour.   Ça va ?  ", ["Bonjour.", "Ça va ?"]),
+        ("— Où es-tu ? — Ici.", ["— Où es-tu ?", "— Ici."]),  # dialogue
+        ("- Where are you? - Here.", ["- Where are you?", "- Here."]),
+        ("'Hello,' she said. 'How are you?'", ["'Hello,' she said.", "'How are you?'"]),
+        ("I said 'no'. He left.", ["I said 'no'.", "He left."]),
+        ("The boys' toys are here. They play.", ["The boys' toys are here.", "They play."]),
+        ('Il a un écran de 55". Il est grand.', ['Il a un écran de 55".', "Il est grand."]),  # inches, no quote
+        ("I'm happy :) See you. (Call me. Bye.) Then go.", ["I'm happy :) See you.", "(Call me. Bye.)", "Then go."]),
+        ("Ich komme. Du bist im Haus.", ["Ich komme.", "Du bist im Haus."]),
+        ("Я дал им. Они ушли.", ["Я дал им.", "Они ушли."]),  # им is a pronoun, not an abbreviation
+        ("Jag föddes i maj. Det var varmt.", ["Jag föddes i maj.", "Det var varmt."]),
+        ("Call me. Then go.", ["Call me.", "Then go."]),
     ],
 )
 def test_a_line_breaks_into_its_sentences(line: str, sentences: list[str]) -> None:
@@ -61,6 +72,18 @@ def test_a_line_breaks_into_its_sentences(line: str, sentences: list[str]) -> No
         "See p. 5 and No. 12 and Art. 3 of it.",
         "Born Jan. 5, 1990 in Paris.",
         "Vive en EE. UU. con su familia.",
+        "Narodil se 3. 10. 1990 v Praze.",  # a date
+        "회의는 2024. 1. 5. 오후에 있습니다.",
+        "Le prof. Martin enseigne le français.",  # abbreviations in lower case, in capitals
+        "I MET DR. JONES AND MR. SMITH.",
+        "Spotkanie na ul. Długiej.",
+        "C'è dell'Avv. Rossi qui.",  # after an elided article
+        "C'est l'art. 5 du Code.",
+        "Dipl.-Ing. Weber kommt.",
+        "Er wohnt in der Hauptstr. 5 in Berlin.",
+        "'Hello. How are you?' she asked.",  # single quotes
+        "‘Hello. How are you?’ she asked.",
+        "Elle m'a dit « Viens. Je t'attends. » doucement.",
         "Ik sprak met dhr. Jansen over het werk.",
         "il est parti. il est revenu.",  # no capital: no sure break
         "Il est là.Il part.",  # no space
@@ -103,3 +126,32 @@ def test_a_long_paragraph_is_split_whole() -> None:
     and never closed keeps the rest of the line whole."""
     assert split_sentences("Je suis là. " * 5000) == ["Je suis là."] * 5000
     assert split_sentences("Il part. " * 100 + '"Il dit. ' + "Il part. " * 100) == ["Il part."] * 100 + ['"Il dit. ' + " ".join(["Il part."] * 100)]
+
+
+@pytest.mark.parametrize(
+    ("text", "capitals", "cased"),
+    [
+        ("JE SUIS TRÈS FATIGUÉ.", True, "Je suis très fatigué."),
+        ("« OÙ ES-TU ? »", True, "« Où es-tu ? »"),
+        ("OK", True, "Ok"),
+        ("Je suis LÀ.", False, None),  # a word in capitals in an ordinary sentence: as written
+        ("A", False, None),  # one capital
+        ("123 !", False, None),
+        ("東京", False, None),  # no case
+    ],
+)
+def test_a_sentence_in_capitals_is_given_in_sentence_case(text: str, capitals: bool, cased: str | None) -> None:
+    assert in_capitals(text) is capitals
+    assert to_translate(text, split=True) == [Part(text, cased if capitals else text, capitals)]
+    assert as_written("I'm tired.", capitals) == ("I'M TIRED." if capitals else "I'm tired.")
+
+
+def test_each_sentence_of_a_line_is_given_as_it_is_written() -> None:
+    line = "IL PLEUT. Je pars."
+    assert to_translate(line, split=True) == [Part("IL PLEUT.", "Il pleut.", True), Part("Je pars.", "Je pars.", False)]
+    assert to_translate(line, split=False) == [Part(line, line, False)]  # not all of it in capitals
+
+
+def test_a_possessive_or_a_contraction_before_a_period_is_no_initial() -> None:
+    assert split_sentences("This chair is Tom's. This one is mine.") == ["This chair is Tom's.", "This one is mine."]
+    assert split_sentences("I tried, but I couldn't. Sorry.") == ["I tried, but I couldn't.", "Sorry."]

@@ -28,6 +28,7 @@ from tfm_cli.errors import TfmError
 from tfm_cli.model.masks import causal_mask, padding_mask
 from tfm_cli.packing import module_view
 from tfm_cli.scripts import unspaced
+from tfm_cli.sentences import to_translate
 from tfm_cli.translator import Translator, check_sentence, check_text
 
 KINDS = ("encoder", "decoder", "cross")
@@ -158,7 +159,8 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     """Translate `source` (or take `target`, teacher-forced) and collect every attention weight of the model.
 
     The weights are computed in fp32, whatever autocast the caller is in, on the translation the translator makes
-    in its own precision. `decode` are decode settings for that translation (beam, greedy, ...), as for
+    in its own precision, of the source whole (not split into sentences; a source written in capitals is given in
+    sentence case, as `Translator.translate` gives it, and its pieces are shown so). `decode` are decode settings for that translation (beam, greedy, ...), as for
     `Translator.translate`; with a `target` there is no translation, and they are refused.
 
     Raises:
@@ -187,7 +189,9 @@ def attention_report(translator: Translator, source: str, target: str | None = N
         )
     tok, model = translator.tokenizer, translator.model
     cfg = model.config
-    src_ids = tok.encode(source)
+    # what the model is given for it, as `translate` gives it: a sentence in capitals in sentence case (its pieces
+    # are the ones shown, and the translation's are of it)
+    src_ids = tok.encode(to_translate(source, split=False)[0].given)
     if not src_ids:
         raise TfmError("the sentence to inspect is empty", hint='give a sentence, e.g. tfm inspect-attn "Je suis étudiant."')
     limit = cfg.max_positions - 1

@@ -52,7 +52,7 @@ from tfm_cli.precisions import TRANSLATE_PRECISIONS
 from tfm_cli.recipe import MAX_ALPHA, DecodeRecipe
 from tfm_cli.runs import BEST, CHECKPOINTS, CURVES_PNG, EXPORT_INFO, FINAL, TENSORBOARD_DIR
 from tfm_cli.runtime import autocast, resolve_device, resolve_precision
-from tfm_cli.sentences import join_sentences, split_sentences
+from tfm_cli.sentences import as_written, join_sentences, to_translate
 from tfm_cli.tokenizer import Tokenizer
 
 CHUNK_LINES = 2000  # translate_stream reads and translates this many lines at a time
@@ -103,6 +103,9 @@ class DecodeSettings:
         n_best: how many hypotheses to return per input (beam search only; at most `beam`).
         split_sentences: translate each sentence of an input apart and join their translations (`tfm_cli.sentences`):
             a model trained on sentence pairs drops all but the first sentence of an input that holds several.
+
+    Whatever the settings, a sentence written in capitals is translated in sentence case and its translation
+    written in capitals (`tfm_cli.sentences.in_capitals`).
     """
 
     beam: int = PAPER.beam
@@ -328,22 +331,27 @@ class Translation(str):
     def to_dict(self, nbest: bool = False) -> dict[str, Any]:
         """Plain data for JSON: source, translation, score, log_prob, tokens, truncated, stopped (and the n-best
         list, each with its translation, score, log_prob, tokens and stopped, when asked); for an input translated
-        a sentence at a time, `sentences`: each sentence's source, translation, score, log_prob, tokens, truncated
-        and stopped."""
+        a sentence at a time, `sentences` (in each n-best entry too): each sentence's source, translation, score,
+        log_prob, tokens, truncated and stopped."""
         record: dict[str, Any] = {
             "source": self.source, "translation": self.text, "score": self.score, "log_prob": self.log_prob,
             "tokens": self.tokens, "truncated": self.truncated, "stopped": self.stopped,
         }
         if nbest:
             record["nbest"] = [
-                {"translation": h.text, "score": h.score, "log_prob": h.log_prob, "tokens": h.tokens, "stopped": h.stopped}
+                {"translation": h.text, "score": h.score, "log_prob": h.log_prob, "tokens": h.tokens, "stopped": h.stopped,
+                 **h._sentences_dict()}
                 for h in self.nbest
             ]
-        if len(self.sentences) > 1:
-            record["sentences"] = [
-                {key: value for key, value in s.to_dict().items() if key != "sentences"} for s in self.sentences
-            ]
+        record.update(self._sentences_dict())
         return record
+
+    def _sentences_dict(self) -> dict[str, Any]:
+        """{"sentences": [...]} for an input translated a sentence at a time, else {}."""
+        if len(self.sentences) == 1:
+            return {}
+        keys = ("source", "translation", "score", "log_prob", "tokens", "truncated", "stopped")
+        return {"sentences": [{key: s.to_dict()[key] for key in keys} for s in self.sentences]}
 
     def __repr__(self) -> str:
         return f"Translation({self.text!r}, score={self.score:.4f})"
@@ -787,8 +795,9 @@ class Translator:
         settings, as for `translate`.
 
         Returns:
-            {"sentences", "bleu", "chrf", "bleu_tokenize", "bleu_signature", "chrf_signature", "translations"}
-            ("translations" only with `keep_translations`),
+            {"sentences", "bleu", "chrf", "bleu_tokenize", "bleu_signature", "chrf_signature", "lines_split",
+            "translations"} ("lines_split": the sources translated a sentence at a time, `split_sentences`;
+            "translations" only with `keep_translations`),
             and "as_written": {"bleu", "chrf", "references_changed"} where normalising changed a reference
             (`references_changed` counts reference strings, all references of a source included). BLEU and chrF
             are rounded to 2 decimals, as `tfm translate --score` and the training's evaluations give them.
@@ -822,9 +831,11 @@ class Translator:
         _check_text(sources, "input line", 1)
         translations: list[Translation] = []
         hypotheses: list[str] = []
+        split = 0
         for first in range(0, len(sources), SCORE_CHUNK_LINES):  # a chunk at a time, sorted by length: bounded memory
             for translation in self._translate_lines(sources[first : first + SCORE_CHUNK_LINES], first + 1, decode, progress):
                 hypotheses.append(translation.text)
+                split += len(translation.sentences) > 1
                 if on_translation is not None:
                     on_translation(translation)
                 if keep_translations:
@@ -834,7 +845,10 @@ class Translator:
         if changed:  # a published score is sacrebleu's on the file: say what that gives too
             plain = score_translations(hypotheses, written, tokenize)
             metrics["as_written"] = {"bleu": plain["bleu"], "chrf": plain["chrf"], "references_changed": changed}
-        return {"sentences": len(sources), **metrics, **({"translations": translations} if keep_translations else {})}
+        return {
+            "sentences": len(sources), **metrics, "lines_split": split,
+            **({"translations": translations} if keep_translations else {}),
+        }
 
     def _normalized(self, reference: str) -> str:
         """A reference as the translations are written (`Tokenizer.normalize`), a byte-order mark dropped."""
@@ -850,34 +864,35 @@ class Translator:
 
     def _encoded(self, lines: list[str], first_line: int, decode: DecodeSettings) -> tuple[list[str], list[list[_Sentence]]]:
         """`lines` without byte-order marks, and the sentences of each to translate (the line itself, unless
-        `decode.split_sentences` finds several in it), their token ids cut to what the model takes (warned,
-        numbered from `first_line`); none for an empty line or one of invisible characters."""
+        `decode.split_sentences` finds several in it), their token ids (of the sentence case of one written in
+        capitals) cut to what the model takes (warned, numbered from `first_line`); none for an empty line or one
+        of invisible characters."""
         self._check_beam(decode)
         lines = [_without_bom(line) for line in lines]
         _check_sentences(lines, first_line)
-        parts = [split_sentences(line) if decode.split_sentences else [line] for line in lines]
+        parts = [to_translate(line, decode.split_sentences) for line in lines]
         try:
-            ids = iter(self.tokenizer.encode_batch([text for texts in parts for text in texts]))
+            ids = iter(self.tokenizer.encode_batch([part.given for line_parts in parts for part in line_parts]))
         except TypeError:  # the tokenizer takes only text that UTF-8 can encode
             _check_text(lines, "input line", first_line)
             raise
         limit = self.max_source_tokens
         sentences: list[list[_Sentence]] = []
-        for number, texts in enumerate(parts, start=first_line):
+        for number, line_parts in enumerate(parts, start=first_line):
             these = []
-            for text in texts:
+            for part in line_parts:
                 seq = next(ids)
-                if not seq or _invisible(text):  # only zero-width and direction marks: nothing to translate
+                if not seq or _invisible(part.text):  # only zero-width and direction marks: nothing to translate
                     continue
                 if len(seq) > limit:
-                    what = f"input line {number}" if len(texts) == 1 else f"a sentence of input line {number}"
+                    what = f"input line {number}" if len(line_parts) == 1 else f"a sentence of input line {number}"
                     warnings.warn(
                         f"{what} has {len(seq)} tokens; the model takes at most {limit}, "
                         f"so only its first {limit} tokens were translated",
                         InputTruncatedWarning,
                         stacklevel=_caller_stacklevel(),
                     )
-                these.append(_Sentence(text, seq[:limit], len(seq) > limit))
+                these.append(_Sentence(part.text, seq[:limit], len(seq) > limit, part.capitals))
             sentences.append(these)
         return lines, sentences
 
@@ -945,9 +960,9 @@ class Translator:
 
     def _translation(self, h: Hypothesis, sentence: _Sentence) -> Translation:
         """One hypothesis as text (detokenized: one line of text, even where the model emitted the byte tokens of
-        a newline)."""
+        a newline; in capitals where the sentence is)."""
         return Translation(
-            self.tokenizer.detokenize(h.tokens), sentence.text, h.score, h.log_prob,
+            as_written(self.tokenizer.detokenize(h.tokens), sentence.capitals), sentence.text, h.score, h.log_prob,
             [self.tokenizer.id_to_piece(t) for t in h.tokens], truncated=sentence.truncated, stopped=h.stopped,
         )
 
@@ -996,6 +1011,7 @@ class _Sentence(NamedTuple):
     text: str
     ids: list[int]  # cut to what the model takes
     truncated: bool  # it was cut
+    capitals: bool  # written in capitals: given to the model in sentence case, its translation written in capitals
 
 
 def _by_line(todo: list[tuple[int, int]], hyps: list[list[Hypothesis]]) -> dict[int, list[list[Hypothesis]]]:

@@ -396,7 +396,8 @@ def _alpha(value: float | None) -> float | None:
 def _emit(result, json_out: bool, n_best: int, line: int) -> None:
     if json_out:
         record = result.to_dict(nbest=n_best > 1)
-        for h in (record, *record.get("nbest", []), *record.get("sentences", [])):
+        entries = [record, *record.get("nbest", [])]
+        for h in entries + [s for entry in entries for s in entry.get("sentences", [])]:  # (a split line's sentences)
             h["score"], h["log_prob"] = round(h["score"], 4), round(h["log_prob"], 4)
         print_json(record)
     elif n_best > 1:
@@ -470,6 +471,11 @@ def _score(
         [("BLEU", report["bleu"]), ("chrF", report["chrf"]), ("sentences", len(sources))],
     )
     info(f"sacrebleu: {report['bleu_signature']} | {report['chrf_signature']}")
+    if report["lines_split"]:  # a score to compare with a toolkit that translates lines whole should know
+        info(
+            f"{report['lines_split']:,} of the {len(sources):,} sources held several sentences and were translated a sentence at a "
+            "time (--no-split-sentences translates each whole)"
+        )
     if (plain := report.get("as_written")) is not None:
         info(
             f"{plain['references_changed']:,} of the {len(sources) * len(streams):,} references changed when normalised as the "

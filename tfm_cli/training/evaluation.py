@@ -22,7 +22,7 @@ from tfm_cli.recipe import (
 )
 from tfm_cli.runs import FINAL, checkpoint_steps
 from tfm_cli.scoring import AUTO, bleu_metric, bleu_tokenize_for, score_translations
-from tfm_cli.sentences import join_sentences, split_sentences
+from tfm_cli.sentences import as_written, join_sentences, to_translate
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training.loss import output_loss
 
@@ -45,23 +45,25 @@ class DevSet:
     # 400 French references with ’: BLEU 23.72 normalised, 20.53 as written), and a published figure is that one.
     written: list[str] | None = None
     cut_warning: str | None = None  # sources longer than the model takes (cut, as `tfm translate` cuts them)
-    _split: list[list[list[int]]] | None = field(default=None, repr=False, compare=False)  # `sentence_ids(split=True)`
+    _given: dict[bool, list[list[tuple[list[int], bool]]]] = field(default_factory=dict, repr=False, compare=False)
 
-    def sentence_ids(self, tokenizer: Tokenizer, max_positions: int, split: bool) -> list[list[list[int]]]:
-        """The token ids of each source's sentences as `tfm translate` searches them: with `split`, one list per
-        sentence where `split_sentences` finds several (`decode.split_sentences`), else the source whole."""
-        if not split:
-            return [[ids] for ids in self.src_ids]
-        if self._split is None:
-            self._split = []
+    def sentence_ids(self, tokenizer: Tokenizer, max_positions: int, split: bool) -> list[list[tuple[list[int], bool]]]:
+        """What `tfm translate` searches for each source (`sentences.to_translate`): the token ids of each of its
+        sentences (with `split`, `decode.split_sentences`; else the source whole), of its sentence case where it is
+        written in capitals, with whether it is (its translation then is written in capitals too)."""
+        if split not in self._given:
+            given = self._given[split] = []
             for source, ids in zip(self.sources, self.src_ids, strict=True):
-                parts = split_sentences(source)
-                if len(parts) == 1:
-                    self._split.append([ids])
+                parts = to_translate(source, split)
+                if len(parts) == 1 and not parts[0].capitals:  # the source whole, as read
+                    given.append([(ids, False)])
                     continue
-                heads = [head_for(part, max_positions, tokenizer.longest_piece) for part in parts]
-                self._split.append([seq[: max_positions - 1] for seq in tokenizer.encode_batch(heads) if seq])
-        return self._split
+                heads = [head_for(part.given, max_positions, tokenizer.longest_piece) for part in parts]
+                given.append([
+                    (seq[: max_positions - 1], part.capitals)
+                    for seq, part in zip(tokenizer.encode_batch(heads), parts, strict=True) if seq
+                ])
+        return self._given[split]
 
     def references_changed(self, n: int | None = None) -> int:
         """How many of the first `n` (all) references normalising changed."""
@@ -156,7 +158,7 @@ def evaluate(
     n = len(dev.sources) if sentences <= 0 else min(sentences, len(dev.sources))
     d = recipe.decode
     lines = dev.sentence_ids(tokenizer, model.config.max_positions, d.split_sentences)[:n]
-    flat = [ids for line in lines for ids in line]  # each sentence of each source
+    flat = [ids for line in lines for ids, _ in line]  # each sentence of each source
     decoding = getattr(events, "decoding", None)  # (the CLI's events are duck-typed)
     with decoding(what, len(flat)) if decoding is not None else contextlib.nullcontext(None) as advance:
         hyps = translate_ids(
@@ -164,7 +166,7 @@ def evaluate(
             max_tokens=d.max_tokens, autocast=amp, min_len=d.min_len, on_batch=advance,
         )
     texts = iter([tokenizer.detokenize(h[0].tokens if h else []) for h in hyps])
-    outputs = [join_sentences([next(texts) for _ in line]) for line in lines]  # the text `tfm translate` prints
+    outputs = [join_sentences([as_written(next(texts), capitals) for _, capitals in line]) for line in lines]  # as `tfm translate` prints it
     metrics.update(score_translations(outputs, dev.references[:n], dev.bleu_tokenize))
     if changed := dev.references_changed(n):  # what sacrebleu gives on the file, as `tfm translate --score` says it
         plain = score_translations(outputs, dev.written[:n], dev.bleu_tokenize)
