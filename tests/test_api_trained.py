@@ -232,11 +232,13 @@ def test_the_dev_bleu_of_training_is_that_of_tfm_translate_on_lines_of_several_s
     assert "4 of the 200 sources held several sentences and were translated a sentence at a time" in scored.stderr
 
 
-def test_a_sentence_in_capitals_is_translated_in_sentence_case_and_written_in_capitals(trained: dict, tmp_path: Path) -> None:
+def test_a_sentence_in_capitals_or_in_a_frame_is_given_as_the_model_reads_it(trained: dict, tmp_path: Path) -> None:
     """A model trained on ordinary text cannot read words in capitals (the quickstart model: BLEU 0.18 on 300 dev
     sentences in capitals): such a sentence is given to it in sentence case, and its translation written in
-    capitals. Checked against translating the sentence case by hand, sentence by sentence within a line; and the
-    training's evaluation scores what `tfm translate` prints for such lines and for lines of several sentences."""
+    capitals; a sentence in a frame (a list's bullet or number, double quotes, brackets, emoji) is given without it,
+    and its translation written inside it. Checked against doing so by hand, sentence by sentence within a line;
+    and the training's evaluation scores what `tfm translate` prints for such lines and for lines of several
+    sentences."""
     import contextlib
 
     from tfm_cli import Translator, load_recipe
@@ -251,10 +253,16 @@ def test_a_sentence_in_capitals_is_translated_in_sentence_case_and_written_in_ca
     assert [t.source for t in shouted] == [s.upper() for s in sources]
     mixed = translator.translate(f"{sources[0].upper()} {sources[1]}")  # one sentence in capitals, one not
     assert [t.text for t in mixed.sentences] == [cased[0].text.upper(), translator.translate(sources[1]).text]
+    # a sentence in a frame (a list's bullet, double quotes, brackets, an emoji) is translated without it
+    plain = translator.translate(sources)
+    for wrap in ("- {}", "1. {}", '"{}"', "({})", "{} 🙂"):
+        framed = translator.translate([wrap.format(s) for s in sources])
+        assert [t.text for t in framed] == [wrap.format(t.text) for t in plain], wrap
 
     # the training's evaluation: lines in capitals and lines of several sentences, scored as tfm translate scores them
     lines = [(s.upper(), r.upper()) for s, r in zip(sources[:10], trained["references"][:10], strict=True)]
     lines += [(" ".join(trained["sources"][i : i + 2]), " ".join(trained["references"][i : i + 2])) for i in range(30, 50, 2)]
+    lines += [(f'- "{s}"', f'- "{r}"') for s, r in zip(trained["sources"][50:60], trained["references"][50:60], strict=True)]
     (tmp_path / "dev.tsv").write_text("".join(f"{s}\t{r}\n" for s, r in lines), encoding="utf-8")
     recipe = load_recipe(trained["dir"] / "recipe.yaml")
     model, tokenizer = translator.model, translator.tokenizer

@@ -122,7 +122,7 @@ def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm_greedy(
     out = exported[0]
     paragraphs = [" ".join(trained["sources"][i : i + 3]) for i in range(60, 75, 3)]
     lines = [*trained["sources"][:60], *paragraphs, "", "   ", "Je suis étudiant, " * 40, "Je suis étudiant. " * 40,
-             "Où est 東京 ? 🙂", "\u200b"]
+             "Où est 東京 ? 🙂", "\u200b", "JE SUIS ÉTUDIANT.", '- "Je suis étudiant."']
     text = "".join(line + "\n" for line in lines)
     # torch and tfm_cli made unimportable: the script must not need them
     blocked = ("import runpy, sys; sys.modules['torch'] = sys.modules['tfm_cli'] = None; sys.argv = sys.argv[1:]; "

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tfm_cli.sentences import Part, as_written, in_capitals, join_sentences, split_sentences, to_translate
+from tfm_cli.sentences import Part, frame, in_capitals, join_sentences, split_sentences, to_translate
 
 CORPUS = Path(__file__).resolve().parent.parent / "tfm_cli" / "corpora" / "tatoeba-fr-en"
 
@@ -143,7 +143,7 @@ def test_a_long_paragraph_is_split_whole() -> None:
 def test_a_sentence_in_capitals_is_given_in_sentence_case(text: str, capitals: bool, cased: str | None) -> None:
     assert in_capitals(text) is capitals
     assert to_translate(text, split=True) == [Part(text, cased if capitals else text, capitals)]
-    assert as_written("I'm tired.", capitals) == ("I'M TIRED." if capitals else "I'm tired.")
+    assert to_translate(text, split=True)[0].written("I'm tired.") == ("I'M TIRED." if capitals else "I'm tired.")
 
 
 def test_each_sentence_of_a_line_is_given_as_it_is_written() -> None:
@@ -155,3 +155,60 @@ def test_each_sentence_of_a_line_is_given_as_it_is_written() -> None:
 def test_a_possessive_or_a_contraction_before_a_period_is_no_initial() -> None:
     assert split_sentences("This chair is Tom's. This one is mine.") == ["This chair is Tom's.", "This one is mine."]
     assert split_sentences("I tried, but I couldn't. Sorry.") == ["I tried, but I couldn't.", "Sorry."]
+
+
+
+@pytest.mark.parametrize(
+    ("text", "prefix", "inner", "suffix"),
+    [
+        ("1. Ouvrez la porte.", "1. ", "Ouvrez la porte.", ""),
+        ("  - Fermez la fenêtre.", "  - ", "Fermez la fenêtre.", ""),
+        ("• Je suis fatigué.", "• ", "Je suis fatigué.", ""),
+        ("(a) Premier point.", "(a) ", "Premier point.", ""),
+        ("2) Second.", "2) ", "Second.", ""),
+        ('"Je suis là."', '"', "Je suis là.", '"'),
+        ("“ Je suis là. ”", "“ ", "Je suis là.", " ”"),
+        ("(Il pleut.)", "(", "Il pleut.", ")"),
+        ("Je t'aime ❤️", "", "Je t'aime", " ❤️"),
+        ("🙂 Bonjour !", "🙂 ", "Bonjour !", ""),
+        ("Bravo👍🏽", "", "Bravo", "👍🏽"),
+    ],
+)
+def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner: str, suffix: str) -> None:
+    """A list's bullet or number, double quotes or brackets around a sentence, emoji: the model is given the
+    sentence inside, and its translation is written inside the frame."""
+    assert frame(text) == (prefix, inner, suffix)
+    (part,) = to_translate(text, split=True)
+    assert (part.text, part.given) == (text, inner)
+    assert part.written("I'm here.") == prefix + "I'm here." + suffix
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "M. Dupont est là.",  # an initial, not a list's letter
+        '"A" et "B" sont là.',  # two quotes, not one around the sentence
+        "(voir plus haut) Ensuite il part.",
+        "« Où es-tu ? »",  # guillemets: the model translates them (into " " for English)
+        "Il fait 20°",  # not an emoji
+        "-5 degrés",
+        "()",
+        "- ",
+        "Je suis là.",
+        "  Je suis là.  ",
+    ],
+)
+def test_text_without_a_frame_is_given_as_it_is(text: str) -> None:
+    assert frame(text) == ("", text, "")
+    assert to_translate(text, split=True) == [Part(text, text)]
+
+
+def test_frames_nest_and_hold_several_sentences() -> None:
+    assert to_translate('- "OÙ ES-TU ?"', split=True) == [Part('- "OÙ ES-TU ?"', "Où es-tu ?", True, '- "', '"')]
+    assert to_translate('"Où es-tu ? Je t\'attends."', split=True) == [
+        Part('"Où es-tu ?', "Où es-tu ?", False, '"', ""), Part("Je t'attends.\"", "Je t'attends.", False, "", '"'),
+    ]
+    assert to_translate('"Où es-tu ? Je t\'attends."', split=False) == [
+        Part('"Où es-tu ? Je t\'attends."', "Où es-tu ? Je t'attends.", False, '"', '"'),
+    ]
+    assert [p.given for p in to_translate("1. Ouvrez. 2. Fermez.", split=True)] == ["Ouvrez.", "Fermez."]

@@ -1,4 +1,7 @@
-"""Sentence splitting for translation: a line that holds several sentences is translated one sentence at a time.
+"""What a model trained on plain sentence pairs is given for a line of text, and how its translations are written
+back (`to_translate`, `Part.written`, `join_sentences`): a line that holds several sentences is translated one
+sentence at a time; a sentence in capitals in sentence case; a sentence in a frame (a list's bullet, quotes or
+brackets around it, emoji) without it (`frame`). Plain Python, no torch: the ONNX export carries this file.
 
 A model trained on sentence pairs (Tatoeba, most of WMT) ends its output after the first sentence of a line that
 holds several: the quickstart model translated 200 lines of three dev sentences each at 8.1 BLEU, and the same
@@ -40,6 +43,7 @@ few words in capitals, which its tokenizer cuts into short pieces it cannot read
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import NamedTuple
 
 # Ends of a sentence that white space must follow, and those of scripts that need none after them.
@@ -233,21 +237,100 @@ def sentence_case(text: str) -> str:
 
 
 class Part(NamedTuple):
-    """A sentence of a line (or the line whole) as written, what the model is given for it, and whether it is
-    written in capitals (its translation then is too: `as_written`)."""
+    """A sentence of a line (or the line whole) as written, what the model is given for it, and how its
+    translation is written (`written`): in capitals where the sentence is (`capitals`), inside the frame the
+    sentence was in (`prefix`, `suffix`: a list's bullet or number, the quotes or brackets around it, emoji)."""
 
     text: str
     given: str
-    capitals: bool
+    capitals: bool = False
+    prefix: str = ""
+    suffix: str = ""
+
+    def written(self, translation: str) -> str:
+        """The translation of `given` as this sentence is written."""
+        return self.prefix + (translation.upper() if self.capitals else translation) + self.suffix
 
 
 def to_translate(line: str, split: bool) -> list[Part]:
     """What the model is given for `line`: its sentences (`split_sentences`; the line whole without `split`), each
-    in sentence case where it is written in capitals."""
-    parts = split_sentences(line) if split else [line]
-    return [Part(part, sentence_case(part), True) if in_capitals(part) else Part(part, part, False) for part in parts]
+    without its frame (`frame`), in sentence case where it is written in capitals. A line with neither is
+    `[Part(line, line)]`."""
+    parts: list[Part] = []
+    _parts(line, split, parts)
+    return parts
 
 
-def as_written(translation: str, capitals: bool) -> str:
-    """A sentence's translation written as its source was: in capitals when the source was."""
-    return translation.upper() if capitals else translation
+def _parts(text: str, split: bool, parts: list[Part]) -> None:
+    """Append the parts of `text` to `parts`: a frame's prefix goes to the first part inside it, its suffix to
+    the last (quotes around two sentences: `"Où es-tu ? Je t'attends."`)."""
+    prefix, inner, suffix = frame(text)
+    if prefix or suffix:
+        first = len(parts)
+        _parts(inner, split, parts)
+        parts[first] = parts[first]._replace(text=prefix + parts[first].text, prefix=prefix + parts[first].prefix)
+        parts[-1] = parts[-1]._replace(text=parts[-1].text + suffix, suffix=parts[-1].suffix + suffix)
+        return
+    sentences = split_sentences(text) if split else [text]
+    if len(sentences) > 1:
+        for sentence in sentences:
+            _parts(sentence, split, parts)
+    elif in_capitals(text):
+        parts.append(Part(text, sentence_case(text), capitals=True))
+    else:
+        parts.append(Part(text, text))
+
+
+# A list's bullet or number before a sentence: `- `, `• `, `* `, `1. `, `2) `, `(3) `, `a) `, `(b) `.
+_LIST_MARK = re.compile(r"\s*(?:[-–—•·*▪►‣◦●○■□➢➤✓✔]|\(?\d{1,3}[.)]|\(\d{1,3}\)|\(?[a-zA-Z]\))\s+")
+# Quotes and brackets that may hold a whole sentence, and what closes each: those written alike in most languages.
+# Guillemets, „German“ and 「Japanese」 quotes are the model's to translate (« » in French is " " in English).
+_ENCLOSING = {'"': '"', "“": "”", "(": ")", "[": "]"}
+
+
+def frame(text: str) -> tuple[str, str, str]:
+    """(prefix, inner, suffix): `text` is `prefix + inner + suffix`, where the prefix is a list's bullet or number
+    and the white space after it, or a double quote or bracket whose closing one ends the text (then the suffix,
+    white space inside them kept with them), or emoji before or after the text; ("", text, "") where there is none,
+    or nothing to translate would be left. A model trained on plain sentence pairs translates the sentence inside
+    better than the whole: the quickstart model translated 300 dev sentences in double quotes at BLEU 20.94 against
+    their references in quotes, and 44.28 with the quotes kept around the translation of the sentence inside them;
+    in brackets 15.02 against 44.28; as a list's items (`• `) 17.44 against 41.35; followed by an emoji 31.16 against
+    41.25. Guillemets (and „“, 「」) are left to the model: kept as they are around an English translation, they
+    scored 27.49 against references in double quotes, the model's own translation of them 28.67."""
+    stripped = text.strip()
+    if not stripped:
+        return "", text, ""
+    lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
+    if mark := _LIST_MARK.match(text):
+        prefix, inner, suffix = text[: mark.end()], text[mark.end() :], ""
+    elif (closer := _ENCLOSING.get(stripped[0])) and len(stripped) > 2 and stripped[-1] == closer and not any(
+        c in stripped[1:-1] for c in (stripped[0], closer)
+    ):
+        inner = stripped[1:-1]
+        spaced = len(inner) - len(inner.lstrip()), len(inner) - len(inner.rstrip())
+        prefix, suffix = lead + stripped[0] + inner[: spaced[0]], inner[len(inner) - spaced[1] :] + closer + trail
+        inner = inner.strip()
+    else:
+        start, end = 0, len(stripped)
+        while start < end and _emoji(stripped[start]):
+            start += 1
+        while end > start and _emoji(stripped[end - 1]):
+            end -= 1
+        if start == 0 and end == len(stripped):
+            return "", text, ""
+        body = stripped[start:end]
+        inner = body.strip()
+        prefix = lead + stripped[:start] + body[: len(body) - len(body.lstrip())]
+        suffix = body[len(body.rstrip()) :] + stripped[end:] + trail
+    if not any(c.isalnum() for c in inner):
+        return "", text, ""
+    return prefix, inner, suffix
+
+
+def _emoji(char: str) -> bool:
+    """An emoji or pictograph (a symbol from U+2600 on: not °, ®, ™ or an arrow), or a joiner, variation selector
+    or skin tone of one."""
+    if char in "\u200d\ufe0e\ufe0f" or "\U0001f3fb" <= char <= "\U0001f3ff":
+        return True
+    return ord(char) >= 0x2600 and unicodedata.category(char) in ("So", "Sk")

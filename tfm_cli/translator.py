@@ -52,7 +52,7 @@ from tfm_cli.precisions import TRANSLATE_PRECISIONS
 from tfm_cli.recipe import MAX_ALPHA, DecodeRecipe
 from tfm_cli.runs import BEST, CHECKPOINTS, CURVES_PNG, EXPORT_INFO, FINAL, TENSORBOARD_DIR
 from tfm_cli.runtime import autocast, resolve_device, resolve_precision
-from tfm_cli.sentences import as_written, join_sentences, to_translate
+from tfm_cli.sentences import Part, join_sentences, to_translate
 from tfm_cli.tokenizer import Tokenizer
 
 CHUNK_LINES = 2000  # translate_stream reads and translates this many lines at a time
@@ -105,7 +105,8 @@ class DecodeSettings:
             a model trained on sentence pairs drops all but the first sentence of an input that holds several.
 
     Whatever the settings, a sentence written in capitals is translated in sentence case and its translation
-    written in capitals (`tfm_cli.sentences.in_capitals`).
+    written in capitals, and one inside a frame (a list's bullet or number, quotes or brackets around it, emoji)
+    is translated without it and its translation written inside it (`tfm_cli.sentences.to_translate`).
     """
 
     beam: int = PAPER.beam
@@ -864,9 +865,9 @@ class Translator:
 
     def _encoded(self, lines: list[str], first_line: int, decode: DecodeSettings) -> tuple[list[str], list[list[_Sentence]]]:
         """`lines` without byte-order marks, and the sentences of each to translate (the line itself, unless
-        `decode.split_sentences` finds several in it), their token ids (of the sentence case of one written in
-        capitals) cut to what the model takes (warned, numbered from `first_line`); none for an empty line or one
-        of invisible characters."""
+        `decode.split_sentences` finds several in it), their token ids (of what the model is given for each:
+        `sentences.to_translate`) cut to what the model takes (warned, numbered from `first_line`); none for an
+        empty line or one of invisible characters."""
         self._check_beam(decode)
         lines = [_without_bom(line) for line in lines]
         _check_sentences(lines, first_line)
@@ -882,7 +883,7 @@ class Translator:
             these = []
             for part in line_parts:
                 seq = next(ids)
-                if not seq or _invisible(part.text):  # only zero-width and direction marks: nothing to translate
+                if not seq or _invisible(part.given):  # only zero-width and direction marks: nothing to translate
                     continue
                 if len(seq) > limit:
                     what = f"input line {number}" if len(line_parts) == 1 else f"a sentence of input line {number}"
@@ -892,7 +893,7 @@ class Translator:
                         InputTruncatedWarning,
                         stacklevel=_caller_stacklevel(),
                     )
-                these.append(_Sentence(part.text, seq[:limit], len(seq) > limit, part.capitals))
+                these.append(_Sentence(part, seq[:limit], len(seq) > limit))
             sentences.append(these)
         return lines, sentences
 
@@ -960,9 +961,9 @@ class Translator:
 
     def _translation(self, h: Hypothesis, sentence: _Sentence) -> Translation:
         """One hypothesis as text (detokenized: one line of text, even where the model emitted the byte tokens of
-        a newline; in capitals where the sentence is)."""
+        a newline; written as the sentence is: `Part.written`)."""
         return Translation(
-            as_written(self.tokenizer.detokenize(h.tokens), sentence.capitals), sentence.text, h.score, h.log_prob,
+            sentence.part.written(self.tokenizer.detokenize(h.tokens)), sentence.part.text, h.score, h.log_prob,
             [self.tokenizer.id_to_piece(t) for t in h.tokens], truncated=sentence.truncated, stopped=h.stopped,
         )
 
@@ -1008,10 +1009,9 @@ class Translator:
 class _Sentence(NamedTuple):
     """One sentence of an input line (the whole line unless it was split), as the search takes it."""
 
-    text: str
-    ids: list[int]  # cut to what the model takes
+    part: Part  # the sentence as written, what the model is given, how its translation is written
+    ids: list[int]  # of what the model is given, cut to what the model takes
     truncated: bool  # it was cut
-    capitals: bool  # written in capitals: given to the model in sentence case, its translation written in capitals
 
 
 def _by_line(todo: list[tuple[int, int]], hyps: list[list[Hypothesis]]) -> dict[int, list[list[Hypothesis]]]:

@@ -14,7 +14,8 @@ README.md describes the two graphs, for a search of your own.
 
 A line of several sentences is translated a sentence at a time and their translations joined, as tfm does
 (sentences.py, beside this file, is tfm's own splitting), unless the run's recipe said `decode.split_sentences:
-false` or `--no-split-sentences` is given.
+false` or `--no-split-sentences` is given; a sentence in capitals or in a frame (a list's bullet, double quotes,
+brackets, emoji) is translated as tfm translates it, in sentence case and without the frame, and written back.
 """
 
 from __future__ import annotations
@@ -126,8 +127,8 @@ def main() -> None:
     split = translator.split_sentences and "--no-split-sentences" not in sys.argv
     for line in sys.stdin.buffer:
         text = line.decode("utf-8").rstrip("\n").rstrip("\r")
-        parts = sentences.split_sentences(text) if split else [text]
-        print(sentences.join_sentences([translator.translate(part) for part in parts]), flush=True)
+        parts = sentences.to_translate(text, split)  # each sentence as the model reads it, and how to write it back
+        print(sentences.join_sentences([part.written(translator.translate(part.given)) for part in parts]), flush=True)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from tfm_cli.recipe import (
 )
 from tfm_cli.runs import FINAL, checkpoint_steps
 from tfm_cli.scoring import AUTO, bleu_metric, bleu_tokenize_for, score_translations
-from tfm_cli.sentences import as_written, join_sentences, to_translate
+from tfm_cli.sentences import Part, join_sentences, to_translate
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training.loss import output_loss
 
@@ -45,22 +45,22 @@ class DevSet:
     # 400 French references with ’: BLEU 23.72 normalised, 20.53 as written), and a published figure is that one.
     written: list[str] | None = None
     cut_warning: str | None = None  # sources longer than the model takes (cut, as `tfm translate` cuts them)
-    _given: dict[bool, list[list[tuple[list[int], bool]]]] = field(default_factory=dict, repr=False, compare=False)
+    _given: dict[bool, list[list[tuple[list[int], Part]]]] = field(default_factory=dict, repr=False, compare=False)
 
-    def sentence_ids(self, tokenizer: Tokenizer, max_positions: int, split: bool) -> list[list[tuple[list[int], bool]]]:
-        """What `tfm translate` searches for each source (`sentences.to_translate`): the token ids of each of its
-        sentences (with `split`, `decode.split_sentences`; else the source whole), of its sentence case where it is
-        written in capitals, with whether it is (its translation then is written in capitals too)."""
+    def sentence_ids(self, tokenizer: Tokenizer, max_positions: int, split: bool) -> list[list[tuple[list[int], Part]]]:
+        """What `tfm translate` searches for each source (`sentences.to_translate`): the token ids of what the model
+        is given for each of its sentences (with `split`, `decode.split_sentences`; else the source whole), with
+        the sentence's `Part`, which writes its translation as the sentence is written."""
         if split not in self._given:
             given = self._given[split] = []
             for source, ids in zip(self.sources, self.src_ids, strict=True):
                 parts = to_translate(source, split)
-                if len(parts) == 1 and not parts[0].capitals:  # the source whole, as read
-                    given.append([(ids, False)])
+                if parts == [Part(source, source)]:  # the source whole, as read
+                    given.append([(ids, parts[0])])
                     continue
                 heads = [head_for(part.given, max_positions, tokenizer.longest_piece) for part in parts]
                 given.append([
-                    (seq[: max_positions - 1], part.capitals)
+                    (seq[: max_positions - 1], part)
                     for seq, part in zip(tokenizer.encode_batch(heads), parts, strict=True) if seq
                 ])
         return self._given[split]
@@ -166,7 +166,7 @@ def evaluate(
             max_tokens=d.max_tokens, autocast=amp, min_len=d.min_len, on_batch=advance,
         )
     texts = iter([tokenizer.detokenize(h[0].tokens if h else []) for h in hyps])
-    outputs = [join_sentences([as_written(next(texts), capitals) for _, capitals in line]) for line in lines]  # as `tfm translate` prints it
+    outputs = [join_sentences([part.written(next(texts)) for _, part in line]) for line in lines]  # as `tfm translate` prints it
     metrics.update(score_translations(outputs, dev.references[:n], dev.bleu_tokenize))
     if changed := dev.references_changed(n):  # what sacrebleu gives on the file, as `tfm translate --score` says it
         plain = score_translations(outputs, dev.written[:n], dev.bleu_tokenize)
