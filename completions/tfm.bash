@@ -2,7 +2,7 @@
 # (tfm_cli/cli/app.py): do not edit by hand; rerun that command after changing a command or option.
 # Use: `source completions/tfm.bash` in ~/.bashrc (or copy it to ~/.local/share/bash-completion/completions/tfm).
 
-_tfm_recipe_keys="data.dev= data.max_len= data.train= decode.alpha= decode.beam= decode.max_len_offset= decode.max_tokens= decode.min_len= decode.split_sentences= description= model.attn_dropout= model.d_ff= model.d_model= model.dropout= model.max_positions= model.n_dec_layers= model.n_enc_layers= model.n_heads= model.norm= model.positions= model.tie_embeddings= name= tokenizer.min_frequency= tokenizer.path= tokenizer.vocab_size= train.accum_steps= train.average_last= train.betas= train.bleu_tokenize= train.clip_norm= train.eps= train.eval_every= train.eval_sentences= train.init_from= train.keep_last= train.label_smoothing= train.log_every= train.lr_factor= train.max_steps= train.max_time= train.max_tokens= train.patience= train.patience_metric= train.precision= train.save_every= train.seed= train.warmup_steps= train.weight_decay="
+_tfm_recipe_keys="data.dev= data.max_len= data.train= decode.alpha= decode.beam= decode.max_len_offset= decode.max_tokens= decode.min_len= decode.split_sentences= decode.verbatim= description= model.attn_dropout= model.d_ff= model.d_model= model.dropout= model.max_positions= model.n_dec_layers= model.n_enc_layers= model.n_heads= model.norm= model.positions= model.tie_embeddings= name= tokenizer.min_frequency= tokenizer.path= tokenizer.vocab_size= train.accum_steps= train.average_last= train.betas= train.bleu_tokenize= train.clip_norm= train.eps= train.eval_every= train.eval_sentences= train.init_from= train.keep_last= train.label_smoothing= train.log_every= train.lr_factor= train.max_steps= train.max_time= train.max_tokens= train.patience= train.patience_metric= train.precision= train.save_every= train.seed= train.warmup_steps= train.weight_decay="
 
 _tfm_files() {
     local IFS=$'\n'
@@ -211,7 +211,7 @@ _tfm() {
                 --alpha|--batch-tokens|--beam|--max-len|--min-len|--n-best|-b|-n) COMPREPLY=(); return 0 ;;
             esac
             if [[ $cur == -* ]]; then
-                COMPREPLY=( $(compgen -W "--alpha --batch-tokens --beam --bleu-tokenize --device --engine --greedy --help --json --max-len --min-len --model --n-best --no-split-sentences --output --precision --reference --score --split-sentences -b -h -m -n -r" -- "$cur") )
+                COMPREPLY=( $(compgen -W "--alpha --batch-tokens --beam --bleu-tokenize --device --engine --greedy --help --json --max-len --min-len --model --n-best --no-split-sentences --no-verbatim --output --precision --reference --score --split-sentences --verbatim -b -h -m -n -r" -- "$cur") )
                 return 0
             fi
             npos=$(_tfm_npos $(( cmd_index + 1 )) --alpha --batch-tokens --beam --bleu-tokenize --device --engine --max-len --min-len --model --n-best --output --precision --reference --score -b -m -n -r)

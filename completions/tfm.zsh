@@ -15,6 +15,7 @@ _tfm_overrides() {
         'decode.max_tokens='
         'decode.min_len='
         'decode.split_sentences='
+        'decode.verbatim='
         'description='
         'model.attn_dropout='
         'model.d_ff='
@@ -230,6 +231,7 @@ _tfm_translate() {
         '(--model -m)'{--model=,-m+}'[Run directory, .safetensors checkpoint, release or ONNX export directory (default\: the most recen...]:model:_files' \
         '(--n-best -n)'{--n-best=,-n+}'[Print the K best translations of each input, best first, one a line\: input line number TAB score...]:n best: ' \
         '(--no-split-sentences --split-sentences)'{--no-split-sentences,--split-sentences}'[Translate each sentence of a line apart and join their translations on the line (default\: the run...]' \
+        '(--no-verbatim --verbatim)'{--no-verbatim,--verbatim}'[Give the model each line exactly as written, as fairseq, Marian and CTranslate2 do\: no sentence s...]' \
         '--output=[When scoring, also write the translations to this file.]:output:_files' \
         '--precision=[auto (bf16 on CUDA and on CPUs with fast bf16\: AMX, AMD'\''s AVX512-BF16, Arm'\''s BF16]:precision:(auto bf16 fp16 fp32 int8)' \
         '*'{--reference=,-r+}'[Reference translations, one per input line\: print BLEU and chrF instead of translations (- reads...]:reference:_files' \

@@ -248,7 +248,7 @@ def test_a_sentence_in_capitals_or_in_a_frame_is_given_as_the_model_reads_it(tra
     translator = Translator.load(trained["dir"], device="cpu")
     sources = trained["sources"][:30]
     shouted = translator.translate([s.upper() for s in sources])
-    cased = translator.translate([sentence_case(s.upper()) for s in sources])
+    cased = translator.translate([sentence_case(s.upper(), translator.tokenizer.word_cost) for s in sources])
     assert [t.text for t in shouted] == [t.text.upper() for t in cased]
     assert [t.source for t in shouted] == [s.upper() for s in sources]
     mixed = translator.translate(f"{sources[0].upper()} {sources[1]}")  # one sentence in capitals, one not
@@ -258,6 +258,24 @@ def test_a_sentence_in_capitals_or_in_a_frame_is_given_as_the_model_reads_it(tra
     for wrap in ("- {}", "1. {}", '"{}"', "({})", "{} 🙂"):
         framed = translator.translate([wrap.format(s) for s in sources])
         assert [t.text for t in framed] == [wrap.format(t.text) for t in plain], wrap
+    # a sentence without a letter is written as it is, as many times as the n-best asks, without the model
+    literal = ["42", "(2020)", "😀", "3,5 %"]
+    assert [t.text for t in translator.translate(literal)] == literal
+    assert [h.text for h in translator.translate("42", beam=3, n_best=3).nbest] == ["42"] * 3
+    line = f"{sources[0]} 42."
+    assert translator.translate(line).text == translator.translate(sources[0]).text + " 42."
+    # verbatim: each line to the model as written, as the search itself gets it
+    from tfm_cli.decoding import translate_ids
+
+    raw = [s.upper() for s in sources[:5]] + ['- "' + sources[5] + '"', "42", f"{sources[6]} {sources[7]}"]
+    ids = translate_ids(translator.model, [translator.tokenizer.encode(x) for x in raw], max_len_offset=20)
+    expected = [[translator.tokenizer.id_to_piece(i) for i in h[0].tokens] for h in ids]
+    assert [t.tokens for t in translator.translate(raw, verbatim=True)] == expected
+    assert [t.tokens for t in translator.translate(raw)] != expected
+    stdin = "".join(x + "\n" for x in raw)
+    cli = _cli("translate", "--model", str(trained["dir"]), "--verbatim", stdin=stdin).stdout.splitlines()
+    assert cli == [t.text for t in translator.translate(raw, verbatim=True)]
+    assert _cli("translate", "--model", str(trained["dir"]), stdin=stdin).stdout.splitlines() == [t.text for t in translator.translate(raw)]
 
     # the training's evaluation: lines in capitals and lines of several sentences, scored as tfm translate scores them
     lines = [(s.upper(), r.upper()) for s, r in zip(sources[:10], trained["references"][:10], strict=True)]

@@ -122,13 +122,13 @@ def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm_greedy(
     out = exported[0]
     paragraphs = [" ".join(trained["sources"][i : i + 3]) for i in range(60, 75, 3)]
     lines = [*trained["sources"][:60], *paragraphs, "", "   ", "Je suis étudiant, " * 40, "Je suis étudiant. " * 40,
-             "Où est 東京 ? 🙂", "\u200b", "JE SUIS ÉTUDIANT.", '- "Je suis étudiant."']
+             "Où est 東京 ? 🙂", "\u200b", "JE SUIS ÉTUDIANT.", "JE PARLE À MARIE.", '- "Je suis étudiant."', "(2020)", "😀"]
     text = "".join(line + "\n" for line in lines)
     # torch and tfm_cli made unimportable: the script must not need them
     blocked = ("import runpy, sys; sys.modules['torch'] = sys.modules['tfm_cli'] = None; sys.argv = sys.argv[1:]; "
                "runpy.run_path(sys.argv[0], run_name='__main__')")
     outputs = []
-    for split in ([], ["--no-split-sentences"]):
+    for split in ([], ["--no-split-sentences"], ["--verbatim"]):
         want = tfm("translate", "--model", str(out), "--greedy", *split, stdin=text, check=False)
         assert want.returncode == 0, want.stderr
         got = subprocess.run([sys.executable, "-c", blocked, str(out / "translate.py"), *split], input=text.encode(),

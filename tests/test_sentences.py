@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tfm_cli.sentences import Part, frame, in_capitals, join_sentences, split_sentences, to_translate
+from tfm_cli.sentences import (
+    Part,
+    frame,
+    in_capitals,
+    join_sentences,
+    sentence_case,
+    split_sentences,
+    to_translate,
+)
 
 CORPUS = Path(__file__).resolve().parent.parent / "tfm_cli" / "corpora" / "tatoeba-fr-en"
 
@@ -136,7 +144,7 @@ def test_a_long_paragraph_is_split_whole() -> None:
         ("OK", True, "Ok"),
         ("Je suis LÀ.", False, None),  # a word in capitals in an ordinary sentence: as written
         ("A", False, None),  # one capital
-        ("123 !", False, None),
+        ("Rue 123 !", False, None),
         ("東京", False, None),  # no case
     ],
 )
@@ -169,9 +177,12 @@ def test_a_possessive_or_a_contraction_before_a_period_is_no_initial() -> None:
         ('"Je suis là."', '"', "Je suis là.", '"'),
         ("“ Je suis là. ”", "“ ", "Je suis là.", " ”"),
         ("(Il pleut.)", "(", "Il pleut.", ")"),
-        ("Je t'aime ❤️", "", "Je t'aime", " ❤️"),
+        ("Je t'aime. ❤️", "", "Je t'aime.", " ❤️"),
+        ("C'est fini ! 😀 😀 😀", "", "C'est fini !", " 😀 😀 😀"),
+        ("Bonjour ! 🏴\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f", "", "Bonjour !",
+         " 🏴\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f"),  # a flag of tags, whole
         ("🙂 Bonjour !", "🙂 ", "Bonjour !", ""),
-        ("Bravo👍🏽", "", "Bravo", "👍🏽"),
+        ("Bravo !👍🏽", "", "Bravo !", "👍🏽"),
     ],
 )
 def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner: str, suffix: str) -> None:
@@ -191,6 +202,12 @@ def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner
         "(voir plus haut) Ensuite il part.",
         "« Où es-tu ? »",  # guillemets: the model translates them (into " " for English)
         "Il fait 20°",  # not an emoji
+        "Il pèse 5㎏",
+        "J'aime les 🍕",  # an emoji as a word: the object
+        "🍕 est bon.",  # the subject
+        "1. Mai ist ein Feiertag.",  # a date's day, not a list's number
+        "3. října 2024 jsem byl doma.",
+        "24. 12. 2024 ist Heiligabend.",
         "-5 degrés",
         "()",
         "- ",
@@ -200,7 +217,7 @@ def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner
 )
 def test_text_without_a_frame_is_given_as_it_is(text: str) -> None:
     assert frame(text) == ("", text, "")
-    assert to_translate(text, split=True) == [Part(text, text)]
+    assert to_translate(text, split=True) == [Part(text, text)] or not any(c.isalpha() for c in text)
 
 
 def test_frames_nest_and_hold_several_sentences() -> None:
@@ -212,3 +229,48 @@ def test_frames_nest_and_hold_several_sentences() -> None:
         Part('"Où es-tu ? Je t\'attends."', "Où es-tu ? Je t'attends.", False, '"', '"'),
     ]
     assert [p.given for p in to_translate("1. Ouvrez. 2. Fermez.", split=True)] == ["Ouvrez.", "Fermez."]
+
+
+def test_a_fragment_in_a_frame_gets_no_period_the_model_added() -> None:
+    (part,) = to_translate("(rires)", split=True)
+    assert part.given == "rires" and part.written("Laughter.") == "(Laughter)"
+    (part,) = to_translate("(Il rit.)", split=True)
+    assert part.written("He laughs.") == "(He laughs.)"
+
+
+@pytest.mark.parametrize("text", ["42", "(2020)", "😀", "...", "3,5 %", "- 12"])
+def test_a_sentence_without_a_letter_is_written_as_it_is(text: str) -> None:
+    (part,) = to_translate(text, split=True)
+    assert part.literal and part.given == "" and part.written("") == text
+
+
+def test_blank_and_invisible_lines_are_no_literal_text() -> None:
+    for text in ("", "   ", "\u200b"):
+        assert not any(p.literal for p in to_translate(text, split=True)), repr(text)
+
+
+def test_verbatim_gives_the_line_as_it_is() -> None:
+    for line in ('- "OÙ ES-TU ? Je suis là."', "42", "Bonjour. Merci."):
+        assert to_translate(line, split=True, verbatim=True) == [Part(line, line)]
+
+
+def test_a_thousand_frames_are_no_recursion() -> None:
+    """A line of a thousand bullets or emoji is taken apart without recursing a thousand levels (it crashed the
+    whole input with a RecursionError): past MAX_DEPTH frames the rest is given to the model as it is."""
+    for line in ["😀 " * 1000 + "Merci.", "- " * 1000 + "x", "1. " * 1000, "(" * 500 + "a" + ")" * 500]:
+        parts = to_translate(line, split=True)
+        assert "".join(p.text for p in parts).replace(" ", "") == line.replace(" ", "")
+
+
+def test_capitals_keep_the_names_and_acronyms_the_vocabulary_knows() -> None:
+    """With the tokenizer's cost (fewest pieces, then the most frequent), a word in capitals is written as the
+    vocabulary knows it: a name capitalised, an acronym in capitals, other words in lower case."""
+    known = {"Marie": (1, 500), "marie": (1, 4000), "USA": (1, 900), "Je": (1, 300), "parle": (1, 700)}
+
+    def cost(word: str) -> tuple[int, ...]:
+        return known.get(word, (3, 9999))
+
+    assert sentence_case("JE PARLE À MARIE DES USA.", cost) == "Je parle à Marie des USA."
+    assert sentence_case("JE PARLE À MARIE DES USA.") == "Je parle à marie des usa."
+    assert sentence_case("DIE STRAẞE IST GROß.") == "Die straße ist groß." and in_capitals("DIE STRAẞE IST GROß.")
+    assert sentence_case("İSTANBUL") == "İstanbul"  # one character, as written (NFC)

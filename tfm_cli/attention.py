@@ -191,7 +191,7 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     cfg = model.config
     # what the model is given for it, as `translate` gives it: a sentence in capitals in sentence case (its pieces
     # are the ones shown, and the translation's are of it)
-    src_ids = tok.encode(to_translate(source, split=False)[0].given)
+    src_ids = tok.encode(to_translate(source, False, tok.word_cost, translator.settings.verbatim)[0].given or source)
     if not src_ids:
         raise TfmError("the sentence to inspect is empty", hint='give a sentence, e.g. tfm inspect-attn "Je suis étudiant."')
     limit = cfg.max_positions - 1

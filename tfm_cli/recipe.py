@@ -133,6 +133,7 @@ class DecodeRecipe:
     min_len: int = 0  # no end-of-sentence before this many output tokens (0 = no minimum)
     max_tokens: int = 8000  # padded source tokens per translation batch, divided by the beam size
     split_sentences: bool = True  # translate each sentence of a line apart (a model of sentence pairs drops the rest)
+    verbatim: bool = False  # give the model each line exactly as written: no splitting, no capitals or frames taken off
 
 
 @dataclass

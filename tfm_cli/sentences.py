@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 # Ends of a sentence that white space must follow, and those of scripts that need none after them.
 _STOPS = ".!?…‼⁇⁈⁉‽"
@@ -220,26 +221,44 @@ def join_sentences(translations: list[str]) -> str:
 
 
 def in_capitals(text: str) -> bool:
-    """Whether `text` is written in capitals: at least two cased letters, none of them lower case."""
+    """Whether `text` is written in capitals: at least two cased letters, none of them lower case (ß, which has no
+    capital of common use, counts as none: `GROß`)."""
     cased = 0
     for char in text:
-        if char.islower():
+        if char.islower() and char != "ß":
             return False
         cased += char.isupper() or char.istitle()
     return cased >= 2
 
 
-def sentence_case(text: str) -> str:
-    """`text` in lower case but for its first cased letter: `JE SUIS LÀ.` -> `Je suis là.`"""
-    lower = text.lower()
-    first = next((i for i, char in enumerate(lower) if char.islower()), None)
-    return lower if first is None else lower[:first] + lower[first].upper() + lower[first + 1 :]
+# A word: letters, with apostrophes or hyphens inside (`AUJOURD'HUI`, `DIT-IL`).
+_WORD = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*")
+
+
+def sentence_case(text: str, cost: Callable[[str], Any] | None = None) -> str:
+    """`text`, written in capitals, as an ordinary sentence is written: its first word capitalised, the others in
+    lower case, or, with `cost`, each word in whichever of its lower case, capitalised or capital forms `cost`
+    ranks lowest: the tokenizer's (`Tokenizer.word_cost`: fewest pieces, then the most frequent), so that a name
+    keeps its capital (`MARIE` -> `Marie`, not `marie`) and an acronym its capitals (`USA`) where the model knows
+    them so. `JE SUIS LÀ.` -> `Je suis là.`"""
+    out, at, first = [], 0, True
+    for found in _WORD.finditer(text):
+        word = found.group()
+        lower = unicodedata.normalize("NFC", word.lower())
+        capital = unicodedata.normalize("NFC", lower[:1].upper() + lower[1:])
+        forms = [capital, word] if first else [lower, capital, word]
+        if cost is not None:
+            forms.sort(key=cost)  # (stable: the plain form first among equals)
+        out += [text[at : found.start()], forms[0]]
+        at, first = found.end(), False
+    return "".join(out) + text[at:]
 
 
 class Part(NamedTuple):
     """A sentence of a line (or the line whole) as written, what the model is given for it, and how its
     translation is written (`written`): in capitals where the sentence is (`capitals`), inside the frame the
-    sentence was in (`prefix`, `suffix`: a list's bullet or number, the quotes or brackets around it, emoji)."""
+    sentence was in (`prefix`, `suffix`: a list's bullet or number, the quotes or brackets around it, emoji); as
+    written, without the model, where it holds no letter to translate (`given` is then "")."""
 
     text: str
     given: str
@@ -247,42 +266,79 @@ class Part(NamedTuple):
     prefix: str = ""
     suffix: str = ""
 
+    @property
+    def literal(self) -> bool:
+        """Nothing to translate: the part is written as it is (a number, a date, punctuation, emoji)."""
+        return not self.given and any(not c.isspace() and unicodedata.category(c) not in ("Cf", "Cc") for c in self.text)
+
     def written(self, translation: str) -> str:
         """The translation of `given` as this sentence is written."""
+        if self.literal:
+            return self.text.strip()
+        if (self.prefix or self.suffix) and self.given[-1:] not in _ENDS and translation.endswith(".") and not translation.endswith(".."):
+            translation = translation[:-1]  # `(rires)`: a fragment in a frame, as the model made it a sentence: `(Laughter.)`
         return self.prefix + (translation.upper() if self.capitals else translation) + self.suffix
 
 
-def to_translate(line: str, split: bool) -> list[Part]:
+_ENDS = ".!?…。！？;:"  # a sentence's (or a clause's) end
+
+
+def to_translate(line: str, split: bool, cost: Callable[[str], Any] | None = None, verbatim: bool = False) -> list[Part]:
     """What the model is given for `line`: its sentences (`split_sentences`; the line whole without `split`), each
-    without its frame (`frame`), in sentence case where it is written in capitals. A line with neither is
+    without its frame (`frame`), in sentence case where it is written in capitals (`sentence_case`, with `cost`),
+    none for a sentence without a letter (written as it is). With `verbatim`, or a line with none of these,
     `[Part(line, line)]`."""
+    if verbatim:
+        return [Part(line, line)]
+    if not line.strip():
+        return [Part(line, line)]  # a blank line: an empty one
     parts: list[Part] = []
-    _parts(line, split, parts)
+    _parts(line, split, cost, parts, 0)
     return parts
 
 
-def _parts(text: str, split: bool, parts: list[Part]) -> None:
-    """Append the parts of `text` to `parts`: a frame's prefix goes to the first part inside it, its suffix to
-    the last (quotes around two sentences: `"Où es-tu ? Je t'attends."`)."""
-    prefix, inner, suffix = frame(text)
-    if prefix or suffix:
-        first = len(parts)
-        _parts(inner, split, parts)
-        parts[first] = parts[first]._replace(text=prefix + parts[first].text, prefix=prefix + parts[first].prefix)
-        parts[-1] = parts[-1]._replace(text=parts[-1].text + suffix, suffix=parts[-1].suffix + suffix)
-        return
-    sentences = split_sentences(text) if split else [text]
+MAX_DEPTH = 8  # frames and sentences inside frames: past this, the rest is given to the model as it is
+
+
+def _parts(text: str, split: bool, cost: Callable[[str], Any] | None, parts: list[Part], depth: int) -> None:
+    """Append the parts of `text` to `parts`: its frames taken off, one after the other (`- "..."`), their prefix
+    given to the first part inside them and their suffix to the last (quotes around two sentences: `"Où es-tu ? Je
+    t'attends."`), and the sentences inside split."""
+    prefix, inner, suffix = "", text, ""
+    while depth < MAX_DEPTH and any(frame(inner)[0::2]):
+        before, inner, after = frame(inner)
+        prefix, suffix, depth = prefix + before, after + suffix, depth + 1
+    first = len(parts)
+    sentences = split_sentences(inner) if split and depth < MAX_DEPTH else [inner]
     if len(sentences) > 1:
         for sentence in sentences:
-            _parts(sentence, split, parts)
-    elif in_capitals(text):
-        parts.append(Part(text, sentence_case(text), capitals=True))
+            _parts(sentence, split, cost, parts, depth + 1)
+    elif not any(c.isalpha() for c in inner):
+        parts.append(Part(inner, ""))
+    elif in_capitals(inner):
+        parts.append(Part(inner, sentence_case(inner, cost), capitals=True))
     else:
-        parts.append(Part(text, text))
+        parts.append(Part(inner, inner))
+    if prefix or suffix:
+        parts[first] = parts[first]._replace(text=prefix + parts[first].text, prefix=prefix + parts[first].prefix)
+        parts[-1] = parts[-1]._replace(text=parts[-1].text + suffix, suffix=parts[-1].suffix + suffix)
 
 
 # A list's bullet or number before a sentence: `- `, `• `, `* `, `1. `, `2) `, `(3) `, `a) `, `(b) `.
 _LIST_MARK = re.compile(r"\s*(?:[-–—•·*▪►‣◦●○■□➢➤✓✔]|\(?\d{1,3}[.)]|\(\d{1,3}\)|\(?[a-zA-Z]\))\s+")
+# Month names that follow a day's number and its period in a date (`1. Mai`, `3. října`, `15. tammikuuta`): no list.
+MONTHS = frozenset(
+    """
+    januar jänner februar märz april mai juni juli august september oktober november dezember januari februari
+    maart mei augustus december mars marts maj augusti jan feb febr mär apr jun jul aug sep sept okt nov dez dec
+    stycznia lutego marca kwietnia maja czerwca lipca sierpnia września października listopada grudnia ledna února
+    března dubna května června července srpna září října listopadu prosince januára februára apríla mája júna júla
+    augusta septembra októbra novembra decembra siječnja veljače ožujka travnja svibnja lipnja srpnja kolovoza rujna
+    listopada studenoga prosinca januarja februarja marca aprila maja junija julija avgusta septembra oktobra
+    novembra decembra tammikuuta helmikuuta maaliskuuta huhtikuuta toukokuuta kesäkuuta heinäkuuta elokuuta
+    syyskuuta lokakuuta marraskuuta joulukuuta
+    """.split()
+)
 # Quotes and brackets that may hold a whole sentence, and what closes each: those written alike in most languages.
 # Guillemets, „German“ and 「Japanese」 quotes are the model's to translate (« » in French is " " in English).
 _ENCLOSING = {'"': '"', "“": "”", "(": ")", "[": "]"}
@@ -290,19 +346,20 @@ _ENCLOSING = {'"': '"', "“": "”", "(": ")", "[": "]"}
 
 def frame(text: str) -> tuple[str, str, str]:
     """(prefix, inner, suffix): `text` is `prefix + inner + suffix`, where the prefix is a list's bullet or number
-    and the white space after it, or a double quote or bracket whose closing one ends the text (then the suffix,
-    white space inside them kept with them), or emoji before or after the text; ("", text, "") where there is none,
-    or nothing to translate would be left. A model trained on plain sentence pairs translates the sentence inside
-    better than the whole: the quickstart model translated 300 dev sentences in double quotes at BLEU 20.94 against
-    their references in quotes, and 44.28 with the quotes kept around the translation of the sentence inside them;
-    in brackets 15.02 against 44.28; as a list's items (`• `) 17.44 against 41.35; followed by an emoji 31.16 against
-    41.25. Guillemets (and „“, 「」) are left to the model: kept as they are around an English translation, they
-    scored 27.49 against references in double quotes, the model's own translation of them 28.67."""
+    and the white space after it (not a day's number before its month, `1. Mai`, or a number before another,
+    `24. 12. 2024`), or a double quote or bracket whose closing one ends the text (then the suffix, white space
+    inside them kept with them), or emoji before a sentence's start or after its end; ("", text, "") where there is
+    none, or nothing to translate would be left. A model trained on plain sentence pairs translates the sentence
+    inside better than the whole: the quickstart model translated 300 dev sentences in double quotes at BLEU 20.94
+    against their references in quotes, and 44.28 with the quotes kept around the translation of the sentence inside
+    them; in brackets 15.02 against 44.28; as a list's items (`• `) 17.44 against 41.35; followed by an emoji 31.16
+    against 41.25. Guillemets (and „“, 「」) are left to the model: kept as they are around an English translation,
+    they scored 27.49 against references in double quotes, the model's own translation of them 28.67."""
     stripped = text.strip()
     if not stripped:
         return "", text, ""
     lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
-    if mark := _LIST_MARK.match(text):
+    if (mark := _LIST_MARK.match(text)) and not _a_date(text[mark.end() :], mark.group()):
         prefix, inner, suffix = text[: mark.end()], text[mark.end() :], ""
     elif (closer := _ENCLOSING.get(stripped[0])) and len(stripped) > 2 and stripped[-1] == closer and not any(
         c in stripped[1:-1] for c in (stripped[0], closer)
@@ -313,10 +370,14 @@ def frame(text: str) -> tuple[str, str, str]:
         inner = inner.strip()
     else:
         start, end = 0, len(stripped)
-        while start < end and _emoji(stripped[start]):
+        while start < end and (_emoji(stripped[start]) or stripped[start].isspace()):
             start += 1
-        while end > start and _emoji(stripped[end - 1]):
+        while end > start and (_emoji(stripped[end - 1]) or stripped[end - 1].isspace()):
             end -= 1
+        if start and _sentence_start(stripped[start:]) is None:
+            start = 0  # `🍕 est bon`: the emoji is the subject
+        if end < len(stripped) and stripped[:end].rstrip()[-1:] not in _ENDS + "\"')»”":
+            end = len(stripped)  # `J'aime les 🍕`: the emoji is the object
         if start == 0 and end == len(stripped):
             return "", text, ""
         body = stripped[start:end]
@@ -328,9 +389,18 @@ def frame(text: str) -> tuple[str, str, str]:
     return prefix, inner, suffix
 
 
+def _a_date(rest: str, mark: str) -> bool:
+    """Whether a number and its period before `rest` are a date's day (`1. Mai`, `24. 12. 2024`), not a list's."""
+    if not mark.rstrip().endswith(".") or not mark.strip()[:1].isdigit():
+        return False
+    word = rest.split(None, 1)[0].rstrip(".,").lower() if rest.strip() else ""
+    return word[:1].isdigit() or word in MONTHS
+
+
 def _emoji(char: str) -> bool:
-    """An emoji or pictograph (a symbol from U+2600 on: not °, ®, ™ or an arrow), or a joiner, variation selector
-    or skin tone of one."""
-    if char in "\u200d\ufe0e\ufe0f" or "\U0001f3fb" <= char <= "\U0001f3ff":
+    """An emoji or pictograph (Unicode's symbols from U+2600 to U+2BFF and from U+1F000 on: not °, ®, ™, an arrow or
+    a CJK unit such as ㎏), or a joiner, variation selector, skin tone or tag of one (the flags of 🏴 sequences)."""
+    if char in "\u200d\ufe0e\ufe0f\u20e3" or "\U0001f3fb" <= char <= "\U0001f3ff" or "\U000e0020" <= char <= "\U000e007f":
         return True
-    return ord(char) >= 0x2600 and unicodedata.category(char) in ("So", "Sk")
+    code = ord(char)
+    return (0x2600 <= code <= 0x2BFF or code >= 0x1F000) and unicodedata.category(char) in ("So", "Sk")

@@ -247,6 +247,13 @@ class Tokenizer:
         """Token ids of `text`, without BOS/EOS."""
         return self._tk.encode(text, add_special_tokens=False).ids
 
+    def word_cost(self, word: str) -> tuple[int, ...]:
+        """How familiar a word is to this vocabulary, lowest first: the number of pieces it is encoded in, then
+        their ids (pieces learned earlier, from more frequent pairs, have lower ids). `sentences.sentence_case`
+        writes a sentence in capitals with it (`MARIE` -> `Marie` where `▁Marie` is a piece and `▁marie` is not)."""
+        ids = self.encode(word)
+        return (len(ids), *ids)
+
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of many texts at once (the batched, multi-threaded encoder)."""
         if isinstance(texts, (str, bytes)):  # encoded character by character

@@ -103,10 +103,11 @@ class DecodeSettings:
         n_best: how many hypotheses to return per input (beam search only; at most `beam`).
         split_sentences: translate each sentence of an input apart and join their translations (`tfm_cli.sentences`):
             a model trained on sentence pairs drops all but the first sentence of an input that holds several.
-
-    Whatever the settings, a sentence written in capitals is translated in sentence case and its translation
-    written in capitals, and one inside a frame (a list's bullet or number, quotes or brackets around it, emoji)
-    is translated without it and its translation written inside it (`tfm_cli.sentences.to_translate`).
+        verbatim: give the model each input exactly as written. Without it (the default) a sentence written in
+            capitals is translated in sentence case and its translation written in capitals, one inside a frame (a
+            list's bullet or number, quotes or brackets around it, emoji) without it and its translation written
+            inside it, and one without a letter (a number, punctuation, emoji) is written as it is
+            (`tfm_cli.sentences.to_translate`); with it, no sentence splitting either.
     """
 
     beam: int = PAPER.beam
@@ -117,10 +118,11 @@ class DecodeSettings:
     greedy: bool = False
     n_best: int = 1
     split_sentences: bool = True
+    verbatim: bool = False
 
     def __post_init__(self) -> None:
         # checked when made: DecodeSettings(beam="4") was taken, and failed only where it was first used
-        for name in ("greedy", "split_sentences"):
+        for name in ("greedy", "split_sentences", "verbatim"):
             value = getattr(self, name)
             if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):
                 object.__setattr__(self, name, bool(value))  # numpy's bool, as numpy's ints are taken
@@ -175,7 +177,7 @@ class DecodeSettings:
                 raise TfmError(f"decode setting {name}={value!r} must be an integer", hint="see `tfm translate --help` for each setting")
         if not isinstance(self.alpha, numbers.Real) or isinstance(self.alpha, bool):
             raise TfmError(f"decode setting alpha={self.alpha!r} must be a number", hint="see `tfm translate --help` for each setting")
-        for name in ("greedy", "split_sentences"):  # greedy="false" would be true
+        for name in ("greedy", "split_sentences", "verbatim"):  # greedy="false" would be true
             if not isinstance(getattr(self, name), bool):
                 raise TfmError(f"decode setting {name}={getattr(self, name)!r} must be True or False", hint="see `tfm translate --help` for each setting")
         rules = [
@@ -205,7 +207,7 @@ class DecodeSettings:
         d = load_recipe(recipe_file).decode
         return cls(
             beam=d.beam, alpha=d.alpha, max_len_offset=d.max_len_offset, min_len=d.min_len, max_tokens=d.max_tokens,
-            split_sentences=d.split_sentences,
+            split_sentences=d.split_sentences, verbatim=d.verbatim,
         )
 
 
@@ -563,7 +565,7 @@ class Translator:
                 empty translations without the model.
             progress: called with the number of inputs (lines) finished after each batch.
             **settings: decode settings for this call (beam, alpha, max_len_offset, min_len, max_tokens, greedy,
-                n_best, split_sentences); None leaves a setting at the translator's default.
+                n_best, split_sentences, verbatim); None leaves a setting at the translator's default.
 
         Returns:
             A `Translation` for a string; for several, a list of them in input order.
@@ -687,7 +689,7 @@ class Translator:
         in `out` (a `kill -9` still loses the window being translated), where sed or awk would have written every
         line done."""
         lines, sentences = self._encoded(chunk, first, decode)
-        size = [sum(len(s.ids) + 1 for s in these) for these in sentences]  # (+ 1: the end of sentence)
+        size = [sum(len(s.ids) + 1 for s in these if s.ids) for these in sentences]  # (+ 1: the end of sentence)
         budget = STREAM_WINDOW_BATCHES * max(decode.max_tokens // (1 if decode.greedy else decode.beam), 1)
         start = 0
         while start < len(lines):
@@ -871,7 +873,7 @@ class Translator:
         self._check_beam(decode)
         lines = [_without_bom(line) for line in lines]
         _check_sentences(lines, first_line)
-        parts = [to_translate(line, decode.split_sentences) for line in lines]
+        parts = [to_translate(line, decode.split_sentences, self.tokenizer.word_cost, decode.verbatim) for line in lines]
         try:
             ids = iter(self.tokenizer.encode_batch([part.given for line_parts in parts for part in line_parts]))
         except TypeError:  # the tokenizer takes only text that UTF-8 can encode
@@ -883,6 +885,9 @@ class Translator:
             these = []
             for part in line_parts:
                 seq = next(ids)
+                if part.literal:  # no letter to translate: written as it is
+                    these.append(_Sentence(part, [], False))
+                    continue
                 if not seq or _invisible(part.given):  # only zero-width and direction marks: nothing to translate
                     continue
                 if len(seq) > limit:
@@ -912,9 +917,10 @@ class Translator:
         translations of the lines already done, from the first line up to the first one not done, before the
         interrupt goes on: batches run by length, not in line order.
         """
-        todo = [(i, j) for i, these in enumerate(sentences) for j in range(len(these))]  # empty lines: none
+        todo = [(i, j) for i, these in enumerate(sentences) for j, s in enumerate(these) if s.ids]  # (not literal ones)
         hyps: list[list[Hypothesis]] = [[] for _ in todo]
-        several = len(todo) > sum(1 for these in sentences if these)  # some line was split
+        searched = [any(s.ids for s in these) for these in sentences]
+        several = len(todo) > sum(searched)  # some line was split
         on_batch = _lines_progress([i for i, _ in todo], hyps, progress) if several and progress is not None else progress
         try:
             translate_ids(
@@ -931,8 +937,8 @@ class Translator:
                 done = next((i for i, these in enumerate(sentences) if not all(by_line.get(i, []))), len(lines))
                 finished.extend(self._results(lines[:done], sentences[:done], by_line, decode))
             raise
-        empty = sum(1 for these in sentences if not these)
-        if progress is not None and empty:  # the empty lines are finished too: a bar reaches its total
+        empty = searched.count(False)
+        if progress is not None and empty:  # the lines with nothing to search are finished too: a bar reaches its total
             progress(empty)
         return self._results(lines, sentences, _by_line(todo, hyps), decode)
 
@@ -943,8 +949,10 @@ class Translator:
         """The Translations of `lines` from the hypotheses of each of their sentences (`by_line`, by line index)."""
         results = []
         for i, line in enumerate(lines):
-            options = [  # each sentence's hypotheses, best first
-                [self._translation(h, sentence) for h in hyps] for sentence, hyps in zip(sentences[i], by_line.get(i, []), strict=True)
+            found = iter(by_line.get(i, []))
+            options = [  # each sentence's hypotheses, best first; a literal one as it is written
+                [self._translation(h, s) for h in next(found)] if s.ids else [Translation(s.part.written(""), s.part.text)]
+                for s in sentences[i]
             ]
             if not options:  # an empty line: as many empty hypotheses as asked for, so output stays aligned
                 nbest = [Translation("", line) for _ in range(decode.n_best)]
@@ -954,6 +962,8 @@ class Translator:
                     t.source = line  # (a line whose other sentences were nothing to translate)
             else:
                 nbest = [_joined(line, combination) for combination in _best_combinations(options, decode.n_best)]
+            if not any(s.ids for s in sentences[i]):  # written as it is, as many times as asked for: aligned
+                nbest = [Translation(nbest[0].text, line) for _ in range(decode.n_best)]
             best = nbest[0]
             best.nbest = nbest
             results.append(best)

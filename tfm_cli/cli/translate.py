@@ -60,7 +60,8 @@ def translate(
     min_len: int = typer.Option(None, "--min-len", min=0, help="No end of sentence before this many output tokens (default: the run's recipe, 0).", show_default=False),
     batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens per batch (default: the run's recipe).", show_default=False),
     engine: Engine = typer.Option("auto", "--engine", help="auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime."),
-    split_sentences: bool = typer.Option(None, "--split-sentences/--no-split-sentences", help="Translate each sentence of a line apart and join their translations on the line (default: the run's recipe, on): a model trained on sentence pairs drops all but the first sentence of a line that holds several. Breaks after . ! ? (and the full stops of Chinese, Japanese, Hindi...) before a capital or a digit, never inside quotes or after an abbreviation or initial; --no-split-sentences translates each line as one sentence. Either way a sentence in capitals or in a frame (a bullet, quotes, brackets) is translated in sentence case, without its frame, and written back as it was (README).", show_default=False),
+    verbatim: bool = typer.Option(None, "--verbatim/--no-verbatim", help="Give the model each line exactly as written, as fairseq, Marian and CTranslate2 do: no sentence splitting, no capitals or frames taken off, lines without a letter translated too (default: the run's recipe, decode.verbatim, off).", show_default=False),
+    split_sentences: bool = typer.Option(None, "--split-sentences/--no-split-sentences", help="Translate each sentence of a line apart and join their translations on the line (default: the run's recipe, on): a model trained on sentence pairs drops all but the first sentence of a line that holds several. Breaks after . ! ? (and the full stops of Chinese, Japanese, Hindi...) before a capital or a digit, never inside quotes or after an abbreviation or initial; --no-split-sentences translates each line as one sentence. Either way, unless --verbatim, a sentence in capitals or in a frame (a bullet, double quotes, brackets, emoji) is translated in sentence case, without its frame, and written back as it was, and one without a letter is written as it is (README).", show_default=False),
 ) -> None:
     """Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.
 
@@ -160,7 +161,7 @@ def translate(
             )
         settings = dict(
             beam=beam, alpha=alpha, max_len_offset=max_len, min_len=min_len, max_tokens=batch_tokens, greedy=greedy,
-            n_best=n_best, split_sentences=split_sentences,
+            n_best=n_best, split_sentences=split_sentences, verbatim=verbatim,
         )
         cuts, broken = _Cuts(translator, max_len, min_len), _Broken()
         from tfm_cli.translator import InputTruncatedWarning
@@ -332,7 +333,8 @@ class _Broken:
         self.total += 1
         if broken_characters(result.tokens):
             self.lines.append(line)
-        if not result.tokens and result.source.strip():  # ended at once (an empty input line is left empty, as documented)
+        if not result.text and any(c.isalnum() for c in result.source):  # ended at once (an input without a letter or
+            # digit, blank or of zero-width characters, is left empty, as documented; one written as it is is not empty)
             self.empty.append(line)
 
     def say(self) -> None:

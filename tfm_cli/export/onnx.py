@@ -227,7 +227,7 @@ def export_onnx(loaded: LoadedModel, out: Path, sources: list[str], opset: int |
         "format": FORMAT, "tfm_version": __version__, "opset": opset, "step": loaded.step,
         "source": str(loaded.path), "tokenizer_sha256": loaded.tokenizer.sha256,
         "decode": {"beam": settings.beam, "alpha": settings.alpha, "max_len_offset": settings.max_len_offset,
-                   "min_len": settings.min_len, "split_sentences": settings.split_sentences},
+                   "min_len": settings.min_len, "split_sentences": settings.split_sentences, "verbatim": settings.verbatim},
         **names,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

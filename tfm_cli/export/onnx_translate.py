@@ -15,7 +15,8 @@ README.md describes the two graphs, for a search of your own.
 A line of several sentences is translated a sentence at a time and their translations joined, as tfm does
 (sentences.py, beside this file, is tfm's own splitting), unless the run's recipe said `decode.split_sentences:
 false` or `--no-split-sentences` is given; a sentence in capitals or in a frame (a list's bullet, double quotes,
-brackets, emoji) is translated as tfm translates it, in sentence case and without the frame, and written back.
+brackets, emoji) is translated as tfm translates it, in sentence case and without the frame, and written back, and
+one without a letter written as it is, unless the recipe said `decode.verbatim: true` or `--verbatim` is given.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class GreedyTranslator:
         self.max_len_offset = decode.get("max_len_offset", 50)  # output: at most source length + this many tokens
         self.min_len = decode.get("min_len", 0)  # no end before this many tokens
         self.split_sentences = decode.get("split_sentences", True)  # a line's sentences one at a time
+        self.verbatim = decode.get("verbatim", False)  # each line as written: no capitals or frames taken off
         # never outputs: padding, <s>, and <unk> where it is none of those
         self.banned = [self.pad, self.bos] + ([UNK] if UNK not in (self.pad, self.bos, self.eos) else [])
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -121,13 +123,20 @@ def _sentences() -> Any:
 
 def main() -> None:
     sentences = _sentences()
-    if sys.argv[1:] not in ([], ["--no-split-sentences"]):
-        sys.exit(f"usage: python {sys.argv[0]} [--no-split-sentences] < source.txt > translations.txt")
+    options = sys.argv[1:]
+    if any(o not in ("--no-split-sentences", "--verbatim") for o in options):
+        sys.exit(f"usage: python {sys.argv[0]} [--no-split-sentences] [--verbatim] < source.txt > translations.txt")
     translator = GreedyTranslator(Path(__file__).resolve().parent)
-    split = translator.split_sentences and "--no-split-sentences" not in sys.argv
+    split = translator.split_sentences and "--no-split-sentences" not in options
+    verbatim = translator.verbatim or "--verbatim" in options
+
+    def cost(word: str) -> tuple[int, ...]:  # tfm's Tokenizer.word_cost: how familiar a word is to the vocabulary
+        ids = translator.tokenizer.encode(word, add_special_tokens=False).ids
+        return (len(ids), *ids)
+
     for line in sys.stdin.buffer:
         text = line.decode("utf-8").rstrip("\n").rstrip("\r")
-        parts = sentences.to_translate(text, split)  # each sentence as the model reads it, and how to write it back
+        parts = sentences.to_translate(text, split, cost, verbatim)  # each sentence as the model reads it, and how to write it back
         print(sentences.join_sentences([part.written(translator.translate(part.given)) for part in parts]), flush=True)
 
 

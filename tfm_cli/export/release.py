@@ -124,7 +124,7 @@ def _decode_settings(run_dir: Path) -> dict[str, Any]:
     from tfm_cli.translator import DecodeSettings
 
     d = DecodeSettings.from_run(run_dir)
-    return {"beam": d.beam, "alpha": d.alpha, "max_len_offset": d.max_len_offset, "min_len": d.min_len, "split_sentences": d.split_sentences}
+    return {"beam": d.beam, "alpha": d.alpha, "max_len_offset": d.max_len_offset, "min_len": d.min_len, "split_sentences": d.split_sentences, "verbatim": d.verbatim}
 
 
 @torch.no_grad()

@@ -45,25 +45,28 @@ class DevSet:
     # 400 French references with ’: BLEU 23.72 normalised, 20.53 as written), and a published figure is that one.
     written: list[str] | None = None
     cut_warning: str | None = None  # sources longer than the model takes (cut, as `tfm translate` cuts them)
-    _given: dict[bool, list[list[tuple[list[int], Part]]]] = field(default_factory=dict, repr=False, compare=False)
+    _given: dict[tuple[bool, bool], list[list[tuple[list[int], Part]]]] = field(default_factory=dict, repr=False, compare=False)
 
-    def sentence_ids(self, tokenizer: Tokenizer, max_positions: int, split: bool) -> list[list[tuple[list[int], Part]]]:
+    def sentence_ids(
+        self, tokenizer: Tokenizer, max_positions: int, split: bool, verbatim: bool = False
+    ) -> list[list[tuple[list[int], Part]]]:
         """What `tfm translate` searches for each source (`sentences.to_translate`): the token ids of what the model
-        is given for each of its sentences (with `split`, `decode.split_sentences`; else the source whole), with
-        the sentence's `Part`, which writes its translation as the sentence is written."""
-        if split not in self._given:
-            given = self._given[split] = []
+        is given for each of its sentences (with `split`, `decode.split_sentences`; else the source whole; with
+        `verbatim`, the source as written), with the sentence's `Part`, which writes its translation as the sentence
+        is written (no ids for one written as it is, without the model: `Part.literal`)."""
+        if (split, verbatim) not in self._given:
+            given = self._given[split, verbatim] = []
             for source, ids in zip(self.sources, self.src_ids, strict=True):
-                parts = to_translate(source, split)
+                parts = to_translate(source, split, tokenizer.word_cost, verbatim)
                 if parts == [Part(source, source)]:  # the source whole, as read
                     given.append([(ids, parts[0])])
                     continue
                 heads = [head_for(part.given, max_positions, tokenizer.longest_piece) for part in parts]
                 given.append([
-                    (seq[: max_positions - 1], part)
-                    for seq, part in zip(tokenizer.encode_batch(heads), parts, strict=True) if seq
+                    ([] if part.literal else seq[: max_positions - 1], part)
+                    for seq, part in zip(tokenizer.encode_batch(heads), parts, strict=True) if seq or part.literal
                 ])
-        return self._given[split]
+        return self._given[split, verbatim]
 
     def references_changed(self, n: int | None = None) -> int:
         """How many of the first `n` (all) references normalising changed."""
@@ -157,8 +160,8 @@ def evaluate(
     metrics: dict[str, Any] = dev_loss(model, dev, recipe.train.max_tokens, recipe.train.label_smoothing, amp)
     n = len(dev.sources) if sentences <= 0 else min(sentences, len(dev.sources))
     d = recipe.decode
-    lines = dev.sentence_ids(tokenizer, model.config.max_positions, d.split_sentences)[:n]
-    flat = [ids for line in lines for ids, _ in line]  # each sentence of each source
+    lines = dev.sentence_ids(tokenizer, model.config.max_positions, d.split_sentences, d.verbatim)[:n]
+    flat = [ids for line in lines for ids, _ in line if ids]  # each sentence of each source (not those written as they are)
     decoding = getattr(events, "decoding", None)  # (the CLI's events are duck-typed)
     with decoding(what, len(flat)) if decoding is not None else contextlib.nullcontext(None) as advance:
         hyps = translate_ids(
@@ -166,7 +169,9 @@ def evaluate(
             max_tokens=d.max_tokens, autocast=amp, min_len=d.min_len, on_batch=advance,
         )
     texts = iter([tokenizer.detokenize(h[0].tokens if h else []) for h in hyps])
-    outputs = [join_sentences([part.written(next(texts)) for _, part in line]) for line in lines]  # as `tfm translate` prints it
+    outputs = [  # as `tfm translate` prints it
+        join_sentences([part.written(next(texts) if ids else "") for ids, part in line]) for line in lines
+    ]
     metrics.update(score_translations(outputs, dev.references[:n], dev.bleu_tokenize))
     if changed := dev.references_changed(n):  # what sacrebleu gives on the file, as `tfm translate --score` says it
         plain = score_translations(outputs, dev.written[:n], dev.bleu_tokenize)
