@@ -251,6 +251,12 @@ def test_a_sentence_in_capitals_or_in_a_frame_is_given_as_the_model_reads_it(tra
     cased = translator.translate([sentence_case(s.upper(), translator.tokenizer.word_cost) for s in sources])
     assert [t.text for t in shouted] == [t.text.upper() for t in cased]
     assert [t.source for t in shouted] == [s.upper() for s in sources]
+    from tfm_cli.sentences import in_title_case, title_case
+
+    headlines = [h for h in map(title_case, sources) if in_title_case(h)]  # given as a sentence, written back so
+    assert len(headlines) >= 20
+    expected = translator.translate([sentence_case(h, translator.tokenizer.word_cost) for h in headlines])
+    assert [t.text for t in translator.translate(headlines)] == [title_case(t.text) for t in expected]
     mixed = translator.translate(f"{sources[0].upper()} {sources[1]}")  # one sentence in capitals, one not
     assert [t.text for t in mixed.sentences] == [cased[0].text.upper(), translator.translate(sources[1]).text]
     # a sentence in a frame (a list's bullet, double quotes, brackets, an emoji) is translated without it

@@ -16,6 +16,7 @@ from tfm_cli.sentences import (
     join_sentences,
     sentence_case,
     split_sentences,
+    title_case,
     to_translate,
 )
 
@@ -274,3 +275,22 @@ def test_capitals_keep_the_names_and_acronyms_the_vocabulary_knows() -> None:
     assert sentence_case("JE PARLE À MARIE DES USA.") == "Je parle à marie des usa."
     assert sentence_case("DIE STRAẞE IST GROß.") == "Die straße ist groß." and in_capitals("DIE STRAẞE IST GROß.")
     assert sentence_case("İSTANBUL") == "İstanbul"  # one character, as written (NFC)
+
+
+@pytest.mark.parametrize(
+    ("text", "title"),
+    [
+        ("Le Chat Est Sur La Table", True),  # a headline
+        ("Happy New Year!", True),
+        ("Bonjour Marie.", False),  # two words: a greeting, a name
+        ("Tom et Marie sont là.", False),
+        ("JE SUIS LÀ", False),  # capitals
+        ("東京 Est Grand Ici", False),  # a word without case
+    ],
+)
+def test_a_headline_in_title_case_is_given_as_a_sentence_and_written_back_in_title_case(text: str, title: bool) -> None:
+    (part,) = to_translate(text, split=True)
+    assert part.title is title
+    if title:
+        assert part.given == sentence_case(text) and part.written("the cat's on the table") == "The Cat's On The Table"
+    assert title_case('it\'s a "nice" day (really) ¿qué?') == 'It\'s A "Nice" Day (Really) ¿Qué?'

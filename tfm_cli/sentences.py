@@ -1,7 +1,9 @@
 """What a model trained on plain sentence pairs is given for a line of text, and how its translations are written
 back (`to_translate`, `Part.written`, `join_sentences`): a line that holds several sentences is translated one
-sentence at a time; a sentence in capitals in sentence case; a sentence in a frame (a list's bullet, quotes or
-brackets around it, emoji) without it (`frame`). Plain Python, no torch: the ONNX export carries this file.
+sentence at a time; a sentence in capitals or in title case as an ordinary sentence is written (`sentence_case`);
+one in a frame (a list's bullet, double quotes or brackets around it, emoji) without it (`frame`); one without a
+letter is written as it is. `verbatim` gives the line as written. Plain Python, no torch: the ONNX export carries
+this file.
 
 A model trained on sentence pairs (Tatoeba, most of WMT) ends its output after the first sentence of a line that
 holds several: the quickstart model translated 200 lines of three dev sentences each at 8.1 BLEU, and the same
@@ -19,9 +21,10 @@ cautious: where a break is in doubt the line is not broken there, which is what 
   CJK...). So `« Où es-tu ? » demanda-t-elle.` stays whole (lower case follows).
 - After `.`, no break where the word before is a single letter (initials: `J. K. Rowling`, `M. Dupont`), a dotted
   abbreviation (`U.S.`, `e.g.`, `z.B.`, `Ph.D.`), a doubled initial (`EE. UU.`), a Roman numeral (`Louis XIV.`),
-  a number of one or two digits (ordinals in German, the Nordic and Slavic languages: `am 3. Oktober`), or one of
-  the common abbreviations below (`Mr.`, `Dr.`, `Mme.`, `Sra.`, `Prof.`, `etc.`...; `No.`, `pp.`, `Art.`, `Jan.`...
-  only before a number).
+  a number before another (a date: `3. 10. 1990`) or of one or two digits (ordinals in German, the Nordic and
+  Slavic languages: `am 3. Oktober`), or one of the common abbreviations below, in any case and after an elided
+  article too (`Mr.`, `DR.`, `prof.`, `dell'Avv.`, `etc.`...; `No.`, `pp.`, `l'art.`, `Jan.`... only before a
+  number).
 - Full stops of scripts that need no space after them (`。！？`, Devanagari `।`, Arabic `؟`, Urdu `۔`, Ethiopic `።`,
   Armenian `։`) break without one, except right after a closing quote (`「どこ？」と言った`).
 - Never inside quotes or brackets: a break is made only where the quotes before it are balanced (an even number of
@@ -33,11 +36,12 @@ cautious: where a break is in doubt the line is not broken there, which is what 
 `join_sentences` puts the translations back on one line: a space between them, none where either side is Chinese
 or Japanese text (`我很累。我要睡觉。`).
 
-A sentence written in capitals (`JE SUIS TRÈS FATIGUÉ.`, a headline, a shouted line) is translated in sentence case
-and its translation written in capitals (`in_capitals`, `sentence_case`): a model trained on ordinary text has seen
-few words in capitals, which its tokenizer cuts into short pieces it cannot read; the quickstart model translated
-300 dev sentences in capitals at BLEU 0.18 against their references in capitals, and in sentence case at 35.30
-(37.27 as written).
+A sentence written in capitals (`JE SUIS TRÈS FATIGUÉ.`, a headline, a shouted line) is given to the model as an
+ordinary sentence is written and its translation written in capitals (`in_capitals`, `sentence_case`): a model
+trained on ordinary text has seen few words in capitals, which its tokenizer cuts into short pieces it cannot read;
+the quickstart model translated 300 dev sentences in capitals at BLEU 0.29 against their references in capitals,
+at 35.30 given them in lower case but for their first letter, and at 36.18 with each word in the case the tokenizer
+knows best (`MARIE` as `Marie`; 37.27 as written).
 """
 
 from __future__ import annotations
@@ -231,6 +235,20 @@ def in_capitals(text: str) -> bool:
     return cased >= 2
 
 
+def in_title_case(text: str) -> bool:
+    """Whether `text` is written in title case, as a headline: three words or more, each word's first letter a
+    capital, some letter in lower case (`Le Chat Est Sur La Table`)."""
+    firsts = [next(c for c in word if c.isalpha()) for word in text.split() if any(c.isalpha() for c in word)]
+    return len(firsts) >= 3 and all(c.isupper() or c.istitle() for c in firsts) and any(c.islower() for c in text)
+
+
+def title_case(text: str) -> str:
+    """`text` with the first letter of each word a capital (`it's` -> `It's`, not `It'S`)."""
+    return _WORD_START.sub(lambda found: found.group(1) + found.group(2).upper(), text)
+
+
+_WORD_START = re.compile(r"(^|\s[\"'«“„(\[¿¡]*)([^\W\d_])")
+
 # A word: letters, with apostrophes or hyphens inside (`AUJOURD'HUI`, `DIT-IL`).
 _WORD = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*")
 
@@ -256,15 +274,16 @@ def sentence_case(text: str, cost: Callable[[str], Any] | None = None) -> str:
 
 class Part(NamedTuple):
     """A sentence of a line (or the line whole) as written, what the model is given for it, and how its
-    translation is written (`written`): in capitals where the sentence is (`capitals`), inside the frame the
-    sentence was in (`prefix`, `suffix`: a list's bullet or number, the quotes or brackets around it, emoji); as
-    written, without the model, where it holds no letter to translate (`given` is then "")."""
+    translation is written (`written`): in capitals or in title case where the sentence is (`capitals`, `title`),
+    inside the frame the sentence was in (`prefix`, `suffix`: a list's bullet or number, the quotes or brackets
+    around it, emoji); as written, without the model, where it holds no letter to translate (`given` is "")."""
 
     text: str
     given: str
     capitals: bool = False
     prefix: str = ""
     suffix: str = ""
+    title: bool = False  # written in title case: so is its translation
 
     @property
     def literal(self) -> bool:
@@ -277,7 +296,11 @@ class Part(NamedTuple):
             return self.text.strip()
         if (self.prefix or self.suffix) and self.given[-1:] not in _ENDS and translation.endswith(".") and not translation.endswith(".."):
             translation = translation[:-1]  # `(rires)`: a fragment in a frame, as the model made it a sentence: `(Laughter.)`
-        return self.prefix + (translation.upper() if self.capitals else translation) + self.suffix
+        if self.capitals:
+            translation = translation.upper()
+        elif self.title:
+            translation = title_case(translation)
+        return self.prefix + translation + self.suffix
 
 
 _ENDS = ".!?…。！？;:"  # a sentence's (or a clause's) end
@@ -317,6 +340,8 @@ def _parts(text: str, split: bool, cost: Callable[[str], Any] | None, parts: lis
         parts.append(Part(inner, ""))
     elif in_capitals(inner):
         parts.append(Part(inner, sentence_case(inner, cost), capitals=True))
+    elif in_title_case(inner):
+        parts.append(Part(inner, sentence_case(inner, cost), title=True))
     else:
         parts.append(Part(inner, inner))
     if prefix or suffix:

@@ -287,7 +287,8 @@ class Translation(str):
     Attributes:
         source: the input line.
         score: log-probability divided by the GNMT length penalty (higher is better); with greedy search, which
-            has no length penalty, the log-probability itself; 0.0 for an empty input.
+            has no length penalty, the log-probability itself; 0.0 for an empty input and for one written as it is
+            (no letter to translate: `sentences.Part.literal`).
         log_prob: total log-probability of the output, end-of-sentence included.
         tokens: the output's subword pieces.
         nbest: the best hypotheses, best first (this one is `nbest[0]`); each is a `Translation`.
