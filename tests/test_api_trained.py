@@ -282,6 +282,9 @@ def test_a_sentence_in_capitals_or_in_a_frame_is_given_as_the_model_reads_it(tra
     cli = _cli("translate", "--model", str(trained["dir"]), "--verbatim", stdin=stdin).stdout.splitlines()
     assert cli == [t.text for t in translator.translate(raw, verbatim=True)]
     assert _cli("translate", "--model", str(trained["dir"]), stdin=stdin).stdout.splitlines() == [t.text for t in translator.translate(raw)]
+    both = subprocess.run([str(TFM), "translate", "--model", str(trained["dir"]), "--verbatim", "--split-sentences", "Oui. Non."],
+                          capture_output=True, text=True, timeout=300)
+    assert both.returncode == 2 and "--split-sentences has no effect with --verbatim" in both.stderr and "Traceback" not in both.stderr
 
     # the training's evaluation: lines in capitals and lines of several sentences, scored as tfm translate scores them
     lines = [(s.upper(), r.upper()) for s, r in zip(sources[:10], trained["references"][:10], strict=True)]

@@ -90,6 +90,8 @@ def translate(
         text = None
     reference = reference or []  # Click gives () for a multiple option not given
     _check_options(text, beam, alpha, greedy, n_best, score, reference, output, bleu_tokenize, precision)
+    if verbatim and split_sentences:  # verbatim gives the model each line whole: the splitting asked for would not be done
+        raise typer.BadParameter("--split-sentences has no effect with --verbatim, which gives the model each line as written", param_hint="--verbatim")
     reads_stdin = text is None and not score
     if reads_stdin and sys.stdin is None:  # started with stdin closed (<&-)
         raise TfmError("standard input is closed: there is nothing to translate", hint="give a sentence, or pipe lines into stdin")
