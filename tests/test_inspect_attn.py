@@ -667,3 +667,6 @@ def test_a_sentence_in_capitals_is_inspected_as_the_model_is_given_it(translator
     assert shouted.src_tokens == cased.src_tokens and shouted.tgt_tokens == cased.tgt_tokens
     for kind in ("encoder", "decoder", "cross"):
         assert torch.equal(shouted.weights[kind], cased.weights[kind])
+    raw = attention_report(translator, SENTENCE.upper(), verbatim=True)  # as written: the capitals' own pieces
+    assert raw.src_tokens == [*(translator.tokenizer.id_to_piece(i) for i in translator.tokenizer.encode(SENTENCE.upper())), "</s>"]
+    assert raw.target == translator.translate(SENTENCE.upper(), verbatim=True).text

@@ -159,9 +159,10 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     """Translate `source` (or take `target`, teacher-forced) and collect every attention weight of the model.
 
     The weights are computed in fp32, whatever autocast the caller is in, on the translation the translator makes
-    in its own precision, of the source whole (not split into sentences; a source written in capitals is given in
-    sentence case, as `Translator.translate` gives it, and its pieces are shown so). `decode` are decode settings for that translation (beam, greedy, ...), as for
-    `Translator.translate`; with a `target` there is no translation, and they are refused.
+    in its own precision, of the source whole (not split into sentences; a source in capitals or title case, or in a
+    frame, is given as `Translator.translate` gives it, unless `verbatim`, and its pieces are shown so). `decode` are
+    decode settings for that translation (beam, greedy, ...), as for `Translator.translate`; with a `target` there is
+    no translation, and they are refused.
 
     Raises:
         TfmError: an empty source or target, or one longer than the model takes; an int8 translator (its weights
@@ -189,9 +190,10 @@ def attention_report(translator: Translator, source: str, target: str | None = N
         )
     tok, model = translator.tokenizer, translator.model
     cfg = model.config
-    # what the model is given for it, as `translate` gives it: a sentence in capitals in sentence case (its pieces
-    # are the ones shown, and the translation's are of it)
-    src_ids = tok.encode(to_translate(source, False, tok.word_cost, translator.settings.verbatim)[0].given or source)
+    # what the model is given for it, as `translate` gives it (a sentence in capitals or title case as an ordinary one,
+    # without its frame: `sentences.to_translate`): its pieces are the ones shown, and the translation's are of it
+    verbatim = decode["verbatim"] if decode.get("verbatim") is not None else translator.settings.verbatim
+    src_ids = tok.encode(to_translate(source, False, tok.word_cost, bool(verbatim))[0].given or source)
     if not src_ids:
         raise TfmError("the sentence to inspect is empty", hint='give a sentence, e.g. tfm inspect-attn "Je suis étudiant."')
     limit = cfg.max_positions - 1
