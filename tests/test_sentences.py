@@ -218,7 +218,10 @@ def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner
 )
 def test_text_without_a_frame_is_given_as_it_is(text: str) -> None:
     assert frame(text) == ("", text, "")
-    assert to_translate(text, split=True) == [Part(text, text)] or not any(c.isalpha() for c in text)
+    if any(c.isalpha() for c in text) or not text.strip():
+        assert to_translate(text, split=True) == [Part(text, text)]
+    else:  # no letter: written as it is, without the model
+        assert to_translate(text, split=True) == [Part(text, "")] and to_translate(text, split=True)[0].written("x") == text.strip()
 
 
 def test_frames_nest_and_hold_several_sentences() -> None:
