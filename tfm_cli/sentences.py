@@ -323,19 +323,25 @@ def to_translate(line: str, split: bool, cost: Callable[[str], Any] | None = Non
 MAX_DEPTH = 8  # frames and sentences inside frames: past this, the rest is given to the model as it is
 
 
-def _parts(text: str, split: bool, cost: Callable[[str], Any] | None, parts: list[Part], depth: int) -> None:
+def _parts(
+    text: str, split: bool, cost: Callable[[str], Any] | None, parts: list[Part], depth: int, one: bool = False
+) -> None:
     """Append the parts of `text` to `parts`: its frames taken off, one after the other (`- "..."`), their prefix
     given to the first part inside them and their suffix to the last (quotes around two sentences: `"Où es-tu ? Je
-    t'attends."`), and the sentences inside split."""
+    t'attends."`), and the sentences inside split. `one`: `text` is a sentence a split gave, split again only where
+    a frame came off it."""
     prefix, inner, suffix = "", text, ""
-    while depth < MAX_DEPTH and any(frame(inner)[0::2]):
-        before, inner, after = frame(inner)
-        prefix, suffix, depth = prefix + before, after + suffix, depth + 1
+    while depth < MAX_DEPTH:
+        before, within, after = frame(inner)
+        if not (before or after):
+            break
+        prefix, inner, suffix, depth = prefix + before, within, after + suffix, depth + 1
     first = len(parts)
-    sentences = split_sentences(inner) if split and depth < MAX_DEPTH else [inner]
+    again = not one or bool(prefix or suffix)
+    sentences = split_sentences(inner) if split and again and depth < MAX_DEPTH else [inner]
     if len(sentences) > 1:
         for sentence in sentences:
-            _parts(sentence, split, cost, parts, depth + 1)
+            _parts(sentence, split, cost, parts, depth + 1, one=True)
     elif not any(c.isalpha() for c in inner):
         parts.append(Part(inner, ""))
     elif in_capitals(inner):
