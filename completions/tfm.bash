@@ -162,7 +162,7 @@ _tfm() {
                 --head|--layer|--target|--token|-l|-t) COMPREPLY=(); return 0 ;;
             esac
             if [[ $cur == -* ]]; then
-                COMPREPLY=( $(compgen -W "--align --device --explain --head --help --html --image --json --kind --layer --model --numbers --precision --summary --target --token --words -h -k -l -m -t" -- "$cur") )
+                COMPREPLY=( $(compgen -W "--align --device --explain --head --help --html --image --json --kind --layer --model --no-verbatim --numbers --precision --summary --target --token --verbatim --words -h -k -l -m -t" -- "$cur") )
                 return 0
             fi
             npos=$(_tfm_npos $(( cmd_index + 1 )) --device --head --html --image --kind --layer --model --precision --target --token -k -l -m -t)

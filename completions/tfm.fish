@@ -94,10 +94,11 @@ complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l json -d 'Print 
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l kind -s k -x -a 'cross decoder encoder' -d 'encoder, decoder or cross (default: cross'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l layer -s l -x -d 'Layer, from 1 (default: the last'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l model -s m -r -F -d 'Run directory, release directory or .safetensors file (default: the most recent run under runs/).'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l no-verbatim -l verbatim -d 'Give the model the sentence (and --target) exactly as written, as tfm translate --verbatim does,...'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l numbers -d 'Print the weights (in %) in the heatmap cells.'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l precision -x -a 'auto bf16 fp16 fp32' -d 'The arithmetic of the translation, as tfm translate\'s: auto (bf16 on CUDA and on CPUs with fast b...'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l summary -d 'Statistics of every head: entropy, maximum, share on </s>, <s> and punctuation, distance from the...'
-complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l target -s t -x -d 'Inspect this target (teacher-forced) instead of the model\'s translation.'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l target -s t -x -d 'Inspect this target (teacher-forced) instead of the model\'s translation'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l token -x -d 'Focus on one query token: its text (a word inside a piece counts: \'il\' finds qu\'il'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l words -d 'Merge subword pieces into words (keys summed, queries averaged).'
 

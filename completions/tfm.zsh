@@ -173,10 +173,11 @@ _tfm_inspect_attn() {
         '(--kind -k)'{--kind=,-k+}'[encoder, decoder or cross (default\: cross]:kind:(cross decoder encoder)' \
         '(--layer -l)'{--layer=,-l+}'[Layer, from 1 (default\: the last]:layer: ' \
         '(--model -m)'{--model=,-m+}'[Run directory, release directory or .safetensors file (default\: the most recent run under runs/).]:model:_files' \
+        '(--no-verbatim --verbatim)'{--no-verbatim,--verbatim}'[Give the model the sentence (and --target) exactly as written, as tfm translate --verbatim does,...]' \
         '--numbers[Print the weights (in %) in the heatmap cells.]' \
         '--precision=[The arithmetic of the translation, as tfm translate'\''s\: auto (bf16 on CUDA and on CPUs with fast b...]:precision:(auto bf16 fp16 fp32)' \
         '--summary[Statistics of every head\: entropy, maximum, share on </s>, <s> and punctuation, distance from the...]' \
-        '(--target -t)'{--target=,-t+}'[Inspect this target (teacher-forced) instead of the model'\''s translation.]:target: ' \
+        '(--target -t)'{--target=,-t+}'[Inspect this target (teacher-forced) instead of the model'\''s translation]:target: ' \
         '--token=[Focus on one query token\: its text (a word inside a piece counts\: '\''il'\'' finds qu'\''il]:token: ' \
         '--words[Merge subword pieces into words (keys summed, queries averaged).]' \
         '1:sentence: '

@@ -670,3 +670,40 @@ def test_a_sentence_in_capitals_is_inspected_as_the_model_is_given_it(translator
     raw = attention_report(translator, SENTENCE.upper(), verbatim=True)  # as written: the capitals' own pieces
     assert raw.src_tokens == [*(translator.tokenizer.id_to_piece(i) for i in translator.tokenizer.encode(SENTENCE.upper())), "</s>"]
     assert raw.target == translator.translate(SENTENCE.upper(), verbatim=True).text
+
+
+def test_a_target_in_capitals_or_a_frame_is_teacher_forced_as_the_model_would_write_it(translator: Translator) -> None:
+    """A target is forced as the model writes the translation of a source it is given (sentence case, no frame), so
+    its maps are those of a pair the model translates: the same pieces and weights as for the plain target, and as
+    written with verbatim=True (the only decode setting a target takes)."""
+    from tfm_cli.sentences import sentence_case
+
+    target = "The animal did not cross the street because it was too tired."
+    cost = translator.tokenizer.word_cost  # capitals are given in the case the tokenizer knows best
+    cases = ((SENTENCE.upper(), target.upper(), sentence_case(target.upper(), cost)), (f'"{SENTENCE}"', f'"{target}"', target),
+             (f"- {SENTENCE}", f"- {target}", target))
+    for source, given, forced in cases:
+        plain = attention_report(translator, SENTENCE, forced)
+        report = attention_report(translator, source, given)
+        assert report.target == given and report.forced_target
+        assert report.src_tokens == plain.src_tokens and report.tgt_tokens == plain.tgt_tokens, given
+        for kind in ("encoder", "decoder", "cross"):
+            assert torch.equal(report.weights[kind], plain.weights[kind]), (given, kind)
+        raw = attention_report(translator, source, given, verbatim=True)
+        pieces = [translator.tokenizer.id_to_piece(i) for i in translator.tokenizer.encode(given)]
+        assert raw.tgt_tokens == [*pieces, "</s>"] and raw.tgt_tokens != plain.tgt_tokens
+    with pytest.raises(TfmError, match=r"decode settings \(beam\) have no effect with a target"):
+        attention_report(translator, SENTENCE, target, beam=2, verbatim=True)
+    with pytest.raises(TfmError, match="verbatim='yes' must be True or False"):
+        attention_report(translator, SENTENCE, target, verbatim="yes")
+
+
+def test_cli_verbatim_gives_the_sentence_and_target_as_written(trained: dict, translator: Translator) -> None:
+    """`tfm inspect-attn --verbatim` shows the pieces of the sentence and --target as written, as the API's verbatim=True;
+    without it, those the model is given (a frame off)."""
+    target = '"The animal did not cross the street."'
+    for flag, verbatim in (("--verbatim", True), ("--no-verbatim", False)):
+        out = json.loads(_run(trained, "--target", target, "--json", flag).stdout)
+        report = attention_report(translator, SENTENCE, target, verbatim=verbatim)
+        assert out["tgt_tokens"] == report.tgt_tokens and out["src_tokens"] == report.src_tokens, flag
+        assert ('"' in "".join(out["tgt_tokens"])) is verbatim, out["tgt_tokens"]

@@ -160,9 +160,10 @@ def attention_report(translator: Translator, source: str, target: str | None = N
 
     The weights are computed in fp32, whatever autocast the caller is in, on the translation the translator makes
     in its own precision, of the source whole (not split into sentences; a source in capitals or title case, or in a
-    frame, is given as `Translator.translate` gives it, unless `verbatim`, and its pieces are shown so). `decode` are
-    decode settings for that translation (beam, greedy, ...), as for `Translator.translate`; with a `target` there is
-    no translation, and they are refused.
+    frame, is given as `Translator.translate` gives it, unless `verbatim`, and its pieces are shown so; a `target` is
+    teacher-forced so too, as the model would write it). `decode` are decode settings for that translation (beam,
+    greedy, ...), as for `Translator.translate`; with a `target` there is no translation, and they are refused, but
+    for `verbatim` (the source and target as written).
 
     Raises:
         TfmError: an empty source or target, or one longer than the model takes; an int8 translator (its weights
@@ -178,9 +179,10 @@ def attention_report(translator: Translator, source: str, target: str | None = N
         if text is not None:
             check_text(text, f"the {name}")
             check_sentence(text, f"the {name}")  # as `tfm inspect-attn` refuses them (a target was glued into one)
-    if target is not None and decode:  # beam=0 or bogus=1 were taken without a word: nothing is decoded
+    unused = sorted(set(decode) - {"verbatim"})  # verbatim says how the source and the target are given
+    if target is not None and unused:  # beam=0 or bogus=1 were taken without a word: nothing is decoded
         raise TfmError(
-            f"decode settings ({', '.join(sorted(decode))}) have no effect with a target: it is teacher-forced, not translated",
+            f"decode settings ({', '.join(unused)}) have no effect with a target: it is teacher-forced, not translated",
             hint="drop them, or drop the target to inspect the model's own translation",
         )
     if translator.precision == "int8":  # the weights shown would be those of the quantized copy
@@ -192,8 +194,13 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     cfg = model.config
     # what the model is given for it, as `translate` gives it (a sentence in capitals or title case as an ordinary one,
     # without its frame: `sentences.to_translate`): its pieces are the ones shown, and the translation's are of it
-    verbatim = decode["verbatim"] if decode.get("verbatim") is not None else translator.settings.verbatim
-    src_ids = tok.encode(to_translate(source, False, tok.word_cost, bool(verbatim))[0].given or source)
+    # (checked as translate checks it: unknown names, verbatim="no")
+    verbatim = translator.settings.updated(**decode).verbatim
+
+    def given(text: str) -> str:  # what the model is given for a text (a target too: as the model would write it)
+        return to_translate(text, False, tok.word_cost, bool(verbatim))[0].given or text
+
+    src_ids = tok.encode(given(source))
     if not src_ids:
         raise TfmError("the sentence to inspect is empty", hint='give a sentence, e.g. tfm inspect-attn "Je suis étudiant."')
     limit = cfg.max_positions - 1
@@ -205,7 +212,9 @@ def attention_report(translator: Translator, source: str, target: str | None = N
         tgt_ids = [tok.piece_to_id(p) for p in result.tokens]
         target_text, forced, stopped = result.text, False, result.stopped
     else:
-        tgt_ids, target_text, forced, stopped = tok.encode(target), target, True, None
+        # teacher-forced as the model writes the translation it is given a source as: a target in capitals or in a
+        # frame (`"I AM TIRED."`) is forced in sentence case, without its frame, as the source is given
+        tgt_ids, target_text, forced, stopped = tok.encode(given(target)), target, True, None
         if not tgt_ids:
             raise TfmError("the target is empty", hint="give the target sentence to teacher-force, or none to inspect the model's own translation")
     if len(tgt_ids) > limit:

@@ -54,7 +54,8 @@ def _precision(value: str) -> str:
 def inspect_attn(
     sentence: str = typer.Argument(..., metavar="SENTENCE", help="The source sentence to translate and inspect (-: one line from stdin)."),
     model: Path = typer.Option(None, "--model", "-m", parser=given_path, metavar="<path>", help="Run directory, release directory or .safetensors file (default: the most recent run under runs/).", show_default=False),
-    target: str = typer.Option(None, "--target", "-t", help="Inspect this target (teacher-forced) instead of the model's translation.", show_default=False),
+    target: str = typer.Option(None, "--target", "-t", help="Inspect this target (teacher-forced) instead of the model's translation; given as the model writes (in capitals or a frame: as tfm translate gives the source) unless --verbatim.", show_default=False),
+    verbatim: bool = typer.Option(None, "--verbatim/--no-verbatim", help="Give the model the sentence (and --target) exactly as written, as tfm translate --verbatim does, not a sentence in capitals or title case or in a frame as an ordinary one (default: the run's recipe, decode.verbatim, off).", show_default=False),
     kind: str = typer.Option(None, "--kind", "-k", help="encoder, decoder or cross (default: cross; with --token, where the token is; --json: every kind unless given).", show_default=False),
     layer: int = typer.Option(None, "--layer", "-l", min=1, help="Layer, from 1 (default: the last; --json: every layer unless given).", show_default=False),
     head: str = typer.Option(None, "--head", callback=lambda v: _head_word(v), help="Head, from 1, or 'mean' of all heads (the default; --json keeps every head unless a number is given).", show_default=False),
@@ -128,7 +129,7 @@ def inspect_attn(
     for path, option in ((html, "--html"), (image, "--image")):
         if path is not None:  # again, now that the model's own files are known: they are inputs too
             check_output_file(path, option, inputs=translator.files)
-    report = attention_report(translator, sentence, target)
+    report = attention_report(translator, sentence, target, **({} if verbatim is None else {"verbatim": verbatim}))
     if report.stopped == "max_len":  # as likely a sign of an untrained model as of a long sentence: say it
         n = len(report.tgt_tokens) - 1
         warn(
