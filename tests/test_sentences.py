@@ -184,6 +184,15 @@ def test_a_possessive_or_a_contraction_before_a_period_is_no_initial() -> None:
          " 🏴\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f"),  # a flag of tags, whole
         ("🙂 Bonjour !", "🙂 ", "Bonjour !", ""),
         ("Bravo !👍🏽", "", "Bravo !", "👍🏽"),
+        ("<b>Je suis là.</b>", "<b>", "Je suis là.", "</b>"),
+        ('<p class="intro" data-x=\'a>b\'>Je suis là.</p>', '<p class="intro" data-x=\'a>b\'>', "Je suis là.", "</p>"),
+        ("<b>Je <b>suis</b> là.</b>", "<b>", "Je <b>suis</b> là.", "</b>"),  # its own name nested inside
+        ("<span> Je suis là. </span>", "<span> ", "Je suis là.", " </span>"),
+        ("**Je suis là.**", "**", "Je suis là.", "**"),
+        ("*Il pleut !*", "*", "Il pleut !", "*"),
+        ("~~Il pleut.~~", "~~", "Il pleut.", "~~"),
+        ("_Il pleut._", "_", "Il pleut.", "_"),
+        ("__Il pleut.__", "__", "Il pleut.", "__"),
     ],
 )
 def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner: str, suffix: str) -> None:
@@ -214,6 +223,15 @@ def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner
         "- ",
         "Je suis là.",
         "  Je suis là.  ",
+        "<b>a</b> et <b>b</b>",  # two elements, not one around the line
+        "<b>Je suis là.</i>",  # tags that do not pair
+        "<b>Je suis là.<b>",
+        "<br/>",
+        "<b></b>",
+        "**Attention :** il pleut.",  # emphasis of a part of the line
+        "** Je suis là. **",  # not emphasis in Markdown: white space inside the marks
+        "__init__",  # a name, not `_` emphasis of a word
+        "*a*b*",
     ],
 )
 def test_text_without_a_frame_is_given_as_it_is(text: str) -> None:
@@ -297,3 +315,20 @@ def test_a_headline_in_title_case_is_given_as_a_sentence_and_written_back_in_tit
     if title:
         assert part.given == sentence_case(text) and part.written("the cat's on the table") == "The Cat's On The Table"
     assert title_case('it\'s a "nice" day (really) ¿qué?') == 'It\'s A "Nice" Day (Really) ¿Qué?'
+
+
+def test_markup_between_sentences_breaks_and_frames_each() -> None:
+    """The splitter reads markup as it reads quotes: a closing tag or `**` after a sentence's end, and a start tag or
+    `**` before the next one's start, do not hide the break; each sentence then loses its own frame."""
+    assert split_sentences("<b>Je suis là.</b> <i>Il pleut.</i>") == ["<b>Je suis là.</b>", "<i>Il pleut.</i>"]
+    assert split_sentences("**Je suis là.** Il pleut.") == ["**Je suis là.**", "Il pleut."]
+    assert split_sentences('Il pleut. <a href="x.html">Je pars.</a>') == ["Il pleut.", '<a href="x.html">Je pars.</a>']
+    assert split_sentences("<b>Je suis là.</b> <i>il pleut.</i>") == ["<b>Je suis là.</b> <i>il pleut.</i>"]  # lower case
+    parts = to_translate("<p>Il pleut. Je pars.</p>", split=True)
+    assert [(p.prefix, p.given, p.suffix) for p in parts] == [("<p>", "Il pleut.", ""), ("", "Je pars.", "</p>")]
+    assert join_sentences([p.written(t) for p, t in zip(parts, ["It's raining.", "I'm leaving."], strict=True)]) == (
+        "<p>It's raining. I'm leaving.</p>"
+    )
+    parts = to_translate("- **<b>IL PLEUT.</b>**", split=True)
+    assert [(p.prefix, p.given, p.suffix, p.capitals) for p in parts] == [("- **<b>", "Il pleut.", "</b>**", True)]
+    assert parts[0].written("It's raining.") == "- **<b>IT'S RAINING.</b>**"
