@@ -1994,10 +1994,11 @@ def test_outputs_never_replace_the_model_they_come_from(copy: Path, tmp_path: Pa
         (copy, copy / "model.safetensors"), (copy, copy / "tokenizer.json"), (copy, copy / "recipe.yaml"),
         (copy / "model.safetensors", copy / "tokenizer.json"),
     ):
-        error_line(translate(model, "--score", str(pairs), "--output", str(target)), "--output", "is also an input")
+        # (refused before the model is loaded, as a file of a model, then as the command's input)
+        error_line(translate(model, "--score", str(pairs), "--output", str(target)), "--output", "writing it would destroy it")
     for option in ("--html", "--image"):
         proc = tfm("inspect-attn", "--model", str(copy), "--device", "cpu", "Je suis.", option, str(copy / "model.safetensors"), check=False)
-        error_line(proc, option, "is also an input")
+        error_line(proc, option, "writing it would destroy it")
     assert snapshot(copy) == before
     translate(copy, "--score", str(pairs), "--output", str(copy / "hyp.en"))  # beside the model is fine
     assert len((copy / "hyp.en").read_text(encoding="utf-8").splitlines()) == 5
@@ -2584,9 +2585,37 @@ def test_outputs_never_replace_what_the_run_saved(copy: Path, tmp_path: Path) ->
     saved = ["metrics.jsonl", "summary.json", "best.safetensors", "checkpoints/step-00000010.safetensors"]
     for name in saved:
         proc = tfm("inspect-attn", "--model", str(copy), "--device", "cpu", "Je suis.", "--html", str(copy / name), check=False)
-        error_line(proc, "--html", "is also an input")
-        error_line(translate(copy / "model.safetensors", "--score", str(pairs), "--output", str(copy / name)), "--output", "is also an input")
+        error_line(proc, "--html", "writing it would destroy it")
+        error_line(translate(copy / "model.safetensors", "--score", str(pairs), "--output", str(copy / name)), "--output", "writing it would destroy it")
     assert snapshot(copy) == before
+
+
+def test_outputs_never_replace_another_models_files(copy: Path, tmp_path: Path) -> None:
+    """`--html OTHER_RUN/model.safetensors` (and `--output`) replaced another trained model with a page, exit 0: a
+    file of weights anywhere, and the config, tokenizer, recipe and logs beside weights, are refused; other files
+    beside them (a run's earlier translations) and files elsewhere with those names are written."""
+    pairs = write(tmp_path / "pairs.tsv", _head(5))
+    other = tmp_path / "other"
+    shutil.copytree(copy, other)
+    for folder in ("loose", "plain"):
+        (tmp_path / folder).mkdir()
+    write(tmp_path / "loose" / "weights.pt", "not a model")  # weights in a folder of their own
+    write(tmp_path / "plain" / "config.json", "{}")  # a config.json where no model is
+    write(other / "hyp.en", "old\n")
+    write(other / "metrics.jsonl", '{"kind": "train", "step": 10, "loss": 6.0}\n')
+    before, loose = snapshot(other), snapshot(tmp_path / "loose")
+    refused = [(other / "model.safetensors", "a model's weights"), (other / "checkpoints" / "step-00000010.safetensors", "a model's weights"),
+               (other / "tokenizer.json", f"a file of the model in {other}"), (other / "metrics.jsonl", f"a file of the model in {other}"),
+               (other / "recipe.yaml", f"a file of the model in {other}"), (tmp_path / "loose" / "weights.pt", "a model's weights")]
+    for target, held in refused:
+        proc = tfm("inspect-attn", "--model", str(copy), "--device", "cpu", "Je suis.", "--html", str(target), check=False)
+        error_line(proc, f"--html {target} already exists and is {held}: writing it would destroy it")
+        error_line(translate(copy, "--score", str(pairs), "--output", str(target)), f"--output {target} already exists and is {held}")
+    assert snapshot(other) == before and snapshot(tmp_path / "loose") == loose
+    translate(copy, "--score", str(pairs), "--output", str(other / "hyp.en"))  # a run's earlier output: replaced
+    translate(copy, "--score", str(pairs), "--output", str(tmp_path / "plain" / "config.json"))
+    assert len((other / "hyp.en").read_text(encoding="utf-8").splitlines()) == 5
+    assert len((tmp_path / "plain" / "config.json").read_text(encoding="utf-8").splitlines()) == 5
 
 
 def test_export_never_replaces_a_folder_of_the_run(copy: Path) -> None:

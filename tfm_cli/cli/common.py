@@ -324,6 +324,12 @@ def check_output_file(
                 f"{option} {path} is the file the input is read from (standard input): writing it would destroy it",
                 hint=f"give {option} another path",
             )
+        held = _held_by_a_model(written_file(path)) if path.is_file() else None
+        if held is not None:  # `--html runs/tiny/model.safetensors` replaced a trained model with a page, without a word
+            raise TfmError(
+                f"{option} {path} already exists and is {held}: writing it would destroy it",
+                hint=f"give {option} another path (or delete the file first, if it is of no use)",
+            )
         if keeps is not None and path.is_file() and not keeps(path):  # (a device or a pipe is written in place)
             raise TfmError(
                 f"{option} {path} already exists and is not {what}: it is left as it is",
@@ -607,6 +613,30 @@ def _is_stdin(path: Path) -> bool:
     except OSError:  # stdin closed
         return False
     return regular and str(path) != "-" and reads_from_stdin(path)
+
+
+# Files of weights, whatever folder holds them (safetensors, ONNX graphs, PyTorch's and Hugging Face's checkpoints).
+_WEIGHTS = frozenset({".safetensors", ".onnx", ".pt", ".pth", ".ckpt", ".bin"})
+# The kinds of file a model's folder holds beside its weights: its config, tokenizer, recipe, logs, scripts.
+_MODEL_FILES = frozenset({".json", ".jsonl", ".yaml", ".yml", ".py", ".spm", ".model", ".vocab"})
+
+
+def _held_by_a_model(path: Path) -> str | None:
+    """What `path` (an existing file) is to a model, when a command's output would destroy it there: a file of
+    weights anywhere, or one of the files a model's folder (a run, a release, an export: weights beside it, or a
+    run's checkpoints/) reads; None for any other file (translations, pages, images, a run's own earlier outputs)."""
+    if path.suffix.lower() in _WEIGHTS:
+        return "a model's weights"
+    if path.suffix.lower() not in _MODEL_FILES:
+        return None
+    folder = path.parent
+    try:
+        holds_weights = (folder / "checkpoints").is_dir() or any(
+            child.suffix.lower() in _WEIGHTS and child.is_file() for child in folder.iterdir()
+        )
+    except OSError:  # a folder this user cannot list: not known to be a model's
+        return None
+    return f"a file of the model in {folder}" if holds_weights else None
 
 
 def written_file(path: Path) -> Path:
