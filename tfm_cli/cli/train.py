@@ -52,7 +52,7 @@ def train(
     dry_run: bool = typer.Option(False, "--dry-run", help="Check the recipe, corpora and run directory as a real start would, print the resolved recipe, parameter count and tokens per step, then exit."),
     curves: Path = typer.Option(None, "--curves", parser=given_path, metavar="<path>", help="Show a run's loss and dev BLEU curves (and write curves.png with the plot extra), then exit.", show_default=False),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
-    nproc_per_node: int = typer.Option(None, "--nproc-per-node", min=1, help="Train with N processes on this node, one per GPU with CUDA (NCCL) or sharing the cores on CPU (gloo), under torchrun. train.max_tokens stays the budget of the whole step.", show_default=False, rich_help_panel=_DIST),
+    nproc_per_node: int = typer.Option(None, "--nproc-per-node", min=1, help="Train with N processes on this node, one per GPU with CUDA (NCCL) or sharing the cores on CPU (gloo: at most one a core, or 2), under torchrun. train.max_tokens stays the budget of the whole step.", show_default=False, rich_help_panel=_DIST),
     nnodes: int = typer.Option(None, "--nnodes", min=1, help="Number of nodes (machines) in the job, each running the same command.", show_default=False, rich_help_panel=_DIST),
     node_rank: int = typer.Option(None, "--node-rank", min=0, help="This node's rank, 0 to nnodes-1 (node 0 writes the run).", show_default=False, rich_help_panel=_DIST),
     master_addr: str = typer.Option(None, "--master-addr", help="Address of node 0 (several nodes without --rdzv-endpoint).", show_default=False, rich_help_panel=_DIST),
@@ -314,6 +314,13 @@ class _Launch:
             gpus = torch.cuda.device_count()
             if self.nproc > gpus:
                 raise typer.BadParameter(f"--nproc-per-node {self.nproc} is more processes than this node's {gpus} GPU(s)", param_hint="--nproc-per-node")
+        else:  # `--nproc-per-node 9223372036854775807` grew the launcher's memory until it was killed, with no word
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            if self.nproc > max(cores, 2):  # (two, the smallest distributed run, on any machine: to try it out)
+                raise typer.BadParameter(
+                    f"--nproc-per-node {self.nproc} is more processes than this node's {cores} CPU cores: each process "
+                    f"trains on cores of its own (gloo), so give at most {max(cores, 2)}", param_hint="--nproc-per-node",
+                )
 
     def _check_address(self) -> None:
         """--master-addr and --rdzv-endpoint as torchrun would read them, said in one line: a port that is not a
