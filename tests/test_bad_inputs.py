@@ -2820,3 +2820,27 @@ def test_release_export_of_a_model_with_a_short_position_table(run: Path, tmp_pa
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "Warning" not in proc.stderr and "were cut to it for the checks" in proc.stderr, proc.stderr
     assert (out / FINAL).is_file()
+
+
+def test_curves_of_a_damaged_log_are_said_not_blamed_on_matplotlib(copy: Path, tmp_path: Path) -> None:
+    """`--curves` of a metrics.jsonl of random bytes said "no training records yet" and "curves.png needs matplotlib"
+    with matplotlib installed, exit 0; lines it skips (a diverged window's loss, damage) were dropped without a word."""
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "metrics.jsonl").write_bytes(bytes(range(256)) * 3)
+    error_line(tfm("train", "--curves", str(damaged), check=False), f"{damaged / 'metrics.jsonl'} holds no record tfm writes")
+    error_line(tfm("train", "--curves", str(damaged), "--json", check=False), "holds no record tfm writes")
+    empty = tmp_path / "empty"  # a run that has not logged yet: no error
+    empty.mkdir()
+    (empty / "metrics.jsonl").write_bytes(b"")
+    proc = tfm("train", "--curves", str(empty))
+    assert "no training records to draw" in proc.stderr and "matplotlib" not in proc.stderr
+    assert not (empty / "curves.png").exists()
+    write(copy / "metrics.jsonl", '{"kind": "train", "step": 5, "loss": 6.0}\n{"kind": "train", "step": 10, "loss": 5.0}\n')
+    lines = 2
+    with open(copy / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"kind": "train", "step": 11, "loss": "nan"}\nnot json\n')
+    proc = tfm("train", "--curves", str(copy))
+    assert f"{copy / 'metrics.jsonl'}: 2 lines not drawn, from line {lines + 1}" in proc.stderr
+    data = json.loads(tfm("train", "--curves", str(copy), "--json").stdout)
+    assert data["skipped_lines"] == 2 and data["first_skipped_line"] == lines + 1

@@ -305,7 +305,9 @@ def _tidy(record: dict[str, Any]) -> dict[str, Any]:
 
 def read_curves(run_dir: Path) -> dict[str, Any]:
     """The curves of a run from its metrics.jsonl: {"train": [{step, loss, lr, ...}], "eval": [{step, loss, bleu,
-    chrf, ...}], "final": {...} or None}. A resumed run's repeated steps keep their latest record.
+    chrf, ...}], "final": {...} or None, "skipped_lines": N, "first_skipped_line": its number or None}. A resumed
+    run's repeated steps keep their latest record; lines that are no record a chart can draw (cut by a crash,
+    damaged, edited, or a window whose loss was not finite) are skipped and counted.
 
     Raises:
         FileNotFoundError: the run has no metrics.jsonl.
@@ -314,18 +316,21 @@ def read_curves(run_dir: Path) -> dict[str, Any]:
     train: dict[int, dict[str, Any]] = {}
     evals: dict[int, dict[str, Any]] = {}
     final = None
+    skipped: list[int] = []
     # Bytes that are not UTF-8 (a disk's garbage after a crash), and lines that are JSON but not one of our records
     # (edited by hand, a damaged file), are skipped as a cut line is: the curves must never stop a run at its end.
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
+        for number, line in enumerate(f, start=1):
             line = line.strip()
             if not line:
                 continue
             try:
                 record = json_value(line)
             except ValueError:  # a line cut by a crash mid-write: skip it
+                skipped.append(number)
                 continue
             if not _is_record(record):
+                skipped.append(number)
                 continue
             record = _tidy(record)
             kind = record.get("kind")
@@ -335,7 +340,10 @@ def read_curves(run_dir: Path) -> dict[str, Any]:
                 evals[record["step"]] = record
             elif kind == "final":
                 final = record
-    return {"train": [train[s] for s in sorted(train)], "eval": [evals[s] for s in sorted(evals)], "final": final}
+    return {
+        "train": [train[s] for s in sorted(train)], "eval": [evals[s] for s in sorted(evals)], "final": final,
+        "skipped_lines": len(skipped), "first_skipped_line": skipped[0] if skipped else None,
+    }
 
 
 def write_curves_png(run_dir: Path, curves: dict[str, Any] | None = None) -> Path | None:

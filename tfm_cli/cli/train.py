@@ -520,10 +520,25 @@ def _show_curves(run_dir: Path, json_out: bool) -> None:
             f"{run_dir} has no metrics.jsonl: it is not a tfm run directory, or its training has not logged yet",
             hint="pass a run directory, e.g. runs/tiny",
         ) from None
+    if data["skipped_lines"] and not (data["train"] or data["eval"] or data["final"]):
+        raise TfmError(  # (random bytes said "no training records yet", exit 0)
+            f"{run_dir / 'metrics.jsonl'} holds no record tfm writes ({data['skipped_lines']:,} line(s), from line "
+            f"{data['first_skipped_line']}, are none): the file is damaged, or is not a tfm run's log",
+            hint="restore it from a copy; the run's checkpoints and model do not depend on it",
+        )
     if json_out:
         print_json(data)
         return
     _print_curves(run_dir, data)
+    if data["skipped_lines"]:  # a damaged file, or a diverged run's windows, were drawn as if they were not there
+        n = data["skipped_lines"]
+        warn(
+            f"{run_dir / 'metrics.jsonl'}: {n:,} line{'s' if n != 1 else ''} not drawn, from line "
+            f"{data['first_skipped_line']} (cut by a crash, damaged or edited, or a log window whose loss was not finite)"
+        )
+    if not data["train"]:  # (it said "curves.png needs matplotlib", with matplotlib installed)
+        info("curves.png not written: no training records to draw")
+        return
     try:
         png = write_curves_png(run_dir, data)
     except OSError as error:  # a run this user may read but not write (another's, a read-only copy): the chart was shown
