@@ -2844,3 +2844,19 @@ def test_curves_of_a_damaged_log_are_said_not_blamed_on_matplotlib(copy: Path, t
     assert f"{copy / 'metrics.jsonl'}: 2 lines not drawn, from line {lines + 1}" in proc.stderr
     data = json.loads(tfm("train", "--curves", str(copy), "--json").stdout)
     assert data["skipped_lines"] == 2 and data["first_skipped_line"] == lines + 1
+
+
+def test_a_link_that_loops_or_leads_nowhere_is_said_as_one(tmp_path: Path) -> None:
+    """A symbolic link in a loop (or to nothing) given as a model, a recipe or a run was "does not exist", which sent
+    the user looking for a file that is there; tokenize --corpus and train --out said it already."""
+    loop, other, dangling = tmp_path / "loop1", tmp_path / "loop2", tmp_path / "dangling"
+    loop.symlink_to(other)
+    other.symlink_to(loop)
+    dangling.symlink_to(tmp_path / "gone")
+    for link, to in ((loop, other), (dangling, tmp_path / "gone")):
+        said = f"{link} is a symbolic link to {to}, which does not exist (or links round in a loop)"
+        error_line(translate(link, "Bonjour."), f"model {said}")
+        error_line(tfm("inspect-attn", "--model", str(link), "Bonjour.", check=False), f"model {said}")
+        error_line(tfm("train", str(link), check=False), f"recipe {said}")
+        error_line(tfm("train", "--resume", str(link), check=False), f"run directory {said}")
+        error_line(tfm("train", "--curves", str(link), check=False), f"run directory {said}")

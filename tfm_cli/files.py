@@ -69,6 +69,17 @@ def as_path(given: object, who: str, name: str = "a path") -> str | Path | None:
 TEMPORARY_NAME_EXTRA = 14
 
 
+def missing(path: Path) -> str:
+    """How a path that does not exist is said: "does not exist", or, for a symbolic link whose end is not there or
+    that links round in a loop, what it links to ("does not exist" sent users looking for a file that is there)."""
+    try:
+        if Path(path).is_symlink():
+            return f"is a symbolic link to {os.readlink(path)}, which does not exist (or links round in a loop)"
+    except OSError:
+        pass
+    return "does not exist"
+
+
 def atomic_write(path: Path, write: Callable[[str], object]) -> None:
     """Call `write(tmp_path)` then rename onto `path`, so readers see the old file or the new one, never half.
     A file replaced keeps its permissions (as a shell's `>` keeps them: a private 0600 output became 0644); a new

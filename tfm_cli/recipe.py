@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from tfm_cli.errors import RecipeError, RecipeNotFoundError, TfmError
-from tfm_cli.files import free_name
+from tfm_cli.files import free_name, missing
 from tfm_cli.model.config import ModelConfig, config_problems
 from tfm_cli.precisions import PRECISIONS
 from tfm_cli.scoring import BLEU_TOKENIZERS
@@ -1008,7 +1008,7 @@ _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 def _not_found(path: Path, source: str) -> RecipeNotFoundError:
     """`recipe X does not exist`, with a close name, the recipes beside it or a recipe to start from as the hint."""
-    said = f"recipe {source} does not exist"
+    said = f"recipe {source} {missing(path)}"
     if "=" in path.name and "." in path.name.split("=")[0]:  # `tfm train train.max_steps=3`: the recipe left out
         return RecipeNotFoundError(
             source, f"{said}: it looks like an override (key=value), and overrides follow a recipe "

@@ -37,7 +37,9 @@ def checkpoint_steps(run_dir: Path) -> list[tuple[int, Path]]:
 
 def missing_model(path: Path) -> CheckpointError:
     """The error for a model path that does not exist, worded alike by every command that reads one."""
-    return CheckpointError(f"model {path} does not exist", hint="pass a run directory (runs/NAME) or a .safetensors file")
+    from tfm_cli.files import missing
+
+    return CheckpointError(f"model {path} {missing(path)}", hint="pass a run directory (runs/NAME) or a .safetensors file")
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:

@@ -37,6 +37,7 @@ from tfm_cli.cli.common import (
     warn,
 )
 from tfm_cli.errors import TfmError, install_hint, shell_word
+from tfm_cli.files import missing
 from tfm_cli.signals import PARENT_ENV
 from tfm_cli.torchrun import OWNED_LOGS_ENV
 
@@ -506,7 +507,7 @@ def _show_curves(run_dir: Path, json_out: bool) -> None:
     from tfm_cli.monitor import read_curves, write_curves_png
 
     if not run_dir.exists():
-        raise TfmError(f"run directory {run_dir} does not exist", hint="check the path; runs are under runs/, e.g. runs/tiny")
+        raise TfmError(f"run directory {run_dir} {missing(run_dir)}", hint="check the path; runs are under runs/, e.g. runs/tiny")
     if not run_dir.is_dir():  # `--curves RUN/metrics.jsonl` said the file "has no metrics.jsonl"
         inside = (run_dir.parent / "metrics.jsonl").is_file()  # a file of a run: that run
         raise TfmError(

@@ -16,7 +16,7 @@ from pathlib import Path
 from tfm_cli.checkpoint import config_in_metadata, read_metadata, tokenizer_folder
 from tfm_cli.corpus import SPM_SAMPLE, Segmented, TsvColumns, read_pairs, resolve_corpus_path, same_file
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, human_size, shell_word
-from tfm_cli.files import DirectoryLock, nearest_existing, utf8_name
+from tfm_cli.files import DirectoryLock, missing, nearest_existing, utf8_name
 from tfm_cli.recipe import (
     MAX_VOCAB_SIZE,
     MIN_VOCAB_SIZE,
@@ -852,7 +852,7 @@ def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
     path = Path(run_dir) / "recipe.yaml"
     if not Path(run_dir).exists():  # a typo, or a run not started yet: "not a tfm run directory" said neither
         raise CheckpointError(
-            f"run directory {run_dir} does not exist",
+            f"run directory {run_dir} {missing(Path(run_dir))}",
             hint=f"check the path, or start a run there: tfm train recipes/tiny.yaml --out {shell_word(run_dir)}",
         )
     if not Path(run_dir).is_dir():
