@@ -275,6 +275,15 @@ def test_load_rejects_garbage_and_foreign_tokenizers(tok: Tokenizer, tmp_path: P
     other.write_text('{"a": 1}', encoding="utf-8")
     with pytest.raises(TfmError, match="other.json is not a readable tokenizer file: JSON, but not a tokenizers file$"):
         Tokenizer.load(other)
+    # weights or another binary file given as the tokenizer: the codec's "can't decode byte 0xd0 in position 0"
+    weights, binary = tmp_path / "model.safetensors", tmp_path / "tok.bin"
+    for path in (weights, binary):
+        path.write_bytes(b"\xd0\x00\xff" * 10)
+    with pytest.raises(TfmError, match="model.safetensors is not a readable tokenizer file: a model's weights, not a tokenizer$") as caught:
+        Tokenizer.load(weights)
+    assert caught.value.hint == "give the tokenizer.json of a tfm run (tfm tokenize and tfm train write it)"
+    with pytest.raises(TfmError, match="tok.bin is not a readable tokenizer file: binary, not JSON text$"):
+        Tokenizer.load(binary)
 
     # Our own file with <pad> and <unk> swapped: wrong special ids.
     spec = json.loads(tok.backend.to_str())

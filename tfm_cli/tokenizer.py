@@ -119,6 +119,9 @@ def _metaspace_decoder() -> decoders.Decoder:
 _METASPACE = _metaspace_decoder()
 
 
+_TOKENIZER_HINT = "give the tokenizer.json of a tfm run (tfm tokenize and tfm train write it)"
+
+
 class Tokenizer:
     """A trained joint BPE tokenizer with fixed special ids and byte fallback.
 
@@ -139,7 +142,7 @@ class Tokenizer:
         if problem:
             raise TfmError(
                 f"{source} is not a tfm tokenizer: {problem}",
-                hint="use the tokenizer.json of a tfm run (written by Tokenizer.save), not another project's",
+                hint="use the tokenizer.json of a tfm run (tfm tokenize and tfm train write it), not another project's",
             )
         self._tk = hf_tokenizer
         self._json = hf_tokenizer.to_str()
@@ -188,10 +191,7 @@ class Tokenizer:
         path = Path(given)
         if not path.is_file():
             what = "is a directory, not a file" if path.is_dir() else "does not exist"
-            raise TfmError(
-                f"tokenizer file {path} {what}",
-                hint="give the tokenizer.json of a tfm run (written by Tokenizer.save)",
-            )
+            raise TfmError(f"tokenizer file {path} {what}", hint=_TOKENIZER_HINT)
         json_read = False
         try:
             text = path.read_text(encoding="utf-8")
@@ -202,11 +202,15 @@ class Tokenizer:
             Exception
         ) as err:  # OSError, UnicodeDecodeError, JSON errors; tokenizers raises plain Exception
             # (a JSON file of another kind: the library's own words, "expected `,` at line 1", read as a syntax error)
-            why = "JSON, but not a tokenizers file" if json_read else (str(err).splitlines()[0] if str(err) else repr(err))
-            raise TfmError(
-                f"{path} is not a readable tokenizer file: {why}",
-                hint="give the tokenizer.json of a tfm run (written by Tokenizer.save)",
-            ) from err
+            if json_read:
+                why = "JSON, but not a tokenizers file"
+            elif isinstance(err, OSError):  # "[Errno 13] Permission denied: '...'" repeated the path
+                why = err.strerror or str(err)
+            elif isinstance(err, UnicodeDecodeError):  # the codec's words named a byte, not the mistake
+                why = "a model's weights, not a tokenizer" if path.suffix == ".safetensors" else "binary, not JSON text"
+            else:
+                why = str(err).splitlines()[0] if str(err) else repr(err)
+            raise TfmError(f"{path} is not a readable tokenizer file: {why}", hint=_TOKENIZER_HINT) from err
         return cls(hf, source=str(path))
 
     def write_json(self, path: str | os.PathLike[str]) -> None:
