@@ -1267,3 +1267,20 @@ def test_n_best_keeps_hypotheses_that_spell_the_same_text(parts, tmp_path: Path)
     assert "A text can repeat" in help_text and "both are kept" in help_text
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     assert "two can spell the same text" in readme
+
+
+def test_a_model_folder_this_user_may_not_read_is_said_so(parts, tmp_path: Path, monkeypatch) -> None:
+    """A run folder of mode 000 was "encoder.onnx: Permission denied", a file the user never named. (The suite may
+    run as root, whom no mode stops: the access check is made to answer as it does for any other user.)"""
+    import os
+
+    from tfm_cli.errors import CheckpointError
+
+    run = _run_dir(tmp_path / "run", parts, None)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if Path(path) == run else real_access(path, mode, **kw))
+    with pytest.raises(CheckpointError, match=f"^model {re.escape(str(run))} is a folder this user may not read") as caught:
+        Translator.load(run)
+    assert "ls -ld" in caught.value.hint
+    monkeypatch.undo()
+    assert Translator.load(run).translate("x").text is not None  # (readable: loaded as before)

@@ -45,7 +45,7 @@ import torch
 from tfm_cli.checkpoint import load_model
 from tfm_cli.corpus import line_count
 from tfm_cli.decoding import EOS, Engine, Hypothesis, NonFiniteOutput, TorchEngine, as_engine, translate_ids
-from tfm_cli.errors import TfmError
+from tfm_cli.errors import CheckpointError, TfmError
 from tfm_cli.files import as_path
 from tfm_cli.model import Transformer
 from tfm_cli.precisions import TRANSLATE_PRECISIONS
@@ -506,6 +506,12 @@ class Translator:
         if engine not in ENGINES:
             raise TfmError(f"engine {engine!r} is unknown", hint=f"use one of: {', '.join(ENGINES)}")
         _check_precision(precision)  # before the weights are read
+        if model is not None and Path(model).is_dir() and not os.access(model, os.R_OK | os.X_OK):
+            # (it named encoder.onnx, a file the user never gave, as the one it could not read)
+            raise CheckpointError(
+                f"model {model} is a folder this user may not read (permission denied)",
+                hint="check its permissions (ls -ld), or give a run directory you can read",
+            )
         from tfm_cli.export.onnx import has_onnx_graphs, is_onnx_export
 
         if engine == "auto":
