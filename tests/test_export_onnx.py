@@ -135,6 +135,9 @@ def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm_greedy(
                              capture_output=True, cwd=tmp_path, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
         assert got.returncode == 0, got.stderr.decode()
         assert got.stdout.decode().splitlines() == want.stdout.splitlines() and len(want.stdout.splitlines()) == len(lines)
+        # a line cut to the model's length is said as tfm says it (it was cut without a word)
+        cuts = [line for line in want.stderr.splitlines() if "so only its first" in line]
+        assert cuts and [line for line in got.stderr.decode().splitlines() if "so only its first" in line] == cuts, got.stderr
         outputs.append(want.stdout.splitlines())
     assert outputs[0][60:65] != outputs[1][60:65]  # the paragraphs: split, then whole
     readme = (out / "README.md").read_text(encoding="utf-8")

@@ -289,7 +289,8 @@ python translate.py < source.txt > translations.txt
 translate.py searches greedily, one sentence at a time: the translations of `tfm translate --greedy --model
 THIS_FOLDER`. Like tfm, it translates a line of several sentences a sentence at a time (sentences.py) and joins
 their translations, as the run's `decode.split_sentences` says ({'on' if settings.split_sentences else 'off'}; `python
-translate.py --no-split-sentences` keeps each line whole). Read it for the whole protocol; in short:
+translate.py --no-split-sentences` keeps each line whole); a sentence longer than the model takes is cut to its
+length, with a warning on stderr, as tfm cuts it. Read it for the whole protocol; in short:
 
 ## The graphs
 

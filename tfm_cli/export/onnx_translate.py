@@ -60,9 +60,14 @@ class GreedyTranslator:
         self.encoder = ort.InferenceSession(str(folder / "encoder.onnx"), options, providers=["CPUExecutionProvider"])
         self.decoder = ort.InferenceSession(str(folder / "decoder.onnx"), options, providers=["CPUExecutionProvider"])
 
-    def translate(self, sentence: str) -> str:
-        # the source: its pieces (the tokenizer normalises as tfm does), cut to what the model takes, then </s>
-        ids = self.tokenizer.encode(sentence, add_special_tokens=False).ids[: self.max_positions - 1]
+    def translate(self, sentence: str, where: str = "the input") -> str:
+        # the source: its pieces (the tokenizer normalises as tfm does), cut to what the model takes (said on stderr,
+        # as tfm says it: `where` names the line), then </s>
+        ids, limit = self.tokenizer.encode(sentence, add_special_tokens=False).ids, self.max_positions - 1
+        if len(ids) > limit:
+            print(f"warning: {where} has {len(ids)} tokens; the model takes at most {limit}, "
+                  f"so only its first {limit} tokens were translated", file=sys.stderr, flush=True)
+            ids = ids[:limit]
         if not ids:  # nothing left once normalised: nothing to translate
             return ""
         src = np.array([ids + [self.eos]], dtype=np.int64)  # (batch 1, source length)
@@ -134,10 +139,11 @@ def main() -> None:
         ids = translator.tokenizer.encode(word, add_special_tokens=False).ids
         return (len(ids), *ids)
 
-    for line in sys.stdin.buffer:
+    for number, line in enumerate(sys.stdin.buffer, start=1):
         text = line.decode("utf-8").rstrip("\n").rstrip("\r")
         parts = sentences.to_translate(text, split, cost, verbatim)  # each sentence as the model reads it, and how to write it back
-        print(sentences.join_sentences([part.written(translator.translate(part.given)) for part in parts]), flush=True)
+        where = f"input line {number}" if len(parts) == 1 else f"a sentence of input line {number}"
+        print(sentences.join_sentences([part.written(translator.translate(part.given, where)) for part in parts]), flush=True)
 
 
 if __name__ == "__main__":
