@@ -757,11 +757,12 @@ def with_tokenizer_size(recipe: Recipe, vocab_size: int) -> Recipe:
 BYTE_SHARE_WARNING = 0.01  # a tokenizer trained on the corpus encodes well under 0.1% of the Tatoeba pairs as bytes
 
 
-def foreign_tokenizer(recipe: Recipe, corpus, tokenizer: Tokenizer, where: str) -> str | None:
+def foreign_tokenizer(recipe: Recipe, corpus, tokenizer: Tokenizer, where: str | None) -> str | None:
     """A warning when the tokenizer a start did not train (`where`: tokenizer.path, or one left in the run
     directory) encodes more than 1% of the training tokens as byte fallback (or <unk>): it was trained on other
-    text (another language or script), so the model spends its steps and length on bytes. The share is measured
-    on every training token; the characters it has no piece for are named from the first 5,000 pairs."""
+    text (another language or script), so the model spends its steps and length on bytes; or when the one it
+    trained (`where` None) does, its tokenizer.vocab_size too small for the corpus's characters. The share is
+    measured on every training token; the characters it has no piece for are named from the first 5,000 pairs."""
     import itertools
     from collections import Counter
 
@@ -788,6 +789,12 @@ def foreign_tokenizer(recipe: Recipe, corpus, tokenizer: Tokenizer, where: str) 
     # a joiner, a variation selector or a combining mark printed bare shows as nothing: its code point instead
     shown = [c if unicodedata.category(c)[0] not in "CMZ" else f"U+{ord(c):04X}" for c in missing[:10]]
     named = f" (characters without a piece of their own: {' '.join(shown)}{' ...' if len(missing) > 10 else ''})" if missing else ""
+    if where is None:  # (tokenizer.vocab_size=300 spelled 2% of the dev set's tokens in bytes, without a word)
+        return (
+            f"the tokenizer this run trained encodes {share:.1%} of the training tokens as byte fallback{named}: "
+            f"tokenizer.vocab_size={recipe.tokenizer.vocab_size:,} is too small for this corpus's characters, and the "
+            "model will spend its length on bytes; raise tokenizer.vocab_size (the quickstart's is 8,000)"
+        )
     if recipe.train.init_from:  # a fine-tuned model keeps its tokenizer: "set tokenizer.path: null" could not be done
         fix = ("a model fine-tuned from train.init_from keeps that model's tokenizer: train from scratch (train.init_from: "
                "null) for one of this corpus's own")

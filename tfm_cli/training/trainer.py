@@ -636,8 +636,9 @@ class Trainer:
                     "spacing, ’ as '): dev BLEU and chrF are of the normalised references, and also given as written "
                     "(\"as written\", as sacrebleu scores the file: the figure to publish)"
                 )
-            if main and not self.resume and (had_tokenizer or recipe.tokenizer.path):  # one this start did not train
-                where = f"tokenizer.path {recipe.tokenizer.path}" if not had_tokenizer else f"{run_dir / 'tokenizer.json'}"
+            if main and not self.resume:  # one this start did not train, or its own (too small a vocabulary)
+                where = (f"{run_dir / 'tokenizer.json'}" if had_tokenizer else f"tokenizer.path {recipe.tokenizer.path}"
+                         if recipe.tokenizer.path else None)
                 if warning := foreign_tokenizer(recipe, corpus, tok, where):
                     self.events.message(f"warning: {warning}")
             if self.dev is not None and (warning := foreign_dev(recipe.data.dev, self.dev, corpus)):
