@@ -267,9 +267,14 @@ def test_a_sentence_in_capitals_or_in_a_frame_is_given_as_the_model_reads_it(tra
     # a sentence without a letter is written as it is, as many times as the n-best asks, without the model
     literal = ["42", "(2020)", "😀", "3,5 %"]
     assert [t.text for t in translator.translate(literal)] == literal
-    assert [h.text for h in translator.translate("42", beam=3, n_best=3).nbest] == ["42"] * 3
+    # ... and says so: "stopped" is "copied" (it was "eos", and a script could not tell it from a translation)
+    assert {(t.stopped, t.score, tuple(t.tokens)) for t in translator.translate(literal)} == {("copied", 0.0, ())}
+    assert [(h.text, h.stopped) for h in translator.translate("42", beam=3, n_best=3).nbest] == [("42", "copied")] * 3
     line = f"{sources[0]} 42."
     assert translator.translate(line).text == translator.translate(sources[0]).text + " 42."
+    both = translator.translate(line)  # the line was translated: by the model where it made its sentence's end
+    assert both.stopped == translator.translate(sources[0]).stopped and [s.stopped for s in both.sentences][1] == "copied"
+    assert translator.translate("").stopped == "eos"  # an empty line: nothing to copy nor to translate, as before
     # verbatim: each line to the model as written, as the search itself gets it
     from tfm_cli.decoding import translate_ids
 

@@ -707,3 +707,16 @@ def test_cli_verbatim_gives_the_sentence_and_target_as_written(trained: dict, tr
         report = attention_report(translator, SENTENCE, target, verbatim=verbatim)
         assert out["tgt_tokens"] == report.tgt_tokens and out["src_tokens"] == report.src_tokens, flag
         assert ('"' in "".join(out["tgt_tokens"])) is verbatim, out["tgt_tokens"]
+
+
+def test_a_sentence_without_a_letter_is_inspected_only_verbatim(trained: dict, translator: Translator) -> None:
+    """`tfm translate` writes "?!..." or "42" as they are, without the model: inspect-attn showed the one row of an
+    empty translation labelled "the model's translation". It says so now, and --verbatim shows what the model makes
+    of it."""
+    for source in ("?!...", "(2020)"):
+        with pytest.raises(TfmError, match=f"the sentence {re.escape(repr(source))} has no letter: tfm translate writes it as it is"):
+            attention_report(translator, source)
+        raw = attention_report(translator, source, verbatim=True)
+        assert raw.src_tokens[:-1] == [translator.tokenizer.id_to_piece(i) for i in translator.tokenizer.encode(source)]
+    proc = tfm("inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", "42", check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("Error: the sentence '42' has no letter") and "--verbatim" in proc.stderr

@@ -166,7 +166,8 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     for `verbatim` (the source and target as written).
 
     Raises:
-        TfmError: an empty source or target, or one longer than the model takes; an int8 translator (its weights
+        TfmError: an empty source or target, or one longer than the model takes; a source without a letter (it is
+            written as it is, without the model) unless `verbatim`; an int8 translator (its weights
             are a quantized copy: load it in another precision); a decode setting out of range, or any given
             with a `target`.
         TypeError: `translator` is not a Translator, `source`/`target` is not a str, or an unknown decode setting.
@@ -200,6 +201,11 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     def given(text: str) -> str:  # what the model is given for a text (a target too: as the model would write it)
         return to_translate(text, False, tok.word_cost, bool(verbatim))[0].given or text
 
+    if not verbatim and to_translate(source, False, tok.word_cost)[0].literal:  # no model makes its translation
+        raise TfmError(  # (it showed an empty translation's one row, labelled "the model's translation")
+            f"the sentence {source.strip()!r} has no letter: tfm translate writes it as it is, without the model",
+            hint="add --verbatim (verbatim=True) to inspect what the model makes of it",
+        )
     src_ids = tok.encode(given(source))
     if not src_ids:
         raise TfmError("the sentence to inspect is empty", hint='give a sentence, e.g. tfm inspect-attn "Je suis étudiant."')

@@ -40,6 +40,7 @@ from tfm_cli.packing import decoding_view, module_view, tensor_version
 
 UNK_ID = 3  # <unk> in tfm's vocabulary layout (tokenizer.py: 0 <pad>, 1 <s>, 2 </s>, 3 <unk>): never an output
 EOS, MAX_LEN = "eos", "max_len"  # why a hypothesis stopped: the model ended it, or it reached its maximum length
+COPIED = "copied"  # a sentence without a letter, written as it is: no model made it (`sentences.Part.literal`)
 
 
 @dataclass

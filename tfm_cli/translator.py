@@ -44,7 +44,17 @@ import torch
 
 from tfm_cli.checkpoint import load_model
 from tfm_cli.corpus import line_count
-from tfm_cli.decoding import EOS, Engine, Hypothesis, NonFiniteOutput, TorchEngine, as_engine, translate_ids
+from tfm_cli.decoding import (
+    COPIED,
+    EOS,
+    MAX_LEN,
+    Engine,
+    Hypothesis,
+    NonFiniteOutput,
+    TorchEngine,
+    as_engine,
+    translate_ids,
+)
 from tfm_cli.errors import CheckpointError, TfmError
 from tfm_cli.files import as_path
 from tfm_cli.model import Transformer
@@ -294,7 +304,8 @@ class Translation(str):
         nbest: the best hypotheses, best first (this one is `nbest[0]`); each is a `Translation`.
         truncated: the input was longer than the model takes, so only its first tokens were translated.
         stopped: "eos" when the model ended the translation, "max_len" when it reached the maximum output length
-            (input tokens + max_len_offset, or the model's limit) and was cut there: likely incomplete.
+            (input tokens + max_len_offset, or the model's limit) and was cut there: likely incomplete; "copied"
+            for an input written as it is, without the model (no letter to translate: `sentences.Part.literal`).
         sentences: for an input translated a sentence at a time (`split_sentences`), the best translation of each
             of its sentences, in order (their texts joined are this text; their scores and log-probabilities summed
             are this one's, their tokens in a row are its tokens); else `[self]`.
@@ -958,7 +969,7 @@ class Translator:
         for i, line in enumerate(lines):
             found = iter(by_line.get(i, []))
             options = [  # each sentence's hypotheses, best first; a literal one as it is written
-                [self._translation(h, s) for h in next(found)] if s.ids else [Translation(s.part.written(""), s.part.text)]
+                [self._translation(h, s) for h in next(found)] if s.ids else [Translation(s.part.written(""), s.part.text, stopped=COPIED)]
                 for s in sentences[i]
             ]
             if not options:  # an empty line: as many empty hypotheses as asked for, so output stays aligned
@@ -970,7 +981,7 @@ class Translator:
             else:
                 nbest = [_joined(line, combination) for combination in _best_combinations(options, decode.n_best)]
             if not any(s.ids for s in sentences[i]):  # written as it is, as many times as asked for: aligned
-                nbest = [Translation(nbest[0].text, line) for _ in range(decode.n_best)]
+                nbest = [Translation(nbest[0].text, line, stopped=nbest[0].stopped) for _ in range(decode.n_best)]
             best = nbest[0]
             best.nbest = nbest
             results.append(best)
@@ -1088,7 +1099,8 @@ def _joined(line: str, parts: tuple[Translation, ...]) -> Translation:
     joined = Translation(
         join_sentences([p.text for p in parts]), line, sum(p.score for p in parts), sum(p.log_prob for p in parts),
         [piece for p in parts for piece in p.tokens], truncated=any(p.truncated for p in parts),
-        stopped=next((p.stopped for p in parts if p.stopped != EOS), EOS),
+        # cut at the maximum length where one was; else ended by the model where it made one; else copied, all of it
+        stopped=MAX_LEN if any(p.stopped == MAX_LEN for p in parts) else EOS if any(p.stopped == EOS for p in parts) else COPIED,
     )
     joined.sentences = list(parts)
     return joined
