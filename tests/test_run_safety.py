@@ -995,6 +995,25 @@ def test_the_checkpoint_a_stop_saves_is_not_averaged_into_the_final_model(root: 
     assert read_metadata(tmp_path / "stopped" / "model.safetensors")["averaged"] == read_metadata(tmp_path / "whole" / "model.safetensors")["averaged"]
 
 
+def test_a_stop_that_saves_a_scheduled_step_keeps_it_in_the_average(root: Path, tmp_path: Path) -> None:
+    """A stop at a step on the train.save_every schedule whose own save was not made (Ctrl-C twice: the second cut
+    the scheduled save short) saved it marked "stop"; the next checkpoint deleted it, and the final model averaged
+    steps 5 and 15 where the uninterrupted run averaged 10 and 15, without a word."""
+    from tfm_cli.training.trainer import train as train_run
+
+    settings = {**test_bad_inputs.TRAIN, "max_steps": 15, "save_every": 5, "keep_last": 3, "average_last": 2}
+    data = {"train": str(root / "train.tsv"), "dev": None}
+    recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("stops", data=data, train=settings)))
+    train_run(recipe, tmp_path / "whole", device="cpu", events=_StopAtStep(None))
+    stopped = train_run(recipe, tmp_path / "stopped", device="cpu", events=_StopAtStep(10))  # before step 10's save
+    assert stopped.interrupted and [s for s, _ in checkpoint_steps(tmp_path / "stopped")] == [5, 10]
+    assert "saved_on" not in read_metadata(checkpoint_path(tmp_path / "stopped", 10))  # a scheduled one
+    train_run(None, tmp_path / "stopped", device="cpu", resume=True, events=_StopAtStep(None))
+    assert [s for s, _ in checkpoint_steps(tmp_path / "stopped")] == [5, 10, 15]
+    got, want = load_file(tmp_path / "stopped" / "model.safetensors"), load_file(tmp_path / "whole" / "model.safetensors")
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
 def test_stops_in_a_row_before_the_next_checkpoint_leave_the_scheduled_ones(root: Path, tmp_path: Path) -> None:
     """Each stop saves a checkpoint off the schedule, which counted in keep_last: three stops between steps 10 and
     15 pruned steps 5 and 10 in their place, and the final model was the last checkpoint alone where the

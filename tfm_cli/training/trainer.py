@@ -1070,7 +1070,9 @@ class Trainer:
         try:
             # off the train.save_every schedule: where the run was stopped, or where it ended (train.max_steps, the
             # time budget, early stopping), which a run extended past it would not have saved
-            off = "stop" if on_stop else "end" if at_end and self.step % self.t.save_every else None
+            # (a step on the schedule is no such step, whoever saves it: a second Ctrl-C cut a scheduled save short,
+            # the stop saved the step again marked "stop", and the next save deleted a checkpoint of the average)
+            off = None if self.step % self.t.save_every == 0 else "stop" if on_stop else "end" if at_end else None
             marked = {"saved_on": off} if off else {}
             save_weights(
                 path, weights_state(self.model), self.config, self.tokenizer.sha256, self.step, precision=self.precision,
