@@ -2199,8 +2199,10 @@ def test_the_temporary_files_of_a_killed_save_are_swept(root: Path, tmp_path: Pa
     r = load_recipe(root / "recipe.yaml", ["train.max_steps=2", "train.save_every=2", "data.dev=null"])
     training.train(r, out, device="cpu")
     stale = [out / "checkpoints" / ".step-00000004.state.pt.u3w_h6eb.tmp", out / "checkpoints" / ".step-00000004.safetensors.x1.tmp",
-             out / ".model.safetensors.k2.tmp", out / "checkpoints" / ".write-test-abc"]
-    kept = [out / "notes.tmp", out / "checkpoints" / "README"]
+             out / ".model.safetensors.k2.tmp", out / "checkpoints" / ".write-test-abc",
+             # safetensors' own temporary files (its writer's `.tmpXXXXXX`, as large as the weights)
+             out / "checkpoints" / ".tmpqtKlgE", out / ".tmpbTseVy"]
+    kept = [out / "notes.tmp", out / "checkpoints" / "README", out / ".tmpnotes", out / ".tmp-old-copy"]
     for path in stale + kept:
         path.write_bytes(b"partial")
     training.train(run_dir=out, resume=True, device="cpu")  # finished: nothing to do, but the lock was taken

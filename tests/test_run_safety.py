@@ -1014,6 +1014,31 @@ def test_a_stop_that_saves_a_scheduled_step_keeps_it_in_the_average(root: Path, 
     assert all(torch.equal(got[k], want[k]) for k in want)
 
 
+def test_a_run_stopped_while_saving_its_first_checkpoint_starts_again_in_its_folder(root: Path, tmp_path: Path) -> None:
+    """A kill between the first checkpoint's weights and its trainer state left a run that `--resume` refused ("no
+    checkpoint with its trainer state", pointing to a new folder) and a start in its folder refused too ("already
+    holds a trained run", pointing to --resume): `--resume RUN || tfm train RECIPE --out RUN` could not go on. The
+    start now removes that checkpoint and trains as an uninterrupted run does."""
+    from tfm_cli.training.trainer import train as train_run
+
+    settings = {**test_bad_inputs.TRAIN, "max_steps": 10, "save_every": 5}
+    data = {"train": str(root / "train.tsv"), "dev": None}
+    recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("first", data=data, train=settings)))
+    train_run(recipe, tmp_path / "whole", device="cpu", events=_StopAtStep(None))
+    run = tmp_path / "killed"
+    train_run(recipe, run, device="cpu", events=_StopAtStep(7))
+    for path in (run / "checkpoints").glob("step-00000007.*"):
+        path.unlink()
+    state_path(checkpoint_path(run, 5)).unlink()  # as a kill -9 between the weights and the state leaves it
+    proc = tfm("train", "--resume", str(run), "--device", "cpu", check=False)
+    error_line(proc, f"{run} stopped while it saved its first checkpoint (step-00000005.safetensors, without its trainer state)")
+    assert f"start it again in its folder, which removes that checkpoint: tfm train {run / 'recipe.yaml'} --out {run}" in proc.stderr
+    proc = tfm("train", str(run / "recipe.yaml"), "--out", str(run), "--device", "cpu")  # the hint, as given
+    assert f"removed {checkpoint_path(run, 5)}: the run stopped while it saved it" in proc.stderr, proc.stderr
+    got, want = load_file(run / "model.safetensors"), load_file(tmp_path / "whole" / "model.safetensors")
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
 def test_stops_in_a_row_before_the_next_checkpoint_leave_the_scheduled_ones(root: Path, tmp_path: Path) -> None:
     """Each stop saves a checkpoint off the schedule, which counted in keep_last: three stops between steps 10 and
     15 pruned steps 5 and 10 in their place, and the final model was the last checkpoint alone where the

@@ -76,6 +76,17 @@ def prune_checkpoints(run_dir: Path, keep_last: int) -> list[OSError]:
     return failed
 
 
+def unfinished_first_checkpoint(run_dir: Path) -> Path | None:
+    """The weights of a run's first and only checkpoint when a stop while it was saved (a kill between the weights
+    and the trainer state written after them) left them without their trainer state, and the run has no final
+    model: nothing a resume can continue exactly, and nothing a start in the run's folder must refuse to replace."""
+    found = checkpoint_steps(run_dir)
+    if len(found) != 1 or os.path.lexists(Path(run_dir) / FINAL):
+        return None
+    weights = found[0][1]
+    return None if os.path.lexists(state_path(weights)) else weights
+
+
 def delete_checkpoint(weights: Path, failed: list[OSError]) -> None:
     """Delete a checkpoint's weights, trainer state and evaluation record; what may not be deleted goes to `failed`."""
     for path in (weights, state_path(weights), evaluated_path(weights)):

@@ -36,6 +36,7 @@ from tfm_cli.runs import (
     TENSORBOARD_DIR,
     checkpoint_steps,
     state_path,
+    unfinished_first_checkpoint,
 )
 from tfm_cli.scoring import AUTO, bleu_metric
 from tfm_cli.tokenizer import Tokenizer, normalized
@@ -63,6 +64,8 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
             hint="train into another --out, or wait until that run ends",
         )
     prior = checkpoint_steps(run_dir)
+    if not resume and unfinished_first_checkpoint(run_dir) is not None and (run_dir / "recipe.yaml").is_file():
+        prior = []  # a stop while the first checkpoint was saved: the start removes it (`Trainer.setup`)
     if not resume and (prior or (run_dir / FINAL).is_file()) and not (run_dir / "recipe.yaml").is_file():
         # a folder of weights that is no tfm run (a Hugging Face model's): "continue it with --resume" could not
         what = f"{CHECKPOINTS}/step-*.safetensors" if prior else FINAL

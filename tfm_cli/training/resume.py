@@ -22,7 +22,14 @@ from tfm_cli.files import DirectoryLock, json_value
 from tfm_cli.model import Transformer
 from tfm_cli.monitor import EARLY_STOP, TIME_BUDGET
 from tfm_cli.recipe import Recipe, load_recipe, model_config, parse_duration, recipe_to_dict
-from tfm_cli.runs import CHECKPOINTS, FINAL, checkpoint_steps, evaluated_path, state_path
+from tfm_cli.runs import (
+    CHECKPOINTS,
+    FINAL,
+    checkpoint_steps,
+    evaluated_path,
+    state_path,
+    unfinished_first_checkpoint,
+)
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training.checks import (
     check_resumable,
@@ -127,6 +134,13 @@ def resume_point(run_dir: Path, events: TrainEvents) -> tuple[int, Path, dict[st
         raise CheckpointError(
             f"{odd[-1]} is not a regular file (a directory, a pipe or a broken link), so it is no trainer state",
             hint="put the trainer state back there, or move that away to resume from the checkpoint before",
+        )
+    if not complete and (first := unfinished_first_checkpoint(run_dir)) is not None:
+        raise CheckpointError(  # (it pointed to a new folder, and a start in this one was refused: no way on in place)
+            f"{run_dir} stopped while it saved its first checkpoint ({first.name}, without its trainer state): "
+            "there is nothing to resume from",
+            hint=f"start it again in its folder, which removes that checkpoint: tfm train {shell_word(run_dir / 'recipe.yaml')} "
+            f"--out {shell_word(run_dir)}",
         )
     if not complete:
         raise CheckpointError(

@@ -76,6 +76,7 @@ from tfm_cli.runs import (
     prune_checkpoints,
     run_dir_of,
     state_path,
+    unfinished_first_checkpoint,
 )
 from tfm_cli.runtime import (
     autocast,
@@ -451,6 +452,12 @@ class Trainer:
                 if created:
                     run_dir.rmdir()
                 raise
+            if self.main and (unfinished := unfinished_first_checkpoint(run_dir)) is not None:  # (`preflight` let it be)
+                failed: list[OSError] = []
+                delete_checkpoint(unfinished, failed)
+                if failed:
+                    raise CheckpointError(f"{failed[0].filename} cannot be removed: {failed[0].strerror}", hint="check its permissions")
+                self.events.message(f"removed {unfinished}: the run stopped while it saved it, before its trainer state")
         self.started = time.perf_counter()
         if self.device.type == "cpu":
             tune_cpu_allocator()
@@ -1293,9 +1300,13 @@ def _make_run_dir(run_dir: Path) -> bool:
 def _sweep_temporary_files(run_dir: Path) -> None:
     """Remove the half-written files of a trainer that was killed (`kill -9`, a machine that went down) in the
     middle of a save: `checkpoints/.step-*.tmp` (a state file of the base recipe is hundreds of MB), the write
-    probe, and the final or best weights' temporary files. Only a trainer writes them, and this one holds the run's
-    lock, so none is being written now. They outlived resumes and the end of the run."""
-    folders = {run_dir / CHECKPOINTS: (".step-*.tmp", ".write-test-*"), run_dir: (f".{FINAL}.*.tmp", f".{BEST}.*.tmp")}
+    probe, and the final or best weights' temporary files, and safetensors' own (`.tmpXXXXXX`: its writer makes the
+    file under such a name beside ours, then renames it; a kill left one as large as the weights). Only a trainer
+    writes them, and this one holds the run's lock, so none is being written now. They outlived resumes and the end
+    of the run."""
+    safetensors_own = ".tmp" + "[0-9A-Za-z]" * 6  # the Rust tempfile crate's name
+    folders = {run_dir / CHECKPOINTS: (".step-*.tmp", ".write-test-*", safetensors_own),
+               run_dir: (f".{FINAL}.*.tmp", f".{BEST}.*.tmp", safetensors_own)}
     for folder, patterns in folders.items():
         for pattern in patterns:
             for stale in folder.glob(pattern):
