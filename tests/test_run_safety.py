@@ -330,6 +330,12 @@ def test_a_checkpoint_whose_weights_are_gone_is_said_and_a_run_that_never_began_
         proc = train("--resume", str(begun), *extra)
         error_line(proc, f"{begun} has no recipe.yaml and no checkpoint: its run was stopped before it began to train")
         assert f"hint: start it again: tfm train RECIPE --out {begun} (the tokenizer.json there is used)" in proc.stderr
+    empty = tmp_path / "empty"  # killed before its tokenizer was written: the folder it made, empty
+    empty.mkdir()
+    for extra in ([], ["--dry-run"]):  # it said "recipe.yaml is missing: ... not a tfm run directory; pass the run's folder"
+        proc = train("--resume", str(empty), *extra)
+        error_line(proc, f"{empty} is empty: a run started there was stopped before it wrote anything, so there is nothing to resume")
+        assert f"hint: start it: tfm train RECIPE --out {empty}" in proc.stderr
 
 
 def test_a_corpus_that_data_max_len_empties_says_so(root: Path, tmp_path: Path) -> None:

@@ -873,6 +873,11 @@ def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
             "tokenizer.json is there), so there is nothing to resume",
             hint=f"start it again: tfm train RECIPE --out {shell_word(run_dir)} (the tokenizer.json there is used)",
         )
+    if not path.is_file() and not any(Path(run_dir).iterdir()):
+        raise CheckpointError(  # a start killed while it trained its tokenizer left the folder it made, empty
+            f"{run_dir} is empty: a run started there was stopped before it wrote anything, so there is nothing to resume",
+            hint=f"start it: tfm train RECIPE --out {shell_word(run_dir)}",
+        )
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: {run_dir} is not a tfm run directory", hint="pass the run's folder, e.g. runs/tiny")
     recipe = load_recipe(path, overrides)
