@@ -206,4 +206,4 @@ def test_json_keeps_the_kind_layer_and_head_given(tok, tmp_path: Path) -> None:
     proc = tfm(*base, "--layer", "2", check=False)  # the encoder has one layer: not every kind has a layer 2
     assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("Error: --layer 2 is out of range for --json: it keeps that layer of every kind, "
-                                  "and the encoder has layers 1-1"), proc.stderr
+                                  "and the encoder has one layer (1)"), proc.stderr

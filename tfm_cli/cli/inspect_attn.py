@@ -43,6 +43,11 @@ KIND_NAMES = {"encoder": "encoder self-attention", "decoder": "decoder masked se
 _SHADES = " ·░▒▓█"
 
 
+def _numbered(what: str, n: int) -> str:
+    """`layers 1-6`, or `one layer (1)` where there is one: "the model has heads 1-1" read oddly."""
+    return f"{what} 1-{n}" if n > 1 else f"one {what.rstrip('s')} (1)"
+
+
 def _precision(value: str) -> str:
     if value == "int8":  # translate's and bench's fifth choice: its weights are a quantized copy
         raise typer.BadParameter("int8 is not offered here: the weights shown are the fp32 model's; use auto, fp32, bf16 or fp16")
@@ -151,7 +156,7 @@ def inspect_attn(
     for_the_encoder = given_kind == "encoder" and (json_out or html is not None or image is not None or token is not None)
     if align and layer is not None and layer > decoder_layers and not for_the_encoder:
         raise TfmError(
-            f"--layer {layer} is out of range for --align: it reads cross-attention, and the decoder has layers 1-{decoder_layers}",
+            f"--layer {layer} is out of range for --align: it reads cross-attention, and the decoder has {_numbered('layers', decoder_layers)}",
             hint=f"use --layer 1 to {decoder_layers} with --align",
         )
 
@@ -312,7 +317,7 @@ def _layer(layer: int | None, layers: int, kind: str) -> int:
         return layers - 1
     if not 1 <= layer <= layers:
         stack = "encoder" if kind == "encoder" else "decoder"
-        raise TfmError(f"--layer {layer} is out of range: the {stack} has layers 1-{layers}", hint=f"use --layer 1 to {layers}")
+        raise TfmError(f"--layer {layer} is out of range: the {stack} has {_numbered('layers', layers)}", hint=f"use --layer 1 to {layers}" if layers > 1 else "use --layer 1")
     return layer - 1
 
 
@@ -331,7 +336,7 @@ def _head(head: str, heads: int) -> int | None:
     digits = head.lstrip("0")
     number = int(digits or "0") if len(digits) <= 18 else 0  # longer is out of range (int() reads 4,300 digits at most)
     if not 1 <= number <= heads:
-        raise TfmError(f"--head {head} is out of range: the model has heads 1-{heads}", hint=f"use --head 1 to {heads}, or --head mean")
+        raise TfmError(f"--head {head} is out of range: the model has {_numbered('heads', heads)}", hint=f"use --head 1 to {heads}, or --head mean" if heads > 1 else "use --head 1 (or mean: the same)")
     return number - 1
 
 
@@ -343,7 +348,7 @@ def _json_selection(report, kind: str | None, layer: int | None, head: int | Non
             layers = report.n_layers[stack]
             if layer > layers:
                 raise TfmError(
-                    f"--layer {layer} is out of range for --json: it keeps that layer of every kind, and the {stack} has layers 1-{layers}",
+                    f"--layer {layer} is out of range for --json: it keeps that layer of every kind, and the {stack} has {_numbered('layers', layers)}",
                     hint=f"use --layer 1 to {layers}, or choose the kind with --kind",
                 )
     return {"kind": kind, "layer": None if layer is None else layer - 1, "head": head}
