@@ -152,7 +152,9 @@ def test_a_long_paragraph_is_split_whole() -> None:
 def test_a_sentence_in_capitals_is_given_in_sentence_case(text: str, capitals: bool, cased: str | None) -> None:
     assert in_capitals(text) is capitals
     assert to_translate(text, split=True) == [Part(text, cased if capitals else text, capitals)]
-    assert to_translate(text, split=True)[0].written("I'm tired.") == ("I'M TIRED." if capitals else "I'm tired.")
+    # (a text without a sentence's end, "OK", gets none: the period is the model's, which makes sentences of all)
+    written = ("I'M TIRED." if capitals else "I'm tired.").removesuffix("" if text.rstrip(" »")[-1] in ".!?" else ".")
+    assert to_translate(text, split=True)[0].written("I'm tired.") == written
 
 
 def test_each_sentence_of_a_line_is_given_as_it_is_written() -> None:
@@ -256,6 +258,29 @@ def test_frames_nest_and_hold_several_sentences() -> None:
 def test_a_fragment_in_a_frame_gets_no_period_the_model_added() -> None:
     (part,) = to_translate("(rires)", split=True)
     assert part.given == "rires" and part.written("Laughter.") == "(Laughter)"
+
+
+@pytest.mark.parametrize(
+    ("text", "translation", "written"),
+    [
+        ("Le chat noir", "The cat is black.", "The cat is black"),  # a headline: no period
+        ("je suis fatigué", "I'm tired.", "I'm tired"),  # a line typed without its period
+        ("Tom a dit « bonjour »", 'Tom said "hello".', 'Tom said "hello"'),
+        ("Il a dit « oui ».", "He said yes.", "He said yes."),  # ended, then the closing quote
+        ('"Il pleut."', "It is raining.", '"It is raining."'),  # (the quotes are a frame)
+        ("(Il pleut)", "It is raining.", "(It is raining)"),
+        ("Je pense...", "I think...", "I think..."),
+        ("Il pleut", "It's raining...", "It's raining..."),  # an ellipsis is the model's to write
+        ("Où es-tu", "Where are you?", "Where are you?"),  # only a period goes
+    ],
+)
+def test_a_line_without_a_sentences_end_gets_no_period_the_model_added(text: str, translation: str, written: str) -> None:
+    """A model trained on sentences ends every output with one: a headline, a list's item or a line typed without
+    its period came back with a period its source did not have. Verbatim, the model's output is kept as it is."""
+    (part,) = to_translate(text, split=True)
+    assert part.written(translation) == written
+    (raw,) = to_translate(text, split=True, verbatim=True)
+    assert raw.written(translation) == translation
     (part,) = to_translate("(Il rit.)", split=True)
     assert part.written("He laughs.") == "(He laughs.)"
 
@@ -273,7 +298,7 @@ def test_blank_and_invisible_lines_are_no_literal_text() -> None:
 
 def test_verbatim_gives_the_line_as_it_is() -> None:
     for line in ('- "OÙ ES-TU ? Je suis là."', "42", "Bonjour. Merci."):
-        assert to_translate(line, split=True, verbatim=True) == [Part(line, line)]
+        assert to_translate(line, split=True, verbatim=True) == [Part(line, line, verbatim=True)]
 
 
 def test_a_thousand_frames_are_no_recursion() -> None:

@@ -283,7 +283,8 @@ class Part(NamedTuple):
     """A sentence of a line (or the line whole) as written, what the model is given for it, and how its
     translation is written (`written`): in capitals or in title case where the sentence is (`capitals`, `title`),
     inside the frame the sentence was in (`prefix`, `suffix`: a list's bullet or number, the quotes or brackets
-    around it, emoji); as written, without the model, where it holds no letter to translate (`given` is "")."""
+    around it, emoji); as written, without the model, where it holds no letter to translate (`given` is ""); as the
+    model wrote it with `verbatim`."""
 
     text: str
     given: str
@@ -291,6 +292,7 @@ class Part(NamedTuple):
     prefix: str = ""
     suffix: str = ""
     title: bool = False  # written in title case: so is its translation
+    verbatim: bool = False  # the model's translation as it is
 
     @property
     def literal(self) -> bool:
@@ -301,8 +303,12 @@ class Part(NamedTuple):
         """The translation of `given` as this sentence is written."""
         if self.literal:
             return self.text.strip()
-        if (self.prefix or self.suffix) and self.given[-1:] not in _ENDS and translation.endswith(".") and not translation.endswith(".."):
-            translation = translation[:-1]  # `(rires)`: a fragment in a frame, as the model made it a sentence: `(Laughter.)`
+        if self.verbatim:
+            return translation
+        if not _ended(self.given) and translation.endswith(".") and not translation.endswith(".."):
+            # a fragment (`(rires)`, a headline, a list's item, a line typed without its period) as the model, trained
+            # on sentences, made it one: `(Laughter.)`, "Le chat noir" -> "The black cat."; written without it
+            translation = translation[:-1]
         if self.capitals:
             translation = translation.upper()
         elif self.title:
@@ -313,13 +319,19 @@ class Part(NamedTuple):
 _ENDS = ".!?…。！？;:"  # a sentence's (or a clause's) end
 
 
+def _ended(text: str) -> bool:
+    """Whether `text` ends as a sentence or a clause does, before any closing quotes or brackets (`Il a dit
+    « oui ».`, `"Il pleut."`, `(voir plus haut.)`)."""
+    return text.rstrip().rstrip(_CLOSING + " \u00a0\u202f").rstrip()[-1:] in _ENDS
+
+
 def to_translate(line: str, split: bool, cost: Callable[[str], Any] | None = None, verbatim: bool = False) -> list[Part]:
     """What the model is given for `line`: its sentences (`split_sentences`; the line whole without `split`), each
     without its frame (`frame`), in sentence case where it is written in capitals (`sentence_case`, with `cost`),
     none for a sentence without a letter (written as it is). With `verbatim`, or a line with none of these,
     `[Part(line, line)]`."""
     if verbatim:
-        return [Part(line, line)]
+        return [Part(line, line, verbatim=True)]
     if not line.strip():
         return [Part(line, line)]  # a blank line: an empty one
     parts: list[Part] = []
