@@ -305,7 +305,7 @@ class Part(NamedTuple):
             return self.text.strip()
         if self.verbatim:
             return translation
-        if not _ended(self.given) and translation.endswith(".") and not translation.endswith(".."):
+        if _unended(self.given) and translation.endswith(".") and not _abbreviation_at_end(translation):
             # a fragment (`(rires)`, a headline, a list's item, a line typed without its period) as the model, trained
             # on sentences, made it one: `(Laughter.)`, "Le chat noir" -> "The black cat."; written without it
             translation = translation[:-1]
@@ -319,10 +319,23 @@ class Part(NamedTuple):
 _ENDS = ".!?…。！？;:"  # a sentence's (or a clause's) end
 
 
-def _ended(text: str) -> bool:
-    """Whether `text` ends as a sentence or a clause does, before any closing quotes or brackets (`Il a dit
-    « oui ».`, `"Il pleut."`, `(voir plus haut.)`)."""
-    return text.rstrip().rstrip(_CLOSING + " \u00a0\u202f").rstrip()[-1:] in _ENDS
+def _unended(text: str) -> bool:
+    """Whether `text` plainly ends without a sentence's end: its last character, before any closing quotes or
+    brackets, is a letter of a script with case or a digit (`Le chat noir`, `Chapitre 3`, `Tom a dit « oui »`).
+    Not where it is punctuation of any kind (`.`, `।`, `።`, `…`), nor a letter of a script that writes no mark at a
+    sentence's end (Thai) or whose headlines are unknown here (CJK): there the model's period stays."""
+    last = text.rstrip().rstrip(_CLOSING + " \u00a0\u202f")[-1:]
+    return bool(last) and ((last.isdigit() and last.isascii()) or last.isupper() or last.islower())
+
+
+def _abbreviation_at_end(translation: str) -> bool:
+    """Whether the final period of `translation` belongs to an abbreviation (`8 a.m.`, `the U.S.`, `etc.`, `Mr.`)
+    or to an ellipsis (`...`)."""
+    words = translation[:-1].split()
+    word = words[-1].lstrip(_OPENING) if words else ""
+    return translation.endswith("..") or bool(word) and (
+        bool(_DOTTED.fullmatch(word)) or word.lower() in ABBREVIATIONS or word in ABBREVIATIONS_AS_WRITTEN
+    )
 
 
 def to_translate(line: str, split: bool, cost: Callable[[str], Any] | None = None, verbatim: bool = False) -> list[Part]:
