@@ -2629,10 +2629,18 @@ def test_outputs_never_replace_another_models_files(copy: Path, tmp_path: Path) 
         error_line(proc, f"--html {target} already exists and is {held}: writing it would destroy it")
         error_line(translate(copy, "--score", str(pairs), "--output", str(target)), f"--output {target} already exists and is {held}")
     assert snapshot(other) == before and snapshot(tmp_path / "loose") == loose
-    translate(copy, "--score", str(pairs), "--output", str(other / "hyp.en"))  # a run's earlier output: replaced
-    translate(copy, "--score", str(pairs), "--output", str(tmp_path / "plain" / "config.json"))
-    assert len((other / "hyp.en").read_text(encoding="utf-8").splitlines()) == 5
-    assert len((tmp_path / "plain" / "config.json").read_text(encoding="utf-8").splitlines()) == 5
+    # replaced as before: a run's earlier outputs, and files of those names or kinds where no model is (a folder of
+    # fairseq's binarised data, a project whose checkpoints/ are another toolkit's)
+    data, project = tmp_path / "data", tmp_path / "project"
+    (project / "checkpoints").mkdir(parents=True)
+    data.mkdir()
+    for path in (other / "hyps.jsonl", data / "train.bin", data / "tok.json", project / "checkpoints" / "checkpoint_best.pt",
+                 project / "config.json"):
+        write(path, "old\n")
+    for target in (other / "hyp.en", other / "hyps.jsonl", tmp_path / "plain" / "config.json", data / "tok.json", project / "config.json"):
+        proc = translate(copy, "--score", str(pairs), "--output", str(target))
+        assert proc.returncode == 0, proc.stderr
+        assert len(target.read_text(encoding="utf-8").splitlines()) == 5, target
 
 
 def test_export_never_replaces_a_folder_of_the_run(copy: Path) -> None:

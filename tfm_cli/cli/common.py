@@ -617,26 +617,32 @@ def _is_stdin(path: Path) -> bool:
 
 # Files of weights, whatever folder holds them (safetensors, ONNX graphs, PyTorch's and Hugging Face's checkpoints).
 _WEIGHTS = frozenset({".safetensors", ".onnx", ".pt", ".pth", ".ckpt", ".bin"})
-# The kinds of file a model's folder holds beside its weights: its config, tokenizer, recipe, logs, scripts.
-_MODEL_FILES = frozenset({".json", ".jsonl", ".yaml", ".yml", ".py", ".spm", ".model", ".vocab"})
+# What a model's folder (a tfm run, release or ONNX export; a Hugging Face or CTranslate2 model) needs beside them.
+_MODEL_FILES = frozenset({
+    "config.json", "tokenizer.json", "recipe.yaml", "metrics.jsonl", "summary.json", "onnx.json", "tfm-export.json",
+    "translate.py", "sentences.py", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
+    "vocab.json", "source.spm", "target.spm", "shared_vocabulary.json", "shared_vocabulary.txt",
+})
+# The weights whose presence makes a folder a model's: tfm's final and best models, an ONNX export's graphs,
+# Hugging Face's and CTranslate2's weights.
+_MODEL_WEIGHTS = ("model.safetensors", "best.safetensors", "encoder.onnx", "pytorch_model.bin", "model.bin")
 
 
 def _held_by_a_model(path: Path) -> str | None:
     """What `path` (an existing file) is to a model, when a command's output would destroy it there: a file of
-    weights anywhere, or one of the files a model's folder (a run, a release, an export: weights beside it, or a
-    run's checkpoints/) reads; None for any other file (translations, pages, images, a run's own earlier outputs)."""
+    weights anywhere, or one of the files a model's folder (a run, a release, an export, a Hugging Face or
+    CTranslate2 model) needs beside its weights; None for any other file (translations, pages, a run's own earlier
+    outputs, a tokenizer.json where no model is)."""
     if path.suffix.lower() in _WEIGHTS:
         return "a model's weights"
-    if path.suffix.lower() not in _MODEL_FILES:
+    if path.name not in _MODEL_FILES:
         return None
     folder = path.parent
     try:
-        holds_weights = (folder / "checkpoints").is_dir() or any(
-            child.suffix.lower() in _WEIGHTS and child.is_file() for child in folder.iterdir()
-        )
-    except OSError:  # a folder this user cannot list: not known to be a model's
+        is_model = any((folder / name).is_file() for name in _MODEL_WEIGHTS) or any((folder / "checkpoints").glob("step-*.safetensors"))
+    except OSError:  # a folder this user cannot look into: not known to be a model's
         return None
-    return f"a file of the model in {folder}" if holds_weights else None
+    return f"a file of the model in {folder}" if is_model else None
 
 
 def written_file(path: Path) -> Path:
