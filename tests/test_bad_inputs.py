@@ -2864,11 +2864,19 @@ def test_curves_of_a_damaged_log_are_said_not_blamed_on_matplotlib(copy: Path, t
     write(copy / "metrics.jsonl", '{"kind": "train", "step": 5, "loss": 6.0}\n{"kind": "train", "step": 10, "loss": 5.0}\n')
     lines = 2
     with open(copy / "metrics.jsonl", "a", encoding="utf-8") as f:
-        f.write('{"kind": "train", "step": 11, "loss": "nan"}\nnot json\n')
+        f.write('{"kind": "train", "step": 11, "loss": "nan"}\nnot json\n{"kind": "train", "step": 12, "loss": NaN}\n')
+        f.write('{"kind": "skipped", "step": 13, "loss": "nan", "lr": 0.1}\n')  # the trainer's own: no damage
     proc = tfm("train", "--curves", str(copy))
-    assert f"{copy / 'metrics.jsonl'}: 2 lines not drawn, from line {lines + 1}" in proc.stderr
+    assert f"{copy / 'metrics.jsonl'}: 2 lines that are no record tfm writes (cut by a crash, damaged or edited), from line {lines + 1}" in proc.stderr
+    assert f"{copy / 'metrics.jsonl'}: 1 record of a loss or score that is not a finite number, not drawn" in proc.stderr
+    assert "1 update skipped by the trainer, the loss not finite (step 13)" in proc.stderr
     data = json.loads(tfm("train", "--curves", str(copy), "--json").stdout)
-    assert data["skipped_lines"] == 2 and data["first_skipped_line"] == lines + 1
+    assert (data["damaged_lines"], data["first_damaged_line"], data["not_finite"], data["skipped_steps"]) == (2, lines + 1, 1, [13])
+    diverged = tmp_path / "diverged"  # a run whose every update was skipped: the trainer's records, no damage
+    diverged.mkdir()
+    (diverged / "metrics.jsonl").write_text('{"kind": "skipped", "step": 1, "loss": "nan", "lr": 0.1}\n', encoding="utf-8")
+    proc = tfm("train", "--curves", str(diverged))
+    assert "1 update skipped by the trainer, the loss not finite (step 1)" in proc.stderr and "damaged" not in proc.stderr
 
 
 def test_a_link_that_loops_or_leads_nowhere_is_said_as_one(tmp_path: Path) -> None:

@@ -273,8 +273,15 @@ def append_metrics(run_dir: Path, record: dict[str, Any]) -> None:
         raise failure from error
 
 
-def _is_record(record: Any) -> bool:
-    """A record the curves can draw: a train or eval window with a step and numbers, or the final scores."""
+def _is_skipped_step(record: Any) -> bool:
+    """The trainer's record of an update it skipped (`{"kind": "skipped", "step": N, "loss": "nan", ...}`)."""
+    return isinstance(record, dict) and record.get("kind") == "skipped" and isinstance(record.get("step"), int) \
+        and not isinstance(record.get("step"), bool)
+
+
+def _is_record(record: Any, finite: bool = True) -> bool:
+    """A record the curves can draw: a train or eval window with a step and numbers, or the final scores; with
+    `finite` False, one of those whose numbers may be NaN or infinite."""
     if not isinstance(record, dict):
         return False
     step = record.get("step")
@@ -288,8 +295,8 @@ def _is_record(record: Any) -> bool:
     if not all(isinstance(record.get(k), (int, float)) and not isinstance(record.get(k), bool) for k in numbers):
         return False
     # NaN, Infinity and 1e400 are valid JSON for Python's reader; a chart of them failed ("cannot convert float NaN
-    # to integer"). tfm writes a skipped step's loss as the string "nan", which is no record either.
-    return all(math.isfinite(record[k]) for k in numbers if isinstance(record[k], float))
+    # to integer"). (tfm writes a skipped step's loss as the string "nan", in a record of its own kind.)
+    return not finite or all(math.isfinite(record[k]) for k in numbers if isinstance(record[k], float))
 
 
 def _tidy(record: dict[str, Any]) -> dict[str, Any]:
@@ -305,9 +312,10 @@ def _tidy(record: dict[str, Any]) -> dict[str, Any]:
 
 def read_curves(run_dir: Path) -> dict[str, Any]:
     """The curves of a run from its metrics.jsonl: {"train": [{step, loss, lr, ...}], "eval": [{step, loss, bleu,
-    chrf, ...}], "final": {...} or None, "skipped_lines": N, "first_skipped_line": its number or None}. A resumed
-    run's repeated steps keep their latest record; lines that are no record a chart can draw (cut by a crash,
-    damaged, edited, or a window whose loss was not finite) are skipped and counted.
+    chrf, ...}], "final": {...} or None, "skipped_steps": [the steps whose update the trainer skipped, its loss not
+    finite], "not_finite": N records of numbers a chart cannot draw (NaN, infinite), "damaged_lines": N lines that
+    are no record tfm writes (cut by a crash, damaged, edited), "first_damaged_line": the first one's number or
+    None}. A resumed run's repeated steps keep their latest record.
 
     Raises:
         FileNotFoundError: the run has no metrics.jsonl.
@@ -316,7 +324,9 @@ def read_curves(run_dir: Path) -> dict[str, Any]:
     train: dict[int, dict[str, Any]] = {}
     evals: dict[int, dict[str, Any]] = {}
     final = None
-    skipped: list[int] = []
+    damaged: list[int] = []
+    skipped_steps: set[int] = set()
+    not_finite = 0
     # Bytes that are not UTF-8 (a disk's garbage after a crash), and lines that are JSON but not one of our records
     # (edited by hand, a damaged file), are skipped as a cut line is: the curves must never stop a run at its end.
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -327,10 +337,16 @@ def read_curves(run_dir: Path) -> dict[str, Any]:
             try:
                 record = json_value(line)
             except ValueError:  # a line cut by a crash mid-write: skip it
-                skipped.append(number)
+                damaged.append(number)
+                continue
+            if _is_skipped_step(record):  # the trainer's own note of a step it did not apply
+                skipped_steps.add(record["step"])
                 continue
             if not _is_record(record):
-                skipped.append(number)
+                if _is_record(record, finite=False):
+                    not_finite += 1
+                else:
+                    damaged.append(number)
                 continue
             record = _tidy(record)
             kind = record.get("kind")
@@ -342,7 +358,8 @@ def read_curves(run_dir: Path) -> dict[str, Any]:
                 final = record
     return {
         "train": [train[s] for s in sorted(train)], "eval": [evals[s] for s in sorted(evals)], "final": final,
-        "skipped_lines": len(skipped), "first_skipped_line": skipped[0] if skipped else None,
+        "skipped_steps": sorted(skipped_steps), "not_finite": not_finite,
+        "damaged_lines": len(damaged), "first_damaged_line": damaged[0] if damaged else None,
     }
 
 

@@ -521,21 +521,27 @@ def _show_curves(run_dir: Path, json_out: bool) -> None:
             f"{run_dir} has no metrics.jsonl: it is not a tfm run directory, or its training has not logged yet",
             hint="pass a run directory, e.g. runs/tiny",
         ) from None
-    if data["skipped_lines"] and not (data["train"] or data["eval"] or data["final"]):
+    tfm_wrote = data["train"] or data["eval"] or data["final"] or data["skipped_steps"] or data["not_finite"]
+    if data["damaged_lines"] and not tfm_wrote:
         raise TfmError(  # (random bytes said "no training records yet", exit 0)
-            f"{run_dir / 'metrics.jsonl'} holds no record tfm writes ({data['skipped_lines']:,} line(s), from line "
-            f"{data['first_skipped_line']}, are none): the file is damaged, or is not a tfm run's log",
+            f"{run_dir / 'metrics.jsonl'} holds no record tfm writes ({data['damaged_lines']:,} line(s), from line "
+            f"{data['first_damaged_line']}, are none): the file is damaged, or is not a tfm run's log",
             hint="restore it from a copy; the run's checkpoints and model do not depend on it",
         )
     if json_out:
         print_json(data)
         return
     _print_curves(run_dir, data)
-    if data["skipped_lines"]:  # a damaged file, or a diverged run's windows, were drawn as if they were not there
-        n = data["skipped_lines"]
+    # what the chart leaves out, said (a diverged loss is what one opens the curves to find)
+    if steps := data["skipped_steps"]:
+        shown = ", ".join(map(str, steps[:8])) + (", ..." if len(steps) > 8 else "")
+        warn(f"{len(steps):,} update{'s' if len(steps) != 1 else ''} skipped by the trainer, the loss not finite (step{'s' if len(steps) != 1 else ''} {shown})")
+    if n := data["not_finite"]:
+        warn(f"{run_dir / 'metrics.jsonl'}: {n:,} record{'s' if n != 1 else ''} of a loss or score that is not a finite number, not drawn")
+    if n := data["damaged_lines"]:
         warn(
-            f"{run_dir / 'metrics.jsonl'}: {n:,} line{'s' if n != 1 else ''} not drawn, from line "
-            f"{data['first_skipped_line']} (cut by a crash, damaged or edited, or a log window whose loss was not finite)"
+            f"{run_dir / 'metrics.jsonl'}: {n:,} line{'s that are' if n != 1 else ' that is'} no record tfm writes (cut by "
+            f"a crash, damaged or edited), from line {data['first_damaged_line']}, not drawn"
         )
     if not data["train"]:  # (it said "curves.png needs matplotlib", with matplotlib installed)
         info("curves.png not written: no training records to draw")
