@@ -196,6 +196,12 @@ def test_a_possessive_or_a_contraction_before_a_period_is_no_initial() -> None:
         ("~~Il pleut.~~", "~~", "Il pleut.", "~~"),
         ("_Il pleut._", "_", "Il pleut.", "_"),
         ("__Il pleut.__", "__", "Il pleut.", "__"),
+        # tags at the edges of a text holding none, paired or not: an element a split cut in two, nested lists
+        ("<ul><li>Il pleut.</li>", "<ul><li>", "Il pleut.", "</li>"),
+        ("Il pleut.</p>", "", "Il pleut.", "</p>"),
+        ("<p>Il pleut.", "<p>", "Il pleut.", ""),
+        ("<b>Je suis là.</i>", "<b>", "Je suis là.", "</i>"),
+        ("Il pleut.<br/>", "", "Il pleut.", "<br/>"),
     ],
 )
 def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner: str, suffix: str) -> None:
@@ -227,8 +233,6 @@ def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner
         "Je suis là.",
         "  Je suis là.  ",
         "<b>a</b> et <b>b</b>",  # two elements, not one around the line
-        "<b>Je suis là.</i>",  # tags that do not pair
-        "<b>Je suis là.<b>",
         "<br/>",
         "<b></b>",
         "**Attention :** il pleut.",  # emphasis of a part of the line
@@ -367,6 +371,16 @@ def test_markup_between_sentences_breaks_and_frames_each() -> None:
     assert join_sentences([p.written(t) for p, t in zip(parts, ["It's raining.", "I'm leaving."], strict=True)]) == (
         "<p>It's raining. I'm leaving.</p>"
     )
+    # no space between elements; the blocks of a line of HTML apart, ended or not; a long start tag
+    assert split_sentences("<li>Je suis fatigué.</li><li>Il pleut.</li>") == ["<li>Je suis fatigué.</li>", "<li>Il pleut.</li>"]
+    assert split_sentences("<ul><li>Je suis là</li><li>Il pleut</li></ul>") == ["<ul><li>Je suis là</li>", "<li>Il pleut</li></ul>"]
+    assert split_sentences("<h1>Le chat</h1>\n<p>Il dort. Il rêve.</p>") == ["<h1>Le chat</h1>", "<p>Il dort.", "Il rêve.</p>"]
+    link = '<a href="https://fr.wikipedia.org/wiki/Pluie_(m%C3%A9t%C3%A9orologie)?lang=fr&amp;section=2">Je pars.</a>'
+    assert split_sentences(f"Il pleut. {link}") == ["Il pleut.", link]
+    assert split_sentences("<b>Il</b> <i>pleut</i>. <b>Je</b> pars.") == ["<b>Il</b> <i>pleut</i>.", "<b>Je</b> pars."]
+    assert split_sentences("<span>Il pleut</span><span>Je pars</span>") == ["<span>Il pleut</span><span>Je pars</span>"]  # inline
+    parts = to_translate("<ul><li>Il pleut</li><li>Je pars</li></ul>", split=True)
+    assert [(p.prefix, p.given, p.suffix) for p in parts] == [("<ul><li>", "Il pleut", "</li>"), ("<li>", "Je pars", "</li></ul>")]
     parts = to_translate("- **<b>IL PLEUT.</b>**", split=True)
     assert [(p.prefix, p.given, p.suffix, p.capitals) for p in parts] == [("- **<b>", "Il pleut.", "</b>**", True)]
     assert parts[0].written("It's raining.") == "- **<b>IT'S RAINING.</b>**"

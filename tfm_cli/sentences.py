@@ -109,14 +109,26 @@ def split_sentences(text: str) -> list[str]:
     """
     last = len(text.rstrip())
     starts, quotes = [0], _Quotes(text)
+    blocks = {m.end() for m in _BLOCK_END.finditer(text, 0, last)} if "</" in text else set()
     for match in _CANDIDATE.finditer(text, 0, last + 1):
         if match.end() >= last:
             break  # the end of the line
         if quotes.closed_at(match.end()) and _breaks(text, match):
             starts.append(match.end())
+    if blocks:  # `<li>Je suis là</li><li>Il pleut</li>`: each block of a line of HTML apart, ended or not
+        starts = sorted(set(starts) | blocks)
     if len(starts) == 1:
         return [text]
     return [text[a:b].strip() for a, b in zip(starts, starts[1:] + [len(text)], strict=True)]
+
+
+# The end of an HTML block (a paragraph, a list's item, a heading, a table's cell...) before another tag: a break,
+# whatever comes before it (a heading has no period).
+_BLOCK_END = re.compile(
+    r"</(?:p|div|li|dt|dd|h[1-6]|td|th|tr|caption|title|blockquote|section|article|header|footer|figcaption|pre|"
+    r"option|label|button|summary)\s*>(?=\s*<[A-Za-z])",
+    re.I,
+)
 
 
 def _breaks(text: str, match: re.Match[str]) -> bool:
@@ -125,9 +137,9 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
     stop, close, space, end = match["stop"], match["close"], match["space"], match.end()
     if stop[0] in _FULL_STOPS:
         return bool(space) or not close  # `「どこ？」と言った`: a closed quote and no space goes on
-    if not space:
+    if not space and not (close.endswith(">") and text[end : end + 1] == "<"):  # `Il pleut.</li><li>Je pars.`
         return False
-    start = _sentence_start(text[end : end + 64])
+    start = _sentence_start(text[end : end + 512])  # (a start tag may be long: `<a href="https://...">`)
     if start is None:
         return False
     if stop not in (".", ".."):  # ! ? … and runs of them: `Attends ! Je viens.`, `Je pense... Non.`
@@ -407,6 +419,8 @@ MONTHS = frozenset(
 _ENCLOSING = {'"': '"', "“": "”", "(": ")", "[": "]"}
 # Markup around a sentence (a line of HTML or XML, Markdown's emphasis): the model trained on plain text never saw it.
 _START_TAG = re.compile(r"""<([A-Za-z][\w:.-]*)(?:\s(?:[^<>"']|"[^"]*"|'[^']*')*)?>""")
+_TAG = r"""<(?:[A-Za-z][\w:.-]*|/[A-Za-z][\w:.-]*\s*)(?:\s(?:[^<>"']|"[^"]*"|'[^']*')*)?/?>"""
+_EDGE_TAGS = re.compile(rf"(?P<open>(?:{_TAG}\s*)*)(?P<inner>[^<>]*?)(?P<close>(?:\s*{_TAG})*)", re.S)
 _EMPHASIS = ("**", "__", "~~", "*", "_")  # `_` and `__` around words only (`__init__` is a name)
 
 
@@ -430,11 +444,11 @@ def frame(text: str) -> tuple[str, str, str]:
     if (mark := _LIST_MARK.match(text)) and not _a_date(text[mark.end() :], mark.group()):
         prefix, inner, suffix = text[: mark.end()], text[mark.end() :], ""
     elif (marks := _enclosing(stripped)) is not None:
-        opening, closing = marks
-        inner = stripped[opening:-closing]
+        opening, closing = marks  # (either may be 0: markup on one side only)
+        inner = stripped[opening : len(stripped) - closing]
         spaced = len(inner) - len(inner.lstrip()), len(inner) - len(inner.rstrip())
         prefix = lead + stripped[:opening] + inner[: spaced[0]]
-        suffix = inner[len(inner) - spaced[1] :] + stripped[-closing:] + trail
+        suffix = inner[len(inner) - spaced[1] :] + stripped[len(stripped) - closing :] + trail
         inner = inner.strip()
     else:
         start, end = 0, len(stripped)
@@ -459,10 +473,15 @@ def frame(text: str) -> tuple[str, str, str]:
 
 def _enclosing(text: str) -> tuple[int, int] | None:
     """The lengths of the marks that enclose all of `text` (stripped) and hold nothing else of their kind: double
-    quotes or brackets (`_ENCLOSING`), a markup element (`<b>...</b>`, `<p class="x">...</p>`), or Markdown's
-    emphasis (`**...**`, `*...*`, `__...__`, `_..._`, `~~...~~`, nothing but a word's own marks inside them)."""
+    quotes or brackets (`_ENCLOSING`), markup (tags before or after a text that holds none, `<li><b>...</b></li>`,
+    `<p>...`, `...</p>` of an element a split cut in two; or one element around markup of its own, `<p>... <b>
+    ...</b> ...</p>`), or Markdown's emphasis (`**...**`, `*...*`, `__...__`, `_..._`, `~~...~~`, nothing but a
+    word's own marks inside them)."""
     if (closer := _ENCLOSING.get(text[0])) and len(text) > 2 and text[-1] == closer:
         return None if any(c in text[1:-1] for c in (text[0], closer)) else (1, 1)
+    edges = _EDGE_TAGS.fullmatch(text)  # tags on either side and none between: `<ul><li>Il pleut.</li>` of a split
+    if edges is not None and (edges["open"] or edges["close"]) and any(c.isalnum() for c in edges["inner"]):
+        return len(edges["open"]), len(edges["close"])
     if (start := _START_TAG.match(text)) and text.endswith(end := f"</{start[1]}>") and len(text) > start.end() + len(end):
         inner = text[start.end() : -len(end)]
         depth = 0  # the element's own name inside it: `<b>a</b> et <b>b</b>` is no one element
