@@ -692,6 +692,10 @@ def test_a_target_in_capitals_or_a_frame_is_teacher_forced_as_the_model_would_wr
         raw = attention_report(translator, source, given, verbatim=True)
         pieces = [translator.tokenizer.id_to_piece(i) for i in translator.tokenizer.encode(given)]
         assert raw.tgt_tokens == [*pieces, "</s>"] and raw.tgt_tokens != plain.tgt_tokens
+    # beside a source given as written, a target is forced as written too (title case, quotes: the user's to force)
+    for given in ("The Animal Did Not Cross The Street.", f'"{target}"'):
+        report = attention_report(translator, SENTENCE, given)
+        assert report.tgt_tokens == [*(translator.tokenizer.id_to_piece(i) for i in translator.tokenizer.encode(given)), "</s>"]
     with pytest.raises(TfmError, match=r"decode settings \(beam\) have no effect with a target"):
         attention_report(translator, SENTENCE, target, beam=2, verbatim=True)
     with pytest.raises(TfmError, match="verbatim='yes' must be True or False"):
@@ -701,10 +705,11 @@ def test_a_target_in_capitals_or_a_frame_is_teacher_forced_as_the_model_would_wr
 def test_cli_verbatim_gives_the_sentence_and_target_as_written(trained: dict, translator: Translator) -> None:
     """`tfm inspect-attn --verbatim` shows the pieces of the sentence and --target as written, as the API's verbatim=True;
     without it, those the model is given (a frame off)."""
-    target = '"The animal did not cross the street."'
+    target, source = '"The animal did not cross the street."', f'"{SENTENCE}"'
     for flag, verbatim in (("--verbatim", True), ("--no-verbatim", False)):
-        out = json.loads(_run(trained, "--target", target, "--json", flag).stdout)
-        report = attention_report(translator, SENTENCE, target, verbatim=verbatim)
+        out = json.loads(tfm("inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", source, "--target", target,
+                             "--json", flag).stdout)
+        report = attention_report(translator, source, target, verbatim=verbatim)
         assert out["tgt_tokens"] == report.tgt_tokens and out["src_tokens"] == report.src_tokens, flag
         assert ('"' in "".join(out["tgt_tokens"])) is verbatim, out["tgt_tokens"]
 

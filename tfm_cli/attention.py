@@ -28,7 +28,7 @@ from tfm_cli.errors import TfmError
 from tfm_cli.model.masks import causal_mask, padding_mask
 from tfm_cli.packing import module_view
 from tfm_cli.scripts import unspaced
-from tfm_cli.sentences import to_translate
+from tfm_cli.sentences import MAX_DEPTH, frame, in_capitals, in_title_case, sentence_case, to_translate
 from tfm_cli.translator import Translator, check_sentence, check_text
 
 KINDS = ("encoder", "decoder", "cross")
@@ -198,8 +198,24 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     # (checked as translate checks it: unknown names, verbatim="no")
     verbatim = translator.settings.updated(**decode).verbatim
 
-    def given(text: str) -> str:  # what the model is given for a text (a target too: as the model would write it)
+    source_part = to_translate(source, False, tok.word_cost, bool(verbatim))[0]
+
+    def given(text: str) -> str:  # what the model is given for the source
         return to_translate(text, False, tok.word_cost, bool(verbatim))[0].given or text
+
+    def as_written_by_the_model(text: str) -> str:
+        """A target as the model writes the translation of the source as it is given: without its frame where the
+        source's came off, in sentence case where the source was in capitals or title case; else as it is (a
+        target in title case beside an ordinary source is the user's to force)."""
+        if source_part.prefix or source_part.suffix:
+            for _ in range(MAX_DEPTH):
+                before, inner, after = frame(text)
+                if not (before or after):
+                    break
+                text = inner
+        if (source_part.capitals or source_part.title) and (in_capitals(text) or in_title_case(text)):
+            text = sentence_case(text, tok.word_cost)
+        return text
 
     if not verbatim and to_translate(source, False, tok.word_cost)[0].literal:  # no model makes its translation
         raise TfmError(  # (it showed an empty translation's one row, labelled "the model's translation")
@@ -218,9 +234,10 @@ def attention_report(translator: Translator, source: str, target: str | None = N
         tgt_ids = [tok.piece_to_id(p) for p in result.tokens]
         target_text, forced, stopped = result.text, False, result.stopped
     else:
-        # teacher-forced as the model writes the translation it is given a source as: a target in capitals or in a
-        # frame (`"I AM TIRED."`) is forced in sentence case, without its frame, as the source is given
-        tgt_ids, target_text, forced, stopped = tok.encode(given(target)), target, True, None
+        # teacher-forced as the model writes the translation of the source it is given: a target in capitals or in a
+        # frame (`"I AM TIRED."`) beside a source so written is forced in sentence case, without its frame
+        forced_text = target if verbatim else as_written_by_the_model(target)
+        tgt_ids, target_text, forced, stopped = tok.encode(forced_text), target, True, None
         if not tgt_ids:
             raise TfmError("the target is empty", hint="give the target sentence to teacher-force, or none to inspect the model's own translation")
     if len(tgt_ids) > limit:
