@@ -207,3 +207,4 @@ def test_json_keeps_the_kind_layer_and_head_given(tok, tmp_path: Path) -> None:
     assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("Error: --layer 2 is out of range for --json: it keeps that layer of every kind, "
                                   "and the encoder has one layer (1)"), proc.stderr
+    assert "hint: use --layer 1, or choose the kind with --kind" in proc.stderr and "1 to 1" not in proc.stderr

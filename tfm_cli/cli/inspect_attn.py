@@ -48,6 +48,11 @@ def _numbered(what: str, n: int) -> str:
     return f"{what} 1-{n}" if n > 1 else f"one {what.rstrip('s')} (1)"
 
 
+def _use(option: str, n: int) -> str:
+    """`use --layer 1 to 6`, or `use --layer 1` where 1 is the only one."""
+    return f"use {option} 1 to {n}" if n > 1 else f"use {option} 1"
+
+
 def _precision(value: str) -> str:
     if value == "int8":  # translate's and bench's fifth choice: its weights are a quantized copy
         raise typer.BadParameter("int8 is not offered here: the weights shown are the fp32 model's; use auto, fp32, bf16 or fp16")
@@ -157,7 +162,7 @@ def inspect_attn(
     if align and layer is not None and layer > decoder_layers and not for_the_encoder:
         raise TfmError(
             f"--layer {layer} is out of range for --align: it reads cross-attention, and the decoder has {_numbered('layers', decoder_layers)}",
-            hint=f"use --layer 1 to {decoder_layers} with --align",
+            hint=f"{_use('--layer', decoder_layers)} with --align",
         )
 
     if align and given_kind not in (None, "cross") and not (json_out or html is not None or image is not None or token is not None):
@@ -317,7 +322,7 @@ def _layer(layer: int | None, layers: int, kind: str) -> int:
         return layers - 1
     if not 1 <= layer <= layers:
         stack = "encoder" if kind == "encoder" else "decoder"
-        raise TfmError(f"--layer {layer} is out of range: the {stack} has {_numbered('layers', layers)}", hint=f"use --layer 1 to {layers}" if layers > 1 else "use --layer 1")
+        raise TfmError(f"--layer {layer} is out of range: the {stack} has {_numbered('layers', layers)}", hint=_use("--layer", layers))
     return layer - 1
 
 
@@ -332,11 +337,11 @@ def _head(head: str, heads: int) -> int | None:
     if head == "mean":
         return None
     if not (head.isascii() and head.isdigit()):  # '²' and '١' are digits to str.isdigit, and int('²') fails
-        raise TfmError(f"--head {head!r} is not a head number", hint=f"use --head 1 to {heads}, or --head mean")
+        raise TfmError(f"--head {head!r} is not a head number", hint=f"{_use('--head', heads)}, or --head mean")
     digits = head.lstrip("0")
     number = int(digits or "0") if len(digits) <= 18 else 0  # longer is out of range (int() reads 4,300 digits at most)
     if not 1 <= number <= heads:
-        raise TfmError(f"--head {head} is out of range: the model has {_numbered('heads', heads)}", hint=f"use --head 1 to {heads}, or --head mean" if heads > 1 else "use --head 1 (or mean: the same)")
+        raise TfmError(f"--head {head} is out of range: the model has {_numbered('heads', heads)}", hint=f"{_use('--head', heads)}, or --head mean")
     return number - 1
 
 
@@ -349,7 +354,7 @@ def _json_selection(report, kind: str | None, layer: int | None, head: int | Non
             if layer > layers:
                 raise TfmError(
                     f"--layer {layer} is out of range for --json: it keeps that layer of every kind, and the {stack} has {_numbered('layers', layers)}",
-                    hint=f"use --layer 1 to {layers}, or choose the kind with --kind",
+                    hint=f"{_use('--layer', layers)}, or choose the kind with --kind",
                 )
     return {"kind": kind, "layer": None if layer is None else layer - 1, "head": head}
 
