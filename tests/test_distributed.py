@@ -451,8 +451,9 @@ def test_bad_launcher_options_get_one_line(tmp_path: Path) -> None:
         (["--node-rank", "5", "--nnodes", "2", "--dry-run"], "--nnodes, --node-rank start training with torchrun, which --dry-run does not: drop them"),
         (["--nproc-per-node", "999", "--device", "cuda"], "more processes than this node's"),
         # on CPU it grew the launcher's memory until it was killed
-        (["--nproc-per-node", "9223372036854775807", "--device", "cpu"], "is more processes than this node's"),
-        (["--nproc-per-node", str(max(len(os.sched_getaffinity(0)), 2) + 1), "--device", "cpu"], "CPU cores"),
+        (["--nproc-per-node", "9223372036854775807", "--device", "cpu"], "is more processes than this node takes on CPU"),
+        (["--nproc-per-node", str(max(len(os.sched_getaffinity(0)), 2) + 1), "--device", "cpu"],
+         f"this node takes on CPU (gloo): one a core, {len(os.sched_getaffinity(0))} here, or 2 on any machine"),
         (["--nproc-per-node", "2", "--device", "cuda:1"], "names one GPU"),
         (["--nnodes", "2", "--nproc-per-node", "2"], "--master-addr"),
         # torchrun's ValueError traceback, or a minute of retries and a C++ stack trace, before

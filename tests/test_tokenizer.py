@@ -282,8 +282,12 @@ def test_load_rejects_garbage_and_foreign_tokenizers(tok: Tokenizer, tmp_path: P
     with pytest.raises(TfmError, match="model.safetensors is not a readable tokenizer file: a model's weights, not a tokenizer$") as caught:
         Tokenizer.load(weights)
     assert caught.value.hint == "give the tokenizer.json of a tfm run (tfm tokenize and tfm train write it)"
-    with pytest.raises(TfmError, match="tok.bin is not a readable tokenizer file: binary, not JSON text$"):
+    with pytest.raises(TfmError, match=r"tok.bin is not a readable tokenizer file: a model's weights, not a tokenizer$"):
         Tokenizer.load(binary)
+    latin1 = tmp_path / "tok.json"
+    latin1.write_bytes('{"é": 1}'.encode("latin-1"))
+    with pytest.raises(TfmError, match=r"tok.json is not a readable tokenizer file: not UTF-8 text \(a binary file, or text in another encoding\)$"):
+        Tokenizer.load(latin1)
 
     # Our own file with <pad> and <unk> swapped: wrong special ids.
     spec = json.loads(tok.backend.to_str())

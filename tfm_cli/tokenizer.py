@@ -207,7 +207,8 @@ class Tokenizer:
             elif isinstance(err, OSError):  # "[Errno 13] Permission denied: '...'" repeated the path
                 why = err.strerror or str(err)
             elif isinstance(err, UnicodeDecodeError):  # the codec's words named a byte, not the mistake
-                why = "a model's weights, not a tokenizer" if path.suffix == ".safetensors" else "binary, not JSON text"
+                weights = path.suffix.lower() in (".safetensors", ".onnx", ".pt", ".pth", ".ckpt", ".bin")
+                why = "a model's weights, not a tokenizer" if weights else "not UTF-8 text (a binary file, or text in another encoding)"
             else:
                 why = str(err).splitlines()[0] if str(err) else repr(err)
             raise TfmError(f"{path} is not a readable tokenizer file: {why}", hint=_TOKENIZER_HINT) from err

@@ -319,8 +319,8 @@ class _Launch:
             cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
             if self.nproc > max(cores, 2):  # (two, the smallest distributed run, on any machine: to try it out)
                 raise typer.BadParameter(
-                    f"--nproc-per-node {self.nproc} is more processes than this node's {cores} CPU cores: each process "
-                    f"trains on cores of its own (gloo), so give at most {max(cores, 2)}", param_hint="--nproc-per-node",
+                    f"--nproc-per-node {self.nproc} is more processes than this node takes on CPU (gloo): one a core, "
+                    f"{cores} here, or 2 on any machine; give at most {max(cores, 2)}", param_hint="--nproc-per-node",
                 )
 
     def _check_address(self) -> None:
