@@ -202,6 +202,16 @@ def test_a_possessive_or_a_contraction_before_a_period_is_no_initial() -> None:
         ("<p>Il pleut.", "<p>", "Il pleut.", ""),
         ("<b>Je suis là.</i>", "<b>", "Je suis là.", "</i>"),
         ("Il pleut.<br/>", "", "Il pleut.", "<br/>"),
+        # words no model translates, at a sentence's edges: addresses, mentions, hashtags, emoticons
+        ("Tom est là. https://example.com/fr/page.html", "", "Tom est là.", " https://example.com/fr/page.html"),
+        ("@marie42 J'ai faim.", "@marie42 ", "J'ai faim.", ""),
+        ("Écris-moi à tom@example.com.", "", "Écris-moi à", " tom@example.com."),
+        ("J'adore Paris #vacances #été", "", "J'adore Paris", " #vacances #été"),
+        ("Merci beaucoup :)", "", "Merci beaucoup", " :)"),
+        ("C'est fini xD", "", "C'est fini", " xD"),
+        # a quoted e-mail's markers, a Markdown heading's
+        (">> Il pleut.", ">> ", "Il pleut.", ""),
+        ("## Il pleut", "## ", "Il pleut", ""),
     ],
 )
 def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner: str, suffix: str) -> None:
@@ -210,7 +220,8 @@ def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner
     assert frame(text) == (prefix, inner, suffix)
     (part,) = to_translate(text, split=True)
     assert (part.text, part.given) == (text, inner)
-    assert part.written("I'm here.") == prefix + "I'm here." + suffix
+    ended = inner.rstrip("*_~")[-1] in ".!?"  # (a fragment gets no period the model added)
+    assert part.written("I'm here.") == prefix + ("I'm here." if ended else "I'm here") + suffix
 
 
 @pytest.mark.parametrize(
@@ -239,6 +250,9 @@ def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner
         "** Je suis là. **",  # not emphasis in Markdown: white space inside the marks
         "__init__",  # a name, not `_` emphasis of a word
         "*a*b*",
+        "Va sur https://tatoeba.org pour plus d'informations.",  # inside the sentence: the model's (not a frame)
+        "Il est 8:30",  # not an emoticon
+        "#1 des ventes",  # (a hashtag with nothing after it: a subject)
     ],
 )
 def test_text_without_a_frame_is_given_as_it_is(text: str) -> None:
@@ -384,3 +398,14 @@ def test_markup_between_sentences_breaks_and_frames_each() -> None:
     parts = to_translate("- **<b>IL PLEUT.</b>**", split=True)
     assert [(p.prefix, p.given, p.suffix, p.capitals) for p in parts] == [("- **<b>", "Il pleut.", "</b>**", True)]
     assert parts[0].written("It's raining.") == "- **<b>IT'S RAINING.</b>**"
+
+
+def test_a_line_of_addresses_alone_is_written_as_it_is_and_typed_apostrophes_are_read_as_apostrophes() -> None:
+    """A web or e-mail address alone on a line was given to the model, which made up words for it; an apostrophe
+    typed as a grave or acute accent (a keyboard's dead key: `J`ai`, `C´est`) was a piece the model had not seen."""
+    for line in ("https://tatoeba.org", "tom@example.com", "@marie42 #vacances :)"):
+        (part,) = to_translate(line, split=True)
+        assert part.literal and part.written("x") == line
+    assert [p.given for p in to_translate("J`ai faim. C´est l´heure.", split=True)] == ["J'ai faim.", "C'est l'heure."]
+    assert to_translate("J`AI FAIM.", split=True)[0].given == "J'ai faim."
+    assert to_translate("Il fait 5′ dehors", split=True)[0].given == "Il fait 5′ dehors"  # a prime after a digit: kept
