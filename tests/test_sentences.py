@@ -141,7 +141,7 @@ def test_a_long_paragraph_is_split_whole() -> None:
     ("text", "capitals", "cased"),
     [
         ("JE SUIS TRÈS FATIGUÉ.", True, "Je suis très fatigué."),
-        ("« OÙ ES-TU ? »", True, "« Où es-tu ? »"),
+        ("« OÙ ES-TU ? »", True, "Où es-tu ?"),  # (without its guillemets: a frame)
         ("OK", True, "Ok"),
         ("Je suis LÀ.", False, None),  # a word in capitals in an ordinary sentence: as written
         ("A", False, None),  # one capital
@@ -151,11 +151,13 @@ def test_a_long_paragraph_is_split_whole() -> None:
 )
 def test_a_sentence_in_capitals_is_given_in_sentence_case(text: str, capitals: bool, cased: str | None) -> None:
     assert in_capitals(text) is capitals
-    assert to_translate(text, split=True) == [Part(text, cased if capitals else text, capitals)]
+    framed = text.startswith("« ")
+    prefix, suffix = ("« ", " »") if framed else ("", "")
+    assert to_translate(text, split=True) == [Part(text, cased if capitals else text, capitals, prefix, suffix)]
     # (a text without a sentence's end, "OK", gets none: the period is the model's, which makes sentences of all)
     unended = text[-1].isupper() or text[-1].islower()  # (東京: a script without case, where the period stays)
     written = ("I'M TIRED." if capitals else "I'm tired.").removesuffix("." if unended else "")
-    assert to_translate(text, split=True)[0].written("I'm tired.") == written
+    assert to_translate(text, split=True)[0].written("I'm tired.") == (f'"{written}"' if framed else written)
 
 
 def test_each_sentence_of_a_line_is_given_as_it_is_written() -> None:
@@ -230,7 +232,6 @@ def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner
         "M. Dupont est là.",  # an initial, not a list's letter
         '"A" et "B" sont là.',  # two quotes, not one around the sentence
         "(voir plus haut) Ensuite il part.",
-        "« Où es-tu ? »",  # guillemets: the model translates them (into " " for English)
         "Il fait 20°",  # not an emoji
         "Il pèse 5㎏",
         "J'aime les 🍕",  # an emoji as a word: the object
@@ -409,3 +410,23 @@ def test_a_line_of_addresses_alone_is_written_as_it_is_and_typed_apostrophes_are
     assert [p.given for p in to_translate("J`ai faim. C´est l´heure.", split=True)] == ["J'ai faim.", "C'est l'heure."]
     assert to_translate("J`AI FAIM.", split=True)[0].given == "J'ai faim."
     assert to_translate("Il fait 5′ dehors", split=True)[0].given == "Il fait 5′ dehors"  # a prime after a digit: kept
+
+
+@pytest.mark.parametrize(
+    ("text", "given", "written"),
+    [
+        ("« Je suis là. »", "Je suis là.", '"I\'m here."'),
+        ("«Je suis là.»", "Je suis là.", '"I\'m here."'),
+        ("„Ich bin da.“", "Ich bin da.", '"I\'m here."'),
+        ("- « Je suis là. »", "Je suis là.", '- "I\'m here."'),
+        ("“Je suis là.”", "Je suis là.", "“I'm here.”"),  # curly English quotes: written back as they are
+        ("Il a dit « oui ».", "Il a dit « oui ».", "I'm here."),  # inside the sentence: the model's
+        ("„Jestem tutaj.”", "„Jestem tutaj.”", "I'm here."),  # a pair of other languages: the model's
+    ],
+)
+def test_guillemets_and_low_quotes_come_off_and_are_written_back_as_double_quotes(text: str, given: str, written: str) -> None:
+    """Given « », the quickstart model began 263 of 300 translations with "I" (`«` read as `"I`): the sentence inside
+    is given alone, and the quotes are written back as `"`, as corpora translate them (Tatoeba's « » -> " ")."""
+    (part,) = to_translate(text, split=True)
+    assert part.given == given and part.text == text
+    assert part.written("I'm here.") == written
