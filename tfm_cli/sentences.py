@@ -137,8 +137,8 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
     stop, close, space, end = match["stop"], match["close"], match["space"], match.end()
     if stop[0] in _FULL_STOPS:
         return bool(space) or not close  # `「どこ？」と言った`: a closed quote and no space goes on
-    if not space and not (close.endswith(">") and text[end : end + 1] == "<") and not _glued(text, match):
-        return False  # (`Il pleut.</li><li>Je pars.`; `voiture.Tu as`: see `_glued`)
+    if not space and not (close.endswith(">") and text[end : end + 1] == "<"):  # `Il pleut.</li><li>Je pars.`
+        return False
     start = _sentence_start(text[end : end + 512])  # (a start tag may be long: `<a href="https://...">`)
     if start is None:
         return False
@@ -162,23 +162,6 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
     if token.isdigit() and (start.isdigit() or len(token) <= 2):  # a date (3. 10. 1990, 2024. 1. 5.); an ordinal
         return False  # (am 3. Oktober, 1. Einleitung), which costs `I am 25. She is 30.` its break
     return True
-
-
-def _glued(text: str, match: re.Match[str]) -> bool:
-    """Whether a candidate without white space after it is two sentences typed without the space between them
-    (`Il a été heurté par une voiture.Tu as une bonne mémoire.`: the model translated the first alone): a word of
-    two lower-case letters or more before the stop, nothing closing after it, and a word of a capital and lower
-    case after it, which no `.` or `@` and a letter follow (not `www.Example.com`, `prenom.Nom@example.com`)."""
-    if match["close"] or match["stop"] not in (".", "!", "?", "...", "…", "?!", "!?"):
-        return False
-    before = text[max(match.start() - 64, 0) : match.start()]
-    token = before.rsplit(None, 1)[-1] if before.strip() else ""
-    if len(token) < 2 or not (token.isalpha() and token.islower()):
-        return False
-    word = re.match(r"[^\W\d_]+", text[match.end() : match.end() + 64])
-    if word is None or len(word.group()) < 2 or not (word.group()[0].isupper() and word.group()[1:].islower()):
-        return False
-    return re.match(r"[.@][^\W_]", text[match.end() + word.end() : match.end() + word.end() + 2]) is None
 
 
 def _sentence_start(rest: str) -> str | None:
