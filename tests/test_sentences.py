@@ -154,9 +154,7 @@ def test_a_sentence_in_capitals_is_given_in_sentence_case(text: str, capitals: b
     framed = text.startswith("« ")
     prefix, suffix = ("« ", " »") if framed else ("", "")
     assert to_translate(text, split=True) == [Part(text, cased if capitals else text, capitals, prefix, suffix)]
-    # (a text without a sentence's end, "OK", gets none: the period is the model's, which makes sentences of all)
-    unended = text[-1].isupper() or text[-1].islower()  # (東京: a script without case, where the period stays)
-    written = ("I'M TIRED." if capitals else "I'm tired.").removesuffix("." if unended else "")
+    written = "I'M TIRED." if capitals else "I'm tired."
     assert to_translate(text, split=True)[0].written("I'm tired.") == (f'"{written}"' if framed else written)
 
 
@@ -222,7 +220,7 @@ def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner
     assert frame(text) == (prefix, inner, suffix)
     (part,) = to_translate(text, split=True)
     assert (part.text, part.given) == (text, inner)
-    ended = inner.rstrip("*_~")[-1] in ".!?"  # (a fragment gets no period the model added)
+    ended = inner.rstrip("*_~")[-1] in ".!?"  # (a fragment in a frame gets no period the model added)
     assert part.written("I'm here.") == prefix + ("I'm here." if ended else "I'm here") + suffix
 
 
@@ -275,40 +273,34 @@ def test_frames_nest_and_hold_several_sentences() -> None:
     assert [p.given for p in to_translate("1. Ouvrez. 2. Fermez.", split=True)] == ["Ouvrez.", "Fermez."]
 
 
-def test_a_fragment_in_a_frame_gets_no_period_the_model_added() -> None:
-    (part,) = to_translate("(rires)", split=True)
-    assert part.given == "rires" and part.written("Laughter.") == "(Laughter)"
-
-
 @pytest.mark.parametrize(
     ("text", "translation", "written"),
     [
-        ("Le chat noir", "The cat is black.", "The cat is black"),  # a headline: no period
-        ("je suis fatigué", "I'm tired.", "I'm tired"),  # a line typed without its period
-        ("Tom a dit « bonjour »", 'Tom said "hello".', 'Tom said "hello"'),
-        ("Il a dit « oui ».", "He said yes.", "He said yes."),  # ended, then the closing quote
-        ('"Il pleut."', "It is raining.", '"It is raining."'),  # (the quotes are a frame)
+        ("(rires)", "Laughter.", "(Laughter)"),  # a fragment in a frame: no period
+        ("- Le chat noir", "The cat is black.", "- The cat is black"),  # a list's item
+        ("Écris-moi à tom@example.com", "Write to me.", "Write to me tom@example.com"),
+        ("Contact : tom@example.com", "Contact.", "Contact: tom@example.com"),  # the colon it had
+        ("Le chat noir", "The cat is black.", "The cat is black."),  # no frame: the model's, as references have it
+        ("je suis fatigué", "I'm tired.", "I'm tired."),
+        ("Il a dit « oui ».", "He said yes.", "He said yes."),
+        ('"Il pleut."', "It is raining.", '"It is raining."'),  # ended inside the quotes
         ("(Il pleut)", "It is raining.", "(It is raining)"),
-        ("Je pense...", "I think...", "I think..."),
-        ("Il pleut", "It's raining...", "It's raining..."),  # an ellipsis is the model's to write
-        ("Où es-tu", "Where are you?", "Where are you?"),  # only a period goes
-        ("Chapitre 3", "Chapter 3.", "Chapter 3"),
-        ("Хорошо", "Good.", "Good"),
+        ("(Il pleut...)", "It's raining...", "(It's raining...)"),  # an ellipsis is the model's to write
+        ("(Où es-tu)", "Where are you?", "(Where are you?)"),  # only a period goes
         # ended with the full stop of another script, or written without any (Thai), or unknown (CJK): kept
-        ("मैं थका हुआ हूँ।", "I am tired.", "I am tired."),
-        ("Ես հոգնած եմ։", "I am tired.", "I am tired."),
-        ("ደክሞኛል።", "I am tired.", "I am tired."),
-        ("ฉันเหนื่อย", "I am tired.", "I am tired."),
-        ("我很累", "I am tired.", "I am tired."),
+        ("(मैं थका हुआ हूँ।)", "I am tired.", "(I am tired.)"),
+        ("(ฉันเหนื่อย)", "I am tired.", "(I am tired.)"),
+        ("(我很累)", "I am tired.", "(I am tired.)"),
         # the period of an abbreviation the translation ends with is no sentence's
-        ("Rendez-vous à 8 h", "See you at 8 a.m.", "See you at 8 a.m."),
-        ("Il vit aux États-Unis", "He lives in the U.S.", "He lives in the U.S."),
-        ("Des pommes, des poires, etc", "Apples, pears, etc.", "Apples, pears, etc."),
+        ("- Rendez-vous à 8 h", "See you at 8 a.m.", "- See you at 8 a.m."),
+        ("- Des pommes, des poires, etc", "Apples, pears, etc.", "- Apples, pears, etc."),
     ],
 )
-def test_a_line_without_a_sentences_end_gets_no_period_the_model_added(text: str, translation: str, written: str) -> None:
-    """A model trained on sentences ends every output with one: a headline, a list's item or a line typed without
-    its period came back with a period its source did not have. Verbatim, the model's output is kept as it is."""
+def test_a_fragment_in_a_frame_gets_no_period_the_model_added(text: str, translation: str, written: str) -> None:
+    """A model trained on sentences ends every output with one: a list's item, a bracketed fragment or a label before
+    an address came back with a period its source did not have. A line without a frame keeps the model's period
+    (unpunctuated sources, a transcript's, have punctuated references: 47.71 BLEU kept, 38.67 dropped). Verbatim,
+    the model's output is kept as it is."""
     (part,) = to_translate(text, split=True)
     assert part.written(translation) == written
     (raw,) = to_translate(text, split=True, verbatim=True)
@@ -430,3 +422,14 @@ def test_guillemets_and_low_quotes_come_off_and_are_written_back_as_double_quote
     (part,) = to_translate(text, split=True)
     assert part.given == given and part.text == text
     assert part.written("I'm here.") == written
+
+
+def test_markup_after_an_abbreviation_is_no_sentence_end_and_quotes_in_attributes_are_kept() -> None:
+    """A closing tag or `**` after `Dr.` made a break there (markup skipped the abbreviation checks); guillemets inside
+    a tag's attribute were rewritten with the frame's (`title=""note »"`: invalid HTML)."""
+    for line in ("Le <abbr>Dr.</abbr> Martin est là.", "Voir <b>M.</b> Dupont demain.", "Le **Dr.** Martin est là.",
+                 "Voir *p.* 12 pour plus."):
+        assert split_sentences(line) == [line]
+    assert split_sentences("<b>Je suis là.</b> <i>Il pleut.</i>") == ["<b>Je suis là.</b>", "<i>Il pleut.</i>"]
+    (part,) = to_translate('<span title="« note »">« Je suis là. »</span>', split=True)
+    assert part.written("I'm here.") == '<span title="« note »">"I\'m here."</span>'

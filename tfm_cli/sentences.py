@@ -146,8 +146,9 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
         return True
     before = text[max(match.start() - 64, 0) : match.start()]
     token = before.rsplit(None, 1)[-1].lstrip(_OPENING) if before.strip() else ""
-    if not token or close:  # `(voir plus haut.) Ensuite`, `« C'est fini. » Il part.`
-        return True
+    token = _LEADING_MARKUP.sub("", token)  # `<abbr>Dr.</abbr> Martin`, `**Dr.** Martin`: the word is Dr
+    if not token or _MARKUP.sub("", close).strip():  # `(voir plus haut.) Ensuite`, `« C'est fini. » Il part.`
+        return True  # (a quote or bracket closed; markup alone, `Dr.</abbr>`, is no such end)
     # the token, and its last word after an elided article or a hyphen: dell'Avv. Rossi, l'art. 5, Dipl.-Ing. Weber
     elided, hyphened = _APOSTROPHE.split(token)[-1], token.rsplit("-", 1)[-1]  # (not the s of Tom's, the t of can't)
     for word in {token} | {part for part in (elided, hyphened) if len(part) > 1}:
@@ -162,6 +163,10 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
     if token.isdigit() and (start.isdigit() or len(token) <= 2):  # a date (3. 10. 1990, 2024. 1. 5.); an ordinal
         return False  # (am 3. Oktober, 1. Einleitung), which costs `I am 25. She is 30.` its break
     return True
+
+
+_MARKUP = re.compile(r"</?[A-Za-z][^<>]*>|[*_~]")
+_LEADING_MARKUP = re.compile(r"^(?:<[A-Za-z][^<>]*>|[*_~])+")
 
 
 def _sentence_start(rest: str) -> str | None:
@@ -317,10 +322,15 @@ class Part(NamedTuple):
             return self.text.strip()
         if self.verbatim:
             return translation
-        if _unended(self.given) and translation.endswith(".") and not _abbreviation_at_end(translation):
-            # a fragment (`(rires)`, a headline, a list's item, a line typed without its period) as the model, trained
-            # on sentences, made it one: `(Laughter.)`, "Le chat noir" -> "The black cat."; written without it
-            translation = translation[:-1]
+        if (self.prefix or self.suffix) and translation.endswith(".") and not _abbreviation_at_end(translation):
+            # a fragment in a frame (`(rires)`, a list's item, a label before an address) as the model, trained on
+            # sentences, made it one: `(Laughter.)`; written without its period, or with the colon it had
+            # (`Contact : tom@example.com` -> `Contact: tom@example.com`, not `Contact. tom@...`)
+            last = self.given.rstrip()[-1:]
+            if _unended(self.given):
+                translation = translation[:-1]
+            elif last in ":;" and not translation.endswith(".."):
+                translation = translation[:-1] + last
         if self.capitals:
             translation = translation.upper()
         elif self.title:
@@ -329,12 +339,13 @@ class Part(NamedTuple):
 
     @property
     def written_prefix(self) -> str:
-        """The prefix as it is written around a translation: guillemets and low-9 quotes as `"` (`_ENCLOSING`)."""
-        return _QUOTES_OUT[0].sub('"', self.prefix) if any(c in self.prefix for c in "«„") else self.prefix
+        """The prefix as it is written around a translation: guillemets and low-9 quotes as `"` (`_ENCLOSING`), but
+        inside a tag (`<span title="« note »">`)."""
+        return _outside_tags(_QUOTES_OUT[0], self.prefix) if any(c in self.prefix for c in "«„") else self.prefix
 
     @property
     def written_suffix(self) -> str:
-        return _QUOTES_OUT[1].sub('"', self.suffix) if any(c in self.suffix for c in "»“") else self.suffix
+        return _outside_tags(_QUOTES_OUT[1], self.suffix) if any(c in self.suffix for c in "»“") else self.suffix
 
 
 _ENDS = ".!?…。！？;:"  # a sentence's (or a clause's) end
@@ -434,11 +445,17 @@ MONTHS = frozenset(
     """.split()
 )
 # Quotes and brackets that may hold a whole sentence, and what closes each. Guillemets and low-9 quotes are written
-# back as `"` (`_QUOTES_OUT`), the quote every language's text takes and the one corpora translate them into (the
+# back as `"` (`_QUOTES_OUT`), the ASCII quote any language's text can hold and the one corpora into English use (the
 # 210 French sources of Tatoeba's training pairs in « »: 181 English targets in " ", none in « »); given them,
 # the quickstart model began 263 of 300 translations with "I" (it read `«` as `"I`). 「Japanese」 quotes are the
 # model's to translate.
 _ENCLOSING = {'"': '"', "“": "”", "(": ")", "[": "]", "«": "»", "„": "“"}
+
+
+def _outside_tags(quotes: re.Pattern[str], text: str) -> str:
+    """`text` with the marks `quotes` finds written as `"`, outside the tags in it."""
+    pieces = re.split(r"(<[^<>]*>)", text)
+    return "".join(piece if piece.startswith("<") else quotes.sub('"', piece) for piece in pieces)
 _QUOTES_OUT = (re.compile("[«„][ \u00a0\u202f]*"), re.compile("[ \u00a0\u202f]*[»“]"))
 # Markup around a sentence (a line of HTML or XML, Markdown's emphasis): the model trained on plain text never saw it.
 _START_TAG = re.compile(r"""<([A-Za-z][\w:.-]*)(?:\s(?:[^<>"']|"[^"]*"|'[^']*')*)?>""")
@@ -505,7 +522,7 @@ def frame(text: str) -> tuple[str, str, str]:
 # the quickstart model dropped every one of them, and garbled the sentence around them.
 _UNTRANSLATABLE = re.compile(
     r"(?:https?://|ftp://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+[.,;:!?]?|[@#][^\W_][\w-]*[.,;:!?]?"
-    r"|[:;=][-'^]?[()\[\]DPpOo3/|*]+|[xX]D+|<3+|\^\^|:'\(|¯\\_\(ツ\)_/¯"
+    r"|[:;=][-'^]?[()\[\]DPpOo/|*]+|[xX]D+|<3+|\^\^|:'\(|¯\\_\(ツ\)_/¯"
 )
 
 
