@@ -209,6 +209,10 @@ def test_a_possessive_or_a_contraction_before_a_period_is_no_initial() -> None:
         ("J'adore Paris #vacances #été", "", "J'adore Paris", " #vacances #été"),
         ("Merci beaucoup :)", "", "Merci beaucoup", " :)"),
         ("C'est fini xD", "", "C'est fini", " xD"),
+        # single quotes, the ones inside it apostrophes
+        ("'Je suis là.'", "'", "Je suis là.", "'"),
+        ("'J'ai faim.'", "'", "J'ai faim.", "'"),
+        ("‘J’ai faim.’", "‘", "J’ai faim.", "’"),
         # a quoted e-mail's markers, a Markdown heading's
         (">> Il pleut.", ">> ", "Il pleut.", ""),
         ("## Il pleut", "## ", "Il pleut", ""),
@@ -251,6 +255,8 @@ def test_a_sentence_in_a_frame_is_given_without_it(text: str, prefix: str, inner
         "*a*b*",
         "Va sur https://tatoeba.org pour plus d'informations.",  # inside the sentence: the model's (not a frame)
         "Il est 8:30",  # not an emoticon
+        "'Bonjour', dit-il.",  # a quote inside the sentence
+        "Les garçons' jouets'",  # not a pair of quotes
         "#1 des ventes",  # (a hashtag with nothing after it: a subject)
     ],
 )

@@ -452,6 +452,14 @@ MONTHS = frozenset(
 _ENCLOSING = {'"': '"', "“": "”", "(": ")", "[": "]", "«": "»", "„": "“"}
 
 
+def _apostrophes_only(text: str) -> bool:
+    """Whether every single quote in `text` stands between two letters, as an apostrophe does (`J'ai`, `aujourd’hui`)."""
+    return all(
+        0 < i < len(text) - 1 and text[i - 1].isalpha() and text[i + 1].isalpha()
+        for i, char in enumerate(text) if char in "'‘’"
+    )
+
+
 def _outside_tags(quotes: re.Pattern[str], text: str) -> str:
     """`text` with the marks `quotes` finds written as `"`, outside the tags in it."""
     pieces = re.split(r"(<[^<>]*>)", text)
@@ -555,6 +563,8 @@ def _enclosing(text: str) -> tuple[int, int] | None:
     word's own marks inside them)."""
     if (closer := _ENCLOSING.get(text[0])) and len(text) > 2 and text[-1] == closer:
         return None if any(c in text[1:-1] for c in (text[0], closer)) else (1, 1)
+    if text[0] in "'‘" and text[-1] in "'’" and len(text) > 2 and _apostrophes_only(text[1:-1]):
+        return 1, 1  # `'Je suis là.'`, `‘J’ai faim.’`: single quotes, the ones inside it apostrophes
     edges = _EDGE_TAGS.fullmatch(text)  # tags on either side and none between: `<ul><li>Il pleut.</li>` of a split
     if edges is not None and (edges["open"] or edges["close"]) and any(c.isalnum() for c in edges["inner"]):
         return len(edges["open"]), len(edges["close"])
