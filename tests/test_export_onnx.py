@@ -122,7 +122,11 @@ def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm_greedy(
     out = exported[0]
     paragraphs = [" ".join(trained["sources"][i : i + 3]) for i in range(60, 75, 3)]
     lines = [*trained["sources"][:60], *paragraphs, "", "   ", "Je suis étudiant, " * 40, "Je suis étudiant. " * 40,
-             "Où est 東京 ? 🙂", "\u200b", "JE SUIS ÉTUDIANT.", "JE PARLE À MARIE.", '- "Je suis étudiant."', "(2020)", "😀"]
+             "Où est 東京 ? 🙂", "\u200b", "JE SUIS ÉTUDIANT.", "JE PARLE À MARIE.", '- "Je suis étudiant."', "(2020)", "😀",
+             # markup, addresses, guillemets and single quotes come off as tfm takes them off
+             "<ul><li>Je suis étudiant.</li><li>Il pleut</li></ul>", "**Je suis étudiant.**", "@marie Je suis là. :)",
+             "Je suis étudiant. https://example.com", "« Je suis étudiant. »", "'J'ai faim.'", "https://example.com",
+             "(rires)", "Contact : tom@example.com"]
     text = "".join(line + "\n" for line in lines)
     # torch and tfm_cli made unimportable: the script must not need them
     blocked = ("import runpy, sys; sys.modules['torch'] = sys.modules['tfm_cli'] = None; sys.argv = sys.argv[1:]; "
