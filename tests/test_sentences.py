@@ -439,3 +439,18 @@ def test_markup_after_an_abbreviation_is_no_sentence_end_and_quotes_in_attribute
     assert split_sentences("<b>Je suis là.</b> <i>Il pleut.</i>") == ["<b>Je suis là.</b>", "<i>Il pleut.</i>"]
     (part,) = to_translate('<span title="« note »">« Je suis là. »</span>', split=True)
     assert part.written("I'm here.") == '<span title="« note »">"I\'m here."</span>'
+
+
+def test_a_word_in_capitals_inside_a_sentence_is_given_as_the_vocabulary_knows_it() -> None:
+    """`J'ai BESOIN d'une lampe.`: the capitals' pieces cost the quickstart model the sentence ("I have a light.");
+    given in the case the vocabulary knows as one piece, it is translated ("I need a light."). An acronym the
+    vocabulary knows in capitals, or as no one piece in any case (USA, SNCF), stays as written."""
+    pieces = {"besoin": 1, "Marie": 1, "USA": 1, "usa": 2, "Usa": 2, "sncf": 3, "Sncf": 3}
+
+    def cost(word: str) -> tuple[int, ...]:
+        return (pieces.get(word, len(word)),)  # (letters one a piece, but for the words above)
+
+    given = [p.given for p in to_translate("J'ai BESOIN d'une lampe. MARIE est là. J'habite aux USA, à la SNCF.", True, cost)]
+    assert given == ["J'ai besoin d'une lampe.", "Marie est là.", "J'habite aux USA, à la SNCF."]
+    assert to_translate("J'ai BESOIN d'une lampe.", True)[0].given == "J'ai BESOIN d'une lampe."  # without a vocabulary
+    assert to_translate("J'ai BESOIN d'une lampe.", True, cost, verbatim=True)[0].given == "J'ai BESOIN d'une lampe."
