@@ -279,6 +279,16 @@ def _shouted_words_cased(text: str, cost: Callable[[str], Any] | None) -> str:
     return _WORD.sub(cased, text)
 
 
+def in_lower_case(text: str) -> bool:
+    """Whether `text` is written all in lower case: at least two cased letters, none upper case or title case."""
+    cased = 0
+    for char in text:
+        if char.isupper() or char.istitle():
+            return False
+        cased += char.islower()
+    return cased >= 2
+
+
 def in_title_case(text: str) -> bool:
     """Whether `text` is written in title case, as a headline: three words or more, each word's first letter a
     capital, some letter in lower case (`Le Chat Est Sur La Table`)."""
@@ -432,6 +442,11 @@ def _parts(
         parts.append(Part(inner, _as_apostrophes(sentence_case(inner, cost)), capitals=True))
     elif in_title_case(inner):
         parts.append(Part(inner, _as_apostrophes(sentence_case(inner, cost)), title=True))
+    elif cost is not None and in_lower_case(inner) and not any(c in inner for c in "<>*_`"):
+        # a chat message, a line typed all in lower case (`tom est à paris`): given as an ordinary sentence is
+        # written, each word in the case the vocabulary knows best (`Tom est à Paris`; a vocabulary of lowercased
+        # text keeps it as it is), and its translation written as the model writes it
+        parts.append(Part(inner, _as_apostrophes(sentence_case(inner, cost))))
     else:
         parts.append(Part(inner, _as_apostrophes(_shouted_words_cased(inner, cost))))
     if prefix or suffix:
