@@ -469,3 +469,22 @@ def test_a_line_in_lower_case_is_given_as_the_vocabulary_knows_its_words() -> No
         assert to_translate(line, True)[0].given == line  # (no vocabulary)
     assert to_translate("tom a dit `paris`", True, cost)[0].given == "tom a dit `paris`"
     assert to_translate("tom est à paris", True, cost, verbatim=True)[0].given == "tom est à paris"
+
+
+def test_recasing_leaves_acronyms_numerals_code_and_pronouns_alone() -> None:
+    """Review: `J'ai vu ET.` was given as `et` (and, not E.T.), `Charles VI` as `vi`, `/ABOUT` as `/about`; a line in
+    lower case got `Je` after its first word (`tu sais que Je t'aime`: `Je` has the lower id, not fewer pieces) and
+    its paths and code recased (`cd /home/Tom`)."""
+    one_piece = {"besoin", "Maintenant", "maintenant", "et", "vi", "about", "Je", "je", "Tom", "Paris", "Tu", "tu"}
+
+    def cost(word: str) -> tuple[int, ...]:
+        return (1 if word in one_piece else max(len(word), 2), 100 if word.islower() else 1)  # capitals: lower ids
+
+    given = lambda line: to_translate(line, True, cost)[0].given  # noqa: E731
+    assert given("J'ai BESOIN de ça.") == "J'ai besoin de ça." and given("MAINTENANT je pars.") == "Maintenant je pars."
+    for line in ("J'ai vu ET ici.", "Charles VI était roi.", "Voir https://example.com/ABOUT ici", "Lis LICENSE.md ici.", "Il a 16 GO."):
+        assert given(line) == line, line
+    assert given("tu sais que je t'aime") == "Tu sais que je t'aime"  # the first word only: `je` is no fewer pieces
+    assert given("tom est à paris") == "Tom est à Paris"
+    for line in ("cd /home/tom/paris", "select nom from clients where ville = 'paris'", "va sur example.com/tom ici"):
+        assert given(line) == line, line
