@@ -488,3 +488,21 @@ def test_recasing_leaves_acronyms_numerals_code_and_pronouns_alone() -> None:
     assert given("tom est à paris") == "Tom est à Paris"
     for line in ("cd /home/tom/paris", "select nom from clients where ville = 'paris'", "va sur example.com/tom ici"):
         assert given(line) == line, line
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "<b>" + " " * 20000 + "<",
+        "<b>" + " " * 20000 + "x" + " " * 20000 + "</b",
+        "x" + " " * 20000 + "</b>" + " " * 20000 + "<",
+        "</a" + " " * 20000 + "b",
+        "<a x=" + " " * 20000,
+    ],
+)
+def test_markup_that_never_closes_is_read_in_linear_time(line: str) -> None:
+    """Lines of spaces after a tag's start: a regular expression that could read them several ways took 25 s on
+    20,000 spaces (and minutes on more); the markup is read tag by tag now. (These take milliseconds: a return of
+    the old reading would hold the suite for hours, not pass by a margin.)"""
+    parts = to_translate(line, split=True)
+    assert "".join(p.text for p in parts).split() == line.split()

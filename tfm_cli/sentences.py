@@ -58,10 +58,17 @@ _CLOSING = "\"'»«”“’‘›‹」』）〕】)]}"
 _OPENING = "\"'«»“‘„‚‹›「『（〔【([{¿¡"
 _DASHES = "—–-"  # a dash and a space open a line of dialogue: `— Où es-tu ? — Ici.`
 
+# Markup (a line of HTML or XML): an element's start tag, its name the group; any tag, start, end or empty.
+# Attributes, each after white space: a name, and `=` and a value, quoted (which may hold `>`: `title="a>b"`) or
+# not. Written so that no run of text can be read two ways: a line of thousands of spaces after `<a` took 25 s.
+_ATTRIBUTES = r"""(?:\s+[^\s<>"'=/]+(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s<>"']+))?)*"""
+_START_TAG = re.compile(rf"<([A-Za-z][\w:.-]*){_ATTRIBUTES}>")
+_TAG = rf"</?[A-Za-z][\w:.-]*{_ATTRIBUTES}\s*/?>"
+
 # Candidate breaks: terminators, closing quotes or brackets (French puts a space before its `»`), white space.
 _CANDIDATE = re.compile(
     rf"(?P<stop>[{re.escape(_STOPS)}]+|[{_FULL_STOPS}]+)"
-    rf"(?P<close>(?:[ \u00a0\u202f]?[»›]|[{re.escape(_CLOSING)}]|</[A-Za-z][\w:.-]*>|[*_~])*)"  # (markup's too)
+    rf"(?P<close>(?:[ \u00a0\u202f]?[»›]|[{re.escape(_CLOSING)}]|</[A-Za-z][\w:.-]*\s*>|[*_~])*)"  # (markup's too)
     r"(?P<space>\s*)"
 )
 
@@ -165,8 +172,8 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
     return True
 
 
-_MARKUP = re.compile(r"</?[A-Za-z][^<>]*>|[*_~]")
-_LEADING_MARKUP = re.compile(r"^(?:<[A-Za-z][^<>]*>|[*_~])+")
+_MARKUP = re.compile(rf"{_TAG}|[*_~]")
+_LEADING_MARKUP = re.compile(rf"^(?:{_TAG}|[*_~])+")
 
 
 def _sentence_start(rest: str) -> str | None:
@@ -268,7 +275,7 @@ def _shouted_words_cased(text: str, cost: Callable[[str], Any] | None) -> str:
     `/ABOUT`, `TRUE.md`); the first word of the sentence capitalised (`MAINTENANT je pars.` -> `Maintenant`).
     (A word in capitals cost the quickstart model its sentence: 300 dev sentences with their longest word so written
     scored 22.44, case-insensitive, and 46.54 given them so.)"""
-    if cost is None or not any(c.isupper() for c in text):
+    if cost is None or sum(map(str.__ne__, text, text.lower())) < 4:  # fewer capitals than one such word has
         return text
     first = _WORD.search(text)
 
@@ -519,6 +526,29 @@ MONTHS = frozenset(
 _ENCLOSING = {'"': '"', "“": "”", "(": ")", "[": "]", "«": "»", "„": "“"}
 
 
+def _edge_tags(text: str) -> tuple[int, int] | None:
+    """The lengths of the tags (and the white space after or before them) at the start and at the end of `text`
+    when what is between them holds a letter or digit and no `<` or `>`; None where there are none. Read tag by
+    tag from each end, in linear time (one regular expression for it all took seconds on a line of spaces)."""
+    start = 0
+    while (tag := _ONE_TAG.match(text, start)) is not None:
+        start = tag.end()
+        while start < len(text) and text[start].isspace():
+            start += 1
+    end = len(text)
+    while end > start and text[end - 1] == ">":
+        opening = text.rfind("<", start, end)
+        if opening < 0 or _ONE_TAG.fullmatch(text, opening, end) is None:
+            break
+        end = opening
+        while end > start and text[end - 1].isspace():
+            end -= 1
+    inner = text[start:end]
+    if (start, end) == (0, len(text)) or "<" in inner or ">" in inner or not any(c.isalnum() for c in inner):
+        return None
+    return start, len(text) - end
+
+
 def _apostrophes_only(text: str) -> bool:
     """Whether every single quote in `text` stands between two letters, as an apostrophe does (`J'ai`, `aujourd’hui`)."""
     return all(
@@ -533,9 +563,7 @@ def _outside_tags(quotes: re.Pattern[str], text: str) -> str:
     return "".join(piece if piece.startswith("<") else quotes.sub('"', piece) for piece in pieces)
 _QUOTES_OUT = (re.compile("[«„][ \u00a0\u202f]*"), re.compile("[ \u00a0\u202f]*[»“]"))
 # Markup around a sentence (a line of HTML or XML, Markdown's emphasis): the model trained on plain text never saw it.
-_START_TAG = re.compile(r"""<([A-Za-z][\w:.-]*)(?:\s(?:[^<>"']|"[^"]*"|'[^']*')*)?>""")
-_TAG = r"""<(?:[A-Za-z][\w:.-]*|/[A-Za-z][\w:.-]*\s*)(?:\s(?:[^<>"']|"[^"]*"|'[^']*')*)?/?>"""
-_EDGE_TAGS = re.compile(rf"(?P<open>(?:{_TAG}\s*)*)(?P<inner>[^<>]*?)(?P<close>(?:\s*{_TAG})*)", re.S)
+_ONE_TAG = re.compile(_TAG)
 _EMPHASIS = ("**", "__", "~~", "*", "_")  # `_` and `__` around words only (`__init__` is a name)
 
 
@@ -609,8 +637,9 @@ def _edge_tokens(text: str) -> tuple[int, int] | None:
         start += m.end()
     if start and _sentence_start(text[start:]) is None:
         start = 0  # `#1 des ventes`, `@marie a faim`: a word of the sentence, its subject
-    while (m := re.search(r"\s+\S+$", text[start:end])) and _UNTRANSLATABLE.fullmatch(m.group().lstrip()):
-        end = start + m.start()
+    # the last word, split off (a search for `\s+\S+$` took seconds on a line of spaces)
+    while len(words := text[start:end].rsplit(None, 1)) == 2 and _UNTRANSLATABLE.fullmatch(words[1]):
+        end = start + len(words[0])
     if (start, end) == (0, len(text)) or not any(c.isalpha() for c in text[start:end]):
         return None
     return start, end
@@ -632,9 +661,9 @@ def _enclosing(text: str) -> tuple[int, int] | None:
         return None if any(c in text[1:-1] for c in (text[0], closer)) else (1, 1)
     if text[0] in "'‘" and text[-1] in "'’" and len(text) > 2 and _apostrophes_only(text[1:-1]):
         return 1, 1  # `'Je suis là.'`, `‘J’ai faim.’`: single quotes, the ones inside it apostrophes
-    edges = _EDGE_TAGS.fullmatch(text)  # tags on either side and none between: `<ul><li>Il pleut.</li>` of a split
-    if edges is not None and (edges["open"] or edges["close"]) and any(c.isalnum() for c in edges["inner"]):
-        return len(edges["open"]), len(edges["close"])
+    edges = _edge_tags(text)  # tags on either side and none between: `<ul><li>Il pleut.</li>` of a split
+    if edges is not None:
+        return edges
     if (start := _START_TAG.match(text)) and text.endswith(end := f"</{start[1]}>") and len(text) > start.end() + len(end):
         inner = text[start.end() : -len(end)]
         depth = 0  # the element's own name inside it: `<b>a</b> et <b>b</b>` is no one element
