@@ -69,6 +69,10 @@ def as_path(given: object, who: str, name: str = "a path") -> str | Path | None:
 TEMPORARY_NAME_EXTRA = 14
 
 
+# Files of weights, whatever folder holds them (safetensors, ONNX graphs, PyTorch's and Hugging Face's checkpoints).
+WEIGHT_SUFFIXES = frozenset({".safetensors", ".onnx", ".pt", ".pth", ".ckpt", ".bin"})
+
+
 def missing(path: Path) -> str:
     """How a path that does not exist is said: "does not exist", or, for a symbolic link whose end is not there or
     that links round in a loop, what it links to ("does not exist" sent users looking for a file that is there)."""

@@ -40,7 +40,7 @@ from tokenizers import Tokenizer as _HFTokenizer
 
 from tfm_cli.corpus import INVISIBLE, surely_longer
 from tfm_cli.errors import TfmError
-from tfm_cli.files import as_path, json_value, write_failure
+from tfm_cli.files import WEIGHT_SUFFIXES, as_path, json_value, write_failure
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 N_SPECIAL = len(SPECIAL_TOKENS)
@@ -207,7 +207,7 @@ class Tokenizer:
             elif isinstance(err, OSError):  # "[Errno 13] Permission denied: '...'" repeated the path
                 why = err.strerror or str(err)
             elif isinstance(err, UnicodeDecodeError):  # the codec's words named a byte, not the mistake
-                weights = path.suffix.lower() in (".safetensors", ".onnx", ".pt", ".pth", ".ckpt", ".bin")
+                weights = path.suffix.lower() in WEIGHT_SUFFIXES
                 why = "a model's weights, not a tokenizer" if weights else "not UTF-8 text (a binary file, or text in another encoding)"
             else:
                 why = str(err).splitlines()[0] if str(err) else repr(err)

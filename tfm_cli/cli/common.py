@@ -615,8 +615,6 @@ def _is_stdin(path: Path) -> bool:
     return regular and str(path) != "-" and reads_from_stdin(path)
 
 
-# Files of weights, whatever folder holds them (safetensors, ONNX graphs, PyTorch's and Hugging Face's checkpoints).
-_WEIGHTS = frozenset({".safetensors", ".onnx", ".pt", ".pth", ".ckpt", ".bin"})
 # What a model's folder (a tfm run, release or ONNX export; a Hugging Face or CTranslate2 model) needs beside them.
 _MODEL_FILES = frozenset({
     "config.json", "tokenizer.json", "recipe.yaml", "metrics.jsonl", "summary.json", "onnx.json", "tfm-export.json",
@@ -633,7 +631,9 @@ def _held_by_a_model(path: Path) -> str | None:
     weights anywhere, or one of the files a model's folder (a run, a release, an export, a Hugging Face or
     CTranslate2 model) needs beside its weights; None for any other file (translations, pages, a run's own earlier
     outputs, a tokenizer.json where no model is)."""
-    if path.suffix.lower() in _WEIGHTS:
+    from tfm_cli.files import WEIGHT_SUFFIXES
+
+    if path.suffix.lower() in WEIGHT_SUFFIXES:
         return "a model's weights"
     if path.name not in _MODEL_FILES:
         return None
