@@ -173,6 +173,19 @@ def test_the_api_refuses_what_it_cannot_show(translator: Translator, report, tra
 
 
 
+def test_numbers_are_shown_as_the_model_reads_them(translator: Translator) -> None:
+    """The trained model reads numbers as placeholders (model.numbers, the default): the source's pieces are of
+    XNUMA, not of its digits, and a target is teacher-forced with the same number as the same placeholder (the
+    model's own translation is written with the number back)."""
+    assert translator.model.config.numbers == "placeholders"
+    report = attention_report(translator, "J'ai 3 chats.", "I have 3 cats.")
+    assert "XNUMA" in "".join(report.src_tokens) and "3" not in "".join(report.src_tokens)
+    assert "XNUMA" in "".join(report.tgt_tokens) and "3" not in "".join(report.tgt_tokens)
+    assert report.source == "J'ai 3 chats." and report.target == "I have 3 cats."
+    own = attention_report(translator, "J'ai 3 chats.")
+    assert "XNUM" not in own.target and own.target == translator.translate("J'ai 3 chats.", split_sentences=False).text
+
+
 def test_numpy_and_tensor_indices_are_indices(report) -> None:
     """An index from numpy (`np.argmax` of a row) or a one-element integer tensor is an index: both were refused
     as "must be an int", though torch and numpy take them; a float, a bool or a string still is not."""

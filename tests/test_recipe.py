@@ -94,8 +94,8 @@ def test_model_recipe_is_model_config_minus_tokenizer_keys():
     assert recipe_fields == [
         n for n in config_fields if n not in ("vocab_size", "pad_id", "bos_id", "eos_id")
     ]
-    for f in dataclasses.fields(ModelRecipe):
-        assert f.default == ModelConfig.__dataclass_fields__[f.name].default, f.name
+    for f in dataclasses.fields(ModelRecipe):  # but numbers: a new model's, and that of a model saved before tfm had it
+        assert f.default == ModelConfig.__dataclass_fields__[f.name].default or f.name == "numbers", f.name
 
 
 def test_model_config_from_recipe():
@@ -865,3 +865,30 @@ def test_an_override_with_a_line_break_is_refused():
         with pytest.raises(RecipeError, match="holds a line break, which YAML reads as a space"):
             parse_override(text)
     assert parse_override("description=two words") == ("description", "two words")
+
+
+def test_model_numbers(tmp_path):
+    """model.numbers: placeholders for a new model (the shipped recipes); a bad value named with the choices; a run
+    whose recipe.yaml does not name it (started before tfm had it) resumes as its model reads numbers, as written."""
+    from tfm_cli.training import resume_recipe
+
+    assert recipe_from_dict({"name": "x"}).model.numbers == "placeholders"
+    assert ModelConfig().numbers == "as_written"  # the config of a model saved before: digits as they are
+    assert ModelConfig.from_dict({k: v for k, v in ModelConfig().to_dict().items() if k != "numbers"}).numbers == "as_written"
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({"name": "x", "model": {"numbers": "words"}})
+    assert problems_of(excinfo) == ["model.numbers='words' must be one of: as_written, placeholders"]
+    for name in ("tiny.yaml", "base.yaml"):
+        assert load_recipe(RECIPES / name).model.numbers == "placeholders"
+
+    old = tmp_path / "old"
+    old.mkdir()
+    text = (RECIPES / "tiny.yaml").read_text(encoding="utf-8").replace("  numbers: placeholders", "  #")
+    (old / "recipe.yaml").write_text(text, encoding="utf-8")
+    assert "numbers" not in yaml.safe_load(text)["model"]
+    assert resume_recipe(old, []).model.numbers == "as_written"
+    assert resume_recipe(old, ["model.numbers=placeholders"]).model.numbers == "placeholders"
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "recipe.yaml").write_text(text.replace("  dropout: 0.1\n", "  dropout: 0.1\n  numbers: placeholders\n"), encoding="utf-8")
+    assert resume_recipe(new, []).model.numbers == "placeholders"

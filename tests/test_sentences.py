@@ -506,3 +506,85 @@ def test_markup_that_never_closes_is_read_in_linear_time(line: str) -> None:
     the old reading would hold the suite for hours, not pass by a margin.)"""
     parts = to_translate(line, split=True)
     assert "".join(p.text for p in parts).split() == line.split()
+
+
+# ---- numbers as placeholders (ModelConfig.numbers) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "pair"),
+    [
+        # the same number on both sides: one placeholder, in the order numbers first come in the source
+        ("J'ai 3 chats et 12 chiens.", "I have 12 dogs and 3 cats.",
+         ("J'ai XNUMA chats et XNUMB chiens.", "I have XNUMB dogs and XNUMA cats.")),
+        # a number on one side only stays as it is (the model learns `treize` -> `13` from such pairs)
+        ("Tom a 13 ans, né en 2010.", "Tom is thirteen, born in 2010.",
+         ("Tom a 13 ans, né en XNUMA.", "Tom is thirteen, born in XNUMA.")),
+        # decimals and groups are one number; a number written otherwise on the other side is not the same
+        ("Ça coûte 10.000 $ ou 3,5 fois plus.", "It costs $10,000 or 3,5 times more.",
+         ("Ça coûte 10.000 $ ou XNUMA fois plus.", "It costs $10,000 or XNUMA times more.")),
+        # digits touching a letter are part of a word; a sentence's end is no decimal point
+        ("Le mp3 dure 2h30, soit 150.", "The mp3 lasts 2h30, i.e. 150.",
+         ("Le mp3 dure 2h30, soit XNUMA.", "The mp3 lasts 2h30, i.e. XNUMA.")),
+        # no number: the pair as it is; one holding a placeholder's text is left whole
+        ("Bonjour.", "Hello.", ("Bonjour.", "Hello.")),
+        ("XNUMA vaut 3.", "XNUMA is 3.", ("XNUMA vaut 3.", "XNUMA is 3.")),
+    ],
+)
+def test_training_pairs_give_shared_numbers_as_placeholders(source: str, target: str, pair: tuple[str, str]) -> None:
+    from tfm_cli.sentences import with_number_placeholders
+
+    assert with_number_placeholders(source, target) == pair
+
+
+def test_numbers_given_as_placeholders_and_written_back() -> None:
+    from tfm_cli.sentences import NUMBER_PLACEHOLDERS
+
+    [part] = to_translate("Le train de 17 h 45 part du quai 3, pas du 12.", True, numbers=True)
+    assert part.given == "Le train de XNUMA h XNUMB part du quai XNUMC, pas du XNUMD."
+    assert part.numbers == ("17", "45", "3", "12")
+    # in the places the model put them, in any order; one it made up (no such number) or cut short is left out
+    assert part.written("The XNUMA:XNUMB train leaves from platform XNUMC, not XNUMD.") == "The 17:45 train leaves from platform 3, not 12."
+    assert part.written("Platform XNUMC, not XNUMD, at XNUMA:XNUMB.") == "Platform 3, not 12, at 17:45."
+    assert part.written("The train XNUMG leaves XNUM.") == "The train leaves."
+    # a sentence in capitals, in a frame, split from others: each part with its own numbers
+    parts = to_translate("« J'AI 3 CHATS. » Il a 42 ans.", True, numbers=True)
+    assert [(p.given, p.numbers) for p in parts] == [("J'ai XNUMA chats.", ("3",)), ("Il a XNUMA ans.", ("42",))]
+    assert [p.written(p.given.replace("J'ai", "I have").replace(" chats", " cats")) for p in parts][0] == '"I HAVE 3 CATS."'
+    # more numbers than placeholders: the first ones given so, the others as they are
+    many = " ".join(str(n) for n in range(1, 12)) + " moutons."
+    [part] = to_translate(many, True, numbers=True)
+    assert part.numbers == tuple(str(n) for n in range(1, len(NUMBER_PLACEHOLDERS) + 1))
+    assert part.given.endswith("XNUMH 9 10 11 moutons.") and part.written(part.given) == many
+    # nothing to do: a sentence without numbers; a line of digits alone (written as it is); the model's own; verbatim
+    assert to_translate("Bonjour.", True, numbers=True) == [Part("Bonjour.", "Bonjour.", numbers=())]
+    assert to_translate("3 + 4", True, numbers=True) == [Part("3 + 4", "")]
+    assert to_translate("J'ai 3 chats.", True, numbers=False) == [Part("J'ai 3 chats.", "J'ai 3 chats.")]
+    assert to_translate("J'ai 3 chats.", True, verbatim=True, numbers=True) == [Part("J'ai 3 chats.", "J'ai 3 chats.", verbatim=True)]
+    # a sentence holding a placeholder's text is given as it is, and nothing in its translation replaced
+    [part] = to_translate("XNUMA vaut 3.", True, numbers=True)
+    assert part == Part("XNUMA vaut 3.", "XNUMA vaut 3.") and part.written("XNUMA is 3.") == "XNUMA is 3."
+
+
+def test_the_hugging_face_readme_gives_numbers_as_tfm_does() -> None:
+    """The README of a Hugging Face export of a model that reads numbers as placeholders shows how to give them
+    and put them back without tfm: its code does what `to_translate` and `Part.written` do."""
+    from tfm_cli.export.huggingface import _numbers_note
+    from tfm_cli.model import ModelConfig
+
+    assert _numbers_note(ModelConfig(numbers="as_written")) == ""
+    code = _numbers_note(ModelConfig(numbers="placeholders")).split("```python\n")[1].split("```")[0]
+    before, _, after = code.partition("# ... translate `given` ...")
+    after = after.split("\n", 1)[1]  # (the rest of that comment's line)
+    for sentence, translation in (
+        ("J'ai 3 chats et 12 chiens, 3 de trop.", "I have XNUMA cats XNUMZ and XNUMB dogs XNUMC, XNUMA too many XNUM."),
+        ("Le 2h30 coûte 10.000 $, 3,5 fois plus.", "The 2h30 costs $XNUMA, XNUMB times more."),
+        (" ".join(map(str, range(10))) + " moutons", "XNUMH XNUMA sheep"),
+    ):
+        [part] = to_translate(sentence, False, numbers=True)
+        space: dict = {"sentence": sentence}
+        exec(before, space)
+        assert space["given"] == part.given
+        space["translation"] = translation
+        exec(after, space)
+        assert space["translation"] == part.written(translation)

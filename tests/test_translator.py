@@ -1284,3 +1284,36 @@ def test_a_model_folder_this_user_may_not_read_is_said_so(parts, tmp_path: Path,
     assert "ls -ld" in caught.value.hint
     monkeypatch.undo()
     assert Translator.load(run).translate("x").text is not None  # (readable: loaded as before)
+
+
+# ---- numbers -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("numbers", ["placeholders", "as_written"])
+def test_numbers_reach_the_model_as_its_config_says(parts, monkeypatch: pytest.MonkeyPatch, numbers: str) -> None:
+    """A model that reads numbers as placeholders is given XNUMA, XNUMB... for each sentence's numbers, and its
+    translation is written with the numbers back where it put the placeholders (a placeholder of no number
+    dropped); one that reads them as written is given the digits. The search here copies what it is given, then
+    adds a placeholder of its own: what reaches the model and what comes back are exact."""
+    import tfm_cli.translator as translator_module
+    from tfm_cli.decoding import Hypothesis
+
+    model, tok = parts
+    given: list[str] = []
+
+    def copying_search(engine, sequences, *, into, **_):
+        given.extend(tok.decode(seq) for seq in sequences)
+        for out, seq in zip(into, sequences, strict=True):
+            out.append(Hypothesis(list(seq) + tok.encode(" XNUMF"), -1.0, -1.0))
+        return into
+
+    monkeypatch.setattr(translator_module, "translate_ids", copying_search)
+    reader = Transformer(dataclasses.replace(model.config, numbers=numbers, max_positions=128)).eval()
+    lines = ["Le train de 17 h 45 part du quai 3.", "J'ai 2 chats. Tu en as 10.", "Bonjour.", "42"]
+    out = Translator(reader, tok).translate(lines)
+    if numbers == "placeholders":
+        assert given == ["Le train de XNUMA h XNUMB part du quai XNUMC.", "J'ai XNUMA chats.", "Tu en as XNUMA.", "Bonjour."]
+        assert [t.text for t in out] == ["Le train de 17 h 45 part du quai 3.", "J'ai 2 chats. Tu en as 10.", "Bonjour.", "42"]
+    else:
+        assert given == ["Le train de 17 h 45 part du quai 3.", "J'ai 2 chats.", "Tu en as 10.", "Bonjour."]
+        assert [t.text for t in out][:2] == ["Le train de 17 h 45 part du quai 3. XNUMF", "J'ai 2 chats. XNUMF Tu en as 10. XNUMF"]

@@ -28,7 +28,15 @@ from tfm_cli.errors import TfmError
 from tfm_cli.model.masks import causal_mask, padding_mask
 from tfm_cli.packing import module_view
 from tfm_cli.scripts import unspaced
-from tfm_cli.sentences import MAX_DEPTH, frame, in_capitals, in_title_case, sentence_case, to_translate
+from tfm_cli.sentences import (
+    MAX_DEPTH,
+    frame,
+    in_capitals,
+    in_title_case,
+    placeholders_for,
+    sentence_case,
+    to_translate,
+)
 from tfm_cli.translator import Translator, check_sentence, check_text
 
 KINDS = ("encoder", "decoder", "cross")
@@ -160,8 +168,9 @@ def attention_report(translator: Translator, source: str, target: str | None = N
 
     The weights are computed in fp32, whatever autocast the caller is in, on the translation the translator makes
     in its own precision, of the source whole (not split into sentences; a source in capitals or title case, or in a
-    frame, is given as `Translator.translate` gives it, unless `verbatim`, and its pieces are shown so; a `target` is
-    teacher-forced so too, as the model would write it). `decode` are decode settings for that translation (beam,
+    frame, is given as `Translator.translate` gives it, unless `verbatim`, and its pieces are shown so, its numbers
+    as placeholders for a model that reads them so; a `target` is teacher-forced so too, as the model would write
+    it). `decode` are decode settings for that translation (beam,
     greedy, ...), as for `Translator.translate`; with a `target` there is no translation, and they are refused, but
     for `verbatim` (the source and target as written).
 
@@ -198,10 +207,11 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     # (checked as translate checks it: unknown names, verbatim="no")
     verbatim = translator.settings.updated(**decode).verbatim
 
-    source_part = to_translate(source, False, tok.word_cost, bool(verbatim))[0]
+    numbers = translator.number_placeholders  # numbers given as placeholders (`sentences.Part.numbers`)
+    source_part = to_translate(source, False, tok.word_cost, bool(verbatim), numbers)[0]
 
     def given(text: str) -> str:  # what the model is given for the source
-        return to_translate(text, False, tok.word_cost, bool(verbatim))[0].given or text
+        return to_translate(text, False, tok.word_cost, bool(verbatim), numbers)[0].given or text
 
     def as_written_by_the_model(text: str) -> str:
         """A target as the model writes the translation of the source as it is given: without its frame where the
@@ -215,7 +225,7 @@ def attention_report(translator: Translator, source: str, target: str | None = N
                 text = inner
         if (source_part.capitals or source_part.title) and (in_capitals(text) or in_title_case(text)):
             text = sentence_case(text, tok.word_cost)
-        return text
+        return placeholders_for(text, list(source_part.numbers)) if source_part.numbers else text  # as training gives them
 
     if not verbatim and to_translate(source, False, tok.word_cost)[0].literal:  # no model makes its translation
         raise TfmError(  # (it showed an empty translation's one row, labelled "the model's translation")

@@ -29,6 +29,7 @@ from typing import IO
 
 from tfm_cli.errors import CorpusError, TfmError
 from tfm_cli.files import free_name
+from tfm_cli.sentences import with_number_placeholders
 
 BUNDLED_PREFIX = "bundled:"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -540,6 +541,9 @@ def tokenizer_texts(spec: CorpusSpec, say: Callable[[str], None], option: str | 
         for read, (_, src, tgt) in enumerate(read_pairs(spec, option=option), start=1):
             if first:
                 look.look(src, tgt)
+            # each number on both sides as the placeholder a model that reads numbers so is given (`ModelConfig.numbers`):
+            # learned as a piece of its own, not its letters
+            src, tgt = with_number_placeholders(src, tgt)
             yield src
             yield tgt
             said(f"tokenizer: {read:,} pairs read {what}")

@@ -24,6 +24,7 @@ import torch
 from tfm_cli.corpus import CorpusSpec, TsvColumns, has_text, read_pairs, surely_longer
 from tfm_cli.errors import TfmError
 from tfm_cli.model.masks import padding_mask, target_mask
+from tfm_cli.sentences import with_number_placeholders
 
 
 class _Encoder(Protocol):
@@ -156,7 +157,7 @@ def _diff(offsets: array) -> torch.Tensor:
 
 def encode_corpus(
     spec: CorpusSpec, tokenizer: _Encoder, max_len: int, chunk_size: int = 20000,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, numbers: bool = False,
 ) -> TokenizedCorpus:
     """Read and tokenize a corpus in chunks, keeping only pairs that fit the model.
 
@@ -167,6 +168,8 @@ def encode_corpus(
             have at most max_len - 1 tokens, leaving room for the EOS (source, tgt_out) or BOS (tgt_in).
         chunk_size: pairs per batched encoder call; bounds the temporary memory.
         progress: called with the number of pairs read so far after each chunk (millions of lines take minutes).
+        numbers: each number a pair has on both sides as a placeholder (`sentences.with_number_placeholders`), for
+            a model that reads numbers so (`ModelConfig.numbers`).
 
     Returns:
         The TokenizedCorpus, with `stats` saying how many pairs were read, kept and skipped.
@@ -217,6 +220,8 @@ def encode_corpus(
     columns = TsvColumns()
     for _, src, tgt in read_pairs(spec, columns=columns):
         stats.read += 1
+        if numbers:
+            src, tgt = with_number_placeholders(src, tgt)
         srcs.append(src)
         tgts.append(tgt)
         if len(srcs) >= chunk_size:

@@ -86,6 +86,10 @@ class ModelRecipe:
     positions: str = "sinusoidal"  # "sinusoidal" (section 3.5) or "learned"
     max_positions: int = 1024  # longest sequence the position table covers
     tie_embeddings: bool = True  # share source/target embeddings and the output projection (section 3.4)
+    # "placeholders": each number in digits that a pair has on both sides is trained as XNUMA, XNUMB..., which the
+    # model learns to copy, and tfm translate gives it numbers so and writes them back as they were; "as_written":
+    # digits as they are (a model trained on a corpus where numbers are rare mistranslates them)
+    numbers: str = "placeholders"
 
 
 @dataclass

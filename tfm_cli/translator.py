@@ -467,6 +467,7 @@ class Translator:
         self._beam = DEFAULT_BEAM if self.settings.greedy else self.settings.beam
         # Room for the end-of-sentence token appended to every source.
         self.max_source_tokens = config.max_positions - 1
+        self.number_placeholders = getattr(config, "numbers", "as_written") == "placeholders"  # (`Part.numbers`)
 
     @property
     def model(self) -> Transformer:
@@ -891,7 +892,10 @@ class Translator:
         self._check_beam(decode)
         lines = [_without_bom(line) for line in lines]
         _check_sentences(lines, first_line)
-        parts = [to_translate(line, decode.split_sentences, self.tokenizer.word_cost, decode.verbatim) for line in lines]
+        parts = [
+            to_translate(line, decode.split_sentences, self.tokenizer.word_cost, decode.verbatim, self.number_placeholders)
+            for line in lines
+        ]
         try:
             ids = iter(self.tokenizer.encode_batch([part.given for line_parts in parts for part in line_parts]))
         except TypeError:  # the tokenizer takes only text that UTF-8 can encode

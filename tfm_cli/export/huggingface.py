@@ -697,6 +697,30 @@ def _name_tokenizer_class(path: Path) -> None:
     path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def _numbers_note(config) -> str:
+    """What the README says of a model that reads numbers as placeholders (`ModelConfig.numbers`), or ""."""
+    if config.numbers != "placeholders":
+        return ""
+    return """Numbers: the model was trained to read each number written in digits as a placeholder (`XNUMA`, `XNUMB`, ... in
+the order the sentence's numbers first come, at most 8), which it copies into its translation: give it the sentence
+so and put the numbers back in its output, as `tfm translate` does. Given the digits, it mistranslates most numbers.
+
+```python
+import re
+NUMBER = re.compile(r"(?<![\\w.,])\\d+(?:[.,]\\d+)*(?![\\w]|[.,]\\d)")  # 3, 10.000, 3,14; not 2h30 or mp3
+numbers = list(dict.fromkeys(NUMBER.findall(sentence)))[:8]
+slots = {n: "XNUM" + "ABCDEFGH"[i] for i, n in enumerate(numbers)}
+given = NUMBER.sub(lambda m: slots.get(m.group(), m.group()), sentence)
+# ... translate `given` ..., then put the numbers back (a placeholder of no number is left out):
+def put_back(m):
+    i = "ABCDEFGH".find(m.group(2))
+    return m.group(1) + numbers[i] if len(m.group(2)) == 1 and 0 <= i < len(numbers) else ""
+translation = re.sub(r"( ?)XNUM([A-Z]*)", put_back, translation).strip()
+```
+
+"""
+
+
 def _readme(loaded: LoadedModel, beam: int, alpha: float, max_len_offset: int) -> str:
     config = loaded.model.config
     data = "\n".join(training_data_lines(loaded.run_dir))
@@ -714,7 +738,7 @@ batch = tokenizer(["..."], return_tensors="pt", padding=True, truncation=True)
 print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 ```
 
-`batch_decode` keeps the spaces of `▁` tokens in a row (an undertrained model emits them); `tfm translate` writes a
+{_numbers_note(config)}`batch_decode` keeps the spaces of `▁` tokens in a row (an undertrained model emits them); `tfm translate` writes a
 run of spaces as one and strips the ends: `" ".join(text.split())` gives its line.
 
 `truncation=True` cuts a sentence longer than the encoder's {config.max_positions} positions to its first

@@ -49,6 +49,7 @@ class GreedyTranslator:
         self.min_len = decode.get("min_len", 0)  # no end before this many tokens
         self.split_sentences = decode.get("split_sentences", True)  # a line's sentences one at a time
         self.verbatim = decode.get("verbatim", False)  # each line as written: no capitals or frames taken off
+        self.numbers = config.get("numbers") == "placeholders"  # numbers given as XNUMA... and written back
         # never outputs: padding, <s>, and <unk> where it is none of those
         self.banned = [self.pad, self.bos] + ([UNK] if UNK not in (self.pad, self.bos, self.eos) else [])
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -141,7 +142,7 @@ def main() -> None:
 
     for number, line in enumerate(sys.stdin.buffer, start=1):
         text = line.decode("utf-8").rstrip("\n").rstrip("\r")
-        parts = sentences.to_translate(text, split, cost, verbatim)  # each sentence as the model reads it, and how to write it back
+        parts = sentences.to_translate(text, split, cost, verbatim, translator.numbers)  # each sentence as the model reads it, and how to write it back
         where = f"input line {number}" if len(parts) == 1 else f"a sentence of input line {number}"
         print(sentences.join_sentences([part.written(translator.translate(part.given, where)) for part in parts]), flush=True)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 NORMS = ("post", "pre")
 POSITIONS = ("sinusoidal", "learned")
+NUMBERS = ("as_written", "placeholders")  # how a model reads numbers in digits (ModelConfig.numbers)
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class ModelConfig:
     positions: str = "sinusoidal"  # "sinusoidal" (section 3.5) or "learned"
     max_positions: int = 1024  # longest sequence the position table covers
     tie_embeddings: bool = True  # share source embedding, target embedding and output projection (section 3.4)
+    # how the model reads numbers written in digits: "as_written" (their pieces, as a model trained before tfm had
+    # placeholders reads them), or "placeholders": each number of a sentence given as XNUMA, XNUMB... in the order
+    # they come, which the model learned to copy, and written back as it was (`tfm_cli.sentences`)
+    numbers: str = "as_written"
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
@@ -120,6 +125,8 @@ def config_problems(values: dict[str, Any], prefix: str = "") -> list[str]:
         out.append(f"{key('norm')}={values['norm']!r} must be one of: {', '.join(NORMS)}")
     if values.get("positions", "sinusoidal") not in POSITIONS:
         out.append(f"{key('positions')}={values['positions']!r} must be one of: {', '.join(POSITIONS)}")
+    if values.get("numbers", "as_written") not in NUMBERS:
+        out.append(f"{key('numbers')}={values['numbers']!r} must be one of: {', '.join(NUMBERS)}")
     if not isinstance(values.get("tie_embeddings", True), bool):
         out.append(f"{key('tie_embeddings')}={values['tie_embeddings']!r} must be true or false")
     vocab = values.get("vocab_size")

@@ -446,7 +446,9 @@ def scan_corpora(
 
 # --- fine-tuning: train.init_from ------------------------------------------------------------------------------
 
-FREE_IN_FINE_TUNING = ("dropout", "attn_dropout")  # model keys a fine-tuning may change: no weight depends on them
+# model keys a fine-tuning may change: no weight depends on them (a model that read numbers as written learns the
+# placeholders in fine-tuning)
+FREE_IN_FINE_TUNING = ("dropout", "attn_dropout", "numbers")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -900,7 +902,23 @@ def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
                 "file was cut short or edited, and the resume would train with their defaults",
                 hint=f"put them back in {shell_word(path)}, or give them: tfm train --resume {shell_word(run_dir)} {words}",
             )
+    if not _says_numbers(path) and not any(o.split("=", 1)[0].strip() == "model.numbers" for o in overrides):
+        # a run started before tfm had model.numbers: its model reads numbers as written, and goes on so
+        recipe = dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, numbers="as_written"))
     return recipe
+
+
+def _says_numbers(path: Path) -> bool:
+    """Whether the recipe.yaml at `path` names model.numbers (every run's does since tfm has it); True where it
+    cannot be read (said by the resume's own checks)."""
+    import yaml
+
+    try:
+        written = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except Exception:  # noqa: BLE001 - said by load_recipe
+        return True
+    model = written.get("model") if isinstance(written, dict) else None
+    return not isinstance(model, dict) or "numbers" in model
 
 
 def _settings_cut(run_dir: Path, path: Path) -> list[tuple[str, object]]:

@@ -32,7 +32,7 @@ def check_start(recipe: Recipe, run_dir: Path, progress: Callable[[int], None] |
     where = f"{own}" if own.is_file() else f"tokenizer.path {recipe.tokenizer.path}"
     found = [foreign_tokenizer(recipe, corpus, tok, where)]
     if recipe.data.dev:
-        dev = load_dev(recipe.data.dev, tok, recipe.model.max_positions, recipe.train.bleu_tokenize)
+        dev = load_dev(recipe.data.dev, tok, recipe.model.max_positions, recipe.train.bleu_tokenize, reads_placeholders(recipe))
         found.append(foreign_dev(recipe.data.dev, dev, corpus))
     return [warning for warning in found if warning]
 
@@ -43,7 +43,7 @@ def usable_corpus(recipe: Recipe, tok: Tokenizer, progress: Callable[[int], None
     Raises:
         TfmError: no pair is left (the message says how many were empty and how many too long).
     """
-    corpus = encode_corpus(recipe.data.train, tok, recipe.data.max_len, progress=progress)
+    corpus = encode_corpus(recipe.data.train, tok, recipe.data.max_len, progress=progress, numbers=reads_placeholders(recipe))
     s = corpus.stats
     if s.kept == 0:
         raise TfmError(
@@ -53,6 +53,12 @@ def usable_corpus(recipe: Recipe, tok: Tokenizer, progress: Callable[[int], None
             hint="check data.train, and raise data.max_len if the sentences are longer",
         )
     return corpus
+
+
+def reads_placeholders(recipe: Recipe) -> bool:
+    """Whether the recipe's model reads numbers as placeholders (model.numbers), which its training pairs then
+    give it (`sentences.with_number_placeholders`)."""
+    return recipe.model.numbers == "placeholders"
 
 
 READING_SAID_EVERY = PROGRESS_EVERY  # seconds between two lines while a large corpus is read

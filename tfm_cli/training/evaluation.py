@@ -22,7 +22,7 @@ from tfm_cli.recipe import (
 )
 from tfm_cli.runs import FINAL, checkpoint_steps
 from tfm_cli.scoring import AUTO, bleu_metric, bleu_tokenize_for, score_translations
-from tfm_cli.sentences import Part, join_sentences, to_translate
+from tfm_cli.sentences import Part, join_sentences, to_translate, with_number_placeholders
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training.loss import output_loss
 
@@ -45,20 +45,20 @@ class DevSet:
     # 400 French references with ’: BLEU 23.72 normalised, 20.53 as written), and a published figure is that one.
     written: list[str] | None = None
     cut_warning: str | None = None  # sources longer than the model takes (cut, as `tfm translate` cuts them)
-    _given: dict[tuple[bool, bool], list[list[tuple[list[int], Part]]]] = field(default_factory=dict, repr=False, compare=False)
+    _given: dict[tuple[bool, bool, bool], list[list[tuple[list[int], Part]]]] = field(default_factory=dict, repr=False, compare=False)
 
     def sentence_ids(
-        self, tokenizer: Tokenizer, max_positions: int, split: bool, verbatim: bool = False
+        self, tokenizer: Tokenizer, max_positions: int, split: bool, verbatim: bool = False, numbers: bool = False
     ) -> list[list[tuple[list[int], Part]]]:
         """What `tfm translate` searches for each source (`sentences.to_translate`): the token ids of what the model
         is given for each of its sentences (with `split`, `decode.split_sentences`; else the source whole; with
-        `verbatim`, the source as written), with the sentence's `Part`, which writes its translation as the sentence
+        `verbatim`, the source as written; with `numbers`, its numbers as placeholders), with the sentence's `Part`, which writes its translation as the sentence
         is written (no ids for one written as it is, without the model: `Part.literal`)."""
-        if (split, verbatim) not in self._given:
-            given = self._given[split, verbatim] = []
+        if (split, verbatim, numbers) not in self._given:
+            given = self._given[split, verbatim, numbers] = []
             for source, ids in zip(self.sources, self.src_ids, strict=True):
-                parts = to_translate(source, split, tokenizer.word_cost, verbatim)
-                if parts == [Part(source, source)]:  # the source whole, as read
+                parts = to_translate(source, split, tokenizer.word_cost, verbatim, numbers)
+                if parts in ([Part(source, source)], [Part(source, source, numbers=())]):  # the source whole, as read
                     given.append([(ids, parts[0])])
                     continue
                 heads = [head_for(part.given, max_positions, tokenizer.longest_piece) for part in parts]
@@ -66,7 +66,7 @@ class DevSet:
                     ([] if part.literal else seq[: max_positions - 1], part)
                     for seq, part in zip(tokenizer.encode_batch(heads), parts, strict=True) if seq or part.literal
                 ])
-        return self._given[split, verbatim]
+        return self._given[split, verbatim, numbers]
 
     def references_changed(self, n: int | None = None) -> int:
         """How many of the first `n` (all) references normalising changed."""
@@ -75,13 +75,15 @@ class DevSet:
         return sum(a != b for a, b in zip(self.written[:n], self.references[:n], strict=True))
 
 
-def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str = AUTO) -> DevSet:
+def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str = AUTO, numbers: bool = False) -> DevSet:
     """Read the dev corpus; `bleu_tokenize` (`auto`: chosen here, once, from all the references) is set up now,
     so that one that cannot be (MeCab missing) fails before training, not at the first evaluation.
 
     `max_positions` is the model's (`model.max_positions`): a dev sentence is cut only where the model cannot
     take it, as `tfm translate` cuts it, not at `data.max_len`, which filters the training pairs alone; so the
-    dev BLEU is the score of the text `tfm translate` prints for the same sources."""
+    dev BLEU is the score of the text `tfm translate` prints for the same sources. With `numbers` (a model that
+    reads numbers as placeholders), the token ids of the loss are of the pairs as training gives them
+    (`sentences.with_number_placeholders`)."""
     # References normalised as the translations are (NFC, one space): an NFD reference would never match the
     # model's NFC output. A side empty once normalised (only whitespace, '▁' and invisible characters) is skipped, as in data.train.
     columns = TsvColumns()
@@ -100,10 +102,13 @@ def load_dev(spec, tokenizer: Tokenizer, max_positions: int, bleu_tokenize: str 
     sources = [s for s, _ in pairs]
     references = [ref for _, ref in pairs]
     # Sources longer than the model can take are cut (and count against BLEU), as `tfm translate` cuts them
-    src_ids = [ids[: max_positions] for ids in tokenizer.encode_batch([head for _, _, head, _, _ in kept])]
+    given = [(head, ref) for _, _, head, ref, _ in kept]
+    if numbers:
+        given = [with_number_placeholders(head, ref) for head, ref in given]
+    src_ids = [ids[: max_positions] for ids in tokenizer.encode_batch([head for head, _ in given])]
     cut = [n for (n, *_), ids in zip(kept, src_ids, strict=True) if len(ids) > max_positions - 1]
     src_ids = [ids[: max_positions - 1] for ids in src_ids]
-    tgt_ids = [ids[: max_positions - 1] for ids in tokenizer.encode_batch(references)]
+    tgt_ids = [ids[: max_positions - 1] for ids in tokenizer.encode_batch([ref for _, ref in given])]
     why = ""
     if bleu_tokenize == AUTO:
         bleu_tokenize, why = bleu_tokenize_for(references)
@@ -160,7 +165,8 @@ def evaluate(
     metrics: dict[str, Any] = dev_loss(model, dev, recipe.train.max_tokens, recipe.train.label_smoothing, amp)
     n = len(dev.sources) if sentences <= 0 else min(sentences, len(dev.sources))
     d = recipe.decode
-    lines = dev.sentence_ids(tokenizer, model.config.max_positions, d.split_sentences, d.verbatim)[:n]
+    numbers = model.config.numbers == "placeholders"
+    lines = dev.sentence_ids(tokenizer, model.config.max_positions, d.split_sentences, d.verbatim, numbers)[:n]
     flat = [ids for line in lines for ids, _ in line if ids]  # each sentence of each source (not those written as they are)
     decoding = getattr(events, "decoding", None)  # (the CLI's events are duck-typed)
     with decoding(what, len(flat)) if decoding is not None else contextlib.nullcontext(None) as advance:

@@ -106,7 +106,7 @@ from tfm_cli.training.checks import (
     with_init_tokenizer,
     with_tokenizer_size,
 )
-from tfm_cli.training.corpora import in_tokens, reading_progress, usable_corpus
+from tfm_cli.training.corpora import in_tokens, reading_progress, reads_placeholders, usable_corpus
 from tfm_cli.training.evaluation import evaluate, finish, load_dev
 from tfm_cli.training.events import TrainEvents
 from tfm_cli.training.failures import (
@@ -625,7 +625,8 @@ class Trainer:
             )
             if main and s.columns_warning:
                 self.events.message(f"warning: data.train {s.columns_warning}")
-            self.dev = load_dev(recipe.data.dev, tok, recipe.model.max_positions, self.t.bleu_tokenize) if recipe.data.dev and main else None
+            self.dev = (load_dev(recipe.data.dev, tok, recipe.model.max_positions, self.t.bleu_tokenize, reads_placeholders(recipe))
+                        if recipe.data.dev and main else None)
             if self.dev is not None and self.dev.columns_warning:
                 self.events.message(f"warning: data.dev {self.dev.columns_warning}")
             if main and self.dev is not None and self.dev.cut_warning:
