@@ -81,7 +81,7 @@ def prepare(
     """The model config and the first `n_groups` optimizer steps' batches, exactly as the trainer draws them
     (padded as the trainer pads them for `device`)."""
     t = recipe.train
-    corpus = encode_corpus(recipe.data.train, tokenizer, recipe.data.max_len)
+    corpus = encode_corpus(recipe.data.train, tokenizer, recipe.data.max_len, numbers=recipe.model.numbers == "placeholders")
     config = model_config(recipe, tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
     stream = BatchStream(
         corpus, t.max_tokens, t.seed, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id,
@@ -344,11 +344,12 @@ def recipe_tokenizer(recipe: Recipe, events: Callable[[str], None] | None = None
     if recipe.tokenizer.path:
         return Tokenizer.load(recipe.tokenizer.path)
     from tfm_cli.corpus import read_pairs
+    from tfm_cli.sentences import with_number_placeholders
     from tfm_cli.tokenizer import train_tokenizer
 
     started = time.perf_counter()
-    def texts() -> Iterator[str]:  # a fresh pass each call: the same tokenizer as `tfm train` trains
-        return (text for _, src, tgt in read_pairs(recipe.data.train) for text in (src, tgt))
+    def texts() -> Iterator[str]:  # a fresh pass each call: the same tokenizer as `tfm train` trains (`tokenizer_texts`)
+        return (text for _, src, tgt in read_pairs(recipe.data.train) for text in with_number_placeholders(src, tgt))
 
     tokenizer = train_tokenizer(texts, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency)
     if events is not None:

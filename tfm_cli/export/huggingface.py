@@ -460,6 +460,11 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
         "saving it again from transformers (save_pretrained, push_to_hub): set model._keys_to_ignore_on_save = None "
         "first, or the decoder's position table, which holds tfm's <s> embedding, is left out (see its README.md)",
     ]
+    if config.numbers == "placeholders":
+        notes.append(
+            "numbers: the model reads each number in digits as a placeholder (XNUMA, XNUMB, ...) and copies it: give "
+            "it sentences so and put the numbers back in its output, as its README.md shows (tfm translate does it)"
+        )
     if left_out:
         notes.append(
             f"{left_out} empty or over-long {origin} sentences left out of the checks"
