@@ -582,18 +582,19 @@ def test_text_that_starts_as_a_binary_format_does_is_text(tmp_path: Path) -> Non
     assert [(s, t) for _, s, t in read_pairs(corpus)] == [(odd, "x")]
 
 
-def test_numbers_on_both_sides_train_as_placeholders(tok: Tokenizer, tmp_path: Path) -> None:
-    """With `numbers` (a model that reads numbers as placeholders) each number a pair has on both sides is encoded
-    as its placeholder; the tokenizer tfm trains is trained on the pairs so (where numbers are not rare it learns
-    the placeholders as pieces: the quickstart's has `▁XNUMA`)."""
+def test_numbers_on_both_sides_train_as_the_placeholder(tok: Tokenizer, tmp_path: Path) -> None:
+    """With `numbers` (a model that reads numbers as the placeholder) each number a pair has on both sides is
+    encoded as the placeholder; the tokenizer tfm trains for such a model is trained on the pairs so (it learns
+    `▁XNUM` as a piece: the quickstart's has it), and one for a model that reads them as written on the digits."""
     from tfm_cli.corpus import tokenizer_texts
 
     lines = ["J'ai 3 chats et 12 chiens.\tI have twelve dogs and 3 cats.", "Bonjour.\tHello.", "En 2019.\tIn 2019."]
     path = write(tmp_path / "c.tsv", "\n".join(lines) + "\n")
     given = encode_corpus(path, tok, max_len=64, numbers=True)
-    assert [given.src(0), given.tgt(0)] == [tok.encode("J'ai XNUMA chats et 12 chiens."), tok.encode("I have twelve dogs and XNUMA cats.")]
-    assert [given.src(1), given.tgt(1), given.src(2), given.tgt(2)] == [tok.encode(t) for t in ("Bonjour.", "Hello.", "En XNUMA.", "In XNUMA.")]
+    assert [given.src(0), given.tgt(0)] == [tok.encode("J'ai XNUM chats et 12 chiens."), tok.encode("I have twelve dogs and XNUM cats.")]
+    assert [given.src(1), given.tgt(1), given.src(2), given.tgt(2)] == [tok.encode(t) for t in ("Bonjour.", "Hello.", "En XNUM.", "In XNUM.")]
     as_written = encode_corpus(path, tok, max_len=64)
     assert [as_written.src(2), as_written.tgt(2)] == [tok.encode("En 2019."), tok.encode("In 2019.")]
     texts = list(tokenizer_texts(path, lambda _: None)())
-    assert texts[:2] == ["J'ai XNUMA chats et 12 chiens.", "I have twelve dogs and XNUMA cats."] and texts[4:] == ["En XNUMA.", "In XNUMA."]
+    assert texts[:2] == ["J'ai XNUM chats et 12 chiens.", "I have twelve dogs and XNUM cats."] and texts[4:] == ["En XNUM.", "In XNUM."]
+    assert list(tokenizer_texts(path, lambda _: None, numbers=False)())[4:] == ["En 2019.", "In 2019."]

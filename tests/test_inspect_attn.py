@@ -174,13 +174,13 @@ def test_the_api_refuses_what_it_cannot_show(translator: Translator, report, tra
 
 
 def test_numbers_are_shown_as_the_model_reads_them(translator: Translator) -> None:
-    """The trained model reads numbers as placeholders (model.numbers, the default): the source's pieces are of
-    XNUMA, not of its digits, and a target is teacher-forced with the same number as the same placeholder (the
-    model's own translation is written with the number back)."""
+    """The trained model reads numbers as the placeholder (model.numbers, a new model's way): the source's pieces
+    are of XNUM, not of its digits, and a target is teacher-forced with the source's numbers as the placeholder
+    too (the model's own translation is written with the number back, as tfm translate writes it)."""
     assert translator.model.config.numbers == "placeholders"
     report = attention_report(translator, "J'ai 3 chats.", "I have 3 cats.")
-    assert "XNUMA" in "".join(report.src_tokens) and "3" not in "".join(report.src_tokens)
-    assert "XNUMA" in "".join(report.tgt_tokens) and "3" not in "".join(report.tgt_tokens)
+    assert "XNUM" in "".join(report.src_tokens) and "3" not in "".join(report.src_tokens)
+    assert "XNUM" in "".join(report.tgt_tokens) and "3" not in "".join(report.tgt_tokens)
     assert report.source == "J'ai 3 chats." and report.target == "I have 3 cats."
     own = attention_report(translator, "J'ai 3 chats.")
     assert "XNUM" not in own.target and own.target == translator.translate("J'ai 3 chats.", split_sentences=False).text

@@ -868,27 +868,62 @@ def test_an_override_with_a_line_break_is_refused():
 
 
 def test_model_numbers(tmp_path):
-    """model.numbers: placeholders for a new model (the shipped recipes); a bad value named with the choices; a run
-    whose recipe.yaml does not name it (started before tfm had it) resumes as its model reads numbers, as written."""
+    """model.numbers: null in a recipe is the placeholder for a new model, and as the model a run goes on from reads
+    them for a fine-tuning or a resume (a checkpoint saved before tfm had it: as written); a bad value is named
+    with the choices."""
+    import torch
+    from safetensors.torch import save_file
+
     from tfm_cli.training import resume_recipe
 
-    assert recipe_from_dict({"name": "x"}).model.numbers == "placeholders"
+    assert recipe_from_dict({"name": "x"}).model.numbers is None
+    assert model_config(recipe_from_dict({"name": "x"}), 300, 0, 1, 2).numbers == "placeholders"
     assert ModelConfig().numbers == "as_written"  # the config of a model saved before: digits as they are
     assert ModelConfig.from_dict({k: v for k, v in ModelConfig().to_dict().items() if k != "numbers"}).numbers == "as_written"
     with pytest.raises(RecipeError) as excinfo:
         recipe_from_dict({"name": "x", "model": {"numbers": "words"}})
     assert problems_of(excinfo) == ["model.numbers='words' must be one of: as_written, placeholders"]
-    for name in ("tiny.yaml", "base.yaml"):
-        assert load_recipe(RECIPES / name).model.numbers == "placeholders"
+    for name in ("tiny.yaml", "base.yaml", "big.yaml"):
+        assert load_recipe(RECIPES / name).model.numbers is None
 
-    old = tmp_path / "old"
-    old.mkdir()
-    text = (RECIPES / "tiny.yaml").read_text(encoding="utf-8").replace("  numbers: placeholders", "  #")
-    (old / "recipe.yaml").write_text(text, encoding="utf-8")
-    assert "numbers" not in yaml.safe_load(text)["model"]
+    def run(name: str, saved: dict | None, numbers_line: str = "") -> Path:
+        folder = tmp_path / name
+        (folder / "checkpoints").mkdir(parents=True)
+        text = (RECIPES / "tiny.yaml").read_text(encoding="utf-8").replace("  numbers: null", numbers_line or "  #")
+        (folder / "recipe.yaml").write_text(text, encoding="utf-8")
+        if saved is not None:
+            config = {k: v for k, v in ModelConfig().to_dict().items() if k in saved or k != "numbers"} | saved
+            metadata = {"format": "tfm", "config": json.dumps(config), "tokenizer_sha256": "0" * 64}
+            save_file({"x": torch.zeros(1)}, folder / "checkpoints" / "step-00000010.safetensors", metadata)
+        return folder
+
+    old = run("old", {})  # a checkpoint of a model saved before tfm had model.numbers
     assert resume_recipe(old, []).model.numbers == "as_written"
-    assert resume_recipe(old, ["model.numbers=placeholders"]).model.numbers == "placeholders"
-    new = tmp_path / "new"
-    new.mkdir()
-    (new / "recipe.yaml").write_text(text.replace("  dropout: 0.1\n", "  dropout: 0.1\n  numbers: placeholders\n"), encoding="utf-8")
-    assert resume_recipe(new, []).model.numbers == "placeholders"
+    assert resume_recipe(old, ["model.numbers=placeholders"]).model.numbers == "placeholders"  # (refused by the checks)
+    assert resume_recipe(run("new", {"numbers": "placeholders"}), []).model.numbers == "placeholders"
+    assert resume_recipe(run("said", {}, "  numbers: as_written"), []).model.numbers == "as_written"
+    assert resume_recipe(run("none", None), []).model.numbers == "placeholders"  # no checkpoint: a new model's
+
+
+@pytest.mark.parametrize(("theirs", "given", "expected"), [
+    ("as_written", None, "as_written"), ("placeholders", None, "placeholders"), ("as_written", "placeholders", "placeholders"),
+])
+def test_fine_tuning_reads_numbers_as_its_model_unless_told(tmp_path, theirs: str, given: str | None, expected: str):
+    """train.init_from with model.numbers null (a run's recipe.yaml of before tfm had it, the shipped recipes) goes on
+    reading numbers as the model it starts from: a model that read digits fine-tuned into one given placeholders
+    its tokenizer spells letter by letter lost every number. A value given is the run's."""
+    from tfm_cli.checkpoint import save_weights, weights_state
+    from tfm_cli.model import Transformer
+    from tfm_cli.runs import FINAL
+    from tfm_cli.tokenizer import train_tokenizer
+    from tfm_cli.training.checks import with_init_tokenizer
+
+    tok = train_tokenizer(["Bonjour, j'ai 3 chats.", "Hello, I have 3 cats."] * 20, vocab_size=300)
+    config = ModelConfig(vocab_size=tok.vocab_size, d_model=8, d_ff=8, n_heads=1, n_enc_layers=1, n_dec_layers=1,
+                         max_positions=16, numbers=theirs)
+    (tmp_path / "run").mkdir()
+    tok.save(tmp_path / "run" / "tokenizer.json")
+    save_weights(tmp_path / "run" / FINAL, weights_state(Transformer(config)), config, tok.sha256, 7)
+    recipe = recipe_from_dict({"name": "ft", "train": {"init_from": str(tmp_path / "run")}, "model": {"numbers": given}})
+    assert with_init_tokenizer(recipe).model.numbers == expected
+    assert with_init_tokenizer(recipe, resume=True).model.numbers == given  # a resume reads its own run (resume_recipe)

@@ -1291,10 +1291,10 @@ def test_a_model_folder_this_user_may_not_read_is_said_so(parts, tmp_path: Path,
 
 @pytest.mark.parametrize("numbers", ["placeholders", "as_written"])
 def test_numbers_reach_the_model_as_its_config_says(parts, monkeypatch: pytest.MonkeyPatch, numbers: str) -> None:
-    """A model that reads numbers as placeholders is given XNUMA, XNUMB... for each sentence's numbers, and its
-    translation is written with the numbers back where it put the placeholders (a placeholder of no number
-    dropped); one that reads them as written is given the digits. The search here copies what it is given, then
-    adds a placeholder of its own: what reaches the model and what comes back are exact."""
+    """A model that reads numbers as the placeholder is given XNUM for each of a sentence's numbers, and its
+    translation is written with the numbers in its placeholders, in order (a placeholder past them dropped); one
+    that reads them as written is given the digits. The search here copies what it is given, then adds a
+    placeholder of its own: what reaches the model and what comes back are exact."""
     import tfm_cli.translator as translator_module
     from tfm_cli.decoding import Hypothesis
 
@@ -1304,16 +1304,16 @@ def test_numbers_reach_the_model_as_its_config_says(parts, monkeypatch: pytest.M
     def copying_search(engine, sequences, *, into, **_):
         given.extend(tok.decode(seq) for seq in sequences)
         for out, seq in zip(into, sequences, strict=True):
-            out.append(Hypothesis(list(seq) + tok.encode(" XNUMF"), -1.0, -1.0))
+            out.append(Hypothesis(list(seq) + tok.encode(" XNUM"), -1.0, -1.0))
         return into
 
     monkeypatch.setattr(translator_module, "translate_ids", copying_search)
     reader = Transformer(dataclasses.replace(model.config, numbers=numbers, max_positions=128)).eval()
-    lines = ["Le train de 17 h 45 part du quai 3.", "J'ai 2 chats. Tu en as 10.", "Bonjour.", "42"]
+    lines = ["Le train de 17 h 45 part du quai 3.", "J'ai 2 chats. Tu en as 10 000.", "Bonjour.", "42"]
     out = Translator(reader, tok).translate(lines)
     if numbers == "placeholders":
-        assert given == ["Le train de XNUMA h XNUMB part du quai XNUMC.", "J'ai XNUMA chats.", "Tu en as XNUMA.", "Bonjour."]
-        assert [t.text for t in out] == ["Le train de 17 h 45 part du quai 3.", "J'ai 2 chats. Tu en as 10.", "Bonjour.", "42"]
+        assert given == ["Le train de XNUM h XNUM part du quai XNUM.", "J'ai XNUM chats.", "Tu en as XNUM.", "Bonjour."]
+        assert [t.text for t in out] == ["Le train de 17 h 45 part du quai 3.", "J'ai 2 chats. Tu en as 10 000.", "Bonjour.", "42"]
     else:
-        assert given == ["Le train de 17 h 45 part du quai 3.", "J'ai 2 chats.", "Tu en as 10.", "Bonjour."]
-        assert [t.text for t in out][:2] == ["Le train de 17 h 45 part du quai 3. XNUMF", "J'ai 2 chats. XNUMF Tu en as 10. XNUMF"]
+        assert given == ["Le train de 17 h 45 part du quai 3.", "J'ai 2 chats.", "Tu en as 10 000.", "Bonjour."]
+        assert [t.text for t in out][:2] == ["Le train de 17 h 45 part du quai 3. XNUM", "J'ai 2 chats. XNUM Tu en as 10 000. XNUM"]

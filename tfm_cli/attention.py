@@ -33,7 +33,7 @@ from tfm_cli.sentences import (
     frame,
     in_capitals,
     in_title_case,
-    placeholders_for,
+    numbers_as_placeholder,
     sentence_case,
     to_translate,
 )
@@ -225,7 +225,7 @@ def attention_report(translator: Translator, source: str, target: str | None = N
                 text = inner
         if (source_part.capitals or source_part.title) and (in_capitals(text) or in_title_case(text)):
             text = sentence_case(text, tok.word_cost)
-        return placeholders_for(text, list(source_part.numbers)) if source_part.numbers else text  # as training gives them
+        return numbers_as_placeholder(text, source_part.numbers) if source_part.numbers else text  # as training gives them
 
     if not verbatim and to_translate(source, False, tok.word_cost)[0].literal:  # no model makes its translation
         raise TfmError(  # (it showed an empty translation's one row, labelled "the model's translation")

@@ -527,10 +527,14 @@ def now_and_then(seconds: float, say: Callable[[str, float], None]) -> Callable[
     return said
 
 
-def tokenizer_texts(spec: CorpusSpec, say: Callable[[str], None], option: str | None = None) -> Callable[[], Iterator[str]]:
+def tokenizer_texts(
+    spec: CorpusSpec, say: Callable[[str], None], option: str | None = None, numbers: bool = True
+) -> Callable[[], Iterator[str]]:
     """The `texts` of `tokenizer.train_tokenizer` for the corpus `spec`: both sides, pair by pair, read anew on each
     call, with a progress line to `say` every PROGRESS_EVERY seconds (it reads the corpus twice, for the alphabet,
-    then for the pieces: 2,000,000 pairs took two minutes with nothing said)."""
+    then for the pieces: 2,000,000 pairs took two minutes with nothing said); with `numbers`, each number a pair has
+    on both sides as the placeholder a model that reads numbers so is given (`ModelConfig.numbers`), which the
+    tokenizer then learns as a piece of its own."""
     passes = iter(("for its alphabet (pass 1 of 2)", "for its pieces (pass 2 of 2)"))
 
     def texts() -> Iterator[str]:
@@ -541,9 +545,8 @@ def tokenizer_texts(spec: CorpusSpec, say: Callable[[str], None], option: str | 
         for read, (_, src, tgt) in enumerate(read_pairs(spec, option=option), start=1):
             if first:
                 look.look(src, tgt)
-            # each number on both sides as the placeholder a model that reads numbers so is given (`ModelConfig.numbers`):
-            # learned as a piece of its own, not its letters
-            src, tgt = with_number_placeholders(src, tgt)
+            if numbers:
+                src, tgt = with_number_placeholders(src, tgt)
             yield src
             yield tgt
             said(f"tokenizer: {read:,} pairs read {what}")

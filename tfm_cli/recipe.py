@@ -86,10 +86,11 @@ class ModelRecipe:
     positions: str = "sinusoidal"  # "sinusoidal" (section 3.5) or "learned"
     max_positions: int = 1024  # longest sequence the position table covers
     tie_embeddings: bool = True  # share source/target embeddings and the output projection (section 3.4)
-    # "placeholders": each number in digits that a pair has on both sides is trained as XNUMA, XNUMB..., which the
-    # model learns to copy, and tfm translate gives it numbers so and writes them back as they were; "as_written":
-    # digits as they are (a model trained on a corpus where numbers are rare mistranslates them)
-    numbers: str = "placeholders"
+    # "placeholders": each number in digits that a pair has on both sides is trained as the placeholder XNUM, which
+    # the model learns to copy, and tfm translate gives it numbers so and writes them back as they were; "as_written":
+    # digits as they are (a model trained on a corpus where numbers are rare mistranslates them); null: as the model
+    # a run goes on from reads them (train.init_from, a resumed run), else placeholders
+    numbers: str | None = None
 
 
 @dataclass
@@ -511,7 +512,7 @@ def _validate(recipe: Recipe, skip: set[str]) -> list[str]:
                 good[key] = value
         if section == "model":
             # Shape rules live with ModelConfig; pass only well-typed values so nothing is reported twice.
-            values = {name: good[f"model.{name}"] for name in _KINDS["model"] if f"model.{name}" in good}
+            values = {name: good[f"model.{name}"] for name in _KINDS["model"] if good.get(f"model.{name}") is not None}
             problems += config_problems(values, prefix="model.")
 
     # Cross-field rules, only between values that passed their own checks.
@@ -1196,10 +1197,16 @@ def model_config(recipe: Recipe, vocab_size: int, pad_id: int, bos_id: int, eos_
     Raises:
         ValueError: the combination is invalid (e.g. a special id outside the vocabulary).
     """
-    return ModelConfig(
-        vocab_size=vocab_size,
-        pad_id=pad_id,
-        bos_id=bos_id,
-        eos_id=eos_id,
-        **dataclasses.asdict(recipe.model),
-    )
+    model = dataclasses.asdict(recipe.model)
+    model["numbers"] = model["numbers"] or NEW_MODEL_NUMBERS  # (null: a new model's, where no model said otherwise)
+    return ModelConfig(vocab_size=vocab_size, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, **model)
+
+
+NEW_MODEL_NUMBERS = "placeholders"  # how a new model reads numbers (model.numbers: null)
+
+
+def with_numbers_of(recipe: Recipe, numbers: str) -> Recipe:
+    """`recipe` with model.numbers set to `numbers` (how the model a run goes on from reads them) where it is null."""
+    if recipe.model.numbers is not None:
+        return recipe
+    return dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, numbers=numbers))

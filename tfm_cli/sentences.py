@@ -3,7 +3,7 @@ back (`to_translate`, `Part.written`, `join_sentences`): a line that holds sever
 sentence at a time; a sentence in capitals or in title case as an ordinary sentence is written (`sentence_case`);
 one in a frame (a list's bullet, double quotes or brackets around it, emoji, markup, an address or a mention at
 its edges) without it (`frame`); one without a letter, or of nothing but addresses, is written as it is; its
-numbers as placeholders, for a model trained so (`with_number_placeholders`, `Part.numbers`). `verbatim` gives the line as written. Plain Python, no torch: the ONNX export carries
+numbers as a placeholder, for a model trained so (`with_number_placeholders`, `Part.numbers`). `verbatim` gives the line as written. Plain Python, no torch: the ONNX export carries
 this file.
 
 A model trained on sentence pairs (Tatoeba, most of WMT) ends its output after the first sentence of a line that
@@ -366,64 +366,65 @@ def sentence_case(text: str, cost: Callable[[str], Any] | None = None) -> str:
     return "".join(out) + text[at:]
 
 
-# Numbers in digits, for a model that reads them as placeholders (`ModelConfig.numbers`): a corpus of everyday
-# sentences holds few (half a percent of the Tatoeba pairs), so a model that reads their pieces mistranslates
-# nearly all of them (the quickstart model got none of 339 dev sentences with a number right: `J'ai 3 chats.` ->
-# `I have cats.`). Each number a training pair has on both sides is given as a placeholder there instead, in the
-# order it first comes in the source (`with_number_placeholders`), and the model learns to copy placeholders: at
-# translation every number of a sentence is given so (`Part.numbers`), and the translation written with the
-# numbers back in their places (`Part.written`); one the model dropped is lost, as a word can be. A number here is
-# a run of digits, with `.` or `,` between groups of them (`3`, `10.000`, `3,14`), touching no letter or other
-# digit (`2h30` and `mp3` stay as they are); at most len(NUMBER_PLACEHOLDERS) in a sentence,
-# the others as they are. The placeholders are words of capital letters, which any tokenizer cuts into a piece
-# or a few, and which a tokenizer trained by tfm learns whole (`tfm_cli.corpus.tokenizer_texts`).
-NUMBER_PLACEHOLDERS = tuple(f"XNUM{letter}" for letter in "ABCDEFGH")
-_NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*(?![\w]|[.,]\d)")
-_PLACEHOLDER = re.compile(r" ?XNUM[A-Z]*")  # (with the space before it: one with no number is written without)
-
-
-def numbers_in(text: str) -> list[str]:
-    """The numbers of `text` in the order they first come, each once (`_NUMBER`)."""
-    return list(dict.fromkeys(_NUMBER.findall(text)))
-
-
-def placeholders_for(text: str, numbers: list[str]) -> str:
-    """`text` with each of `numbers` (the first len(NUMBER_PLACEHOLDERS)) as its placeholder."""
-    slot = dict(zip(numbers[: len(NUMBER_PLACEHOLDERS)], NUMBER_PLACEHOLDERS, strict=False))
-    return _NUMBER.sub(lambda m: slot.get(m.group(), m.group()), text)
+# Numbers in digits, for a model that reads them as a placeholder (`ModelConfig.numbers`): a corpus of everyday
+# sentences holds few (half a percent of the Tatoeba pairs), so a model that reads their pieces mistranslates nearly
+# all of them (the quickstart model got the numbers of none of 339 sentences right: `J'ai 3 chats.` -> `I have
+# cats.`). Each number a training pair has on both sides is given there as one placeholder, XNUM, on both sides
+# (`with_number_placeholders`), which the model learns to copy: at translation each number of a sentence is given
+# so (`Part.numbers`), and the translation written with the sentence's numbers in its placeholders, in the order
+# they came (`Part.written`): the numbers of the Tatoeba pairs that have several on both sides come in the same
+# order on both (49 of 49). One placeholder for all, not one for each (XNUMA, XNUMB, ...): with one each, the
+# corpus's few sentences of three numbers or more left the third one on barely trained. A number here is a run of
+# ASCII digits, with `.` or `,` between groups of them (`3`, `10.000`, `3,14`) or spaces between groups of three
+# (`10 000`, with a no-break space too), touching no letter or other digit (`2h30` and `mp3` stay as they are).
+NUMBER_PLACEHOLDER = "XNUM"
+_NUMBER = re.compile(
+    r"(?<![\w.,])(?:[0-9]{1,3}(?:[ \u00a0\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![\w]|[.,][0-9])"
+)
+_PLACEHOLDER_OUT = re.compile(r"( ?)XNUM")  # (with the space before it: one of no number is written without)
 
 
 def with_number_placeholders(source: str, target: str) -> tuple[str, str]:
-    """A training pair with each number it has on both sides as a placeholder, the same on both, in the order the
-    numbers first come in the source; a number on one side only (`treize` -> `13`) stays as it is, and a pair that
-    holds the text of a placeholder (`XNUM`) is left whole."""
-    if "XNUM" in source or "XNUM" in target:
+    """A training pair with each number it has on both sides as the placeholder, on both (every time it comes); a
+    number on one side only (`treize` -> `13`) stays as it is, and a pair that holds the text of the placeholder
+    is left whole."""
+    if NUMBER_PLACEHOLDER in source or NUMBER_PLACEHOLDER in target:
         return source, target
-    on_both = [n for n in numbers_in(source) if n in set(_NUMBER.findall(target))]
+    on_both = set(_NUMBER.findall(source)) & set(_NUMBER.findall(target))
     if not on_both:
         return source, target
-    return placeholders_for(source, on_both), placeholders_for(target, on_both)
+
+    return numbers_as_placeholder(source, on_both), numbers_as_placeholder(target, on_both)
+
+
+def numbers_as_placeholder(text: str, numbers: tuple[str, ...] | list[str] | set[str]) -> str:
+    """`text` with each of `numbers` in it as the placeholder (a target as training gives it beside a source of
+    those numbers)."""
+    chosen = set(numbers)
+    return _NUMBER.sub(lambda found: NUMBER_PLACEHOLDER if found.group() in chosen else found.group(), text)
 
 
 def _with_numbers(part: Part) -> Part:
-    """`part` given with its numbers as placeholders (`Part.numbers`); as it is where it holds the text of a
+    """`part` given with its numbers as the placeholder (`Part.numbers`); as it is where it holds the text of the
     placeholder (its translation then written as the model wrote it, the text kept)."""
-    if "XNUM" in part.given:
+    if NUMBER_PLACEHOLDER in part.given:
         return part
-    numbers = numbers_in(part.given)[: len(NUMBER_PLACEHOLDERS)]
-    return part._replace(given=placeholders_for(part.given, numbers) if numbers else part.given, numbers=tuple(numbers))
+    numbers = tuple(_NUMBER.findall(part.given))
+    return part._replace(given=_NUMBER.sub(NUMBER_PLACEHOLDER, part.given) if numbers else part.given, numbers=numbers)
 
 
 def _numbers_written(translation: str, numbers: tuple[str, ...]) -> str:
-    """`translation` with each placeholder the model wrote replaced by its number; one of no number (a placeholder
-    the sentence did not have, or a piece of one) left out."""
+    """`translation` with its placeholders replaced by `numbers`, in order; one past them (a number the model made
+    up) left out, with the space before it."""
+    if NUMBER_PLACEHOLDER not in translation:
+        return translation
+    left = iter(numbers)
 
     def number(found: re.Match[str]) -> str:
-        word = found.group()
-        i = NUMBER_PLACEHOLDERS.index(word.lstrip()) if word.lstrip() in NUMBER_PLACEHOLDERS else len(numbers)
-        return word[: len(word) - len(word.lstrip())] + numbers[i] if i < len(numbers) else ""
+        value = next(left, None)
+        return "" if value is None else found.group(1) + value
 
-    return _PLACEHOLDER.sub(number, translation).strip() if "XNUM" in translation else translation
+    return _PLACEHOLDER_OUT.sub(number, translation).strip()
 
 
 class Part(NamedTuple):
@@ -440,8 +441,8 @@ class Part(NamedTuple):
     suffix: str = ""
     title: bool = False  # written in title case: so is its translation
     verbatim: bool = False  # the model's translation as it is
-    # for a model that reads numbers as placeholders, the numbers `given` has as XNUMA, XNUMB... (none: ()), written
-    # back in their places; None for one that reads them as written
+    # for a model that reads numbers as a placeholder, the numbers `given` has as XNUM, in order (none: ()), written
+    # into its translation's placeholders in that order; None for one that reads them as written
     numbers: tuple[str, ...] | None = None
 
     @property
@@ -510,7 +511,7 @@ def to_translate(
 ) -> list[Part]:
     """What the model is given for `line`: its sentences (`split_sentences`; the line whole without `split`), each
     without its frame (`frame`), in sentence case where it is written in capitals (`sentence_case`, with `cost`),
-    with its numbers as placeholders for a model that reads them so (`numbers`: `Part.numbers`), none for a
+    with its numbers as the placeholder for a model that reads them so (`numbers`: `Part.numbers`), none for a
     sentence without a letter (written as it is). With `verbatim`, or a line with none of these,
     `[Part(line, line)]`."""
     if verbatim:

@@ -49,6 +49,7 @@ from tfm_cli.recipe import Recipe, model_config
 from tfm_cli.runtime import autocast, resolve_precision, tune_cpu_allocator
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training import TrainEvents, inverse_sqrt_lr, setup_model, train, train_step
+from tfm_cli.training.corpora import reads_placeholders
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
@@ -81,7 +82,7 @@ def prepare(
     """The model config and the first `n_groups` optimizer steps' batches, exactly as the trainer draws them
     (padded as the trainer pads them for `device`)."""
     t = recipe.train
-    corpus = encode_corpus(recipe.data.train, tokenizer, recipe.data.max_len, numbers=recipe.model.numbers == "placeholders")
+    corpus = encode_corpus(recipe.data.train, tokenizer, recipe.data.max_len, numbers=reads_placeholders(recipe))
     config = model_config(recipe, tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
     stream = BatchStream(
         corpus, t.max_tokens, t.seed, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id,
@@ -348,8 +349,11 @@ def recipe_tokenizer(recipe: Recipe, events: Callable[[str], None] | None = None
     from tfm_cli.tokenizer import train_tokenizer
 
     started = time.perf_counter()
+    numbers = reads_placeholders(recipe)
+
     def texts() -> Iterator[str]:  # a fresh pass each call: the same tokenizer as `tfm train` trains (`tokenizer_texts`)
-        return (text for _, src, tgt in read_pairs(recipe.data.train) for text in with_number_placeholders(src, tgt))
+        pairs = ((src, tgt) for _, src, tgt in read_pairs(recipe.data.train))
+        return (text for pair in pairs for text in (with_number_placeholders(*pair) if numbers else pair))
 
     tokenizer = train_tokenizer(texts, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency)
     if events is not None:

@@ -119,6 +119,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     option = None  # the command-line option the corpus came from (None: the recipe's data.train)
     default_out = Path("tokenizer.json")
     max_len = None  # the recipe's data.max_len: the pairs `tfm train` keeps are measured
+    numbers = True  # numbers on both sides of a pair as the placeholder, as a new model is trained (model.numbers)
     if recipe is not None and "=" in recipe and not Path(recipe).exists():  # `--corpus c.tsv tokenizer.vocab_size=500`
         raise typer.BadParameter(
             f"{recipe} is an override, not a recipe file: overrides follow a RECIPE (tfm tokenize RECIPE {recipe}); "
@@ -133,6 +134,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
         spec = r.data.train
         default_out = Path("runs") / r.name / "tokenizer.json"
         max_len = r.data.max_len
+        numbers = r.model.numbers != "as_written"
         if r.tokenizer.path and out is None:  # the file `tfm train RECIPE` takes: written there, never replaced
             default_out = Path(r.tokenizer.path).expanduser()
             if default_out.exists() or default_out.is_symlink():
@@ -182,7 +184,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     check_output_file(target, "--out", inputs=sources, keeps=_is_tokenizer, what="a tokenizer.json", example="tokenizer.json")
 
     started = time.perf_counter()
-    texts = tokenizer_texts(spec, info, option=option)
+    texts = tokenizer_texts(spec, info, option=option, numbers=numbers)
     tok = train_tokenizer(texts, settings["vocab_size"], settings["min_frequency"])  # read twice
     seconds = time.perf_counter() - started
     for run_dir, path in runs_own.items():  # again: a `tfm train` may have made the folder (and its tokenizer) meanwhile

@@ -462,7 +462,7 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
     ]
     if config.numbers == "placeholders":
         notes.append(
-            "numbers: the model reads each number in digits as a placeholder (XNUMA, XNUMB, ...) and copies it: give "
+            "numbers: the model reads each number in digits as the placeholder XNUM and copies it: give "
             "it sentences so and put the numbers back in its output, as its README.md shows (tfm translate does it)"
         )
     if left_out:
@@ -703,24 +703,24 @@ def _name_tokenizer_class(path: Path) -> None:
 
 
 def _numbers_note(config) -> str:
-    """What the README says of a model that reads numbers as placeholders (`ModelConfig.numbers`), or ""."""
+    """What the README says of a model that reads numbers as the placeholder (`ModelConfig.numbers`), or ""."""
     if config.numbers != "placeholders":
         return ""
-    return """Numbers: the model was trained to read each number written in digits as a placeholder (`XNUMA`, `XNUMB`, ... in
-the order the sentence's numbers first come, at most 8), which it copies into its translation: give it the sentence
-so and put the numbers back in its output, as `tfm translate` does. Given the digits, it mistranslates most numbers.
+    return """Numbers: the model was trained to read each number written in digits as the placeholder `XNUM`, which it copies
+into its translation: give it the sentence so and put the numbers back into its output's placeholders in the order
+they came, as `tfm translate` does. Given the digits, it mistranslates most numbers.
 
 ```python
 import re
-NUMBER = re.compile(r"(?<![\\w.,])\\d+(?:[.,]\\d+)*(?![\\w]|[.,]\\d)")  # 3, 10.000, 3,14; not 2h30 or mp3
-numbers = list(dict.fromkeys(NUMBER.findall(sentence)))[:8]
-slots = {n: "XNUM" + "ABCDEFGH"[i] for i, n in enumerate(numbers)}
-given = NUMBER.sub(lambda m: slots.get(m.group(), m.group()), sentence)
-# ... translate `given` ..., then put the numbers back (a placeholder of no number is left out):
-def put_back(m):
-    i = "ABCDEFGH".find(m.group(2))
-    return m.group(1) + numbers[i] if len(m.group(2)) == 1 and 0 <= i < len(numbers) else ""
-translation = re.sub(r"( ?)XNUM([A-Z]*)", put_back, translation).strip()
+NUMBER = re.compile(r"(?<![\\w.,])(?:[0-9]{1,3}(?:[ \\u00a0\\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![\\w]|[.,][0-9])")
+numbers = [] if "XNUM" in sentence else NUMBER.findall(sentence)  # 3, 10.000, 3,14, 10 000; not 2h30 or mp3
+given = NUMBER.sub("XNUM", sentence) if numbers else sentence
+# ... translate `given` ..., then put the numbers back in order (a placeholder past them is left out):
+def put_back(found, left=iter(numbers)):
+    value = next(left, None)
+    return "" if value is None else found.group(1) + value
+if "XNUM" not in sentence and "XNUM" in translation:
+    translation = re.sub(r"( ?)XNUM", put_back, translation).strip()
 ```
 
 """

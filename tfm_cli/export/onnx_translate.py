@@ -49,7 +49,7 @@ class GreedyTranslator:
         self.min_len = decode.get("min_len", 0)  # no end before this many tokens
         self.split_sentences = decode.get("split_sentences", True)  # a line's sentences one at a time
         self.verbatim = decode.get("verbatim", False)  # each line as written: no capitals or frames taken off
-        self.numbers = config.get("numbers") == "placeholders"  # numbers given as XNUMA... and written back
+        self.numbers = config.get("numbers") == "placeholders"  # numbers given as XNUM and written back
         # never outputs: padding, <s>, and <unk> where it is none of those
         self.banned = [self.pad, self.bos] + ([UNK] if UNK not in (self.pad, self.bos, self.eos) else [])
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))

@@ -17,15 +17,18 @@ from tfm_cli.checkpoint import config_in_metadata, read_metadata, tokenizer_fold
 from tfm_cli.corpus import SPM_SAMPLE, Segmented, TsvColumns, read_pairs, resolve_corpus_path, same_file
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, human_size, shell_word
 from tfm_cli.files import DirectoryLock, missing, nearest_existing, utf8_name
+from tfm_cli.model.config import NUMBERS
 from tfm_cli.recipe import (
     MAX_VOCAB_SIZE,
     MIN_VOCAB_SIZE,
+    NEW_MODEL_NUMBERS,
     ModelRecipe,
     Recipe,
     load_recipe,
     recipe_path,
     recipe_text,
     recipe_to_dict,
+    with_numbers_of,
 )
 from tfm_cli.runs import (
     BEST,
@@ -474,11 +477,18 @@ def _init_weights(recipe: Recipe) -> tuple[Path, dict[str, str]]:
 
 def with_init_tokenizer(recipe: Recipe, resume: bool = False) -> Recipe:
     """A start with train.init_from takes its model's tokenizer: tokenizer.path is set to that tokenizer.json,
-    which every later check and the run's own copy then use (a tokenizer.path given must be the same tokenizer).
-    A resume has its own copy, and does not read train.init_from again."""
+    which every later check and the run's own copy then use (a tokenizer.path given must be the same tokenizer);
+    and, where model.numbers is null, the way that model reads numbers (one trained before tfm had model.numbers:
+    as written). A resume has its own copy, and does not read train.init_from again."""
     if resume or not recipe.train.init_from:
         return recipe
     path, metadata = _init_weights(recipe)
+    try:
+        numbers = config_in_metadata(path, metadata).get("numbers", "as_written")
+    except CheckpointError:  # (said by check_init, with the shapes)
+        numbers = None
+    if numbers in NUMBERS:
+        recipe = with_numbers_of(recipe, numbers)
     own = tokenizer_folder(path) / "tokenizer.json"
     if not own.is_file():
         raise CheckpointError(
@@ -666,6 +676,7 @@ def check_resumable(run_dir: Path, weights: Path, config, step: int, max_steps: 
     saved = config_in_metadata(
         weights, read_metadata(weights), hint=f"delete it and its {state_path(weights).name} to resume from the checkpoint before"
     )
+    saved = {"numbers": "as_written", **saved}  # (a checkpoint saved before tfm had model.numbers: read as written)
     differ = [(k, v) for k, v in config.to_dict().items() if k not in _TRAINING_ONLY and k in saved and saved[k] != v]
     changed = [f"{'model.' + k if k in _RECIPE_MODEL_KEYS else k} {saved.get(k)!r} -> {v!r}" for k, v in differ]
     edited = _edited(run_dir, differ)
@@ -902,23 +913,21 @@ def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
                 "file was cut short or edited, and the resume would train with their defaults",
                 hint=f"put them back in {shell_word(path)}, or give them: tfm train --resume {shell_word(run_dir)} {words}",
             )
-    if not _says_numbers(path) and not any(o.split("=", 1)[0].strip() == "model.numbers" for o in overrides):
-        # a run started before tfm had model.numbers: its model reads numbers as written, and goes on so
-        recipe = dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, numbers="as_written"))
-    return recipe
+    # model.numbers null (a run started before tfm had it; every run's recipe.yaml names it since): as the run's model
+    # reads numbers, which goes on so
+    return with_numbers_of(recipe, _run_numbers(Path(run_dir)))
 
 
-def _says_numbers(path: Path) -> bool:
-    """Whether the recipe.yaml at `path` names model.numbers (every run's does since tfm has it); True where it
-    cannot be read (said by the resume's own checks)."""
-    import yaml
-
-    try:
-        written = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except Exception:  # noqa: BLE001 - said by load_recipe
-        return True
-    model = written.get("model") if isinstance(written, dict) else None
-    return not isinstance(model, dict) or "numbers" in model
+def _run_numbers(run_dir: Path) -> str:
+    """How the model of a run's newest checkpoint reads numbers (`ModelConfig.numbers`; one saved before tfm had it:
+    as written); a new model's way where it has none that says (the resume's own checks say what is wrong)."""
+    for _, weights in reversed(checkpoint_steps(run_dir)):
+        try:
+            numbers = config_in_metadata(weights, read_metadata(weights)).get("numbers", "as_written")
+        except (CheckpointError, OSError):
+            continue
+        return numbers if numbers in NUMBERS else NEW_MODEL_NUMBERS
+    return NEW_MODEL_NUMBERS
 
 
 def _settings_cut(run_dir: Path, path: Path) -> list[tuple[str, object]]:

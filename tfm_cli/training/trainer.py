@@ -64,6 +64,7 @@ from tfm_cli.recipe import (
     recipe_as_written,
     recipe_to_dict,
     validate_recipe,
+    with_numbers_of,
 )
 from tfm_cli.runs import (
     BEST,
@@ -212,7 +213,7 @@ def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents, resum
         events.message(f"tokenizer: {recipe.tokenizer.path} ({tokenizer.vocab_size} tokens)")
         return tokenizer
     started = time.perf_counter()
-    texts = tokenizer_texts(recipe.data.train, events.message)
+    texts = tokenizer_texts(recipe.data.train, events.message, numbers=reads_placeholders(recipe))
     tokenizer = train_tokenizer(texts, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency)  # read twice
     tokenizer.save(target)
     events.message(
@@ -611,6 +612,7 @@ class Trainer:
             self.tokenizer = tok = _share_tokenizer(prepared, self.dist)
             self.recipe = recipe = with_tokenizer_size(recipe, tok.vocab_size)  # recipe.yaml records the run's size
             self.config = model_config(recipe, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id)
+            self.recipe = recipe = with_numbers_of(recipe, self.config.numbers)  # recipe.yaml says how it reads numbers
             if recipe.train.init_from and not self.resume:  # its shapes against this config, before any corpus is read
                 self.init_model = check_init(recipe, self.config)
             check_beam(recipe, tok.vocab_size)  # a tokenizer trained here may hold fewer tokens than asked for
