@@ -393,7 +393,6 @@ def with_number_placeholders(source: str, target: str) -> tuple[str, str]:
     on_both = set(_NUMBER.findall(source)) & set(_NUMBER.findall(target))
     if not on_both:
         return source, target
-
     return numbers_as_placeholder(source, on_both), numbers_as_placeholder(target, on_both)
 
 

@@ -915,7 +915,7 @@ def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
             )
     # model.numbers null (a run started before tfm had it; every run's recipe.yaml names it since): as the run's model
     # reads numbers, which goes on so
-    return with_numbers_of(recipe, _run_numbers(Path(run_dir)))
+    return recipe if recipe.model.numbers is not None else with_numbers_of(recipe, _run_numbers(Path(run_dir)))
 
 
 def _run_numbers(run_dir: Path) -> str:
