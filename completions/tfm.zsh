@@ -26,6 +26,7 @@ _tfm_overrides() {
         'model.n_enc_layers='
         'model.n_heads='
         'model.norm='
+        'model.numbers='
         'model.positions='
         'model.tie_embeddings='
         'name='

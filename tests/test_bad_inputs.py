@@ -2893,3 +2893,20 @@ def test_a_link_that_loops_or_leads_nowhere_is_said_as_one(tmp_path: Path) -> No
         error_line(tfm("train", str(link), check=False), f"recipe {said}")
         error_line(tfm("train", "--resume", str(link), check=False), f"run directory {said}")
         error_line(tfm("train", "--curves", str(link), check=False), f"run directory {said}")
+
+
+def test_a_run_that_reads_numbers_as_written_resumes_so(root: Path, tmp_path: Path) -> None:
+    """A run whose model reads numbers as written (one trained before tfm had model.numbers, or told so) resumes
+    reading them so, from the command line and from the Python API given a recipe that leaves model.numbers null
+    (the API took null for a new model's placeholders and refused the resume); switching it is refused in one line."""
+    from tfm_cli import load_recipe
+    from tfm_cli.training import train
+
+    run = tmp_path / "run"
+    train(load_recipe(root / "recipe.yaml", ["model.numbers=as_written", "train.max_steps=4", "train.save_every=2"]), run, device="cpu")
+    assert json.loads((run / "config.json").read_text())["numbers"] == "as_written"
+    proc = tfm("train", "--resume", str(run), "model.numbers=placeholders", "train.max_steps=6", "--device", "cpu", check=False)
+    error_line(proc, "--resume cannot change the model", "model.numbers 'as_written' -> 'placeholders'")
+    result = train(load_recipe(root / "recipe.yaml", ["train.max_steps=6", "train.save_every=2"]), run, device="cpu", resume=True)
+    assert result.step == 6 and json.loads((run / "config.json").read_text())["numbers"] == "as_written"
+    assert "numbers: as_written" in (run / "recipe.yaml").read_text()

@@ -412,7 +412,7 @@ def test_translate_stdin_keeps_order_and_empty_lines(run: dict) -> None:
     translator = Translator.load(run["dir"], device="cpu")
     alone = [translator.translate(source) for source in INPUTS]
     scores = sorted(a.score for a in alone if a.source)  # a swap of two lines would show
-    assert all(b - a > 1e-3 for a, b in itertools.pairwise(scores)), scores
+    assert all(b - a > 2e-4 for a, b in itertools.pairwise(scores)), scores  # (twice the tolerance below: a swap fails it)
     for record, own in zip(records, alone, strict=True):
         assert (record["translation"], record["tokens"]) == (str(own), own.tokens)
         assert record["score"] == pytest.approx(own.score, abs=1e-4)  # --json rounds it to 4 decimals

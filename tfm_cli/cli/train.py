@@ -569,7 +569,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     step it continues from; nothing is written."""
     import yaml
 
-    from tfm_cli.recipe import model_config, recipe_to_dict
+    from tfm_cli.recipe import model_config, recipe_to_dict, with_numbers_of
     from tfm_cli.tokenizer import Tokenizer
     from tfm_cli.training import parameter_count
     from tfm_cli.training.checks import with_absolute_paths
@@ -594,6 +594,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
         f"start), not trained again: delete it to train one with tokenizer.vocab_size {asked}"
     ) if left_there and vocab != asked else None
     config = model_config(recipe, vocab, 0, 1, 2)
+    recipe = with_numbers_of(recipe, config.numbers)  # as the start records it (null: a new model's way)
     parameters = parameter_count(config)  # shapes only: no memory is allocated
     t = recipe.train
     init = None

@@ -707,20 +707,20 @@ def _numbers_note(config) -> str:
     if config.numbers != "placeholders":
         return ""
     return """Numbers: the model was trained to read each number written in digits as the placeholder `XNUM`, which it copies
-into its translation: give it the sentence so and put the numbers back into its output's placeholders in the order
-they came, as `tfm translate` does. Given the digits, it mistranslates most numbers.
+into its translation: give it each sentence so and put the sentence's numbers back into its output's placeholders
+in the order they came, as `tfm translate` does for each sentence of a line. Given the digits, it mistranslates most
+numbers.
 
 ```python
 import re
 NUMBER = re.compile(r"(?<![\\w.,])(?:[0-9]{1,3}(?:[ \\u00a0\\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![\\w]|[.,][0-9])")
 numbers = [] if "XNUM" in sentence else NUMBER.findall(sentence)  # 3, 10.000, 3,14, 10 000; not 2h30 or mp3
 given = NUMBER.sub("XNUM", sentence) if numbers else sentence
-# ... translate `given` ..., then put the numbers back in order (a placeholder past them is left out):
-def put_back(found, left=iter(numbers)):
-    value = next(left, None)
-    return "" if value is None else found.group(1) + value
+# ... translate `given` ..., then put this sentence's numbers back in order (a placeholder past them is left out):
+left = iter(numbers)
 if "XNUM" not in sentence and "XNUM" in translation:
-    translation = re.sub(r"( ?)XNUM", put_back, translation).strip()
+    translation = re.sub(r"( ?)XNUM", lambda found: found.group(1) + value if (value := next(left, None)) else "",
+                         translation).strip()
 ```
 
 """

@@ -915,10 +915,10 @@ def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
             )
     # model.numbers null (a run started before tfm had it; every run's recipe.yaml names it since): as the run's model
     # reads numbers, which goes on so
-    return recipe if recipe.model.numbers is not None else with_numbers_of(recipe, _run_numbers(Path(run_dir)))
+    return recipe if recipe.model.numbers is not None else with_numbers_of(recipe, run_numbers(Path(run_dir)))
 
 
-def _run_numbers(run_dir: Path) -> str:
+def run_numbers(run_dir: Path) -> str:
     """How the model of a run's newest checkpoint reads numbers (`ModelConfig.numbers`; one saved before tfm had it:
     as written); a new model's way where it has none that says (the resume's own checks say what is wrong)."""
     for _, weights in reversed(checkpoint_steps(run_dir)):

@@ -102,6 +102,7 @@ from tfm_cli.training.checks import (
     foreign_tokenizer,
     preflight,
     resume_recipe,
+    run_numbers,
     schedule_warnings,
     with_absolute_paths,
     with_init_tokenizer,
@@ -311,6 +312,8 @@ def train(
         check_recipe_file(recipe_file, recipe, run_dir)
     device = resolve_device(device)  # a torch.device too: torch.device("cuda") without a GPU failed deep in torch
     recipe = with_init_tokenizer(recipe, resume)  # fine-tuning (train.init_from): that model's tokenizer
+    if resume and recipe.model.numbers is None:  # a recipe given to a resume: numbers read as the run's model reads them
+        recipe = with_numbers_of(recipe, run_numbers(run_dir))
     preflight(recipe, run_dir, resume)
     dist = setup_distributed(device)  # one rank of a torchrun job, or a single process
     events = (events or TrainEvents()) if dist.is_main else TrainEvents()  # rank 0 alone reports
