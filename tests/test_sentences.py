@@ -523,8 +523,10 @@ def test_markup_that_never_closes_is_read_in_linear_time(line: str) -> None:
         ("Ça coûte 10.000 $ ou 3,5 fois plus.", "It costs $10,000 or 3,5 times more.",
          ("Ça coûte 10.000 $ ou XNUM fois plus.", "It costs $10,000 or XNUM times more.")),
         ("Il y a 10 000 habitants.", "There are 10 000 inhabitants.", ("Il y a XNUM habitants.", "There are XNUM inhabitants.")),
-        # digits touching a letter are part of a word; a sentence's end is no decimal point; other scripts' digits stay
-        ("Le mp3 dure 2h30, soit 150.", "The mp3 lasts 2h30, i.e. 150.", ("Le mp3 dure 2h30, soit XNUM.", "The mp3 lasts 2h30, i.e. XNUM.")),
+        # digits touching a letter are a number too (a unit, an hour); a sentence's end is no decimal point; other
+        # scripts' digits stay
+        ("Il pèse 80kg à 2h30, soit 150.", "He weighs 80 kg at 2:30, i.e. 150.",
+         ("Il pèse XNUMkg à XNUMhXNUM, soit XNUM.", "He weighs XNUM kg at XNUM:XNUM, i.e. XNUM.")),
         ("J'ai ٣ chats.", "I have ٣ cats.", ("J'ai ٣ chats.", "I have ٣ cats.")),
         # no number: the pair as it is; one holding the placeholder's text is left whole
         ("Bonjour.", "Hello.", ("Bonjour.", "Hello.")),
@@ -573,7 +575,7 @@ def test_the_hugging_face_readme_gives_numbers_as_tfm_does() -> None:
     after = after.split("\n", 1)[1]  # (the rest of that comment's line)
     for sentence, translation in (
         ("J'ai 3 chats et 12 chiens, 3 de trop.", "I have XNUM cats and XNUM dogs, XNUM too many XNUM."),
-        ("Le 2h30 coûte 10.000 $, 3,5 fois plus, 10 000 km.", "The 2h30 costs $XNUM, XNUM times more, XNUMXNUM km."),
+        ("Le 2h30 coûte 10.000 $, 3,5 fois plus, 10 000 km.", "The XNUM:XNUM costs $XNUM, XNUM times more, XNUMXNUM km."),
         ("Le code XNUM vaut 5.", "The code XNUM is 5."),
         ("Bonjour.", "Hello XNUM."),
     ):

@@ -376,10 +376,11 @@ def sentence_case(text: str, cost: Callable[[str], Any] | None = None) -> str:
 # order on both (49 of 49). One placeholder for all, not one for each (XNUMA, XNUMB, ...): with one each, the
 # corpus's few sentences of three numbers or more left the third one on barely trained. A number here is a run of
 # ASCII digits, with `.` or `,` between groups of them (`3`, `10.000`, `3,14`) or spaces between groups of three
-# (`10 000`, with a no-break space too), touching no letter or other digit (`2h30` and `mp3` stay as they are).
+# (`10 000`, with a no-break space too), touching a letter or not (`80kg` is given as `XNUMkg`, `2h30` as
+# `XNUMhXNUM`: given as written, the quickstart model made `Il pèse 80kg.` "He is in Han.").
 NUMBER_PLACEHOLDER = "XNUM"
 _NUMBER = re.compile(
-    r"(?<![\w.,])(?:[0-9]{1,3}(?:[ \u00a0\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![\w]|[.,][0-9])"
+    r"(?<![0-9])(?<![0-9][.,])(?:[0-9]{1,3}(?:[ \u00a0\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![0-9]|[.,][0-9])"
 )
 _PLACEHOLDER_OUT = re.compile(r"( ?)XNUM")  # (with the space before it: one of no number is written without)
 

@@ -713,8 +713,8 @@ numbers.
 
 ```python
 import re
-NUMBER = re.compile(r"(?<![\\w.,])(?:[0-9]{1,3}(?:[ \\u00a0\\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![\\w]|[.,][0-9])")
-numbers = [] if "XNUM" in sentence else NUMBER.findall(sentence)  # 3, 10.000, 3,14, 10 000; not 2h30 or mp3
+NUMBER = re.compile(r"(?<![0-9])(?<![0-9][.,])(?:[0-9]{1,3}(?:[ \\u00a0\\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![0-9]|[.,][0-9])")
+numbers = [] if "XNUM" in sentence else NUMBER.findall(sentence)  # 3, 10.000, 3,14, 10 000, the 80 of 80kg
 given = NUMBER.sub("XNUM", sentence) if numbers else sentence
 # ... translate `given` ..., then put this sentence's numbers back in order (a placeholder past them is left out):
 left = iter(numbers)
