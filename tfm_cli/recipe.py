@@ -1205,6 +1205,12 @@ def model_config(recipe: Recipe, vocab_size: int, pad_id: int, bos_id: int, eos_
 NEW_MODEL_NUMBERS = "placeholders"  # how a new model reads numbers (model.numbers: null)
 
 
+def reads_placeholders(recipe: Recipe) -> bool:
+    """Whether the recipe's model reads numbers as the placeholder (model.numbers; null: a new model's way), which
+    its training pairs then give it (`sentences.with_number_placeholders`)."""
+    return (recipe.model.numbers or NEW_MODEL_NUMBERS) == "placeholders"
+
+
 def with_numbers_of(recipe: Recipe, numbers: str) -> Recipe:
     """`recipe` with model.numbers set to `numbers` (how the model a run goes on from reads them) where it is null."""
     if recipe.model.numbers is not None:

@@ -467,7 +467,7 @@ class Translator:
         self._beam = DEFAULT_BEAM if self.settings.greedy else self.settings.beam
         # Room for the end-of-sentence token appended to every source.
         self.max_source_tokens = config.max_positions - 1
-        self.number_placeholders = getattr(config, "numbers", "as_written") == "placeholders"  # (`Part.numbers`)
+        self.number_placeholders = bool(getattr(config, "reads_placeholders", False))  # (`Part.numbers`)
 
     @property
     def model(self) -> Transformer:

@@ -45,11 +45,10 @@ from tfm_cli.bench.common import (
 from tfm_cli.data import Batch, BatchStream, encode_corpus, pad_multiple_for
 from tfm_cli.errors import TfmError, human_size
 from tfm_cli.model import ModelConfig
-from tfm_cli.recipe import Recipe, model_config
+from tfm_cli.recipe import Recipe, model_config, reads_placeholders
 from tfm_cli.runtime import autocast, resolve_precision, tune_cpu_allocator
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training import TrainEvents, inverse_sqrt_lr, setup_model, train, train_step
-from tfm_cli.training.corpora import reads_placeholders
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 

@@ -127,14 +127,14 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
             param_hint="RECIPE",
         )
     if recipe is not None:
-        from tfm_cli.recipe import load_recipe
+        from tfm_cli.recipe import load_recipe, reads_placeholders
 
         r = load_recipe(recipe, overrides)
         settings = {"vocab_size": r.tokenizer.vocab_size, "min_frequency": r.tokenizer.min_frequency}
         spec = r.data.train
         default_out = Path("runs") / r.name / "tokenizer.json"
         max_len = r.data.max_len
-        numbers = r.model.numbers != "as_written"
+        numbers = reads_placeholders(r)
         if r.tokenizer.path and out is None:  # the file `tfm train RECIPE` takes: written there, never replaced
             default_out = Path(r.tokenizer.path).expanduser()
             if default_out.exists() or default_out.is_symlink():

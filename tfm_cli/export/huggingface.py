@@ -460,7 +460,7 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
         "saving it again from transformers (save_pretrained, push_to_hub): set model._keys_to_ignore_on_save = None "
         "first, or the decoder's position table, which holds tfm's <s> embedding, is left out (see its README.md)",
     ]
-    if config.numbers == "placeholders":
+    if config.reads_placeholders:
         notes.append(
             "numbers: the model reads each number in digits as the placeholder XNUM and copies it: give "
             "it sentences so and put the numbers back in its output, as its README.md shows (tfm translate does it)"
@@ -704,7 +704,7 @@ def _name_tokenizer_class(path: Path) -> None:
 
 def _numbers_note(config) -> str:
     """What the README says of a model that reads numbers as the placeholder (`ModelConfig.numbers`), or ""."""
-    if config.numbers != "placeholders":
+    if not config.reads_placeholders:
         return ""
     return """Numbers: the model was trained to read each number written in digits as the placeholder `XNUM`, which it copies
 into its translation: give it each sentence so and put the sentence's numbers back into its output's placeholders

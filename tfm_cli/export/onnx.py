@@ -274,7 +274,7 @@ split theirs.
 | tokenizer.json | the tokenizer (Hugging Face `tokenizers`): normalisation, the joint BPE, the byte fallback |
 | onnx.json | the graphs' input and output names, and the run's decode settings |
 | translate.py | a greedy translator of stdin with onnxruntime, numpy and tokenizers alone (no tfm, no torch) |
-| sentences.py | tfm's sentence splitting, which translate.py uses: a line of several sentences is translated a sentence at a time (and one in capitals or in quotes as tfm does{", its numbers given as the placeholders the model copies and written back" if config.numbers == "placeholders" else ""}) |
+| sentences.py | tfm's sentence splitting, which translate.py uses: a line of several sentences is translated a sentence at a time (and one in capitals or in quotes as tfm does{", its numbers given as the placeholders the model copies and written back" if config.reads_placeholders else ""}) |
 
 ## Translate
 

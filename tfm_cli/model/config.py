@@ -49,6 +49,11 @@ class ModelConfig:
             raise ValueError("invalid ModelConfig: " + "; ".join(problems))
 
     @property
+    def reads_placeholders(self) -> bool:
+        """Whether the model reads numbers as the placeholder XNUM (`numbers`; `tfm_cli.sentences`)."""
+        return self.numbers == "placeholders"
+
+    @property
     def d_k(self) -> int:
         return self.d_model // self.n_heads
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from tfm_cli.corpus import PROGRESS_EVERY, now_and_then
 from tfm_cli.data import TokenizedCorpus, encode_corpus
 from tfm_cli.errors import TfmError
-from tfm_cli.recipe import NEW_MODEL_NUMBERS, Recipe
+from tfm_cli.recipe import Recipe, reads_placeholders
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training.checks import foreign_dev, foreign_tokenizer
 from tfm_cli.training.evaluation import load_dev
@@ -53,12 +53,6 @@ def usable_corpus(recipe: Recipe, tok: Tokenizer, progress: Callable[[int], None
             hint="check data.train, and raise data.max_len if the sentences are longer",
         )
     return corpus
-
-
-def reads_placeholders(recipe: Recipe) -> bool:
-    """Whether the recipe's model reads numbers as placeholders (model.numbers), which its training pairs then
-    give it (`sentences.with_number_placeholders`)."""
-    return (recipe.model.numbers or NEW_MODEL_NUMBERS) == "placeholders"
 
 
 READING_SAID_EVERY = PROGRESS_EVERY  # seconds between two lines while a large corpus is read

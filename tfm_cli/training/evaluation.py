@@ -52,8 +52,8 @@ class DevSet:
     ) -> list[list[tuple[list[int], Part]]]:
         """What `tfm translate` searches for each source (`sentences.to_translate`): the token ids of what the model
         is given for each of its sentences (with `split`, `decode.split_sentences`; else the source whole; with
-        `verbatim`, the source as written; with `numbers`, its numbers as placeholders), with the sentence's `Part`, which writes its translation as the sentence
-        is written (no ids for one written as it is, without the model: `Part.literal`)."""
+        `verbatim`, the source as written; with `numbers`, its numbers as the placeholder), with the sentence's
+        `Part`, which writes its translation as the sentence is written (no ids for one written as it is, without the model: `Part.literal`)."""
         if (split, verbatim, numbers) not in self._given:
             given = self._given[split, verbatim, numbers] = []
             for source, ids in zip(self.sources, self.src_ids, strict=True):
@@ -165,8 +165,7 @@ def evaluate(
     metrics: dict[str, Any] = dev_loss(model, dev, recipe.train.max_tokens, recipe.train.label_smoothing, amp)
     n = len(dev.sources) if sentences <= 0 else min(sentences, len(dev.sources))
     d = recipe.decode
-    numbers = model.config.numbers == "placeholders"
-    lines = dev.sentence_ids(tokenizer, model.config.max_positions, d.split_sentences, d.verbatim, numbers)[:n]
+    lines = dev.sentence_ids(tokenizer, model.config.max_positions, d.split_sentences, d.verbatim, model.config.reads_placeholders)[:n]
     flat = [ids for line in lines for ids, _ in line if ids]  # each sentence of each source (not those written as they are)
     decoding = getattr(events, "decoding", None)  # (the CLI's events are duck-typed)
     with decoding(what, len(flat)) if decoding is not None else contextlib.nullcontext(None) as advance:

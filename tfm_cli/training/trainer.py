@@ -61,6 +61,7 @@ from tfm_cli.recipe import (
     load_recipe,
     model_config,
     parse_duration,
+    reads_placeholders,
     recipe_as_written,
     recipe_to_dict,
     validate_recipe,
@@ -108,7 +109,7 @@ from tfm_cli.training.checks import (
     with_init_tokenizer,
     with_tokenizer_size,
 )
-from tfm_cli.training.corpora import in_tokens, reading_progress, reads_placeholders, usable_corpus
+from tfm_cli.training.corpora import in_tokens, reading_progress, usable_corpus
 from tfm_cli.training.evaluation import evaluate, finish, load_dev
 from tfm_cli.training.events import TrainEvents
 from tfm_cli.training.failures import (
