@@ -8,11 +8,13 @@ The model is test_bad_inputs.py's random tiny run.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 from pathlib import Path, PurePosixPath
 
@@ -235,6 +237,58 @@ def test_a_writer_error_that_names_no_errno_on_a_full_disk_is_said_as_one(tmp_pa
     monkeypatch.undo()  # free space left: the error is not the disk's, and keeps its own type
     with pytest.raises(RuntimeError, match="unexpected pos"):
         atomic_write(target, torch_like)
+
+
+def test_a_file_is_synced_to_the_disk_before_its_rename_and_its_folder_after(tmp_path: Path, monkeypatch) -> None:
+    """A checkpoint (or any file tfm writes whole) must survive a crash of the machine, not only of the process:
+    its data is fsynced under the temporary name, before the rename, and the folder after it (the new name)."""
+    from tfm_cli.files import atomic_write
+
+    target = tmp_path / "step-00000100.safetensors"
+    target.write_bytes(b"old")
+    synced = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        st = os.fstat(fd)
+        synced.append(("folder" if stat.S_ISDIR(st.st_mode) else "file", st.st_ino, target.read_bytes()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    atomic_write(target, lambda tmp: Path(tmp).write_bytes(b"new"))
+    assert target.read_bytes() == b"new"
+    # the new file's data (the inode the rename then puts under the name) while the name still held the old file;
+    # then the folder, once the name holds the new one
+    assert synced == [("file", target.stat().st_ino, b"old"), ("folder", tmp_path.stat().st_ino, b"new")]
+
+
+def test_an_error_found_by_the_sync_leaves_the_old_file_and_names_the_new(tmp_path: Path, monkeypatch) -> None:
+    """A full disk or an I/O error may show only when the data is synced (delayed allocation): the file is then not
+    renamed into place, the old one stays, and the error names the file; a folder that cannot be synced (a file
+    system without it: EINVAL) does not fail the write."""
+    from tfm_cli.files import atomic_write
+
+    target = tmp_path / "summary.json"
+    target.write_bytes(b"old")
+    real_fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(OSError, match="Input/output error") as caught:
+        atomic_write(target, lambda tmp: Path(tmp).write_bytes(b"new"))
+    assert caught.value.filename == str(target)
+    assert target.read_bytes() == b"old" and list(tmp_path.iterdir()) == [target]
+
+    def no_folder_sync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", no_folder_sync)
+    atomic_write(target, lambda tmp: Path(tmp).write_bytes(b"new"))
+    assert target.read_bytes() == b"new" and list(tmp_path.iterdir()) == [target]
 
 
 def _umask() -> int:

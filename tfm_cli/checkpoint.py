@@ -11,8 +11,8 @@ A run directory (`runs/<recipe name>/` by default) holds:
     best.safetensors       the checkpoint with the best dev BLEU so far
     model.safetensors      the final model: the average of the last checkpoints (paper section 6.1)
 
-Weights are safetensors with tied tensors stored once. Every file is written to a temporary name and renamed,
-so an interrupted write never leaves a truncated checkpoint behind. The file names, and which weights a run
+Weights are safetensors with tied tensors stored once. Every file is written to a temporary name, synced to the
+disk and renamed, so an interrupted write (or a crash of the machine) never leaves a truncated checkpoint behind. The file names, and which weights a run
 directory or `--model` path means, are `tfm_cli.runs` (no torch there).
 """
 

@@ -1,6 +1,7 @@
 """Writing files whole or not at all, without importing torch (the CLI's writers use it too).
 
-A reader (or a crash, a full disk, Ctrl-C) sees the old file or the new one, never half of one.
+A reader (or a crash, a full disk, Ctrl-C) sees the old file or the new one, never half of one; the data is
+synced to the disk before the rename, and the folder after it.
 """
 
 from __future__ import annotations
@@ -84,10 +85,56 @@ def missing(path: Path) -> str:
     return "does not exist"
 
 
+# fsync's errors that say the file or folder cannot be synced (a platform or file system without it), not that
+# the data failed to reach the disk (EIO, ENOSPC: those are raised).
+_NO_SYNC = {errno.EINVAL, errno.EBADF, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EACCES, errno.EPERM}
+
+
+def sync_file(path: str | os.PathLike[str]) -> None:
+    """Force a written file's data onto the disk (fsync) before it is renamed into place: after a crash of the
+    machine (a power cut, the virtual machine killed) a rename can outlive data still in the page cache, and the
+    name then holds an empty or partial file (XFS; ext4 outside its rename heuristics). A full disk or an I/O
+    error found by the sync is raised (the caller names the file); a file that cannot be synced (a pipe, a
+    platform without it) is left as it is."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as error:
+        if error.errno in _NO_SYNC:
+            return
+        raise
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.fsync(fd)
+    except OSError as error:
+        if error.errno not in _NO_SYNC:
+            raise
+    finally:
+        os.close(fd)
+
+
+def sync_folder(folder: str | os.PathLike[str]) -> None:
+    """fsync `folder`, so that a file renamed into it keeps its new name after a crash of the machine; a folder
+    that cannot be opened or synced so (Windows, some network file systems) is left as it is."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as error:
+        if error.errno not in _NO_SYNC:
+            raise
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: Path, write: Callable[[str], object]) -> None:
-    """Call `write(tmp_path)` then rename onto `path`, so readers see the old file or the new one, never half.
-    A file replaced keeps its permissions (as a shell's `>` keeps them: a private 0600 output became 0644); a new
-    one reads like any other (0666 less the umask)."""
+    """Call `write(tmp_path)`, sync it to the disk, then rename it onto `path` and sync the folder, so that readers
+    see the old file or the new one, never half, and a crash of the machine (not only of the process) cannot
+    leave `path` empty. A file replaced keeps its permissions (as a shell's `>` keeps them: a private 0600 output
+    became 0644); a new one reads like any other (0666 less the umask)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -97,7 +144,9 @@ def atomic_write(path: Path, write: Callable[[str], object]) -> None:
     try:
         write(tmp)
         os.chmod(tmp, _mode_of(path))  # mkstemp makes 0600
+        sync_file(tmp)
         os.replace(tmp, path)
+        sync_folder(path.parent)
     except BaseException as error:
         failure = write_failure(error, path)  # before the temporary file goes: a full disk is still full
         Path(tmp).unlink(missing_ok=True)

@@ -40,7 +40,7 @@ from tokenizers import Tokenizer as _HFTokenizer
 
 from tfm_cli.corpus import INVISIBLE, surely_longer
 from tfm_cli.errors import TfmError
-from tfm_cli.files import WEIGHT_SUFFIXES, as_path, json_value, write_failure
+from tfm_cli.files import WEIGHT_SUFFIXES, as_path, json_value, sync_folder, write_failure
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 N_SPECIAL = len(SPECIAL_TOKENS)
@@ -231,6 +231,7 @@ class Tokenizer:
         try:
             self.write_json(tmp)
             os.replace(tmp, path)
+            sync_folder(path.parent)  # the new name kept through a crash of the machine, as files.atomic_write does
         except OSError as error:  # a write's error names no file (a full disk): name this one
             failure = write_failure(error, path)
             if failure is None:
