@@ -38,6 +38,7 @@ _tfm_overrides() {
         'train.betas='
         'train.bleu_tokenize='
         'train.clip_norm='
+        'train.compile='
         'train.eps='
         'train.eval_every='
         'train.eval_sentences='

@@ -293,10 +293,16 @@ def test_train_gate_refuses_a_baseline_of_another_sentence_length_or_model_varia
         other = tfm(*args, override, *gate, check=False)
         assert other.returncode == 1 and "the baseline measured another workload" in other.stderr, other.stderr
         assert said in other.stderr and "Traceback" not in other.stderr
+    assert measured["settings"]["compile"] is False
+    compiled = copy.deepcopy(measured)  # train.compile=true times another step (without compiling here: edited)
+    compiled["settings"]["compile"] = True
+    (tmp_path / "compiled.json").write_text(json.dumps(compiled))
+    other = tfm(*args, "--baseline", str(tmp_path / "compiled.json"), check=False)
+    assert other.returncode == 1 and "the baseline measured another workload (compile True -> False)" in other.stderr
     older = copy.deepcopy(measured)  # a baseline written before the variant was recorded still compares
     for key in ("norm", "positions", "tie_embeddings"):
         del older["settings"]["model"][key]
-    for key in ("max_len", "seed", "dropout", "attn_dropout", "clip_norm"):
+    for key in ("max_len", "seed", "dropout", "attn_dropout", "clip_norm", "compile"):
         del older["settings"][key]
     (tmp_path / "older.json").write_text(json.dumps(older))
     assert "gate: 1 figure(s) within 10%" in tfm(*args, "--baseline", str(tmp_path / "older.json")).stderr

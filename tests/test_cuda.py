@@ -97,3 +97,17 @@ def test_onnx_export_runs_on_the_cuda_device_and_torchrun_on_one_gpu(tmp_path: P
     a = tfm("translate", "--model", str(run), "--precision", "fp32", "--device", "cuda", stdin="Bonjour.\nMerci.\n").stdout
     b = tfm("translate", "--model", str(tmp_path / "onnx"), stdin="Bonjour.\nMerci.\n").stdout
     assert a == b
+
+
+def test_compiled_training_on_cuda(tmp_path: Path) -> None:
+    """train.compile=true in bf16 on the GPU (Triton kernels, dynamic shapes): trains, evaluates (eval mode compiles
+    again), resumes and translates."""
+    recipe = _small_run(tmp_path, "bf16")
+    run = tmp_path / "run"
+    tfm("train", str(recipe), "train.compile=true", "--out", str(run), "--device", "cuda", timeout=900)
+    resumed = tfm("train", "--resume", str(run), "train.max_steps=30", "--device", "cuda", timeout=900)
+    assert "resumed from" in resumed.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 30 and "compile: true" in (run / "recipe.yaml").read_text()
+    out = tfm("translate", "--model", str(run), "--device", "cuda", "--json", "Bonjour.")
+    assert json.loads(out.stdout)["source"] == "Bonjour."

@@ -109,6 +109,7 @@ class TrainRecipe:
     label_smoothing: float = 0.1  # epsilon_ls of section 5.4
     clip_norm: float = 0.0  # max gradient norm; 0 = no clipping
     precision: str = "auto"  # auto | fp32 | bf16 | fp16 (auto: bf16 where the device runs it fast, else fp32)
+    compile: bool = False  # torch.compile the model (TorchInductor kernels, dynamic shapes); its first steps wait while it compiles
     seed: int = 1  # seeds python, torch and batch shuffling
     log_every: int = 100  # steps between progress/metrics lines
     eval_every: int = 5000  # steps between dev evaluations (loss, perplexity, BLEU, chrF); 0 = at the end

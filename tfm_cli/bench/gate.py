@@ -34,6 +34,7 @@ WORKLOAD: dict[str, tuple[str, ...]] = {  # the settings that change what a reco
     "train": (
         "model", "max_tokens", "accum_steps", "precision", "corpus", "corpus_content", "max_len",
         "steps", "warmup", "seed", "dropout", "attn_dropout", "clip_norm",  # which batches are timed, and their cost
+        "compile",  # (train.compile: a baseline written before it was recorded ran without)
     ),
     "translate": ("model", "sentences", "src_len", "out_len", "beam", "precision"),
 }
@@ -168,6 +169,8 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], tolerance: float)
             hint=f"compare with a baseline written by `{WRITES[kind]} > {kind}-baseline.json`",
         )
     before_settings, now_settings = baseline.get("settings") or {}, current.get("settings") or {}
+    if kind == "train" and "compile" not in before_settings and "model" in before_settings:
+        before_settings = {**before_settings, "compile": False}  # written before train.compile was recorded
     keys = WORKLOAD[kind]
     if kind == "translate" and not all("beam" in s.get("modes", ("beam",)) for s in (before_settings, now_settings)):
         keys = tuple(k for k in keys if k != "beam")  # one side measured greedy search only: no beam width in it

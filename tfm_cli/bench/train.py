@@ -49,6 +49,7 @@ from tfm_cli.recipe import Recipe, model_config, reads_placeholders
 from tfm_cli.runtime import autocast, resolve_precision, tune_cpu_allocator
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training import TrainEvents, inverse_sqrt_lr, setup_model, train, train_step
+from tfm_cli.training.step import check_compile
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
@@ -224,6 +225,8 @@ def bench_train(
         raise ValueError(f"need steps >= 1 and warmup >= 0, got {steps} and {warmup}")
     check_steps_fit(recipe, steps, warmup)
     precision = resolve_precision(recipe.train.precision, device)
+    if recipe.train.compile:  # said now, not after the batches are prepared
+        check_compile(device)
     if device.type == "cpu":
         tune_cpu_allocator()  # as the trainer does, so that both phases run on the same allocator settings
     config, groups = prepare(recipe, tokenizer, warmup + steps, device)
@@ -289,7 +292,7 @@ def bench_train(
         "model": {k: getattr(config, k) for k in MODEL_SETTINGS},
         # what else changes the batches timed (the seed shuffles them) or their cost (dropout masks, clipping)
         "seed": recipe.train.seed, "dropout": config.dropout, "attn_dropout": config.attn_dropout,
-        "clip_norm": recipe.train.clip_norm,
+        "clip_norm": recipe.train.clip_norm, "compile": recipe.train.compile,
     }
     return {
         "kind": "train", "environment": environment(device, precision), "settings": settings,

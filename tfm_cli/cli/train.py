@@ -150,9 +150,12 @@ def _check_as_a_start_would(resolved, run_dir: Path, resume: Path | None, device
     from tfm_cli.runtime import resolve_device, resolve_precision
     from tfm_cli.training import check_resume, check_start, preflight, scan_corpora
     from tfm_cli.training.checks import schedule_warnings, with_init_tokenizer
+    from tfm_cli.training.step import check_compile
 
     torch_device = resolve_device(device)
     resolve_precision(resolved.train.precision, torch_device, "train.precision")  # fp16 on a CPU is refused
+    if resolved.train.compile:  # no C++ compiler (CPU) or Triton (CUDA) for torch.compile
+        check_compile(torch_device)
     resolved = with_init_tokenizer(resolved, resume is not None)  # fine-tuning: that model's tokenizer, as a start
     preflight(resolved, Path(run_dir), resume is not None)  # every check a real start makes before writing
     # and a resume's, saying the newer checkpoints it would pass over, as the resume says them

@@ -128,7 +128,7 @@ from tfm_cli.training.resume import (
     resume_point,
     seconds_evaluated,
 )
-from tfm_cli.training.step import setup_model, step_tokens, train_step
+from tfm_cli.training.step import check_compile, setup_model, step_tokens, train_step
 from tfm_cli.training.stopping import HeldStops
 
 TRIM_EVERY = 50  # CPU: steps between returning the heap's free pages to the kernel (see runtime.py)
@@ -439,6 +439,8 @@ class Trainer:
         """Tokenizer, corpus, dev set, model, optimizer, batch stream; a resume restores them all exactly."""
         t, run_dir, dist = self.t, self.run_dir, self.dist
         weights, state = None, {}
+        if t.compile:  # no C++ compiler or Triton: said before the run's folder or tokenizer is made
+            check_compile(self.device)
         if self.resume:  # read (and refuse) the trainer state before anything in the run is rewritten
             self._lock()
             self.step, weights, state = resume_point(run_dir, self.events)
