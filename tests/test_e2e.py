@@ -442,6 +442,33 @@ def test_translate_greedy(run: dict) -> None:
     assert record["score"] == record["log_prob"] == pytest.approx(greedy.log_prob, abs=1e-4)  # --json: 4 decimals
 
 
+def test_translations_that_leave_out_a_number_are_said_once_at_the_end(run: dict, tmp_path: Path) -> None:
+    """The run's model reads numbers as a placeholder (a new model's default); a search that writes none of them
+    (sitecustomize, before tfm imports it) leaves out every number: one warning at the end names the lines and the
+    numbers, --json gives each line's, and a line without numbers is not named."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import tfm_cli.translator as t\n"
+        "from tfm_cli.decoding import Hypothesis\n"
+        "def search(engine, sequences, *, into, n_best=1, **_):\n"
+        "    for out in into:\n"
+        "        out.extend(Hypothesis([10, 11], -1.0, -1.0) for _ in range(n_best))\n"
+        "    return into\n"
+        "t.translate_ids = search\n"
+    )
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    assert json.loads((run["dir"] / "config.json").read_text())["numbers"] == "placeholders"
+    stdin = "J'ai 3 chats et 12 chiens.\nBonjour.\nIl est né en 1990.\n"
+    proc = tfm("translate", "--model", str(run["dir"]), "--device", "cpu", stdin=stdin, env_extra=env)
+    warnings = [line for line in proc.stderr.splitlines() if "leave out" in line]
+    assert len(warnings) == 1 and len(proc.stdout.splitlines()) == 3, proc.stderr
+    assert warnings[0].startswith("warning: 2 of 3 translations (lines 1, 3) leave out 3 numbers of their sources (3, 12, 1990)")
+    records = [json.loads(x) for x in tfm("translate", "--model", str(run["dir"]), "--device", "cpu", "--json",
+                                          stdin=stdin, env_extra=env).stdout.splitlines()]
+    assert [r.get("numbers_left_out") for r in records] == [["3", "12"], None, ["1990"]]
+    proc = tfm("translate", "--model", str(run["dir"]), "--device", "cpu", "Il a 42 ans.", env_extra=env)
+    assert "warning: the translation leaves out a number of the source (42)" in proc.stderr
+
+
 def test_translate_long_input_warns(run: dict) -> None:
     text = " ".join(["bonjour"] * 200)  # far more tokens than model.max_positions=64
     proc = _translate(run, text)

@@ -126,7 +126,9 @@ def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm_greedy(
              # markup, addresses, guillemets and single quotes come off as tfm takes them off
              "<ul><li>Je suis étudiant.</li><li>Il pleut</li></ul>", "**Je suis étudiant.**", "@marie Je suis là. :)",
              "Je suis étudiant. https://example.com", "« Je suis étudiant. »", "'J'ai faim.'", "https://example.com",
-             "(rires)", "Contact : tom@example.com"]
+             "(rires)", "Contact : tom@example.com",
+             # numbers as the placeholder, and those a translation leaves out said as tfm says them
+             "J'ai 3 chats et 12 chiens.", "Il est né en 1990. Elle a 42 ans.", "Le train part à 17h45 du quai 3."]
     text = "".join(line + "\n" for line in lines)
     # torch and tfm_cli made unimportable: the script must not need them
     blocked = ("import runpy, sys; sys.modules['torch'] = sys.modules['tfm_cli'] = None; sys.argv = sys.argv[1:]; "
@@ -143,6 +145,9 @@ def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm_greedy(
         cuts = [line for line in want.stderr.splitlines() if "so only its first" in line]
         assert cuts and [line for line in got.stderr.decode().splitlines() if "so only its first" in line] == cuts, got.stderr
         outputs.append(want.stdout.splitlines())
+        records = [json.loads(x) for x in tfm("translate", "--model", str(out), "--greedy", "--json", *split, stdin=text).stdout.splitlines()]
+        said = re.findall(r"input line (\d+): the translation leaves out [^(]*\(([^)]*)\)", got.stderr.decode())
+        assert said == [(str(i), ", ".join(r["numbers_left_out"])) for i, r in enumerate(records, start=1) if r.get("numbers_left_out")]
     assert outputs[0][60:65] != outputs[1][60:65]  # the paragraphs: split, then whole
     readme = (out / "README.md").read_text(encoding="utf-8")
     config = json.loads((out / "config.json").read_text())

@@ -1317,3 +1317,38 @@ def test_numbers_reach_the_model_as_its_config_says(parts, monkeypatch: pytest.M
     else:
         assert given == ["Le train de 17 h 45 part du quai 3.", "J'ai 2 chats.", "Tu en as 10 000.", "Bonjour."]
         assert [t.text for t in out][:2] == ["Le train de 17 h 45 part du quai 3. XNUM", "J'ai 2 chats. XNUM Tu en as 10 000. XNUM"]
+
+
+def test_a_translation_that_leaves_out_a_number_says_which(parts, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search that writes one placeholder fewer than it is given: each sentence's last number has no place, and
+    `numbers_left_out` names it (a split line's, of each sentence, in order; in --json and each n-best entry);
+    a sentence whose numbers all have their place, and a model that reads numbers as written, leave out none."""
+    import tfm_cli.translator as translator_module
+    from tfm_cli.decoding import Hypothesis
+
+    model, tok = parts
+    placeholder = tok.encode(" XNUM")
+
+    def dropping_search(engine, sequences, *, into, n_best=1, **_):
+        for out, seq in zip(into, sequences, strict=True):
+            seq = list(seq)
+            for i in range(len(seq) - len(placeholder), -1, -1):  # the last placeholder taken out
+                if seq[i : i + len(placeholder)] == placeholder:
+                    seq = seq[:i] + seq[i + len(placeholder) :]
+                    break
+            out.extend(Hypothesis(seq, -1.0 - k, -1.0 - k) for k in range(n_best))
+        return into
+
+    monkeypatch.setattr(translator_module, "translate_ids", dropping_search)
+    reader = Transformer(dataclasses.replace(model.config, numbers="placeholders", max_positions=128)).eval()
+    translator = Translator(reader, tok)
+    lines = ["J'ai 3 chats et 5 chiens.", "Il a 42 ans. Elle en a 40.", "Bonjour.", "42"]
+    out = translator.translate(lines)
+    assert [t.numbers_left_out for t in out] == [["5"], ["42", "40"], [], []]
+    assert [t.numbers_left_out for t in out[1].sentences] == [["42"], ["40"]]
+    assert out[0].text == "J'ai 3 chats et chiens."  # (the search's own words: it copies its input)
+    record = out[0].to_dict(nbest=True)
+    assert record["numbers_left_out"] == ["5"] and record["nbest"][0]["numbers_left_out"] == ["5"]
+    assert "numbers_left_out" not in out[2].to_dict(nbest=True)  # only where one is left out
+    as_written = Translator(Transformer(dataclasses.replace(model.config, numbers="as_written", max_positions=128)).eval(), tok)
+    assert [t.numbers_left_out for t in as_written.translate(lines)] == [[], [], [], []]

@@ -427,6 +427,13 @@ def _numbers_written(translation: str, numbers: tuple[str, ...]) -> str:
     return _PLACEHOLDER_OUT.sub(number, translation).strip()
 
 
+def numbers_left_out(translation: str, numbers: tuple[str, ...]) -> tuple[str, ...]:
+    """The numbers `_numbers_written` finds no placeholder of `translation` for: the last ones, where the model
+    wrote fewer placeholders than the sentence has numbers (which of them the model left out is not known: they are
+    written in order)."""
+    return tuple(numbers[len(_PLACEHOLDER_OUT.findall(translation)):])
+
+
 class Part(NamedTuple):
     """A sentence of a line (or the line whole) as written, what the model is given for it, and how its
     translation is written (`written`): in capitals or in title case where the sentence is (`capitals`, `title`),
@@ -472,6 +479,13 @@ class Part(NamedTuple):
         elif self.title:
             translation = title_case(translation)
         return self.written_prefix + translation + self.written_suffix
+
+    def left_out(self, translation: str) -> tuple[str, ...]:
+        """The numbers of this sentence that the model's `translation` has no placeholder for (`numbers_left_out`);
+        none for a model that reads numbers as written, nor for a sentence written as it is or given verbatim."""
+        if not self.numbers or self.literal or self.verbatim:
+            return ()
+        return numbers_left_out(translation, self.numbers)
 
     @property
     def written_prefix(self) -> str:

@@ -309,6 +309,11 @@ class Translation(str):
         sentences: for an input translated a sentence at a time (`split_sentences`), the best translation of each
             of its sentences, in order (their texts joined are this text; their scores and log-probabilities summed
             are this one's, their tokens in a row are its tokens); else `[self]`.
+        numbers_left_out: for a model that reads numbers as a placeholder (`ModelConfig.numbers`), the source's
+            numbers that this translation has no place for: the model wrote fewer placeholders than the sentence
+            has numbers. A sentence's numbers fill its placeholders in order, so these are its last ones, though
+            the model may have left out another (and then one is in the wrong place): check such a translation.
+            Empty where every number has its place, and for a model that reads numbers as written.
     """
 
     source: str
@@ -319,6 +324,7 @@ class Translation(str):
     truncated: bool
     stopped: str
     sentences: list[Translation]
+    numbers_left_out: list[str]
 
     def __new__(
         cls,
@@ -330,12 +336,14 @@ class Translation(str):
         nbest: Sequence[Translation] | None = None,
         truncated: bool = False,
         stopped: str = "eos",
+        numbers_left_out: Sequence[str] = (),
     ) -> Translation:
         self = super().__new__(cls, text)
         self.source, self.score, self.log_prob = source, float(score), float(log_prob)
         self.tokens, self.truncated, self.stopped = list(tokens), truncated, stopped
         self.nbest = list(nbest) if nbest is not None else [self]
         self.sentences = [self]
+        self.numbers_left_out = list(numbers_left_out)
         return self
 
     @property
@@ -347,19 +355,23 @@ class Translation(str):
         """Plain data for JSON: source, translation, score, log_prob, tokens, truncated, stopped (and the n-best
         list, each with its translation, score, log_prob, tokens and stopped, when asked); for an input translated
         a sentence at a time, `sentences` (in each n-best entry too): each sentence's source, translation, score,
-        log_prob, tokens, truncated and stopped."""
+        log_prob, tokens, truncated and stopped; `numbers_left_out` (here and in an n-best entry) where it is not
+        empty."""
         record: dict[str, Any] = {
             "source": self.source, "translation": self.text, "score": self.score, "log_prob": self.log_prob,
-            "tokens": self.tokens, "truncated": self.truncated, "stopped": self.stopped,
+            "tokens": self.tokens, "truncated": self.truncated, "stopped": self.stopped, **self._left_out_dict(),
         }
         if nbest:
             record["nbest"] = [
                 {"translation": h.text, "score": h.score, "log_prob": h.log_prob, "tokens": h.tokens, "stopped": h.stopped,
-                 **h._sentences_dict()}
+                 **h._left_out_dict(), **h._sentences_dict()}
                 for h in self.nbest
             ]
         record.update(self._sentences_dict())
         return record
+
+    def _left_out_dict(self) -> dict[str, Any]:
+        return {"numbers_left_out": self.numbers_left_out} if self.numbers_left_out else {}
 
     def _sentences_dict(self) -> dict[str, Any]:
         """{"sentences": [...]} for an input translated a sentence at a time, else {}."""
@@ -994,9 +1006,11 @@ class Translator:
     def _translation(self, h: Hypothesis, sentence: _Sentence) -> Translation:
         """One hypothesis as text (detokenized: one line of text, even where the model emitted the byte tokens of
         a newline; written as the sentence is: `Part.written`)."""
+        text = self.tokenizer.detokenize(h.tokens)
         return Translation(
-            sentence.part.written(self.tokenizer.detokenize(h.tokens)), sentence.part.text, h.score, h.log_prob,
+            sentence.part.written(text), sentence.part.text, h.score, h.log_prob,
             [self.tokenizer.id_to_piece(t) for t in h.tokens], truncated=sentence.truncated, stopped=h.stopped,
+            numbers_left_out=sentence.part.left_out(text),
         )
 
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -1105,6 +1119,7 @@ def _joined(line: str, parts: tuple[Translation, ...]) -> Translation:
         [piece for p in parts for piece in p.tokens], truncated=any(p.truncated for p in parts),
         # cut at the maximum length where one was; else ended by the model where it made one; else copied, all of it
         stopped=MAX_LEN if any(p.stopped == MAX_LEN for p in parts) else EOS if any(p.stopped == EOS for p in parts) else COPIED,
+        numbers_left_out=[n for p in parts for n in p.numbers_left_out],
     )
     joined.sentences = list(parts)
     return joined

@@ -321,13 +321,17 @@ def _which(lines: list[int], total: int, verb: str, verbs: str, shown: int = 5) 
 
 
 class _Broken:
-    """The translations holding byte tokens that make no UTF-8 character (shown as U+FFFD), and those left empty
-    for an input that is not, said once at the end: a model that spells a script byte by byte (a vocabulary too
-    small for it, or a reused tokenizer that lacks it) can emit a character's bytes cut short or out of order, and
-    a model can end a sentence at once (an input unlike its training data): each line looked like any other."""
+    """The translations holding byte tokens that make no UTF-8 character (shown as U+FFFD), those left empty for
+    an input that is not, and those that leave out a number of their source, said once at the end: a model that
+    spells a script byte by byte (a vocabulary too small for it, or a reused tokenizer that lacks it) can emit a
+    character's bytes cut short or out of order, a model can end a sentence at once (an input unlike its training
+    data), and one that reads numbers as a placeholder can write fewer placeholders than the sentence has numbers
+    (`Translation.numbers_left_out`): each line looked like any other."""
 
     def __init__(self) -> None:
         self.total, self.lines, self.empty = 0, [], []
+        self.left_out: list[int] = []  # lines
+        self.numbers: list[str] = []  # the numbers those lines left out
 
     def count(self, result, line: int) -> None:
         from tfm_cli.tokenizer import broken_characters
@@ -338,8 +342,22 @@ class _Broken:
         if not result.text and any(c.isalnum() for c in result.source):  # ended at once (an input without a letter or
             # digit, blank or of zero-width characters, is left empty, as documented; one written as it is is not empty)
             self.empty.append(line)
+        if result.numbers_left_out:
+            self.left_out.append(line)
+            self.numbers.extend(result.numbers_left_out)
 
     def say(self) -> None:
+        if self.left_out:
+            n = len(self.numbers)
+            shown = ", ".join(self.numbers[:5]) + (", …" if n > 5 else "")
+            one = self.total == 1
+            warn(
+                f"{_which(self.left_out, self.total, 'leaves', 'leave')} out {'a number' if n == 1 else f'{n} numbers'} "
+                f"of {'the source' if one else 'their sources'} ({shown}): the model wrote fewer number placeholders "
+                "than the sentence has numbers, and a sentence's numbers fill them in order (with several, one may "
+                f"stand in another's place); check {'it' if one else 'those lines'} (--json gives each line's "
+                '"numbers_left_out")'
+            )
         if self.empty:
             warn(
                 f"{_which(self.empty, self.total, 'is', 'are')} empty for an input that is not: the model ended "

@@ -144,7 +144,13 @@ def main() -> None:
         text = line.decode("utf-8").rstrip("\n").rstrip("\r")
         parts = sentences.to_translate(text, split, cost, verbatim, translator.numbers)  # each sentence as the model reads it, and how to write it back
         where = f"input line {number}" if len(parts) == 1 else f"a sentence of input line {number}"
-        print(sentences.join_sentences([part.written(translator.translate(part.given, where)) for part in parts]), flush=True)
+        translations = [translator.translate(part.given, where) for part in parts]
+        left_out = [n for part, t in zip(parts, translations, strict=True) for n in part.left_out(t)]  # no placeholder written for them
+        if left_out:  # (said as tfm translate says it: fewer placeholders than numbers, filled in order)
+            print(f"warning: input line {number}: the translation leaves out {'a number' if len(left_out) == 1 else f'{len(left_out)} numbers'} "
+                  f"of the source ({', '.join(left_out)}): the model wrote fewer number placeholders than the sentence has numbers",
+                  file=sys.stderr, flush=True)
+        print(sentences.join_sentences([part.written(t) for part, t in zip(parts, translations, strict=True)]), flush=True)
 
 
 if __name__ == "__main__":
