@@ -24,8 +24,8 @@ from tfm_cli.model import ModelConfig
 from tfm_cli.recipe import TrainRecipe
 from tfm_cli.runtime import autocast
 from tfm_cli.training import setup_model, train_step
+from tfm_cli.training.compiling import compile_problem
 from tfm_cli.training.loss import output_loss
-from tfm_cli.training.step import compile_problem
 
 CORPORA = Path(__file__).resolve().parents[1] / "tfm_cli" / "corpora" / "tatoeba-fr-en"
 NO_COMPILER = compile_problem(torch.device("cpu"))
@@ -78,6 +78,39 @@ def test_a_compiled_step_is_the_eager_step() -> None:
     assert eager_losses[2][0] < eager_losses[0][0]  # the steps trained: the first batch's loss fell
 
 
+def test_python_headers_missing_are_said_before_the_start_and_at_the_compile(monkeypatch, tmp_path: Path) -> None:
+    """TorchInductor's CPU kernels include Python.h: without Python's C headers (no python3-dev) the check says so
+    before any work, and a compile that fails on it anyway names gcc's own error line, not its last words."""
+    import sysconfig
+
+    import torch._inductor.compile_fx as compile_fx
+
+    from tfm_cli.training.compiling import check_compile
+
+    if NO_COMPILER is None:  # (no C++ compiler: that is said first, as the test below shows)
+        real = sysconfig.get_paths()
+        monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: {**real, "include": str(tmp_path)})
+        with pytest.raises(TfmError, match=r"Python's C headers, and they are not installed \(.*Python.h is missing\)") as caught:
+            check_compile(torch.device("cpu"))
+        assert "python3-dev" in caught.value.hint and "train.compile=false" in caught.value.hint
+        monkeypatch.undo()
+
+    def no_headers(*args, **kwargs):
+        raise RuntimeError("C++ compile error\nCommand:\ng++ kernel.cpp\nOutput:\nkernel.cpp:116:10: fatal error: "
+                           "Python.h: No such file or directory\ncompilation terminated.")
+
+    monkeypatch.setattr(compile_fx, "compile_fx", no_headers)
+    config = ModelConfig(vocab_size=64, d_model=16, d_ff=32, n_heads=2, n_enc_layers=1, n_dec_layers=1,
+                         dropout=0.0, max_positions=32, pad_id=0, bos_id=1, eos_id=2)
+    t, device = TrainRecipe(compile=True), torch.device("cpu")
+    monkeypatch.setattr("tfm_cli.training.step.check_compile", lambda device: None)  # (this machine may have them)
+    model, optimizer, scaler = setup_model(config, t, device, "fp32")
+    with pytest.raises(TfmError, match=r"\): kernel.cpp:116:10: fatal error: Python.h: No such file or directory$") as caught:
+        train_step(model, optimizer, scaler, _batches(config, 2)[:1], 1e-3, t, lambda: autocast(device, "fp32"), device)
+    assert "python3-dev" in caught.value.hint
+    torch._dynamo.reset()
+
+
 def test_a_compiler_failure_is_one_line_naming_the_setting(monkeypatch) -> None:
     """A failure inside TorchInductor (here a backend that raises) is a TfmError naming train.compile and the way
     round, not dynamo's pages; the same failure with compile off is not ours to rename."""
@@ -93,9 +126,16 @@ def test_a_compiler_failure_is_one_line_naming_the_setting(monkeypatch) -> None:
     device = torch.device("cpu")
     torch._dynamo.reset()
     model, optimizer, scaler = setup_model(config, t, device, "fp32")
-    with pytest.raises(TfmError, match=r"could not compile the training step \(train.compile is true\): kernel.cpp:1: error: something broke") as caught:
+    with pytest.raises(TfmError, match=r"could not compile the model \(train.compile is true\): kernel.cpp:1: error: something broke") as caught:
         train_step(model, optimizer, scaler, _batches(config, 2)[:1], 1e-3, t, lambda: autocast(device, "fp32"), device)
     assert "train.compile=false" in caught.value.hint
+    # the dev evaluation's forward (eval mode: another graph, compiled at the first evaluation) says it alike
+    from tfm_cli.training.evaluation import DevSet, dev_loss
+
+    dev = DevSet(sources=["a"], references=["b"], src_ids=[[5, 6, 7]], tgt_ids=[[8, 9]])
+    model.eval()
+    with pytest.raises(TfmError, match=r"could not compile the model \(train.compile is true\): kernel.cpp:1: error"):
+        dev_loss(model, dev, 256, 0.1, lambda: autocast(device, "fp32"))
     torch._dynamo.reset()  # the broken backend's failure is not cached for the other tests
 
 

@@ -771,6 +771,41 @@ def test_sigterm_while_setting_up_says_there_is_nothing_to_resume(data: dict[str
     tfm("train", str(data["recipe"]), "train.max_steps=2", "train.save_every=2", "--out", str(run_dir), "--device", "cpu")
 
 
+def test_a_run_stopped_in_its_first_step_starts_again_with_the_same_command(data: dict[str, Path], run: dict, monkeypatch) -> None:
+    """Ctrl-C during the first step (a compiled model's takes a minute or so): the run says that there is nothing to
+    resume and to start again, not `--resume` (which refused it), and the same command then trains in that folder
+    (its recipe.yaml, which records model.numbers as resolved, was taken for another run's)."""
+    import tfm_cli.training.trainer as trainer_module
+    from tfm_cli import TrainEvents, load_recipe, train
+
+    run_dir = _run_dir_with_tokenizer(data["root"] / "first-step-stopped", run)
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    said: list[str] = []
+
+    class Events(TrainEvents):
+        def message(self, text: str) -> None:
+            said.append(text)
+
+    monkeypatch.setattr(trainer_module, "train_step", stopped)
+    result = train(load_recipe(data["recipe"]), run_dir, "cpu", events=Events())
+    assert result.interrupted and result.step == 0
+    assert any("interrupted at step 0, before the first checkpoint: there is nothing to resume; start the run again" in m
+               for m in said), said
+    assert "numbers: placeholders" in (run_dir / "recipe.yaml").read_text() and "numbers" not in data["recipe"].read_text()
+    monkeypatch.undo()
+    import torch
+
+    from tfm_cli.training.compiling import compile_problem
+
+    if compile_problem(torch.device("cpu")) is None:  # train.compile either way is the same run (it computes the same)
+        tfm("train", str(data["recipe"]), "train.compile=true", "--out", str(run_dir), "--device", "cpu", "--dry-run")
+    tfm("train", str(data["recipe"]), "--out", str(run_dir), "--device", "cpu")
+    assert (run_dir / "model.safetensors").is_file()
+
+
 def test_train_reports_the_corpus_it_read(run: dict) -> None:
     """The kept/skipped counts reach the user (3000 pairs, none empty, none over data.max_len=32)."""
     assert "train corpus: 3,000 pairs kept of 3,000 read (0 with an empty side and 0 with a side over 31 tokens skipped: data.max_len=32 counts the </s>)" in run["train"].stderr

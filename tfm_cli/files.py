@@ -113,8 +113,10 @@ def sync_file(path: str | os.PathLike[str]) -> None:
 
 
 def sync_folder(folder: str | os.PathLike[str]) -> None:
-    """fsync `folder`, so that a file renamed into it keeps its new name after a crash of the machine; a folder
-    that cannot be opened or synced so (Windows, some network file systems) is left as it is."""
+    """fsync `folder`, so that a file renamed into it keeps its new name after a crash of the machine; as far as
+    the system allows: a folder that cannot be opened or synced so (Windows, some network file systems) is left as
+    it is, and an error of the sync itself too, as the file is in place by then and reads as written (an error
+    raised here was said as a write that failed, "the file there is as it was", of a file already replaced)."""
     if not hasattr(os, "O_DIRECTORY"):
         return
     try:
@@ -123,9 +125,8 @@ def sync_folder(folder: str | os.PathLike[str]) -> None:
         return
     try:
         os.fsync(fd)
-    except OSError as error:
-        if error.errno not in _NO_SYNC:
-            raise
+    except OSError:
+        pass
     finally:
         os.close(fd)
 
@@ -143,8 +144,8 @@ def atomic_write(path: Path, write: Callable[[str], object]) -> None:
     os.close(fd)
     try:
         write(tmp)
+        sync_file(tmp)  # (before the chmod: mkstemp's 0600 can be read back, a write-only file's mode could not)
         os.chmod(tmp, _mode_of(path))  # mkstemp makes 0600
-        sync_file(tmp)
         os.replace(tmp, path)
         sync_folder(path.parent)
     except BaseException as error:

@@ -49,7 +49,7 @@ from tfm_cli.recipe import Recipe, model_config, reads_placeholders
 from tfm_cli.runtime import autocast, resolve_precision, tune_cpu_allocator
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training import TrainEvents, inverse_sqrt_lr, setup_model, train, train_step
-from tfm_cli.training.step import check_compile
+from tfm_cli.training.compiling import check_compile
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 

@@ -150,7 +150,7 @@ def _check_as_a_start_would(resolved, run_dir: Path, resume: Path | None, device
     from tfm_cli.runtime import resolve_device, resolve_precision
     from tfm_cli.training import check_resume, check_start, preflight, scan_corpora
     from tfm_cli.training.checks import schedule_warnings, with_init_tokenizer
-    from tfm_cli.training.step import check_compile
+    from tfm_cli.training.compiling import check_compile
 
     torch_device = resolve_device(device)
     resolve_precision(resolved.train.precision, torch_device, "train.precision")  # fp16 on a CPU is refused

@@ -288,11 +288,17 @@ def _check_place(run_dir: Path, resume: bool = False) -> None:
 
 
 def _same_recipe(path: Path, recipe: Recipe) -> bool:
-    """Whether the run's recipe.yaml is what this start would write (a restart of the same run)."""
+    """Whether the run's recipe.yaml is what this start would write (a restart of the same run): model.numbers null
+    as the start records it (the same command was refused as "another run" once the recipe said null), and
+    train.compile either way (it computes the same training: a start that failed to compile may go on without)."""
     try:
-        return recipe_to_dict(load_recipe(path)) == recipe_to_dict(with_absolute_paths(recipe))
+        theirs = recipe_to_dict(load_recipe(path))
+        ours = recipe_to_dict(with_absolute_paths(with_numbers_of(recipe, NEW_MODEL_NUMBERS)))
     except TfmError:
         return False
+    for written in (theirs, ours):
+        written["train"].pop("compile", None)
+    return theirs == ours
 
 
 def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:

@@ -24,6 +24,7 @@ from tfm_cli.runs import FINAL, checkpoint_steps
 from tfm_cli.scoring import AUTO, bleu_metric, bleu_tokenize_for, score_translations
 from tfm_cli.sentences import Part, join_sentences, to_translate, with_number_placeholders
 from tfm_cli.tokenizer import Tokenizer
+from tfm_cli.training.compiling import compiler_errors
 from tfm_cli.training.loss import output_loss
 
 
@@ -144,7 +145,7 @@ def dev_loss(model: Transformer, dev: DevSet, max_tokens: int, smoothing: float,
             [dev.src_ids[i] for i in indices], [dev.tgt_ids[i] for i in indices],
             cfg.pad_id, cfg.bos_id, cfg.eos_id, indices,
         ).to(device)
-        with amp():
+        with amp(), compiler_errors():  # (train.compile: eval mode is compiled apart, at the first evaluation)
             features = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask, features_only=True)
             loss, nll, n = output_loss(features, model.generator.weight, batch.tgt_out, smoothing, cfg.pad_id, batch.tgt_keep)
         loss_sum, nll_sum, n_tokens = loss_sum + float(loss), nll_sum + float(nll), n_tokens + n

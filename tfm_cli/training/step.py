@@ -3,15 +3,14 @@ trainer and `tfm bench train`, which times exactly this function as "the model s
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 
 import torch
 
 from tfm_cli.distributed import Distributed, sync_gradients
 from tfm_cli.errors import TfmError, human_size
 from tfm_cli.model import Transformer
+from tfm_cli.training.compiling import check_compile, compile_model, compiler_errors
 from tfm_cli.training.loss import label_smoothed_loss, output_loss
 from tfm_cli.training.optim import adam, inverse_sqrt_lr
 
@@ -81,64 +80,10 @@ def setup_model(config, t, device: torch.device, precision: str):
         check_compile(device)
     model = _build_model(config, device)
     if t.compile:
-        # In place (`Module.compile`): the parameters, their names and the checkpoints stay the model's own. Shapes
-        # are dynamic from the start, as each batch has its own (B, S, T): one graph for all, not one per shape.
-        model.compile(dynamic=True)
+        compile_model(model)
     optimizer = adam(model.parameters(), t, device, inverse_sqrt_lr(1, config.d_model, t.warmup_steps, t.lr_factor))
     scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
     return model, optimizer, scaler
-
-
-def compile_problem(device: torch.device) -> str | None:
-    """Why `torch.compile` cannot compile the model for `device` on this machine, or None: TorchInductor builds
-    CPU kernels with a C++ compiler and GPU kernels with Triton."""
-    if device.type == "cuda":
-        from torch.utils._triton import has_triton
-
-        return None if has_triton() else "TorchInductor needs Triton for CUDA kernels, and it is not installed"
-    if device.type == "cpu":
-        try:
-            from torch._inductor.cpp_builder import get_cpp_compiler
-
-            get_cpp_compiler()
-        except Exception as err:  # InvalidCxxCompiler, or whatever this torch build raises instead
-            found = str(err).strip().splitlines()
-            return "TorchInductor builds its CPU kernels with a C++ compiler, and " + (
-                f"none works here ({found[0]})" if found else "none works here"
-            )
-    return None
-
-
-def check_compile(device: torch.device) -> None:
-    """Refuse `train.compile: true` where the model cannot be compiled, before any work.
-
-    Raises:
-        TfmError: naming what is missing (a C++ compiler, Triton) and the way round.
-    """
-    why = compile_problem(device)
-    if why is not None:
-        hint = "install g++ (or set CXX to a C++ compiler)" if device.type == "cpu" else "pip install triton"
-        raise TfmError(f"train.compile is true, but {why}", hint=f"{hint}, or train without it: train.compile=false")
-
-
-@contextlib.contextmanager
-def compiler_errors(enabled: bool) -> Iterator[None]:
-    """A failure of `torch.compile` (TorchDynamo, TorchInductor) while it compiles the step, as one TfmError
-    naming `train.compile`, not pages of compiler output; anything else as it is."""
-    try:
-        yield
-    except Exception as err:
-        if not enabled or not type(err).__module__.startswith(("torch._dynamo", "torch._inductor")):
-            raise
-        if isinstance(err.__cause__, KeyboardInterrupt):
-            raise err.__cause__ from None
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        lines = [line for line in lines if not line.startswith(("Set TORCHDYNAMO", "You can suppress", "import torch._dynamo"))]
-        why = lines[-1] if lines else type(err).__name__
-        raise TfmError(
-            f"torch.compile could not compile the training step (train.compile is true): {why}",
-            hint="train without it: train.compile=false (TORCH_LOGS=graph_breaks,recompiles says more)",
-        ) from None
 
 
 def train_step(
@@ -167,7 +112,7 @@ def train_step(
     n_tokens = step_tokens(group)
     ranks = dist.world_size if dist is not None else 1
     sums = torch.zeros(2, dtype=torch.float64, device=device)  # (loss, nll) of the group, kept on the device
-    with compiler_errors(bool(getattr(t, "compile", False))):  # (compiled at the first forward and backward)
+    with compiler_errors():  # (a compiled model is compiled at its first forward and backward)
         for i, batch in enumerate(group):
             batch = batch.to(device, non_blocking=True)  # asynchronous from pinned memory; a no-op on the CPU
             with sync_gradients(model, sync=i == len(group) - 1):

@@ -109,6 +109,7 @@ from tfm_cli.training.checks import (
     with_init_tokenizer,
     with_tokenizer_size,
 )
+from tfm_cli.training.compiling import check_compile
 from tfm_cli.training.corpora import in_tokens, reading_progress, usable_corpus
 from tfm_cli.training.evaluation import evaluate, finish, load_dev
 from tfm_cli.training.events import TrainEvents
@@ -128,7 +129,7 @@ from tfm_cli.training.resume import (
     resume_point,
     seconds_evaluated,
 )
-from tfm_cli.training.step import check_compile, setup_model, step_tokens, train_step
+from tfm_cli.training.step import setup_model, step_tokens, train_step
 from tfm_cli.training.stopping import HeldStops
 
 TRIM_EVERY = 50  # CPU: steps between returning the heap's free pages to the kernel (see runtime.py)
@@ -1133,6 +1134,11 @@ class Trainer:
             with _sigint_ignored():  # a second Ctrl-C must not cut the save short (the first one asked for it)
                 path = self.save_checkpoint(stream_state, every_rank=together, on_stop=True)
             self.events.message(f"interrupted: saved {path}; {resume}")
+        elif not checkpoint_steps(self.run_dir):  # (stopped in its first step: a compiled model's first takes a minute)
+            self.events.message(
+                f"interrupted at step {self.step}, before the first checkpoint: there is nothing to resume; start the "
+                "run again with the same command (its folder takes it)"
+            )
         else:
             self.events.message(f"interrupted at step {self.step}; {resume}")
         self.board.close()
