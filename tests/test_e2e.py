@@ -465,8 +465,18 @@ def test_translations_that_leave_out_a_number_are_said_once_at_the_end(run: dict
     records = [json.loads(x) for x in tfm("translate", "--model", str(run["dir"]), "--device", "cpu", "--json",
                                           stdin=stdin, env_extra=env).stdout.splitlines()]
     assert [r.get("numbers_left_out") for r in records] == [["3", "12"], None, ["1990"]]
+    proc = tfm("translate", "--model", str(run["dir"]), "--device", "cpu", "Il a 42 ans. Elle a 3 chats.", "--json", env_extra=env)
+    record = json.loads(proc.stdout)  # a line of two sentences: which of them left out which
+    assert [s.get("numbers_left_out") for s in record["sentences"]] == [["42"], ["3"]] and record["numbers_left_out"] == ["42", "3"]
     proc = tfm("translate", "--model", str(run["dir"]), "--device", "cpu", "Il a 42 ans.", env_extra=env)
-    assert "warning: the translation leaves out a number of the source (42)" in proc.stderr
+    assert ("warning: the translation leaves out a number of its source (42): the model wrote fewer number placeholders "
+            "than the sentence has numbers; check it (--json gives") in proc.stderr
+    scored = tmp_path / "scored.tsv"  # scoring: said too, without --json's key (its --json is the report)
+    scored.write_text("Il a 42 ans.\tHe is 42.\nBonjour.\tHello.\n", encoding="utf-8")
+    proc = tfm("translate", "--model", str(run["dir"]), "--device", "cpu", "--score", str(scored), "--json", env_extra=env)
+    said = [line for line in proc.stderr.splitlines() if "leaves out" in line]
+    assert len(said) == 1 and "1 of 2 translations (line 1) leaves out a number of its source (42)" in said[0]
+    assert "--json" not in said[0] and "bleu" in json.loads(proc.stdout)
 
 
 def test_translate_long_input_warns(run: dict) -> None:
@@ -804,6 +814,17 @@ def test_a_run_stopped_in_its_first_step_starts_again_with_the_same_command(data
         tfm("train", str(data["recipe"]), "train.compile=true", "--out", str(run_dir), "--device", "cpu", "--dry-run")
     tfm("train", str(data["recipe"]), "--out", str(run_dir), "--device", "cpu")
     assert (run_dir / "model.safetensors").is_file()
+    # a vocabulary asked larger than the corpus gives: recipe.yaml records the size trained, and the same command
+    # is still the same run; another one is refused, naming what differs
+    monkeypatch.setattr(trainer_module, "train_step", stopped)
+    big = data["root"] / "first-step-stopped-big"
+    train(load_recipe(data["recipe"], ["tokenizer.vocab_size=8000"]), big, "cpu", events=Events())
+    monkeypatch.undo()
+    assert "vocab_size: 8000" not in (big / "recipe.yaml").read_text()
+    tfm("train", str(data["recipe"]), "tokenizer.vocab_size=8000", "--out", str(big), "--device", "cpu", "--dry-run")
+    other = tfm("train", str(data["recipe"]), "tokenizer.vocab_size=8000", "train.seed=9", "--out", str(big),
+                "--device", "cpu", "--dry-run", check=False)
+    assert other.returncode == 1 and "already holds another run (its recipe.yaml differs from this one: train.seed 1 there -> 9 here;" in other.stderr, other.stderr
 
 
 def test_train_reports_the_corpus_it_read(run: dict) -> None:

@@ -18,6 +18,7 @@ from tfm_cli.sentences import (
     split_sentences,
     title_case,
     to_translate,
+    with_number_placeholders,
 )
 
 CORPUS = Path(__file__).resolve().parent.parent / "tfm_cli" / "corpora" / "tatoeba-fr-en"
@@ -534,7 +535,6 @@ def test_markup_that_never_closes_is_read_in_linear_time(line: str) -> None:
     ],
 )
 def test_training_pairs_give_shared_numbers_as_the_placeholder(source: str, target: str, pair: tuple[str, str]) -> None:
-    from tfm_cli.sentences import with_number_placeholders
 
     assert with_number_placeholders(source, target) == pair
 
@@ -563,6 +563,18 @@ def test_numbers_given_as_the_placeholder_and_written_back_in_order() -> None:
     assert part == Part("XNUM vaut 3.", "XNUM vaut 3.") and part.written("XNUM is 3.") == "XNUM is 3."
 
 
+def test_the_digits_of_a_web_or_email_address_are_not_numbers_of_the_sentence() -> None:
+    """`https://example.com/page/123 pour 5 chats` gave the 123 of the address to the placeholder of the sentence's
+    own number (`pour 5 chats` -> "in 123"); an address keeps its digits, in training pairs too."""
+    [part] = to_translate("Voir https://example.com/page/123 pour 5 chats.", True, numbers=True)
+    assert part.given == "Voir https://example.com/page/123 pour XNUM chats." and part.numbers == ("5",)
+    [part] = to_translate("Écrivez à jean2@exemple.fr ou www.site42.fr avant le 12.", True, numbers=True)
+    assert part.given == "Écrivez à jean2@exemple.fr ou www.site42.fr avant le XNUM." and part.numbers == ("12",)
+    assert with_number_placeholders("Voir http://a.fr/3 et 3 chats.", "See http://a.fr/3 and 3 cats.") == (
+        "Voir http://a.fr/3 et XNUM chats.", "See http://a.fr/3 and XNUM cats.")
+    assert with_number_placeholders("Va sur http://a.fr/3.", "Go to http://a.fr/3.") == ("Va sur http://a.fr/3.", "Go to http://a.fr/3.")
+
+
 def test_the_hugging_face_readme_gives_numbers_as_tfm_does() -> None:
     """The README of a Hugging Face export of a model that reads numbers as the placeholder shows how to give them
     and put them back without tfm: its code does what `to_translate` and `Part.written` do."""
@@ -578,6 +590,8 @@ def test_the_hugging_face_readme_gives_numbers_as_tfm_does() -> None:
         ("Le 2h30 coûte 10.000 $, 3,5 fois plus, 10 000 km.", "The XNUM:XNUM costs $XNUM, XNUM times more, XNUMXNUM km."),
         ("Le code XNUM vaut 5.", "The code XNUM is 5."),
         ("Bonjour.", "Hello XNUM."),
+        ("Voir https://example.com/page/123 pour 5 chats.", "See https://example.com/page/123 for XNUM cats."),
+        ("Écrivez à jean2@exemple.fr avant le 12.", "Write to jean2@exemple.fr before the XNUM."),
     ):
         [part] = to_translate(sentence, False, numbers=True)
         space: dict = {"sentence": sentence}

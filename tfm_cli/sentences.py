@@ -383,15 +383,38 @@ _NUMBER = re.compile(
     r"(?<![0-9])(?<![0-9][.,])(?:[0-9]{1,3}(?:[ \u00a0\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![0-9]|[.,][0-9])"
 )
 _PLACEHOLDER_OUT = re.compile(r"( ?)XNUM")  # (with the space before it: one of no number is written without)
+# A web or e-mail address, whose digits are part of it, not numbers of the sentence (`https://example.com/page/123`
+# gave its 123 to the placeholder of the sentence's own number, `pour 5 chats` -> "in 123")
+_ADDRESS = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+
+
+def _numbers(text: str) -> list[re.Match[str]]:
+    """The numbers of `text` (`_NUMBER`), but those inside a web or e-mail address."""
+    addresses = [m.span() for m in _ADDRESS.finditer(text)]
+    return [m for m in _NUMBER.finditer(text) if not any(a <= m.start() < b for a, b in addresses)]
+
+
+def count_numbers(text: str) -> int:
+    """How many numbers `text` has, as a model that reads them as a placeholder is given them."""
+    return len(_numbers(text))
+
+
+def _as_placeholder(text: str, found: list[re.Match[str]]) -> str:
+    """`text` with each of the numbers `found` in it as the placeholder."""
+    pieces, end = [], 0
+    for m in found:
+        pieces += [text[end : m.start()], NUMBER_PLACEHOLDER]
+        end = m.end()
+    return "".join(pieces) + text[end:]
 
 
 def with_number_placeholders(source: str, target: str) -> tuple[str, str]:
     """A training pair with each number it has on both sides as the placeholder, on both (every time it comes); a
-    number on one side only (`treize` -> `13`) stays as it is, and a pair that holds the text of the placeholder
-    is left whole."""
+    number on one side only (`treize` -> `13`) stays as it is, and so do the digits of a web or e-mail address; a
+    pair that holds the text of the placeholder is left whole."""
     if NUMBER_PLACEHOLDER in source or NUMBER_PLACEHOLDER in target:
         return source, target
-    on_both = set(_NUMBER.findall(source)) & set(_NUMBER.findall(target))
+    on_both = {m.group() for m in _numbers(source)} & {m.group() for m in _numbers(target)}
     if not on_both:
         return source, target
     return numbers_as_placeholder(source, on_both), numbers_as_placeholder(target, on_both)
@@ -401,7 +424,7 @@ def numbers_as_placeholder(text: str, numbers: tuple[str, ...] | list[str] | set
     """`text` with each of `numbers` in it as the placeholder (a target as training gives it beside a source of
     those numbers)."""
     chosen = set(numbers)
-    return _NUMBER.sub(lambda found: NUMBER_PLACEHOLDER if found.group() in chosen else found.group(), text)
+    return _as_placeholder(text, [m for m in _numbers(text) if m.group() in chosen])
 
 
 def _with_numbers(part: Part) -> Part:
@@ -409,8 +432,8 @@ def _with_numbers(part: Part) -> Part:
     placeholder (its translation then written as the model wrote it, the text kept)."""
     if NUMBER_PLACEHOLDER in part.given:
         return part
-    numbers = tuple(_NUMBER.findall(part.given))
-    return part._replace(given=_NUMBER.sub(NUMBER_PLACEHOLDER, part.given) if numbers else part.given, numbers=numbers)
+    found = _numbers(part.given)
+    return part._replace(given=_as_placeholder(part.given, found), numbers=tuple(m.group() for m in found))
 
 
 def _numbers_written(translation: str, numbers: tuple[str, ...]) -> str:

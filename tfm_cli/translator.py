@@ -355,8 +355,8 @@ class Translation(str):
         """Plain data for JSON: source, translation, score, log_prob, tokens, truncated, stopped (and the n-best
         list, each with its translation, score, log_prob, tokens and stopped, when asked); for an input translated
         a sentence at a time, `sentences` (in each n-best entry too): each sentence's source, translation, score,
-        log_prob, tokens, truncated and stopped; `numbers_left_out` (here and in an n-best entry) where it is not
-        empty."""
+        log_prob, tokens, truncated and stopped; `numbers_left_out` (here, in an n-best entry and in a sentence's)
+        where it is not empty."""
         record: dict[str, Any] = {
             "source": self.source, "translation": self.text, "score": self.score, "log_prob": self.log_prob,
             "tokens": self.tokens, "truncated": self.truncated, "stopped": self.stopped, **self._left_out_dict(),
@@ -377,8 +377,8 @@ class Translation(str):
         """{"sentences": [...]} for an input translated a sentence at a time, else {}."""
         if len(self.sentences) == 1:
             return {}
-        keys = ("source", "translation", "score", "log_prob", "tokens", "truncated", "stopped")
-        return {"sentences": [{key: s.to_dict()[key] for key in keys} for s in self.sentences]}
+        keys = ("source", "translation", "score", "log_prob", "tokens", "truncated", "stopped", "numbers_left_out")
+        return {"sentences": [{key: value for key, value in s.to_dict().items() if key in keys} for s in self.sentences]}
 
     def __repr__(self) -> str:
         return f"Translation({self.text!r}, score={self.score:.4f})"

@@ -172,7 +172,7 @@ def translate(
             if score or reference:
                 _score(translator, settings, text, score, reference, output, json_out, bleu_tokenize, cuts, broken)
                 cuts.say(json_marks=False)  # scoring's --json is the report, not the translations
-                broken.say()
+                broken.say(json_marks=False)
                 return
             if text is not None:
                 result = translator.translate(text, **settings)
@@ -332,8 +332,10 @@ class _Broken:
         self.total, self.lines, self.empty = 0, [], []
         self.left_out: list[int] = []  # lines
         self.numbers: list[str] = []  # the numbers those lines left out
+        self.several = False  # one of those lines' sentences had other numbers than those left out
 
     def count(self, result, line: int) -> None:
+        from tfm_cli.sentences import count_numbers
         from tfm_cli.tokenizer import broken_characters
 
         self.total += 1
@@ -345,18 +347,23 @@ class _Broken:
         if result.numbers_left_out:
             self.left_out.append(line)
             self.numbers.extend(result.numbers_left_out)
+            # a sentence of several numbers: the one left out may be another, and one stands in its place
+            self.several = self.several or any(
+                0 < len(s.numbers_left_out) < count_numbers(s.source) for s in result.sentences
+            )
 
-    def say(self) -> None:
+    def say(self, json_marks: bool = True) -> None:
         if self.left_out:
             n = len(self.numbers)
             shown = ", ".join(self.numbers[:5]) + (", …" if n > 5 else "")
-            one = self.total == 1
+            one = len(self.left_out) == 1
             warn(
                 f"{_which(self.left_out, self.total, 'leaves', 'leave')} out {'a number' if n == 1 else f'{n} numbers'} "
-                f"of {'the source' if one else 'their sources'} ({shown}): the model wrote fewer number placeholders "
-                "than the sentence has numbers, and a sentence's numbers fill them in order (with several, one may "
-                f"stand in another's place); check {'it' if one else 'those lines'} (--json gives each line's "
-                '"numbers_left_out")'
+                f"of {'its source' if one else 'their sources'} ({shown}): the model wrote fewer number placeholders "
+                "than the sentence has numbers"
+                + (", which fill them in order, so one may stand in the place of the one left out" if self.several else "")
+                + f"; check {'it' if one else 'those lines'}"
+                + (' (--json gives each line\'s "numbers_left_out")' if json_marks else "")
             )
         if self.empty:
             warn(

@@ -714,8 +714,13 @@ numbers.
 ```python
 import re
 NUMBER = re.compile(r"(?<![0-9])(?<![0-9][.,])(?:[0-9]{1,3}(?:[ \\u00a0\\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![0-9]|[.,][0-9])")
-numbers = [] if "XNUM" in sentence else NUMBER.findall(sentence)  # 3, 10.000, 3,14, 10 000, the 80 of 80kg
-given = NUMBER.sub("XNUM", sentence) if numbers else sentence
+ADDRESS = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\\.)\\S+|[\\w.+-]+@[\\w-]+(?:\\.[\\w-]+)+")  # its digits stay
+spans = [m.span() for m in ADDRESS.finditer(sentence)]
+found = [] if "XNUM" in sentence else [m for m in NUMBER.finditer(sentence) if not any(a <= m.start() < b for a, b in spans)]
+numbers = [m.group() for m in found]  # 3, 10.000, 3,14, 10 000, the 80 of 80kg
+given = sentence
+for m in reversed(found):
+    given = given[: m.start()] + "XNUM" + given[m.end() :]
 # ... translate `given` ..., then put this sentence's numbers back in order (a placeholder past them is left out):
 left = iter(numbers)
 if "XNUM" not in sentence and "XNUM" in translation:

@@ -83,9 +83,10 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
             hint=f"continue it with `tfm train --resume {shell_word(run_dir)}`, or choose another --out",
         )
     old_recipe = run_dir / "recipe.yaml"
-    if not resume and not prior and old_recipe.is_file() and not _same_recipe(old_recipe, recipe):
+    if not resume and not prior and old_recipe.is_file() and (differs := _recipe_differences(old_recipe, recipe)):
         raise CheckpointError(
-            f"{run_dir} already holds another run (its recipe.yaml differs from this one; it has no checkpoint yet)",
+            f"{run_dir} already holds another run (its recipe.yaml differs from this one: {differs}; it has no "
+            "checkpoint yet)",
             hint="choose another --out, or delete that directory if its run is of no use",
         )
     if not resume and not old_recipe.is_file():
@@ -287,18 +288,36 @@ def _check_place(run_dir: Path, resume: bool = False) -> None:
         ) from None
 
 
-def _same_recipe(path: Path, recipe: Recipe) -> bool:
-    """Whether the run's recipe.yaml is what this start would write (a restart of the same run): model.numbers null
-    as the start records it (the same command was refused as "another run" once the recipe said null), and
-    train.compile either way (it computes the same training: a start that failed to compile may go on without)."""
+def _recipe_differences(path: Path, recipe: Recipe) -> str:
+    """How the run's recipe.yaml differs from what this start would write ("" for a restart of the same run): the
+    first keys that differ, as `key there -> here`. What a start records otherwise than the recipe says is taken as
+    it records it: model.numbers null (as the model reads numbers), tokenizer.vocab_size (the size of the tokenizer
+    already in the folder, which the start takes: a corpus too small for the size asked gives fewer); train.compile
+    is left out (it computes the same training: a start that failed to compile may go on without). The same command
+    was refused as "another run" in both cases."""
     try:
         theirs = recipe_to_dict(load_recipe(path))
-        ours = recipe_to_dict(with_absolute_paths(with_numbers_of(recipe, NEW_MODEL_NUMBERS)))
     except TfmError:
-        return False
+        return "it cannot be read"
+    ours_recipe = with_absolute_paths(with_numbers_of(recipe, NEW_MODEL_NUMBERS))
+    own = path.parent / "tokenizer.json"
+    if own.is_file():
+        try:
+            ours_recipe = with_tokenizer_size(ours_recipe, Tokenizer.load(own).vocab_size)
+        except (TfmError, OSError, ValueError):  # (a damaged one: said by the start, naming it)
+            pass
+    ours = recipe_to_dict(ours_recipe)
     for written in (theirs, ours):
         written["train"].pop("compile", None)
-    return theirs == ours
+    differs = []
+    for section in sorted(set(theirs) | set(ours)):
+        a, b = theirs.get(section), ours.get(section)
+        if isinstance(a, dict) and isinstance(b, dict):
+            differs += [f"{section}.{k} {a.get(k)!r} there -> {b.get(k)!r} here"
+                        for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        elif a != b:
+            differs.append(f"{section} {a!r} there -> {b!r} here")
+    return "; ".join(differs[:3]) + (f"; and {len(differs) - 3} more" if len(differs) > 3 else "")
 
 
 def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
