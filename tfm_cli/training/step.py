@@ -68,13 +68,14 @@ def parameter_count(config) -> int:
 
 
 def setup_model(config, t, device: torch.device, precision: str):
-    """A fresh model on `device`, the paper's Adam (fused, `adam`) and a loss scaler (active for fp16 only).
+    """A fresh model on `device` (compiled in place with `t.compile`: training/compiling.py), the paper's Adam
+    (fused, `adam`) and a loss scaler (active for fp16 only).
 
     Args:
         config: the ModelConfig; t: the recipe's `train` section; precision: "fp32", "bf16" or "fp16".
 
     Raises:
-        TfmError: the model does not fit in the memory of `device`.
+        TfmError: the model does not fit in the memory of `device`, or `t.compile` cannot compile it here.
     """
     if t.compile:  # said before the model is built, as a dry run says it
         check_compile(device)
