@@ -453,21 +453,24 @@ def _tar(gzipped: bool) -> bytes:
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
-        (lzma.compress(PAIRS), ":1: xz-compressed data, not text: tfm reads plain or gzip text; decompress it first (e.g. unxz -k c.tsv)"),
-        (bz2.compress(PAIRS), ":1: bzip2-compressed data, not text"),
+        (b"(\xb5/\xfd" + bytes(12), ":1: zstd-compressed data, not text: tfm reads plain text, or text compressed with gzip, xz "
+         "or bzip2; decompress it first (e.g. unzstd c.tsv)"),
+        # compressed text that is no text: decompressed first, then said as what it is
+        (lzma.compress(PAIRS.decode().encode("utf-16")), ":1: UTF-16 text, not UTF-8: re-encode the file (e.g. xzcat c.tsv | iconv -f utf-16 -t utf-8 | xz > "),
+        (bz2.compress(lzma.compress(PAIRS)), ":1: compressed twice: decompress it once (e.g. bzcat c.tsv > "),
         (PAIRS.decode().encode("utf-16"), ":1: UTF-16 text, not UTF-8: re-encode the file (e.g. iconv -f utf-16 -t utf-8 c.tsv"),
         (PAIRS.decode().encode("utf-16-be"), ":1: a NUL byte at byte 1 of the line: a binary file (or UTF-16), not UTF-8 text"),
         (b"Bonjour.\tHello.\nMer\x00ci.\tThanks.\n", ":2: a NUL byte at byte 4 of the line"),  # was read as text
         # a PDF or an image was "invalid UTF-8 ... iconv -f cp1252", random bytes "a carriage return inside the line"
-        (b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj\n", ":1: a PDF document, not text: give the corpus as plain or gzip UTF-8"),
+        (b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj\n", ":1: a PDF document, not text: give the corpus as UTF-8 text, plain or compressed"),
         (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", ":1: a PNG image, not text"),
         (bytes([7, 200, 27, 13, 65, 14, 66, 3, 1, 9, 67, 68, 2, 69, 70, 71, 72, 5, 6]) + b"\n", ":1: binary data, not text (8 control bytes in its 19)"),
         # "a NUL byte at byte 15 of the line: a binary file (or UTF-16)", for a .tgz and a .tar and a gzip in a gzip
         (_tar(gzipped=True), ":1: a tar archive (gzip-compressed), not a text file: extract it (tar xzf c.tsv) and give"),
         (_tar(gzipped=False), ":1: a tar archive, not a text file: extract it (tar xf c.tsv)"),
-        (gzip.compress(gzip.compress(PAIRS)), ":1: gzip-compressed twice: gunzip it once (e.g. gunzip -c c.tsv > "),
+        (gzip.compress(gzip.compress(PAIRS)), ":1: compressed twice: decompress it once (e.g. zcat c.tsv > "),
     ],
-    ids=["xz", "bzip2", "utf-16", "utf-16-without-bom", "nul-in-line-2", "pdf", "png", "control-bytes", "tgz", "tar",
+    ids=["zstd", "xz-utf-16", "bzip2-of-xz", "utf-16", "utf-16-without-bom", "nul-in-line-2", "pdf", "png", "control-bytes", "tgz", "tar",
          "gzip-twice"],
 )
 def test_corpus_that_is_not_text_says_what_it_is(tmp_path: Path, data: bytes, expected: str) -> None:
@@ -565,6 +568,25 @@ def test_a_first_line_without_a_tab_in_a_tsv_is_still_said_so(tmp_path: Path) ->
         one_line(err.value, f"{corpus}:{line}: the line has no tab: each line must be source<TAB>target")
 
 
+@pytest.mark.parametrize("kind", ["gzip", "xz", "bzip2"])
+def test_a_compressed_corpus_is_read_as_its_text(tmp_path: Path, kind: str) -> None:
+    """gzip, xz and bzip2 files (by their bytes, whatever their name) are read as the text they hold, streams one
+    after another (`cat a.xz b.xz`) as one file, as zcat, xzcat and bzcat read them; one cut short, or with text
+    appended after its compressed data (which Python's LZMAFile and BZ2File drop without a word), is one line."""
+    compress = {"gzip": gzip.compress, "xz": lzma.compress, "bzip2": bz2.compress}[kind]
+    text = "".join(f"Phrase {i}.\tSentence {i}.\n" for i in range(3000)).encode()
+    plain = [(s, t) for _, s, t in read_pairs(write(tmp_path / "plain.tsv", text))]
+    assert [(s, t) for _, s, t in read_pairs(write(tmp_path / "c.data", compress(text)))] == plain
+    assert [(s, t) for _, s, t in read_pairs(write(tmp_path / "two", compress(text) + compress(text)))] == plain * 2
+    packed = compress(text)
+    for name, data, why in (("cut", packed[: len(packed) // 2], "cannot read the file ("),
+                            ("appended", packed + b"Oui.\tYes.\n", "" if kind == "gzip" else "cannot read the file (bytes after the end")):
+        corpus = write(tmp_path / name, data)
+        with pytest.raises(CorpusError) as err:
+            list(read_pairs(corpus))
+        one_line(err.value, f"{corpus}: {why}")
+
+
 def test_text_appended_to_a_gzip_file_is_named_with_the_line_count(tmp_path: Path) -> None:
     """`echo "a<TAB>b" >> train.tsv.gz` leaves bytes after the gzip data that are no second member: "cannot read
     the file (Not a gzipped file (b'a\\t')); is it a complete, uncompressed or gzip text file?". Now it says what
@@ -602,8 +624,11 @@ _CP1252 = "Déjà vu.\tHello.\nMerci.\tThanks.\n".replace("vu.", "vu’ 5 € �
         (gzip.compress(_LATIN1), "my corpus.tsv.gz", "utf8-my corpus.tsv.gz"),
         (gzip.compress(_CR), "my corpus.tsv", "fixed-my corpus.tsv"),
         (_CR, "my corpus.tsv.gz", "fixed-my corpus.tsv"),
+        (lzma.compress(_LATIN1), "my corpus.tsv.xz", "utf8-my corpus.tsv.xz"),
+        (bz2.compress(_CR), "my corpus.tsv.bz2", "fixed-my corpus.tsv"),
     ],
-    ids=["utf-16", "latin-1", "windows-1252", "cr-only", "utf-16-gzip", "latin-1-gzip", "cr-only-gzip-named-tsv", "cr-only-plain-named-gz"],
+    ids=["utf-16", "latin-1", "windows-1252", "cr-only", "utf-16-gzip", "latin-1-gzip", "cr-only-gzip-named-tsv", "cr-only-plain-named-gz",
+         "latin-1-xz", "cr-only-bzip2"],
 )
 def test_suggested_fix_command_works_from_where_tfm_ran(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes, name: str, fixed: str

@@ -1,10 +1,11 @@
-"""Reading parallel corpora: one TSV file, or two line-aligned files, plain or gzip, streamed line by line.
+"""Reading parallel corpora: one TSV file, or two line-aligned files, plain or compressed (gzip, xz, bzip2),
+streamed line by line.
 
 A corpus spec is one of:
   - "path/to/corpus.tsv[.gz]": source TAB target per line; columns after the second are ignored;
   - ["src.txt", "tgt.txt"]: two line-aligned files, one sentence per line;
   - "bundled:tatoeba-fr-en/train.tsv.gz": a file shipped inside the package (tfm_cli/corpora/...).
-Gzip is detected by its magic bytes, not by the file name. Every line is strict UTF-8; a line that is not (another
+The compression is detected by its magic bytes, not by the file name. Every line is strict UTF-8; a line that is not (another
 encoding, UTF-16, compressed or binary data, a stray carriage return) is a `CorpusError` naming the file and line
 and saying how to convert it.
 
@@ -14,8 +15,11 @@ Plain Python, no torch: `tfm tokenize` and the path checks of every command read
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import gzip
+import io
+import lzma
 import os
 import re
 import shlex
@@ -33,14 +37,21 @@ from tfm_cli.sentences import with_number_placeholders
 
 BUNDLED_PREFIX = "bundled:"
 GZIP_MAGIC = b"\x1f\x8b"
-# Compressed formats that are not read (gzip is): their first bytes, their name, the command that undoes them
-# (a file), and the one that streams them (a pipe into stdin).
+XZ_MAGIC = re.compile(rb"\xfd7zXZ\x00")
+BZIP2_MAGIC = re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)")
+# Compressed formats other than gzip: their first bytes, their name, the command that undoes them (a file), and
+# the one that streams them (a pipe into stdin, which is read as text: `tfm translate`'s says so).
 OTHER_COMPRESSION = {
-    re.compile(rb"\xfd7zXZ\x00"): ("xz", "unxz -k", "xzcat"),
-    re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"): ("bzip2", "bunzip2 -k", "bzcat"),
+    XZ_MAGIC: ("xz", "unxz -k", "xzcat"),
+    BZIP2_MAGIC: ("bzip2", "bunzip2 -k", "bzcat"),
     re.compile(rb"\(\xb5/\xfd"): ("zstd", "unzstd", "zstdcat"),
     re.compile(rb"PK\x03\x04"): ("zip", "unzip", "unzip -p"),
 }
+READ_COMPRESSION = ("gzip", "xz", "bzip2")  # a corpus file so compressed is read as it streams (Python's own modules)
+# The commands that stream and write each one, for the fixes messages suggest (`zcat F | iconv ... | gzip > G`)
+_CAT = {"gzip": "zcat", "xz": "xzcat", "bzip2": "bzcat"}
+_SUFFIXES = {".gz": "gzip", ".xz": "xz", ".bz2": "bzip2"}
+_STREAM_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)  # gzip.BadGzipFile is an OSError, and bz2's errors
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 # Invisible characters that only shape how text is shown, dropped wherever they are: U+FEFF, a byte-order mark
@@ -183,16 +194,73 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
         return False
 
 
+class _Decompressed(io.RawIOBase):
+    """A file's xz or bzip2 data (`kind`), decompressed as it is read. Several streams one after the other (`cat
+    a.xz b.xz`) read as one file, as xzcat and bzcat read them; bytes after the last one that start no other (text
+    appended with `>>`) are an OSError, where Python's LZMAFile and BZ2File drop them without a word (their lines
+    were lost)."""
+
+    def __init__(self, f: IO[bytes], kind: str) -> None:
+        super().__init__()
+        self._f, self.kind = f, kind
+        self._new = lzma.LZMADecompressor if kind == "xz" else bz2.BZ2Decompressor
+        self._magic = XZ_MAGIC if kind == "xz" else BZIP2_MAGIC
+        self._d, self._in = self._new(), b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        while True:
+            if self._d.eof:  # a stream ended: another may follow
+                rest = self._d.unused_data
+                while len(rest) < 10 and (more := self._f.read(1 << 16)):
+                    rest += more
+                if not rest:
+                    return 0
+                if not self._magic.match(rest):
+                    raise OSError(f"bytes after the end of the {self.kind} data that start no other {self.kind} stream "
+                                  "(text appended to the compressed file?)")
+                self._d, self._in = self._new(), rest
+            if self._d.needs_input and not self._in:
+                self._in = self._f.read(1 << 16)
+                if not self._in:
+                    raise EOFError(f"the {self.kind} data ends before its end-of-stream marker (a file cut short?)")
+            data, self._in = (self._in, b"") if self._d.needs_input else (b"", self._in)
+            out = self._d.decompress(data, len(buffer))
+            if out:
+                buffer[: len(out)] = out
+                return len(out)
+
+
 @contextlib.contextmanager
 def _open_binary(path: Path) -> Iterator[IO[bytes]]:
-    """A corpus file opened for binary line reading, gunzipped if it starts with the gzip magic bytes (looked at
-    without reading them, so that a pipe works too)."""
+    """A corpus file opened for binary line reading, decompressed as it is read if it starts with the magic bytes
+    of gzip, xz or bzip2 (looked at without reading them, so that a pipe works too)."""
     with open(path, "rb") as f:
-        if f.peek(2)[:2] == GZIP_MAGIC:
-            with gzip.GzipFile(fileobj=f, mode="rb") as unzipped:
-                yield unzipped
+        head = f.peek(10)[:10]
+        if head[:2] == GZIP_MAGIC:
+            opened: IO[bytes] = gzip.GzipFile(fileobj=f, mode="rb")
+        elif XZ_MAGIC.match(head) or BZIP2_MAGIC.match(head):
+            opened = io.BufferedReader(_Decompressed(f, "xz" if XZ_MAGIC.match(head) else "bzip2"), 1 << 16)
         else:
             yield f
+            return
+        with opened:
+            yield opened
+
+
+def _compression(f: IO[bytes]) -> str | None:
+    """The compression a file opened by `_open_binary` is read through ("gzip", "xz", "bzip2"), or None."""
+    if isinstance(f, gzip.GzipFile):
+        return "gzip"
+    return getattr(getattr(f, "raw", None), "kind", None)  # (a _Decompressed under its buffer)
+
+
+def _by_name(path: Path) -> tuple[str | None, str]:
+    """(the compression its name says: "gzip" for .gz, "xz", "bzip2"; else None, the name without that suffix)."""
+    kind = _SUFFIXES.get(path.suffix)
+    return kind, path.name.removesuffix(path.suffix) if kind else path.name
 
 
 def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom: bool = False) -> Iterator[tuple[int, str]]:
@@ -211,13 +279,13 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom:
                     raw = raw[:-1]
                 if raw.endswith(b"\r"):
                     raw = raw[:-1]
-                gzipped = isinstance(f, gzip.GzipFile)  # by its content, as read: the fixes say zcat or cat by it
-                if (line_no == 1 or b"\x00" in raw) and (problem := _not_text(raw, line_no, path, gzipped)):
+                kind = _compression(f)  # by its content, as read: the fixes say zcat, xzcat, bzcat or cat by it
+                if (line_no == 1 or b"\x00" in raw) and (problem := _not_text(raw, line_no, path, kind)):
                     _check_intact(f, shown, line_no, path)
                     raise CorpusError(f"{shown}:{line_no}: {problem}")
                 if b"\r" in raw:  # read as one line, it would silently glue many sentences together
                     _check_intact(f, shown, line_no, path)
-                    raise CorpusError(f"{shown}:{line_no}: {_carriage_return(path, gzipped)}")
+                    raise CorpusError(f"{shown}:{line_no}: {_carriage_return(path, kind)}")
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as err:
@@ -228,8 +296,8 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom:
                     fix = (
                         f"pipe it through iconv -f {code} -t utf-8"
                         if not path.is_file()
-                        else f"zcat {name} | iconv -f {code} -t utf-8 | gzip > {fixed}"
-                        if isinstance(f, gzip.GzipFile)
+                        else f"{_CAT[kind]} {name} | iconv -f {code} -t utf-8 | {kind} > {fixed}"
+                        if kind is not None
                         else f"iconv -f {code} -t utf-8 {name} > {fixed}"
                     )
                     raise CorpusError(
@@ -259,7 +327,7 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom:
         ) from None
     except gzip.BadGzipFile as err:
         if line_no == 0 or not str(err).startswith("Not a gzipped file"):
-            raise CorpusError(f"{shown}: cannot read the file ({err}); is it a complete, uncompressed or gzip text file?") from err
+            raise CorpusError(f"{shown}: cannot read the file ({err}); is it a complete text file, plain or compressed?") from err
         # bytes after the compressed data that are no second gzip member: text appended to the .gz (`>>`), whose
         # lines would be lost if read as gzip does (gunzip keeps the compressed part, "trailing garbage ignored")
         part = _shell_path(free_name(path, "compressed-part-" + path.name.removesuffix(".gz")))
@@ -268,9 +336,9 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom:
             f"text appended to a compressed file? Rebuild it from its parts (zcat {_shell_path(path)} > {part} writes "
             "the lines of the compressed part, gzip warning of the rest it leaves out)"
         ) from None
-    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
+    except _STREAM_ERRORS as err:
         raise CorpusError(
-            f"{shown}: cannot read the file ({err}); is it a complete, uncompressed or gzip text file?"
+            f"{shown}: cannot read the file ({err}); is it a complete text file, plain or compressed (gzip, xz, bzip2)?"
         ) from err
 
 
@@ -278,15 +346,16 @@ def _check_intact(f: IO[bytes], shown: str, line_no: int, path: Path) -> None:
     """Before a line of a gzip file is blamed for not being text, read the stream to its end: damaged compressed
     data decompresses to garbage that looks like another encoding or binary until the CRC at the end says so, and
     re-encoding it (the fix the message would suggest) would keep the damage. Raises CorpusError if it is damaged."""
-    if not isinstance(f, gzip.GzipFile):
+    kind = _compression(f)
+    if kind is None:
         return
     try:
         while f.read(1 << 20):
             pass
-    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
+    except _STREAM_ERRORS as err:
         raise CorpusError(
             f"{shown}: the compressed data is damaged ({err}; line {line_no} came out as garbage): restore the "
-            f"file from a good copy (gzip -t {_shell_path(path)} checks one)"
+            f"file from a good copy ({kind} -t {_shell_path(path)} checks one)"
         ) from None
 
 
@@ -336,10 +405,10 @@ def _shell_path(path: Path, prefix: str = "") -> str:
     return shlex.quote(str(free_name(path, prefix + path.name) if prefix else path))
 
 
-def _carriage_return(path: Path, gzipped: bool) -> str:
+def _carriage_return(path: Path, kind: str | None) -> str:
     """The problem of a line holding a carriage return that does not end it (CR-only line ends, old Mac style)."""
-    cat, name = "zcat" if gzipped else "cat", _shell_path(path)
-    fixed = shlex.quote(str(free_name(path, "fixed-" + path.name.removesuffix(".gz"))))
+    cat, name = _CAT.get(kind or "", "cat"), _shell_path(path)
+    fixed = shlex.quote(str(free_name(path, "fixed-" + _by_name(path)[1])))  # (plain text: no .gz, .xz, .bz2)
     return (
         "a carriage return (\\r) inside the line: if the file ends its lines with CR alone (old Mac style), convert "
         f"them ({cat} {name} | tr '\\r' '\\n' > {fixed}); if they are stray characters in sentences, make them "
@@ -365,38 +434,42 @@ def _utf8(raw: bytes) -> bool:
     return True
 
 
-def _not_text(raw: bytes, line_no: int, path: Path, gzipped: bool) -> str | None:
-    """What a line is when it is not UTF-8 text at all (compressed, UTF-16, binary), or None."""
+def _not_text(raw: bytes, line_no: int, path: Path, kind: str | None) -> str | None:
+    """What a line is when it is not UTF-8 text at all (compressed, UTF-16, binary), or None. `kind`: the
+    compression the file was read through (`_compression`)."""
     name, fixed = _shell_path(path), _shell_path(path, "utf8-")
     if line_no == 1:
-        for magic, (kind, undo, _) in OTHER_COMPRESSION.items():
-            if magic.match(raw):
-                return f"{kind}-compressed data, not text: tfm reads plain or gzip text; decompress it first (e.g. {undo} {name})"
+        for magic, (other, undo, _) in OTHER_COMPRESSION.items():
+            if magic.match(raw) and other not in READ_COMPRESSION:
+                return (f"{other}-compressed data, not text: tfm reads plain text, or text compressed with gzip, xz or "
+                        f"bzip2; decompress it first (e.g. {undo} {name})")
         if raw[257:262] == b"ustar":  # a tar header's magic (WMT and OPUS ship .tgz): "a NUL byte at byte 15"
-            return (f"a tar archive{' (gzip-compressed)' if gzipped else ''}, not a text file: extract it (tar "
-                    f"x{'z' if gzipped else ''}f {name}) and give the corpus files it holds")
-        if gzipped and raw.startswith(GZIP_MAGIC):
-            return f"gzip-compressed twice: gunzip it once (e.g. gunzip -c {name} > {_shell_path(path, 'once-')}) and give that file"
+            flag = {"gzip": "z", "xz": "J", "bzip2": "j"}.get(kind or "", "")
+            return (f"a tar archive{f' ({kind}-compressed)' if kind else ''}, not a text file: extract it (tar "
+                    f"x{flag}f {name}) and give the corpus files it holds")
+        if kind is not None and (raw.startswith(GZIP_MAGIC) or XZ_MAGIC.match(raw) or BZIP2_MAGIC.match(raw)):
+            return (f"compressed twice: decompress it once (e.g. {_CAT[kind]} {name} > {_shell_path(path, 'once-')}) "
+                    "and give that file")
         if raw.startswith(UTF16_BOMS):
-            fix = f"zcat {name} | iconv -f utf-16 -t utf-8 | gzip > {fixed}" if gzipped else f"iconv -f utf-16 -t utf-8 {name} > {fixed}"
+            fix = f"{_CAT[kind]} {name} | iconv -f utf-16 -t utf-8 | {kind} > {fixed}" if kind else f"iconv -f utf-16 -t utf-8 {name} > {fixed}"
             return f"UTF-16 text, not UTF-8: re-encode the file (e.g. {fix})"
-        for magic, kind in _BINARY_KINDS.items():  # a PDF was "invalid UTF-8 ... iconv -f cp1252", a PNG too
+        for magic, what in _BINARY_KINDS.items():  # a PDF was "invalid UTF-8 ... iconv -f cp1252", a PNG too
             # (the two that text could start with, `%PDF-` and `GIF8`, only as the files themselves start)
             plain = magic in (b"%PDF-", b"GIF8")
             if raw.startswith(magic) and (not plain or re.fullmatch(rb"%PDF-\d\.\d\s*|GIF8[79]a.*[\x00-\x08].*", raw, re.S)):
-                return f"{kind}, not text: give the corpus as plain or gzip UTF-8 text (source TAB target)"
+                return f"{what}, not text: give the corpus as UTF-8 text, plain or compressed (source TAB target)"
     if b"\x00" in raw:  # valid UTF-8, but no text holds NUL bytes
         return (
             f"a NUL byte at byte {raw.index(0) + 1} of the line: a binary file (or UTF-16), not UTF-8 text; "
-            "give a plain or gzip UTF-8 text file"
+            "give a UTF-8 text file, plain or compressed"
         )
     controls = sum(raw.count(bytes([c])) for c in _CONTROL_BYTES) if line_no == 1 else 0
     # random bytes read as "a carriage return inside the line" (valid UTF-8 with control characters is text: a
     # model's output spelled in byte tokens can hold them)
     if len(raw) >= 16 and controls > len(raw) / 20 and not _utf8(raw):
         return (
-            f"binary data, not text ({controls} control bytes in its {len(raw):,}): give the corpus as plain or gzip "
-            "UTF-8 text (source TAB target)"
+            f"binary data, not text ({controls} control bytes in its {len(raw):,}): give the corpus as UTF-8 text, "
+            "plain or compressed (source TAB target)"
         )
     return None
 
@@ -470,9 +543,10 @@ class TsvColumns:
             return None
         src, tgt = self.header
         path = Path(self.shown)
-        out = _shell_path(free_name(path, "no-header-" + path.name.removesuffix(".gz")))
+        kind, plain = _by_name(path)
+        out = _shell_path(free_name(path, "no-header-" + plain))
         name = _shell_path(path)
-        cut = f"zcat {name} | tail -n +2 > {out}" if path.name.endswith(".gz") else f"tail -n +2 {name} > {out}"
+        cut = f"{_CAT[kind]} {name} | tail -n +2 > {out}" if kind else f"tail -n +2 {name} > {out}"
         return (
             f"{self.shown}: line 1 ({src!r} / {tgt!r}) reads as the names of the columns, and is trained as a sentence "
             f"pair like the others: remove it (e.g. {cut})"
@@ -681,8 +755,9 @@ def _other_format(text: str, path: Path) -> str | None:
     """What the first line of a corpus file without a tab shows the file to be, when it is a format of parallel text
     other than TSV (XML such as TMX or WMT's SGML, JSON Lines as Hugging Face datasets write them, CSV), with how to
     convert it; or None. Each was "the line has no tab", true of its first line and no help."""
-    tsv = _shell_path(free_name(path, path.name.removesuffix(".gz").rsplit(".", 1)[0] + ".tsv"))
-    gzipped = path.name.endswith(".gz")
+    kind, plain = _by_name(path)
+    tsv = _shell_path(free_name(path, plain.rsplit(".", 1)[0] + ".tsv"))
+    cat = f"{_CAT[kind]} {_shell_path(path)} | " if kind else ""
     line = text.strip()
     if re.match(r"<(\?xml|!DOCTYPE|[A-Za-z][\w:.-]*[\s>/])", line, re.I):
         return ("XML or SGML markup (a TMX, XLIFF or SGM file?), not source<TAB>target lines: extract its sentence "
@@ -712,13 +787,13 @@ def _other_format(text: str, path: Path) -> str | None:
                 paths += [p for k, v in record.items() if isinstance(v, dict) for p in texts(v, key(k))]
             fields = ", ".join(paths[:2]) if len(paths) >= 2 else ".SOURCE_KEY, .TARGET_KEY"
             jq = f"jq -r '[{fields}] | join(\"\\t\")'"
-            command = f"zcat {_shell_path(path)} | {jq}" if gzipped else f"{jq} {_shell_path(path)}"
+            command = f"{cat}{jq}" if kind else f"{jq} {_shell_path(path)}"
             return f"a JSON record (JSON Lines?), not source<TAB>target: convert the file first, e.g. {command} > {tsv} (source key first)"
-    if path.name.lower().removesuffix(".gz").endswith(".csv") and "," in line:
+    if plain.lower().endswith(".csv") and "," in line:
         return ("comma-separated (CSV), not tab-separated: convert the file first (its header line too, if it has one, "
-                f"is read as a pair: remove it), e.g. {'zcat ' + _shell_path(path) + ' | ' if gzipped else ''}python3 -c "
+                f"is read as a pair: remove it), e.g. {cat}python3 -c "
                 f"'import csv, sys; [print(row[0], row[1], sep=\"\\t\") for row in csv.reader(sys.stdin)]'"
-                f"{'' if gzipped else ' < ' + _shell_path(path)} > {tsv}")
+                f"{'' if kind else ' < ' + _shell_path(path)} > {tsv}")
     return None
 
 
@@ -764,9 +839,9 @@ class _IdColumns:
         side = "source" if i == 0 else "target"
         name = _shell_path(self.path)
         fields = ",".join(str(k + 1) for k in text[:2])
-        out = _shell_path(free_name(self.path, "text-" + self.path.name.removesuffix(".gz")))
-        gz = self.path.name.endswith(".gz")
-        cut = f"zcat {name} | cut -f{fields} > {out}" if gz else f"cut -f{fields} {name} > {out}"
+        kind, plain = _by_name(self.path)
+        out = _shell_path(free_name(self.path, "text-" + plain))
+        cut = f"{_CAT[kind]} {name} | cut -f{fields} > {out}" if kind else f"cut -f{fields} {name} > {out}"
         raise CorpusError(
             f"{self.shown}: its {side} side (column {i + 1}) is a number on {share[i]:.0%} of its first {len(rows):,} "
             f"lines: an id, a row number or a score (Tatoeba's download, a pandas index, WikiMatrix?); tfm "
