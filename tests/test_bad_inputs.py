@@ -578,6 +578,8 @@ def test_a_compressed_corpus_is_read_as_its_text(tmp_path: Path, kind: str) -> N
     plain = [(s, t) for _, s, t in read_pairs(write(tmp_path / "plain.tsv", text))]
     assert [(s, t) for _, s, t in read_pairs(write(tmp_path / "c.data", compress(text)))] == plain
     assert [(s, t) for _, s, t in read_pairs(write(tmp_path / "two", compress(text) + compress(text)))] == plain * 2
+    if kind == "xz":  # null bytes after a stream are the format's own padding (xzcat reads them so)
+        assert [(s, t) for _, s, t in read_pairs(write(tmp_path / "padded", compress(text) + bytes(8)))] == plain
     packed = compress(text)
     for name, data, why in (("cut", packed[: len(packed) // 2], "cannot read the file ("),
                             ("appended", packed + b"Oui.\tYes.\n", "" if kind == "gzip" else "cannot read the file (bytes after the end")):

@@ -214,7 +214,11 @@ class _Decompressed(io.RawIOBase):
         while True:
             if self._d.eof:  # a stream ended: another may follow
                 rest = self._d.unused_data
-                while len(rest) < 10 and (more := self._f.read(1 << 16)):
+                while True:
+                    if self.kind == "xz":  # stream padding: the xz format allows null bytes between and after streams
+                        rest = rest.lstrip(b"\x00")
+                    if len(rest) >= 10 or not (more := self._f.read(1 << 16)):
+                        break
                     rest += more
                 if not rest:
                     return 0
