@@ -1574,6 +1574,10 @@ def test_a_tab_inside_a_few_sentences_is_warned_about(tmp_path: Path) -> None:
     assert said in proc.stderr, proc.stderr
     command = proc.stderr.split("check them, e.g. ", 1)[1].splitlines()[0]
     assert subprocess.run(command, shell=True, capture_output=True, text=True).stdout.split() == ["1", "302"]
+    packed = write(tmp_path / "mixed.tsv.xz", lzma.compress(mixed.read_bytes()))  # (`zcat -f` found no line in it)
+    proc = tfm("train", str(recipe(tmp_path, str(packed))), "--dry-run", "--out", str(tmp_path / "dry"))
+    command = proc.stderr.split("check them, e.g. ", 1)[1].splitlines()[0]
+    assert subprocess.run(command, shell=True, capture_output=True, text=True).stdout.split() == ["1", "302"], command
     dev = write(tmp_path / "dev.tsv", "\n".join([*lines[:9], "Oui\t!\tYes!"]) + "\n")  # a small one: it is translated
     proc = tfm("train", str(recipe(tmp_path, str(mixed), dev=str(dev))), "train.max_steps=1", "--out", str(tmp_path / "run"), "--device", "cpu")
     assert f"warning: data.train {mixed}: 2 of 302 lines have more than two" in proc.stderr, proc.stderr

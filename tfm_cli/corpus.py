@@ -347,7 +347,7 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom:
 
 
 def _check_intact(f: IO[bytes], shown: str, line_no: int, path: Path) -> None:
-    """Before a line of a gzip file is blamed for not being text, read the stream to its end: damaged compressed
+    """Before a line of a compressed file is blamed for not being text, read the stream to its end: damaged compressed
     data decompresses to garbage that looks like another encoding or binary until the CRC at the end says so, and
     re-encoding it (the fix the message would suggest) would keep the damage. Raises CorpusError if it is damaged."""
     kind = _compression(f)
@@ -479,7 +479,7 @@ def _not_text(raw: bytes, line_no: int, path: Path, kind: str | None) -> str | N
 
 
 def read_lines(spec: str | os.PathLike, option: str | None = None, keep_bom: bool = False) -> list[str]:
-    """All lines of one text file (plain or gzip, strict UTF-8; a pipe too), e.g. reference translations;
+    """All lines of one text file (plain or compressed: gzip, xz, bzip2; strict UTF-8; a pipe too), e.g. reference translations;
     `option` names the command-line option that gave the path, for the messages. A byte-order mark that starts a
     line is dropped, unless `keep_bom` (references scored as written, as sacrebleu reads the file, keep it).
 
@@ -529,7 +529,9 @@ class TsvColumns:
         first = sorted(line for k in more for line in self.first_of[k])[:3]
         lines = ", ".join(map(str, first)) + (", ..." if n > len(first) else "")
         total = sum(self.by_count.values())
-        check = f"zcat -f {_shell_path(Path(self.shown))} | awk -F'\\t' 'NF > {usual} {{print NR}}'"
+        kind, _ = _by_name(Path(self.shown))  # (`zcat -f` passes xz and bzip2 data through as they are: no line found)
+        cat = f"{_CAT[kind]} " if kind in ("xz", "bzip2") else "zcat -f "
+        check = f"{cat}{_shell_path(Path(self.shown))} | awk -F'\\t' 'NF > {usual} {{print NR}}'"
         if usual == 2:
             return (
                 f"{self.shown}: {n:,} of {total:,} lines {'has' if n == 1 else 'have'} more than two tab-separated columns "

@@ -52,7 +52,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
 
 @dataclass
 class DataRecipe:
-    """Parallel corpora. A path is one TSV file (source TAB target, may be .gz) or [source_file, target_file].
+    """Parallel corpora. A path is one TSV file (source TAB target, may be .gz, .xz or .bz2) or [source_file, target_file].
 
     `bundled:NAME/FILE` names a corpus shipped inside the package.
     """
