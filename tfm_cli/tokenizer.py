@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import re
-import stat
 import threading
 import unicodedata
 from collections import Counter
@@ -40,7 +39,7 @@ from tokenizers import Tokenizer as _HFTokenizer
 
 from tfm_cli.corpus import INVISIBLE, surely_longer
 from tfm_cli.errors import TfmError
-from tfm_cli.files import WEIGHT_SUFFIXES, as_path, json_value, sync_folder, write_failure
+from tfm_cli.files import WEIGHT_SUFFIXES, as_path, atomic_write, json_value
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 N_SPECIAL = len(SPECIAL_TOKENS)
@@ -215,31 +214,15 @@ class Tokenizer:
         return cls(hf, source=str(path))
 
     def write_json(self, path: str | os.PathLike[str]) -> None:
-        """Write tokenizer.json's text (the text `sha256` is of) to `path` as it is, synced to the disk: `save`
-        makes it atomic; a caller with its own temporary file (`tfm tokenize --out`) writes into that."""
+        """Write tokenizer.json's text (the text `sha256` is of) to `path` as it is: `save` makes it atomic and
+        synced (`files.atomic_write`); a caller with its own temporary file (`tfm tokenize --out`) writes into that."""
         with open(path, "w", encoding="utf-8", newline="") as f:
             f.write(self._json)
-            f.flush()
-            if stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # (a device or a pipe, `--out /dev/stdout`, has no fsync)
-                os.fsync(f.fileno())
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the tokenizer as JSON, atomically (a temporary file in the same folder, then `os.replace`)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        try:
-            self.write_json(tmp)
-            os.replace(tmp, path)
-            sync_folder(path.parent)  # the new name kept through a crash of the machine, as files.atomic_write does
-        except OSError as error:  # a write's error names no file (a full disk): name this one
-            failure = write_failure(error, path)
-            if failure is None:
-                raise
-            raise failure from error
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        """Write the tokenizer as JSON, whole or not at all (`files.atomic_write`: a temporary file in the same folder,
+        synced, then renamed; an error names this file)."""
+        atomic_write(Path(path), self.write_json)
 
     # ---- text <-> ids -----------------------------------------------------------------------------------
 
