@@ -208,13 +208,13 @@ _tfm() {
                 --device) COMPREPLY=( $(compgen -W "auto cpu cuda" -- "$cur") ); return 0 ;;
                 --engine) COMPREPLY=( $(compgen -W "auto onnxruntime torch" -- "$cur") ); return 0 ;;
                 --model|--output|--reference|--score|-m|-r) _tfm_files; return 0 ;;
-                --alpha|--batch-tokens|--beam|--max-len|--min-len|--n-best|-b|-n) COMPREPLY=(); return 0 ;;
+                --alpha|--batch-tokens|--beam|--max-len|--min-len|--n-best|--seed|--temperature|--top-k|--top-p|-b|-n) COMPREPLY=(); return 0 ;;
             esac
             if [[ $cur == -* ]]; then
-                COMPREPLY=( $(compgen -W "--alpha --batch-tokens --beam --bleu-tokenize --device --engine --greedy --help --json --max-len --min-len --model --n-best --no-split-sentences --no-verbatim --output --precision --reference --score --split-sentences --verbatim -b -h -m -n -r" -- "$cur") )
+                COMPREPLY=( $(compgen -W "--alpha --batch-tokens --beam --bleu-tokenize --device --engine --greedy --help --json --max-len --min-len --model --n-best --no-split-sentences --no-verbatim --output --precision --reference --sample --score --seed --split-sentences --temperature --top-k --top-p --verbatim -b -h -m -n -r" -- "$cur") )
                 return 0
             fi
-            npos=$(_tfm_npos $(( cmd_index + 1 )) --alpha --batch-tokens --beam --bleu-tokenize --device --engine --max-len --min-len --model --n-best --output --precision --reference --score -b -m -n -r)
+            npos=$(_tfm_npos $(( cmd_index + 1 )) --alpha --batch-tokens --beam --bleu-tokenize --device --engine --max-len --min-len --model --n-best --output --precision --reference --score --seed --temperature --top-k --top-p -b -m -n -r)
             case $npos in
                 0) COMPREPLY=() ;;
             esac

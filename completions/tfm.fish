@@ -10,7 +10,7 @@ complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn to
 complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn tokenize train translate' -a inspect-attn -d 'Show what every attention head attends to when the model translates SENTENCE.'
 complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn tokenize train translate' -a tokenize -d 'Train a joint BPE tokenizer (HF tokenizers, byte fallback) and print its statistics'
 complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn tokenize train translate' -a train -d 'Train a Transformer from a YAML recipe'
-complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn tokenize train translate' -a translate -d 'Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.'
+complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn tokenize train translate' -a translate -d 'Translate with beam search (or greedy, or sampling), from an argument or stdin to stdout, keeping...'
 
 # options before the command
 complete -c tfm -n 'not __fish_seen_subcommand_from bench export inspect-attn tokenize train translate' -l help -s h -d 'Show this message and exit.'
@@ -150,4 +150,9 @@ complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_s
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l output -r -F -d 'When scoring, also write the translations to this file.'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l precision -x -a 'auto bf16 fp16 fp32 int8' -d 'auto (bf16 on CUDA and on CPUs with fast bf16: AMX, AMD\'s AVX512-BF16, Arm\'s BF16'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l reference -s r -r -F -d 'Reference translations, one per input line: print BLEU and chrF instead of translations (- reads...'
+complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l sample -d 'Draw each token from the model\'s distribution instead of searching: for back-translation (sampled...'
 complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l score -r -F -d 'Score on a TSV (source TAB reference), or give --score SRC --score REF (--score REF2 ...'
+complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l seed -x -d 'With --sample: the draws, 0 to 2^64-1 (default: 0).'
+complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l temperature -x -d 'With --sample: divide the model\'s logits by this first (default: 1'
+complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l top-k -x -d 'With --sample: draw from the K most probable tokens only (default: 0, all of them'
+complete -c tfm -n '__fish_seen_subcommand_from translate; and not __fish_seen_subcommand_from bench' -l top-p -x -d 'With --sample: draw from the smallest set of most probable tokens whose probability reaches P, ab...'

@@ -238,7 +238,12 @@ _tfm_translate() {
         '--output=[When scoring, also write the translations to this file.]:output:_files' \
         '--precision=[auto (bf16 on CUDA and on CPUs with fast bf16\: AMX, AMD'\''s AVX512-BF16, Arm'\''s BF16]:precision:(auto bf16 fp16 fp32 int8)' \
         '*'{--reference=,-r+}'[Reference translations, one per input line\: print BLEU and chrF instead of translations (- reads...]:reference:_files' \
+        '--sample[Draw each token from the model'\''s distribution instead of searching\: for back-translation (sampled...]' \
         '*--score=[Score on a TSV (source TAB reference), or give --score SRC --score REF (--score REF2 ...]:score:_files' \
+        '--seed=[With --sample\: the draws, 0 to 2^64-1 (default\: 0).]:seed: ' \
+        '--temperature=[With --sample\: divide the model'\''s logits by this first (default\: 1]:temperature: ' \
+        '--top-k=[With --sample\: draw from the K most probable tokens only (default\: 0, all of them]:top k: ' \
+        '--top-p=[With --sample\: draw from the smallest set of most probable tokens whose probability reaches P, ab...]:top p: ' \
         '1:text: '
 }
 
@@ -259,7 +264,7 @@ _tfm() {
                 'inspect-attn:Show what every attention head attends to when the model translates SENTENCE.'
                 'tokenize:Train a joint BPE tokenizer (HF tokenizers, byte fallback) and print its statistics'
                 'train:Train a Transformer from a YAML recipe'
-                'translate:Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.'
+                'translate:Translate with beam search (or greedy, or sampling), from an argument or stdin to stdout, keeping...'
             )
             _describe -t commands 'tfm command' commands
             ;;

@@ -21,7 +21,7 @@ pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
 from tfm_cli.checkpoint import save_weights, weights_state  # noqa: E402
-from tfm_cli.decoding import TorchEngine, beam_search, greedy_search  # noqa: E402
+from tfm_cli.decoding import Sampling, TorchEngine, beam_search, greedy_search, sample_search  # noqa: E402
 from tfm_cli.errors import TfmError  # noqa: E402
 from tfm_cli.export import run_export  # noqa: E402
 from tfm_cli.export.onnx import OnnxEngine  # noqa: E402
@@ -93,7 +93,8 @@ def test_the_searches_run_on_the_onnx_engine_unchanged(trained, exported) -> Non
     engine = OnnxEngine.open(exported[0])
     src = torch.tensor([[40, 41, 42, 43, 2], [50, 51, 2, 0, 0], [60, 2, 0, 0, 0]])
     src_mask = padding_mask(src, 0)
-    for search, options in ((greedy_search, {}), (beam_search, {"beam_size": 3, "n_best": 3})):
+    searches = (greedy_search, {}), (beam_search, {"beam_size": 3, "n_best": 3}), (sample_search, {"sampling": Sampling(seed=5), "n": 4})
+    for search, options in searches:
         want = search(TorchEngine(model), src, src_mask, max_len_offset=8, **options)
         got = search(engine, src, src_mask, max_len_offset=8, **options)
         assert [[h.tokens for h in hyps] for hyps in got] == [[h.tokens for h in hyps] for hyps in want]

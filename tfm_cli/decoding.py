@@ -1,4 +1,5 @@
-"""Search over the decoder's K/V cache: greedy and beam search (paper section 6.1), batched over sentences.
+"""Search over the decoder's K/V cache: greedy and beam search (paper section 6.1), and sampling, batched over
+sentences.
 
 The search is written once, against an `Engine` (start a batch, give the next token's logits): the PyTorch
 model is one engine, the exported ONNX graphs run by onnxruntime another (tfm_cli/export/onnx.py).
@@ -17,6 +18,11 @@ The search never outputs <pad>, <s> or <unk>. tfm's vocabularies put <unk> at id
 produce it (byte fallback encodes any text), so a model never sees it as a target and it means nothing in a
 translation; as Marian (without --allow-unk) and CTranslate2's `disable_unk`, the search gives it -inf. The
 exports are told the same (tfm_cli/export/huggingface.py), so they translate as tfm does.
+
+Sampling (`sample_search`) draws each token from the model's distribution instead, for back-translation, where
+sampled sources train a better model than beam-searched ones (Edunov et al., 2018, "Understanding Back-Translation
+at Scale"); its draws come from a hash of (seed, sentence, sample, step), not from a shared generator, so that a
+sentence's samples do not depend on its batch.
 
 Pure torch: no tokenizer, no CLI. Token ids in, token ids out.
 """
@@ -318,27 +324,191 @@ def greedy_search(
         use_cache: decode over the K/V cache (False recomputes every prefix: the same result, slower); for a
             `Transformer` only: an engine decodes as it was built.
     """
-    batch, device = src.size(0), src.device
+    if src.size(0) == 0:
+        return []
+
+    def most_probable(log_probs: torch.Tensor, rows: torch.Tensor, step: int) -> torch.Tensor:
+        return log_probs.max(dim=-1).indices  # the first of equal maxima
+
+    hyps = _token_by_token(model, src, src_mask, most_probable, 1, max_len_offset, min_len, use_cache)
+    return [[h] for h in hyps]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How `sample_search` draws each token, as fairseq's --sampling, CTranslate2's sampling_topk and Hugging
+    Face's do_sample do.
+
+    The distribution drawn from is the model's, over the tokens a search may output, with its logits divided by
+    `temperature`, then cut to the `top_k` most probable tokens (0: all of them; tokens equal to the k-th stay) and
+    to the smallest set of the most probable whose probability reaches `top_p` (nucleus sampling, Holtzman et al.,
+    2020; 1: all), in that order, as Hugging Face applies them. A sample is scored by its log-probability under the
+    model itself, not under the cut distribution, so samples and searched translations are scored alike.
+
+    `seed` (0 to 2**64 - 1) chooses the draws: the same seed, sentence and model give the same samples.
+    """
+
+    top_k: int = 0
+    top_p: float = 1.0
+    temperature: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"need an integer top_k >= 0 (0: all tokens), got {self.top_k!r}")
+        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            raise ValueError(f"need 0 < top_p <= 1 (1: all tokens), got {self.top_p!r}")
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or not 0 < self.temperature < float("inf"):
+            raise ValueError(f"need a temperature > 0, got {self.temperature!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**64:
+            raise ValueError(f"need an integer seed from 0 to 2**64 - 1, got {self.seed!r}")
+
+
+# The draws of sampling. A shared torch.Generator would give a sentence other samples whenever the sentences beside
+# it in its batch changed (another --batch-tokens, another chunk of a stream, one line more before it). Instead each
+# draw is a counter-based hash of (seed, sentence key, sample, step) (as JAX's and Philox's counter-based generators
+# are): Chris Wellons' "lowbias32" integer hash, one uniform number a draw, the same on every device.
+_MASK32 = 0xFFFFFFFF
+
+
+def _times(x, m: int):  # noqa: ANN001, ANN202 (Python ints and int64 tensors alike)
+    """x * m mod 2**32 for x and m below 2**32, in pieces that never overflow 64-bit integers."""
+    return (((x & 0xFFFF) * m) + ((((x >> 16) * m) & 0xFFFF) << 16)) & _MASK32
+
+
+def _mix32(x):  # noqa: ANN001, ANN202
+    """lowbias32: a 32-bit integer hash (for values below 2**32; Python ints and int64 tensors give the same)."""
+    x = x ^ (x >> 16)
+    x = _times(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _times(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def stream_key(*values: int) -> int:
+    """A 32-bit key naming a stream of draws, from non-negative integers of any size (a seed, a sentence's key, a
+    sample's number): each value is taken 32 bits at a time, after its count of such pieces."""
+    key = 0x9E3779B9
+    for value in values:
+        if value < 0:
+            raise ValueError(f"stream_key takes non-negative integers, got {value}")
+        pieces = [(value >> shift) & _MASK32 for shift in range(0, max(value.bit_length(), 1), 32)]
+        for piece in [len(pieces), *pieces]:
+            key = _mix32(((key ^ piece) + 0x9E3779B9) & _MASK32)
+    return key
+
+
+def uniforms(keys: torch.Tensor, step: int) -> torch.Tensor:
+    """(R,) int64 stream keys -> (R,) float64 uniform numbers in [0, 1) for draw `step` of each stream."""
+    x = _mix32((_mix32(keys ^ (step & _MASK32)) + 0x9E3779B9) & _MASK32)
+    return x.double() / 2.0**32  # (a multiple of 2**-32 below 1: times a total below it, it stays below it)
+
+
+def sampling_probs(log_probs: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """(R, V) log-probabilities -> (R, V) float64 probabilities (not renormalised after `top_p`'s cut) that
+    `Sampling` draws from: temperature, then top-k, then top-p."""
+    logits = log_probs if sampling.temperature == 1 else log_probs / sampling.temperature  # (-inf stays -inf)
+    if 0 < sampling.top_k < logits.size(-1):
+        kth = logits.topk(sampling.top_k, dim=-1).values[:, -1:]  # (R, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = logits.double().softmax(dim=-1)
+    if sampling.top_p < 1:
+        ranked, order = probs.sort(dim=-1, descending=True, stable=True)
+        before = ranked.cumsum(dim=-1) - ranked  # the probability of the tokens more probable than each
+        ranked = ranked.masked_fill(before >= sampling.top_p, 0.0)  # (the most probable is always kept: 0 before it)
+        probs = torch.zeros_like(probs).scatter_(-1, order, ranked)
+    return probs
+
+
+def draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """(R, V) probabilities (not necessarily summing to 1) and (R,) uniform numbers in [0, 1) -> (R,) tokens, by
+    the inverse of each row's distribution function: a token of probability 0 is never drawn."""
+    cdf = probs.cumsum(dim=-1)  # (R, V)
+    point = (u * cdf[:, -1]).unsqueeze(1)  # (R, 1), below the row's total
+    return torch.searchsorted(cdf, point, right=True).squeeze(1).clamp_(max=probs.size(-1) - 1)
+
+
+@torch.inference_mode()
+def sample_search(
+    model: Transformer | Engine,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    sampling: Sampling = Sampling(),
+    keys: list[int] | None = None,
+    n: int = 1,
+    max_len_offset: int = 50,
+    min_len: int = 0,
+    use_cache: bool = True,
+) -> list[list[Hypothesis]]:
+    """Draw `n` translations of each sentence, each token from the model's distribution (`Sampling`). Returns
+    them per sentence in the order drawn, each scored by its log-probability (as greedy search scores: no length
+    penalty); two samples may be the same.
+
+    Args:
+        src: (B, S) source ids ending with EOS, right-padded; src_mask: (B, 1, 1, S) bool.
+        sampling: temperature, top-k, top-p and seed.
+        keys: one non-negative integer per sentence naming its draws (with the seed and the sample's number), so
+            a sentence gets the same samples in any batch: the caller's number for it (`Translator` gives its input
+            line and sentence). Default: its row in `src`.
+        n: samples per sentence.
+        max_len_offset, min_len, use_cache: as for `greedy_search`.
+    """
+    batch = src.size(0)
+    if n < 1:
+        raise ValueError(f"need n >= 1 samples per sentence, got {n}")
+    if keys is not None and len(keys) != batch:
+        raise ValueError(f"sample_search needs one key per sentence ({batch}), got {len(keys)}")
     if batch == 0:
         return []
-    # max_len: (B,) each sentence's output limit, kept row for row with the live sentences as they finish
+    keys = list(range(batch)) if keys is None else keys
+    streams = torch.tensor(  # (B * n,) int64: sentence by sentence, its n samples
+        [stream_key(sampling.seed, key, j) for key in keys for j in range(n)], dtype=torch.long, device=src.device
+    )
+
+    def drawn(log_probs: torch.Tensor, rows: torch.Tensor, step: int) -> torch.Tensor:
+        return draw(sampling_probs(log_probs, sampling), uniforms(streams[rows], step))
+
+    hyps = _token_by_token(model, src, src_mask, drawn, n, max_len_offset, min_len, use_cache)
+    return [hyps[i * n : (i + 1) * n] for i in range(batch)]
+
+
+def _token_by_token(
+    model: Transformer | Engine,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    pick: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor],
+    copies: int,
+    max_len_offset: int,
+    min_len: int,
+    use_cache: bool,
+) -> list[Hypothesis]:
+    """One output per row, a token at a time: greedy search and sampling. `pick((R, V) log-probabilities, (R,)
+    rows, step)` chooses each live row's next token, `rows` naming them among the B * `copies` rows (sentence by
+    sentence, its copies in a row); the encoder runs once per sentence. Returns the B * `copies` hypotheses, scored
+    by their log-probability."""
+    batch, device = src.size(0) * copies, src.device
+    # max_len: (R,) each row's output limit, kept row for row with the live rows as they finish
     engine, state, max_len, last = _start_search(model, src, src_mask, max_len_offset, use_cache)
+    if copies > 1:
+        each = torch.arange(src.size(0), device=device).repeat_interleave(copies)  # (R,) each row's sentence
+        state.select(each)
+        max_len, last = max_len[each], last[each]
     cfg = engine.config
-    # The books are tensors indexed by sentence, read once at the end: no per-sentence Python at each step.
+    # The books are tensors indexed by row, read once at the end: no per-row Python at each step.
     tokens = torch.zeros(batch, int(max_len.max()) + 1, dtype=torch.long, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
-    totals = torch.zeros(batch, device=device)  # log-probability of each finished sentence
+    totals = torch.zeros(batch, device=device)  # log-probability of each finished row
     cut = torch.zeros(batch, dtype=torch.bool, device=device)  # whose EOS the length limit forced
-    alive = torch.arange(batch, device=device)  # (B_alive,) original index of each live row
-    alive_total = torch.zeros(batch, device=device)  # (B_alive,) log-probability of each live row so far
+    alive = torch.arange(batch, device=device)  # (R_alive,) original index of each live row
+    alive_total = torch.zeros(batch, device=device)  # (R_alive,) log-probability of each live row so far
     step = 0
     while alive.numel():
-        log_probs, forced = _step_log_probs(engine, last, state, step >= max_len, step < min_len)  # (B_alive, V)
-        best_log_prob, best = log_probs.max(dim=-1)  # (B_alive,)
-        alive_total += best_log_prob
+        log_probs, forced = _step_log_probs(engine, last, state, step >= max_len, step < min_len)  # (R_alive, V)
+        best = pick(log_probs, alive, step)  # (R_alive,)
+        alive_total += log_probs.gather(1, best[:, None]).squeeze(1)
         tokens[alive, step] = best
         ended = best == cfg.eos_id
-        if ended.any():  # finished sentences leave every per-row tensor
+        if ended.any():  # finished rows leave every per-row tensor
             done = alive[ended]
             lengths[done], totals[done], cut[done] = step, alive_total[ended], forced[ended]
             keep = (~ended).nonzero().squeeze(1)
@@ -347,7 +517,7 @@ def greedy_search(
         else:
             last = best
         step += 1
-    return [[h] for h in _hypotheses(tokens, lengths, totals, cut, alpha=0.0)]
+    return _hypotheses(tokens, lengths, totals, cut, alpha=0.0)
 
 
 @torch.inference_mode()
@@ -565,6 +735,8 @@ def translate_ids(
     min_len: int = 0,
     use_cache: bool = True,
     into: list[list[Hypothesis]] | None = None,
+    sampling: Sampling | None = None,
+    keys: list[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate token-id sequences (without EOS), batched by length, results in input order.
 
@@ -573,12 +745,16 @@ def translate_ids(
         sequences: source token ids; each must fit the model (length + 1 <= max_positions).
         beam_size, alpha, n_best: beam search settings (ignored with `greedy`, which returns 1 hypothesis, scored
             by its log-probability: no length penalty).
-        max_len_offset: an output has at most (source tokens + this) tokens, then EOS is forced (both searches).
-        min_len: no EOS before this many output tokens, for greedy and beam search alike.
+        sampling: draw the translations (`sample_search`) instead of searching: `n_best` samples of each
+            sequence in the order drawn, scored by their log-probability (`beam_size`, `alpha` and `greedy` are not
+            used).
+        keys: with `sampling`, one non-negative integer per sequence naming its draws (default: its index here).
+        max_len_offset: an output has at most (source tokens + this) tokens, then EOS is forced (every search).
+        min_len: no EOS before this many output tokens, for every search.
         use_cache: decode over the K/V cache; False recomputes every prefix (to measure what the cache saves).
             For a `Transformer` only: an engine decodes as it was built.
-        max_tokens: padded source tokens per batch times the beam size (1 for greedy); a sentence longer than
-            that gets a batch of its own.
+        max_tokens: padded source tokens per batch times the beam size (1 for greedy, `n_best` for sampling); a
+            sentence longer than that gets a batch of its own.
         autocast: a context-manager factory for mixed precision, or None.
         on_batch: called with the number of sentences after each batch (progress display).
         into: a list of one empty list per sequence, filled (and returned) as each batch finishes, so that a
@@ -586,7 +762,12 @@ def translate_ids(
     """
     engine = as_engine(model, use_cache)
     cfg, device = engine.config, engine.device
-    if not greedy and (beam_size < 1 or not 1 <= n_best <= beam_size):
+    if sampling is not None:
+        if n_best < 1:
+            raise ValueError(f"need n_best >= 1 samples per sequence, got {n_best}")
+        if keys is not None and len(keys) != len(sequences):
+            raise ValueError(f"translate_ids(keys=...) needs one key per sequence ({len(sequences)}), got {len(keys)}")
+    elif not greedy and (beam_size < 1 or not 1 <= n_best <= beam_size):
         raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size, got {beam_size} and {n_best}")
     if max_tokens < 1:
         raise ValueError(f"need max_tokens >= 1, got {max_tokens}")
@@ -594,7 +775,8 @@ def translate_ids(
         raise ValueError(f"translate_ids(into=...) needs one list per sequence ({len(sequences)}), got {len(into)}")
     results: list[list[Hypothesis]] = into if into is not None else [[] for _ in sequences]
     lengths = [len(s) + 1 for s in sequences]
-    budget = max(max_tokens // (1 if greedy else beam_size), max(lengths, default=1))
+    rows = n_best if sampling is not None else 1 if greedy else beam_size  # decoder rows per sentence
+    budget = max(max_tokens // rows, max(lengths, default=1))
     # A sentence of at most CPU_SHORT_KEYS tokens is never batched with a longer one, whose padded width would take
     # its attention (CPU, bf16) from the explicit fp32 formula to SDPA's kernel: 14 of 300 bf16 beam translations
     # changed between alone and all in one batch, each of them beside a 272-token line (2 with the split).
@@ -606,7 +788,12 @@ def translate_ids(
         src = src.to(device)  # (B, S)
         src_mask = padding_mask(src, cfg.pad_id)  # (B, 1, 1, S)
         with autocast() if autocast is not None else contextlib.nullcontext():
-            if greedy:
+            if sampling is not None:
+                hyps = sample_search(
+                    engine, src, src_mask, sampling, [keys[i] if keys is not None else i for i in indices], n=n_best,
+                    max_len_offset=max_len_offset, min_len=min_len,
+                )
+            elif greedy:
                 hyps = greedy_search(engine, src, src_mask, max_len_offset=max_len_offset, min_len=min_len)
             else:
                 hyps = beam_search(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import heapq
+import math
 import numbers
 import os
 import sys
@@ -51,8 +52,10 @@ from tfm_cli.decoding import (
     Engine,
     Hypothesis,
     NonFiniteOutput,
+    Sampling,
     TorchEngine,
     as_engine,
+    stream_key,
     translate_ids,
 )
 from tfm_cli.errors import CheckpointError, TfmError
@@ -110,7 +113,18 @@ class DecodeSettings:
         min_len: no end-of-sentence before this many output tokens (fairseq --min-len, HF min_new_tokens).
         max_tokens: padded source tokens per batch (beam search divides it by the beam size).
         greedy: pick the most probable token at every step instead of beam search.
-        n_best: how many hypotheses to return per input (beam search only; at most `beam`).
+        n_best: how many hypotheses to return per input (beam search: at most `beam`; sampling: how many samples;
+            not with greedy search).
+        sample: draw each token from the model's distribution instead of searching (`decoding.Sampling`): for
+            back-translation, or varied translations; the `n_best` samples of an input come best first.
+        top_k: with `sample`, draw from the k most probable tokens only (0: from all).
+        top_p: with `sample`, draw from the smallest set of most probable tokens whose probability reaches p
+            (nucleus sampling; 1: from all).
+        temperature: with `sample`, divide the logits by this first (below 1: closer to greedy search; above:
+            more varied).
+        seed: with `sample`, chooses the draws (0 to 2**64 - 1): an input gets the same samples from the same seed,
+            whatever else is translated beside it, as long as it keeps its line number (its place among the inputs
+            of a call, from 1).
         split_sentences: translate each sentence of an input apart and join their translations (`tfm_cli.sentences`):
             a model trained on sentence pairs drops all but the first sentence of an input that holds several.
         verbatim: give the model each input exactly as written. Without it (the default) a sentence written in
@@ -129,20 +143,27 @@ class DecodeSettings:
     n_best: int = 1
     split_sentences: bool = True
     verbatim: bool = False
+    sample: bool = False
+    top_k: int = 0
+    top_p: float = 1.0
+    temperature: float = 1.0
+    seed: int = 0
 
     def __post_init__(self) -> None:
         # checked when made: DecodeSettings(beam="4") was taken, and failed only where it was first used
-        for name in ("greedy", "split_sentences", "verbatim"):
+        for name in ("greedy", "split_sentences", "verbatim", "sample"):
             value = getattr(self, name)
             if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):
                 object.__setattr__(self, name, bool(value))  # numpy's bool, as numpy's ints are taken
         # numpy's numbers as Python's (beam=np.int64(3) was kept as it was: not JSON, and shown as np.int64(3))
-        for name in ("beam", "max_len_offset", "min_len", "max_tokens", "n_best"):
+        for name in ("beam", "max_len_offset", "min_len", "max_tokens", "n_best", "top_k", "seed"):
             value = getattr(self, name)
             if isinstance(value, numbers.Integral) and not isinstance(value, bool) and type(value) is not int:
                 object.__setattr__(self, name, int(value))
-        if isinstance(self.alpha, numbers.Real) and not isinstance(self.alpha, bool) and type(self.alpha) not in (float, int):
-            object.__setattr__(self, "alpha", float(self.alpha))  # (numpy's float64 is a float subclass: kept as it was)
+        for name in ("alpha", "top_p", "temperature"):
+            value = getattr(self, name)
+            if isinstance(value, numbers.Real) and not isinstance(value, bool) and type(value) not in (float, int):
+                object.__setattr__(self, name, float(value))  # (numpy's float64 is a float subclass: kept as it was)
         self.check()
 
     def updated(self, **given: Any) -> DecodeSettings:
@@ -166,8 +187,29 @@ class DecodeSettings:
                 f"decode setting beam={given['beam']!r} has no effect: these settings decode greedily (greedy=True)",
                 hint="add greedy=False to search with a beam",
             )
+        if given.get("sample") and given.get("greedy"):
+            raise TfmError(
+                "decode settings sample=True and greedy=True are two ways to choose each token",
+                hint="give one of them",
+            )
+        if given.get("sample") and given.get("beam") is not None:
+            raise TfmError(
+                f"decode setting beam={given['beam']!r} has no effect with sample=True (it draws each token)",
+                hint="give sample=True or a beam size, not both",
+            )
+        sampling = given.get("sample") or (self.sample is True and given.get("sample") is None and not given.get("greedy"))
+        if sampling and given.get("beam") is not None and given.get("greedy") is None:
+            raise TfmError(
+                f"decode setting beam={given['beam']!r} has no effect: these settings sample (sample=True)",
+                hint="add sample=False to search with a beam",
+            )
         alpha = given.get("alpha")
         is_number = isinstance(alpha, numbers.Real) and not isinstance(alpha, bool)  # (else its type is said)
+        if is_number and sampling:  # sampling ranks no hypotheses by length either
+            raise TfmError(
+                f"decode setting alpha={alpha!r} has no effect with sample=True (samples are scored by their log-probability)",
+                hint="give sample=True or a length penalty, not both" if given.get("sample") else "add sample=False to search with a beam",
+            )
         if is_number and (given.get("greedy") or (self.greedy is True and given.get("greedy") is None)):
             # as the CLI refuses --greedy --alpha: greedy search ranks no hypotheses by length
             raise TfmError(
@@ -175,19 +217,29 @@ class DecodeSettings:
                 hint="give greedy=True or a length penalty, not both" if given.get("greedy") else "add greedy=False to search with a beam",
             )
         values = {k: v for k, v in given.items() if v is not None}
-        if values.get("greedy", self.greedy) is True and "beam" not in values:
-            values["beam"] = DEFAULT_BEAM  # greedy search takes no beam: the one of the settings before goes
+        # one way to choose tokens replaces the other: greedy=True on sampling settings samples no more, and
+        # sample=True on greedy ones (Translator.load(greedy=True), then translate(..., sample=True)) samples
+        if values.get("greedy") is True and "sample" not in values:
+            values["sample"] = False
+        if values.get("sample") is True and "greedy" not in values:
+            values["greedy"] = False
+        if values.get("sample", self.sample) is not True:  # the sampling settings go with sampling
+            values.update({name: value for name, value in _SAMPLING_DEFAULTS.items() if name not in values})
+        if (values.get("greedy", self.greedy) is True or values.get("sample", self.sample) is True) and "beam" not in values:
+            values["beam"] = DEFAULT_BEAM  # greedy search and sampling take no beam: the one of the settings before goes
         return dataclasses.replace(self, **values)  # checked when made
 
     def check(self) -> None:
         """Raise TfmError naming the first setting of the wrong type or out of range."""
-        for name in ("beam", "max_len_offset", "min_len", "max_tokens", "n_best"):  # 2.5 or "4" failed deep in torch
+        for name in ("beam", "max_len_offset", "min_len", "max_tokens", "n_best", "top_k", "seed"):  # 2.5 or "4" failed deep in torch
             value = getattr(self, name)
             if not isinstance(value, numbers.Integral) or isinstance(value, bool):
                 raise TfmError(f"decode setting {name}={value!r} must be an integer", hint="see `tfm translate --help` for each setting")
-        if not isinstance(self.alpha, numbers.Real) or isinstance(self.alpha, bool):
-            raise TfmError(f"decode setting alpha={self.alpha!r} must be a number", hint="see `tfm translate --help` for each setting")
-        for name in ("greedy", "split_sentences", "verbatim"):  # greedy="false" would be true
+        for name in ("alpha", "top_p", "temperature"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Real) or isinstance(value, bool):
+                raise TfmError(f"decode setting {name}={value!r} must be a number", hint="see `tfm translate --help` for each setting")
+        for name in ("greedy", "split_sentences", "verbatim", "sample"):  # greedy="false" would be true
             if not isinstance(getattr(self, name), bool):
                 raise TfmError(f"decode setting {name}={getattr(self, name)!r} must be True or False", hint="see `tfm translate --help` for each setting")
         rules = [
@@ -197,11 +249,22 @@ class DecodeSettings:
             (self.min_len >= 0, f"min_len={self.min_len} must be >= 0"),
             (self.max_tokens >= 1, f"max_tokens={self.max_tokens} must be >= 1"),
             (self.n_best >= 1, f"n_best={self.n_best} must be >= 1"),
-            (not (self.greedy and self.n_best > 1), f"n_best={self.n_best} needs beam search, not greedy"),
+            (not (self.greedy and self.n_best > 1), f"n_best={self.n_best} needs beam search or sampling, not greedy"),
             # DecodeSettings(greedy=True, beam=3) decoded greedily, the beam ignored (translate() refused the pair)
             (not (self.greedy and self.beam != DEFAULT_BEAM), f"beam={self.beam} has no effect with greedy=True"),
-            (self.greedy or self.n_best <= self.beam, f"n_best={self.n_best} cannot exceed the beam size {self.beam}"),
+            (not (self.greedy and self.sample), "sample=True and greedy=True are two ways to choose each token: give one"),
+            (not (self.sample and self.beam != DEFAULT_BEAM), f"beam={self.beam} has no effect with sample=True"),
+            (self.greedy or self.sample or self.n_best <= self.beam, f"n_best={self.n_best} cannot exceed the beam size {self.beam}"),
+            (self.top_k >= 0, f"top_k={self.top_k} must be >= 0 (0: every token)"),
+            (0 < self.top_p <= 1, f"top_p={self.top_p} must be above 0 and at most 1 (1: every token)"),
+            (0 < self.temperature < math.inf, f"temperature={self.temperature} must be a number above 0"),
+            (0 <= self.seed < 2**64, f"seed={self.seed} must be from 0 to 2**64 - 1"),
         ]
+        if not self.sample:  # said, not ignored: top_k=10 without sample=True would search with the beam unsaid
+            rules += [
+                (getattr(self, name) == default, f"{name}={getattr(self, name)!r} has no effect without sample=True")
+                for name, default in _SAMPLING_DEFAULTS.items()
+            ]
         for ok, message in rules:
             if not ok:
                 raise TfmError(f"decode setting {message}", hint="see `tfm translate --help` for each setting")
@@ -220,6 +283,9 @@ class DecodeSettings:
             split_sentences=d.split_sentences, verbatim=d.verbatim,
         )
 
+
+
+_SAMPLING_DEFAULTS = {"top_k": 0, "top_p": 1.0, "temperature": 1.0, "seed": 0}  # what sample=False leaves them at
 
 
 @dataclass(frozen=True)
@@ -596,7 +662,8 @@ class Translator:
                 empty translations without the model.
             progress: called with the number of inputs (lines) finished after each batch.
             **settings: decode settings for this call (beam, alpha, max_len_offset, min_len, max_tokens, greedy,
-                n_best, split_sentences, verbatim); None leaves a setting at the translator's default.
+                n_best, split_sentences, verbatim, sample, top_k, top_p, temperature, seed: `DecodeSettings`); None
+                leaves a setting at the translator's default.
 
         Returns:
             A `Translation` for a string; for several, a list of them in input order.
@@ -721,7 +788,7 @@ class Translator:
         line done."""
         lines, sentences = self._encoded(chunk, first, decode)
         size = [sum(len(s.ids) + 1 for s in these if s.ids) for these in sentences]  # (+ 1: the end of sentence)
-        budget = STREAM_WINDOW_BATCHES * max(decode.max_tokens // (1 if decode.greedy else decode.beam), 1)
+        budget = STREAM_WINDOW_BATCHES * max(decode.max_tokens // _rows(decode), 1)
         start = 0
         while start < len(lines):
             end, tokens = start, 0
@@ -730,7 +797,7 @@ class Translator:
                 end += 1
             finished: list[Translation] = []
             try:
-                results = self._search(lines[start:end], sentences[start:end], decode, progress, finished)
+                results = self._search(lines[start:end], sentences[start:end], decode, progress, finished, first + start)
             except KeyboardInterrupt:
                 yield from finished
                 raise
@@ -894,7 +961,7 @@ class Translator:
         """Split into sentences, tokenise, cut what the model cannot take, search, detokenise, join; `first_line`
         numbers the warnings."""
         lines, sentences = self._encoded(lines, first_line, decode)
-        return self._search(lines, sentences, decode, progress)
+        return self._search(lines, sentences, decode, progress, first_line=first_line)
 
     def _encoded(self, lines: list[str], first_line: int, decode: DecodeSettings) -> tuple[list[str], list[list[_Sentence]]]:
         """`lines` without byte-order marks, and the sentences of each to translate (the line itself, unless
@@ -943,8 +1010,10 @@ class Translator:
         decode: DecodeSettings,
         progress: Callable[[int], None] | None,
         finished: list[Translation] | None = None,
+        first_line: int = 1,
     ) -> list[Translation]:
-        """The translations of `lines`, from their `sentences` (`_encoded`), in order.
+        """The translations of `lines`, from their `sentences` (`_encoded`), in order; `first_line` is the number
+        of the first among all the inputs (a sampled sentence's draws are named by its line and place in it).
 
         `progress` is called with the number of lines finished after each batch. `finished`, when given, receives
         on a KeyboardInterrupt during the search (Ctrl-C, or a SIGTERM that `tfm translate` turns into one) the
@@ -961,7 +1030,8 @@ class Translator:
                 self.engine, [sentences[i][j].ids for i, j in todo], beam_size=decode.beam, alpha=decode.alpha,
                 max_len_offset=decode.max_len_offset, min_len=decode.min_len, n_best=decode.n_best,
                 max_tokens=decode.max_tokens, greedy=decode.greedy, on_batch=on_batch,
-                autocast=self._autocast, into=hyps,
+                autocast=self._autocast, into=hyps, sampling=_sampling(decode),
+                keys=[stream_key(first_line + i, j) for i, j in todo] if decode.sample else None,
             )
         except NonFiniteOutput as err:  # named with the model it came from
             raise TfmError(f"{self.path or 'the model'}: {err}", hint=err.hint) from None
@@ -994,6 +1064,13 @@ class Translator:
                 nbest = options[0]
                 for t in nbest:
                     t.source = line  # (a line whose other sentences were nothing to translate)
+                if decode.sample:  # drawn in turn: best first, as beam search gives them
+                    nbest = sorted(nbest, key=lambda t: t.score, reverse=True)
+            elif decode.sample:
+                # a line's k-th sample is the k-th drawn of each of its sentences (a sentence written as it is, in
+                # each): joined in the order drawn, not ranked first, so each is a sample of the line; best first
+                drawn = zip(*[o * decode.n_best if len(o) == 1 else o for o in options], strict=True)
+                nbest = sorted((_joined(line, c) for c in drawn), key=lambda t: t.score, reverse=True)
             else:
                 nbest = [_joined(line, combination) for combination in _best_combinations(options, decode.n_best)]
             if not any(s.ids for s in sentences[i]):  # written as it is, as many times as asked for: aligned
@@ -1025,15 +1102,18 @@ class Translator:
         """Keep the run's beam (its recipe's decode.beam) for calls that turn greedy settings back to beam search:
         `load(greedy=True)` then `translate(..., greedy=False)` searched with beam 4 whatever the recipe said, as
         greedy settings hold no beam of their own."""
-        if not self.settings.greedy:
+        if not (self.settings.greedy or self.settings.sample):
             self._beam = self.settings.beam
-        elif not run_settings.greedy:
+        elif not (run_settings.greedy or run_settings.sample):
             self._beam = run_settings.beam
 
     def _call_settings(self, given: dict[str, Any]) -> DecodeSettings:
-        """The settings of one call: these, updated with the call's keywords; greedy=False without a beam on
-        greedy settings searches with the beam they were loaded with (`_remember_beam`)."""
-        if self.settings.greedy and given.get("greedy") is False and given.get("beam") is None:
+        """The settings of one call: these, updated with the call's keywords; greedy=False (sample=False) without
+        a beam on greedy (sampling) settings searches with the beam they were loaded with (`_remember_beam`)."""
+        back_to_beam = (self.settings.greedy and given.get("greedy") is False and not given.get("sample")) or (
+            self.settings.sample and given.get("sample") is False and not given.get("greedy")
+        )
+        if back_to_beam and given.get("beam") is None:
             given = {**given, "beam": self._beam}
         return self.settings.updated(**given)
 
@@ -1041,7 +1121,7 @@ class Translator:
         """A beam wider than the vocabulary cannot be filled (its first step has one candidate per token), and a
         huge one failed deep in torch (an integer overflow, or an allocation of terabytes)."""
         vocab = self.engine.config.vocab_size
-        if not decode.greedy and decode.beam > vocab:
+        if not (decode.greedy or decode.sample) and decode.beam > vocab:
             raise TfmError(
                 f"decode setting beam={decode.beam} is wider than the model's vocabulary ({vocab:,} tokens)",
                 hint=f"use a beam of at most {vocab:,} (the paper's is 4)",
@@ -1089,6 +1169,18 @@ def _lines_progress(owners: list[int], hyps: list[list[Hypothesis]], progress: C
             progress(finished)
 
     return on_batch
+
+
+def _rows(decode: DecodeSettings) -> int:
+    """Decoder rows per sentence: the beam, one for greedy search, one per sample."""
+    return decode.n_best if decode.sample else 1 if decode.greedy else decode.beam
+
+
+def _sampling(decode: DecodeSettings) -> Sampling | None:
+    """The search's sampling settings, None unless `decode.sample`."""
+    if not decode.sample:
+        return None
+    return Sampling(top_k=decode.top_k, top_p=float(decode.top_p), temperature=float(decode.temperature), seed=decode.seed)
 
 
 def _best_combinations(options: list[list[Translation]], k: int) -> list[tuple[Translation, ...]]:

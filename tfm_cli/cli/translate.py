@@ -49,7 +49,12 @@ def translate(
     alpha: float = typer.Option(None, "--alpha", callback=lambda v: _alpha(v), help="GNMT length penalty, 0 to 10 (default: the run's recipe, 0.6).", show_default=False),
     max_len: int = typer.Option(None, "--max-len", min=0, help="Output may be at most input length + this many tokens (default: the run's recipe, 50); translations cut there are counted on stderr at the end.", show_default=False),
     greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding instead of beam search."),
-    n_best: int = typer.Option(1, "--n-best", "-n", min=1, help="Print the K best translations of each input, best first, one a line: input line number TAB score TAB translation (--json: an nbest list). A text can repeat: two hypotheses may spell it with different subword tokens (--json shows them); both are kept, as fairseq, Marian and CTranslate2 keep them. Not with --score/--reference, which score the best."),
+    sample: bool = typer.Option(False, "--sample", help="Draw each token from the model's distribution instead of searching: for back-translation (sampled sources train a better model than beam-searched ones, Edunov et al. 2018) or varied translations. With --n-best K, K samples of each input, best first (by log-probability). The same --seed gives the same samples of a line (README)."),
+    top_k: int = typer.Option(None, "--top-k", min=0, help="With --sample: draw from the K most probable tokens only (default: 0, all of them; 10 is Edunov et al.'s 'top10').", show_default=False),
+    top_p: float = typer.Option(None, "--top-p", callback=lambda v: _top_p(v), help="With --sample: draw from the smallest set of most probable tokens whose probability reaches P, above 0 and at most 1 (nucleus sampling; default: 1, all of them).", show_default=False),
+    temperature: float = typer.Option(None, "--temperature", callback=lambda v: _temperature(v), help="With --sample: divide the model's logits by this first (default: 1; below 1 draws closer to greedy search, above 1 more varied).", show_default=False),
+    seed: int = typer.Option(None, "--seed", min=0, max=2**64 - 1, help="With --sample: the draws, 0 to 2^64-1 (default: 0). A line gets the same samples from the same seed, model and line number, however it is batched.", show_default=False),
+    n_best: int = typer.Option(1, "--n-best", "-n", min=1, help="Print the K best translations of each input, best first, one a line: input line number TAB score TAB translation (--json: an nbest list); with --sample, K samples. A text can repeat: two hypotheses may spell it with different subword tokens (--json shows them); both are kept, as fairseq, Marian and CTranslate2 keep them. Not with --score/--reference, which score the best."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per input line: source, translation, score, log_prob, tokens, truncated, stopped (eos, or max_len: cut at the maximum output length, see --max-len; copied: a line without a letter, written as it is) (and nbest with --n-best, each with its own stopped; sentences, each with its source, for a line translated a sentence at a time)."),
     reference: list[Path] = typer.Option(None, "--reference", "-r", parser=given_path, metavar="<path>", help="Reference translations, one per input line: print BLEU and chrF instead of translations (- reads them from stdin when TEXT is given). Given again, more references: multi-reference BLEU and chrF, as sacrebleu REF1 REF2.", show_default=False),
     score: list[Path] = typer.Option(None, "--score", parser=given_path, metavar="<path>", help="Score on a TSV (source TAB reference), or give --score SRC --score REF (--score REF2 ... for more references): print BLEU and chrF (- reads one from stdin).", show_default=False),
@@ -63,7 +68,7 @@ def translate(
     verbatim: bool = typer.Option(None, "--verbatim/--no-verbatim", help="Give the model each line exactly as written, as fairseq, Marian and CTranslate2 do: no sentence splitting, no capitals or frames taken off, lines without a letter translated too (default: the run's recipe, decode.verbatim, off).", show_default=False),
     split_sentences: bool = typer.Option(None, "--split-sentences/--no-split-sentences", help="Translate each sentence of a line apart and join their translations on the line (default: the run's recipe, on): a model trained on sentence pairs drops all but the first sentence of a line that holds several. Breaks after . ! ? (and the full stops of Chinese, Japanese, Hindi...) before a capital or a digit, never inside quotes or after an abbreviation or initial; --no-split-sentences translates each line as one sentence. Either way, unless --verbatim, a sentence in capitals or title case or in a frame (a bullet, double quotes, brackets, emoji, markup: <b>...</b>, **...**; an address, @mention or #hashtag at its edges) is translated as an ordinary sentence, without its frame, and written back as it was, and one without a letter is written as it is (README).", show_default=False),
 ) -> None:
-    """Translate with beam search (or greedy), from an argument or stdin to stdout, keeping line order.
+    """Translate with beam search (or greedy, or sampling), from an argument or stdin to stdout, keeping line order.
 
     Examples:
 
@@ -76,6 +81,8 @@ def translate(
       tfm translate --precision int8 < input.fr      (CPU: int8 linear layers; batches of sentences ran 1.4-1.55x fp32 on an AMD EPYC, about 1.0-1.26x on an Intel Cascade Lake)
 
       tfm translate --n-best 4 --json "Il fait beau."
+
+      tfm translate --sample --top-k 10 --seed 1 < mono.fr > synthetic.en      (back-translation: one sample a line)
 
       tfm translate --no-split-sentences < doc.fr      (each line whole, as one sentence)
 
@@ -90,6 +97,7 @@ def translate(
         text = None
     reference = reference or []  # Click gives () for a multiple option not given
     _check_options(text, beam, alpha, greedy, n_best, score, reference, output, bleu_tokenize, precision)
+    _check_sampling(sample, greedy, beam, alpha, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
     if verbatim and split_sentences:  # verbatim gives the model each line whole: the splitting asked for would not be done
         raise typer.BadParameter("--split-sentences has no effect with --verbatim, which gives the model each line as written", param_hint="--verbatim")
     reads_stdin = text is None and not score
@@ -155,7 +163,7 @@ def translate(
             check_output_file(
                 output, "--output", inputs=[*score, *reference, *translator.files], reads_stdin=reads_stdin
             )
-        if beam is None and n_best > translator.settings.beam and not greedy:  # a --beam given was checked above
+        if beam is None and n_best > translator.settings.beam and not greedy and not sample:  # a --beam given was checked above
             raise typer.BadParameter(
                 f"--n-best {n_best} cannot exceed the model's beam size {translator.settings.beam}: widen the beam with it "
                 f"(--beam {n_best} --n-best {n_best})",
@@ -163,7 +171,8 @@ def translate(
             )
         settings = dict(
             beam=beam, alpha=alpha, max_len_offset=max_len, min_len=min_len, max_tokens=batch_tokens, greedy=greedy,
-            n_best=n_best, split_sentences=split_sentences, verbatim=verbatim,
+            n_best=n_best, split_sentences=split_sentences, verbatim=verbatim, sample=sample, top_k=top_k, top_p=top_p,
+            temperature=temperature, seed=seed,
         )
         cuts, broken = _Cuts(translator, max_len, min_len), _Broken()
         from tfm_cli.translator import InputTruncatedWarning
@@ -186,10 +195,40 @@ def translate(
             broken.say()
 
 
+def _check_sampling(sample: bool, greedy: bool, beam: int | None, alpha: float | None, **knobs: Any) -> None:
+    """--sample's combinations: with a way of searching, refused; its settings without it, refused (they were
+    not ignored in silence)."""
+    if sample and greedy:
+        raise typer.BadParameter("--sample and --greedy are two ways to choose each token: give one", param_hint="--sample")
+    if sample and beam is not None:
+        raise typer.BadParameter(f"--sample draws each token, without a beam; drop --beam {beam} (or --sample)", param_hint="--beam")
+    if sample and alpha is not None:
+        raise typer.BadParameter(
+            f"--sample scores each sample by its log-probability, without a length penalty; drop --alpha {alpha:g} (or --sample)",
+            param_hint="--alpha",
+        )
+    for name, value in knobs.items():
+        if value is not None and not sample:
+            option = "--" + name.replace("_", "-")
+            raise typer.BadParameter(f"{option} is for sampling: add --sample, or drop {option}", param_hint=option)
+
+
+def _top_p(value: float | None) -> float | None:
+    if value is not None and not 0 < value <= 1:  # (NaN too)
+        raise typer.BadParameter(f"{value:g} is not above 0 and at most 1 (1: every token)")
+    return value
+
+
+def _temperature(value: float | None) -> float | None:
+    if value is not None and not 0 < value < float("inf"):  # (NaN too)
+        raise typer.BadParameter(f"{value:g} is not a number above 0 (1: the model's own distribution)")
+    return value
+
+
 def _check_options(text, beam, alpha, greedy, n_best, score, reference, output, bleu_tokenize, precision) -> None:
     """The options' combinations, refused as usage errors before the model loads (exit status 2)."""
     if greedy and n_best > 1:
-        raise typer.BadParameter("--n-best needs beam search; drop --greedy", param_hint="--n-best")
+        raise typer.BadParameter("--n-best needs beam search or --sample; drop --greedy", param_hint="--n-best")
     if greedy and beam is not None:
         raise typer.BadParameter(f"--greedy decodes without a beam; drop --beam {beam} (or --greedy)", param_hint="--beam")
     if beam is not None and n_best > beam:
