@@ -84,6 +84,24 @@ def test_sampling_probs_cut_as_defined() -> None:
     assert sampling_probs(banned, Sampling(top_k=3))[0, 1] == 0
 
 
+@pytest.mark.parametrize("spread", [0.5, 3.0, 8.0])
+def test_the_nucleus_is_the_one_of_the_whole_sorted_vocabulary(spread: float) -> None:
+    """Top-p ranks the first 64, then 1,024 tokens, and sorts a row whole only where those fall short: the same
+    nucleus as sorting every row whole (flat rows, peaked rows, and tied probabilities)."""
+    torch.manual_seed(1)
+    logits = torch.randn(40, 3000) * spread
+    logits[:5, :200] = logits[:5, :1]  # ties, straddling any cut
+    log_probs = logits.log_softmax(-1)
+    for top_p in (0.3, 0.9, 0.999):
+        probs = log_probs.double().softmax(-1)
+        ranked, order = probs.sort(dim=-1, descending=True, stable=True)
+        ranked = ranked.masked_fill(ranked.cumsum(-1) - ranked >= top_p, 0.0)
+        want = torch.zeros_like(probs).scatter_(-1, order, ranked)
+        got = sampling_probs(log_probs, Sampling(top_p=top_p))
+        assert torch.equal(got > 0, want > 0)
+        assert torch.allclose(got, want, rtol=0, atol=1e-12)
+
+
 def test_draw_inverts_the_distribution_function() -> None:
     probs = torch.tensor([[0.0, 0.25, 0.0, 0.5, 0.25]], dtype=torch.float64).expand(1000, -1)
     u = (torch.arange(1000, dtype=torch.float64) + 0.5) / 1000  # evenly spread: each token gets its share exactly

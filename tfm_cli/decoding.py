@@ -413,11 +413,44 @@ def sampling_probs(log_probs: torch.Tensor, sampling: Sampling) -> torch.Tensor:
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = logits.double().softmax(dim=-1)
     if sampling.top_p < 1:
-        ranked, order = probs.sort(dim=-1, descending=True, stable=True)
-        before = ranked.cumsum(dim=-1) - ranked  # the probability of the tokens more probable than each
-        ranked = ranked.masked_fill(before >= sampling.top_p, 0.0)  # (the most probable is always kept: 0 before it)
-        probs = torch.zeros_like(probs).scatter_(-1, order, ranked)
+        probs = _nucleus(probs, sampling.top_p)
     return probs
+
+
+# Top-p ranks this many tokens first, then this many for rows whose first ones fall short of top_p, then all of them.
+# A nucleus is nearly always among the first few dozen tokens: ranking those (`top_first`) where the whole
+# vocabulary was sorted took the quickstart model's top-p 0.9 sampling of 500 dev lines from 4.1 s to 2.1 s (greedy
+# search: 1.0 s; 2-core AVX-512 Xeon, fp32, one thread); a third of its rows needed more than 64 tokens (a sort of 64
+# rows of 8,000 tokens took 33 ms, ranking their 1,024 best 8 ms).
+TOP_P_FIRST = (64, 1024)
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """(R, V) probabilities -> those of each row's nucleus, 0 elsewhere: its tokens ranked by probability (equal
+    ones lowest id first), kept while the ones before hold less than `top_p`."""
+    out = torch.zeros_like(probs)
+    rows = torch.arange(probs.size(0), device=probs.device)  # those not done yet
+    for take in [*(n for n in TOP_P_FIRST if n < probs.size(-1)), probs.size(-1)]:
+        if take == probs.size(-1):
+            ranked, order = probs[rows].sort(dim=-1, descending=True, stable=True)
+        else:
+            ranked, order = top_first(probs[rows], take)  # (rows, take)
+        reach = ranked.sum(dim=-1) >= top_p  # the nucleus is among them (always, for the whole row)
+        done = reach | (take == probs.size(-1))
+        ranked, order = ranked[done], order[done]
+        _keep_nucleus(ranked, top_p)
+        out[rows[done]] = out[rows[done]].scatter_(-1, order, ranked)
+        rows = rows[~done]
+        if not rows.numel():
+            break
+    return out
+
+
+def _keep_nucleus(ranked: torch.Tensor, top_p: float) -> None:
+    """(R, N) probabilities ranked best first -> in place, 0 for each token that the ones before it reach
+    `top_p` without (the most probable is always kept: nothing is before it)."""
+    before = ranked.cumsum(dim=-1) - ranked  # the probability of the tokens ranked before each
+    ranked.masked_fill_(before >= top_p, 0.0)
 
 
 def draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
