@@ -16,44 +16,20 @@ from tfm_cli import DecodeSettings, TfmError, Translator
 from tfm_cli.decoding import (
     Sampling,
     banned_ids,
-    draw,
     greedy_search,
+    race,
     sample_search,
     sampling_probs,
     stream_key,
     translate_ids,
-    uniforms,
 )
-from tfm_cli.decoding import _mix32 as mix32
 from tfm_cli.model.masks import causal_mask
 
 
-def lowbias32(x: int) -> int:
-    """Chris Wellons' lowbias32, written with Python's unbounded integers and `% 2**32`."""
-    x ^= x >> 16
-    x = (x * 0x7FEB352D) % 2**32
-    x ^= x >> 15
-    x = (x * 0x846CA68B) % 2**32
-    return x ^ (x >> 16)
-
-
-def test_the_hash_is_lowbias32_on_ints_and_tensors_alike() -> None:
-    values = [0, 1, 2, 3, 255, 65535, 65536, 123456789, 2**31 - 1, 2**31, 2**32 - 1, *range(1000, 1300)]
-    want = [lowbias32(v) for v in values]
-    assert [mix32(v) for v in values] == want
-    assert mix32(torch.tensor(values, dtype=torch.long)).tolist() == want
-
-
-def test_uniforms_are_uniform_and_below_one() -> None:
-    keys = torch.tensor([stream_key(7, i, 0) for i in range(20000)], dtype=torch.long)
-    for step in (0, 1, 50):
-        u = uniforms(keys, step)
-        assert u.dtype == torch.float64 and float(u.min()) >= 0 and float(u.max()) < 1
-        counts = torch.histc(u.float(), bins=10, min=0, max=1)  # 2,000 expected in each tenth
-        assert float((counts - 2000).abs().max()) < 4 * math.sqrt(2000)
-    assert not torch.equal(uniforms(keys, 0), uniforms(keys, 1))
+def test_stream_keys() -> None:
     assert len({stream_key(0, i, j) for i in range(100) for j in range(10)}) == 1000
-    assert stream_key(2**32) != stream_key(0, 1)  # a value's pieces are counted
+    assert stream_key(1, 23) != stream_key(12, 3)  # the values are kept apart
+    assert stream_key(5, 2**70) == stream_key(5, 2**70) < 2**64
     with pytest.raises(ValueError, match="non-negative"):
         stream_key(-1)
 
@@ -79,6 +55,9 @@ def test_sampling_probs_cut_as_defined() -> None:
     assert probs(temperature=2.0, top_p=0.7) == pytest.approx(
         [0, hot[1] / (hot[1] + hot[3] + hot[2]), hot[2] / (hot[1] + hot[3] + hot[2]), hot[3] / (hot[1] + hot[3] + hot[2])], abs=1e-6
     )
+    # extreme temperatures: a one-hot row and a flat one (fp32 division made every logit -inf or NaN)
+    assert probs(temperature=1e-300) == pytest.approx([0, 1, 0, 0])
+    assert probs(temperature=1e300) == pytest.approx([0.25] * 4)
     banned = log_probs.clone()
     banned[0, 1] = float("-inf")  # a token the search may not output is never kept
     assert sampling_probs(banned, Sampling(top_k=3))[0, 1] == 0
@@ -102,12 +81,17 @@ def test_the_nucleus_is_the_one_of_the_whole_sorted_vocabulary(spread: float) ->
         assert torch.allclose(got, want, rtol=0, atol=1e-12)
 
 
-def test_draw_inverts_the_distribution_function() -> None:
-    probs = torch.tensor([[0.0, 0.25, 0.0, 0.5, 0.25]], dtype=torch.float64).expand(1000, -1)
-    u = (torch.arange(1000, dtype=torch.float64) + 0.5) / 1000  # evenly spread: each token gets its share exactly
-    counts = collections.Counter(draw(probs, u).tolist())
-    assert counts == {1: 250, 3: 500, 4: 250}
-    assert draw(probs[:2] * 7, torch.tensor([0.0, 1 - 2**-32], dtype=torch.float64)).tolist() == [1, 4]  # unnormalised
+def test_the_race_draws_each_token_by_its_probability() -> None:
+    probs = torch.tensor([0.0, 0.25, 0.0, 0.5, 0.125, 0.125], dtype=torch.float64) * 3  # (not normalised)
+    n = 40000
+    noise = torch.rand(n, 6, generator=torch.Generator().manual_seed(0))
+    counts = collections.Counter(race(probs.expand(n, -1), noise).tolist())
+    assert set(counts) == {1, 3, 4, 5}  # a token of probability 0 never wins
+    for token, p in ((1, 0.25), (3, 0.5), (4, 0.125), (5, 0.125)):
+        assert abs(counts[token] / n - p) < 4.5 * math.sqrt(p * (1 - p) / n)
+    # a number of 0 (its exponential infinite) loses for a token that must win: the end forced at the limit
+    forced = torch.tensor([[0.0, 0.0, 1.0, 0.0]], dtype=torch.float64)
+    assert race(forced, torch.zeros(1, 4)).tolist() == [2]
 
 
 def _teacher_forced(model, source: list[int], tokens: list[int]) -> float:
@@ -167,7 +151,11 @@ def test_a_sentence_s_samples_do_not_depend_on_its_batch() -> None:
     sampling = Sampling(seed=9)
     together = translate_ids(model, sequences, n_best=4, sampling=sampling, keys=keys, max_len_offset=5)
     alone = [translate_ids(model, [s], n_best=4, sampling=sampling, keys=[k], max_len_offset=5)[0] for s, k in zip(sequences, keys, strict=True)]
-    small = translate_ids(model, sequences, n_best=4, sampling=sampling, keys=keys, max_len_offset=5, max_tokens=20)
+    finished: list[int] = []  # a sentence's 4 samples take two or more batches of at most 20 tokens
+    small = translate_ids(
+        model, sequences, n_best=4, sampling=sampling, keys=keys, max_len_offset=5, max_tokens=20, on_batch=finished.append
+    )
+    assert sum(finished) == 6 and len(finished) >= 6
     want = [[h.tokens for h in hyps] for hyps in together]
     assert [[h.tokens for h in hyps] for hyps in alone] == want
     assert [[h.tokens for h in hyps] for hyps in small] == want
@@ -262,8 +250,15 @@ def test_sampling_settings_of_the_api(translator: Translator) -> None:
     assert sampler.translate("Bonjour.").text == translator.translate("Bonjour.", sample=True, top_k=5, seed=2).text
     assert sampler.translate("Bonjour.", greedy=True).text == translator.translate("Bonjour.", greedy=True).text
     assert sampler.translate("Bonjour.", sample=False).text == translator.translate("Bonjour.").text
-    with pytest.raises(TfmError, match="these settings sample"):
-        sampler.translate("Bonjour.", beam=2)
+    for call in (dict(beam=2), dict(beam=2, greedy=False)):
+        with pytest.raises(TfmError, match="these settings sample") as error:
+            sampler.translate("Bonjour.", **call)
+        assert "add sample=False" in error.value.hint
+    # a temperature near 0 is greedy search, one near infinity draws from every allowed token alike: no crash
+    greedy_text = translator.translate(LINES, greedy=True)
+    assert [t.text for t in translator.translate(LINES, sample=True, temperature=1e-300)] == [t.text for t in greedy_text]
+    flat = translator.translate("Bonjour.", sample=True, temperature=1e300)
+    assert len(flat.tokens) <= len(translator.tokenizer.encode("Bonjour.")) + 6 and flat.stopped in ("eos", "max_len")
     greedy = Translator(translator.model, translator.tokenizer, DecodeSettings(greedy=True, max_len_offset=6))
     assert greedy.translate("Bonjour.", sample=True, seed=2, top_k=5).text == sampler.translate("Bonjour.").text
     with pytest.raises(TfmError, match="top_k=5 has no effect without sample=True"):
@@ -296,6 +291,7 @@ def test_cli_sampling(trained) -> None:
         (["--seed", "1"], "--seed is for sampling"),
         (["--sample", "--top-p", "0"], "0 is not above 0 and at most 1"),
         (["--sample", "--temperature", "inf"], "inf is not a number above 0"),
+        (["--sample", "--top-p", "1.0000001"], "1.0000001 is not above 0 and at most 1"),
         (["--sample", "--seed", "-2"], "--seed"),
     ]
     for args, message in refusals:

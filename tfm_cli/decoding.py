@@ -21,8 +21,8 @@ exports are told the same (tfm_cli/export/huggingface.py), so they translate as 
 
 Sampling (`sample_search`) draws each token from the model's distribution instead, for back-translation, where
 sampled sources train a better model than beam-searched ones (Edunov et al., 2018, "Understanding Back-Translation
-at Scale"); its draws come from a hash of (seed, sentence, sample, step), not from a shared generator, so that a
-sentence's samples do not depend on its batch.
+at Scale"); each sample draws from a random generator of its own, seeded by (seed, sentence, sample), not from one
+shared by the batch, so that a sentence's samples do not depend on its batch.
 
 Pure torch: no tokenizer, no CLI. Token ids in, token ids out.
 """
@@ -30,6 +30,8 @@ Pure torch: no tokenizer, no CLI. Token ids in, token ids out.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -343,7 +345,7 @@ class Sampling:
     `temperature`, then cut to the `top_k` most probable tokens (0: all of them; tokens equal to the k-th stay) and
     to the smallest set of the most probable whose probability reaches `top_p` (nucleus sampling, Holtzman et al.,
     2020; 1: all), in that order, as Hugging Face applies them. A sample is scored by its log-probability under the
-    model itself, not under the cut distribution, so samples and searched translations are scored alike.
+    model itself, not under the cut distribution, as greedy search scores its output.
 
     `seed` (0 to 2**64 - 1) chooses the draws: the same seed, sentence and model give the same samples.
     """
@@ -358,91 +360,64 @@ class Sampling:
             raise ValueError(f"need an integer top_k >= 0 (0: all tokens), got {self.top_k!r}")
         if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
             raise ValueError(f"need 0 < top_p <= 1 (1: all tokens), got {self.top_p!r}")
-        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or not 0 < self.temperature < float("inf"):
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or not 0 < self.temperature < math.inf:
             raise ValueError(f"need a temperature > 0, got {self.temperature!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**64:
             raise ValueError(f"need an integer seed from 0 to 2**64 - 1, got {self.seed!r}")
 
 
-# The draws of sampling. A shared torch.Generator would give a sentence other samples whenever the sentences beside
-# it in its batch changed (another --batch-tokens, another chunk of a stream, one line more before it). Instead each
-# draw is a counter-based hash of (seed, sentence key, sample, step) (as JAX's and Philox's counter-based generators
-# are): Chris Wellons' "lowbias32" integer hash, one uniform number a draw, the same on every device.
-_MASK32 = 0xFFFFFFFF
-
-
-def _times(x, m: int):  # noqa: ANN001, ANN202 (Python ints and int64 tensors alike)
-    """x * m mod 2**32 for x and m below 2**32, in pieces that never overflow 64-bit integers."""
-    return (((x & 0xFFFF) * m) + ((((x >> 16) * m) & 0xFFFF) << 16)) & _MASK32
-
-
-def _mix32(x):  # noqa: ANN001, ANN202
-    """lowbias32: a 32-bit integer hash (for values below 2**32; Python ints and int64 tensors give the same)."""
-    x = x ^ (x >> 16)
-    x = _times(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _times(x, 0x846CA68B)
-    return x ^ (x >> 16)
-
-
 def stream_key(*values: int) -> int:
-    """A 32-bit key naming a stream of draws, from non-negative integers of any size (a seed, a sentence's key, a
-    sample's number): each value is taken 32 bits at a time, after its count of such pieces."""
-    key = 0x9E3779B9
-    for value in values:
-        if value < 0:
-            raise ValueError(f"stream_key takes non-negative integers, got {value}")
-        pieces = [(value >> shift) & _MASK32 for shift in range(0, max(value.bit_length(), 1), 32)]
-        for piece in [len(pieces), *pieces]:
-            key = _mix32(((key ^ piece) + 0x9E3779B9) & _MASK32)
-    return key
-
-
-def uniforms(keys: torch.Tensor, step: int) -> torch.Tensor:
-    """(R,) int64 stream keys -> (R,) float64 uniform numbers in [0, 1) for draw `step` of each stream."""
-    x = _mix32((_mix32(keys ^ (step & _MASK32)) + 0x9E3779B9) & _MASK32)
-    return x.double() / 2.0**32  # (a multiple of 2**-32 below 1: times a total below it, it stays below it)
+    """A 64-bit number naming a stream of draws, from non-negative integers of any size (a seed, a sentence's
+    number, a sample's number): their BLAKE2b hash."""
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
+        raise ValueError(f"stream_key takes non-negative integers, got {values}")
+    digest = hashlib.blake2b(",".join(map(str, values)).encode("ascii"), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
 
 
 def sampling_probs(log_probs: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """(R, V) log-probabilities -> (R, V) float64 probabilities (not renormalised after `top_p`'s cut) that
     `Sampling` draws from: temperature, then top-k, then top-p."""
-    logits = log_probs if sampling.temperature == 1 else log_probs / sampling.temperature  # (-inf stays -inf)
+    logits = log_probs.double()
+    if sampling.temperature != 1:
+        # each row's best at 0 before the division: a temperature of 1e-300 or 1e300 gives a one-hot or a flat row,
+        # where fp32 made every logit -inf or NaN (and the search ran past its length limit)
+        logits = (logits - logits.max(dim=-1, keepdim=True).values) / sampling.temperature  # (-inf stays -inf)
     if 0 < sampling.top_k < logits.size(-1):
         kth = logits.topk(sampling.top_k, dim=-1).values[:, -1:]  # (R, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = logits.double().softmax(dim=-1)
+    probs = logits.softmax(dim=-1)
     if sampling.top_p < 1:
         probs = _nucleus(probs, sampling.top_p)
     return probs
 
 
-# Top-p ranks this many tokens first, then this many for rows whose first ones fall short of top_p, then all of them.
-# A nucleus is nearly always among the first few dozen tokens: ranking those (`top_first`) where the whole
-# vocabulary was sorted took the quickstart model's top-p 0.9 sampling of 500 dev lines from 4.1 s to 2.1 s (greedy
-# search: 1.0 s; 2-core AVX-512 Xeon, fp32, one thread); a third of its rows needed more than 64 tokens (a sort of 64
-# rows of 8,000 tokens took 33 ms, ranking their 1,024 best 8 ms).
-TOP_P_FIRST = (64, 1024)
+# Top-p ranks this many tokens first (`top_first`), and sorts a row's whole vocabulary only where they fall short of
+# top_p. A nucleus is most often among the first few dozen: the quickstart model's top-p 0.9 sampling of 500 dev
+# lines took 2.4 s instead of 4.1 s with every row sorted (greedy search: 1.0 s; 2-core AVX-512 Xeon, fp32, one
+# thread). A second tier of 1,024 saved 12% more there, and made a wide nucleus (temperature 2, top-p 0.95) 1.6x slower.
+TOP_P_FIRST = 64
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """(R, V) probabilities -> those of each row's nucleus, 0 elsewhere: its tokens ranked by probability (equal
     ones lowest id first), kept while the ones before hold less than `top_p`."""
+    if TOP_P_FIRST < probs.size(-1):
+        ranked, order = top_first(probs, TOP_P_FIRST)  # (R, TOP_P_FIRST)
+        short = ranked.sum(dim=-1) < top_p  # the nucleus is not among them
+    else:
+        ranked, order, short = None, None, torch.ones(probs.size(0), dtype=torch.bool, device=probs.device)
     out = torch.zeros_like(probs)
-    rows = torch.arange(probs.size(0), device=probs.device)  # those not done yet
-    for take in [*(n for n in TOP_P_FIRST if n < probs.size(-1)), probs.size(-1)]:
-        if take == probs.size(-1):
-            ranked, order = probs[rows].sort(dim=-1, descending=True, stable=True)
-        else:
-            ranked, order = top_first(probs[rows], take)  # (rows, take)
-        reach = ranked.sum(dim=-1) >= top_p  # the nucleus is among them (always, for the whole row)
-        done = reach | (take == probs.size(-1))
-        ranked, order = ranked[done], order[done]
+    rows = short.nonzero().squeeze(1)
+    if rows.numel():
+        whole, whole_order = probs[rows].sort(dim=-1, descending=True, stable=True)
+        _keep_nucleus(whole, top_p)
+        out[rows] = out[rows].scatter_(-1, whole_order, whole)
+    if ranked is not None:
+        rows = (~short).nonzero().squeeze(1)
+        ranked = ranked[rows]
         _keep_nucleus(ranked, top_p)
-        out[rows[done]] = out[rows[done]].scatter_(-1, order, ranked)
-        rows = rows[~done]
-        if not rows.numel():
-            break
+        out[rows] = out[rows].scatter_(-1, order[rows], ranked)
     return out
 
 
@@ -453,12 +428,39 @@ def _keep_nucleus(ranked: torch.Tensor, top_p: float) -> None:
     ranked.masked_fill_(before >= top_p, 0.0)
 
 
-def draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """(R, V) probabilities (not necessarily summing to 1) and (R,) uniform numbers in [0, 1) -> (R,) tokens, by
-    the inverse of each row's distribution function: a token of probability 0 is never drawn."""
-    cdf = probs.cumsum(dim=-1)  # (R, V)
-    point = (u * cdf[:, -1]).unsqueeze(1)  # (R, 1), below the row's total
-    return torch.searchsorted(cdf, point, right=True).squeeze(1).clamp_(max=probs.size(-1) - 1)
+def race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """(R, V) probabilities (not necessarily summing to 1) and (R, V) uniform numbers in [0, 1) -> (R,) tokens:
+    the exponential race, argmax p_t / E_t with E_t = -log U_t exponential (the Gumbel-max trick written with
+    exponentials: token t wins with probability p_t / sum p). A token of probability 0 never wins; equal ones, the
+    lowest id."""
+    exponential = noise.clamp_min(torch.finfo(noise.dtype).tiny).log_().neg_()  # (U = 0 would make E infinite)
+    return (probs / exponential).argmax(dim=-1)  # (in float64 where probs are: ties only where the chances are)
+
+
+class _Draws:
+    """Each row's own random numbers: a torch.Generator per row, seeded by its stream's key (`stream_key` of the
+    seed, the sentence's key and the sample's number), giving one uniform number per vocabulary token a step.
+
+    One generator shared by the batch would give a sentence other samples whenever the sentences beside it changed
+    (another --batch-tokens, another chunk of a stream, a line more before it). With its own generator a row draws
+    the same numbers in any batch, and the race (`race`) changes a token only where two tokens' chances are equal to
+    the last bits in which the model's arithmetic differs between batch shapes. The inverse of the distribution
+    function, from one number a step, changed a token wherever a number fell that near any boundary between two
+    tokens: 1 of 300 dev lines sampled otherwise with --batch-tokens 1. CPU generators are the Mersenne Twister,
+    CUDA's Philox: a CPU and a GPU draw different samples (the CPU engines, torch and ONNX, the same).
+    """
+
+    def __init__(self, seeds: list[int], vocab: int, device: torch.device) -> None:
+        self.vocab, self.device = vocab, device
+        self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+
+    def uniforms(self, rows: torch.Tensor) -> torch.Tensor:
+        """(R,) row indices -> (R, V) fp32 uniform numbers in [0, 1), the next of each row's stream (a new tensor:
+        `race` works in it)."""
+        out = torch.empty(rows.numel(), self.vocab, device=self.device)
+        for i, row in enumerate(rows.tolist()):
+            torch.rand(self.vocab, generator=self.generators[row], out=out[i])
+        return out
 
 
 @torch.inference_mode()
@@ -494,14 +496,14 @@ def sample_search(
     if batch == 0:
         return []
     keys = list(range(batch)) if keys is None else keys
-    streams = torch.tensor(  # (B * n,) int64: sentence by sentence, its n samples
-        [stream_key(sampling.seed, key, j) for key in keys for j in range(n)], dtype=torch.long, device=src.device
-    )
+    engine = as_engine(model, use_cache)
+    # sentence by sentence, its n samples
+    draws = _Draws([stream_key(sampling.seed, key, j) for key in keys for j in range(n)], engine.config.vocab_size, src.device)
 
     def drawn(log_probs: torch.Tensor, rows: torch.Tensor, step: int) -> torch.Tensor:
-        return draw(sampling_probs(log_probs, sampling), uniforms(streams[rows], step))
+        return race(sampling_probs(log_probs, sampling), draws.uniforms(rows))
 
-    hyps = _token_by_token(model, src, src_mask, drawn, n, max_len_offset, min_len, use_cache)
+    hyps = _token_by_token(engine, src, src_mask, drawn, n, max_len_offset, min_len, use_cache)
     return [hyps[i * n : (i + 1) * n] for i in range(batch)]
 
 
@@ -786,8 +788,9 @@ def translate_ids(
         min_len: no EOS before this many output tokens, for every search.
         use_cache: decode over the K/V cache; False recomputes every prefix (to measure what the cache saves).
             For a `Transformer` only: an engine decodes as it was built.
-        max_tokens: padded source tokens per batch times the beam size (1 for greedy, `n_best` for sampling); a
-            sentence longer than that gets a batch of its own.
+        max_tokens: padded source tokens per batch times the beam size (1 for greedy; for sampling, each sample
+            is a row of its own: `n_best` samples of a sentence may take several batches); a sentence longer than
+            that gets a batch of its own.
         autocast: a context-manager factory for mixed precision, or None.
         on_batch: called with the number of sentences after each batch (progress display).
         into: a list of one empty list per sequence, filled (and returned) as each batch finishes, so that a
@@ -807,26 +810,19 @@ def translate_ids(
     if into is not None and len(into) != len(sequences):
         raise ValueError(f"translate_ids(into=...) needs one list per sequence ({len(sequences)}), got {len(into)}")
     results: list[list[Hypothesis]] = into if into is not None else [[] for _ in sequences]
+    if sampling is not None:
+        return _sampled_ids(
+            engine, sequences, sampling, keys, n_best, max_tokens, max_len_offset, min_len, autocast, on_batch, results
+        )
     lengths = [len(s) + 1 for s in sequences]
-    rows = n_best if sampling is not None else 1 if greedy else beam_size  # decoder rows per sentence
-    budget = max(max_tokens // rows, max(lengths, default=1))
+    budget = max(max_tokens // (1 if greedy else beam_size), max(lengths, default=1))
     # A sentence of at most CPU_SHORT_KEYS tokens is never batched with a longer one, whose padded width would take
     # its attention (CPU, bf16) from the explicit fp32 formula to SDPA's kernel: 14 of 300 bf16 beam translations
     # changed between alone and all in one batch, each of them beside a 272-token line (2 with the split).
     for indices in length_sorted_batches(lengths, budget, apart=CPU_SHORT_KEYS):
-        width = max(lengths[i] for i in indices)
-        src = torch.full((len(indices), width), cfg.pad_id, dtype=torch.long)
-        for row, i in enumerate(indices):
-            src[row, : lengths[i]] = torch.tensor(sequences[i] + [cfg.eos_id])
-        src = src.to(device)  # (B, S)
-        src_mask = padding_mask(src, cfg.pad_id)  # (B, 1, 1, S)
+        src, src_mask = _batch([sequences[i] for i in indices], cfg, device)
         with autocast() if autocast is not None else contextlib.nullcontext():
-            if sampling is not None:
-                hyps = sample_search(
-                    engine, src, src_mask, sampling, [keys[i] if keys is not None else i for i in indices], n=n_best,
-                    max_len_offset=max_len_offset, min_len=min_len,
-                )
-            elif greedy:
+            if greedy:
                 hyps = greedy_search(engine, src, src_mask, max_len_offset=max_len_offset, min_len=min_len)
             else:
                 hyps = beam_search(
@@ -837,4 +833,45 @@ def translate_ids(
             results[i] = h
         if on_batch is not None:
             on_batch(len(indices))
+    return results
+
+
+def _batch(sequences: list[list[int]], cfg: ModelConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-id sequences (without EOS) -> (B, S) sources, each ending with EOS, right-padded, and their mask."""
+    width = max(len(s) for s in sequences) + 1
+    src = torch.full((len(sequences), width), cfg.pad_id, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        src[row, : len(seq) + 1] = torch.tensor(seq + [cfg.eos_id])
+    src = src.to(device)  # (B, S)
+    return src, padding_mask(src, cfg.pad_id)  # (B, 1, 1, S)
+
+
+def _sampled_ids(
+    engine: Engine, sequences: list[list[int]], sampling: Sampling, keys: list[int] | None, n: int, max_tokens: int,
+    max_len_offset: int, min_len: int, autocast: Callable[[], contextlib.AbstractContextManager] | None,
+    on_batch: Callable[[int], None] | None, results: list[list[Hypothesis]],
+) -> list[list[Hypothesis]]:
+    """`translate_ids` with `sampling`: each of a sentence's `n` samples is a row of its own, batched by length
+    with the others (`max_tokens` bounds the memory however many samples are asked for), its draws named by the
+    sentence's key and its number; a sentence's samples join `results` once all are drawn."""
+    items = [(i, j) for i in range(len(sequences)) for j in range(n)]
+    lengths = [len(sequences[i]) + 1 for i, _ in items]
+    budget = max(max_tokens, max(lengths, default=1))
+    drawn: dict[int, list[Hypothesis | None]] = {}  # the sentences part-drawn: their samples so far
+    left = [n] * len(sequences)  # samples each sentence still waits for
+    for batch in length_sorted_batches(lengths, budget, apart=CPU_SHORT_KEYS):
+        src, src_mask = _batch([sequences[items[b][0]] for b in batch], engine.config, engine.device)
+        names = [stream_key(keys[i] if keys is not None else i, j) for i, j in (items[b] for b in batch)]
+        with autocast() if autocast is not None else contextlib.nullcontext():
+            hyps = sample_search(engine, src, src_mask, sampling, names, max_len_offset=max_len_offset, min_len=min_len)
+        done = 0
+        for b, (h,) in zip(batch, hyps, strict=True):
+            i, j = items[b]
+            drawn.setdefault(i, [None] * n)[j] = h
+            left[i] -= 1
+            if not left[i]:
+                results[i] = drawn.pop(i)  # type: ignore[assignment]
+                done += 1
+        if on_batch is not None and done:
+            on_batch(done)
     return results

@@ -198,7 +198,7 @@ class DecodeSettings:
                 hint="give sample=True or a beam size, not both",
             )
         sampling = given.get("sample") or (self.sample is True and given.get("sample") is None and not given.get("greedy"))
-        if sampling and given.get("beam") is not None and given.get("greedy") is None:
+        if sampling and given.get("beam") is not None and not given.get("greedy"):  # greedy=False: still sampling
             raise TfmError(
                 f"decode setting beam={given['beam']!r} has no effect: these settings sample (sample=True)",
                 hint="add sample=False to search with a beam",

@@ -215,13 +215,13 @@ def _check_sampling(sample: bool, greedy: bool, beam: int | None, alpha: float |
 
 def _top_p(value: float | None) -> float | None:
     if value is not None and not 0 < value <= 1:  # (NaN too)
-        raise typer.BadParameter(f"{value:g} is not above 0 and at most 1 (1: every token)")
+        raise typer.BadParameter(f"{value!r} is not above 0 and at most 1 (1: every token)")
     return value
 
 
 def _temperature(value: float | None) -> float | None:
     if value is not None and not 0 < value < float("inf"):  # (NaN too)
-        raise typer.BadParameter(f"{value:g} is not a number above 0 (1: the model's own distribution)")
+        raise typer.BadParameter(f"{value!r} is not a number above 0 (1: the model's own distribution)")
     return value
 
 
