@@ -494,7 +494,7 @@ def test_unknown_option_exits_2() -> None:
 @pytest.mark.parametrize(
     ("args", "said", "command"),
     [
-        (["translate", "--beem", "3", "x"], "No such option: --beem (Possible options: --beam)", "tfm translate"),
+        (["translate", "--beem", "3", "x"], "No such option: --beem (Possible options: --beam, --seed)", "tfm translate"),
         (["tokenize", "--bogus"], "No such option: --bogus", "tfm tokenize"),
         (["translate", "--device"], "Option '--device' requires an argument.", "tfm translate"),
         (["bench", "translate", "--model"], "Option '--model' requires an argument.", "tfm bench translate"),
@@ -1086,7 +1086,7 @@ def test_the_training_bar_on_a_narrow_terminal_keeps_its_step_count(tmp_path: Pa
 def test_n_best_output_is_as_the_help_and_readme_say(random_run: Path) -> None:
     """`--n-best K` printed `LINE TAB SCORE TAB TRANSLATION` lines and `--json` an `nbest` list, and neither the
     help nor the README said so (the help of --json left out `truncated` and `nbest`)."""
-    help_text = " ".join(tfm("translate", "--help").stdout.split())
+    help_text = " ".join(w for w in tfm("translate", "--help").stdout.split() if w != "│")  # the panel's borders
     assert "input line number TAB score TAB translation" in help_text and "truncated, stopped" in help_text and "(and nbest" in help_text
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert "best first: LINE<TAB>SCORE<TAB>TRANSLATION" in readme
