@@ -471,6 +471,9 @@ def test_translations_that_leave_out_a_number_are_said_once_at_the_end(run: dict
     proc = tfm("translate", "--model", str(run["dir"]), "--device", "cpu", "Il a 42 ans.", env_extra=env)
     assert ("warning: the translation leaves out a number of its source (42): the model wrote fewer number placeholders "
             "than the sentence has numbers; check it (--json gives") in proc.stderr
+    proc = tfm("translate", "--model", str(run["dir"]), "--device", "cpu", "Écrivez à tom@example.com demain.", env_extra=env)
+    assert ("warning: the translation leaves out a number or address of its source (tom@example.com): the model wrote "
+            "fewer placeholders than the sentence has numbers and addresses; check it") in proc.stderr
     scored = tmp_path / "scored.tsv"  # scoring: said too, without --json's key (its --json is the report)
     scored.write_text("Il a 42 ans.\tHe is 42.\nBonjour.\tHello.\n", encoding="utf-8")
     proc = tfm("translate", "--model", str(run["dir"]), "--device", "cpu", "--score", str(scored), "--json", env_extra=env)

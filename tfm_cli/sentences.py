@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 # Ends of a sentence that white space must follow, and those of scripts that need none after them.
@@ -383,48 +383,102 @@ _NUMBER = re.compile(
     r"(?<![0-9])(?<![0-9][.,])(?:[0-9]{1,3}(?:[ \u00a0\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![0-9]|[.,][0-9])"
 )
 _PLACEHOLDER_OUT = re.compile(r"( ?)XNUM")  # (with the space before it: one of no number is written without)
-# A web or e-mail address, whose digits are part of it, not numbers of the sentence (`https://example.com/page/123`
-# gave its 123 to the placeholder of the sentence's own number, `pour 5 chats` -> "in 123")
+# A web or e-mail address inside a sentence is given as the placeholder too, and written back as it was: no model
+# translates one, and the quickstart model (trained with numbers only as the placeholder) garbled or dropped 6 of 8
+# such addresses given as written (`Contactez-nous à info@exemple.fr ou sur https://exemple.fr/contact pour plus
+# d'informations.` -> "Go away, we grow down or less."), and kept 6 of 8 given as the placeholder ("Let's go to
+# info@exemple.fr or https://exemple.fr/contact."). Its digits are no numbers of the sentence
+# (`https://example.com/page/123` gave its 123 to the placeholder of `pour 5 chats`). An address at a sentence's
+# edge is taken off it before (`frame`); the punctuation a sentence puts after an address is not part of it.
 _ADDRESS = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_ADDRESS_TRAILING = ".,;:!?…\"'»”’"  # a sentence's punctuation after an address: `(voir www.a.org).`, `à x@y.fr !`
+_PAIRS = {")": "(", "]": "[", "}": "{"}
 
 
-def _numbers(text: str) -> list[re.Match[str]]:
-    """The numbers of `text` (`_NUMBER`), but those inside a web or e-mail address."""
-    addresses = [m.span() for m in _ADDRESS.finditer(text)]
-    return [m for m in _NUMBER.finditer(text) if not any(a <= m.start() < b for a, b in addresses)]
+def _address_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each web or e-mail address of `text`, without the punctuation after it (a closing bracket
+    only where the address does not open it: `https://fr.wikipedia.org/wiki/Paris_(France)` keeps it)."""
+    spans = []
+    for m in _ADDRESS.finditer(text):
+        start, end = m.span()
+        while end > start:
+            last = text[end - 1]
+            opening = _PAIRS.get(last)
+            if last in _ADDRESS_TRAILING or (opening and text.count(last, start, end) > text.count(opening, start, end)):
+                end -= 1
+            else:
+                break
+        if end > start:
+            spans.append((start, end))
+    return spans
+
+
+# A run of three or more groups of digits with spaces, dots or hyphens between them and seven digits or more: a
+# telephone number (`06 12 34 56 78`, `+33 6 12 34 56 78`, `555-123-4567`) or a date written with numbers
+# (`14-07-2023`), given as one placeholder and written back as it was. Given as its numbers, five placeholders,
+# the quickstart model kept two: `Appelle-moi au 06 12 34 56 78.` -> "Call me at 06:12.".
+_DIGIT_RUN = re.compile(r"(?<![\w+.,-])\+?[0-9]{1,4}(?:[ \u00a0.-][0-9]{1,4}){2,}(?![0-9]|[.,-][0-9])")
+RUN_DIGITS = 7
+
+
+def _copied(text: str) -> list[tuple[int, int]]:
+    """(start, end) of what a model that reads numbers as a placeholder is given as one, in order: the numbers of
+    `text` (`_NUMBER`), its telephone numbers and numeric dates (`_DIGIT_RUN`) and its web and e-mail addresses
+    (whose digits are theirs, not numbers)."""
+    taken = _address_spans(text)
+    taken += [
+        m.span() for m in _DIGIT_RUN.finditer(text)
+        if sum(c.isdigit() for c in m.group()) >= RUN_DIGITS and not any(a <= m.start() < b for a, b in taken)
+    ]
+    numbers = [m.span() for m in _NUMBER.finditer(text) if not any(a <= m.start() < b for a, b in taken)]
+    return sorted(taken + numbers)
+
+
+def is_address(value: str) -> bool:
+    """Whether `value`, one of a sentence's `Part.numbers`, is a web or e-mail address (not a number)."""
+    return bool(_ADDRESS.fullmatch(value))
+
+
+def left_out_words(values: Sequence[str]) -> tuple[str, str]:
+    """What `values` left out of a translation are called, one and several: ("number", "numbers"), or, where one
+    of them is an address, ("number or address", "numbers and addresses")."""
+    if any(is_address(v) for v in values):
+        return "number or address", "numbers and addresses"
+    return "number", "numbers"
 
 
 def count_numbers(text: str) -> int:
-    """How many numbers `text` has, as a model that reads them as a placeholder is given them."""
-    return len(_numbers(text))
+    """How many numbers (and web or e-mail addresses) `text` has, as a model that reads them as a placeholder is
+    given them."""
+    return len(_copied(text))
 
 
-def _as_placeholder(text: str, found: list[re.Match[str]]) -> str:
-    """`text` with each of the numbers `found` in it as the placeholder."""
+def _as_placeholder(text: str, found: list[tuple[int, int]]) -> str:
+    """`text` with each of the spans `found` in it (in order) as the placeholder."""
     pieces, end = [], 0
-    for m in found:
-        pieces += [text[end : m.start()], NUMBER_PLACEHOLDER]
-        end = m.end()
+    for start, stop in found:
+        pieces += [text[end:start], NUMBER_PLACEHOLDER]
+        end = stop
     return "".join(pieces) + text[end:]
 
 
 def with_number_placeholders(source: str, target: str) -> tuple[str, str]:
-    """A training pair with each number it has on both sides as the placeholder, on both (every time it comes); a
-    number on one side only (`treize` -> `13`) stays as it is, and so do the digits of a web or e-mail address; a
-    pair that holds the text of the placeholder is left whole."""
+    """A training pair with each number (and web or e-mail address) it has on both sides as the placeholder, on
+    both (every time it comes); a number on one side only (`treize` -> `13`) stays as it is; a pair that holds the
+    text of the placeholder is left whole."""
     if NUMBER_PLACEHOLDER in source or NUMBER_PLACEHOLDER in target:
         return source, target
-    on_both = {m.group() for m in _numbers(source)} & {m.group() for m in _numbers(target)}
+    on_both = {source[a:b] for a, b in _copied(source)} & {target[a:b] for a, b in _copied(target)}
     if not on_both:
         return source, target
     return numbers_as_placeholder(source, on_both), numbers_as_placeholder(target, on_both)
 
 
 def numbers_as_placeholder(text: str, numbers: tuple[str, ...] | list[str] | set[str]) -> str:
-    """`text` with each of `numbers` in it as the placeholder (a target as training gives it beside a source of
-    those numbers)."""
+    """`text` with each of `numbers` (numbers and addresses) in it as the placeholder (a target as training gives it
+    beside a source of those numbers)."""
     chosen = set(numbers)
-    return _as_placeholder(text, [m for m in _numbers(text) if m.group() in chosen])
+    return _as_placeholder(text, [(a, b) for a, b in _copied(text) if text[a:b] in chosen])
 
 
 def _with_numbers(part: Part) -> Part:
@@ -432,8 +486,8 @@ def _with_numbers(part: Part) -> Part:
     placeholder (its translation then written as the model wrote it, the text kept)."""
     if NUMBER_PLACEHOLDER in part.given:
         return part
-    found = _numbers(part.given)
-    return part._replace(given=_as_placeholder(part.given, found), numbers=tuple(m.group() for m in found))
+    found = _copied(part.given)
+    return part._replace(given=_as_placeholder(part.given, found), numbers=tuple(part.given[a:b] for a, b in found))
 
 
 def _numbers_written(translation: str, numbers: tuple[str, ...]) -> str:

@@ -376,8 +376,8 @@ class Translation(str):
             of its sentences, in order (their texts joined are this text; their scores and log-probabilities summed
             are this one's, their tokens in a row are its tokens); else `[self]`.
         numbers_left_out: for a model that reads numbers as a placeholder (`ModelConfig.numbers`), the source's
-            numbers that this translation has no place for: the model wrote fewer placeholders than the sentence
-            has numbers. A sentence's numbers fill its placeholders in order, so these are its last ones, though
+            numbers (and telephone numbers, numeric dates, web and e-mail addresses, given so too) that this
+            translation has no place for: the model wrote fewer placeholders than the sentence has numbers. A sentence's numbers fill its placeholders in order, so these are its last ones, though
             the model may have left out another (and then one is in the wrong place): check such a translation.
             Empty where every number has its place, and for a model that reads numbers as written.
     """

@@ -393,13 +393,16 @@ class _Broken:
 
     def say(self, json_marks: bool = True) -> None:
         if self.left_out:
+            from tfm_cli.sentences import left_out_words
+
             n = len(self.numbers)
             shown = ", ".join(self.numbers[:5]) + (", …" if n > 5 else "")
             one = len(self.left_out) == 1
+            word, words = left_out_words(self.numbers)
             warn(
-                f"{_which(self.left_out, self.total, 'leaves', 'leave')} out {'a number' if n == 1 else f'{n} numbers'} "
-                f"of {'its source' if one else 'their sources'} ({shown}): the model wrote fewer number placeholders "
-                "than the sentence has numbers"
+                f"{_which(self.left_out, self.total, 'leaves', 'leave')} out {f'a {word}' if n == 1 else f'{n} {words}'} "
+                f"of {'its source' if one else 'their sources'} ({shown}): the model wrote fewer "
+                + ("number placeholders than the sentence has numbers" if word == "number" else "placeholders than the sentence has numbers and addresses")
                 + (", which fill them in order, so one may stand in the place of the one left out" if self.several else "")
                 + f"; check {'it' if one else 'those lines'}"
                 + (' (--json gives each line\'s "numbers_left_out")' if json_marks else "")

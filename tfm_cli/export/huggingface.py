@@ -707,22 +707,33 @@ def _numbers_note(config) -> str:
     if not config.reads_placeholders:
         return ""
     return """Numbers: the model was trained to read each number written in digits as the placeholder `XNUM`, which it copies
-into its translation: give it each sentence so and put the sentence's numbers back into its output's placeholders
-in the order they came, as `tfm translate` does for each sentence of a line. Given the digits, it mistranslates most
-numbers.
+into its translation: give it each sentence so, with each telephone number or numeric date (`06 12 34 56 78`,
+`14-07-2023`: one placeholder) and each web or e-mail address inside it so too, and put them back into its
+output's placeholders in the order they came, as `tfm translate` does for each sentence of a line. Given the
+digits, it mistranslates most numbers, and garbles most addresses.
 
 ```python
 import re
 NUMBER = re.compile(r"(?<![0-9])(?<![0-9][.,])(?:[0-9]{1,3}(?:[ \\u00a0\\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![0-9]|[.,][0-9])")
 ADDRESS = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\\.)\\S+|[\\w.+-]+@[\\w-]+(?:\\.[\\w-]+)+")  # its digits stay
-spans = [m.span() for m in ADDRESS.finditer(sentence)]
-found = [] if "XNUM" in sentence else [m for m in NUMBER.finditer(sentence) if not any(a <= m.start() < b for a, b in spans)]
-numbers = [m.group() for m in found]  # 3, 10.000, 3,14, 10 000, the 80 of 80kg
+spans = []
+for m in ADDRESS.finditer(sentence):  # without the punctuation after it (a bracket it opens stays)
+    a, b = m.span()
+    while b > a and (sentence[b - 1] in ".,;:!?…\\"'»”’" or sentence[b - 1] in ")]}" and sentence.count(
+            sentence[b - 1], a, b) > sentence.count("([{"[")]}".index(sentence[b - 1])], a, b)):
+        b -= 1
+    spans.append((a, b))
+RUN = re.compile(r"(?<![\\w+.,-])\\+?[0-9]{1,4}(?:[ \\u00a0.-][0-9]{1,4}){2,}(?![0-9]|[.,-][0-9])")  # 06 12 34 56 78
+spans += [m.span() for m in RUN.finditer(sentence)
+          if sum(c.isdigit() for c in m.group()) >= 7 and not any(a <= m.start() < b for a, b in spans)]
+numbers = [m.span() for m in NUMBER.finditer(sentence) if not any(a <= m.start() < b for a, b in spans)]
+found = [] if "XNUM" in sentence else sorted(spans + numbers)
+values = [sentence[a:b] for a, b in found]  # 3, 10.000, 3,14, 10 000, the 80 of 80kg, https://..., tom@example.com
 given = sentence
-for m in reversed(found):
-    given = given[: m.start()] + "XNUM" + given[m.end() :]
+for a, b in reversed(found):
+    given = given[:a] + "XNUM" + given[b:]
 # ... translate `given` ..., then put this sentence's numbers back in order (a placeholder past them is left out):
-left = iter(numbers)
+left = iter(values)
 if "XNUM" not in sentence and "XNUM" in translation:
     translation = re.sub(r"( ?)XNUM", lambda found: found.group(1) + value if (value := next(left, None)) else "",
                          translation).strip()

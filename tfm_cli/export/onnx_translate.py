@@ -147,8 +147,9 @@ def main() -> None:
         translations = [translator.translate(part.given, where) for part in parts]
         left_out = [n for part, t in zip(parts, translations, strict=True) for n in part.left_out(t)]  # no placeholder written for them
         if left_out:  # (said as tfm translate says it: fewer placeholders than numbers, filled in order)
-            print(f"warning: input line {number}: the translation leaves out {'a number' if len(left_out) == 1 else f'{len(left_out)} numbers'} "
-                  f"of the source ({', '.join(left_out)}): the model wrote fewer number placeholders than the sentence has numbers",
+            word, words = sentences.left_out_words(left_out)
+            print(f"warning: input line {number}: the translation leaves out {f'a {word}' if len(left_out) == 1 else f'{len(left_out)} {words}'} "
+                  f"of the source ({', '.join(left_out)}): the model wrote fewer placeholders than the sentence has {words}",
                   file=sys.stderr, flush=True)
         print(sentences.join_sentences([part.written(t) for part, t in zip(parts, translations, strict=True)]), flush=True)
 
