@@ -8,6 +8,7 @@ import collections
 import math
 
 import pytest
+import test_translator
 import torch
 from clitools import tfm
 from test_decoding import BOS, EOS, make_src, random_sequences, tiny_model
@@ -186,23 +187,7 @@ def test_sampling_settings_are_checked() -> None:
 # ---- the Translator and the command line ---------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def translator():
-    from test_translator import _texts
-
-    from tfm_cli.model import ModelConfig, Transformer
-    from tfm_cli.tokenizer import train_tokenizer
-
-    tok = train_tokenizer(_texts(400), vocab_size=320)
-    torch.manual_seed(0)
-    config = ModelConfig(
-        vocab_size=tok.vocab_size, d_model=32, d_ff=64, n_heads=2, n_enc_layers=1, n_dec_layers=1,
-        max_positions=24, dropout=0.0, tie_embeddings=False, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id,
-    )
-    model = Transformer(config).eval()
-    with torch.no_grad():
-        model.generator.weight.mul_(2.0)
-    return Translator(model, tok, DecodeSettings(max_len_offset=6))
+parts, translator = test_translator.parts, test_translator.translator  # its fixtures: a tokenizer and random model
 
 
 LINES = ["Bonjour.", "Je suis là.", "", "Merci beaucoup. Il fait beau.", "123", "Où est la gare ?"]
