@@ -73,20 +73,20 @@ def test_the_nucleus_is_the_one_of_the_whole_sorted_vocabulary(spread: float) ->
     logits[:5, :200] = logits[:5, :1]  # ties, straddling any cut
     log_probs = logits.log_softmax(-1)
     for top_p in (0.3, 0.9, 0.999):
-        probs = log_probs.double().softmax(-1)
+        probs = log_probs.softmax(-1)
         ranked, order = probs.sort(dim=-1, descending=True, stable=True)
         ranked = ranked.masked_fill(ranked.cumsum(-1) - ranked >= top_p, 0.0)
         want = torch.zeros_like(probs).scatter_(-1, order, ranked)
         got = sampling_probs(log_probs, Sampling(top_p=top_p))
         assert torch.equal(got > 0, want > 0)
-        assert torch.allclose(got, want, rtol=0, atol=1e-12)
+        assert torch.allclose(got, want, rtol=0, atol=1e-7)
 
 
 def test_the_race_draws_each_token_by_its_probability() -> None:
     probs = torch.tensor([0.0, 0.25, 0.0, 0.5, 0.125, 0.125], dtype=torch.float64) * 3  # (not normalised)
     n = 40000
     noise = torch.rand(n, 6, generator=torch.Generator().manual_seed(0))
-    counts = collections.Counter(race(probs.expand(n, -1), noise).tolist())
+    counts = collections.Counter(race(probs.expand(n, -1).clone(), noise).tolist())
     assert set(counts) == {1, 3, 4, 5}  # a token of probability 0 never wins
     for token, p in ((1, 0.25), (3, 0.5), (4, 0.125), (5, 0.125)):
         assert abs(counts[token] / n - p) < 4.5 * math.sqrt(p * (1 - p) / n)

@@ -588,6 +588,12 @@ def test_a_web_or_email_address_inside_a_sentence_is_given_as_the_placeholder_di
     edge = to_translate("Écris-moi à tom@example.com", True, numbers=True)[0]
     assert "tom@example.com" not in edge.given and edge.written("Write to me at") == "Write to me at tom@example.com"
     assert count_numbers("Voir http://a.fr/3 et 3 chats.") == 2
+    # a line in title case is given in sentence case, and its address written back as it was (a path's case counts)
+    [part] = to_translate("Téléchargez Le Fichier Sur Https://Bit.Ly/AbCdEf Dès Maintenant.", True, numbers=True)
+    assert part.given == "Téléchargez le fichier sur XNUM dès maintenant." and part.numbers == ("Https://Bit.Ly/AbCdEf",)
+    # `mailto:` is the address's, and so are `<` `>` around one not
+    [part] = to_translate("Écrivez via mailto:a@b.fr ou <https://c.fr> ce soir.", True, numbers=True)
+    assert part.given == "Écrivez via XNUM ou <XNUM> ce soir." and part.numbers == ("mailto:a@b.fr", "https://c.fr")
 
 
 def test_a_telephone_number_or_a_numeric_date_is_one_placeholder() -> None:
@@ -602,6 +608,9 @@ def test_a_telephone_number_or_a_numeric_date_is_one_placeholder() -> None:
         "En 2019 2020 et 2021.": ["2019", "2020", "2021"],  # two groups: numbers
         "J'ai 10 000 000 euros et 3 chats.": ["10 000 000", "3"],
         "Les pages 10-12.": ["10", "12"],
+        "La dette atteint 3 000 000 000,75 euros.": ["3 000 000 000,75"],  # a number, not a run and digits left
+        "Le budget est de 12\u00a0345\u00a0678\u00a0901,50 euros.": ["12\u00a0345\u00a0678\u00a0901,50"],
+        "Appelez le +33 (0)6 12 34 56 78 ou le (555) 123-4567.": ["+33 (0)6 12 34 56 78", "(555) 123-4567"],
     }
     for sentence, copied in cases.items():
         [part] = to_translate(sentence, False, numbers=True)
@@ -609,6 +618,12 @@ def test_a_telephone_number_or_a_numeric_date_is_one_placeholder() -> None:
     [part] = to_translate("Appelle-moi au 06 12 34 56 78.", False, numbers=True)
     assert part.given == "Appelle-moi au XNUM." and part.written("Call me at XNUM.") == "Call me at 06 12 34 56 78."
     assert with_number_placeholders("Appelle le 06 12 34 56 78.", "Call 06 12 34 56 78.") == ("Appelle le XNUM.", "Call XNUM.")
+    # written otherwise on the other side: the numbers one by one, as before runs were one placeholder
+    assert with_number_placeholders("Appelle le 06 12 34 56 78.", "Call 06-12-34-56-78.") == (
+        "Appelle le XNUM XNUM XNUM XNUM XNUM.", "Call XNUM-XNUM-XNUM-XNUM-XNUM.")
+    # a telephone number that ends a sentence ends it: the next one is not lost
+    parts = to_translate("Mon numéro est le 06 12 34 56 78. Appelle-moi demain.", True, numbers=True)
+    assert [p.given for p in parts] == ["Mon numéro est le XNUM.", "Appelle-moi demain."]
     assert with_number_placeholders("Voir http://a.fr/3 et 3 chats.", "See http://a.fr/3 and 3 cats.") == (
         "Voir XNUM et XNUM chats.", "See XNUM and XNUM cats.")
     assert with_number_placeholders("Va sur http://a.fr/3 !", "Go to http://b.fr/3!") == ("Va sur http://a.fr/3 !", "Go to http://b.fr/3!")
@@ -634,6 +649,8 @@ def test_the_hugging_face_readme_gives_numbers_as_tfm_does() -> None:
         ("Lisez https://fr.wikipedia.org/wiki/Paris_(France), (www.a.org/x) et x@y.fr !", "Read XNUM, (XNUM) and XNUM!"),
         ("Appelle le +33 6 12 34 56 78 ou le 555-123-4567 le 14-07-2023 à 10 h.", "Call XNUM or XNUM on XNUM at XNUM."),
         ("Il a 3 4 5 ans, 10 000 000 euros, en 2019 2020.", "He is XNUM XNUM XNUM, XNUM euros, in XNUM XNUM."),
+        ("La dette atteint 3 000 000 000,75 euros, 1 000 000 2 000.", "The debt is XNUM euros, XNUM."),
+        ("Appelez le +33 (0)6 12 34 56 78 ou le (555) 123-4567 via mailto:a@b.fr ou <https://c.fr>.", "Call XNUM, XNUM, XNUM, <XNUM>."),
     ):
         [part] = to_translate(sentence, False, numbers=True)
         space: dict = {"sentence": sentence}

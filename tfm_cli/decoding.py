@@ -376,13 +376,14 @@ def stream_key(*values: int) -> int:
 
 
 def sampling_probs(log_probs: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """(R, V) log-probabilities -> (R, V) float64 probabilities (not renormalised after `top_p`'s cut) that
+    """(R, V) fp32 log-probabilities -> (R, V) fp32 probabilities (not renormalised after `top_p`'s cut) that
     `Sampling` draws from: temperature, then top-k, then top-p."""
-    logits = log_probs.double()
+    logits = log_probs.float()
     if sampling.temperature != 1:
-        # each row's best at 0 before the division: a temperature of 1e-300 or 1e300 gives a one-hot or a flat row,
-        # where fp32 made every logit -inf or NaN (and the search ran past its length limit)
-        logits = (logits - logits.max(dim=-1, keepdim=True).values) / sampling.temperature  # (-inf stays -inf)
+        # each row's best at 0 before the division, in float64: a temperature of 1e-300 or 1e300 gives a one-hot or
+        # a flat row, where fp32 made every logit -inf or NaN (and the search ran past its length limit)
+        best = logits.max(dim=-1, keepdim=True).values
+        logits = ((logits - best).double() / sampling.temperature).float()  # (-inf stays -inf)
     if 0 < sampling.top_k < logits.size(-1):
         kth = logits.topk(sampling.top_k, dim=-1).values[:, -1:]  # (R, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -429,12 +430,13 @@ def _keep_nucleus(ranked: torch.Tensor, top_p: float) -> None:
 
 
 def race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """(R, V) probabilities (not necessarily summing to 1) and (R, V) uniform numbers in [0, 1) -> (R,) tokens:
+    """(R, V) probabilities (not necessarily summing to 1; overwritten) and (R, V) uniform numbers in [0, 1)
+    (overwritten) -> (R,) tokens:
     the exponential race, argmax p_t / E_t with E_t = -log U_t exponential (the Gumbel-max trick written with
     exponentials: token t wins with probability p_t / sum p). A token of probability 0 never wins; equal ones, the
     lowest id."""
     exponential = noise.clamp_min(torch.finfo(noise.dtype).tiny).log_().neg_()  # (U = 0 would make E infinite)
-    return (probs / exponential).argmax(dim=-1)  # (in float64 where probs are: ties only where the chances are)
+    return probs.div_(exponential).argmax(dim=-1)  # (in place: `probs` are the step's own)
 
 
 class _Draws:

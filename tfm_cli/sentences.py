@@ -168,9 +168,18 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
             return False
         if start.isdigit() and (word.lower() in NUMERIC_ABBREVIATIONS or word.lower().endswith("str")):
             return False
-    if token.isdigit() and (start.isdigit() or len(token) <= 2):  # a date (3. 10. 1990, 2024. 1. 5.); an ordinal
-        return False  # (am 3. Oktober, 1. Einleitung), which costs `I am 25. She is 30.` its break
+    if token.isdigit() and (start.isdigit() or len(token) <= 2) and not _digit_run_end(before, start):
+        # a date (3. 10. 1990, 2024. 1. 5.); an ordinal (am 3. Oktober, 1. Einleitung), which costs `I am 25. She
+        # is 30.` its break
+        return False
     return True
+
+
+def _digit_run_end(before: str, start: str) -> bool:
+    """Whether the number that `before` ends with, before a period and a sentence starting with `start`, is the
+    last group of a telephone number (`06 12 34 56 78. Appelle-moi`), not an ordinal: the word before it is digits."""
+    words = before.split()
+    return len(words) >= 2 and words[-2].isdigit() and not start.isdigit()
 
 
 _MARKUP = re.compile(rf"{_TAG}|[*_~]")
@@ -390,8 +399,8 @@ _PLACEHOLDER_OUT = re.compile(r"( ?)XNUM")  # (with the space before it: one of 
 # info@exemple.fr or https://exemple.fr/contact."). Its digits are no numbers of the sentence
 # (`https://example.com/page/123` gave its 123 to the placeholder of `pour 5 chats`). An address at a sentence's
 # edge is taken off it before (`frame`); the punctuation a sentence puts after an address is not part of it.
-_ADDRESS = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-_ADDRESS_TRAILING = ".,;:!?…\"'»”’"  # a sentence's punctuation after an address: `(voir www.a.org).`, `à x@y.fr !`
+_ADDRESS = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\.)\S+|(?:mailto:)?[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_ADDRESS_TRAILING = ".,;:!?…\"'»”’>"  # a sentence's punctuation after an address: `(voir www.a.org).`, `<https://a.org>`
 _PAIRS = {")": "(", "]": "[", "}": "{"}
 
 
@@ -417,21 +426,29 @@ def _address_spans(text: str) -> list[tuple[int, int]]:
 # telephone number (`06 12 34 56 78`, `+33 6 12 34 56 78`, `555-123-4567`) or a date written with numbers
 # (`14-07-2023`), given as one placeholder and written back as it was. Given as its numbers, five placeholders,
 # the quickstart model kept two: `Appelle-moi au 06 12 34 56 78.` -> "Call me at 06:12.".
-_DIGIT_RUN = re.compile(r"(?<![\w+.,-])\+?[0-9]{1,4}(?:[ \u00a0.-][0-9]{1,4}){2,}(?![0-9]|[.,-][0-9])")
+# `(555) 123-4567` and `+33 (0)6 12 34 56 78` are runs too. A run never stops before a group it could take: `3 000
+# 000 000,75` is one number (`_NUMBER`), not a run `3 000 000` and the digits `000,75` left as written.
+_DIGIT_RUN = re.compile(
+    r"(?<![\w+.,(-])(?:\+?[0-9]{1,4}|\([0-9]{1,4}\))(?:[ \u00a0.-]?\([0-9]{1,4}\)|(?:[ \u00a0.-]|(?<=\)))[0-9]{1,4}){2,}"
+    r"(?![0-9]|[ \u00a0.,-]\(?[0-9])"
+)
 RUN_DIGITS = 7
 
 
-def _copied(text: str) -> list[tuple[int, int]]:
+def _copied(text: str, runs_too: bool = True) -> list[tuple[int, int]]:
     """(start, end) of what a model that reads numbers as a placeholder is given as one, in order: the numbers of
     `text` (`_NUMBER`), its telephone numbers and numeric dates (`_DIGIT_RUN`) and its web and e-mail addresses
-    (whose digits are theirs, not numbers)."""
-    taken = _address_spans(text)
-    taken += [
-        m.span() for m in _DIGIT_RUN.finditer(text)
-        if sum(c.isdigit() for c in m.group()) >= RUN_DIGITS and not any(a <= m.start() < b for a, b in taken)
-    ]
-    numbers = [m.span() for m in _NUMBER.finditer(text) if not any(a <= m.start() < b for a, b in taken)]
-    return sorted(taken + numbers)
+    (whose digits are theirs, not numbers). Without `runs_too`, a run's numbers one by one."""
+    addresses = _address_spans(text)
+    runs = [m.span() for m in _DIGIT_RUN.finditer(text) if sum(c.isdigit() for c in m.group()) >= RUN_DIGITS] if runs_too else []
+    numbers = [m.span() for m in _NUMBER.finditer(text)]
+    taken = list(addresses)
+    # of a run and a number that overlap, the one that starts first, then the longer, as a regular expression's
+    # leftmost-longest match (`1 000 000 2 000`: one run; `3 000 000 000,75`: one number)
+    for a, b in sorted(runs + numbers, key=lambda span: (span[0], -span[1])):
+        if not any(a < y and x < b for x, y in taken):
+            taken.append((a, b))
+    return sorted(taken)
 
 
 def is_address(value: str) -> bool:
@@ -468,17 +485,28 @@ def with_number_placeholders(source: str, target: str) -> tuple[str, str]:
     text of the placeholder is left whole."""
     if NUMBER_PLACEHOLDER in source or NUMBER_PLACEHOLDER in target:
         return source, target
-    on_both = {source[a:b] for a, b in _copied(source)} & {target[a:b] for a, b in _copied(target)}
+    found = {source[a:b] for a, b in _copied(source)}, {target[a:b] for a, b in _copied(target)}
+    # a telephone number or date written otherwise on the other side (`06 12 34 56 78` and `06-12-34-56-78`): the
+    # pair's numbers one by one, as they were before runs were one placeholder
+    runs_too = all(v in found[1 - side] for side in (0, 1) for v in found[side] if _is_run(v))
+    if not runs_too:
+        found = {source[a:b] for a, b in _copied(source, False)}, {target[a:b] for a, b in _copied(target, False)}
+    on_both = found[0] & found[1]
     if not on_both:
         return source, target
-    return numbers_as_placeholder(source, on_both), numbers_as_placeholder(target, on_both)
+    return numbers_as_placeholder(source, on_both, runs_too), numbers_as_placeholder(target, on_both, runs_too)
 
 
-def numbers_as_placeholder(text: str, numbers: tuple[str, ...] | list[str] | set[str]) -> str:
-    """`text` with each of `numbers` (numbers and addresses) in it as the placeholder (a target as training gives it
-    beside a source of those numbers)."""
+def _is_run(value: str) -> bool:
+    """Whether a copied span is a run of digit groups (`_DIGIT_RUN`), not a number or an address."""
+    return not _NUMBER.fullmatch(value) and not is_address(value)
+
+
+def numbers_as_placeholder(text: str, numbers: tuple[str, ...] | list[str] | set[str], runs_too: bool = True) -> str:
+    """`text` with each of `numbers` (numbers, runs of them and addresses: `_copied`) in it as the placeholder (a
+    target as training gives it beside a source of those numbers)."""
     chosen = set(numbers)
-    return _as_placeholder(text, [(a, b) for a, b in _copied(text) if text[a:b] in chosen])
+    return _as_placeholder(text, [(a, b) for a, b in _copied(text, runs_too) if text[a:b] in chosen])
 
 
 def _with_numbers(part: Part) -> Part:
@@ -487,7 +515,22 @@ def _with_numbers(part: Part) -> Part:
     if NUMBER_PLACEHOLDER in part.given:
         return part
     found = _copied(part.given)
-    return part._replace(given=_as_placeholder(part.given, found), numbers=tuple(part.given[a:b] for a, b in found))
+    return part._replace(given=_as_placeholder(part.given, found), numbers=_as_written(part.text, [part.given[a:b] for a, b in found]))
+
+
+def _as_written(text: str, values: list[str]) -> tuple[str, ...]:
+    """`values` found in a sentence given in sentence case (a line in title case or capitals) as `text` writes
+    them, looked for in order, letter case aside: `Https://Bit.Ly/AbCdEf` was written back lowercased, a broken
+    link; as they are where not found."""
+    out, at = [], 0
+    for value in values:
+        m = re.compile(re.escape(value), re.IGNORECASE).search(text, at)
+        if m is None or len(m.group()) != len(value):
+            out.append(value)
+        else:
+            out.append(m.group())
+            at = m.end()
+    return tuple(out)
 
 
 def _numbers_written(translation: str, numbers: tuple[str, ...]) -> str:

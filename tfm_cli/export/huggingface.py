@@ -715,19 +715,21 @@ digits, it mistranslates most numbers, and garbles most addresses.
 ```python
 import re
 NUMBER = re.compile(r"(?<![0-9])(?<![0-9][.,])(?:[0-9]{1,3}(?:[ \\u00a0\\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![0-9]|[.,][0-9])")
-ADDRESS = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\\.)\\S+|[\\w.+-]+@[\\w-]+(?:\\.[\\w-]+)+")  # its digits stay
-spans = []
+ADDRESS = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\\.)\\S+|(?:mailto:)?[\\w.+-]+@[\\w-]+(?:\\.[\\w-]+)+")  # its digits stay
+RUN = re.compile(r"(?<![\\w+.,(-])(?:\\+?[0-9]{1,4}|\\([0-9]{1,4}\\))(?:[ \\u00a0.-]?\\([0-9]{1,4}\\)|(?:[ \\u00a0.-]|(?<=\\)))"
+                 r"[0-9]{1,4}){2,}(?![0-9]|[ \\u00a0.,-]\\(?[0-9])")  # 06 12 34 56 78, (555) 123-4567, 14-07-2023
+taken = []
 for m in ADDRESS.finditer(sentence):  # without the punctuation after it (a bracket it opens stays)
     a, b = m.span()
-    while b > a and (sentence[b - 1] in ".,;:!?…\\"'»”’" or sentence[b - 1] in ")]}" and sentence.count(
+    while b > a and (sentence[b - 1] in ".,;:!?…\\"'»”’>" or sentence[b - 1] in ")]}" and sentence.count(
             sentence[b - 1], a, b) > sentence.count("([{"[")]}".index(sentence[b - 1])], a, b)):
         b -= 1
-    spans.append((a, b))
-RUN = re.compile(r"(?<![\\w+.,-])\\+?[0-9]{1,4}(?:[ \\u00a0.-][0-9]{1,4}){2,}(?![0-9]|[.,-][0-9])")  # 06 12 34 56 78
-spans += [m.span() for m in RUN.finditer(sentence)
-          if sum(c.isdigit() for c in m.group()) >= 7 and not any(a <= m.start() < b for a, b in spans)]
-numbers = [m.span() for m in NUMBER.finditer(sentence) if not any(a <= m.start() < b for a, b in spans)]
-found = [] if "XNUM" in sentence else sorted(spans + numbers)
+    taken.append((a, b))
+runs = [m.span() for m in RUN.finditer(sentence) if sum(c.isdigit() for c in m.group()) >= 7]
+for a, b in sorted(runs + [m.span() for m in NUMBER.finditer(sentence)], key=lambda span: (span[0], -span[1])):
+    if not any(a < y and x < b for x, y in taken):  # of overlapping ones, the first, then the longer
+        taken.append((a, b))
+found = [] if "XNUM" in sentence else sorted(taken)
 values = [sentence[a:b] for a, b in found]  # 3, 10.000, 3,14, 10 000, the 80 of 80kg, https://..., tom@example.com
 given = sentence
 for a, b in reversed(found):
