@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -332,7 +333,7 @@ def greedy_search(
     def most_probable(log_probs: torch.Tensor, rows: torch.Tensor, step: int) -> torch.Tensor:
         return log_probs.max(dim=-1).indices  # the first of equal maxima
 
-    hyps = _token_by_token(model, src, src_mask, most_probable, 1, max_len_offset, min_len, use_cache)
+    hyps = _token_by_token(model, src, src_mask, most_probable, None, max_len_offset, min_len, use_cache)
     return [[h] for h in hyps]
 
 
@@ -498,15 +499,23 @@ def sample_search(
     if batch == 0:
         return []
     keys = list(range(batch)) if keys is None else keys
-    engine = as_engine(model, use_cache)
-    # sentence by sentence, its n samples
-    draws = _Draws([stream_key(sampling.seed, key, j) for key in keys for j in range(n)], engine.config.vocab_size, src.device)
+    seeds = [stream_key(sampling.seed, key, j) for key in keys for j in range(n)]  # sentence by sentence, its n samples
+    hyps = _draw_rows(as_engine(model, use_cache), src, src_mask, sampling, seeds, [n] * batch, max_len_offset, min_len)
+    return [hyps[i * n : (i + 1) * n] for i in range(batch)]
+
+
+def _draw_rows(
+    engine: Engine, src: torch.Tensor, src_mask: torch.Tensor, sampling: Sampling, seeds: list[int], copies: list[int],
+    max_len_offset: int, min_len: int,
+) -> list[Hypothesis]:
+    """Sample one output per row: `copies[i]` rows of sentence i of `src` (the encoder runs once for them), the
+    rows' generators seeded by `seeds`."""
+    draws = _Draws(seeds, engine.config.vocab_size, src.device)
 
     def drawn(log_probs: torch.Tensor, rows: torch.Tensor, step: int) -> torch.Tensor:
         return race(sampling_probs(log_probs, sampling), draws.uniforms(rows))
 
-    hyps = _token_by_token(engine, src, src_mask, drawn, n, max_len_offset, min_len, use_cache)
-    return [hyps[i * n : (i + 1) * n] for i in range(batch)]
+    return _token_by_token(engine, src, src_mask, drawn, copies, max_len_offset, min_len, True)
 
 
 def _token_by_token(
@@ -514,22 +523,24 @@ def _token_by_token(
     src: torch.Tensor,
     src_mask: torch.Tensor,
     pick: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor],
-    copies: int,
+    copies: list[int] | None,
     max_len_offset: int,
     min_len: int,
     use_cache: bool,
 ) -> list[Hypothesis]:
-    """One output per row, a token at a time: greedy search and sampling. `pick((R, V) log-probabilities, (R,)
-    rows, step)` chooses each live row's next token, `rows` naming them among the B * `copies` rows (sentence by
-    sentence, its copies in a row); the encoder runs once per sentence. Returns the B * `copies` hypotheses, scored
-    by their log-probability."""
-    batch, device = src.size(0) * copies, src.device
+    """One output per row, a token at a time: greedy search and sampling. The rows are `copies[i]` rows of each
+    sentence i, in order (None: one each); the encoder runs once per sentence. `pick((R, V) log-probabilities, (R,)
+    rows, step)` chooses each live row's next token, `rows` naming them among all the rows. Returns a hypothesis
+    per row, scored by its log-probability."""
+    device = src.device
     # max_len: (R,) each row's output limit, kept row for row with the live rows as they finish
     engine, state, max_len, last = _start_search(model, src, src_mask, max_len_offset, use_cache)
-    if copies > 1:
-        each = torch.arange(src.size(0), device=device).repeat_interleave(copies)  # (R,) each row's sentence
+    if copies is not None and any(c != 1 for c in copies):
+        counts = torch.tensor(copies, device=device)
+        each = torch.arange(src.size(0), device=device).repeat_interleave(counts)  # (R,) each row's sentence
         state.select(each)
         max_len, last = max_len[each], last[each]
+    batch = max_len.numel()
     cfg = engine.config
     # The books are tensors indexed by row, read once at the end: no per-row Python at each step.
     tokens = torch.zeros(batch, int(max_len.max()) + 1, dtype=torch.long, device=device)
@@ -862,12 +873,15 @@ def _sampled_ids(
     drawn: dict[int, list[Hypothesis | None]] = {}  # the sentences part-drawn: their samples so far
     left = [n] * len(sequences)  # samples each sentence still waits for
     for batch in length_sorted_batches(lengths, budget, apart=CPU_SHORT_KEYS):
-        src, src_mask = _batch([sequences[items[b][0]] for b in batch], engine.config, engine.device)
-        names = [stream_key(keys[i] if keys is not None else i, j) for i, j in (items[b] for b in batch)]
+        # a sentence's samples in a batch are side by side (a stable sort by length): its encoder runs once for them
+        sentences = [i for i, _ in itertools.groupby(items[b][0] for b in batch)]
+        copies = [len(list(rows)) for _, rows in itertools.groupby(items[b][0] for b in batch)]
+        src, src_mask = _batch([sequences[i] for i in sentences], engine.config, engine.device)
+        seeds = [stream_key(sampling.seed, stream_key(keys[i] if keys is not None else i, j), 0) for i, j in (items[b] for b in batch)]
         with autocast() if autocast is not None else contextlib.nullcontext():
-            hyps = sample_search(engine, src, src_mask, sampling, names, max_len_offset=max_len_offset, min_len=min_len)
+            hyps = _draw_rows(engine, src, src_mask, sampling, seeds, copies, max_len_offset, min_len)
         done = 0
-        for b, (h,) in zip(batch, hyps, strict=True):
+        for b, h in zip(batch, hyps, strict=True):
             i, j = items[b]
             drawn.setdefault(i, [None] * n)[j] = h
             left[i] -= 1
