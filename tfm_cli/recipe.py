@@ -86,8 +86,9 @@ class ModelRecipe:
     positions: str = "sinusoidal"  # "sinusoidal" (section 3.5) or "learned"
     max_positions: int = 1024  # longest sequence the position table covers
     tie_embeddings: bool = True  # share source/target embeddings and the output projection (section 3.4)
-    # "placeholders": each number in digits that a pair has on both sides is trained as the placeholder XNUM, which
-    # the model learns to copy, and tfm translate gives it numbers so and writes them back as they were; "as_written":
+    # "placeholders": each number in digits (telephone number, numeric date, web or e-mail address) that a pair has
+    # on both sides is trained as the placeholder XNUM, which the model learns to copy, and tfm translate gives it
+    # them so and writes them back as they were; "as_written":
     # digits as they are (a model trained on a corpus where numbers are rare mistranslates them); null: as the model
     # a run goes on from reads them (train.init_from, a resumed run), else placeholders
     numbers: str | None = None

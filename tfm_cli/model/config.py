@@ -36,8 +36,9 @@ class ModelConfig:
     max_positions: int = 1024  # longest sequence the position table covers
     tie_embeddings: bool = True  # share source embedding, target embedding and output projection (section 3.4)
     # how the model reads numbers written in digits: "as_written" (their pieces, as a model trained before tfm had
-    # placeholders reads them), or "placeholders": each number of a sentence given as the placeholder XNUM, which the
-    # model learned to copy, and written back into its translation in order (`tfm_cli.sentences`)
+    # placeholders reads them), or "placeholders": each number of a sentence (and each telephone number, numeric date
+    # and web or e-mail address inside it) given as the placeholder XNUM, which the model learned to copy, and written
+    # back into its translation in order (`tfm_cli.sentences`)
     numbers: str = "as_written"
     pad_id: int = 0
     bos_id: int = 1
