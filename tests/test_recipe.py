@@ -400,14 +400,15 @@ def test_corpus_paths():
         recipe_from_dict({"name": "x", "data": {"train": ["only.fr"], "dev": ["a", "b", "c"]}})
     assert problems_of(excinfo) == [
         "data.train=['only.fr'] must be one TSV file path or a list of exactly 2 paths "
-        "[source_file, target_file]",
+        "[source_file, target_file], or a list of corpora [{path: CORPUS, weight: W}, ...]",
         "data.dev=['a', 'b', 'c'] must be one TSV file path or a list of exactly 2 paths "
         "[source_file, target_file] (or null for none)",
     ]
     with pytest.raises(RecipeError) as excinfo:
         recipe_from_dict({"name": "x", "data": {"train": None, "dev": ["a", " "]}})
     assert problems_of(excinfo) == [
-        "data.train=null (empty) must be one TSV file path or a list of exactly 2 paths [source_file, target_file]",
+        "data.train=null (empty) must be one TSV file path or a list of exactly 2 paths [source_file, target_file], "
+        "or a list of corpora [{path: CORPUS, weight: W}, ...]",
         "data.dev=['a', ' '] must name a file: a path may not be empty",
     ]
     with pytest.raises(RecipeError) as excinfo:  # data.train=bundled: on the command line, a word and a colon

@@ -4,7 +4,8 @@ streamed line by line.
 A corpus spec is one of:
   - "path/to/corpus.tsv[.gz]": source TAB target per line; columns after the second are ignored;
   - ["src.txt", "tgt.txt"]: two line-aligned files, one sentence per line;
-  - "bundled:tatoeba-fr-en/train.tsv.gz": a file shipped inside the package (tfm_cli/corpora/...).
+  - "bundled:tatoeba-fr-en/train.tsv.gz": a file shipped inside the package (tfm_cli/corpora/...);
+  - for training, a mixture: [{"path": SPEC, "weight": 2.0}, {"path": SPEC}, ...] (`corpus_parts`).
 The compression is detected by its magic bytes, not by the file name. Every line is strict UTF-8; a line that is not (another
 encoding, UTF-16, compressed or binary data, a stray carriage return) is a `CorpusError` naming the file and line
 and saying how to convert it.
@@ -19,17 +20,18 @@ import bz2
 import contextlib
 import gzip
 import io
+import itertools
 import lzma
 import os
 import re
 import shlex
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from tfm_cli.errors import CorpusError, TfmError
 from tfm_cli.files import free_name
@@ -95,6 +97,62 @@ def head_for(text: str, tokens: int, longest_piece: int) -> str:
 
 Pair = tuple[int, str, str]  # (line number, 1-based; source sentence; target sentence)
 CorpusSpec = str | os.PathLike | Sequence[str | os.PathLike]
+# data.train may also be a mixture: a list of {path: CORPUS, weight: W} mappings, CORPUS one of the specs above and
+# W > 0 how many times an epoch trains on its pairs (2: each pair twice; 0.5: a random half, drawn again each epoch)
+
+
+@dataclass(frozen=True)
+class CorpusPart:
+    """One corpus of `corpus_parts`: `spec` a TSV path or [source_file, target_file], `weight` > 0 the times an
+    epoch trains on its pairs, `number` its place in a mixture (1-based; 0: the corpus is no mixture)."""
+
+    spec: Any
+    weight: float = 1.0
+    number: int = 0
+
+    @property
+    def name(self) -> str:
+        """How messages name it: `data.train[2] bt.tsv`, or the file(s) alone outside a mixture."""
+        return f"[{self.number}] {describe(self.spec)}" if self.number else describe(self.spec)
+
+
+def is_mixture(spec: Any) -> bool:
+    """Whether `spec` is a list of corpora with weights (a list of mappings), not one corpus."""
+    return isinstance(spec, (list, tuple)) and any(isinstance(item, Mapping) for item in spec)
+
+
+def corpus_parts(spec: Any) -> list[CorpusPart]:
+    """The corpora of a spec, each with its weight: a mixture's, in order; one corpus of weight 1 otherwise."""
+    if not is_mixture(spec):
+        return [CorpusPart(spec)]
+    return [CorpusPart(item["path"], float(item.get("weight", 1.0)), n) for n, item in enumerate(spec, start=1)]
+
+
+def corpus_files(spec: Any) -> list[Any]:
+    """Every file a spec names, in order (none for None)."""
+    if spec is None:
+        return []
+    if is_mixture(spec):
+        return [f for part in corpus_parts(spec) for f in corpus_files(part.spec)]
+    return list(spec) if isinstance(spec, (list, tuple)) else [spec]
+
+
+def map_files(spec: Any, fn: Callable[[Any], Any]) -> Any:
+    """`spec` with each file it names replaced by `fn(file)`, in the same shape (a mixture's weights kept)."""
+    if spec is None:
+        return None
+    if is_mixture(spec):
+        return [{**item, "path": map_files(item["path"], fn)} for item in spec]
+    return [fn(f) for f in spec] if isinstance(spec, (list, tuple)) else fn(spec)
+
+
+def describe(spec: Any) -> str:
+    """A spec as messages show it: `train.tsv`, `train.fr and train.en`, or a mixture's corpora with their weights."""
+    if is_mixture(spec):
+        return " + ".join(
+            describe(part.spec) + ("" if part.weight == 1 else f" (weight {part.weight:g})") for part in corpus_parts(spec)
+        )
+    return " and ".join(map(os.fspath, spec)) if isinstance(spec, (list, tuple)) else os.fspath(spec)
 
 
 # ---- reading ------------------------------------------------------------------------------------
@@ -620,22 +678,27 @@ def tokenizer_texts(
     def texts() -> Iterator[str]:
         what = next(passes, "")
         said = now_and_then(PROGRESS_EVERY, lambda text, seconds: say(f"{text} so far ({seconds:,.0f}s)"))
-        first = what.endswith("(pass 1 of 2)")
-        look = Segmented(spec, option)
-        for read, (_, src, tgt) in enumerate(read_pairs(spec, option=option), start=1):
-            if first:
-                look.look(src, tgt)
-            if numbers:
-                src, tgt = with_number_placeholders(src, tgt)
-            yield src
-            yield tgt
-            said(f"tokenizer: {read:,} pairs read {what}")
-            if first and read == SPM_SAMPLE:  # said at the start, not after a first pass of minutes
-                if warning := look.warning():
-                    say(f"warning: {warning}")
-                first = False
-        if first and (warning := look.warning()):
-            say(f"warning: {warning}")
+        read = 0
+        parts = corpus_parts(spec)
+        readers = [read_pairs(part.spec, option=option) for part in parts]  # every file checked before reading
+        for part, pairs in zip(parts, readers, strict=True):  # each corpus of a mixture looked at on its own
+            first = what.endswith("(pass 1 of 2)")
+            look = Segmented(part.spec, f"{option or 'data.train'}[{part.number}]" if part.number else option)
+            for in_part, (_, src, tgt) in enumerate(pairs, start=1):
+                read += 1
+                if first:
+                    look.look(src, tgt)
+                if numbers:
+                    src, tgt = with_number_placeholders(src, tgt)
+                yield src
+                yield tgt
+                said(f"tokenizer: {read:,} pairs read {what}")
+                if first and in_part == SPM_SAMPLE:  # said at the start, not after a first pass of minutes
+                    if warning := look.warning():
+                        say(f"warning: {warning}")
+                    first = False
+            if first and (warning := look.warning()):
+                say(f"warning: {warning}")
 
     return texts
 
@@ -665,7 +728,7 @@ class Segmented:
         """What to say of the corpus (after "warning: "), or None."""
         if self.read < 10:
             return None
-        files = " and ".join(map(str, self.spec)) if isinstance(self.spec, (list, tuple)) else str(self.spec)
+        files = describe(self.spec)
         share = f"of its {'first ' if self.read == SPM_SAMPLE else ''}{self.read:,} pairs"
         where = f"{self.option or 'data.train'} {files}"
         if self.spm >= self.read / 2:
@@ -692,7 +755,8 @@ def read_pairs(
     The files are checked for existence at once; their lines are read lazily as the stream is consumed.
 
     Args:
-        spec: a TSV path, `bundled:NAME/FILE`, or a list/tuple [source_file, target_file].
+        spec: a TSV path, `bundled:NAME/FILE`, or a list/tuple [source_file, target_file]; or a mixture (a list
+            of {path, weight} mappings), whose corpora are read one after the other (the weights are the batches').
         once: the caller reads the corpus once (scoring), so a pipe will do; training reads it more than once.
         option: the command-line option that gave the path(s) (e.g. "--score"), for the messages.
         columns: counts a TSV file's lines by their number of columns as they are read (two files: untouched).
@@ -708,6 +772,9 @@ def read_pairs(
             source/target files with different line counts, or no pair at all. The message names the file and line and says what to do.
         TfmError: `spec` is neither a path nor a pair of paths.
     """
+    if is_mixture(spec):  # each corpus in turn, each file checked now (`columns`: read the parts one by one for it)
+        readers = [read_pairs(part.spec, once, option, None, target_bom) for part in corpus_parts(spec)]
+        return itertools.chain.from_iterable(readers)
     if isinstance(spec, (str, os.PathLike)):
         path = resolve_corpus_path(spec, once, option)
         return _read_tsv(path, _shown(spec, path), option, columns)
@@ -892,7 +959,7 @@ class _TabbedSides:
                 raise CorpusError(
                     f"{shown}, given as the {('source', 'target')[i]} file of [source_file, target_file], holds a tab "
                     f"in {lines}: it looks like a TSV (source<TAB>target); to train on two TSV files, join them "
-                    "(cat a.tsv b.tsv > both.tsv) and name that one file"
+                    "(cat a.tsv b.tsv > both.tsv) and name that one file, or give them as two corpora: [{path: a.tsv}, {path: b.tsv}]"
                 )
 
 

@@ -21,7 +21,16 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from tfm_cli.corpus import CorpusSpec, TsvColumns, has_text, read_pairs, surely_longer
+from tfm_cli.corpus import (
+    CorpusSpec,
+    TsvColumns,
+    corpus_parts,
+    describe,
+    has_text,
+    is_mixture,
+    read_pairs,
+    surely_longer,
+)
 from tfm_cli.errors import TfmError
 from tfm_cli.model.masks import padding_mask, target_mask
 from tfm_cli.sentences import with_number_placeholders
@@ -50,6 +59,17 @@ class CorpusStats:
     columns_warning: str | None = None  # a TSV file with a few lines of more than two columns (`TsvColumns`)
 
 
+@dataclass
+class MixturePart:
+    """One corpus of a mixture as `encode_corpus` read it: its place, its file(s), its weight, and its counts
+    (its kept pairs follow those of the corpora before it in the `TokenizedCorpus`)."""
+
+    number: int  # its place in data.train's list, 1-based
+    name: str  # its file(s) (`corpus.describe`)
+    weight: float
+    stats: CorpusStats
+
+
 class TokenizedCorpus:
     """Token ids of a parallel corpus, stored once: a flat id buffer and an offsets buffer per side.
 
@@ -64,6 +84,7 @@ class TokenizedCorpus:
         tgt_ids: array,
         tgt_offsets: array,
         stats: CorpusStats | None = None,
+        mixture: list[MixturePart] | None = None,
     ) -> None:
         if len(src_offsets) != len(tgt_offsets) or len(src_offsets) == 0:
             raise ValueError(
@@ -75,6 +96,9 @@ class TokenizedCorpus:
         self.stats = (
             stats if stats is not None else CorpusStats(read=n, kept=n, skipped_empty=0, skipped_long=0)
         )
+        self.mixture = mixture  # the corpora of a mixture, in order (`epoch_pairs`); None: one corpus
+        if mixture is not None and sum(part.stats.kept for part in mixture) != n:
+            raise ValueError(f"the mixture's corpora keep {sum(p.stats.kept for p in mixture)} pairs, the corpus {n}")
         self.src_lengths = _diff(src_offsets)
         self.tgt_lengths = _diff(tgt_offsets)
         self._views: tuple[torch.Tensor, ...] | None = None  # see id_tensors()
@@ -111,6 +135,8 @@ class TokenizedCorpus:
         for buffer in (self._src_offsets, self._src_ids, self._tgt_offsets, self._tgt_ids):
             h.update(buffer.typecode.encode())
             h.update(memoryview(buffer).cast("B"))
+        if self.mixture is not None:  # where each corpus's pairs start (their weights are the recipe's to compare)
+            h.update(repr([part.stats.kept for part in self.mixture]).encode())
         return h.hexdigest()
 
     def id_tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -215,24 +241,35 @@ def encode_corpus(
                 _append(tgt_ids, tgt_offsets, t)
                 stats.kept += 1
 
-    srcs: list[str] = []
-    tgts: list[str] = []
-    columns = TsvColumns()
-    for _, src, tgt in read_pairs(spec, columns=columns):
-        stats.read += 1
-        if numbers:
-            src, tgt = with_number_placeholders(src, tgt)
-        srcs.append(src)
-        tgts.append(tgt)
-        if len(srcs) >= chunk_size:
+    parts = corpus_parts(spec)
+    columns = [TsvColumns() for _ in parts]
+    readers = [read_pairs(part.spec, columns=c) for part, c in zip(parts, columns, strict=True)]  # every file checked first
+    mixture: list[MixturePart] = []
+    warnings: list[str] = []
+    for part, pairs, counted in zip(parts, readers, columns, strict=True):
+        before = replace(stats)
+        srcs: list[str] = []
+        tgts: list[str] = []
+        for _, src, tgt in pairs:
+            stats.read += 1
+            if numbers:
+                src, tgt = with_number_placeholders(src, tgt)
+            srcs.append(src)
+            tgts.append(tgt)
+            if len(srcs) >= chunk_size:
+                flush(srcs, tgts)
+                srcs, tgts = [], []
+                if progress is not None:
+                    progress(stats.read)
+        if srcs:
             flush(srcs, tgts)
-            srcs, tgts = [], []
-            if progress is not None:
-                progress(stats.read)
-    if srcs:
-        flush(srcs, tgts)
-    stats.columns_warning = columns.warning()
-    return TokenizedCorpus(src_ids, src_offsets, tgt_ids, tgt_offsets, stats)
+        if warning := counted.warning():
+            warnings.append(f"[{part.number}] {warning}" if part.number else warning)
+        mixture.append(MixturePart(part.number, describe(part.spec), part.weight, CorpusStats(
+            stats.read - before.read, stats.kept - before.kept, stats.skipped_empty - before.skipped_empty,
+            stats.skipped_long - before.skipped_long)))
+    stats.columns_warning = "; ".join(warnings) or None
+    return TokenizedCorpus(src_ids, src_offsets, tgt_ids, tgt_offsets, stats, mixture if is_mixture(spec) else None)
 
 
 # ---- batches ---------------------------------------------------------------------------------------------
@@ -466,6 +503,29 @@ def token_batches(
     return batches
 
 
+def epoch_pairs(mixture: Sequence[MixturePart], seed: int, epoch: int) -> np.ndarray:
+    """The pair indices an epoch of a mixture trains on: each corpus's pairs as many whole times as its weight holds
+    (weight 2: twice), and for the rest of its weight a share of its pairs drawn at random, again each epoch (0.5: a
+    random half; weight 1.5: each pair once and a random half a second time), by a generator seeded by (seed,
+    epoch) as `token_batches`' is: the same arguments give the same pairs."""
+    rng = random.Random(f"tfm-mixture:{seed}:{epoch}")
+    chosen: list[np.ndarray] = []
+    start = 0
+    for part in mixture:
+        n = part.stats.kept
+        whole, rest = divmod(part.weight, 1.0)
+        chosen += [np.arange(start, start + n)] * int(whole)
+        if k := round(rest * n):
+            chosen.append(start + np.sort(np.asarray(rng.sample(range(n), k), dtype=np.int64)))
+        start += n
+    return np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+
+
+def pairs_an_epoch(mixture: Sequence[MixturePart]) -> list[int]:
+    """How many pairs of each corpus of a mixture an epoch trains on (`epoch_pairs`)."""
+    return [int(divmod(p.weight, 1.0)[0]) * p.stats.kept + round(divmod(p.weight, 1.0)[1] * p.stats.kept) for p in mixture]
+
+
 class BatchStream:
     """Endless training batches, epoch after epoch, resumable at the exact next batch.
 
@@ -493,6 +553,11 @@ class BatchStream:
             raise TfmError(
                 "the training corpus has no pairs left after filtering (check data.max_len and the files)"
             )
+        if corpus.mixture is not None and not sum(pairs_an_epoch(corpus.mixture)):
+            raise TfmError(
+                "the weights of data.train's corpora take no pair into an epoch (each weight times its corpus's pairs "
+                "rounds to 0)", hint="raise the weights",
+            )
         if max_tokens < 1:
             raise TfmError(f"max_tokens={max_tokens} must be positive (try 4096)")
         if pad_multiple < 1:
@@ -512,12 +577,19 @@ class BatchStream:
         epoch = self.epoch if epoch is None else epoch
         if self._cache is None or self._cache[0] != epoch:
             c = self.corpus
-            self._cache = (
-                epoch,
-                token_batches(
+            if c.mixture is None or all(part.weight == 1 for part in c.mixture):  # every pair once: as one corpus
+                batches = token_batches(
                     c.src_lengths, c.tgt_lengths, self.max_tokens, self.seed, epoch, pad_multiple=self.pad_multiple
-                ),
-            )
+                )
+            else:  # the epoch's pairs by the weights, batched as one corpus of them
+                pairs = epoch_pairs(c.mixture, self.seed, epoch)
+                rows = torch.from_numpy(pairs)
+                batches = token_batches(
+                    c.src_lengths[rows], c.tgt_lengths[rows], self.max_tokens, self.seed, epoch,
+                    pad_multiple=self.pad_multiple,
+                )
+                batches = [pairs[batch].tolist() for batch in batches]
+            self._cache = (epoch, batches)
         return self._cache[1]
 
     @property

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from tfm_cli.corpus import is_mixture
 from tfm_cli.errors import RecipeError, RecipeNotFoundError, TfmError
 from tfm_cli.files import free_name, missing
 from tfm_cli.model.config import ModelConfig, config_problems
@@ -57,7 +58,9 @@ class DataRecipe:
     `bundled:NAME/FILE` names a corpus shipped inside the package.
     """
 
-    train: str | list[str] = "bundled:tatoeba-fr-en/train.tsv.gz"  # training pairs
+    # training pairs; or several corpora, each trained on `weight` times an epoch (2: each pair twice; 0.5: a random
+    # half, drawn again each epoch): [{path: train.tsv, weight: 2}, {path: [bt.fr, bt.en]}] (weight 1 if not given)
+    train: str | list[str] | list[dict[str, Any]] = "bundled:tatoeba-fr-en/train.tsv.gz"
     dev: str | list[str] | None = "bundled:tatoeba-fr-en/dev.tsv.gz"  # dev pairs for evaluation; null = none
     max_len: int = 256  # pairs with more than max_len - 1 tokens on either side (max_len with </s>) are skipped (and counted)
 
@@ -185,7 +188,7 @@ def recipe_keys() -> list[str]:
 
 
 def _kind(hint: Any) -> str:
-    """int | float | bool | str | str? | path | path? | floats."""
+    """int | float | bool | str | str? | path | path? | corpora | floats."""
     if hint in (int, float, bool, str):
         return hint.__name__
     origin = typing.get_origin(hint)
@@ -199,6 +202,8 @@ def _kind(hint: Any) -> str:
             return "str" + optional
         if set(rest) == {str, list[str]}:
             return "path" + optional
+        if set(rest) == {str, list[str], list[dict[str, Any]]}:
+            return "corpora"  # a path, or a mixture of corpora with weights
     raise TypeError(f"recipe field type {hint!r} is not supported")  # a bug in this file, not a user error
 
 
@@ -270,6 +275,9 @@ def _plain(value: Any) -> Any:
 def _convert(value: Any, kind: str) -> Any:
     if kind == "int":
         return value  # an OldYamlInt stays one: _type_problem explains it
+    if kind == "corpora" and is_mixture(value) and len(value) <= MAX_CORPORA:  # each corpus's own values, one level each
+        return [{k: _convert(v, "float" if k == "weight" else "path") for k, v in item.items()} if isinstance(item, dict)
+                else item for item in value]
     value = _plain(value)
     if kind == "float":
         return _to_float(value)
@@ -358,6 +366,8 @@ def _type_problem(key: str, value: Any, kind: str) -> str | None:
         if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
             return None
         null = " (or null for none)" if kind == "path?" else ""
+        if is_mixture(value):  # `data.dev: [{path: a.tsv}]`
+            null += f" ({key} is one corpus: a list of corpora with weights is for data.train)"
         colon = ""
         if isinstance(value, dict) and len(value) == 1 and None in value.values():  # `bundled:` read as a mapping
             word = next(iter(value))
@@ -460,6 +470,50 @@ def _path_problem(key: str, value: Any) -> str | None:
     return None
 
 
+MAX_CORPORA = 1000  # corpora in one mixture: a bound on what validation walks (a YAML alias bomb is billions)
+MIXTURE_KEYS = ("path", "weight")
+_MIXTURE_KNOWN_AS = {  # other toolkits' names for a corpus's keys (OpenNMT-py's data: corpus_1: {path_src, path_tgt})
+    "path_src": "path: [SOURCE_FILE, TARGET_FILE] (the two files of a corpus go in one list)",
+    "path_tgt": "path: [SOURCE_FILE, TARGET_FILE] (the two files of a corpus go in one list)",
+    "src": "path: [SOURCE_FILE, TARGET_FILE] (the two files of a corpus go in one list)",
+    "tgt": "path: [SOURCE_FILE, TARGET_FILE] (the two files of a corpus go in one list)",
+    "file": "path", "paths": "path", "corpus": "path",
+    "weights": "weight", "ratio": "weight", "upsample": "weight", "upsample_primary": "weight",
+}
+_WEIGHT_RULE = "must be a number above 0: the times an epoch trains on the corpus's pairs (2: each twice; 0.5: a random half)"
+
+
+def _mixture_problems(key: str, value: list[Any]) -> list[str]:
+    """The problems of a list of corpora (`data.train: [{path: a.tsv, weight: 2}, {path: [b.fr, b.en]}]`), one a line,
+    each naming the corpus by its place (`data.train[2].weight`)."""
+    if len(value) > MAX_CORPORA:
+        return [f"{key} lists {len(value):,} corpora: at most {MAX_CORPORA:,} (join small files with cat)"]
+    found: list[str] = []
+    for n, item in enumerate(value, start=1):
+        where = f"{key}[{n}]"
+        if not isinstance(item, dict):
+            found.append(f"{where}={_yaml_text(item)} must be a corpus written as the others of {key} are, "
+                         f"{{path: CORPUS, weight: W}} (e.g. {{path: {_yaml_text(item) if isinstance(item, str) else 'train.tsv'}}})")
+            continue
+        for name in item:
+            if name not in MIXTURE_KEYS:
+                known = _MIXTURE_KNOWN_AS.get(str(name).lower())
+                close = difflib.get_close_matches(str(name), MIXTURE_KEYS, n=1)
+                fix = f"write {known}" if known and " " in known else f"did you mean {where}.{known or close[0]}?" if (
+                    known or close) else f"a corpus has {' and '.join(MIXTURE_KEYS)}"
+                found.append(f"{where}.{_key_text(name)} is not a key of a corpus; {fix}")
+        if "path" not in item:
+            found.append(f"{where} needs a path: a TSV file or [source_file, target_file], e.g. {{path: train.tsv, weight: 1}}")
+        else:
+            path = item["path"]
+            found += [p for p in (_type_problem(f"{where}.path", path, "path") or _path_problem(f"{where}.path", path),) if p]
+        if "weight" in item:
+            weight = item["weight"]
+            if not _is_number(weight) or not _is_finite(weight) or weight <= 0:
+                found.append(f"{where}.weight={_yaml_text(weight)} {_WEIGHT_RULE}")
+    return found
+
+
 def _name_problem(name: str) -> str | None:
     where = "it names runs/<name>/"
     if not name:
@@ -501,8 +555,19 @@ def _validate(recipe: Recipe, skip: set[str]) -> list[str]:
             if key in skip or section in skip:
                 continue
             value = getattr(obj, name)
-            problem = _type_problem(key, value, kind)
-            if problem is None and kind.startswith("path"):
+            if kind == "corpora" and is_mixture(value):  # several corpora: a problem a line, each named
+                found = _mixture_problems(key, value)
+                problems += found
+                if not found:
+                    good[key] = value
+                continue
+            problem = _type_problem(key, value, "path" if kind == "corpora" else kind)
+            if problem is not None and kind == "corpora" and "[source_file, target_file]" in problem:
+                problem = problem.replace("[source_file, target_file]", "[source_file, target_file], or a list of "
+                                          "corpora [{path: CORPUS, weight: W}, ...]", 1)
+                if isinstance(value, dict) and "path" in value:  # one corpus written as a mapping: a list of it
+                    problem += " (a list of corpora is a list, even of one: put [ ] around it)"
+            if problem is None and kind.startswith(("path", "corpora")):
                 problem = _path_problem(key, value)
             if problem is None and key in _RULES:
                 ok, rule = _RULES[key]
@@ -591,9 +656,12 @@ def _as_written(value: Any, kind: str) -> Any:
     def one(v: Any) -> Any:
         if type(v).__module__ == "numpy" and hasattr(v, "item"):  # numpy.int64(512) -> 512, numpy.bool_ -> bool
             v = v.item()
-        return os.fspath(v) if kind.startswith("path") and isinstance(v, os.PathLike) else v
+        return os.fspath(v) if kind.startswith(("path", "corpora")) and isinstance(v, os.PathLike) else v
 
-    if isinstance(value, (list, tuple)) and kind in ("path", "path?", "floats"):  # one level, as _plain
+    if kind == "corpora" and is_mixture(value) and len(value) <= MAX_CORPORA:  # each corpus a mapping, its path a path
+        return [{k: _as_written(v, "path" if k == "path" else "float") for k, v in item.items()}
+                if isinstance(item, typing.Mapping) else one(item) for item in value]
+    if isinstance(value, (list, tuple)) and kind in ("path", "path?", "corpora", "floats"):  # one level, as _plain
         return [one(v) for v in value]
     return one(value)
 

@@ -320,16 +320,19 @@ def check_steps_fit(recipe: Recipe, steps: int, warmup: int) -> None:
         )
 
 
-def corpus_content(spec: str | list[str]) -> str:
+def corpus_content(spec: Any) -> str:
     """What the gate compares of a corpus, whatever path names it: each file's size in bytes and a digest of its
-    first and last MiB ("6123010:1f0c9a2b4d6e8f01"; a list's files joined by "+"). The path alone refused the same
+    first and last MiB ("6123010:1f0c9a2b4d6e8f01"; a list's files joined by "+"; a mixture's corpora each in
+    parentheses with its weight). The path alone refused the same
     file given another way and passed another corpus under the same relative path."""
     import hashlib
 
-    from tfm_cli.corpus import resolve_corpus_path
+    from tfm_cli.corpus import corpus_files, corpus_parts, resolve_corpus_path
 
+    if len(mixture := corpus_parts(spec)) > 1 or mixture[0].number:  # a mixture: each corpus and its weight
+        return "+".join(f"({corpus_content(part.spec)})*{part.weight:g}" for part in mixture)
     parts = []
-    for one in spec if isinstance(spec, list) else [spec]:
+    for one in corpus_files(spec):
         path = resolve_corpus_path(one)
         size = path.stat().st_size
         digest = hashlib.sha256()
@@ -346,7 +349,7 @@ def recipe_tokenizer(recipe: Recipe, events: Callable[[str], None] | None = None
     """The recipe's tokenizer (`tokenizer.path`), else one trained on its corpus as `tfm train` would."""
     if recipe.tokenizer.path:
         return Tokenizer.load(recipe.tokenizer.path)
-    from tfm_cli.corpus import read_pairs
+    from tfm_cli.corpus import describe, read_pairs
     from tfm_cli.sentences import with_number_placeholders
     from tfm_cli.tokenizer import train_tokenizer
 
@@ -359,5 +362,5 @@ def recipe_tokenizer(recipe: Recipe, events: Callable[[str], None] | None = None
 
     tokenizer = train_tokenizer(texts, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency)
     if events is not None:
-        events(f"tokenizer: trained {tokenizer.vocab_size} tokens on {recipe.data.train} in {time.perf_counter() - started:.1f}s")
+        events(f"tokenizer: trained {tokenizer.vocab_size} tokens on {describe(recipe.data.train)} in {time.perf_counter() - started:.1f}s")
     return tokenizer

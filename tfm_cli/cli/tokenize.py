@@ -153,15 +153,17 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
         option = "--corpus"
     if spec is None:
         raise typer.BadParameter("give a RECIPE or --corpus to train on (or --encode TEXT to inspect)", param_hint="RECIPE")
-    from tfm_cli.corpus import same_file
+    from tfm_cli.corpus import corpus_files, corpus_parts, same_file
 
-    if isinstance(spec, list) and same_file(*spec):  # as `tfm train` refuses it: one language's pieces alone
-        pair = f"--corpus {shell_word(spec[0])} --corpus {shell_word(spec[1])}" if option else f"data.train [{spec[0]}, {spec[1]}]"
-        raise TfmError(
-            f"{pair} names the same file as source and target: the joint tokenizer would learn one language's pieces",
-            hint="give the source file and the target file (--corpus train.fr --corpus train.en)" if option
-            else "give data.train the source file and the target file, e.g. [train.fr, train.en]",
-        )
+    for part in corpus_parts(spec):  # as `tfm train` refuses it: one language's pieces alone
+        files, key = part.spec, f"data.train[{part.number}]" if part.number else "data.train"
+        if isinstance(files, list) and same_file(*files):
+            pair = f"--corpus {shell_word(files[0])} --corpus {shell_word(files[1])}" if option else f"{key} [{files[0]}, {files[1]}]"
+            raise TfmError(
+                f"{pair} names the same file as source and target: the joint tokenizer would learn one language's pieces",
+                hint="give the source file and the target file (--corpus train.fr --corpus train.en)" if option
+                else f"give {key} the source file and the target file, e.g. [train.fr, train.en]",
+            )
     settings.update({k: v for k, v in (("vocab_size", vocab_size), ("min_frequency", min_frequency)) if v is not None})
     from tfm_cli.corpus import PROGRESS_EVERY, TsvColumns, has_text, now_and_then, read_pairs, tokenizer_texts
     from tfm_cli.files import DirectoryLock
@@ -180,7 +182,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
         _refuse_a_run_folder(run_dir, path, locks[run_dir])
 
     sources = [recipe] if recipe is not None else []
-    sources += [Path(c) for c in (spec if isinstance(spec, list) else [spec]) if not str(c).startswith("bundled:")]
+    sources += [Path(c) for c in corpus_files(spec) if not str(c).startswith("bundled:")]
     check_output_file(target, "--out", inputs=sources, keeps=_is_tokenizer, what="a tokenizer.json", example="tokenizer.json")
 
     started = time.perf_counter()
@@ -199,25 +201,30 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
             f"pairs of pieces seen at least {settings['min_frequency']} times (a larger corpus"
             f"{', or a lower --min-frequency,' if settings['min_frequency'] > 1 else ''} gives more)"
         )
-    columns = TsvColumns()  # a tab inside a few sentences, said as `tfm train` says it
+    parts = corpus_parts(spec)
+    counted = [TsvColumns() for _ in parts]  # a tab inside a few sentences, said as `tfm train` says it
     skipped = 0  # pairs with an empty side: `tfm train` skips them, so they are no sentences of its corpus
 
     said = now_and_then(PROGRESS_EVERY, lambda text, seconds: info(f"{text} so far ({seconds:,.0f}s)"))
 
     def kept():
         nonlocal skipped
-        for read, (_, src, tgt) in enumerate(read_pairs(spec, option=option, columns=columns), start=1):
-            if has_text(src) and has_text(tgt):
-                yield src, tgt
-            else:
-                skipped += 1
-            said(f"measuring the corpus: {read:,} pairs read")
+        read = 0
+        for part, columns in zip(parts, counted, strict=True):
+            for _, src, tgt in read_pairs(part.spec, option=option, columns=columns):
+                read += 1
+                if has_text(src) and has_text(tgt):
+                    yield src, tgt
+                else:
+                    skipped += 1
+                said(f"measuring the corpus: {read:,} pairs read")
 
     measuring = time.perf_counter()
     stats = tokenizer_stats(tok, kept(), max_len=max_len)
     measure_seconds = time.perf_counter() - measuring
-    if warning := columns.warning():
-        warn(f"{option or 'data.train'} {warning}")
+    for part, columns in zip(parts, counted, strict=True):
+        if warning := columns.warning():
+            warn(f"{option or 'data.train'}{f'[{part.number}]' if part.number else ''} {warning}")
     if skipped:
         info(f"note: {skipped:,} pair{'s' if skipped > 1 else ''} with an empty side not measured (tfm train skips them)")
     if long := stats.get("skipped_long", 0):

@@ -572,10 +572,12 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     step it continues from; nothing is written."""
     import yaml
 
+    from tfm_cli.corpus import corpus_parts, describe, is_mixture
     from tfm_cli.recipe import model_config, recipe_to_dict, with_numbers_of
     from tfm_cli.tokenizer import Tokenizer
     from tfm_cli.training import parameter_count
     from tfm_cli.training.checks import with_absolute_paths
+    from tfm_cli.training.corpora import mixture_text
     from tfm_cli.training.step import check_fits
 
     vocab = recipe.tokenizer.vocab_size
@@ -654,7 +656,11 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     if kept:  # as the start itself will say
         print(f"# {kept}")
     print(f"# tokens per step: up to {facts['tokens_per_step']:,} source + {facts['tokens_per_step']:,} target")
-    print("# sentence pairs: " + ", ".join(f"{n:,} in {key}" for key, n in pairs.items()))
+    print("# sentence pairs: " + ", ".join(f"{n:,} in {key}" for key, n in pairs.items() if "[" not in key))
+    if is_mixture(recipe.data.train):  # what an epoch takes of each corpus, by its weight
+        print("# an epoch trains on " + mixture_text(
+            [(f"data.train[{part.number}] ({describe(part.spec)})", pairs[f"data.train[{part.number}]"], part.weight)
+             for part in corpus_parts(recipe.data.train)]) + " (of the pairs read: the start leaves out those over data.max_len)")
     if finished is not None:  # as the resume itself will say
         stopped = finished.get("stopped") or f"train.max_steps={recipe.train.max_steps:,}"
         print(f"# finished at step {resumes_at:,} ({stopped}) and its final model is written: the resume has nothing to do")

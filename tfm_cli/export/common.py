@@ -186,11 +186,18 @@ def pseudo_sentences(tokenizer, count: int, longest: int = 20) -> list[str]:
 
 
 def corpus_lines(spec: Any) -> list[str]:
-    """Where the training data came from, and the bundled corpus's attribution paragraph when it is one."""
-    from tfm_cli.corpus import BUNDLED_PREFIX, bundled_dir
+    """Where the training data came from, and the bundled corpus's attribution paragraph when it is one (each
+    corpus of a mixture, with its weight)."""
+    from tfm_cli.corpus import BUNDLED_PREFIX, bundled_dir, corpus_parts, describe, is_mixture
 
+    if is_mixture(spec):
+        lines = []
+        for part in corpus_parts(spec):
+            first, *rest = corpus_lines(part.spec)
+            lines += [first.replace("- training data:", f"- training data (weight {part.weight:g}):", 1), *rest]
+        return lines
     if not isinstance(spec, str) or not spec.startswith(BUNDLED_PREFIX):
-        return [f"- training data: `{spec}` (a user corpus: give its attribution when you publish)"]
+        return [f"- training data: `{describe(spec)}` (a user corpus: give its attribution when you publish)"]
     name = spec[len(BUNDLED_PREFIX) :].split("/")[0]
     lines = [f"- training data: `{spec}`, the corpus bundled with tfm"]
     readme = bundled_dir() / name / "README.md"

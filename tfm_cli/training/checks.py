@@ -14,7 +14,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tfm_cli.checkpoint import config_in_metadata, read_metadata, tokenizer_folder
-from tfm_cli.corpus import SPM_SAMPLE, Segmented, TsvColumns, read_pairs, resolve_corpus_path, same_file
+from tfm_cli.corpus import (
+    SPM_SAMPLE,
+    Segmented,
+    TsvColumns,
+    corpus_files,
+    corpus_parts,
+    is_mixture,
+    map_files,
+    read_pairs,
+    resolve_corpus_path,
+    same_file,
+)
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, human_size, shell_word
 from tfm_cli.files import DirectoryLock, missing, nearest_existing, utf8_name
 from tfm_cli.model.config import NUMBERS
@@ -184,10 +195,10 @@ def _check_paths_beside(recipe_file: Path, recipe: Recipe, overridden: set[str])
     for key, spec in specs:
         if key in overridden:  # the command line's own path: "write it in the recipe" would be the wrong fix
             continue
-        for text in [] if spec is None else [spec] if isinstance(spec, str) else spec:
+        for text in corpus_files(spec):
             if not only_beside(text):
                 continue
-            value = written(spec) if isinstance(spec, str) else f"[{', '.join(written(p) for p in spec)}]"
+            value = corpus_text(map_files(spec, written))
             error = CorpusError if key.startswith("data.") else TfmError
             raise error(
                 f"{key}: {text} does not exist in the current directory ({Path.cwd()}): relative paths in a recipe "
@@ -324,13 +335,14 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
     """Fail before anything is written when a corpus file named by the recipe is missing (for a resume of
     `resumed`, the hint says how to give the corpus's new place)."""
     for key, spec in (("data.train", recipe.data.train), ("data.dev", recipe.data.dev)):
-        for path in [] if spec is None else [spec] if isinstance(spec, str) else spec:
+        for path in corpus_files(spec):
             try:
                 found = resolve_corpus_path(path)
             except CorpusError as err:
                 hint = err.hint
                 if resumed is not None:  # the run's recipe.yaml names where the corpus was
-                    value = "[SOURCE_FILE, TARGET_FILE]" if isinstance(spec, list) else "NEW_PATH"
+                    value = (corpus_text(map_files(spec, lambda f, gone=path: "NEW_PATH" if f == gone else f))
+                             if is_mixture(spec) else "[SOURCE_FILE, TARGET_FILE]" if isinstance(spec, list) else "NEW_PATH")
                     hint = f"if it moved, give its new place: tfm train --resume {shell_word(resumed)} '{key}={value}'"
                 raise CorpusError(f"{key}: {err}", hint=hint) from None
             if found.is_file() and found.stat().st_size == 0:  # said once the tokenizer was trained, naming no key
@@ -341,20 +353,24 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
                 )
         if spec is not None and resumed is None:  # its first pair (a gzip of nothing, blank lines): said now too
             try:
-                next(iter(read_pairs(spec)), None)
+                for part in corpus_parts(spec):
+                    next(iter(read_pairs(part.spec)), None)
             except CorpusError as err:
                 hint = err.hint if err.hint is not None else "give a file of source<TAB>target lines"
                 if key == "data.dev":  # ("": the line says the fix, a permission's)
                     hint = f"{hint}, or data.dev=null to train without dev evaluations" if hint else (
                         "data.dev=null trains without dev evaluations")
                 raise CorpusError(f"{key}: {err.message}", hint=hint) from None
-        if resumed is None and isinstance(spec, list) and same_file(*spec):  # a slip: the model would learn to copy
-            raise CorpusError(
-                f"{key}: [{spec[0]}, {spec[1]}] names the same file as source and target: every pair would be a "
-                "sentence and itself, and the model would learn to copy its input",
-                hint=f"give {key} the source file and the target file, e.g. [train.fr, train.en] (to train a copy "
-                "task on purpose, give a copy of the file as the target)",
-            )
+        for part in corpus_parts(spec) if resumed is None and spec is not None else ():
+            files = part.spec
+            if isinstance(files, list) and same_file(*files):  # a slip: the model would learn to copy
+                where = f"{key}[{part.number}].path" if part.number else key
+                raise CorpusError(
+                    f"{where}: [{files[0]}, {files[1]}] names the same file as source and target: every pair would be a "
+                    "sentence and itself, and the model would learn to copy its input",
+                    hint=f"give {where} the source file and the target file, e.g. [train.fr, train.en] (to train a copy "
+                    "task on purpose, give a copy of the file as the target)",
+                )
 
 
 DEV_IN_TRAIN_WARNING = 0.05  # of the dev pairs; a random split of a corpus with repeated pairs shares a few
@@ -409,12 +425,15 @@ def dev_is_train(recipe: Recipe) -> str | None:
 
 
 def _same_corpus(recipe: Recipe) -> str | None:
-    train, dev = recipe.data.train, recipe.data.dev
-    if isinstance(train, list) == isinstance(dev, list):
-        pairs = zip(train, dev, strict=True) if isinstance(train, list) else [(train, dev)]
-        if all(same_file(a, b) for a, b in pairs):
-            return (f"data.dev is the training corpus ({dev}): its BLEU and loss measure how well the model remembers "
-                    "its training pairs, not how well it translates; give data.dev held-out pairs")
+    dev = recipe.data.dev
+    for part in corpus_parts(recipe.data.train):
+        train = part.spec
+        if isinstance(train, list) == isinstance(dev, list):
+            pairs = zip(train, dev, strict=True) if isinstance(train, list) else [(train, dev)]
+            if all(same_file(a, b) for a, b in pairs):
+                which = f"data.train[{part.number}]" if part.number else "the training corpus"
+                return (f"data.dev is {which} ({dev}): its BLEU and loss measure how well the model remembers "
+                        "its training pairs, not how well it translates; give data.dev held-out pairs")
     return None
 
 
@@ -437,7 +456,7 @@ def scan_corpora(
     recipe: Recipe, warnings: list[str] | None = None, progress: Callable[[str, int], None] | None = None
 ) -> dict[str, int]:
     """Read every line of the recipe's corpora as a start would (`tfm train --dry-run`): the number of sentence
-    pairs in data.train and data.dev; a CorpusError names the first bad file and line. A TSV file with a few lines
+    pairs in data.train and data.dev (and in each corpus of a mixture, `data.train[1]`, ...); a CorpusError names the first bad file and line. A TSV file with a few lines
     of more than two columns, and `dev_is_train`'s warning (from this one reading of each file), are added to
     `warnings`. `progress(key, pairs)` is called every 100,000 pairs of a file (millions take minutes)."""
     dev, train = recipe.data.dev, recipe.data.train
@@ -449,27 +468,36 @@ def scan_corpora(
     for key, spec in (("data.dev", dev), ("data.train", train)):  # the dev first: its pairs are looked for in train
         if spec is None:
             continue
-        columns = TsvColumns()
-        segmented = Segmented(spec) if key == "data.train" else None  # as the start's tokenizer training says
         n = 0
-        for _, s, t in read_pairs(spec, columns=columns):
-            n += 1
-            if segmented is not None and n <= SPM_SAMPLE:
-                segmented.look(s, t)
-            if progress is not None and n % 100_000 == 0:
-                progress(key, n)
-            if look and key == "data.dev":
-                held.add(_pair_key(s, t))
-            elif look and held and (pair := _pair_key(s, t)) in held:
-                found.add(pair)
+        said[key] = []
+        parts = corpus_parts(spec)
+        counted = [TsvColumns() for _ in parts]
+        readers = [read_pairs(part.spec, columns=c) for part, c in zip(parts, counted, strict=True)]  # each file checked now
+        for part, pairs, columns in zip(parts, readers, counted, strict=True):
+            where = f"{key}[{part.number}]" if part.number else key
+            segmented = Segmented(part.spec, where) if key == "data.train" else None  # as the start's tokenizer training says
+            read = 0
+            for _, s, t in pairs:
+                n, read = n + 1, read + 1
+                if segmented is not None and read <= SPM_SAMPLE:
+                    segmented.look(s, t)
+                if progress is not None and n % 100_000 == 0:
+                    progress(key, n)
+                if look and key == "data.dev":
+                    held.add(_pair_key(s, t))
+                elif look and held and (pair := _pair_key(s, t)) in held:
+                    found.add(pair)
+            said[key] += [f"{where} {w}" for w in (columns.warning(),) if w] + [w for w in (segmented and segmented.warning(),) if w]
+            if part.number:
+                counts[where] = read
         counts[key] = n
         held.discard(("", ""))
-        said[key] = [f"{key} {w}" for w in (columns.warning(),) if w] + [w for w in (segmented and segmented.warning(),) if w]
     if warnings is not None:
         warnings += [w for key in ("data.train", "data.dev") for w in said.get(key, [])]
         if warning := same or (_dev_in_train(recipe, found, held) if held else None):
             warnings.append(warning)
-    return {key: counts[key] for key in ("data.train", "data.dev") if key in counts}
+    return {key: counts[key] for key in ("data.train", *(k for k in counts if k.startswith("data.train[")), "data.dev")
+            if key in counts}
 
 
 # --- fine-tuning: train.init_from ------------------------------------------------------------------------------
@@ -569,11 +597,16 @@ def check_init(recipe: Recipe, config) -> InitModel:
 
 def _absolute(spec):
     """A corpus, tokenizer or model path made absolute (relative ones are read from the current directory)."""
-    if spec is None:
-        return None
-    if isinstance(spec, list):
-        return [_absolute(s) for s in spec]
-    return spec if spec.startswith("bundled:") else str(Path(spec).expanduser().resolve())
+    return map_files(spec, lambda path: path if path.startswith("bundled:") else str(Path(path).expanduser().resolve()))
+
+
+def corpus_text(spec) -> str:
+    """A corpus spec as a recipe writes it in YAML's one-line form: `train.tsv`, `[a.fr, a.en]`, or a mixture's
+    `[{path: a.tsv, weight: 2}, {path: b.tsv}]`."""
+    if is_mixture(spec):
+        return "[" + ", ".join("{" + ", ".join(f"{k}: {corpus_text(v) if k == 'path' else v}" for k, v in item.items()) + "}"
+                               for item in spec) + "]"
+    return f"[{', '.join(map(str, spec))}]" if isinstance(spec, list) else str(spec)
 
 
 def with_absolute_paths(recipe: Recipe) -> Recipe:

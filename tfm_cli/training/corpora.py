@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tfm_cli.corpus import PROGRESS_EVERY, now_and_then
-from tfm_cli.data import TokenizedCorpus, encode_corpus
+from tfm_cli.corpus import PROGRESS_EVERY, describe, now_and_then
+from tfm_cli.data import TokenizedCorpus, encode_corpus, pairs_an_epoch
 from tfm_cli.errors import TfmError
 from tfm_cli.recipe import Recipe, reads_placeholders
 from tfm_cli.tokenizer import Tokenizer
@@ -45,14 +45,41 @@ def usable_corpus(recipe: Recipe, tok: Tokenizer, progress: Callable[[int], None
     """
     corpus = encode_corpus(recipe.data.train, tok, recipe.data.max_len, progress=progress, numbers=reads_placeholders(recipe))
     s = corpus.stats
+    if corpus.mixture is not None and s.kept and not sum(pairs_an_epoch(corpus.mixture)):
+        raise TfmError(
+            f"data.train's weights take no pair into an epoch: {mixture_text(_kept(corpus))}",
+            hint="raise the weights (a weight times its corpus's pairs is rounded to a whole number of pairs)",
+        )
     if s.kept == 0:
         raise TfmError(
-            f"no usable sentence pairs in data.train {recipe.data.train}: of {s.read:,} read, {s.skipped_empty:,} have "
+            f"no usable sentence pairs in data.train {describe(recipe.data.train)}: of {s.read:,} read, {s.skipped_empty:,} have "
             f"an empty side and {s.skipped_long:,} a side over {in_tokens(recipe.data.max_len - 1)} (data.max_len={recipe.data.max_len} "
             "counts the </s>)",
             hint="check data.train, and raise data.max_len if the sentences are longer",
         )
     return corpus
+
+
+def mixture_text(parts: list[tuple[str, int, float]]) -> str:
+    """What an epoch takes of each corpus of a mixture, from (name, pairs, weight): `data.train[1] 1,000 pairs x 2
+    = 2,000; data.train[2] 40,000 pairs x 0.5 = 20,000, drawn at random again each epoch`."""
+    said = []
+    for name, n, weight in parts:
+        whole, rest = divmod(weight, 1.0)
+        taken = int(whole) * n + round(rest * n)
+        drawn = "" if not rest else f", {round(rest * n):,} of them drawn at random again each epoch" if whole else (
+            ", drawn at random again each epoch")
+        said.append(f"{name} {n:,} pair{'' if n == 1 else 's'} x {weight:g} = {taken:,}{drawn}")
+    return "; ".join(said)
+
+
+def _kept(corpus: TokenizedCorpus) -> list[tuple[str, int, float]]:
+    return [(f"data.train[{part.number}] ({part.name})", part.stats.kept, part.weight) for part in corpus.mixture or ()]
+
+
+def mixture_said(corpus: TokenizedCorpus) -> str | None:
+    """The start's line on a mixture: what an epoch takes of each corpus, of the pairs kept."""
+    return None if corpus.mixture is None else f"an epoch trains on {mixture_text(_kept(corpus))} (of the pairs kept)"
 
 
 READING_SAID_EVERY = PROGRESS_EVERY  # seconds between two lines while a large corpus is read

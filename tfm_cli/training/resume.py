@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from tfm_cli.checkpoint import read_metadata, read_weights, unreadable
+from tfm_cli.corpus import corpus_parts
 from tfm_cli.data import BatchStream, pad_multiple_for
 from tfm_cli.errors import CheckpointError, TfmError, UnreadableFileError, shell_word
 from tfm_cli.files import DirectoryLock, json_value
@@ -240,6 +241,14 @@ def _trained_with(run_dir: Path, saved_recipe: dict[str, Any] | None) -> dict[st
         return {}
 
 
+def _weights(spec: Any) -> list[float]:
+    """The weights of a data.train's corpora (one corpus: [1.0])."""
+    try:
+        return [part.weight for part in corpus_parts(spec)]
+    except (KeyError, TypeError, ValueError):  # a recipe.yaml edited by hand: compared as it is
+        return []
+
+
 def _changed_settings(
     recipe: Recipe, before: dict[str, Any], keys: tuple[str, ...]
 ) -> list[tuple[str, str, str]]:
@@ -314,7 +323,8 @@ def restore_stream(
     at_its_end = stream.position >= len(stream.batches())  # nothing of that epoch is left to read
     differ = _changed_settings(recipe, before, _ORDER_KEYS)
     if corpus_changed is False:  # the same pairs' ids, in the same order: only the batching settings matter
-        differ = [d for d in differ if d[0] not in ("data.train", "data.max_len")]
+        reweighed = _weights(before["data"].get("train")) != _weights(recipe.data.train)  # they make the batches too
+        differ = [d for d in differ if d[0] not in ("data.train", "data.max_len") or (d[0] == "data.train" and reweighed)]
     if not at_its_end and (differ or corpus_changed):
         # a file edited or replaced under the same path: its batches were other ones without a word
         what = ", ".join(key for key, _, _ in differ) if differ else "the content of data.train (the same path holds other pairs)"

@@ -38,8 +38,15 @@ from tfm_cli.checkpoint import (
     save_weights,
     weights_state,
 )
-from tfm_cli.corpus import tokenizer_texts
-from tfm_cli.data import BatchStream, CorpusStats, TokenizedCorpus, pad_multiple_for
+from tfm_cli.corpus import corpus_parts, tokenizer_texts
+from tfm_cli.data import (
+    BatchStream,
+    CorpusStats,
+    MixturePart,
+    TokenizedCorpus,
+    pad_multiple_for,
+    pairs_an_epoch,
+)
 from tfm_cli.distributed import Distributed, RankError, lost_a_peer, resume_command
 from tfm_cli.distributed import setup as setup_distributed
 from tfm_cli.errors import CheckpointError, RecipeError, TfmError, shell_word
@@ -110,7 +117,7 @@ from tfm_cli.training.checks import (
     with_tokenizer_size,
 )
 from tfm_cli.training.compiling import check_compile
-from tfm_cli.training.corpora import in_tokens, reading_progress, usable_corpus
+from tfm_cli.training.corpora import in_tokens, mixture_said, reading_progress, usable_corpus
 from tfm_cli.training.evaluation import evaluate, finish, load_dev
 from tfm_cli.training.events import TrainEvents
 from tfm_cli.training.failures import (
@@ -397,6 +404,7 @@ class Trainer:
         self.lock = DirectoryLock(run_dir)  # rank 0 holds it while it trains the run
         self.finished: dict[str, Any] | None = None  # a resumed run that was already finished: its summary.json
         self.corpus_stats: CorpusStats | None = None  # what reading data.train kept and skipped (summary.json)
+        self.corpus_mixture: list[MixturePart] | None = None
         self.init_model: InitModel | None = None  # the model a fine-tuning starts from (train.init_from), checked
 
     def _lock(self) -> None:
@@ -479,6 +487,7 @@ class Trainer:
         corpus = self._read_inputs(created, weights)
         self.corpus_digest = corpus.digest()  # saved with each checkpoint: a resume tells a corpus changed in place
         self.corpus_stats = corpus.stats
+        self.corpus_mixture = corpus.mixture  # a mixture's corpora, each with its counts and weight (summary.json)
         had_checkpoints = (run_dir / CHECKPOINTS).exists()
         try:
             if dist.enabled:
@@ -535,6 +544,7 @@ class Trainer:
         for own_file in ("data.train", "data.dev", "tokenizer.path", "train.init_from"):
             signature.pop(own_file, None)
         signature["data.train's pairs"] = self.corpus_digest
+        signature["data.train's weights"] = [part.weight for part in corpus_parts(self.recipe.data.train)]
         every = self.dist.gather(signature)
         for rank, other in enumerate(every[1:], start=1):
             differ = [key for key in signature if other.get(key) != every[0].get(key)]
@@ -632,8 +642,12 @@ class Trainer:
                 f"data.max_len={recipe.data.max_len} counts the </s>) "
                 f"in {time.perf_counter() - read_start:.1f}s"
             )
-            if main and s.columns_warning:
-                self.events.message(f"warning: data.train {s.columns_warning}")
+            if mixture := mixture_said(corpus):
+                self.events.message(mixture)
+            if main and s.columns_warning:  # (a mixture's: `[2] bt.tsv has ...; [3] ...`)
+                for warning in s.columns_warning.split("; [") if corpus.mixture is not None else [s.columns_warning]:
+                    self.events.message(f"warning: data.train{'' if warning.startswith('[') else '['}{warning}"
+                                        if corpus.mixture is not None else f"warning: data.train {warning}")
             self.dev = (load_dev(recipe.data.dev, tok, recipe.model.max_positions, self.t.bleu_tokenize, reads_placeholders(recipe))
                         if recipe.data.dev and main else None)
             if self.dev is not None and self.dev.columns_warning:
@@ -1168,6 +1182,13 @@ class Trainer:
                 "read": s.read, "kept": s.kept, "skipped_empty": s.skipped_empty, "skipped_long": s.skipped_long,
                 "max_len": self.recipe.data.max_len,
             }
+            if self.corpus_mixture is not None:  # each corpus's own counts, its weight and its pairs an epoch
+                counts["train_corpus"]["corpora"] = [
+                    {"corpus": part.name, "weight": part.weight, "read": part.stats.read, "kept": part.stats.kept,
+                     "skipped_empty": part.stats.skipped_empty, "skipped_long": part.stats.skipped_long,
+                     "pairs_an_epoch": taken}
+                    for part, taken in zip(self.corpus_mixture, pairs_an_epoch(self.corpus_mixture), strict=True)
+                ]
         if (dev := getattr(self, "dev", None)) is not None:
             n = len(dev.sources)
             counts["dev_corpus"] = {"read": n + dev.skipped_empty, "scored": n, "skipped_empty": dev.skipped_empty}
