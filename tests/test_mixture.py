@@ -18,7 +18,15 @@ from tfm_cli.corpus import corpus_files, corpus_parts, describe, read_pairs
 from tfm_cli.data import BatchStream, encode_corpus, epoch_pairs, pairs_an_epoch
 from tfm_cli.errors import RecipeError, TfmError
 from tfm_cli.export.common import corpus_lines
-from tfm_cli.recipe import DataRecipe, Recipe, recipe_as_written, recipe_from_dict, recipe_to_dict, validate_recipe
+from tfm_cli.recipe import (
+    DataRecipe,
+    Recipe,
+    recipe_as_written,
+    recipe_from_dict,
+    recipe_to_dict,
+    validate_recipe,
+)
+from tfm_cli.training.corpora import check_mixture
 
 BUNDLED = "bundled:tatoeba-fr-en/train.tsv.gz"
 
@@ -125,6 +133,8 @@ def test_an_epoch_takes_each_corpus_as_many_times_as_its_weight(corpora):
     for epoch in (1, 2):
         batched = collections.Counter(i for batch in stream.batches(epoch) for i in batch)
         assert batched == collections.Counter(epoch_pairs(corpus.mixture, 1, epoch).tolist())
+        assert all(len(set(batch)) == len(batch) for batch in stream.batches(epoch))  # a pair's copies apart
+        assert len({len(batch) for batch in stream.batches(epoch)}) > 1  # (batches of several sizes: by length)
     one_and_a_half = encode_corpus(mixture(corpora, a=1.5, b=1), Chars(), max_len=64)
     counts = collections.Counter(epoch_pairs(one_and_a_half.mixture, 1, 1).tolist())
     assert sorted(collections.Counter(counts[i] for i in range(60)).items()) == [(1, 30), (2, 30)]
@@ -149,10 +159,18 @@ def test_a_mixture_stream_resumes_at_the_next_batch(corpora):
     assert stream.epoch > 1
 
 
-def test_weights_that_take_no_pair_are_refused(corpora):
+def test_weights_that_take_no_pair_or_too_many_are_refused(corpora):
     corpus = encode_corpus(mixture(corpora, a=0.001, b=0.001), Chars(), max_len=64)
     with pytest.raises(TfmError, match="take no pair into an epoch"):
         BatchStream(corpus, 200, 1, 0, 1, 2)
+    parts = [("data.train[1] (a.tsv)", 60, 0.001), ("data.train[2] (b.fr and b.en)", 40, 0.5)]
+    assert check_mixture(parts) == [
+        "warning: data.train[1] (a.tsv): an epoch takes none of its 60 pairs (weight 0.001); raise its weight, or take "
+        "it out of data.train"]
+    with pytest.raises(TfmError, match="take no pair into an epoch"):
+        check_mixture([("data.train[1] (a.tsv)", 60, 0.001)])
+    with pytest.raises(TfmError, match=r"make an epoch of 100,000,001 pairs .*: its batches are built in memory"):
+        check_mixture([("data.train[1] (big.tsv)", 100_000_001, 1), ("data.train[2] (b.tsv)", 100, 0.001)])
 
 
 def test_a_model_card_names_each_corpus_with_its_weight(corpora):
@@ -165,7 +183,7 @@ def test_a_model_card_names_each_corpus_with_its_weight(corpora):
 # ---- through the command line ---------------------------------------------------------------------------------------
 
 
-def recipe_file(corpora: dict[str, Path], name: str, train: list[dict] | None = None, **train_keys) -> Path:
+def recipe_file(corpora: dict[str, Path], name: str, train: list[dict] | str | None = None, **train_keys) -> Path:
     path = corpora["root"] / f"{name}.yaml"
     path.write_text(tiny_recipe(
         name, data={"train": train if train is not None else mixture(corpora), "dev": None},
@@ -199,6 +217,32 @@ def test_train_on_a_mixture_says_what_an_epoch_takes_and_resumes_bit_for_bit(cor
     assert "note: this resume changes data.train" in again.stdout + again.stderr
 
 
+def test_a_resume_that_changes_the_weights_names_them(corpora):
+    root = corpora["root"]
+    recipe = recipe_file(corpora, "reweigh", mixture(corpora, a=3, b=1), max_steps=10, save_every=10)
+    tfm("train", str(recipe), "--out", str(root / "reweigh"), "--device", "cpu")
+    proc = tfm("train", "--resume", str(root / "reweigh"), "train.max_steps=20", "--device", "cpu",
+               f"data.train={json.dumps(mixture(corpora, a=1, b=0.5))}", check=False)  # 80 pairs: no batch 10 left
+    assert proc.returncode == 1
+    assert ("cannot continue from its data position (epoch 1, batch 10): this resume changes data.train[1].weight 3 -> "
+            "1, data.train[2].weight 1 -> 0.5") in proc.stderr
+
+
+def test_corpora_of_weight_one_resume_a_run_of_the_files_joined(corpora):
+    root = corpora["root"]
+    recipe = recipe_file(corpora, "joined", str(corpora["both"]))  # one corpus: the files joined
+    tfm("train", str(recipe), "--out", str(root / "joined"), "--device", "cpu")
+    tfm("train", str(recipe), "--out", str(root / "split"), "--device", "cpu", "train.max_steps=12")
+    b = root / "b.tsv"
+    write_tsv(b, list(zip(corpora["b.fr"].read_text().splitlines(), corpora["b.en"].read_text().splitlines(), strict=True)))
+    proc = tfm("train", "--resume", str(root / "split"), "train.max_steps=24", "--device", "cpu",
+               f"data.train={json.dumps([{'path': str(corpora['a'])}, {'path': str(b)}])}")
+    assert "note:" not in proc.stdout + proc.stderr
+    a = load_file(root / "joined" / "checkpoints" / "step-00000024.safetensors")
+    resumed = load_file(root / "split" / "checkpoints" / "step-00000024.safetensors")
+    assert all(a[k].equal(resumed[k]) for k in a)
+
+
 def test_the_dry_run_counts_each_corpus(corpora):
     recipe = recipe_file(corpora, "dry", mixture(corpora, a=1, b=2.5))
     out = tfm("train", str(recipe), "--dry-run", "--out", str(corpora["root"] / "dry")).stdout
@@ -214,7 +258,7 @@ def test_a_bad_corpus_of_a_mixture_is_one_line_naming_it(corpora):
     root = corpora["root"]
     cases = {
         "missing": ([{"path": str(corpora["a"])}, {"path": str(root / "nowhere.tsv"), "weight": 2}],
-                    "data.train: corpus file"),
+                    "data.train[2].path: corpus file"),
         "same file": ([{"path": str(corpora["a"])}, {"path": [str(corpora["b.fr"]), str(corpora["b.fr"])]}],
                       "data.train[2].path: ["),
     }
@@ -229,7 +273,22 @@ def test_a_bad_corpus_of_a_mixture_is_one_line_naming_it(corpora):
             assert not (root / "bad").exists()
     recipe = recipe_file(corpora, "typo")
     proc = tfm("train", str(recipe), "data.train=[{path: a.tsv, weigth: 2}]", "--dry-run", check=False)
-    assert proc.returncode != 0 and "data.train[1].weigth is not a key of a corpus; did you mean data.train[1].weight?" in proc.stderr
+    assert proc.returncode != 0 and proc.stderr.startswith(  # blamed on the override, not on the recipe file
+        "Error: override 'data.train=[{path: a.tsv, weigth: 2}]': data.train[1].weigth is not a key of a corpus; "
+        "did you mean data.train[1].weight?")
+    assert "the override is on the command line" in proc.stderr
+    # a corpus that keeps no pair is refused at the start, as one alone is; weights that take no pair, by the dry run
+    long = write_tsv(root / "long.tsv", [(" ".join(["mot"] * 40), " ".join(["word"] * 40))] * 5)
+    recipe = recipe_file(corpora, "long", [{"path": str(corpora["a"])}, {"path": str(long), "weight": 3}])
+    proc = tfm("train", str(recipe), "--out", str(root / "bad"), check=False)
+    assert proc.returncode == 1 and "Error: no usable sentence pairs in data.train[2] (" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (root / "bad" / "checkpoints").exists()
+    recipe = recipe_file(corpora, "none", mixture(corpora, a=0.001, b=0.001))
+    proc = tfm("train", str(recipe), "--dry-run", check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("Error: data.train's weights take no pair into an epoch")
+    recipe = recipe_file(corpora, "little", mixture(corpora, a=1, b=0.001))
+    proc = tfm("train", str(recipe), "--dry-run")
+    assert f"warning: data.train[2] ({corpora['b.fr']} and {corpora['b.en']}): an epoch takes none of its 40 pairs" in proc.stderr
 
 
 def test_a_dev_set_that_is_one_of_the_corpora_is_warned_about(corpora):

@@ -146,6 +146,15 @@ def map_files(spec: Any, fn: Callable[[Any], Any]) -> Any:
     return [fn(f) for f in spec] if isinstance(spec, (list, tuple)) else fn(spec)
 
 
+def corpus_text(spec: Any) -> str:
+    """A corpus spec as a recipe writes it in YAML's one-line form: `train.tsv`, `[a.fr, a.en]`, or a mixture's
+    `[{path: a.tsv, weight: 2}, {path: b.tsv}]`."""
+    if is_mixture(spec):
+        return "[" + ", ".join("{" + ", ".join(f"{k}: {corpus_text(v) if k == 'path' else v}" for k, v in item.items()) + "}"
+                               for item in spec) + "]"
+    return f"[{', '.join(map(str, spec))}]" if isinstance(spec, list) else str(spec)
+
+
 def describe(spec: Any) -> str:
     """A spec as messages show it: `train.tsv`, `train.fr and train.en`, or a mixture's corpora with their weights."""
     if is_mixture(spec):

@@ -135,8 +135,8 @@ class TokenizedCorpus:
         for buffer in (self._src_offsets, self._src_ids, self._tgt_offsets, self._tgt_ids):
             h.update(buffer.typecode.encode())
             h.update(memoryview(buffer).cast("B"))
-        if self.mixture is not None:  # where each corpus's pairs start (their weights are the recipe's to compare)
-            h.update(repr([part.stats.kept for part in self.mixture]).encode())
+        if self.mixture is not None and any(part.weight != 1 for part in self.mixture):  # where each corpus starts,
+            h.update(repr([part.stats.kept for part in self.mixture]).encode())  # which its weights batch (not alike all 1)
         return h.hexdigest()
 
     def id_tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -451,6 +451,7 @@ def token_batches(
     epoch: int,
     shuffle: bool = True,
     pad_multiple: int = 1,
+    layer: int = 0,
 ) -> list[list[int]]:
     """Group pair indices into batches of at most `max_tokens` padded tokens per side (fairseq-style buckets).
 
@@ -466,6 +467,7 @@ def token_batches(
         seed, epoch: seed the random tie-break and batch shuffle.
         shuffle: False keeps pairs and batches in sorted order, ties by index (for evaluation).
         pad_multiple: the batches' padded lengths will be rounded up to a multiple of it (`pad_multiple_for`).
+        layer: a layer of a mixture's epoch after the first (`epoch_layers`) draws from a generator of its own.
 
     Returns:
         A list of batches, each a list of corpus indices.
@@ -475,7 +477,7 @@ def token_batches(
     src_len, tgt_len = _lengths_array(src_lengths), _lengths_array(tgt_lengths)
     if len(src_len) != len(tgt_len):
         raise ValueError(f"{len(src_len)} source but {len(tgt_len)} target lengths")
-    rng = random.Random(f"tfm-batches:{seed}:{epoch}")
+    rng = random.Random(f"tfm-batches:{seed}:{epoch}" + (f":{layer}" if layer else ""))
     order = np.arange(len(src_len))
     if shuffle:
         rng.shuffle(order)  # in place; the stable sort below keeps this random order among equal lengths
@@ -503,27 +505,42 @@ def token_batches(
     return batches
 
 
-def epoch_pairs(mixture: Sequence[MixturePart], seed: int, epoch: int) -> np.ndarray:
-    """The pair indices an epoch of a mixture trains on: each corpus's pairs as many whole times as its weight holds
-    (weight 2: twice), and for the rest of its weight a share of its pairs drawn at random, again each epoch (0.5: a
-    random half; weight 1.5: each pair once and a random half a second time), by a generator seeded by (seed,
-    epoch) as `token_batches`' is: the same arguments give the same pairs."""
+def epoch_layers(mixture: Sequence[MixturePart], seed: int, epoch: int) -> list[np.ndarray]:
+    """The pair indices an epoch of a mixture trains on, in layers that hold a pair once at most: each corpus's pairs
+    in as many layers as its weight's whole part (weight 2: in the first two), and for the rest of its weight a
+    share of its pairs drawn at random, again each epoch, in the layer after those (0.5: a random half in the first;
+    1.5: all in the first and a random half in the second). The draws come from a generator seeded by (seed, epoch),
+    as `token_batches`' is: the same arguments give the same pairs. Each layer is batched apart, so that a pair's
+    copies never share a batch (length bucketing puts equal lengths together)."""
     rng = random.Random(f"tfm-mixture:{seed}:{epoch}")
-    chosen: list[np.ndarray] = []
+    layers: dict[int, list[np.ndarray]] = {}
     start = 0
     for part in mixture:
         n = part.stats.kept
         whole, rest = divmod(part.weight, 1.0)
-        chosen += [np.arange(start, start + n)] * int(whole)
+        for layer in range(int(whole)):
+            layers.setdefault(layer, []).append(np.arange(start, start + n))
         if k := round(rest * n):
-            chosen.append(start + np.sort(np.asarray(rng.sample(range(n), k), dtype=np.int64)))
+            layers.setdefault(int(whole), []).append(start + np.sort(np.asarray(rng.sample(range(n), k), dtype=np.int64)))
         start += n
-    return np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+    return [np.concatenate(layers[layer]) for layer in sorted(layers)]
+
+
+def epoch_pairs(mixture: Sequence[MixturePart], seed: int, epoch: int) -> np.ndarray:
+    """Every pair index an epoch of a mixture trains on, as many times as it does (`epoch_layers`, joined)."""
+    layers = epoch_layers(mixture, seed, epoch)
+    return np.concatenate(layers) if layers else np.zeros(0, dtype=np.int64)
+
+
+def pairs_taken(n: int, weight: float) -> int:
+    """How many pairs an epoch takes of a corpus of `n` pairs and that weight (`epoch_layers`)."""
+    whole, rest = divmod(weight, 1.0)
+    return int(whole) * n + round(rest * n)
 
 
 def pairs_an_epoch(mixture: Sequence[MixturePart]) -> list[int]:
-    """How many pairs of each corpus of a mixture an epoch trains on (`epoch_pairs`)."""
-    return [int(divmod(p.weight, 1.0)[0]) * p.stats.kept + round(divmod(p.weight, 1.0)[1] * p.stats.kept) for p in mixture]
+    """How many pairs of each corpus of a mixture an epoch trains on (`epoch_layers`)."""
+    return [pairs_taken(part.stats.kept, part.weight) for part in mixture]
 
 
 class BatchStream:
@@ -581,14 +598,17 @@ class BatchStream:
                 batches = token_batches(
                     c.src_lengths, c.tgt_lengths, self.max_tokens, self.seed, epoch, pad_multiple=self.pad_multiple
                 )
-            else:  # the epoch's pairs by the weights, batched as one corpus of them
-                pairs = epoch_pairs(c.mixture, self.seed, epoch)
-                rows = torch.from_numpy(pairs)
-                batches = token_batches(
-                    c.src_lengths[rows], c.tgt_lengths[rows], self.max_tokens, self.seed, epoch,
-                    pad_multiple=self.pad_multiple,
-                )
-                batches = [pairs[batch].tolist() for batch in batches]
+            else:  # the epoch's pairs by the weights, each layer batched as a corpus of them, then all shuffled
+                batches = []
+                layers = epoch_layers(c.mixture, self.seed, epoch)
+                for layer, pairs in enumerate(layers):
+                    rows = torch.from_numpy(pairs)
+                    batches += [pairs[batch].tolist() for batch in token_batches(
+                        c.src_lengths[rows], c.tgt_lengths[rows], self.max_tokens, self.seed, epoch,
+                        pad_multiple=self.pad_multiple, layer=layer,
+                    )]
+                if len(layers) > 1:
+                    random.Random(f"tfm-mixture-batches:{self.seed}:{epoch}").shuffle(batches)
             self._cache = (epoch, batches)
         return self._cache[1]
 

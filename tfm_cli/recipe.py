@@ -472,6 +472,7 @@ def _path_problem(key: str, value: Any) -> str | None:
 
 MAX_CORPORA = 1000  # corpora in one mixture: a bound on what validation walks (a YAML alias bomb is billions)
 MIXTURE_KEYS = ("path", "weight")
+MAX_WEIGHT = 1000  # times an epoch trains on one corpus's pairs
 _MIXTURE_KNOWN_AS = {  # other toolkits' names for a corpus's keys (OpenNMT-py's data: corpus_1: {path_src, path_tgt})
     "path_src": "path: [SOURCE_FILE, TARGET_FILE] (the two files of a corpus go in one list)",
     "path_tgt": "path: [SOURCE_FILE, TARGET_FILE] (the two files of a corpus go in one list)",
@@ -511,6 +512,9 @@ def _mixture_problems(key: str, value: list[Any]) -> list[str]:
             weight = item["weight"]
             if not _is_number(weight) or not _is_finite(weight) or weight <= 0:
                 found.append(f"{where}.weight={_yaml_text(weight)} {_WEIGHT_RULE}")
+            elif weight > MAX_WEIGHT:  # an epoch's pairs are held as indices: 1e9 of them took all the memory
+                found.append(f"{where}.weight={_yaml_text(weight)} must be at most {MAX_WEIGHT:,}: an epoch would hold its "
+                             f"pairs {weight:,.0f} times; to weigh a corpus more, give the others a weight below 1")
     return found
 
 
@@ -938,7 +942,7 @@ def _blamed_on_overrides(problem: str, set_by: dict[str, str]) -> str | None:
     key an override set (the value is the recipe file's)."""
     texts = [
         text for key, text in set_by.items()
-        if re.search(rf"(?<![\w.]){re.escape(key)}(=| is )", problem)
+        if re.search(rf"(?<![\w.]){re.escape(key)}(=| is |\[\d+\])", problem)  # data.train[2].weight: a list's corpus
     ]
     if not texts:
         return None

@@ -42,6 +42,7 @@ from tfm_cli.bench.common import (
     summarize,
     synchronize,
 )
+from tfm_cli.corpus import corpus_text, is_mixture
 from tfm_cli.data import Batch, BatchStream, encode_corpus, pad_multiple_for
 from tfm_cli.errors import TfmError, human_size
 from tfm_cli.model import ModelConfig
@@ -287,7 +288,8 @@ def bench_train(
     settings = {
         "recipe": recipe.name, "steps": steps, "warmup": warmup, "precision": precision,
         "max_tokens": recipe.train.max_tokens, "accum_steps": recipe.train.accum_steps,
-        "corpus": str(recipe.data.train), "corpus_content": corpus_content(recipe.data.train),
+        "corpus": corpus_text(recipe.data.train) if is_mixture(recipe.data.train) else str(recipe.data.train),
+        "corpus_content": corpus_content(recipe.data.train),
         "max_len": recipe.data.max_len,
         "model": {k: getattr(config, k) for k in MODEL_SETTINGS},
         # what else changes the batches timed (the seed shuffles them) or their cost (dropout masks, clipping)

@@ -156,7 +156,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     from tfm_cli.corpus import corpus_files, corpus_parts, same_file
 
     for part in corpus_parts(spec):  # as `tfm train` refuses it: one language's pieces alone
-        files, key = part.spec, f"data.train[{part.number}]" if part.number else "data.train"
+        files, key = part.spec, f"data.train[{part.number}].path" if part.number else "data.train"
         if isinstance(files, list) and same_file(*files):
             pair = f"--corpus {shell_word(files[0])} --corpus {shell_word(files[1])}" if option else f"{key} [{files[0]}, {files[1]}]"
             raise TfmError(

@@ -146,11 +146,12 @@ def _resolve(recipe: str | None, overrides: list[str], resume: Path | None, out:
 def _check_as_a_start_would(resolved, run_dir: Path, resume: Path | None, device: str, json_out: bool) -> None:
     """--dry-run: every check a real start (or resume) makes before it writes, the corpora read through, then what
     it would train."""
-    from tfm_cli.corpus import PROGRESS_EVERY, now_and_then
+    from tfm_cli.corpus import PROGRESS_EVERY, is_mixture, now_and_then
     from tfm_cli.runtime import resolve_device, resolve_precision
     from tfm_cli.training import check_resume, check_start, preflight, scan_corpora
     from tfm_cli.training.checks import schedule_warnings, with_init_tokenizer
     from tfm_cli.training.compiling import check_compile
+    from tfm_cli.training.corpora import check_mixture
 
     torch_device = resolve_device(device)
     resolve_precision(resolved.train.precision, torch_device, "train.precision")  # fp16 on a CPU is refused
@@ -165,6 +166,8 @@ def _check_as_a_start_would(resolved, run_dir: Path, resume: Path | None, device
     # dry run looked hung)
     said = now_and_then(PROGRESS_EVERY, lambda text, seconds: info(f"{text} so far ({duration(seconds)})"))
     pairs = scan_corpora(resolved, found, lambda key, n: said(f"{key}: {n:,} pairs read"))  # (+ a dev set in it)
+    if is_mixture(resolved.data.train):  # the start's refusal of weights that take no pair or too many, said now
+        found += [w.removeprefix("warning: ") for w in check_mixture(_mixture_parts(resolved, pairs))]
     for warning in found:
         warn(warning)
     if resume is None:
@@ -567,12 +570,20 @@ def _print_curves(run_dir: Path, data: dict[str, Any] | None = None) -> None:
     print("\n".join(curves_lines(data if data is not None else read_curves(run_dir), width)))
 
 
+def _mixture_parts(recipe, pairs: dict[str, int]) -> list[tuple[str, int, float]]:
+    """(name, pairs read, weight) of each corpus of the recipe's mixture, from `scan_corpora`'s counts."""
+    from tfm_cli.corpus import corpus_parts, describe
+
+    return [(f"data.train[{part.number}] ({describe(part.spec)})", pairs[f"data.train[{part.number}]"], part.weight)
+            for part in corpus_parts(recipe.data.train)]
+
+
 def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resumes_at: int | None, device) -> None:
     """Resolved recipe, parameter count, tokens per step, the corpora's sentence pairs and, for a resume, the
     step it continues from; nothing is written."""
     import yaml
 
-    from tfm_cli.corpus import corpus_parts, describe, is_mixture
+    from tfm_cli.corpus import is_mixture
     from tfm_cli.recipe import model_config, recipe_to_dict, with_numbers_of
     from tfm_cli.tokenizer import Tokenizer
     from tfm_cli.training import parameter_count
@@ -658,9 +669,8 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     print(f"# tokens per step: up to {facts['tokens_per_step']:,} source + {facts['tokens_per_step']:,} target")
     print("# sentence pairs: " + ", ".join(f"{n:,} in {key}" for key, n in pairs.items() if "[" not in key))
     if is_mixture(recipe.data.train):  # what an epoch takes of each corpus, by its weight
-        print("# an epoch trains on " + mixture_text(
-            [(f"data.train[{part.number}] ({describe(part.spec)})", pairs[f"data.train[{part.number}]"], part.weight)
-             for part in corpus_parts(recipe.data.train)]) + " (of the pairs read: the start leaves out those over data.max_len)")
+        print(f"# an epoch trains on {mixture_text(_mixture_parts(recipe, pairs))} (of the pairs read: the start leaves "
+              "out those over data.max_len)")
     if finished is not None:  # as the resume itself will say
         stopped = finished.get("stopped") or f"train.max_steps={recipe.train.max_steps:,}"
         print(f"# finished at step {resumes_at:,} ({stopped}) and its final model is written: the resume has nothing to do")

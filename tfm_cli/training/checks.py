@@ -20,6 +20,7 @@ from tfm_cli.corpus import (
     TsvColumns,
     corpus_files,
     corpus_parts,
+    corpus_text,
     is_mixture,
     map_files,
     read_pairs,
@@ -335,7 +336,9 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
     """Fail before anything is written when a corpus file named by the recipe is missing (for a resume of
     `resumed`, the hint says how to give the corpus's new place)."""
     for key, spec in (("data.train", recipe.data.train), ("data.dev", recipe.data.dev)):
-        for path in corpus_files(spec):
+        named = [(f"{key}[{part.number}].path" if part.number else key, path)
+                 for part in (corpus_parts(spec) if spec is not None else ()) for path in corpus_files(part.spec)]
+        for where, path in named:
             try:
                 found = resolve_corpus_path(path)
             except CorpusError as err:
@@ -344,23 +347,25 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
                     value = (corpus_text(map_files(spec, lambda f, gone=path: "NEW_PATH" if f == gone else f))
                              if is_mixture(spec) else "[SOURCE_FILE, TARGET_FILE]" if isinstance(spec, list) else "NEW_PATH")
                     hint = f"if it moved, give its new place: tfm train --resume {shell_word(resumed)} '{key}={value}'"
-                raise CorpusError(f"{key}: {err}", hint=hint) from None
+                raise CorpusError(f"{where}: {err}", hint=hint) from None
             if found.is_file() and found.stat().st_size == 0:  # said once the tokenizer was trained, naming no key
                 raise CorpusError(
-                    f"{key}: {path} is empty",
+                    f"{where}: {path} is empty",
                     hint="give a file of source<TAB>target lines" + (
                         ", or data.dev=null to train without dev evaluations" if key == "data.dev" else ""),
                 )
         if spec is not None and resumed is None:  # its first pair (a gzip of nothing, blank lines): said now too
+            where = key
             try:
                 for part in corpus_parts(spec):
+                    where = f"{key}[{part.number}].path" if part.number else key
                     next(iter(read_pairs(part.spec)), None)
             except CorpusError as err:
                 hint = err.hint if err.hint is not None else "give a file of source<TAB>target lines"
                 if key == "data.dev":  # ("": the line says the fix, a permission's)
                     hint = f"{hint}, or data.dev=null to train without dev evaluations" if hint else (
                         "data.dev=null trains without dev evaluations")
-                raise CorpusError(f"{key}: {err.message}", hint=hint) from None
+                raise CorpusError(f"{where}: {err.message}", hint=hint) from None
         for part in corpus_parts(spec) if resumed is None and spec is not None else ():
             files = part.spec
             if isinstance(files, list) and same_file(*files):  # a slip: the model would learn to copy
@@ -598,15 +603,6 @@ def check_init(recipe: Recipe, config) -> InitModel:
 def _absolute(spec):
     """A corpus, tokenizer or model path made absolute (relative ones are read from the current directory)."""
     return map_files(spec, lambda path: path if path.startswith("bundled:") else str(Path(path).expanduser().resolve()))
-
-
-def corpus_text(spec) -> str:
-    """A corpus spec as a recipe writes it in YAML's one-line form: `train.tsv`, `[a.fr, a.en]`, or a mixture's
-    `[{path: a.tsv, weight: 2}, {path: b.tsv}]`."""
-    if is_mixture(spec):
-        return "[" + ", ".join("{" + ", ".join(f"{k}: {corpus_text(v) if k == 'path' else v}" for k, v in item.items()) + "}"
-                               for item in spec) + "]"
-    return f"[{', '.join(map(str, spec))}]" if isinstance(spec, list) else str(spec)
 
 
 def with_absolute_paths(recipe: Recipe) -> Recipe:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tfm_cli.corpus import PROGRESS_EVERY, describe, now_and_then
-from tfm_cli.data import TokenizedCorpus, encode_corpus, pairs_an_epoch
+from tfm_cli.data import TokenizedCorpus, encode_corpus, pairs_taken
 from tfm_cli.errors import TfmError
 from tfm_cli.recipe import Recipe, reads_placeholders
 from tfm_cli.tokenizer import Tokenizer
@@ -45,11 +45,16 @@ def usable_corpus(recipe: Recipe, tok: Tokenizer, progress: Callable[[int], None
     """
     corpus = encode_corpus(recipe.data.train, tok, recipe.data.max_len, progress=progress, numbers=reads_placeholders(recipe))
     s = corpus.stats
-    if corpus.mixture is not None and s.kept and not sum(pairs_an_epoch(corpus.mixture)):
-        raise TfmError(
-            f"data.train's weights take no pair into an epoch: {mixture_text(_kept(corpus))}",
-            hint="raise the weights (a weight times its corpus's pairs is rounded to a whole number of pairs)",
-        )
+    for part in corpus.mixture or ():  # a corpus of the list that adds nothing, as one alone is refused
+        if part.stats.kept == 0:
+            p = part.stats
+            raise TfmError(
+                f"no usable sentence pairs in data.train[{part.number}] ({part.name}): of {p.read:,} read, "
+                f"{p.skipped_empty:,} have an empty side and {p.skipped_long:,} a side over "
+                f"{in_tokens(recipe.data.max_len - 1)} (data.max_len={recipe.data.max_len} counts the </s>)",
+                hint=f"check data.train[{part.number}] (or take it out of the list), and raise data.max_len if the "
+                "sentences are longer",
+            )
     if s.kept == 0:
         raise TfmError(
             f"no usable sentence pairs in data.train {describe(recipe.data.train)}: of {s.read:,} read, {s.skipped_empty:,} have "
@@ -60,26 +65,50 @@ def usable_corpus(recipe: Recipe, tok: Tokenizer, progress: Callable[[int], None
     return corpus
 
 
+MAX_EPOCH_PAIRS = 100_000_000  # an epoch's batches are lists of pair indices, about 80 bytes a pair as they are built
+
+
 def mixture_text(parts: list[tuple[str, int, float]]) -> str:
     """What an epoch takes of each corpus of a mixture, from (name, pairs, weight): `data.train[1] 1,000 pairs x 2
     = 2,000; data.train[2] 40,000 pairs x 0.5 = 20,000, drawn at random again each epoch`."""
     said = []
     for name, n, weight in parts:
         whole, rest = divmod(weight, 1.0)
-        taken = int(whole) * n + round(rest * n)
         drawn = "" if not rest else f", {round(rest * n):,} of them drawn at random again each epoch" if whole else (
             ", drawn at random again each epoch")
-        said.append(f"{name} {n:,} pair{'' if n == 1 else 's'} x {weight:g} = {taken:,}{drawn}")
+        said.append(f"{name} {n:,} pair{'' if n == 1 else 's'} x {weight:g} = {pairs_taken(n, weight):,}{drawn}")
     return "; ".join(said)
+
+
+def check_mixture(parts: list[tuple[str, int, float]]) -> list[str]:
+    """What an epoch takes of each corpus of a mixture (name, pairs, weight), checked: a TfmError when the weights
+    take no pair at all or more than MAX_EPOCH_PAIRS; the warnings of corpora that an epoch takes nothing of (a weight
+    times its pairs is rounded to a whole number of them)."""
+    taken = [pairs_taken(n, weight) for _, n, weight in parts]
+    if not sum(taken):
+        raise TfmError(f"data.train's weights take no pair into an epoch: {mixture_text(parts)}",
+                       hint="raise the weights (a weight times its corpus's pairs is rounded to a whole number of pairs)")
+    if sum(taken) > MAX_EPOCH_PAIRS:
+        raise TfmError(
+            f"data.train's weights make an epoch of {sum(taken):,} pairs ({mixture_text(parts)}): its batches are "
+            f"built in memory, about 80 bytes a pair, so at most {MAX_EPOCH_PAIRS:,}",
+            hint="lower the weights (to weigh a corpus more than the others, give the others a weight below 1)",
+        )
+    return [f"warning: {name}: an epoch takes none of its {n:,} pair{'' if n == 1 else 's'} (weight {weight:g}); raise "
+            "its weight, or take it out of data.train" for (name, n, weight), k in zip(parts, taken, strict=True) if not k]
 
 
 def _kept(corpus: TokenizedCorpus) -> list[tuple[str, int, float]]:
     return [(f"data.train[{part.number}] ({part.name})", part.stats.kept, part.weight) for part in corpus.mixture or ()]
 
 
-def mixture_said(corpus: TokenizedCorpus) -> str | None:
-    """The start's line on a mixture: what an epoch takes of each corpus, of the pairs kept."""
-    return None if corpus.mixture is None else f"an epoch trains on {mixture_text(_kept(corpus))} (of the pairs kept)"
+def mixture_said(corpus: TokenizedCorpus) -> list[str]:
+    """The start's lines on a mixture: what an epoch takes of each corpus, of the pairs kept, and the warnings of
+    `check_mixture` (whose errors it raises)."""
+    if corpus.mixture is None:
+        return []
+    warnings = check_mixture(_kept(corpus))
+    return [f"an epoch trains on {mixture_text(_kept(corpus))} (of the pairs kept)", *warnings]
 
 
 READING_SAID_EVERY = PROGRESS_EVERY  # seconds between two lines while a large corpus is read

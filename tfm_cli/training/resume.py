@@ -6,7 +6,9 @@ and whether the run is finished already (`finished_resume`). `check_resume` is a
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import warnings
 from collections.abc import Callable
@@ -16,7 +18,7 @@ from typing import Any
 import torch
 
 from tfm_cli.checkpoint import read_metadata, read_weights, unreadable
-from tfm_cli.corpus import corpus_parts
+from tfm_cli.corpus import corpus_parts, corpus_text
 from tfm_cli.data import BatchStream, pad_multiple_for
 from tfm_cli.errors import CheckpointError, TfmError, UnreadableFileError, shell_word
 from tfm_cli.files import DirectoryLock, json_value
@@ -241,12 +243,27 @@ def _trained_with(run_dir: Path, saved_recipe: dict[str, Any] | None) -> dict[st
         return {}
 
 
-def _weights(spec: Any) -> list[float]:
-    """The weights of a data.train's corpora (one corpus: [1.0])."""
+def _weights(spec: Any) -> list[float] | None:
+    """The weights of a data.train's corpora, None where they are all 1: the batches are then those of the files
+    joined (`BatchStream`), so that `[{path: a.tsv}, {path: b.tsv}]` is the corpus its files make, joined."""
     try:
-        return [part.weight for part in corpus_parts(spec)]
+        weights = [part.weight for part in corpus_parts(spec)]
     except (KeyError, TypeError, ValueError):  # a recipe.yaml edited by hand: compared as it is
-        return []
+        return [math.nan]
+    return None if all(w == 1 for w in weights) else weights
+
+
+def _change_text(key: str, before: Any, now: Any) -> str:
+    """`key before -> now`, a corpus spec as a recipe writes it; a mixture whose files stay, by the weights that
+    change (`data.train[1].weight 2 -> 3`)."""
+    if key != "data.train":
+        return f"{key} {before!r} -> {now!r}"
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        was, is_ = corpus_parts(before), corpus_parts(now)
+        if len(was) == len(is_) > 1 and all(a.spec == b.spec for a, b in zip(was, is_, strict=True)):
+            return ", ".join(f"{key}[{b.number}].weight {a.weight:g} -> {b.weight:g}"
+                             for a, b in zip(was, is_, strict=True) if a.weight != b.weight)
+    return f"{key} {corpus_text(before)} -> {corpus_text(now)}"
 
 
 def _changed_settings(
@@ -308,7 +325,7 @@ def restore_stream(
     except TfmError as error:
         differ = _changed_settings(recipe, before, _STREAM_KEYS)
         now = recipe_to_dict(with_absolute_paths(recipe))
-        changed = [f"{key} {before[section][name]!r} -> {now[section][name]!r}" for key, section, name in differ]
+        changed = [_change_text(key, before[section][name], now[section][name]) for key, section, name in differ]
         why = (f"this resume changes {'; '.join(changed)}" if changed
                else f"data.train holds other pairs than it was trained on ({error})" if corpus_changed else str(error))
         raise CheckpointError(

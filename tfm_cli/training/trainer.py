@@ -642,8 +642,8 @@ class Trainer:
                 f"data.max_len={recipe.data.max_len} counts the </s>) "
                 f"in {time.perf_counter() - read_start:.1f}s"
             )
-            if mixture := mixture_said(corpus):
-                self.events.message(mixture)
+            for line in mixture_said(corpus):  # (raises where the weights take no pair, or too many)
+                self.events.message(line)
             if main and s.columns_warning:  # (a mixture's: `[2] bt.tsv has ...; [3] ...`)
                 for warning in s.columns_warning.split("; [") if corpus.mixture is not None else [s.columns_warning]:
                     self.events.message(f"warning: data.train{'' if warning.startswith('[') else '['}{warning}"
