@@ -82,6 +82,29 @@ def test_a_mixture_loads_dumps_and_loads_again(corpora):
     assert recipe_as_written(in_code).data.train == [{"path": "a.tsv", "weight": 3}, {"path": ["b.fr", "b.en"]}]
 
 
+def test_one_corpus_of_the_list_is_set_by_its_place_on_the_command_line():
+    data = {"name": "m", "data": {"train": [{"path": "a.tsv", "weight": 2}, {"path": ["b.fr", "b.en"]}]}}
+    recipe = recipe_from_dict(data, overrides=["data.train[2].weight=0.3", "data.train[1].path=c.tsv"])
+    assert recipe.data.train == [{"path": "c.tsv", "weight": 2.0}, {"path": ["b.fr", "b.en"], "weight": 0.3}]
+    assert data["data"]["train"][0] == {"path": "a.tsv", "weight": 2}  # the recipe's own list untouched
+    cases = {
+        "data.train[3].weight=1": "override 'data.train[3].weight=1': data.train lists 2 corpora (data.train[1] to "
+                                  "data.train[2]): to add one, give the whole list",
+        "data.train[1].wieght=1": "override 'data.train[1].wieght=1': wieght is not a key of a corpus; did you mean "
+                                  "data.train[1].weight?",
+        "data.train[1].weight=0": "override 'data.train[1].weight=0': data.train[1].weight=0.0 must be a number above 0",
+    }
+    for override, said in cases.items():
+        with pytest.raises(RecipeError) as excinfo:
+            recipe_from_dict(data, overrides=[override])
+        assert len(excinfo.value.problems) == 1 and excinfo.value.problems[0].startswith(said), excinfo.value.problems
+    with pytest.raises(RecipeError) as excinfo:
+        recipe_from_dict({"name": "m"}, overrides=["data.train[1].weight=2"])
+    assert excinfo.value.problems == [
+        "override 'data.train[1].weight=2': data.train is one corpus ('bundled:tatoeba-fr-en/train.tsv.gz'), not a list "
+        "of corpora: give the whole list, e.g. data.train=[{path: a.tsv, weight: 2}, {path: b.tsv}]"]
+
+
 def test_each_problem_of_a_mixture_is_a_line_naming_the_corpus():
     bad = [{"path": "a.tsv", "weight": -1}, {"paths": "b.tsv"}, "c.tsv", {"path_src": "d.fr", "path": ""},
            {"path": "e.tsv", "weight": True}, {"path": ["f.fr", "g.fr", "h.fr"]}, {"path": "i.tsv", "weight": float("nan")}]
@@ -222,7 +245,7 @@ def test_a_resume_that_changes_the_weights_names_them(corpora):
     recipe = recipe_file(corpora, "reweigh", mixture(corpora, a=3, b=1), max_steps=10, save_every=10)
     tfm("train", str(recipe), "--out", str(root / "reweigh"), "--device", "cpu")
     proc = tfm("train", "--resume", str(root / "reweigh"), "train.max_steps=20", "--device", "cpu",
-               f"data.train={json.dumps(mixture(corpora, a=1, b=0.5))}", check=False)  # 80 pairs: no batch 10 left
+               "data.train[1].weight=1", "data.train[2].weight=0.5", check=False)  # 80 pairs: no batch 10 left
     assert proc.returncode == 1
     assert ("cannot continue from its data position (epoch 1, batch 10): this resume changes data.train[1].weight 3 -> "
             "1, data.train[2].weight 1 -> 0.5") in proc.stderr

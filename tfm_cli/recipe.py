@@ -931,19 +931,46 @@ def _apply_overrides(
             if target is not None:
                 target[parts[1]] = value
                 set_by[key] = text
+        elif corpus := _CORPUS_KEY.fullmatch(key):  # data.train[2].weight=3: one corpus of a mixture
+            problem = _set_corpus(sections["data"], int(corpus[1]), corpus[2], value) if sections["data"] is not None else None
+            if problem:
+                problems.append(f"override {_shown(text)}: {problem}")
+            else:
+                set_by[key] = text
         else:
             problems.append(f"override {_shown(text)}: {_unknown_key(key)}")
     return problems, set_by
+
+
+_CORPUS_KEY = re.compile(r"data\.train\[(\d+)\]\.([^.\s]+)")
+
+
+def _set_corpus(data: dict[str, Any], number: int, name: str, value: Any) -> str | None:
+    """Set `name` of the `number`-th corpus (1-based) of data.train's list, in a copy of that list; else what is
+    wrong (no such key of a corpus, no such corpus, or data.train is one corpus, not a list)."""
+    if name not in MIXTURE_KEYS:
+        close = difflib.get_close_matches(name, MIXTURE_KEYS, n=1)
+        return (f"{name} is not a key of a corpus; did you mean data.train[{number}].{close[0]}?" if close
+                else f"a corpus of data.train has {' and '.join(MIXTURE_KEYS)}")
+    corpora = data.get("train", DataRecipe.train)
+    if not is_mixture(corpora) or not all(isinstance(item, dict) for item in corpora):
+        return (f"data.train is one corpus ({_yaml_text(corpora)}), not a list of corpora: give the whole list, e.g. "
+                "data.train=[{path: a.tsv, weight: 2}, {path: b.tsv}]")
+    if not 1 <= number <= len(corpora):
+        return (f"data.train lists {len(corpora)} corpor{'a' if len(corpora) > 1 else 'us'} (data.train[1] to "
+                f"data.train[{len(corpora)}]): to add one, give the whole list")
+    corpora = [dict(item) for item in corpora]  # the recipe's own list is left as it was read
+    corpora[number - 1][name] = value
+    data["train"] = corpora
+    return None
 
 
 def _blamed_on_overrides(problem: str, set_by: dict[str, str]) -> str | None:
     """`problem` (a value's type, range or cross-field rule) with the overrides that set the keys it names put in
     front (`override 'train.max_steps=abc': train.max_steps='abc' must be an integer`), or None when it names no
     key an override set (the value is the recipe file's)."""
-    texts = [
-        text for key, text in set_by.items()
-        if re.search(rf"(?<![\w.]){re.escape(key)}(=| is |\[\d+\])", problem)  # data.train[2].weight: a list's corpus
-    ]
+    keys = [key for key in set_by if re.search(rf"(?<![\w.]){re.escape(key)}(=| is |\[\d+\])", problem)]  # data.train[2]...
+    texts = [set_by[key] for key in keys if not any(k.startswith(f"{key}[") for k in keys)]  # the corpus's own, if set
     if not texts:
         return None
     return f"override{'s' if len(texts) > 1 else ''} {', '.join(_shown(t) for t in texts)}: {problem}"
