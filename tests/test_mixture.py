@@ -15,7 +15,15 @@ from clitools import tfm, tiny_recipe
 from safetensors.torch import load_file
 
 from tfm_cli.corpus import corpus_files, corpus_parts, describe, read_pairs
-from tfm_cli.data import BatchStream, encode_corpus, epoch_pairs, pairs_an_epoch
+from tfm_cli.data import (
+    BatchStream,
+    CorpusStats,
+    MixturePart,
+    TokenizedCorpus,
+    encode_corpus,
+    epoch_pairs,
+    pairs_an_epoch,
+)
 from tfm_cli.errors import RecipeError, TfmError
 from tfm_cli.export.common import corpus_lines
 from tfm_cli.recipe import (
@@ -79,7 +87,7 @@ def test_a_mixture_loads_dumps_and_loads_again(corpora):
     # set in code, with paths and an integer weight: read as the YAML would hold them
     in_code = Recipe(name="m", data=DataRecipe(train=[{"path": Path("a.tsv"), "weight": 3}, {"path": (Path("b.fr"), "b.en")}]))
     assert validate_recipe(in_code) == []
-    assert recipe_as_written(in_code).data.train == [{"path": "a.tsv", "weight": 3}, {"path": ["b.fr", "b.en"]}]
+    assert recipe_as_written(in_code).data.train == [{"path": "a.tsv", "weight": 3}, {"path": ["b.fr", "b.en"], "weight": 1}]
 
 
 def test_one_corpus_of_the_list_is_set_by_its_place_on_the_command_line():
@@ -92,12 +100,17 @@ def test_one_corpus_of_the_list_is_set_by_its_place_on_the_command_line():
                                   "data.train[2]): to add one, give the whole list",
         "data.train[1].wieght=1": "override 'data.train[1].wieght=1': wieght is not a key of a corpus; did you mean "
                                   "data.train[1].weight?",
-        "data.train[1].weight=0": "override 'data.train[1].weight=0': data.train[1].weight=0.0 must be a number above 0",
+        "data.train[1].weight=0": "override 'data.train[1].weight=0': data.train[1].weight=0 must be a number above 0",
     }
     for override, said in cases.items():
         with pytest.raises(RecipeError) as excinfo:
             recipe_from_dict(data, overrides=[override])
         assert len(excinfo.value.problems) == 1 and excinfo.value.problems[0].startswith(said), excinfo.value.problems
+    with pytest.raises(RecipeError) as excinfo:  # the whole list given after it would drop it without a word
+        recipe_from_dict(data, overrides=["data.train[1].weight=5", "data.train=[{path: a.tsv}, {path: b.tsv}]"])
+    assert excinfo.value.problems == [
+        "override 'data.train[1].weight=5' is replaced by the later 'data.train=[{path: a.tsv}, {path: b.tsv}]', which "
+        "gives the whole list: put the corpus's override after it"]
     with pytest.raises(RecipeError) as excinfo:
         recipe_from_dict({"name": "m"}, overrides=["data.train[1].weight=2"])
     assert excinfo.value.problems == [
@@ -112,7 +125,7 @@ def test_each_problem_of_a_mixture_is_a_line_naming_the_corpus():
         recipe_from_dict({"name": "m", "data": {"train": bad, "dev": [{"path": "dev.tsv"}]}})
     lines = excinfo.value.problems
     expected = [
-        "data.train[1].weight=-1.0 must be a number above 0",
+        "data.train[1].weight=-1 must be a number above 0",
         "data.train[2].paths is not a key of a corpus; did you mean data.train[2].path?",
         "data.train[2] needs a path",
         "data.train[3]='c.tsv' must be a corpus written as the others of data.train are, {path: CORPUS, weight: W}",
@@ -156,11 +169,21 @@ def test_an_epoch_takes_each_corpus_as_many_times_as_its_weight(corpora):
     for epoch in (1, 2):
         batched = collections.Counter(i for batch in stream.batches(epoch) for i in batch)
         assert batched == collections.Counter(epoch_pairs(corpus.mixture, 1, epoch).tolist())
-        assert all(len(set(batch)) == len(batch) for batch in stream.batches(epoch))  # a pair's copies apart
         assert len({len(batch) for batch in stream.batches(epoch)}) > 1  # (batches of several sizes: by length)
     one_and_a_half = encode_corpus(mixture(corpora, a=1.5, b=1), Chars(), max_len=64)
     counts = collections.Counter(epoch_pairs(one_and_a_half.mixture, 1, 1).tolist())
     assert sorted(collections.Counter(counts[i] for i in range(60)).items()) == [(1, 30), (2, 30)]
+
+
+def test_the_copies_of_a_pair_lie_apart_among_the_pairs_of_its_lengths():
+    # 400 pairs of one length, each twice, 40 pairs a batch: spread evenly, a pair's copies lie 10 batches apart
+    corpus = TokenizedCorpus.from_sequences([[5] * 9] * 400, [[6] * 9] * 400, vocab_size=100)
+    corpus.mixture = [MixturePart(1, "a.tsv", 2.0, CorpusStats(400, 400, 0, 0))]
+    for epoch in (1, 2, 3):
+        batches = BatchStream(corpus, max_tokens=400, seed=epoch, pad_id=0, bos_id=1, eos_id=2).batches(epoch)
+        assert len(batches) == 20 and all(len(batch) == 40 for batch in batches)  # as full as ever
+        assert all(len(set(batch)) == len(batch) for batch in batches)
+        assert collections.Counter(i for batch in batches for i in batch) == collections.Counter(list(range(400)) * 2)
 
 
 def test_weights_of_one_batch_as_the_files_joined_into_one(corpora):
@@ -274,6 +297,8 @@ def test_the_dry_run_counts_each_corpus(corpora):
             f"and {corpora['b.en']}) 40 pairs x 2.5 = 100, 20 of them drawn at random again each epoch") in out
     as_json = json.loads(tfm("train", str(recipe), "--dry-run", "--json", "--out", str(corpora["root"] / "dry")).stdout)
     assert as_json["sentence_pairs"] == {"data.train": 100, "data.train[1]": 60, "data.train[2]": 40}
+    assert as_json["pairs_an_epoch"] == {"data.train[1]": 60, "data.train[2]": 100}
+    assert as_json["recipe"]["data"]["train"][0] == {"path": str(corpora["a"]), "weight": 1}  # recorded as written
     assert not (corpora["root"] / "dry").exists()
 
 
@@ -325,6 +350,8 @@ def test_tokenize_trains_on_every_corpus_of_a_mixture(corpora):
     recipe = recipe_file(corpora, "tok", [{"path": str(corpora["dev"])}, {"path": [str(corpora["b.fr"]), str(corpora["b.en"])]}])
     out = tfm("tokenize", str(recipe), "tokenizer.vocab_size=300", "--out", str(root / "tok.json"), "--json").stdout
     assert json.loads(out)["sentences"] == 20 + 40  # both corpora measured (and trained on: the same pairs)
+    proc = tfm("tokenize", str(recipe), f"data.train[2].path={root / 'nowhere.tsv'}", "--out", str(root / "t.json"), check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith(f"Error: data.train[2].path: corpus file {root / 'nowhere.tsv'} does not")
     # its pieces are not those of the first corpus alone
     tfm("tokenize", "--corpus", str(corpora["dev"]), "--vocab-size", "300", "--out", str(root / "dev-only.json"))
     learned = json.loads((root / "tok.json").read_text())["model"]["merges"]

@@ -451,7 +451,7 @@ def token_batches(
     epoch: int,
     shuffle: bool = True,
     pad_multiple: int = 1,
-    layer: int = 0,
+    places: np.ndarray | None = None,
 ) -> list[list[int]]:
     """Group pair indices into batches of at most `max_tokens` padded tokens per side (fairseq-style buckets).
 
@@ -467,7 +467,10 @@ def token_batches(
         seed, epoch: seed the random tie-break and batch shuffle.
         shuffle: False keeps pairs and batches in sorted order, ties by index (for evaluation).
         pad_multiple: the batches' padded lengths will be rounded up to a multiple of it (`pad_multiple_for`).
-        layer: a layer of a mixture's epoch after the first (`epoch_layers`) draws from a generator of its own.
+        places: (N,) numbers in [0, 1) that order pairs of equal lengths in place of the random tie-break: a
+            mixture's epoch spreads the copies of a pair evenly among the pairs of its lengths with them
+            (`BatchStream.batches`), so that they share a batch only where fewer pairs of those lengths than
+            batches' worth lie between them; the batches are cut as full as ever.
 
     Returns:
         A list of batches, each a list of corpus indices.
@@ -477,11 +480,13 @@ def token_batches(
     src_len, tgt_len = _lengths_array(src_lengths), _lengths_array(tgt_lengths)
     if len(src_len) != len(tgt_len):
         raise ValueError(f"{len(src_len)} source but {len(tgt_len)} target lengths")
-    rng = random.Random(f"tfm-batches:{seed}:{epoch}" + (f":{layer}" if layer else ""))
+    rng = random.Random(f"tfm-batches:{seed}:{epoch}")
     order = np.arange(len(src_len))
     if shuffle:
         rng.shuffle(order)  # in place; the stable sort below keeps this random order among equal lengths
-    if len(order):  # sort by (tgt, src) as one key
+    if len(order) and places is not None:  # by (tgt, src, place)
+        order = order[np.lexsort((places[order], src_len[order], tgt_len[order]))]
+    elif len(order):  # sort by (tgt, src) as one key
         key = tgt_len[order] * (int(src_len.max()) + 1) + src_len[order]
         order = order[np.argsort(key, kind="stable")]
 
@@ -506,12 +511,13 @@ def token_batches(
 
 
 def epoch_layers(mixture: Sequence[MixturePart], seed: int, epoch: int) -> list[np.ndarray]:
-    """The pair indices an epoch of a mixture trains on, in layers that hold a pair once at most: each corpus's pairs
-    in as many layers as its weight's whole part (weight 2: in the first two), and for the rest of its weight a
-    share of its pairs drawn at random, again each epoch, in the layer after those (0.5: a random half in the first;
+    """The pair indices an epoch of a mixture trains on, in rounds that hold a pair once at most: each corpus's pairs
+    in as many rounds as its weight's whole part (weight 2: in the first two), and for the rest of its weight a
+    share of its pairs drawn at random, again each epoch, in the round after those (0.5: a random half in the first;
     1.5: all in the first and a random half in the second). The draws come from a generator seeded by (seed, epoch),
-    as `token_batches`' is: the same arguments give the same pairs. Each layer is batched apart, so that a pair's
-    copies never share a batch (length bucketing puts equal lengths together)."""
+    as `token_batches`' is: the same arguments give the same pairs. `BatchStream` spreads a pair's copies (its
+    rounds) evenly among the pairs of its lengths (length bucketing puts equal lengths together: in a random order
+    among them, the two copies of a pair of weight 2 mostly shared a batch)."""
     rng = random.Random(f"tfm-mixture:{seed}:{epoch}")
     layers: dict[int, list[np.ndarray]] = {}
     start = 0
@@ -598,17 +604,20 @@ class BatchStream:
                 batches = token_batches(
                     c.src_lengths, c.tgt_lengths, self.max_tokens, self.seed, epoch, pad_multiple=self.pad_multiple
                 )
-            else:  # the epoch's pairs by the weights, each layer batched as a corpus of them, then all shuffled
-                batches = []
+            else:  # the epoch's pairs by the weights, batched as one corpus of them, each round after the one before
                 layers = epoch_layers(c.mixture, self.seed, epoch)
-                for layer, pairs in enumerate(layers):
-                    rows = torch.from_numpy(pairs)
-                    batches += [pairs[batch].tolist() for batch in token_batches(
-                        c.src_lengths[rows], c.tgt_lengths[rows], self.max_tokens, self.seed, epoch,
-                        pad_multiple=self.pad_multiple, layer=layer,
-                    )]
-                if len(layers) > 1:
-                    random.Random(f"tfm-mixture-batches:{self.seed}:{epoch}").shuffle(batches)
+                pairs = np.concatenate(layers)
+                rounds = np.concatenate([np.full(len(layer), n, dtype=np.int64) for n, layer in enumerate(layers)])
+                # a pair's copies are its rounds 0..copies-1: each at its own place among the pairs of its lengths,
+                # (round + u) / copies with u drawn once a pair, so that they lie evenly apart
+                copies = np.bincount(pairs, minlength=len(c))[pairs]
+                digest = hashlib.blake2b(f"tfm-mixture-places:{self.seed}:{epoch}".encode(), digest_size=8).digest()
+                u = np.random.Generator(np.random.PCG64(int.from_bytes(digest, "little"))).random(len(c))
+                rows = torch.from_numpy(pairs)
+                batches = [pairs[batch].tolist() for batch in token_batches(
+                    c.src_lengths[rows], c.tgt_lengths[rows], self.max_tokens, self.seed, epoch,
+                    pad_multiple=self.pad_multiple, places=(rounds + u[pairs]) / copies,
+                )]
             self._cache = (epoch, batches)
         return self._cache[1]
 

@@ -276,8 +276,7 @@ def _convert(value: Any, kind: str) -> Any:
     if kind == "int":
         return value  # an OldYamlInt stays one: _type_problem explains it
     if kind == "corpora" and is_mixture(value) and len(value) <= MAX_CORPORA:  # each corpus's own values, one level each
-        return [{k: _convert(v, "float" if k == "weight" else "path") for k, v in item.items()} if isinstance(item, dict)
-                else item for item in value]
+        return [_corpus_as_read(item) if isinstance(item, dict) else item for item in value]
     value = _plain(value)
     if kind == "float":
         return _to_float(value)
@@ -484,6 +483,23 @@ _MIXTURE_KNOWN_AS = {  # other toolkits' names for a corpus's keys (OpenNMT-py's
 _WEIGHT_RULE = "must be a number above 0: the times an epoch trains on the corpus's pairs (2: each twice; 0.5: a random half)"
 
 
+def _corpus_as_read(item: dict[str, Any]) -> dict[str, Any]:
+    """One corpus of a list as the recipe keeps it: its path a path, its weight a number (a whole one as written,
+    1 where none is given: recipe.yaml records it, and `{path: a.tsv}` is `{path: a.tsv, weight: 1}`)."""
+    corpus = {k: _convert(v, "path") if k == "path" else v for k, v in item.items()}
+    weight = corpus.get("weight", 1)
+    corpus["weight"] = weight if _is_int(weight) else _convert(weight, "float")
+    return corpus
+
+
+def _corpus_as_written(item: typing.Mapping[str, Any]) -> dict[str, Any]:
+    """One corpus of a list set in code as a recipe file holds it (`_corpus_as_read`): a `Path` as its text, the
+    weight 1 where none is given."""
+    corpus = {k: _as_written(v, "path" if k == "path" else "float") for k, v in item.items()}
+    corpus.setdefault("weight", 1)
+    return corpus
+
+
 def _mixture_problems(key: str, value: list[Any]) -> list[str]:
     """The problems of a list of corpora (`data.train: [{path: a.tsv, weight: 2}, {path: [b.fr, b.en]}]`), one a line,
     each naming the corpus by its place (`data.train[2].weight`)."""
@@ -663,8 +679,7 @@ def _as_written(value: Any, kind: str) -> Any:
         return os.fspath(v) if kind.startswith(("path", "corpora")) and isinstance(v, os.PathLike) else v
 
     if kind == "corpora" and is_mixture(value) and len(value) <= MAX_CORPORA:  # each corpus a mapping, its path a path
-        return [{k: _as_written(v, "path" if k == "path" else "float") for k, v in item.items()}
-                if isinstance(item, typing.Mapping) else one(item) for item in value]
+        return [_corpus_as_written(item) if isinstance(item, typing.Mapping) else one(item) for item in value]
     if isinstance(value, (list, tuple)) and kind in ("path", "path?", "corpora", "floats"):  # one level, as _plain
         return [one(v) for v in value]
     return one(value)
@@ -931,6 +946,9 @@ def _apply_overrides(
             if target is not None:
                 target[parts[1]] = value
                 set_by[key] = text
+            for earlier in [k for k in set_by if k.startswith(f"{key}[")]:  # data.train[1].weight=5 data.train=[...]
+                problems.append(f"override {_shown(set_by.pop(earlier))} is replaced by the later {_shown(text)}, which "
+                                "gives the whole list: put the corpus's override after it")
         elif corpus := _CORPUS_KEY.fullmatch(key):  # data.train[2].weight=3: one corpus of a mixture
             problem = _set_corpus(sections["data"], int(corpus[1]), corpus[2], value) if sections["data"] is not None else None
             if problem:

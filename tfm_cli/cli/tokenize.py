@@ -153,8 +153,15 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
         option = "--corpus"
     if spec is None:
         raise typer.BadParameter("give a RECIPE or --corpus to train on (or --encode TEXT to inspect)", param_hint="RECIPE")
-    from tfm_cli.corpus import corpus_files, corpus_parts, same_file
+    from tfm_cli.corpus import corpus_files, corpus_parts, is_mixture, resolve_corpus_path, same_file
+    from tfm_cli.errors import CorpusError
 
+    for part in corpus_parts(spec) if is_mixture(spec) else ():  # a missing file named by its place, as `tfm train` names it
+        for path in corpus_files(part.spec):
+            try:
+                resolve_corpus_path(path, option=option)
+            except CorpusError as err:
+                raise CorpusError(f"data.train[{part.number}].path: {err.message}", hint=err.hint) from None
     for part in corpus_parts(spec):  # as `tfm train` refuses it: one language's pieces alone
         files, key = part.spec, f"data.train[{part.number}].path" if part.number else "data.train"
         if isinstance(files, list) and same_file(*files):

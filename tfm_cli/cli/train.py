@@ -584,6 +584,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     import yaml
 
     from tfm_cli.corpus import is_mixture
+    from tfm_cli.data import pairs_taken
     from tfm_cli.recipe import model_config, recipe_to_dict, with_numbers_of
     from tfm_cli.tokenizer import Tokenizer
     from tfm_cli.training import parameter_count
@@ -641,6 +642,8 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
         "vocab_size": vocab,
         "tokens_per_step": t.max_tokens * t.accum_steps,
         "sentence_pairs": pairs,
+        **({"pairs_an_epoch": {name.split(" ")[0]: pairs_taken(n, weight) for name, n, weight in _mixture_parts(recipe, pairs)}}
+           if is_mixture(recipe.data.train) else {}),  # of the pairs read, by the weights
         **({"resumes_at_step": resumes_at} if resumes_at is not None else {}),
         **({"init_from": {"weights": str(init.path), "step": init.step}} if init is not None else {}),
         **({"finished": True} if finished is not None else {}),

@@ -325,11 +325,16 @@ def _recipe_differences(path: Path, recipe: Recipe) -> str:
     for section in sorted(set(theirs) | set(ours)):
         a, b = theirs.get(section), ours.get(section)
         if isinstance(a, dict) and isinstance(b, dict):
-            differs += [f"{section}.{k} {a.get(k)!r} there -> {b.get(k)!r} here"
+            differs += [f"{section}.{k} {_value_text(section, k, a.get(k))} there -> {_value_text(section, k, b.get(k))} here"
                         for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
         elif a != b:
             differs.append(f"{section} {a!r} there -> {b!r} here")
     return "; ".join(differs[:3]) + (f"; and {len(differs) - 3} more" if len(differs) > 3 else "")
+
+
+def _value_text(section: str, key: str, value) -> str:
+    """A recorded value in a message: data.train as a recipe writes it, anything else as Python shows it."""
+    return corpus_text(value) if (section, key) == ("data", "train") else repr(value)
 
 
 def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
