@@ -274,6 +274,20 @@ def test_a_resume_that_changes_the_weights_names_them(corpora):
             "1, data.train[2].weight 1 -> 0.5") in proc.stderr
 
 
+def test_a_corpus_of_the_list_that_moved_is_given_its_new_place_by_its_own_key(corpora):
+    root = corpora["root"]
+    moving = write_tsv(root / "moving.tsv", pairs(200, 30))
+    recipe = recipe_file(corpora, "moved", [{"path": str(corpora["a"]), "weight": 2}, {"path": str(moving), "weight": 0.5}],
+                         max_steps=6, save_every=6)
+    tfm("train", str(recipe), "--out", str(root / "moved"), "--device", "cpu")
+    moving.rename(root / "moved.tsv")
+    proc = tfm("train", "--resume", str(root / "moved"), "train.max_steps=8", "--device", "cpu", check=False)
+    assert proc.returncode == 1 and f"\nError: data.train[2].path: corpus file {moving} does not exist" in proc.stderr
+    assert f"hint: if it moved, give its new place: tfm train --resume {root / 'moved'} 'data.train[2].path=NEW_PATH'" in proc.stderr
+    tfm("train", "--resume", str(root / "moved"), "train.max_steps=8", "--device", "cpu", f"data.train[2].path={root / 'moved.tsv'}")
+    assert json.loads((root / "moved" / "summary.json").read_text())["train_corpus"]["corpora"][1]["weight"] == 0.5
+
+
 def test_corpora_of_weight_one_resume_a_run_of_the_files_joined(corpora):
     root = corpora["root"]
     recipe = recipe_file(corpora, "joined", str(corpora["both"]))  # one corpus: the files joined

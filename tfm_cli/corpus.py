@@ -110,11 +110,6 @@ class CorpusPart:
     weight: float = 1.0
     number: int = 0
 
-    @property
-    def name(self) -> str:
-        """How messages name it: `data.train[2] bt.tsv`, or the file(s) alone outside a mixture."""
-        return f"[{self.number}] {describe(self.spec)}" if self.number else describe(self.spec)
-
 
 def is_mixture(spec: Any) -> bool:
     """Whether `spec` is a list of corpora with weights (a list of mappings), not one corpus."""

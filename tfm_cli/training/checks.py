@@ -21,7 +21,6 @@ from tfm_cli.corpus import (
     corpus_files,
     corpus_parts,
     corpus_text,
-    is_mixture,
     map_files,
     read_pairs,
     resolve_corpus_path,
@@ -341,17 +340,16 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
     """Fail before anything is written when a corpus file named by the recipe is missing (for a resume of
     `resumed`, the hint says how to give the corpus's new place)."""
     for key, spec in (("data.train", recipe.data.train), ("data.dev", recipe.data.dev)):
-        named = [(f"{key}[{part.number}].path" if part.number else key, path)
+        named = [(f"{key}[{part.number}].path" if part.number else key, path, part)
                  for part in (corpus_parts(spec) if spec is not None else ()) for path in corpus_files(part.spec)]
-        for where, path in named:
+        for where, path, part in named:
             try:
                 found = resolve_corpus_path(path)
             except CorpusError as err:
                 hint = err.hint
-                if resumed is not None:  # the run's recipe.yaml names where the corpus was
-                    value = (corpus_text(map_files(spec, lambda f, gone=path: "NEW_PATH" if f == gone else f))
-                             if is_mixture(spec) else "[SOURCE_FILE, TARGET_FILE]" if isinstance(spec, list) else "NEW_PATH")
-                    hint = f"if it moved, give its new place: tfm train --resume {shell_word(resumed)} '{key}={value}'"
+                if resumed is not None:  # the run's recipe.yaml names where the corpus was (a mixture's: by its place)
+                    value = "[SOURCE_FILE, TARGET_FILE]" if isinstance(part.spec, list) else "NEW_PATH"
+                    hint = f"if it moved, give its new place: tfm train --resume {shell_word(resumed)} '{where}={value}'"
                 raise CorpusError(f"{where}: {err}", hint=hint) from None
             if found.is_file() and found.stat().st_size == 0:  # said once the tokenizer was trained, naming no key
                 raise CorpusError(
