@@ -106,11 +106,12 @@ def test_one_corpus_of_the_list_is_set_by_its_place_on_the_command_line():
         with pytest.raises(RecipeError) as excinfo:
             recipe_from_dict(data, overrides=[override])
         assert len(excinfo.value.problems) == 1 and excinfo.value.problems[0].startswith(said), excinfo.value.problems
-    with pytest.raises(RecipeError) as excinfo:  # the whole list given after it would drop it without a word
-        recipe_from_dict(data, overrides=["data.train[1].weight=5", "data.train=[{path: a.tsv}, {path: b.tsv}]"])
-    assert excinfo.value.problems == [
-        "override 'data.train[1].weight=5' is replaced by the later 'data.train=[{path: a.tsv}, {path: b.tsv}]', which "
-        "gives the whole list: put the corpus's override after it"]
+    for recipe in (data, {"name": "m"}):  # the list given after it would drop it without a word (or say it is none)
+        with pytest.raises(RecipeError) as excinfo:
+            recipe_from_dict(recipe, overrides=["data.train[1].weight=5", "data.train=[{path: a.tsv}, {path: b.tsv}]"])
+        assert excinfo.value.problems == [
+            "override 'data.train[1].weight=5': it comes before 'data.train=[{path: a.tsv}, {path: b.tsv}]', which sets "
+            "data.train anew: put it after that one"]
     with pytest.raises(RecipeError) as excinfo:
         recipe_from_dict({"name": "m"}, overrides=["data.train[1].weight=2"])
     assert excinfo.value.problems == [
@@ -120,7 +121,8 @@ def test_one_corpus_of_the_list_is_set_by_its_place_on_the_command_line():
 
 def test_each_problem_of_a_mixture_is_a_line_naming_the_corpus():
     bad = [{"path": "a.tsv", "weight": -1}, {"paths": "b.tsv"}, "c.tsv", {"path_src": "d.fr", "path": ""},
-           {"path": "e.tsv", "weight": True}, {"path": ["f.fr", "g.fr", "h.fr"]}, {"path": "i.tsv", "weight": float("nan")}]
+           {"path": "e.tsv", "weight": True}, {"path": ["f.fr", "g.fr", "h.fr"]}, {"path": "i.tsv", "weight": float("nan")},
+           {"path": "j.tsv", "weight": 1001}]
     with pytest.raises(RecipeError) as excinfo:
         recipe_from_dict({"name": "m", "data": {"train": bad, "dev": [{"path": "dev.tsv"}]}})
     lines = excinfo.value.problems
@@ -134,6 +136,7 @@ def test_each_problem_of_a_mixture_is_a_line_naming_the_corpus():
         "data.train[5].weight=true must be a number above 0",
         "data.train[6].path=['f.fr', 'g.fr', 'h.fr'] must be one TSV file path or a list of exactly 2 paths",
         "data.train[7].weight=nan must be a number above 0",
+        "data.train[8].weight=1001 must be at most 1,000: an epoch would hold its pairs that many times",
         "data.dev=[{...}] must be one TSV file path",
     ]
     assert len(lines) == len(expected)
@@ -215,8 +218,8 @@ def test_weights_that_take_no_pair_or_too_many_are_refused(corpora):
         "it out of data.train"]
     with pytest.raises(TfmError, match="take no pair into an epoch"):
         check_mixture([("data.train[1] (a.tsv)", 60, 0.001)])
-    with pytest.raises(TfmError, match=r"make an epoch of 100,000,001 pairs .*: its batches are built in memory"):
-        check_mixture([("data.train[1] (big.tsv)", 100_000_001, 1), ("data.train[2] (b.tsv)", 100, 0.001)])
+    with pytest.raises(TfmError, match=r"make an epoch of 50,000,001 pairs .*: its batches are built in memory"):
+        check_mixture([("data.train[1] (big.tsv)", 50_000_001, 1), ("data.train[2] (b.tsv)", 100, 0.001)])
 
 
 def test_a_model_card_names_each_corpus_with_its_weight(corpora):

@@ -452,6 +452,7 @@ def token_batches(
     shuffle: bool = True,
     pad_multiple: int = 1,
     places: np.ndarray | None = None,
+    index: np.ndarray | None = None,
 ) -> list[list[int]]:
     """Group pair indices into batches of at most `max_tokens` padded tokens per side (fairseq-style buckets).
 
@@ -471,6 +472,8 @@ def token_batches(
             mixture's epoch spreads the copies of a pair evenly among the pairs of its lengths with them
             (`BatchStream.batches`), so that they share a batch only where fewer pairs of those lengths than
             batches' worth lie between them; the batches are cut as full as ever.
+        index: (N,) what the batches hold of each pair (a mixture's epoch: its index in the corpus); default, its
+            position in the lengths.
 
     Returns:
         A list of batches, each a list of corpus indices.
@@ -484,15 +487,17 @@ def token_batches(
     order = np.arange(len(src_len))
     if shuffle:
         rng.shuffle(order)  # in place; the stable sort below keeps this random order among equal lengths
-    if len(order) and places is not None:  # by (tgt, src, place)
-        order = order[np.lexsort((places[order], src_len[order], tgt_len[order]))]
-    elif len(order):  # sort by (tgt, src) as one key
+    if len(order):  # sort by (tgt, src) as one key (tgt, src + place in [0, 1) for a mixture's epoch)
         key = tgt_len[order] * (int(src_len.max()) + 1) + src_len[order]
+        if places is not None:  # (lengths of 4,096 make keys below 2**24: a float64 keeps 28 bits of the place)
+            key = key.astype(np.float64)
+            key += places[order]
         order = order[np.argsort(key, kind="stable")]
 
     # + EOS on src and tgt_out, + BOS on tgt_in; the batch from `start` is the longest prefix that fits
     src_width = _round_up(src_len[order] + 1, pad_multiple)  # (elementwise: lengths are tensors here)
     tgt_width = _round_up(tgt_len[order] + 1, pad_multiple)
+    held = order if index is None else index[order]  # what a batch holds of each pair, in order
     batches: list[list[int]] = []
     start = 0
     while start < len(order):
@@ -503,7 +508,7 @@ def token_batches(
             size * np.maximum.accumulate(tgt_width[start:end]) <= max_tokens
         )
         n = max(int(np.count_nonzero(fits)), 1)  # True then False; a pair too long alone gets a batch of its own
-        batches.append(order[start : start + n].tolist())
+        batches.append(held[start : start + n].tolist())
         start += n
     if shuffle:
         rng.shuffle(batches)
@@ -607,17 +612,19 @@ class BatchStream:
             else:  # the epoch's pairs by the weights, batched as one corpus of them, each round after the one before
                 layers = epoch_layers(c.mixture, self.seed, epoch)
                 pairs = np.concatenate(layers)
-                rounds = np.concatenate([np.full(len(layer), n, dtype=np.int64) for n, layer in enumerate(layers)])
                 # a pair's copies are its rounds 0..copies-1: each at its own place among the pairs of its lengths,
-                # (round + u) / copies with u drawn once a pair, so that they lie evenly apart
-                copies = np.bincount(pairs, minlength=len(c))[pairs]
+                # (round + u) / copies with u drawn once a pair, so that they lie evenly apart (in place: an epoch
+                # of millions of pairs)
                 digest = hashlib.blake2b(f"tfm-mixture-places:{self.seed}:{epoch}".encode(), digest_size=8).digest()
-                u = np.random.Generator(np.random.PCG64(int.from_bytes(digest, "little"))).random(len(c))
+                places = np.random.Generator(np.random.PCG64(int.from_bytes(digest, "little"))).random(len(c))[pairs]
+                places += np.repeat(np.arange(len(layers), dtype=np.float64), [len(layer) for layer in layers])
+                places /= np.bincount(pairs, minlength=len(c))[pairs]
+                del layers
                 rows = torch.from_numpy(pairs)
-                batches = [pairs[batch].tolist() for batch in token_batches(
+                batches = token_batches(
                     c.src_lengths[rows], c.tgt_lengths[rows], self.max_tokens, self.seed, epoch,
-                    pad_multiple=self.pad_multiple, places=(rounds + u[pairs]) / copies,
-                )]
+                    pad_multiple=self.pad_multiple, places=places, index=pairs,
+                )
             self._cache = (epoch, batches)
         return self._cache[1]
 

@@ -530,7 +530,7 @@ def _mixture_problems(key: str, value: list[Any]) -> list[str]:
                 found.append(f"{where}.weight={_yaml_text(weight)} {_WEIGHT_RULE}")
             elif weight > MAX_WEIGHT:  # an epoch's pairs are held as indices: 1e9 of them took all the memory
                 found.append(f"{where}.weight={_yaml_text(weight)} must be at most {MAX_WEIGHT:,}: an epoch would hold its "
-                             f"pairs {weight:,.0f} times; to weigh a corpus more, give the others a weight below 1")
+                             "pairs that many times; to weigh a corpus more, give the others a weight below 1")
     return found
 
 
@@ -926,7 +926,8 @@ def _apply_overrides(
     problems: list[str] = []
     set_by: dict[str, str] = {}
     overrides = list(overrides)
-    for text in _spaced_overrides(overrides, problems):
+    given = _spaced_overrides(overrides, problems)
+    for at, text in enumerate(given):
         try:
             key, value = parse_override(text)
         except RecipeError as err:
@@ -946,11 +947,11 @@ def _apply_overrides(
             if target is not None:
                 target[parts[1]] = value
                 set_by[key] = text
-            for earlier in [k for k in set_by if k.startswith(f"{key}[")]:  # data.train[1].weight=5 data.train=[...]
-                problems.append(f"override {_shown(set_by.pop(earlier))} is replaced by the later {_shown(text)}, which "
-                                "gives the whole list: put the corpus's override after it")
         elif corpus := _CORPUS_KEY.fullmatch(key):  # data.train[2].weight=3: one corpus of a mixture
-            problem = _set_corpus(sections["data"], int(corpus[1]), corpus[2], value) if sections["data"] is not None else None
+            later = next((t for t in given[at + 1 :] if t.partition("=")[0].strip() == "data.train"), None)
+            problem = (f"it comes before {_shown(later)}, which sets data.train anew: put it after that one" if later
+                       else _set_corpus(sections["data"], int(corpus[1]), corpus[2], value) if sections["data"] is not None
+                       else None)
             if problem:
                 problems.append(f"override {_shown(text)}: {problem}")
             else:
