@@ -65,8 +65,8 @@ def usable_corpus(recipe: Recipe, tok: Tokenizer, progress: Callable[[int], None
     return corpus
 
 
-# an epoch's batches are lists of pair indices, built from arrays of the epoch's pairs: about 130 bytes a pair at
-# their peak (6,200,000 pairs: 0.8 GB and 6 s), so 6.5 GB at most
+# an epoch's batches are lists of pair indices, built from arrays of the epoch's pairs: about 120 bytes a pair at
+# their peak (6,200,000 pairs: 0.75 GB and 7 s), so 6 GB at most
 MAX_EPOCH_PAIRS = 50_000_000
 
 
@@ -93,7 +93,7 @@ def check_mixture(parts: list[tuple[str, int, float]]) -> list[str]:
     if sum(taken) > MAX_EPOCH_PAIRS:
         raise TfmError(
             f"data.train's weights make an epoch of {sum(taken):,} pairs ({mixture_text(parts)}): its batches are "
-            f"built in memory, about 130 bytes a pair, so at most {MAX_EPOCH_PAIRS:,}",
+            f"built in memory, about 120 bytes a pair, so at most {MAX_EPOCH_PAIRS:,}",
             hint="lower the weights (to weigh a corpus more than the others, give the others a weight below 1)",
         )
     return [f"warning: {name}: an epoch takes none of its {n:,} pair{'' if n == 1 else 's'} (weight {weight:g}); raise "
