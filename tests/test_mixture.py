@@ -287,6 +287,12 @@ def test_a_corpus_of_the_list_that_moved_is_given_its_new_place_by_its_own_key(c
     proc = tfm("train", "--resume", str(root / "moved"), "train.max_steps=8", "--device", "cpu", check=False)
     assert proc.returncode == 1 and f"\nError: data.train[2].path: corpus file {moving} does not exist" in proc.stderr
     assert f"hint: if it moved, give its new place: tfm train --resume {root / 'moved'} 'data.train[2].path=NEW_PATH'" in proc.stderr
+    # two that moved: both named at once, each with its override
+    proc = tfm("train", "--resume", str(root / "moved"), "train.max_steps=8", "--device", "cpu",
+               f"data.train[1].path={root / 'gone.tsv'}", check=False)
+    assert " (and data.train[2].path)\n" in proc.stderr
+    assert (f"hint: if they moved, give their new places: tfm train --resume {root / 'moved'} 'data.train[1].path=NEW_PATH' "
+            "'data.train[2].path=NEW_PATH'") in proc.stderr
     tfm("train", "--resume", str(root / "moved"), "train.max_steps=8", "--device", "cpu", f"data.train[2].path={root / 'moved.tsv'}")
     assert json.loads((root / "moved" / "summary.json").read_text())["train_corpus"]["corpora"][1]["weight"] == 0.5
 

@@ -331,6 +331,30 @@ def _recipe_differences(path: Path, recipe: Recipe) -> str:
     return "; ".join(differs[:3]) + (f"; and {len(differs) - 3} more" if len(differs) > 3 else "")
 
 
+def _moved(named: list, resumed: Path, where: str, err: CorpusError) -> CorpusError:
+    """A corpus file that a resume does not find, with the override that gives its new place in the hint; of a list of
+    corpora, every one that moved at once (by its place, `data.train[2].path=NEW_PATH`), not one failed resume each."""
+    gone: dict[str, str] = {}
+    for key, path, part in named:
+        if not _resolves(path):
+            gone.setdefault(key, "[SOURCE_FILE, TARGET_FILE]" if isinstance(part.spec, list) else "NEW_PATH")
+    others = [key for key in gone if key != where]
+    fixes = " ".join(f"'{key}={value}'" for key, value in gone.items())
+    return CorpusError(
+        f"{where}: {err}" + (f" (and {', '.join(others)})" if others else ""),
+        hint=f"if {'they' if others else 'it'} moved, give {'their new places' if others else 'its new place'}: "
+        f"tfm train --resume {shell_word(resumed)} {fixes}",
+    )
+
+
+def _resolves(path) -> bool:
+    try:
+        resolve_corpus_path(path)
+    except CorpusError:
+        return False
+    return True
+
+
 def _value_text(section: str, key: str, value) -> str:
     """A recorded value in a message: data.train as a recipe writes it, anything else as Python shows it."""
     return corpus_text(value) if (section, key) == ("data", "train") else repr(value)
@@ -342,15 +366,13 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
     for key, spec in (("data.train", recipe.data.train), ("data.dev", recipe.data.dev)):
         named = [(f"{key}[{part.number}].path" if part.number else key, path, part)
                  for part in (corpus_parts(spec) if spec is not None else ()) for path in corpus_files(part.spec)]
-        for where, path, part in named:
+        for where, path, _ in named:
             try:
                 found = resolve_corpus_path(path)
             except CorpusError as err:
-                hint = err.hint
-                if resumed is not None:  # the run's recipe.yaml names where the corpus was (a mixture's: by its place)
-                    value = "[SOURCE_FILE, TARGET_FILE]" if isinstance(part.spec, list) else "NEW_PATH"
-                    hint = f"if it moved, give its new place: tfm train --resume {shell_word(resumed)} '{where}={value}'"
-                raise CorpusError(f"{where}: {err}", hint=hint) from None
+                if resumed is not None:  # the run's recipe.yaml names where the corpus was
+                    raise _moved(named, resumed, where, err) from None
+                raise CorpusError(f"{where}: {err}", hint=err.hint) from None
             if found.is_file() and found.stat().st_size == 0:  # said once the tokenizer was trained, naming no key
                 raise CorpusError(
                     f"{where}: {path} is empty",
