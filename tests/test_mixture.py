@@ -362,6 +362,20 @@ def test_a_bad_corpus_of_a_mixture_is_one_line_naming_it(corpora):
     assert f"warning: data.train[2] ({corpora['b.fr']} and {corpora['b.en']}): an epoch takes none of its 40 pairs" in proc.stderr
 
 
+def test_a_corpus_of_the_list_with_a_few_lines_of_more_columns_is_warned_about_by_its_place(corpora):
+    root = corpora["root"]
+    rows = [f"{s}\t{t}" for s, t in pairs(300, 100)]
+    rows[10] += "\tCC-BY someone"
+    ragged = root / "ragged.tsv"
+    ragged.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    recipe = recipe_file(corpora, "ragged", [{"path": str(corpora["a"])}, {"path": str(ragged), "weight": 2}],
+                         max_steps=1, save_every=1)
+    for args in (["--dry-run"], ["--out", str(root / "ragged"), "--device", "cpu"]):  # the dry run and the start
+        said = tfm("train", str(recipe), *args).stderr
+        assert [line for line in said.splitlines() if "more than two tab-separated columns" in line] == [
+            line for line in said.splitlines() if line.startswith(f"warning: data.train[2] {ragged}: 1 of 100 lines")], said
+
+
 def test_a_dev_set_that_is_one_of_the_corpora_is_warned_about(corpora):
     recipe = recipe_file(corpora, "devin")
     out = tfm("train", str(recipe), f"data.dev={corpora['a']}", "--dry-run", "--out", str(corpora["root"] / "devin"))

@@ -245,7 +245,6 @@ def encode_corpus(
     columns = [TsvColumns() for _ in parts]
     readers = [read_pairs(part.spec, columns=c) for part, c in zip(parts, columns, strict=True)]  # every file checked first
     mixture: list[MixturePart] = []
-    warnings: list[str] = []
     for part, pairs, counted in zip(parts, readers, columns, strict=True):
         before = replace(stats)
         srcs: list[str] = []
@@ -263,12 +262,11 @@ def encode_corpus(
                     progress(stats.read)
         if srcs:
             flush(srcs, tgts)
-        if warning := counted.warning():
-            warnings.append(f"[{part.number}] {warning}" if part.number else warning)
         mixture.append(MixturePart(part.number, describe(part.spec), part.weight, CorpusStats(
             stats.read - before.read, stats.kept - before.kept, stats.skipped_empty - before.skipped_empty,
-            stats.skipped_long - before.skipped_long)))
-    stats.columns_warning = "; ".join(warnings) or None
+            stats.skipped_long - before.skipped_long, counted.warning())))
+    if not is_mixture(spec):  # (a mixture's: each corpus's own, in `mixture`)
+        stats.columns_warning = mixture[0].stats.columns_warning
     return TokenizedCorpus(src_ids, src_offsets, tgt_ids, tgt_offsets, stats, mixture if is_mixture(spec) else None)
 
 

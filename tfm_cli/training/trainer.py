@@ -644,10 +644,11 @@ class Trainer:
             )
             for line in mixture_said(corpus):  # (raises where the weights take no pair, or too many)
                 self.events.message(line)
-            if main and s.columns_warning:  # (a mixture's: `[2] bt.tsv has ...; [3] ...`)
-                for warning in s.columns_warning.split("; [") if corpus.mixture is not None else [s.columns_warning]:
-                    self.events.message(f"warning: data.train{'' if warning.startswith('[') else '['}{warning}"
-                                        if corpus.mixture is not None else f"warning: data.train {warning}")
+            if main and s.columns_warning:
+                self.events.message(f"warning: data.train {s.columns_warning}")
+            for part in (corpus.mixture or ()) if main else ():  # each corpus of a list, by its place
+                if part.stats.columns_warning:
+                    self.events.message(f"warning: data.train[{part.number}] {part.stats.columns_warning}")
             self.dev = (load_dev(recipe.data.dev, tok, recipe.model.max_positions, self.t.bleu_tokenize, reads_placeholders(recipe))
                         if recipe.data.dev and main else None)
             if self.dev is not None and self.dev.columns_warning:
