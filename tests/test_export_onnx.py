@@ -109,12 +109,13 @@ def test_cli_onnxruntime_equals_torch(exported, trained) -> None:
     assert greedy == tfm("translate", "--model", str(trained["dir"]), "--precision", "fp32", "--greedy", "Je suis étudiant.").stdout
 
 
-def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm_greedy(exported, trained, tmp_path: Path) -> None:
+def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm(exported, trained, tmp_path: Path) -> None:
     """The export was usable only through tfm (`Translator.load`): its graphs' protocol (the `</s>` a source ends
     with, `<s>` at position 0, the empty cache, the ids never output, the length limit) was nowhere written. Now the
     folder has a README.md saying it and a translate.py of onnxruntime, numpy and tokenizers alone, which, run from
-    another directory with torch and tfm unimportable, prints `tfm translate --greedy`'s translations, line for
-    line: blank lines, a line longer than the model takes and characters spelled in byte tokens included, lines of
+    another directory with torch and tfm unimportable, prints `tfm translate`'s translations, line for line, with
+    the run's beam search (it searched greedily only, where `tfm translate --model EXPORT` gave the run's beam
+    search), another beam and length penalty, or greedily: blank lines, a line longer than the model takes and characters spelled in byte tokens included, lines of
     several sentences translated a sentence at a time as tfm does (sentences.py, copied beside it), or whole with
     --no-split-sentences."""
     import subprocess
@@ -135,10 +136,11 @@ def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm_greedy(
     blocked = ("import runpy, sys; sys.modules['torch'] = sys.modules['tfm_cli'] = None; sys.argv = sys.argv[1:]; "
                "runpy.run_path(sys.argv[0], run_name='__main__')")
     outputs = []
-    for split in ([], ["--no-split-sentences"], ["--verbatim"]):
-        want = tfm("translate", "--model", str(out), "--greedy", *split, stdin=text, check=False)
+    # (the same options for both: the run's beam, the others as tfm's)
+    for options in ([], ["--no-split-sentences"], ["--greedy", "--verbatim"], ["--beam", "2", "--alpha", "1.5"]):
+        want = tfm("translate", "--model", str(out), *options, stdin=text, check=False)
         assert want.returncode == 0, want.stderr
-        got = subprocess.run([sys.executable, "-c", blocked, str(out / "translate.py"), *split], input=text.encode(),
+        got = subprocess.run([sys.executable, "-c", blocked, str(out / "translate.py"), *options], input=text.encode(),
                              capture_output=True, cwd=tmp_path, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
         assert got.returncode == 0, got.stderr.decode()
         assert got.stdout.decode().splitlines() == want.stdout.splitlines() and len(want.stdout.splitlines()) == len(lines)
@@ -146,14 +148,56 @@ def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm_greedy(
         cuts = [line for line in want.stderr.splitlines() if "so only its first" in line]
         assert cuts and [line for line in got.stderr.decode().splitlines() if "so only its first" in line] == cuts, got.stderr
         outputs.append(want.stdout.splitlines())
-        records = [json.loads(x) for x in tfm("translate", "--model", str(out), "--greedy", "--json", *split, stdin=text).stdout.splitlines()]
+        records = [json.loads(x) for x in tfm("translate", "--model", str(out), "--json", *options, stdin=text).stdout.splitlines()]
         said = re.findall(r"input line (\d+): the translation leaves out [^(]*\(([^)]*)\)", got.stderr.decode())
         assert said == [(str(i), ", ".join(r["numbers_left_out"])) for i, r in enumerate(records, start=1) if r.get("numbers_left_out")]
     assert outputs[0][60:65] != outputs[1][60:65]  # the paragraphs: split, then whole
+    assert outputs[0] != outputs[2] != outputs[3]  # the searches differ
     readme = (out / "README.md").read_text(encoding="utf-8")
     config = json.loads((out / "config.json").read_text())
     assert "python translate.py < source.txt" in readme and f"(B, {config['n_heads']}, 0, {config['d_model'] // config['n_heads']})" in readme
     assert json.loads((out / "onnx.json").read_text())["decode"]["max_len_offset"] == _max_len_offset(trained)
+
+
+def test_the_exports_translate_py_answers_a_line_at_once_and_refuses_bad_input_in_a_line(exported, trained, tmp_path: Path) -> None:
+    """translate.py batches what has come whenever reading on would wait: a program that writes a line and waits for
+    its translation gets it before it writes the next (no deadlock), as from `tfm translate`. A line that is not
+    UTF-8 text is one line of error naming it, after the translations of the lines before it; a beam of 0 or a
+    length penalty out of tfm's range is refused in a line, as tfm refuses it."""
+    import select
+    import subprocess
+    import sys
+
+    out, script = exported[0], str(exported[0] / "translate.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first, second = trained["sources"][0], trained["sources"][1]
+    want = tfm("translate", "--model", str(out), stdin=f"{first}\n{second}\n").stdout.splitlines()
+    proc = subprocess.Popen([sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tmp_path, env=env)
+    try:
+        proc.stdin.write(f"{first}\n".encode())
+        proc.stdin.flush()
+        assert select.select([proc.stdout], [], [], 120)[0], "no translation of the first line while stdin stayed open"
+        assert proc.stdout.readline().decode().rstrip("\n") == want[0]
+        proc.stdin.write(f"{second}\n".encode())
+        proc.stdin.close()
+        assert proc.stdout.read().decode().splitlines() == want[1:]
+        assert proc.wait(timeout=120) == 0
+    finally:
+        proc.kill()
+
+    bad = subprocess.run([sys.executable, script], input=f"{first}\n".encode() + b"caf\xe9\n" + f"{second}\n".encode(),
+                         capture_output=True, cwd=tmp_path, env=env, timeout=300)
+    assert bad.returncode == 1 and bad.stdout.decode().splitlines() == want[:1]
+    assert bad.stderr.decode().strip() == "error: input line 2: invalid UTF-8 at byte 4; re-encode the input as UTF-8 (e.g. iconv -f cp1252 -t utf-8)"
+    # a "line" of megabytes is refused before it is held whole (/dev/zero would take all memory), after the ones before it
+    huge = subprocess.run([sys.executable, script], input=f"{first}\n".encode() + b"a" * (1 << 21), capture_output=True,
+                          cwd=tmp_path, env=env, timeout=300)
+    assert huge.returncode == 1 and huge.stdout.decode().splitlines() == want[:1]
+    assert huge.stderr.decode().startswith("error: input line 2 runs over 1 MiB without a line end")
+    for options, message in ((["--beam", "0"], "--beam 0 must be at least 1"), (["--alpha", "11"], "--alpha 11 must be a number between 0 and 10"),
+                             (["--greedy", "--beam", "3"], "not allowed with argument"), (["--beams", "3"], "unrecognized arguments: --beams 3")):
+        refused = subprocess.run([sys.executable, script, *options], input=b"", capture_output=True, cwd=tmp_path, env=env, timeout=300)
+        assert refused.returncode == 2 and message in refused.stderr.decode() and not refused.stdout, refused.stderr.decode()
 
 
 def test_the_exports_translate_py_writes_text_as_tfm_does(exported) -> None:
@@ -164,7 +208,7 @@ def test_the_exports_translate_py_writes_text_as_tfm_does(exported) -> None:
 
     out = exported[0]
     script = runpy.run_path(str(out / "translate.py"))  # not as __main__: its names, no stdin read
-    theirs = script["GreedyTranslator"](out)
+    theirs = script["OnnxTranslator"](out)
     tok = Translator.load(out, device="cpu").tokenizer
     byte = {b: tok.piece_to_id(f"<0x{b:02X}>") for b in range(256)}
     words = tok.encode("Bonjour toi, c'est l’été.")

@@ -232,7 +232,7 @@ def export_onnx(loaded: LoadedModel, out: Path, sources: list[str], opset: int |
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     files.append(MANIFEST)
-    # for onnxruntime without tfm: a greedy search of a few lines, and what the graphs take and give
+    # for onnxruntime without tfm: tfm's beam and greedy search in numpy, and what the graphs take and give
     shutil.copyfile(Path(__file__).with_name("onnx_translate.py"), out / "translate.py")
     shutil.copyfile(Path(__file__).parents[1] / "sentences.py", out / "sentences.py")  # translate.py splits lines as tfm does
     (out / "README.md").write_text(_readme(config, opset, settings), encoding="utf-8")
@@ -273,7 +273,7 @@ split theirs.
 | config.json | the architecture ({config.n_enc_layers}+{layers} layers, d_model {config.d_model}, {heads} heads, vocabulary {config.vocab_size:,}) |
 | tokenizer.json | the tokenizer (Hugging Face `tokenizers`): normalisation, the joint BPE, the byte fallback |
 | onnx.json | the graphs' input and output names, and the run's decode settings |
-| translate.py | a greedy translator of stdin with onnxruntime, numpy and tokenizers alone (no tfm, no torch) |
+| translate.py | a translator of stdin (beam or greedy search, batched) with onnxruntime, numpy and tokenizers alone (no tfm, no torch) |
 | sentences.py | tfm's sentence splitting, which translate.py uses: a line of several sentences is translated a sentence at a time (and one in capitals or in quotes as tfm does{", its numbers given as the placeholders the model copies and written back" if config.reads_placeholders else ""}) |
 
 ## Translate
@@ -286,8 +286,10 @@ pip install onnxruntime numpy tokenizers
 python translate.py < source.txt > translations.txt
 ```
 
-translate.py searches greedily, one sentence at a time: the translations of `tfm translate --greedy --model
-THIS_FOLDER`. Like tfm, it translates a line of several sentences a sentence at a time (sentences.py) and joins
+translate.py searches as `tfm translate --model THIS_FOLDER` does, with the same translations: beam search with the
+run's beam and length penalty (`--beam K` and `--alpha A` for others, `--greedy` for greedy search), over batches
+of sentences of similar length, translating whatever lines have come whenever reading on would wait (a program
+that writes a line and waits for its translation gets it). Like tfm, it translates a line of several sentences a sentence at a time (sentences.py) and joins
 their translations, as the run's `decode.split_sentences` says ({'on' if settings.split_sentences else 'off'}; `python
 translate.py --no-split-sentences` keeps each line whole); a sentence longer than the model takes is cut to its
 length, with a warning on stderr, as tfm cuts it. Read it for the whole protocol; in short:
