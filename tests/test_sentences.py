@@ -596,6 +596,35 @@ def test_a_web_or_email_address_inside_a_sentence_is_given_as_the_placeholder_di
     assert part.given == "Écrivez via XNUM ou <XNUM> ce soir." and part.numbers == ("mailto:a@b.fr", "https://c.fr")
 
 
+def test_a_megabyte_line_without_spaces_is_read_in_linear_time() -> None:
+    """The address pattern was tried at every letter of a run and read to its end from each: a line of 40,000 letters
+    without a space (an unspaced Chinese paragraph, an inline base64 image, minified JSON) took 10 s before the model
+    saw it, a megabyte some hours (quadratic), and a line of 10,000 numbers compared each with all those before it.
+    A subprocess with a minute for lines of a megabyte each, which take about a second: the quadratic code took hours.
+    The addresses found are the old pattern's (the first 32 characters of a scheme aside)."""
+    import re
+    import subprocess
+    import sys
+
+    code = (
+        "from tfm_cli.sentences import to_translate\n"
+        "for unit in ('a', '1a', 'x_', 'a.', '\u4e2d\u6587', 'a-b', 'A.', '1 '):\n"
+        "    to_translate(unit * (1_000_000 // len(unit)), True, numbers=True)\n"
+    )
+    try:
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("to_translate took over a minute for lines of a megabyte: quadratic again")
+    old = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\.)\S+|(?:mailto:)?[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+    from tfm_cli.sentences import _ADDRESS
+
+    texts = ["Voir https://a.org/x?y=1 et www.b.fr, ou x.y+z@c-d.co.uk.", "1abc://x 2www.a.b mailto:me@a.b xmailto:me@c.d",
+             "a@b@c.d e@f.g. h.i@j", "svn+ssh://h/p git://h http://h:8080/a_(b) (https://e.f)", "__a@b.c --x@y.z é@à.fr",
+             "nom.prénom@exemple.fr tom2@mail.example.com <a@b.c>", "aaa://b 9a://c a9://d +a://e .a://f"]
+    for text in texts:
+        assert [m.span() for m in _ADDRESS.finditer(text)] == [m.span() for m in old.finditer(text)], text
+
+
 def test_a_telephone_number_or_a_numeric_date_is_one_placeholder() -> None:
     """`Appelle-moi au 06 12 34 56 78.` was given as five placeholders, and the quickstart model wrote two ("Call
     me at 06:12."): a run of three groups of digits or more (seven digits or more) is one, written back as it was."""
