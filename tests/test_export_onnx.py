@@ -162,8 +162,9 @@ def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm(exporte
 def test_the_exports_translate_py_answers_a_line_at_once_and_refuses_bad_input_in_a_line(exported, trained, tmp_path: Path) -> None:
     """translate.py batches what has come whenever reading on would wait: a program that writes a line and waits for
     its translation gets it before it writes the next (no deadlock), as from `tfm translate`. A line that is not
-    UTF-8 text is one line of error naming it, after the translations of the lines before it; a beam of 0 or a
-    length penalty out of tfm's range is refused in a line, as tfm refuses it."""
+    UTF-8 text is one line of error naming it, after the translations of the lines before it (it was a traceback);
+    so is a line of megabytes, another run's tokenizer.json (it translated into nonsense), a beam of 0 or a length
+    penalty out of tfm's range; a reader that goes away ends it quietly (it was a BrokenPipeError traceback)."""
     import select
     import subprocess
     import sys
@@ -194,10 +195,54 @@ def test_the_exports_translate_py_answers_a_line_at_once_and_refuses_bad_input_i
                           cwd=tmp_path, env=env, timeout=300)
     assert huge.returncode == 1 and huge.stdout.decode().splitlines() == want[:1]
     assert huge.stderr.decode().startswith("error: input line 2 runs over 1 MiB without a line end")
+    # a reader that goes away (`| head -1`): quiet, status 141 as the shell reports it, no traceback
+    proc = subprocess.Popen([sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=tmp_path, env=env)
+    proc.stdin.write(f"{first}\n".encode())
+    proc.stdin.flush()
+    assert proc.stdout.readline().decode().rstrip("\n") == want[0]
+    proc.stdout.close()  # gone: the next translation meets a broken pipe
+    proc.stdin.write(f"{second}\n".encode())
+    proc.stdin.close()
+    assert proc.wait(timeout=120) == 141 and proc.stderr.read() == b""
+    # another run's tokenizer.json put in the folder is refused by the hash the export recorded (it translated
+    # into nonsense without a word)
+    other = tmp_path / "other"
+    shutil.copytree(out, other)
+    vocabulary = json.loads((other / "tokenizer.json").read_text(encoding="utf-8"))
+    vocabulary["model"]["vocab"]["zzz"] = len(vocabulary["model"]["vocab"]) + 1000
+    (other / "tokenizer.json").write_text(json.dumps(vocabulary), encoding="utf-8")
+    foreign = subprocess.run([sys.executable, str(other / "translate.py")], input=b"Bonjour.\n", capture_output=True, cwd=tmp_path, env=env, timeout=300)
+    assert foreign.returncode == 1 and not foreign.stdout
+    assert foreign.stderr.decode().startswith(f"error: {other / 'tokenizer.json'} does not match the exported model")
     for options, message in ((["--beam", "0"], "--beam 0 must be at least 1"), (["--alpha", "11"], "--alpha 11 must be a number between 0 and 10"),
                              (["--greedy", "--beam", "3"], "not allowed with argument"), (["--beams", "3"], "unrecognized arguments: --beams 3")):
         refused = subprocess.run([sys.executable, script, *options], input=b"", capture_output=True, cwd=tmp_path, env=env, timeout=300)
         assert refused.returncode == 2 and message in refused.stderr.decode() and not refused.stdout, refused.stderr.decode()
+
+
+def test_running_translate_py_leaves_the_export_replaceable(exported, trained, tmp_path: Path) -> None:
+    """translate.py loads sentences.py by its path, and a Python that writes bytecode put
+    `__pycache__/sentences.cpython-311.pyc` into the export: `tfm export --force` into that folder then refused
+    ("holds '__pycache__' besides the earlier export"). translate.py writes no bytecode now, and a `__pycache__`
+    of the export's own modules is the export's (replaced with it); one holding anything else is still refused."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "export"
+    shutil.copytree(exported[0], out)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"OMP_NUM_THREADS": "1"}
+    got = subprocess.run([sys.executable, str(out / "translate.py")], input=b"Bonjour.\n", capture_output=True, cwd=tmp_path, env=env, timeout=300)
+    assert got.returncode == 0 and got.stdout.strip() and not (out / "__pycache__").exists(), got.stderr.decode()
+    cache = out / "__pycache__"  # as `python -c "import sentences"` in the folder leaves it
+    subprocess.run([sys.executable, "-c", "import sentences, translate"], cwd=out, env=env, check=True, timeout=300)
+    assert sorted(p.name.split(".")[0] for p in cache.iterdir()) == ["sentences", "translate"]
+    (cache / "notes.txt").write_text("mine\n")
+    refused = tfm("export", str(trained["dir"]), "--format", "onnx", "--out", str(out), "--force", check=False)
+    assert refused.returncode == 1 and "holds '__pycache__' besides the earlier export" in refused.stderr
+    (cache / "notes.txt").unlink()
+    tfm("export", str(trained["dir"]), "--format", "onnx", "--out", str(out), "--force")
+    assert not cache.exists() and (out / "translate.py").is_file()
 
 
 def test_the_exports_translate_py_writes_text_as_tfm_does(exported) -> None:

@@ -374,12 +374,25 @@ def _check_replaceable(out: Path) -> None:
             "earlier export only, never other files",
             hint="choose another --out directory, or move those files away first",
         )
-    others = [name for name in entries if name not in written]
+    others = [name for name in entries if name not in written and not (name == "__pycache__" and _bytecode_of(out / name, written))]
     if others:
         raise TfmError(
             f"{out} holds {_some(others)} besides the earlier export: --force would delete it with the export",
             hint="move it out of that folder first, or choose another --out directory",
         )
+
+
+def _bytecode_of(cache: Path, written: set[str]) -> bool:
+    """Whether the folder `cache` (a `__pycache__`) holds only what Python compiled of the export's own .py files
+    (`sentences.cpython-311.pyc` beside an ONNX export's translate.py, by a Python that writes bytecode): part of
+    the export, replaced with it, where --force refused the folder once translate.py had run."""
+    stems = {Path(name).stem for name in written if name.endswith(".py")}
+    try:
+        return cache.is_dir() and not cache.is_symlink() and all(
+            f.is_file() and not f.is_symlink() and f.suffix == ".pyc" and f.name.split(".")[0] in stems for f in cache.iterdir()
+        )
+    except OSError:
+        return False
 
 
 def _some(names: Sequence[str]) -> str:

@@ -28,6 +28,7 @@ one without a letter written as it is, unless the recipe said `decode.verbatim: 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import os
@@ -37,6 +38,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+if sys.version_info < (3, 10):  # noqa: UP036 (the script runs in the user's Python, not tfm's)
+    sys.exit(f"error: translate.py needs Python 3.10 or newer; this is {sys.version.split()[0]}")
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")  # as tfm does: no usage telemetry, nor its warning on a read-only home
 try:
     import numpy as np
     import onnxruntime as ort
@@ -56,7 +60,8 @@ class OnnxTranslator:
     def __init__(self, folder: str | Path) -> None:
         folder = Path(folder)
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        decode = json.loads((folder / "onnx.json").read_text(encoding="utf-8")).get("decode", {})
+        manifest = json.loads((folder / "onnx.json").read_text(encoding="utf-8"))
+        decode = manifest.get("decode", {})
         self.pad, self.bos, self.eos = config["pad_id"], config["bos_id"], config["eos_id"]
         self.layers, self.heads = config["n_dec_layers"], config["n_heads"]
         self.head_dim = config["d_model"] // config["n_heads"]
@@ -71,6 +76,13 @@ class OnnxTranslator:
         # never outputs: padding, <s>, and <unk> where it is none of those
         self.banned = [self.pad, self.bos] + ([UNK] if UNK not in (self.pad, self.bos, self.eos) else [])
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        # the tokenizer the model was trained with, by the hash the export recorded (of the file as written, or of
+        # the JSON the tokenizers library makes of it): another run's would translate into nonsense without a word
+        expected = manifest.get("tokenizer_sha256")
+        hashes = {hashlib.sha256(data).hexdigest() for data in ((folder / "tokenizer.json").read_bytes(), self.tokenizer.to_str().encode())}
+        if expected not in hashes:
+            sys.exit(f"error: {folder / 'tokenizer.json'} does not match the exported model (onnx.json expects tokenizer "
+                     f"hash {str(expected)[:12]}); put back the tokenizer.json this model was trained with")
         self.byte_of = {self.tokenizer.token_to_id(f"<0x{b:02X}>"): b for b in range(256)}  # the byte fallback's tokens
         self.byte_of.pop(None, None)
         self.metaspace = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
@@ -266,6 +278,7 @@ def _sentences() -> Any:
     path = Path(__file__).resolve().with_name("sentences.py")
     spec = importlib.util.spec_from_file_location("tfm_export_sentences", path)
     module = importlib.util.module_from_spec(spec)
+    sys.dont_write_bytecode = True  # no __pycache__ in the export folder (a later `tfm export --force` replaces it)
     spec.loader.exec_module(module)
     return module
 
@@ -282,6 +295,7 @@ def main() -> None:
     parser.add_argument("--no-split-sentences", action="store_true", help="translate each line whole")
     parser.add_argument("--verbatim", action="store_true", help="translate each line as written (no capitals or frames taken off)")
     args = parser.parse_args()
+    sys.stdout.reconfigure(encoding="utf-8")  # translations in UTF-8, as every input is read, whatever the locale says
     if args.beam is not None and args.beam < 1:
         parser.error(f"--beam {args.beam} must be at least 1 (1: greedy search)")
     if args.alpha is not None and not 0 <= args.alpha <= 10:  # tfm's bounds: ((5 + length) / 6) ** A stays finite
@@ -371,4 +385,8 @@ def _not_text(raw: bytes, number: int) -> str | None:
     return None
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BrokenPipeError:  # the reader went away (`python translate.py < in | head -1`): end quietly, as the shell says
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python's last flush would fail again)
+        sys.exit(141)
