@@ -71,6 +71,7 @@ import contextlib
 import importlib.util
 import json
 import math
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -416,9 +417,9 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
     hf_tokenizer = build_tokenizer(tokenizer, config)
     out = Path(out)
     save_marian(hf_model, hf_tokenizer, out)
-    (out / "README.md").write_text(
-        _readme(loaded, settings.beam, settings.alpha, settings.max_len_offset), encoding="utf-8", errors=TEXT_ERRORS
-    )
+    (out / "README.md").write_text(_readme(loaded, settings), encoding="utf-8", errors=TEXT_ERRORS)
+    # how tfm translate gives a line to the model (sentences, frames, capitals, numbers), for the README's translate()
+    shutil.copyfile(Path(__file__).parents[1] / "sentences.py", out / "sentences.py")
 
     # Verify what a user gets: the directory loaded back, offline.
     with _quiet(transformers):
@@ -454,7 +455,9 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
         f"len(tokens) {_signed(ct2_length_offset(settings.max_len_offset))} tokens (greedy: then tfm's translations exactly)",
         "commands: tfm export RUN --format huggingface --out DIR; "
         "ct2-transformers-converter --model DIR --output_dir DIR-ct2",
-        "greedy decoding reproduces tfm's; beam search may differ in a few sentences: transformers divides by "
+        "lines: tfm translate splits a line into sentences and takes frames, capitals (and numbers) off before the model "
+        "sees it; the README.md's translate() does the same with the sentences.py beside it",
+        "greedy decoding of the sentences so given reproduces tfm's; beam search may differ in a few sentences: transformers divides by "
         f"length^{settings.alpha:g}, tfm by the GNMT penalty ((5 + length) / 6)^{settings.alpha:g}; and a hypothesis "
         "that reaches the length limit gets its forced </s> free in transformers, where tfm counts its log-probability",
         "saving it again from transformers (save_pretrained, push_to_hub): set model._keys_to_ignore_on_save = None "
@@ -463,7 +466,7 @@ def export_huggingface(loaded: LoadedModel, out: Path, sources: list[str]) -> Ex
     if config.reads_placeholders:
         notes.append(
             "numbers: the model reads each number in digits as the placeholder XNUM and copies it: give "
-            "it sentences so and put the numbers back in its output, as its README.md shows (tfm translate does it)"
+            "it sentences so and put the numbers back in its output, as its README.md's translate() does (tfm translate does it)"
         )
     if left_out:
         notes.append(
@@ -710,12 +713,14 @@ def _numbers_note(config) -> str:
 into its translation: give it each sentence so, with each telephone number or numeric date (`06 12 34 56 78`,
 `14-07-2023`: one placeholder) and each web or e-mail address inside it so too, and put them back into its
 output's placeholders in the order they came, as `tfm translate` does for each sentence of a line. Given the
-digits, it mistranslates most numbers, and garbles most addresses.
+digits, it mistranslates most numbers, and garbles most addresses. `translate()` above does it with sentences.py;
+these lines do it alone, for a sentence:
 
 ```python
 import re
 NUMBER = re.compile(r"(?<![0-9])(?<![0-9][.,])(?:[0-9]{1,3}(?:[ \\u00a0\\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![0-9]|[.,][0-9])")
-ADDRESS = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\\.)\\S+|(?:mailto:)?[\\w.+-]+@[\\w-]+(?:\\.[\\w-]+)+")  # its digits stay
+ADDRESS = re.compile(r"(?:(?<![A-Za-z])[A-Za-z][A-Za-z0-9+.-]{0,31}://|www\\.)\\S+"
+                     r"|(?:mailto:[\\w.+-]+|(?<![\\w.+-])[\\w.+-]+)@[\\w-]+(?:\\.[\\w-]+)+")  # its digits stay
 RUN = re.compile(r"(?<![\\w+.,(-])(?:\\+?[0-9]{1,4}|\\([0-9]{1,4}\\))(?:[ \\u00a0.-]?\\([0-9]{1,4}\\)|(?:[ \\u00a0.-]|(?<=\\)))"
                  r"[0-9]{1,4}){2,}(?![0-9]|[ \\u00a0.,-]\\(?[0-9])")  # 06 12 34 56 78, (555) 123-4567, 14-07-2023
 taken = []
@@ -744,8 +749,50 @@ if "XNUM" not in sentence and "XNUM" in translation:
 """
 
 
-def _readme(loaded: LoadedModel, beam: int, alpha: float, max_len_offset: int) -> str:
+def _lines_note(config, settings) -> str:
+    """What the README says of giving the model lines as `tfm translate` does, with the sentences.py beside it."""
+    numbers = ", and gives each number as the placeholder the model learned to copy" if config.reads_placeholders else ""
+    return f"""## Lines as `tfm translate` gives them
+
+`tfm translate` does not give the model a line as it is: it splits the line into sentences, takes a list's bullet,
+quotes, brackets and emoji off a sentence and writes them back around its translation, gives a sentence written in
+capitals or title case in sentence case and writes its translation so, writes a line without a letter as it
+is{numbers}. The model learned from such sentences: given a line as it is, it may translate its first sentence
+only, or garble one in capitals. `sentences.py`, beside this README (tfm's own, with no dependencies), does it:
+
+```python
+import sys
+sys.path.insert(0, "DIR")  # this folder, for sentences.py
+import sentences
+
+def cost(text):  # its pieces (how familiar a word is to the vocabulary, for a sentence in capitals)
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    return (len(ids), *ids)
+
+def translate(lines, **options):  # options: generate's, e.g. num_beams=1
+    parts = [sentences.to_translate(line, {settings.split_sentences}, cost, {settings.verbatim}, {config.reads_placeholders}) for line in lines]
+    given = [part.given for these in parts for part in these if cost(part.given)[0]]  # (the others: nothing to translate)
+    # tfm's length limit: each sentence's pieces + {settings.max_len_offset} tokens (then </s>), at most {config.max_positions - 1}
+    limits = [min(min(cost(text)[0], {config.max_positions - 1}) + {min(settings.max_len_offset, config.max_positions - 1)}, {config.max_positions - 1}) for text in given]
+    batch = tokenizer(given, return_tensors="pt", padding=True, truncation=True)
+    outputs = model.generate(**batch, max_new_tokens=max(limits) + 1, **options) if given else []
+    texts = tokenizer.batch_decode([ids[1 : 1 + limit] for ids, limit in zip(outputs, limits)], skip_special_tokens=True)
+    done = iter(" ".join(text.split()) for text in texts)
+    return [sentences.join_sentences([part.written(next(done) if cost(part.given)[0] else "") for part in these])
+            for these in parts]
+```
+
+`translate(lines, num_beams=1)` gives the lines of `tfm translate --greedy --precision fp32` (the arguments
+above are the run's `decode.split_sentences`, `decode.verbatim` and how the model reads numbers; each output is
+cut at its own sentence's limit, as `generate`'s is one for the batch). With the saved config's beam search, a few
+lines differ, as said below.
+
+"""
+
+
+def _readme(loaded: LoadedModel, settings) -> str:
     config = loaded.model.config
+    beam, alpha, max_len_offset = settings.beam, settings.alpha, settings.max_len_offset
     data = "\n".join(training_data_lines(loaded.run_dir))
     return f"""# {loaded.run_dir.name} (tfm, MarianMT format)
 
@@ -761,7 +808,7 @@ batch = tokenizer(["..."], return_tensors="pt", padding=True, truncation=True)
 print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 ```
 
-{_numbers_note(config)}`batch_decode` keeps the spaces of `▁` tokens in a row (an undertrained model emits them); `tfm translate` writes a
+{_lines_note(config, settings)}{_numbers_note(config)}`batch_decode` keeps the spaces of `▁` tokens in a row (an undertrained model emits them); `tfm translate` writes a
 run of spaces as one and strips the ends: `" ".join(text.split())` gives its line.
 
 `truncation=True` cuts a sentence longer than the encoder's {config.max_positions} positions to its first
