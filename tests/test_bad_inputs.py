@@ -1059,6 +1059,14 @@ def test_utf16_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
         list(stdin_lines("tfm translate"))
     one_line(err.value, "stdin is UTF-16 text, not UTF-8")
     assert "iconv -f utf-16 -t utf-8" in err.value.hint
+    # without a byte-order mark (as PowerShell's and .NET's tools write it) it was "a NUL byte at byte 2: binary data"
+    for code in ("utf-16-le", "utf-16-be"):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("Bonjour.\nMerci.\n".encode(code))))
+        with pytest.raises(TfmError) as err:
+            list(stdin_lines("tfm translate"))
+        name = code.replace("-le", "le").replace("-be", "be")
+        one_line(err.value, f"stdin is {name.upper()} text (a NUL byte beside each letter), not UTF-8")
+        assert f"iconv -f {name} -t utf-8" in err.value.hint
 
 
 def test_compressed_stdin_says_how_to_decompress(run: Path) -> None:

@@ -502,6 +502,7 @@ def test_unknown_option_exits_2() -> None:
         (["bench", "atention"], "No such command 'atention'", "tfm bench"),
         (["translate", "--beam", "0", "x"], "Invalid value for '--beam' / '-b'", "tfm translate"),
         (["export", "--format", "zip"], "Invalid value for --format: 'zip' is not one of", "tfm export"),
+        (["translate", "--engine", "onnx", "x"], "Invalid value for --engine: 'onnx' is not one of: auto, torch, onnxruntime", "tfm translate"),
         (["train"], "recipe is required", "tfm train"),
         (["inspect-attn"], "Missing argument 'SENTENCE'. Give the sentence to inspect, in quotes", "tfm inspect-attn"),
         (["inspect-attn", "--summary"], "or - to read it from stdin (head -n 1 input.fr | tfm inspect-attn --summary -)", "tfm inspect-attn"),

@@ -616,7 +616,7 @@ class TsvColumns:
         name = _shell_path(path)
         cut = f"{_CAT[kind]} {name} | tail -n +2 > {out}" if kind else f"tail -n +2 {name} > {out}"
         return (
-            f"{self.shown}: line 1 ({src!r} / {tgt!r}) reads as the names of the columns, and is trained as a sentence "
+            f"{self.shown}: line 1 ({src!r} / {tgt!r}) reads as the names of the columns, and is read as a sentence "
             f"pair like the others: remove it (e.g. {cut})"
         )
 

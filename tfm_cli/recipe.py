@@ -1167,10 +1167,17 @@ def _utf16(data: bytes) -> tuple[str, str] | None:
     """How `data` shows itself as UTF-16 (Windows editors save so), and iconv's name of its encoding; or None."""
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         return "it starts with a UTF-16 byte-order mark", "utf-16"
+    code = utf16_without_mark(data)
+    return ("a NUL byte beside each of its letters", code) if code else None
+
+
+def utf16_without_mark(data: bytes) -> str | None:
+    """iconv's name of the UTF-16 that `data` (the start of a file or stream, no byte-order mark) reads as, going by
+    its NUL bytes beside each Latin letter ("utf-16le" or "utf-16be"), or None."""
     head = data[:200]
     for zeros, code in ((head[1::2], "utf-16le"), (head[0::2], "utf-16be")):  # iconv's utf-16 without a mark: BE
         if len(head) >= 4 and zeros.count(0) > len(head) / 4:
-            return "a NUL byte beside each of its letters", code
+            return code
     return None
 
 

@@ -549,6 +549,13 @@ def _stdin_line(number: int, raw: bytes, command: str) -> str:
         kind, tool = compressed
         raise TfmError(f"stdin is {kind}-compressed, not text", hint=f"decompress it on the way in, e.g. {tool} input | {command}")
     if b"\x00" in raw:
+        if number == 1:  # UTF-16 without a byte-order mark (Windows tools write it): not "binary data"
+            from tfm_cli.recipe import utf16_without_mark
+
+            code = utf16_without_mark(raw)
+            if code:
+                raise TfmError(f"stdin is {code.upper()} text (a NUL byte beside each letter), not UTF-8",
+                               hint=f"re-encode the input, e.g. iconv -f {code} -t utf-8")
         raise TfmError(
             f"stdin line {number}: a NUL byte at byte {raw.index(0) + 1}: binary data, not text",
             hint="pipe in UTF-8 text, one sentence per line",

@@ -43,6 +43,7 @@ _OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "--mask": ("none", "padding", "causal"),
     "--impl": ("naive", "tfm", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn"),
     "--kind": ("encoder", "decoder", "cross"),  # tfm inspect-attn (tfm_cli.attention.KINDS)
+    "--engine": ("auto", "torch", "onnxruntime"),  # tfm translate (tfm_cli.translator.ENGINES)
 }
 # Where one command takes fewer of them (inspect-attn: `tfm_cli.precisions.PRECISIONS`, its weights are the fp32 model's).
 _COMMAND_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {("inspect-attn", "--precision"): ("auto", "fp32", "bf16", "fp16")}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import typer
 
@@ -39,7 +39,7 @@ from tfm_cli.errors import TfmError, shell_word
 from tfm_cli.precisions import TRANSLATE_PRECISIONS
 from tfm_cli.scoring import AUTO, BLEU_TOKENIZERS
 
-Engine = Literal["auto", "torch", "onnxruntime"]  # as tfm_cli.translator.ENGINES
+ENGINES = ("auto", "torch", "onnxruntime")  # as tfm_cli.translator.ENGINES (imported with torch)
 
 
 def translate(
@@ -64,7 +64,7 @@ def translate(
     precision: str = typer.Option("auto", "--precision", help="auto (bf16 on CUDA and on CPUs with fast bf16: AMX, AMD's AVX512-BF16, Arm's BF16; else fp32), fp32, bf16, fp16 (CUDA only), or int8 (CPU only: int8 linear layers, translations close to fp32's; faster on large batches, slower than fp32 one sentence at a time on some CPUs: see tfm bench translate)."),
     min_len: int = typer.Option(None, "--min-len", min=0, help="No end of sentence before this many output tokens (default: the run's recipe, 0).", show_default=False),
     batch_tokens: int = typer.Option(None, "--batch-tokens", min=1, help="Source tokens per batch (default: the run's recipe).", show_default=False),
-    engine: Engine = typer.Option("auto", "--engine", help="auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime."),
+    engine: str = typer.Option("auto", "--engine", help="auto (onnxruntime for an ONNX export directory, else torch), torch, or onnxruntime."),
     verbatim: bool = typer.Option(None, "--verbatim/--no-verbatim", help="Give the model each line exactly as written, as fairseq, Marian and CTranslate2 do: no sentence splitting, no capitals or frames taken off, lines without a letter translated too (default: the run's recipe, decode.verbatim, off).", show_default=False),
     split_sentences: bool = typer.Option(None, "--split-sentences/--no-split-sentences", help="Translate each sentence of a line apart and join their translations on the line (default: the run's recipe, on): a model trained on sentence pairs drops all but the first sentence of a line that holds several. Breaks after . ! ? (and the full stops of Chinese, Japanese, Hindi...) before a capital or a digit, never inside quotes or after an abbreviation or initial; --no-split-sentences translates each line as one sentence. Either way, unless --verbatim, a sentence in capitals or title case or in a frame (a bullet, double quotes, brackets, emoji, markup: <b>...</b>, **...**; an address, @mention or #hashtag at its edges) is translated as an ordinary sentence, without its frame, and written back as it was, and one without a letter is written as it is (README).", show_default=False),
 ) -> None:
@@ -96,7 +96,7 @@ def translate(
     if dash:  # as for cat, sacrebleu and most of the field's tools: stdin (a terminal too: typed lines)
         text = None
     reference = reference or []  # Click gives () for a multiple option not given
-    _check_options(text, beam, alpha, greedy, n_best, score, reference, output, bleu_tokenize, precision)
+    _check_options(text, beam, alpha, greedy, n_best, score, reference, output, bleu_tokenize, precision, engine)
     _check_sampling(sample, greedy, beam, alpha, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
     if verbatim and split_sentences:  # verbatim gives the model each line whole: the splitting asked for would not be done
         raise typer.BadParameter("--split-sentences has no effect with --verbatim, which gives the model each line as written", param_hint="--verbatim")
@@ -143,7 +143,7 @@ def translate(
             raise typer.BadParameter(
                 f"TEXT holds {lines} lines, and is one sentence: to translate them one a line, pipe them in "
                 f"({typed_command('translate', drop=text)} < input.fr); to translate them as one sentence, join them "
-                "(tr '\\n' ' ')",
+                "(tr '\\r\\n' '  ')",
                 param_hint="TEXT",
             )
 
@@ -225,7 +225,7 @@ def _temperature(value: float | None) -> float | None:
     return value
 
 
-def _check_options(text, beam, alpha, greedy, n_best, score, reference, output, bleu_tokenize, precision) -> None:
+def _check_options(text, beam, alpha, greedy, n_best, score, reference, output, bleu_tokenize, precision, engine) -> None:
     """The options' combinations, refused as usage errors before the model loads (exit status 2)."""
     if greedy and n_best > 1:
         raise typer.BadParameter("--n-best needs beam search or --sample; drop --greedy", param_hint="--n-best")
@@ -255,6 +255,8 @@ def _check_options(text, beam, alpha, greedy, n_best, score, reference, output, 
         raise typer.BadParameter("--bleu-tokenize is for scoring (--score or --reference)", param_hint="--bleu-tokenize")
     if precision not in TRANSLATE_PRECISIONS:
         raise typer.BadParameter(f"{precision!r} is not one of: {', '.join(TRANSLATE_PRECISIONS)}", param_hint="--precision")
+    if engine not in ENGINES:  # (a Literal option said "Value error, 'onnx' is not one of ...", a validator's words)
+        raise typer.BadParameter(f"{engine!r} is not one of: {', '.join(ENGINES)}", param_hint="--engine")
 
 
 def _translate_stdin(
@@ -444,7 +446,7 @@ def _reference_lines(path: Path, option: str, sources: list[str], counted: str) 
     lines = read_lines(path, option=option, keep_bom=True)  # as sacrebleu reads it, for the scores as written
     if len(lines) != len(sources):
         raise TfmError(
-            f"{_named(path)} has {len(lines)} lines but {counted} {len(sources)} (blank lines at the end of either are not counted)",
+            f"{_named(path)} has {len(lines)} line{'' if len(lines) == 1 else 's'} but {counted} {len(sources)} (blank lines at the end of either are not counted)",
             hint="give one reference line per input line",
         )
     return lines
