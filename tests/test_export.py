@@ -471,6 +471,14 @@ def test_release_translating_shows_its_progress(tmp_path: Path) -> None:
         ("check: the source weights translate dev sentences", 2, 2), ("check: the fp16 release translates dev sentences", 2, 2),
         ("model card: the fp16 release scores the dev set", 12, 12),
     ]
+    # a plain callback (print), and one returning the per-batch function: it broke the export at its first
+    # translating ("'NoneType' object does not support the context manager protocol")
+    plain: list[tuple[str, int]] = []
+    counted = [0]
+    run_export("release", run, tmp_path / "plain", dtype="fp16", verify_lines=2, progress=lambda what, n: plain.append((what, n)))
+    run_export("release", run, tmp_path / "counted", dtype="fp16", verify_lines=2,
+               progress=lambda what, n: lambda done: counted.__setitem__(0, counted[0] + done))
+    assert plain == [(what, n) for what, n, _ in said] and counted[0] == 16
     with pytest.raises(TypeError, match="progress"):
         run_export("release", run, tmp_path / "bad", progress=5)
 

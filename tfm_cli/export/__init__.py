@@ -67,9 +67,10 @@ def run_export(
         out: the export directory (default: exports/<run name>-<format>). A non-empty one needs `force`.
         force: replace a non-empty `out` (only after the new export is written and verified).
         verify_lines: how many dev sentences the translation checks use (0: the whole dev set).
-        progress: release: called as `progress(what, sentences)` around each translating it does (the checks,
-            and an fp16/bf16 release's scoring of the whole dev set for its model card), a context manager that
-            yields a function called with the sentences done after each batch (or None); unused by the others.
+        progress: release: called as `progress(what, sentences)` before each translating it does (the checks,
+            and an fp16/bf16 release's scoring of the whole dev set for its model card); it may return a context
+            manager around it that yields a function called with the sentences done after each batch (or None), or
+            that function itself, or nothing (a plain callback); unused by the others.
         **options: format options (release: dtype; onnx: opset).
 
     Returns:

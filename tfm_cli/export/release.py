@@ -117,7 +117,15 @@ def export_release(
 
 
 def _watch(progress: Progress | None, what: str, sentences: int) -> contextlib.AbstractContextManager:
-    return progress(what, sentences) if progress is not None else contextlib.nullcontext(None)
+    """What `progress(what, sentences)` gives, as a context manager: one (the CLI's bar), or, from a plain callback
+    (a `print`, which broke the export at its first translating: "'NoneType' object does not support the context
+    manager protocol"), its result as the per-batch function where it is one."""
+    if progress is None:
+        return contextlib.nullcontext(None)
+    given = progress(what, sentences)
+    if hasattr(given, "__enter__") and hasattr(given, "__exit__"):
+        return given
+    return contextlib.nullcontext(given if callable(given) else None)
 
 
 def _decode_settings(run_dir: Path) -> dict[str, Any]:
