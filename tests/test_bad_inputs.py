@@ -1067,6 +1067,10 @@ def test_utf16_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
         name = code.replace("-le", "le").replace("-be", "be")
         one_line(err.value, f"stdin is {name.upper()} text (a NUL byte beside each letter), not UTF-8")
         assert f"iconv -f {name} -t utf-8" in err.value.hint
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\x00" * 100 + b"\n")))  # /dev/zero: binary data
+    with pytest.raises(TfmError) as err:
+        list(stdin_lines("tfm translate"))
+    one_line(err.value, "stdin line 1: a NUL byte at byte 1: binary data, not text")
 
 
 def test_compressed_stdin_says_how_to_decompress(run: Path) -> None:

@@ -137,7 +137,8 @@ def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm(exporte
                "runpy.run_path(sys.argv[0], run_name='__main__')")
     outputs = []
     # (the same options for both: the run's beam, the others as tfm's)
-    for options in ([], ["--no-split-sentences"], ["--greedy", "--verbatim"], ["--beam", "2", "--alpha", "1.5"]):
+    # (a beam of 1 is beam search, which may go on past an end that greedy search takes: it was greedy search here)
+    for options in ([], ["--no-split-sentences"], ["--greedy", "--verbatim"], ["--beam", "2", "--alpha", "1.5"], ["--beam", "1", "--alpha", "2"]):
         want = tfm("translate", "--model", str(out), *options, stdin=text, check=False)
         assert want.returncode == 0, want.stderr
         got = subprocess.run([sys.executable, "-c", blocked, str(out / "translate.py"), *options], input=text.encode(),
@@ -152,7 +153,7 @@ def test_the_exports_own_translate_py_needs_no_tfm_and_translates_as_tfm(exporte
         said = re.findall(r"input line (\d+): the translation leaves out [^(]*\(([^)]*)\)", got.stderr.decode())
         assert said == [(str(i), ", ".join(r["numbers_left_out"])) for i, r in enumerate(records, start=1) if r.get("numbers_left_out")]
     assert outputs[0][60:65] != outputs[1][60:65]  # the paragraphs: split, then whole
-    assert outputs[0] != outputs[2] != outputs[3]  # the searches differ
+    assert outputs[0] != outputs[2] != outputs[3] and outputs[2] != outputs[4]  # the searches differ
     readme = (out / "README.md").read_text(encoding="utf-8")
     config = json.loads((out / "config.json").read_text())
     assert "python translate.py < source.txt" in readme and f"(B, {config['n_heads']}, 0, {config['d_model'] // config['n_heads']})" in readme
@@ -195,6 +196,16 @@ def test_the_exports_translate_py_answers_a_line_at_once_and_refuses_bad_input_i
                           cwd=tmp_path, env=env, timeout=300)
     assert huge.returncode == 1 and huge.stdout.decode().splitlines() == want[:1]
     assert huge.stderr.decode().startswith("error: input line 2 runs over 1 MiB without a line end")
+    # ... also where its line end came in the read that took it over the limit (it was translated)
+    over = subprocess.run([sys.executable, script], input=f"{first}\n".encode() + b"ab " * 349_530 + f"\n{second}\n".encode(),
+                          capture_output=True, cwd=tmp_path, env=env, timeout=300)
+    assert over.returncode == 1 and over.stdout.decode().splitlines() == want[:1]
+    assert over.stderr.decode().startswith("error: input line 2 runs over 1 MiB without a line end"), over.stderr.decode()
+    # a carriage return inside a line is refused as tfm refuses it (a CRLF line end is fine)
+    stray = subprocess.run([sys.executable, script], input=f"{first}\r\nBonjour.\rMerci.\n{second}\n".encode(),
+                           capture_output=True, cwd=tmp_path, env=env, timeout=300)
+    assert stray.returncode == 1 and stray.stdout.decode().splitlines() == want[:1]
+    assert stray.stderr.decode().startswith("error: input line 2: a stray carriage return (\\r) inside the line")
     # a reader that goes away (`| head -1`): quiet, status 141 as the shell reports it, no traceback
     proc = subprocess.Popen([sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             cwd=tmp_path, env=env)
@@ -216,7 +227,8 @@ def test_the_exports_translate_py_answers_a_line_at_once_and_refuses_bad_input_i
     assert foreign.returncode == 1 and not foreign.stdout
     assert foreign.stderr.decode().startswith(f"error: {other / 'tokenizer.json'} does not match the exported model")
     for options, message in ((["--beam", "0"], "--beam 0 must be at least 1"), (["--alpha", "11"], "--alpha 11 must be a number between 0 and 10"),
-                             (["--greedy", "--beam", "3"], "not allowed with argument"), (["--beams", "3"], "unrecognized arguments: --beams 3")):
+                             (["--greedy", "--beam", "3"], "not allowed with argument"), (["--beams", "3"], "unrecognized arguments: --beams 3"),
+                             (["--greedy", "--alpha", "1"], "--alpha has no effect with --greedy")):
         refused = subprocess.run([sys.executable, script, *options], input=b"", capture_output=True, cwd=tmp_path, env=env, timeout=300)
         assert refused.returncode == 2 and message in refused.stderr.decode() and not refused.stdout, refused.stderr.decode()
 
@@ -237,10 +249,11 @@ def test_running_translate_py_leaves_the_export_replaceable(exported, trained, t
     cache = out / "__pycache__"  # as `python -c "import sentences"` in the folder leaves it
     subprocess.run([sys.executable, "-c", "import sentences, translate"], cwd=out, env=env, check=True, timeout=300)
     assert sorted(p.name.split(".")[0] for p in cache.iterdir()) == ["sentences", "translate"]
-    (cache / "notes.txt").write_text("mine\n")
-    refused = tfm("export", str(trained["dir"]), "--format", "onnx", "--out", str(out), "--force", check=False)
-    assert refused.returncode == 1 and "holds '__pycache__' besides the earlier export" in refused.stderr
-    (cache / "notes.txt").unlink()
+    for mine in ("notes.txt", "translate.notes.pyc", "sentences.pyc"):  # not Python's names for its bytecode: the user's
+        (cache / mine).write_text("mine\n")
+        refused = tfm("export", str(trained["dir"]), "--format", "onnx", "--out", str(out), "--force", check=False)
+        assert refused.returncode == 1 and "holds '__pycache__' besides the earlier export" in refused.stderr
+        (cache / mine).unlink()
     tfm("export", str(trained["dir"]), "--format", "onnx", "--out", str(out), "--force")
     assert not cache.exists() and (out / "translate.py").is_file()
 

@@ -1175,8 +1175,9 @@ def utf16_without_mark(data: bytes) -> str | None:
     """iconv's name of the UTF-16 that `data` (the start of a file or stream, no byte-order mark) reads as, going by
     its NUL bytes beside each Latin letter ("utf-16le" or "utf-16be"), or None."""
     head = data[:200]
-    for zeros, code in ((head[1::2], "utf-16le"), (head[0::2], "utf-16be")):  # iconv's utf-16 without a mark: BE
-        if len(head) >= 4 and zeros.count(0) > len(head) / 4:
+    for zeros, letters, code in ((head[1::2], head[0::2], "utf-16le"), (head[0::2], head[1::2], "utf-16be")):  # iconv's utf-16 without a mark: BE
+        # (and bytes that are not NUL between them: a run of NUL bytes, /dev/zero, is binary data)
+        if len(head) >= 4 and zeros.count(0) > len(head) / 4 and len(letters) - letters.count(0) > len(head) / 4:
             return code
     return None
 

@@ -387,9 +387,11 @@ def _bytecode_of(cache: Path, written: set[str]) -> bool:
     (`sentences.cpython-311.pyc` beside an ONNX export's translate.py, by a Python that writes bytecode): part of
     the export, replaced with it, where --force refused the folder once translate.py had run."""
     stems = {Path(name).stem for name in written if name.endswith(".py")}
+    # Python's names for them: sentences.cpython-311.pyc, sentences.cpython-311.opt-1.pyc
+    compiled = re.compile(rf"(?:{'|'.join(map(re.escape, stems))})\.[a-z]+-[0-9]+(?:\.opt-[12])?\.pyc") if stems else None
     try:
-        return cache.is_dir() and not cache.is_symlink() and all(
-            f.is_file() and not f.is_symlink() and f.suffix == ".pyc" and f.name.split(".")[0] in stems for f in cache.iterdir()
+        return compiled is not None and cache.is_dir() and not cache.is_symlink() and all(
+            f.is_file() and not f.is_symlink() and compiled.fullmatch(f.name) for f in cache.iterdir()
         )
     except OSError:
         return False

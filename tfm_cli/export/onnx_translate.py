@@ -66,7 +66,8 @@ class OnnxTranslator:
         self.layers, self.heads = config["n_dec_layers"], config["n_heads"]
         self.head_dim = config["d_model"] // config["n_heads"]
         self.max_positions = config["max_positions"]
-        self.beam = decode.get("beam", 4)  # hypotheses kept a step (1: greedy search)
+        self.beam = decode.get("beam", 4)  # hypotheses kept a step
+        self.greedy = False  # the most probable token at each step instead (not a beam of 1, which may go on past an end)
         self.alpha = decode.get("alpha", 0.6)  # the length penalty's exponent (GNMT)
         self.max_len_offset = decode.get("max_len_offset", 50)  # output: at most source length + this many tokens
         self.min_len = decode.get("min_len", 0)  # no end before this many tokens
@@ -97,7 +98,7 @@ class OnnxTranslator:
         sources = [self.source(sentence, where) for sentence, where in zip(sentences, wheres, strict=True)]
         out = [""] * len(sources)  # (one with nothing left once normalised stays empty)
         order = sorted((i for i, ids in enumerate(sources) if ids), key=lambda i: len(sources[i]), reverse=True)
-        budget = max(BATCH_TOKENS // self.beam, 1)  # padded source tokens a batch (a beam multiplies its rows)
+        budget = max(BATCH_TOKENS // (1 if self.greedy else self.beam), 1)  # padded source tokens a batch (a beam multiplies its rows)
         while order:
             width = len(sources[order[0]]) + 1  # the longest first: it sets the batch's width
             batch, order = order[: max(1, budget // width)], order[max(1, budget // width) :]
@@ -129,7 +130,7 @@ class OnnxTranslator:
         # the longest output before </s>: source length + the offset, within the decoder's positions
         limit = self.max_positions - 1
         max_len = np.array([max(1, min(len(ids) + min(self.max_len_offset, limit), limit)) for ids in sources])
-        searches = [_Greedy(self.eos) if self.beam == 1 else _Beam(self.beam, self.alpha, int(m), self.eos) for m in max_len]
+        searches = [_Greedy(self.eos) if self.greedy else _Beam(self.beam, self.alpha, int(m), self.eos) for m in max_len]
         live, rows = list(range(n)), [1] * n  # the sentences still searched, and each one's rows (its beams)
         row_sentence = np.arange(n)  # (R,) each row's sentence
         feeds = dict(per_sentence)
@@ -288,8 +289,8 @@ def main() -> None:
         description="Translate stdin to stdout, a line for a line, with this tfm ONNX export (onnxruntime, numpy and "
         "tokenizers; no tfm, no torch).")
     search = parser.add_mutually_exclusive_group()
-    search.add_argument("--beam", type=int, metavar="K", help="beam size (default: the run's, in onnx.json; 1 is greedy search)")
-    search.add_argument("--greedy", action="store_true", help="the most probable token at each step (a beam of 1)")
+    search.add_argument("--beam", type=int, metavar="K", help="beam size (default: the run's, in onnx.json)")
+    search.add_argument("--greedy", action="store_true", help="the most probable token at each step, instead of beam search")
     parser.add_argument("--alpha", type=float, metavar="A",
                         help="the length penalty's exponent, ((5 + length) / 6) ** A (default: the run's, in onnx.json)")
     parser.add_argument("--no-split-sentences", action="store_true", help="translate each line whole")
@@ -297,12 +298,14 @@ def main() -> None:
     args = parser.parse_args()
     sys.stdout.reconfigure(encoding="utf-8")  # translations in UTF-8, as every input is read, whatever the locale says
     if args.beam is not None and args.beam < 1:
-        parser.error(f"--beam {args.beam} must be at least 1 (1: greedy search)")
+        parser.error(f"--beam {args.beam} must be at least 1")
     if args.alpha is not None and not 0 <= args.alpha <= 10:  # tfm's bounds: ((5 + length) / 6) ** A stays finite
         parser.error(f"--alpha {args.alpha:g} must be a number between 0 and 10 (the paper: 0.6)")
+    if args.greedy and args.alpha is not None:  # as tfm refuses it: greedy search has no length penalty
+        parser.error("--alpha has no effect with --greedy (greedy search has no length penalty)")
     sentences = _sentences()
     translator = OnnxTranslator(Path(__file__).resolve().parent)
-    translator.beam = 1 if args.greedy else translator.beam if args.beam is None else args.beam
+    translator.greedy, translator.beam = args.greedy, translator.beam if args.beam is None else args.beam
     translator.alpha = translator.alpha if args.alpha is None else args.alpha
     split = translator.split_sentences and not args.no_split_sentences
     verbatim = translator.verbatim or args.verbatim
@@ -366,6 +369,10 @@ def _chunks() -> Iterator[list[bytes]]:
         if ended and buffer:
             lines.append(buffer)
             buffer = b""
+        # a whole line over the limit too (its end may come in the read that took it over), as tfm refuses it
+        over = next((i for i, line in enumerate(lines) if len(line) > MAX_LINE_BYTES), None)
+        if over is not None:
+            lines, too_long = lines[:over], True
         for start in range(0, len(lines), CHUNK_LINES):
             yield lines[start : start + CHUNK_LINES]
         lines_read += len(lines)
@@ -382,6 +389,9 @@ def _not_text(raw: bytes, number: int) -> str | None:
         raw.decode("utf-8")
     except UnicodeDecodeError as e:
         return f"input line {number}: invalid UTF-8 at byte {e.start + 1}; re-encode the input as UTF-8 (e.g. iconv -f cp1252 -t utf-8)"
+    if b"\r" in raw.removesuffix(b"\r"):  # (a CRLF line end is one)
+        return (f"input line {number}: a stray carriage return (\\r) inside the line; make such characters spaces "
+                "(e.g. tr '\\r' ' '), as tfm translate refuses it")
     return None
 
 if __name__ == "__main__":
