@@ -176,6 +176,15 @@ def test_the_cards_translate_gives_tfm_translates_lines(exported, trained):
     raw = space["tokenizer"].batch_decode(space["model"].generate(**space["tokenizer"](paragraphs, return_tensors="pt", padding=True),
                                                                   num_beams=1, max_new_tokens=60), skip_special_tokens=True)
     assert raw != got[20:25]  # given as they are, the paragraphs come out otherwise
+    # run as a user runs it, it says nothing (transformers warned at each call that max_new_tokens overrode the saved
+    # max_length)
+    script = ("import sys\nfrom transformers import AutoTokenizer, MarianMTModel\n"
+              f"tokenizer, model = AutoTokenizer.from_pretrained({str(out)!r}), MarianMTModel.from_pretrained({str(out)!r})\n"
+              + code.replace('"DIR"', repr(str(out))) + "\nprint(translate(sys.argv[1:], num_beams=1))\n")
+    proc = subprocess.run([sys.executable, "-c", script, *lines[:3]], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0 and proc.stdout.strip() == repr(got[:3]), proc.stderr
+    assert "max_new_tokens" not in proc.stderr and "max_length" not in proc.stderr, proc.stderr
 
 
 def test_an_over_long_sentence_truncated_as_the_card_says_gets_tfm_s_translation(exported, reference, trained):

@@ -775,7 +775,8 @@ def translate(lines, **options):  # options: generate's, e.g. num_beams=1
     # tfm's length limit: each sentence's pieces + {settings.max_len_offset} tokens (then </s>), at most {config.max_positions - 1}
     limits = [min(min(cost(text)[0], {config.max_positions - 1}) + {min(settings.max_len_offset, config.max_positions - 1)}, {config.max_positions - 1}) for text in given]
     batch = tokenizer(given, return_tensors="pt", padding=True, truncation=True)
-    outputs = model.generate(**batch, max_new_tokens=max(limits) + 1, **options) if given else []
+    # (max_length=None: the saved config's, the position table's end, is not a limit here; transformers warns without it)
+    outputs = model.generate(**batch, max_new_tokens=max(limits) + 1, max_length=None, **options) if given else []
     texts = tokenizer.batch_decode([ids[1 : 1 + limit] for ids, limit in zip(outputs, limits)], skip_special_tokens=True)
     done = iter(" ".join(text.split()) for text in texts)
     return [sentences.join_sentences([part.written(next(done) if cost(part.given)[0] else "") for part in these])
@@ -818,7 +819,8 @@ ends in an `IndexError`. For CTranslate2, cut `tokens` (below) the same way.
 `generate` uses beam {beam} by default (`num_beams=1` for greedy, which gives tfm's greedy translations); its
 length penalty (score / length^{alpha:g}) is not tfm's GNMT penalty, and a hypothesis that reaches the length limit
 gets its forced `</s>` free (tfm counts its log-probability), so a few beam translations may differ.
-Set `max_new_tokens` for a length limit (tfm stops at source length + max_len_offset). tfm gives an empty or
+Set `max_new_tokens` for a length limit (tfm stops at source length + max_len_offset), with `max_length=None`
+(else transformers warns at each call that it overrides the saved `max_length`). tfm gives an empty or
 blank line an empty translation without decoding it; `generate` translates its lone `</s>` into some sentence:
 leave such lines out. The saved config ends a
 beam search by transformers' rule (`early_stopping=False`: the best live beam scored at its present length);
