@@ -1579,6 +1579,9 @@ def test_control_characters_of_a_sentence_are_shown_not_sent_to_the_terminal(ran
         assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr, (args, proc.stderr)
     proc = tfm("tokenize", "--tokenizer", str(random_run), "--encode", sentence)
     assert "decoded: Le chat\\x1b]0;pwned\\x07 dort." in proc.stderr, proc.stderr
+    # translated as the sentence without them (the model was given their byte tokens)
+    plain = tfm("translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3", "Le chat dort.").stdout
+    assert tfm("translate", "--model", str(random_run), "--device", "cpu", "--max-len", "3", sentence).stdout == plain
     proc = tfm("translate", "--model", str(random_run / "missing\x1b[31m"), "Bonjour.")
     assert proc.returncode != 0 and "missing\\x1b[31m" in proc.stderr and "\x1b" not in proc.stderr, proc.stderr
 

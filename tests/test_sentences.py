@@ -596,6 +596,27 @@ def test_a_web_or_email_address_inside_a_sentence_is_given_as_the_placeholder_di
     assert part.given == "Écrivez via XNUM ou <XNUM> ce soir." and part.numbers == ("mailto:a@b.fr", "https://c.fr")
 
 
+@pytest.mark.parametrize(
+    ("line", "given"),
+    [
+        ("\x1b[1m", ""),  # was translated as "Get up." from its byte tokens, its 1 a number left out
+        ("Bonjour\x07 Tom.", "Bonjour Tom."),  # was "Tom has gone."
+        ("\x1b[31mJe suis étudiant.\x1b[0m", "Je suis étudiant."),
+        ("Le chat\x1b]0;titre\x07 dort.", "Le chat dort."),  # a window's title
+        ("\x1b[1;31mJE SUIS LÀ.\x1b[0m", "Je suis là."),  # in capitals once the colours are off
+        ("J'ai 3 chats\x1b[0m.", "J'ai XNUM chats."),
+        ("x\x7fy\x9bz\x08", "xyz"),  # DEL, a C1 control, a backspace
+        ("un\tdeux", "un\tdeux"),  # a tab stays
+    ],
+)
+def test_terminal_escapes_and_control_characters_are_not_given_to_the_model(line: str, given: str) -> None:
+    """A terminal's escape sequences and control characters reached the model as byte tokens (a line piped from a
+    coloured log, a bell): they are no text, and are taken out of what the model is given; `--verbatim` gives
+    the line as it is."""
+    assert [part.given for part in to_translate(line, True, numbers=True)] == [given]
+    assert to_translate(line, True, verbatim=True)[0].given == line
+
+
 def test_a_megabyte_line_without_spaces_is_read_in_linear_time() -> None:
     """The address pattern was tried at every letter of a run and read to its end from each: a line of 40,000 letters
     without a space (an unspaced Chinese paragraph, an inline base64 image, minified JSON) took 10 s before the model

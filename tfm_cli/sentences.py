@@ -650,6 +650,13 @@ def _abbreviation_at_end(translation: str) -> bool:
     )
 
 
+# A terminal's escape sequences (colours and bold, `\x1b[1m`; a window's title, `\x1b]0;...\x07`) and control
+# characters (a bell, a backspace, DEL, C1 controls) are no text to translate, but reached the model as byte tokens:
+# `\x1b[1m` alone was translated as "Get up." (its digit counted as a number left out), `Bonjour\x07 Tom.` as "Tom has
+# gone.". They are taken out of what the model is given (not with verbatim); a tab and the line ends stay.
+_CONTROLS = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
 def to_translate(
     line: str, split: bool, cost: Callable[[str], Any] | None = None, verbatim: bool = False, numbers: bool = False
 ) -> list[Part]:
@@ -660,6 +667,7 @@ def to_translate(
     `[Part(line, line)]`."""
     if verbatim:
         return [Part(line, line, verbatim=True)]
+    line = _CONTROLS.sub("", line)
     if not line.strip():
         return [Part(line, line)]  # a blank line: an empty one
     parts: list[Part] = []
