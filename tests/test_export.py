@@ -360,6 +360,30 @@ def test_an_export_killed_between_the_renames_of_force_gets_its_previous_export_
     assert link.resolve() == out and (out / "tfm-export.json").is_file()
 
 
+def test_a_full_out_is_refused_before_the_model_is_loaded(trained, tmp_path: Path, monkeypatch) -> None:
+    """A folder that is not empty, or another run, is said at once: it was said only after the model's load (seconds
+    for a base model), and the same words come after it for an --out that fills meanwhile."""
+    import tfm_cli.checkpoint
+
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "notes.txt").write_text("mine")
+    other = tmp_path / "other-run"
+    (other / "checkpoints").mkdir(parents=True)
+
+    def loaded_anyway(*args, **kwargs):
+        raise AssertionError("the model was loaded before --out was looked at")
+
+    monkeypatch.setattr(tfm_cli.checkpoint, "load_model", loaded_anyway)
+    with pytest.raises(TfmError, match="full is not empty"):
+        run_export("onnx", trained["dir"], full)
+    with pytest.raises(TfmError, match="other-run is a training run"):
+        run_export("release", trained["dir"], other, force=True)
+    with pytest.raises(TfmError, match="exists and is not a directory"):
+        run_export("release", trained["dir"], full / "notes.txt")
+    assert (full / "notes.txt").read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["full", "other-run"]
+
+
 def test_format_options_fp16_range_and_a_broken_recipe_are_named(trained, tmp_path: Path) -> None:
     with pytest.raises(TfmError, match=r"dtype is not an option of the onnx export \(its options: opset\)"):
         run_export("onnx", trained["dir"], tmp_path / "onnx", dtype="fp16")

@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from tfm_cli.errors import TfmError, shell_word
-from tfm_cli.export.common import EXPORT_INFO, Check, ExportCheckError, ExportResult, staging
+from tfm_cli.export.common import (
+    EXPORT_INFO,
+    Check,
+    ExportCheckError,
+    ExportResult,
+    check_destination,
+    staging,
+)
 from tfm_cli.files import TEXT_ERRORS, as_path
 
 __all__ = ["FORMATS", "Check", "ExportCheckError", "ExportResult", "run_export", "default_out"]
@@ -45,6 +52,11 @@ def default_out(model: str | Path | None, fmt: str, runs_root: str | Path = "run
 def _out_for(run: Path, fmt: str) -> Path:
     # the run's own name, also when given as `.` or `..` (they made exports/-release, and ..-release in a folder)
     return Path("exports") / f"{Path(os.path.abspath(run)).name}-{fmt}"
+
+
+def _holds(folder: Path, path: Path) -> bool:
+    """`path` is `folder` or inside it (then the export's staging says so, naming the model)."""
+    return path.resolve() == folder.resolve() or path.resolve().is_relative_to(folder.resolve())
 
 
 def run_export(
@@ -107,6 +119,8 @@ def run_export(
     from tfm_cli.export.common import probe_sources
     from tfm_cli.files import utf8_name
 
+    if out is not None and os.path.exists(out) and not (model is not None and _holds(Path(out), Path(model))):
+        check_destination(Path(out), force)  # a full --out said at once, not after the model's load (asked again there)
     loaded = load_model(model, "cpu", runs_root)
     if not utf8_name(loaded.path.absolute()):  # the export's files record where it came from, in UTF-8
         raise TfmError(

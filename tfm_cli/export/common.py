@@ -229,37 +229,22 @@ def training_data_lines(run_dir: Path) -> list[str]:
     return corpus_lines(spec) if spec else ["- training data: not recorded in its recipe.yaml"]
 
 
-@contextlib.contextmanager
-def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Path]:
-    """An empty directory beside `out` to write into; on success it takes `out`'s place in one rename.
-
-    A non-empty `out` is refused unless `force`, and even then unless it is an earlier export holding nothing
-    else (`_check_replaceable`); with `force` the old contents are removed only once the new export is complete
-    and verified. `protect` (the run being exported) may never be the destination, nor may
-    any other training run (a folder with checkpoints/ or metrics.jsonl).
-    On any error the staging directory is removed and `out` is left as it was.
-    """
-    out = Path(out)
+def _refuse_non_utf8(out: Path) -> None:
     if not utf8_name(out.absolute()):  # the export records its path in UTF-8 JSON, and safetensors takes no other
         raise TfmError(
             f"the export folder {out} has a name that is not UTF-8 (bytes of another encoding)",
             hint="choose an --out whose name is UTF-8 (e.g. ASCII letters, digits, '-', '_')",
         )
-    # first: a killed --force's previous export goes back to `out` before `out` is looked at (beside the folder a
-    # link points to, where a --force through the link put it aside)
-    _sweep_partials(Path(os.path.realpath(out)) if out.is_symlink() else out)
+
+
+def check_destination(out: Path, force: bool) -> Path:
+    """Refuse an --out an export may not take the place of; return the folder it is written to (a link's target).
+
+    Read-only; `staging` asks it once the partials of killed exports are swept, and `run_export` before loading the
+    model where `out` exists (the sweep changes nothing there), so a full folder is said before the model's load.
+    """
+    _refuse_non_utf8(out)
     resolved = out.resolve()
-    for path in protect:
-        p = Path(path).resolve()
-        if resolved == p or p.is_relative_to(resolved):
-            raise TfmError(f"{out} holds the model being exported", hint="choose another --out directory")
-        earlier_export = out.is_dir() and (out / EXPORT_INFO).is_file()  # RUN/release written by tfm export
-        if resolved.is_relative_to(p) and out.exists() and (not out.is_dir() or any(out.iterdir())) and not earlier_export:
-            # e.g. RUN/checkpoints: --force would delete the run's checkpoints and trainer states
-            raise TfmError(
-                f"{out} is part of the run being exported ({path}): replacing it would delete the run's files",
-                hint="choose an --out outside the run, e.g. exports/NAME",
-            )
     if out.is_symlink() and not out.exists():  # the export was made, then its rename failed: "...partial: Not a directory"
         raise TfmError(
             f"{out} is a symbolic link to {os.readlink(out)}, which does not exist",
@@ -290,6 +275,37 @@ def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Pa
         raise TfmError(f"{out} is the current directory, or holds it", hint="choose another --out directory")
     if out.is_dir() and force:
         _check_replaceable(out)
+    return out
+
+
+@contextlib.contextmanager
+def staging(out: Path, force: bool, protect: Sequence[Path] = ()) -> Iterator[Path]:
+    """An empty directory beside `out` to write into; on success it takes `out`'s place in one rename.
+
+    A non-empty `out` is refused unless `force`, and even then unless it is an earlier export holding nothing
+    else (`_check_replaceable`); with `force` the old contents are removed only once the new export is complete
+    and verified. `protect` (the run being exported) may never be the destination, nor may
+    any other training run (a folder with checkpoints/ or metrics.jsonl).
+    On any error the staging directory is removed and `out` is left as it was.
+    """
+    out = Path(out)
+    _refuse_non_utf8(out)
+    # first: a killed --force's previous export goes back to `out` before `out` is looked at (beside the folder a
+    # link points to, where a --force through the link put it aside)
+    _sweep_partials(Path(os.path.realpath(out)) if out.is_symlink() else out)
+    resolved = out.resolve()
+    for path in protect:
+        p = Path(path).resolve()
+        if resolved == p or p.is_relative_to(resolved):
+            raise TfmError(f"{out} holds the model being exported", hint="choose another --out directory")
+        earlier_export = out.is_dir() and (out / EXPORT_INFO).is_file()  # RUN/release written by tfm export
+        if resolved.is_relative_to(p) and out.exists() and (not out.is_dir() or any(out.iterdir())) and not earlier_export:
+            # e.g. RUN/checkpoints: --force would delete the run's checkpoints and trainer states
+            raise TfmError(
+                f"{out} is part of the run being exported ({path}): replacing it would delete the run's files",
+                hint="choose an --out outside the run, e.g. exports/NAME",
+            )
+    out = check_destination(out, force)
     existing = nearest_existing(out.absolute().parent)
     if not existing.is_dir():
         raise TfmError(f"{out} cannot be written: {existing} is a file, not a folder", hint="choose another --out directory")
