@@ -100,7 +100,7 @@ complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l precision -x -a
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l summary -d 'Statistics of every head: entropy, maximum, share on </s>, <s> and punctuation, distance from the...'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l target -s t -x -d 'Inspect this target (teacher-forced) instead of the model\'s translation'
 complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l token -x -d 'Focus on one query token: its text (a word inside a piece counts: \'il\' finds qu\'il'
-complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l words -d 'Merge subword pieces into words (keys summed, queries averaged).'
+complete -c tfm -n '__fish_seen_subcommand_from inspect-attn' -l words -d 'Merge subword pieces into words (keys summed, queries averaged)'
 
 # tfm tokenize
 complete -c tfm -n '__fish_seen_subcommand_from tokenize' -l corpus -s c -r -F -d 'Train on this TSV (source TAB target), or give it twice: source file, target file.'

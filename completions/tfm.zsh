@@ -181,7 +181,7 @@ _tfm_inspect_attn() {
         '--summary[Statistics of every head\: entropy, maximum, share on </s>, <s> and punctuation, distance from the...]' \
         '(--target -t)'{--target=,-t+}'[Inspect this target (teacher-forced) instead of the model'\''s translation]:target: ' \
         '--token=[Focus on one query token\: its text (a word inside a piece counts\: '\''il'\'' finds qu'\''il]:token: ' \
-        '--words[Merge subword pieces into words (keys summed, queries averaged).]' \
+        '--words[Merge subword pieces into words (keys summed, queries averaged)]' \
         '1:sentence: '
 }
 

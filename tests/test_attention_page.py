@@ -591,13 +591,13 @@ def test_page_in_chromium_follows_a_dark_system_theme(browser, tmp_path, report)
 
 
 def _word_level_report() -> dict:
-    """A report merged to words (as `--words` makes it) whose target has a word of three pieces, `tired.` as
-    `▁tir` `ed` `.`: its later pieces read the first piece of the key word `tired.`, which is not masked."""
+    """A report merged to words (as `--words` makes it) whose target has a word of three pieces, `tired` as
+    `▁ti` `r` `ed`: its later pieces read the first piece of the key word `tired`, which is not masked."""
     import torch
 
     from tfm_cli.attention import AttentionReport, merge_words
 
-    src, tgt = ["▁Je", "▁suis", "▁fatigué", ".", "</s>"], ["▁I", "▁am", "▁tir", "ed", ".", "</s>"]
+    src, tgt = ["▁Je", "▁suis", "▁fatigué", ".", "</s>"], ["▁I", "▁am", "▁ti", "r", "ed", "</s>"]
     inputs = ["<s>", *tgt[:-1]]
     gen = torch.Generator().manual_seed(0)
 
@@ -608,11 +608,11 @@ def _word_level_report() -> dict:
         return logits.softmax(-1)
 
     pieces = AttentionReport(
-        "Je suis fatigué.", "I am tired.", False, "runs/x", src, tgt, inputs,
+        "Je suis fatigué.", "I am tired", False, "runs/x", src, tgt, inputs,
         {"encoder": weights(5, 5, False), "decoder": weights(6, 6, True), "cross": weights(6, 5, False)}, 16,
     )
     words = merge_words(pieces)
-    assert words.tgt_tokens == ["I", "am", "tired.", "</s>"] and words.tgt_inputs == ["<s>", "I", "am", "tired."]
+    assert words.tgt_tokens == ["I", "am", "tired", "</s>"] and words.tgt_inputs == ["<s>", "I", "am", "tired"]
     assert words.decoder_visible() == [1, 2, 4, 4] and pieces.decoder_visible() == [1, 2, 3, 4, 5, 6]
     w = words.weights["decoder"]
     for q, visible in enumerate(words.decoder_visible()):  # the keys past what a word reads are exactly 0, the rest not
@@ -621,7 +621,7 @@ def _word_level_report() -> dict:
 
 
 def test_word_level_decoder_weights_are_not_shown_as_masked_in_the_image(tmp_path):
-    """At word level `tired.` (`▁tired` `.`) puts real weight on the key word `tired.`, one right of the diagonal:
+    """At word level `tired` (`▁ti` `r` `ed`) puts real weight on the key word `tired`, one right of the diagonal:
     the image greyed it as masked, as every cell past the diagonal."""
     pytest.importorskip("matplotlib")
     import numpy as np

@@ -86,10 +86,21 @@ def test_padded_keys_get_zero_and_the_explicit_path_equals_the_fast_one(translat
         assert torch.allclose(logits_fast, logits_math, atol=1e-4)
 
 
+def _words_as_aligners_count(text: str) -> list[str]:
+    """`text` split at spaces, and the punctuation that opens or closes a word split off it (Moses-like)."""
+    words = []
+    for word in text.split():
+        opening = re.match(r"^[^\w]*", word).group()
+        closing = re.search(r"[^\w]*$", word[len(opening):]).group()
+        words += [part for part in (opening, word[len(opening):len(word) - len(closing)], closing) if part]
+    return words
+
+
 def test_words_keep_rows_summing_to_one(report) -> None:
     words = merge_words(report)
-    assert words.word_level and [t for t in words.src_tokens if t != "</s>"] == SENTENCE.split()
-    assert " ".join(t for t in words.tgt_tokens if t != "</s>") == report.target
+    # the words as written, the punctuation before or after one a word of its own (`fatigué` `.`)
+    assert words.word_level and [t for t in words.src_tokens if t != "</s>"] == _words_as_aligners_count(SENTENCE)
+    assert [t for t in words.tgt_tokens if t != "</s>"] == _words_as_aligners_count(report.target)
     for kind in KINDS:
         w = words.weights[kind]
         assert w.shape[-2:] == (len(words.query_tokens(kind)), len(words.key_tokens(kind)))
@@ -374,10 +385,17 @@ def test_word_units_of_scripts_written_without_spaces() -> None:
     thai = ["▁วันนี้", "อากาศ", "ดี", "</s>"]
     assert word_groups(thai) == [[0], [1], [2], [3]]
     mixed = ["<s>", "▁The", "▁i", "Phone", "手机", "▁is", "▁sh", "<0xD7>", "<0xA9>", "!", "</s>"]
-    assert word_groups(mixed) == [[0], [1], [2, 3], [4], [5], [6, 7, 8, 9], [10]]
+    assert word_groups(mixed) == [[0], [1], [2, 3], [4], [5], [6, 7, 8], [9], [10]]
     spelled = ["▁", "<0xE6>", "<0x88>", "<0x91>", "<0xE7>", "<0x9A>", "<0x84>", "</s>"]  # " 我的" in bytes
     assert word_groups(spelled) == [[0, 1, 2, 3], [4, 5, 6], [7]]
     assert word_groups(["▁", "▁Je", "</s>"]) == [[0], [1], [2]]  # as before: a word after a bare "▁" is its own
+    # punctuation before or after a word is a word of its own (`--align` gave `She <- rouge.`); inside one it stays
+    french = ["▁Elle", "▁a", "▁une", "▁voiture", "▁rouge", ".", "</s>"]
+    assert word_groups(french) == [[0], [1], [2], [3], [4], [5], [6]]
+    framed = ["▁", "(", "B", "on", "jour", ")", "▁«", "▁S", "al", "ut", "▁»", "▁?", "</s>"]
+    assert word_groups(framed) == [[0, 1], [2, 3, 4], [5], [6], [7, 8, 9], [10], [11], [12]]
+    inside = ["▁W", "ow", "!", "!", "!", "▁C'est", "-", "à", "-d", "ire", ".", ".", ".", "▁U", ".", "S", ".", "</s>"]
+    assert word_groups(inside) == [[0, 1], [2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12], [13, 14, 15], [16], [17]]
 
 
 def test_cli_heatmap_rows_line_up_with_wide_characters(trained: dict) -> None:
@@ -535,9 +553,10 @@ def test_cli_json_alignment_names_the_words_it_counts(trained: dict) -> None:
     here: 1-j named "東", 2-j "京", where the split gave "東京" and "beaucoup."). The JSON names the words."""
     base = ["inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", "J'aime 東京 beaucoup.", "--target", "I love Tokyo a lot."]
     data = json.loads(tfm(*base, "--json").stdout)
-    assert data["src_words"] == ["J'aime", "東", "京", "beaucoup."] and data["tgt_words"] == ["I", "love", "Tokyo", "a", "lot."]
+    # (the full stops are words of their own, as word aligners count them)
+    assert data["src_words"] == ["J'aime", "東", "京", "beaucoup", "."] and data["tgt_words"] == ["I", "love", "Tokyo", "a", "lot", "."]
     pairs = [tuple(map(int, pair.split("-"))) for pair in data["alignment"].split()]
-    assert [j for _, j in pairs] == list(range(5)) and all(0 <= i < 4 for i, _ in pairs)
+    assert [j for _, j in pairs] == list(range(6)) and all(0 <= i < 5 for i, _ in pairs)
     words = json.loads(tfm(*base, "--json", "--words").stdout)
     assert words["src_words"] == words["src_tokens"][:-1] == data["src_words"] and words["alignment"] == data["alignment"]
 
@@ -738,3 +757,57 @@ def test_a_sentence_without_a_letter_is_inspected_only_verbatim(trained: dict, t
         assert raw.src_tokens[:-1] == [translator.tokenizer.id_to_piece(i) for i in translator.tokenizer.encode(source)]
     proc = tfm("inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", "42", check=False)
     assert proc.returncode == 1 and proc.stderr.startswith("Error: the sentence '42' has no letter") and "--verbatim" in proc.stderr
+
+
+def test_cli_token_finds_a_number_read_as_a_placeholder(trained: dict) -> None:
+    """`--token 4` on "J'ai 23 ans et 4 chats." showed token 4, `et`, without a word, and `--token 23` was out of
+    range: the model reads each number as a placeholder, so no number could be asked for by its digits. A number
+    is found at its placeholder, digits that are also another token's index are refused, and `#N` is the index."""
+    base = ("inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", "J'ai 23 ans et 4 chats.",
+            "--target", "I have 4 cats and I am 23.")
+    data = json.loads(tfm(*base, "--token", "23", "--json").stdout)
+    src, tgt = data["src_tokens"], data["tgt_tokens"]
+    def placeholders(tokens: list[str]) -> list[int]:  # where XNUM starts: one piece, or X N U M in this small vocabulary
+        text = [t.replace("▁", "") for t in tokens]
+        return [i for i in range(len(text)) if "".join(text[i:i + 4]).startswith("XNUM") and text[i].startswith("X")]
+
+    src_at, tgt_at = placeholders(src), placeholders(tgt)
+    assert len(src_at) == 2 and len(tgt_at) == 2, (src, tgt)  # else this test shows nothing
+    assert (data["focus"]["kind"], data["focus"]["query"]) == ("encoder", src_at[0])
+    # in the target, whose numbers come in another order: 23 is its second placeholder
+    cross = json.loads(tfm(*base, "--token", "23", "--kind", "cross", "--json").stdout)["focus"]
+    assert (cross["kind"], cross["query"]) == ("cross", tgt_at[1])
+    said = tfm(*base, "--token", "23").stderr
+    assert f"the number 23 is read by the model as the placeholder XNUM (query {src_at[0] + 1})" in said
+    ambiguous = tfm(*base, "--token", "4", check=False)  # token 4 is `et`, the number 4 another token
+    assert ambiguous.returncode == 1 and ambiguous.stdout == "" and "Traceback" not in ambiguous.stderr
+    assert f"--token 4 is both token 4 ({src[3]}) and the number 4 of the sentence (token {src_at[1] + 1}" in ambiguous.stderr
+    assert f"give --token '#4' for token 4, or --token '#{src_at[1] + 1}' for the number" in ambiguous.stderr
+    assert json.loads(tfm(*base, "--token", "#4", "--json").stdout)["focus"]["query"] == 3
+    assert json.loads(tfm(*base, "--token", f"#{src_at[1] + 1}", "--json").stdout)["focus"]["query"] == src_at[1]
+    # digits that are no number of the sentence are the index, as before
+    assert json.loads(tfm(*base, "--token", "3", "--json").stdout)["focus"]["query"] == 2
+
+
+def test_cli_a_line_of_several_sentences_is_said_to_be_translated_whole(trained: dict) -> None:
+    """`tfm translate` translates each sentence of a line apart; inspect-attn shows the model's translation of the
+    line whole (one source, one output), and said nothing: its target was not the translation translate prints."""
+    line = "Il pleut. Je reste à la maison."
+    proc = tfm("inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", line, "--align")
+    assert "warning: the sentence holds 2 sentences, which tfm translate translates one by one" in proc.stderr
+    whole = tfm("translate", "--model", str(trained["dir"]), "--device", "cpu", "--precision", "fp32", "--no-split-sentences", line).stdout.strip()
+    assert f"target: {whole}  (the model's translation)" in proc.stderr
+    data = json.loads(tfm("inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", line, "--json", "--kind", "cross", "--layer", "1").stdout)
+    assert data["sentences"] == 2 and data["target"] == whole
+    for quiet in (("--target", "It is raining. I stay at home."), ("--verbatim",), ()):
+        args = (line,) if quiet else ("Il pleut.",)
+        assert "sentences" not in tfm("inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", *args, *quiet).stderr
+
+
+def test_cli_html_takes_the_layer_and_head_the_summary_does_not(trained: dict, tmp_path: Path) -> None:
+    """`--summary --layer 2 --head 3 --html F` warned that --layer and --head were not used, but the page opens on them."""
+    page = tmp_path / "page.html"
+    proc = _run(trained, "--summary", "--layer", "2", "--head", "3", "--html", str(page))
+    assert "not used" not in proc.stderr and page.is_file()
+    assert '"view":{"kind":"cross","layer":1,"head":2,' in page.read_text(encoding="utf-8")  # 0-based
+    assert "--layer and --head are not used here" in _run(trained, "--summary", "--layer", "2", "--head", "3").stderr

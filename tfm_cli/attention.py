@@ -16,8 +16,10 @@ CLI renders these numbers (tfm_cli/cli/inspect_attn.py) and a Python user gets t
 
 from __future__ import annotations
 
+import bisect
 import math
 import operator
+import re
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,10 +32,12 @@ from tfm_cli.packing import module_view
 from tfm_cli.scripts import unspaced
 from tfm_cli.sentences import (
     MAX_DEPTH,
+    NUMBER_PLACEHOLDER,
     frame,
     in_capitals,
     in_title_case,
     numbers_as_placeholder,
+    placeholder_values,
     sentence_case,
     to_translate,
 )
@@ -67,9 +71,16 @@ class AttentionReport:
     # that sees only "<s>"; None when the first word is one piece (its row is that query's alone). For `head_summary`.
     decoder_first_row: torch.Tensor | None = field(default=None, repr=False)
     # Word level only: for each decoder query word, how many key words the causal mask lets it see (a word's
-    # later pieces see the first piece of the word after: `tired.` as `▁tired` `.` reads `▁tired`, the start of the
-    # key word `tired.`); subword level: query i sees keys 0..i
+    # later pieces see the first piece of the word after: `tired` as `▁ti` `red` reads `▁ti`, the start of the
+    # key word `tired`); subword level: query i sees keys 0..i
     decoder_words_visible: list[int] | None = None
+    # How many sentences `Translator.translate` finds in the source (split_sentences) and translates one by one: more
+    # than one, and the model's translation here, of the source whole, is not the one `tfm translate` prints.
+    sentences: int = 1
+    # For a model that reads numbers as a placeholder: the number (or address) each placeholder piece of the source
+    # and of the target stands for, in order, as written (`--token 23` finds the placeholder of 23); else ().
+    src_numbers: tuple[str, ...] = ()
+    tgt_numbers: tuple[str, ...] = ()
 
     def decoder_visible(self) -> list[int]:
         """For each decoder self-attention query, the number of keys it may see (the keys after are masked)."""
@@ -154,7 +165,7 @@ class AttentionReport:
                 ]
         return {
             "source": self.source, "target": self.target, "forced_target": self.forced_target, "model": self.model,
-            "word_level": self.word_level, "stopped": self.stopped,
+            "word_level": self.word_level, "stopped": self.stopped, "sentences": self.sentences,
             "src_tokens": self.src_tokens, "tgt_tokens": self.tgt_tokens, "tgt_inputs": self.tgt_inputs,
             "n_layers": self.n_layers, "n_heads": self.n_heads, "d_k": self.d_k,
             "decoder_visible": self.decoder_visible(),
@@ -205,7 +216,8 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     # what the model is given for it, as `translate` gives it (a sentence in capitals or title case as an ordinary one,
     # without its frame: `sentences.to_translate`): its pieces are the ones shown, and the translation's are of it
     # (checked as translate checks it: unknown names, verbatim="no")
-    verbatim = translator.settings.updated(**decode).verbatim
+    settings = translator.settings.updated(**decode)
+    verbatim = settings.verbatim
 
     numbers = translator.number_placeholders  # numbers given as placeholders (`sentences.Part.numbers`)
     source_part = to_translate(source, False, tok.word_cost, bool(verbatim), numbers)[0]
@@ -243,11 +255,13 @@ def attention_report(translator: Translator, source: str, target: str | None = N
         result = translator.translate(source, **{**decode, "split_sentences": False})
         tgt_ids = [tok.piece_to_id(p) for p in result.tokens]
         target_text, forced, stopped = result.text, False, result.stopped
+        tgt_numbers = source_part.numbers or ()  # written into its placeholders in order (`Part.written`)
     else:
         # teacher-forced as the model writes the translation of the source it is given: a target in capitals or in a
         # frame (`"I AM TIRED."`) beside a source so written is forced in sentence case, without its frame
         forced_text = target if verbatim else as_written_by_the_model(target)
         tgt_ids, target_text, forced, stopped = tok.encode(forced_text), target, True, None
+        tgt_numbers = () if verbatim else placeholder_values(target, source_part.numbers or ())
         if not tgt_ids:
             raise TfmError("the target is empty", hint="give the target sentence to teacher-force, or none to inspect the model's own translation")
     if len(tgt_ids) > limit:
@@ -268,11 +282,33 @@ def attention_report(translator: Translator, source: str, target: str | None = N
     out_pieces = [tok.id_to_piece(i) for i in tgt_ids]
     weights = {k: torch.stack([w[0] for w in maps[k]]).float().cpu() for k in KINDS}  # (L, H, Q, K)
     vectors = {k: {n: torch.stack(v).cpu() for n, v in captured[k].items()} for k in KINDS}
+    # the sentences `translate` would translate apart (a view of one source needs it whole)
+    sentences = len(to_translate(source, True, tok.word_cost, False, numbers)) if settings.split_sentences and not verbatim else 1
     return AttentionReport(
         source, target_text, forced, str(translator.path or "<in memory>"),
         pieces + [EOS], out_pieces + [EOS], [BOS] + out_pieces, weights, cfg.d_k,
-        stopped=stopped, vectors=vectors,
+        stopped=stopped, vectors=vectors, sentences=sentences,
+        src_numbers=_placed(pieces, source_part.numbers or ()), tgt_numbers=_placed(out_pieces, tgt_numbers),
     )
+
+
+def _placed(pieces: list[str], numbers: tuple[str, ...]) -> tuple[str, ...]:
+    """`numbers` cut to the placeholders there are (a translation may have fewer than its source's numbers; one
+    more, a number the model made up, is written without one)."""
+    return tuple(numbers[: len(placeholder_positions(pieces))])
+
+
+_PLACEHOLDER_WORD = re.compile(NUMBER_PLACEHOLDER)  # wherever it is, as the translation's numbers are written into it
+
+
+def placeholder_positions(tokens: list[str]) -> list[int]:
+    """The position of the (first) piece of each number placeholder in `tokens`, in order: one piece in a vocabulary
+    that learnt it (`▁XNUM`), or several in a small one (`▁` `X` `N` `U` `M`: the piece of its X)."""
+    starts, text = [], ""
+    for token in tokens:
+        starts.append(len(text))
+        text += token.replace("▁", " ") if token not in (BOS, EOS) else " "
+    return [bisect.bisect_right(starts, m.start()) - 1 for m in _PLACEHOLDER_WORD.finditer(text)]
 
 
 def _capture_projections(model) -> dict[str, Any]:
@@ -307,7 +343,31 @@ def word_groups(tokens: list[str]) -> list[list[int]]:
     """Positions grouped into words: a piece starting with "▁" starts a word; <s> and </s> stand alone. Scripts
     written without spaces (Chinese, Japanese, Thai...) have no "▁" inside a sentence, so there each subword
     piece is a unit of its own, as is the punctuation after one; the byte-fallback pieces that spell one
-    character stay together, and a bare "▁" (before such bytes) belongs to what follows it."""
+    character stay together, and a bare "▁" (before such bytes) belongs to what follows it. Punctuation before or
+    after a word (`rouge` `.`, `(` `Bonjour` `)`, `Wow` `!!!`) is a word of its own, as word aligners and BLEU's
+    tokenizer count it; inside one (`qu'il`, `C'est-à-dire`) it stays."""
+    groups: list[list[int]] = []
+    for spaced in _spaced_words(tokens):
+        entries = [(positions, text) for positions, text in _characters([tokens[i] for i in spaced])]
+        marks = [_is_punctuation(text) for _, text in entries]
+        # the run of punctuation (and a bare "▁" before it) that opens the word, and the one that closes it
+        lead = 0
+        while lead < len(entries) and (marks[lead] or not entries[lead][1].replace("▁", "")):
+            lead += 1
+        trail = len(entries)
+        while trail > lead and marks[trail - 1]:
+            trail -= 1
+        if lead == len(entries) or not any(marks[:lead]):  # all punctuation (`...`, `▁«`), or no opening mark
+            lead = 0
+        cuts = [cut for cut in (lead, trail) if 0 < cut < len(entries)]
+        for a, b in zip([0, *cuts], [*cuts, len(entries)], strict=True):
+            if a < b:
+                groups.append([spaced[i] for positions, _ in entries[a:b] for i in positions])
+    return groups
+
+
+def _spaced_words(tokens: list[str]) -> list[list[int]]:
+    """Positions grouped as the spaces between words group them (`word_groups` before punctuation comes off)."""
     groups: list[list[int]] = []
     after_special = after_unspaced = after_space = False
     for positions, text in _characters(tokens):
@@ -390,6 +450,7 @@ def merge_words(report: AttentionReport) -> AttentionReport:
         report.source, report.target, report.forced_target, report.model,
         [_word_text(report.src_tokens, g) for g in src_g], [_word_text(report.tgt_tokens, g) for g in tgt_g],
         [_word_text(report.tgt_inputs, g) for g in in_g], weights, report.d_k, word_level=True, stopped=report.stopped,
+        sentences=report.sentences, src_numbers=report.src_numbers, tgt_numbers=report.tgt_numbers,
         decoder_first_row=first_row,
         # a key word is visible to a query word when its first piece is read by the query word's last piece
         decoder_words_visible=[sum(k[0] <= q[-1] for k in in_g) for q in tgt_g],
@@ -432,21 +493,36 @@ def _parts(token: str) -> list[str]:
     return parts
 
 
-def find_token(tokens: list[str], query: str, inputs: list[str] | None = None) -> int:
-    """The position of `query` in `tokens`: a 1-based index ("3"), the token's text, or a word inside it
-    ("il" finds "▁qu'il"); the first match wins. A word the vocabulary splits into several pieces ("été" as
-    "▁ét" "é.") is found at its first piece, when no piece matches by itself; in a script written without spaces,
-    any run of its characters is found, at the piece where it starts. Case (Turkish İ included), NFC/NFD and ’
-    versus ' do not matter. TfmError listing the tokens when nothing matches.
+def find_token(tokens: list[str], query: str, inputs: list[str] | None = None, numbers: tuple[str, ...] = ()) -> int:
+    """The position of `query` in `tokens`: a 1-based index ("3", or "#3", which is never text), the token's text,
+    or a word inside it ("il" finds "▁qu'il"); the first match wins. A word the vocabulary splits into several pieces
+    ("été" as "▁ét" "é.") is found at its first piece, when no piece matches by itself; in a script written without
+    spaces, any run of its characters is found, at the piece where it starts. Case (Turkish İ included), NFC/NFD
+    and ’ versus ' do not matter. A number of the sentence is found as written, also where the model reads it as a
+    placeholder (`numbers`: what each placeholder piece stands for, in order); digits that are both a number of the
+    sentence and the index of another token are refused as ambiguous. TfmError listing the tokens when nothing
+    matches.
 
     Target positions are labelled by the token each predicts; `inputs` are the tokens they read (`tgt_inputs`),
     so "<s>" finds the first position, the one that reads it."""
-    if query.isascii() and query.isdigit():  # not '²' (a digit to str.isdigit that int() cannot read): text
-        digits = query.lstrip("0")
+    explicit = query.startswith("#") and query[1:].isascii() and query[1:].isdigit()
+    if explicit or (query.isascii() and query.isdigit()):  # not '²' (a digit to str.isdigit that int() cannot read)
+        digits = query.lstrip("#").lstrip("0")
         index = (int(digits or "0") if len(digits) <= 18 else 0) - 1  # longer is out of range (int() reads 4,300 digits)
+        number = None if explicit else _number_at(tokens, query, numbers)
+        if number is not None and 0 <= index < len(tokens) and number != index:
+            raise TfmError(
+                f"--token {query} is both token {query} ({tokens[index]}) and the number {query} of the sentence "
+                f"(token {number + 1}, {tokens[number]})",
+                hint=f"give --token '#{index + 1}' for token {index + 1}, or --token '#{number + 1}' for the number",
+            )
+        if number is not None:
+            return number
         if 0 <= index < len(tokens):
             return index
         raise TfmError(f"--token {query} is out of range: the tokens are numbered 1-{len(tokens)}", hint=_listing(tokens))
+    if (number := _number_at(tokens, query, numbers)) is not None:
+        return number
     wanted = _comparable(query)
     spelled = _spelled_in_bytes(tokens)
     for exact in (True, False):
@@ -463,6 +539,19 @@ def find_token(tokens: list[str], query: str, inputs: list[str] | None = None) -
     if inputs and wanted == BOS and inputs[0] == BOS:  # no position predicts "<s>": the first one reads it
         return 0
     raise TfmError(f"--token {query!r} is not in the sentence", hint=_listing(tokens))
+
+
+def _number_at(tokens: list[str], query: str, numbers: tuple[str, ...]) -> int | None:
+    """Where the number `query` is: its placeholder piece (the k-th, standing for `numbers[k]`), or a piece that is
+    the number as written (a model that reads digits so); None where the sentence has no such number."""
+    for position, value in zip(placeholder_positions(tokens), numbers, strict=False):  # (fewer numbers: made up)
+        if value == query.strip():
+            return position
+    if any(ch.isdigit() for ch in query):
+        for i, piece in enumerate(tokens):
+            if piece.replace("▁", "") == query.strip():
+                return i
+    return None
 
 
 def _piece_starting(tokens: list[str], group: list[int], wanted: str) -> int | None:
@@ -638,8 +727,8 @@ def default_alignment_layer(report: AttentionReport) -> int:
     """The decoder layer alignments are read from by default (0-based): in a decoder of 6 layers or more, the last
     but one, where cross-attention aligns best in trained Transformers of that depth (Garg et al., 2019, layer 5 of
     6); in a shallower one, the last, as the last but one of 2-5 layers is a low layer (measured on the 3-layer
-    quickstart model, 20 hand-aligned sentences: layer 3 picks the right source word for 87% of target words,
-    layer 2 for 54%, layer 1 for 33%)."""
+    quickstart model, the 20 hand-aligned dev sentences of docs/alignment.py: layer 3 picks a right source word for
+    68% of the target words, layer 2 for 58%, layer 1 for 29%)."""
     n = report.n_layers["decoder"]
     return n - 2 if n >= 6 else n - 1
 

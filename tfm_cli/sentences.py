@@ -519,6 +519,13 @@ def numbers_as_placeholder(text: str, numbers: tuple[str, ...] | list[str] | set
     return _as_placeholder(text, [(a, b) for a, b in _copied(text, runs_too) if text[a:b] in chosen])
 
 
+def placeholder_values(text: str, numbers: tuple[str, ...] | list[str] | set[str]) -> tuple[str, ...]:
+    """The values `numbers_as_placeholder(text, numbers)` makes placeholders of, in the order they come in `text`:
+    what each placeholder of a teacher-forced target stands for."""
+    chosen = set(numbers)
+    return tuple(text[a:b] for a, b in _copied(text) if text[a:b] in chosen)
+
+
 def _with_numbers(part: Part) -> Part:
     """`part` given with its numbers as the placeholder (`Part.numbers`); as it is where it holds the text of the
     placeholder (its translation then written as the model wrote it, the text kept)."""

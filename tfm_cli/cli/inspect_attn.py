@@ -69,11 +69,11 @@ def inspect_attn(
     kind: str = typer.Option(None, "--kind", "-k", help="encoder, decoder or cross (default: cross; with --token, where the token is; --json: every kind unless given).", show_default=False),
     layer: int = typer.Option(None, "--layer", "-l", min=1, help="Layer, from 1 (default: the last; --json: every layer unless given).", show_default=False),
     head: str = typer.Option(None, "--head", callback=lambda v: _head_word(v), help="Head, from 1, or 'mean' of all heads (the default; --json keeps every head unless a number is given).", show_default=False),
-    token: str = typer.Option(None, "--token", help="Focus on one query token: its text (a word inside a piece counts: 'il' finds qu'il; a word in several pieces is found at its first) or its number.", show_default=False),
+    token: str = typer.Option(None, "--token", help="Focus on one query token: its text (a word inside a piece counts: 'il' finds qu'il; a word in several pieces is found at its first; a number of the sentence by its digits) or its number (#N: never read as text).", show_default=False),
     explain_head: bool = typer.Option(False, "--explain", help="With --token: one head step by step (q.k, /sqrt(d_k), softmax, values); --head N (default: head 1)."),
     summary: bool = typer.Option(False, "--summary", help="Statistics of every head: entropy, maximum, share on </s>, <s> and punctuation, distance from the diagonal."),
     align: bool = typer.Option(False, "--align", help="Print the source-target word alignment from cross-attention (Pharaoh i-j)."),
-    words: bool = typer.Option(False, "--words", help="Merge subword pieces into words (keys summed, queries averaged)."),
+    words: bool = typer.Option(False, "--words", help="Merge subword pieces into words (keys summed, queries averaged); punctuation before or after a word is a word of its own."),
     numbers: bool = typer.Option(False, "--numbers", help="Print the weights (in %) in the heatmap cells."),
     json_out: bool = typer.Option(False, "--json", help="Print tokens and the weights as JSON: of every kind, layer and head, or of those --kind, --layer and --head give (every weight of a 970-token sentence is some 250 MB)."),
     html: Path = typer.Option(None, "--html", parser=file_path("attention.html"), metavar="<path>", help="Also write a self-contained HTML page to explore every head.", show_default=False),
@@ -146,6 +146,12 @@ def inspect_attn(
             f"the translation reached the maximum output length ({n:,} token{'s' if n != 1 else ''}) and was cut "
             "there: its last row, </s>, was forced, not predicted (teacher-force a target with --target)"
         )
+    if report.sentences > 1 and not report.forced_target:  # it inspected a translation tfm translate never prints
+        warn(
+            f"the sentence holds {report.sentences} sentences, which tfm translate translates one by one: the translation "
+            "inspected is the model's of the whole line at once, as tfm translate --no-split-sentences gives it "
+            "(inspect one sentence at a time for the translation tfm translate prints)"
+        )
     shown = merge_words(report) if words else report
     given_kind = kind  # --json keeps the kind, layer and head given (the views' defaults aside): all when none is
     if token is not None:
@@ -172,11 +178,12 @@ def inspect_attn(
         )
     chosen = [o for o, v in (("--layer", layer), ("--head", None if head == "mean" else head)) if v is not None]
     # (--explain takes them, with or without the summary beside it)
-    if chosen and not (json_out or align or image is not None or explain_head) and (summary or token is not None):
+    # (--html's page opens on them)
+    if chosen and not (json_out or align or image is not None or html is not None or explain_head) and (summary or token is not None):
         warn(  # the views shown here take every layer and head: say so rather than drop the choice unseen
             f"{' and '.join(chosen)} {'is' if len(chosen) == 1 else 'are'} not used here: "
             f"{'the summary' if summary else 'the --token table'} shows every layer and head "
-            "(they choose the heatmap's, --explain's, --align's and --image's)"
+            "(they choose the heatmap's, --explain's, --align's and --image's, and the view --html's page opens on)"
         )
     if numbers and (json_out or summary or align or token is not None):  # only the heatmap prints them
         warn("--numbers is not used here: it prints the weights in the heatmap's cells, and no heatmap is drawn "
@@ -212,6 +219,7 @@ def inspect_attn(
     _header(shown)
     if token is not None:
         _say_pieces(shown, kind, query)
+        _say_placeholder(shown, kind, query, token)
     if summary:
         _render_summary(shown)
     if align:  # a layer only the encoder has (--kind encoder --layer N, taken by --token, --html, --image): the default
@@ -266,12 +274,14 @@ def _locate(report, kind: str | None, token: str) -> tuple[str, int]:
 
     if kind is not None:
         try:
-            return kind, find_token(report.query_tokens(kind), token, None if kind == "encoder" else report.tgt_inputs)
+            numbers = report.src_numbers if kind == "encoder" else report.tgt_numbers
+            return kind, find_token(report.query_tokens(kind), token, None if kind == "encoder" else report.tgt_inputs, numbers)
         except TfmError as error:  # "is not in the sentence" for a source word with --kind cross, which it is
             side, other = ("source", "target") if kind == "encoder" else ("target", "source")
             other_tokens = report.src_tokens if kind != "encoder" else report.tgt_tokens
+            other_numbers = report.src_numbers if kind != "encoder" else report.tgt_numbers
             try:
-                find_token(other_tokens, token, None if kind != "encoder" else report.tgt_inputs)
+                find_token(other_tokens, token, None if kind != "encoder" else report.tgt_inputs, other_numbers)
             except TfmError:
                 raise error from None
             raise TfmError(
@@ -280,13 +290,16 @@ def _locate(report, kind: str | None, token: str) -> tuple[str, int]:
                 f"{other}; {side} tokens: {' '.join(report.query_tokens(kind))}",
             ) from None
     try:
-        return "encoder", find_token(report.src_tokens, token)
-    except TfmError:
-        pass
+        return "encoder", find_token(report.src_tokens, token, numbers=report.src_numbers)
+    except TfmError as error:
+        if "is both token" in str(error):  # digits that are a number of the source and another token's index
+            raise
     try:
-        return "cross", find_token(report.tgt_tokens, token, report.tgt_inputs)
-    except TfmError:
-        if token.isascii() and token.isdigit():  # a position in neither
+        return "cross", find_token(report.tgt_tokens, token, report.tgt_inputs, report.tgt_numbers)
+    except TfmError as error:
+        if "is both token" in str(error):
+            raise
+        if token.lstrip("#").isascii() and token.lstrip("#").isdigit():  # a position in neither
             raise TfmError(
                 f"--token {token if len(token) <= 20 else f'{token[:8]}... ({len(token):,} digits)'} is out of range: "
                 f"the source's tokens are numbered 1-{len(report.src_tokens)}, "
@@ -315,6 +328,18 @@ def _say_pieces(report, kind: str, query: int) -> None:
         pieces = " ".join(_label(tokens[i], 24) for i in group)
         info(f"\"{word}\" is {len(group)} pieces here ({pieces}): the view is of its piece {group.index(query) + 1}, "
              f"\"{_label(tokens[query], 24)}\" (query {query + 1}; --words merges a word's pieces)")
+
+
+def _say_placeholder(report, kind: str, query: int, token: str) -> None:
+    """Say when --token found a number as the placeholder the model reads it as (`--token 23` shows "XNUM")."""
+    from tfm_cli.attention import placeholder_positions
+    from tfm_cli.sentences import NUMBER_PLACEHOLDER
+
+    numbers = report.src_numbers if kind == "encoder" else report.tgt_numbers
+    placeholders = placeholder_positions(report.query_tokens(kind))
+    if query in placeholders and placeholders.index(query) < len(numbers) and numbers[placeholders.index(query)] == token.strip():
+        info(f"the number {token.strip()} is read by the model as the placeholder {NUMBER_PLACEHOLDER} (query {query + 1}), "
+             "as it reads every number of a sentence")
 
 
 def _layer(layer: int | None, layers: int, kind: str) -> int:
