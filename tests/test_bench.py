@@ -437,6 +437,15 @@ def test_translate_json(recipe: Path) -> None:
         assert r["batches"] == (6 if r["batch_size"] == 1 else 2)
     against = {(x["against"], x["mode"], x["batch_size"]) for x in result["summary"]["ratios"]}
     assert against == {("tfm without cache", m, b) for m in ("beam", "greedy") for b in (1, 3)}
+    # the table shows how many batches each row's percentiles are over, and says when that is few; the ratios which
+    # way round they are (a p95 of two batches was printed as any other)
+    table = tfm("bench", "translate", "--recipe", str(recipe), "--batch-sizes", "1,3", "--sentences", "6", "--src-len", "5",
+                "--out-len", "7", "--device", "cpu", "--greedy-only")
+    header = next(line for line in table.stdout.splitlines() if line.startswith("engine"))
+    assert header.split("\t") == ["engine", "mode", "cache", "batch", "sent/s", "tok/s", "p50 ms", "p95 ms", "batches"]
+    assert {line.split("\t")[-1] for line in table.stdout.splitlines() if line.startswith("tfm\t")} == {"6", "2"}
+    assert "p50 and p95 are over the batches each row timed (the last column; 2 at the fewest)" in table.stderr
+    assert "against\tmode\tbatch\ttfm/against\n" in table.stdout  # (a plain table has no title)
 
 
 def test_translate_random_weights_have_the_recipe_s_tokenizer_vocabulary(recipe: Path, tmp_path: Path) -> None:
