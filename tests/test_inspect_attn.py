@@ -287,6 +287,15 @@ def test_cli_colour_heatmap_sets_its_ink_and_falls_back_to_shades(trained: dict)
     assert "colours: white 0 to dark blue 1" in plain and "shades:" not in plain
     sixteen = _at_a_terminal(trained, term="xterm", colorterm=None)
     assert "48;2;" not in sixteen and "48;5;" not in sixteen and "shades: '" in sixteen  # the six shade levels
+    # a terminal of 256 colours put the blues on the palette's five (0.71 and 1.0 alike): greys there, ~20 levels
+    palette = _at_a_terminal(trained, term="xterm-256color", colorterm=None)
+    assert "48;5;" in palette and "48;2;" not in palette and "colours: white 0 to black 1" in palette
+    from tfm_cli.cli.inspect_attn import _paper
+
+    levels = [_paper(w / 20, "256") for w in range(21)]
+    assert len(set(levels)) >= 20 and levels[0] == "color(231)" and levels[-1] == "color(232)", levels
+    assert _paper(0.71, "256") != _paper(1.0, "256") and _paper(0.1, "256") != _paper(0.3, "256")
+    assert _paper(0.5, "truecolor") == "rgb(155,155,255)"
 
 
 def test_cli_heatmap_and_numbers(trained: dict, report) -> None:

@@ -499,7 +499,7 @@ def _render_heatmap(report, kind: str, layer: int, head: int | None, numbers: bo
                     body = shown if numbers else " " * cell
                     # the ink set as well as the paper: a dark theme's light default ink vanished on the light cells
                     ink = "rgb(255,255,255)" if shade < 150 else "rgb(0,0,0)"
-                    style = f"{ink} on rgb({shade},{shade},255)" + (" bold" if w > 0.5 else "")
+                    style = f"{ink} on {_paper(w, out.color_system)}" + (" bold" if w > 0.5 else "")
                     line.append(body, style=style)
                 out.print(line, soft_wrap=True)
             else:
@@ -514,10 +514,23 @@ def _render_heatmap(report, kind: str, layer: int, head: int | None, numbers: bo
     entries = [f"{j + 1} {_label(t, 24)}" for j, t in enumerate(keys)]
     print(_wrapped([f"keys: {entries[0]}", *entries[1:]], columns, sep="  ", indent="      "))
     if fancy and not numbers:
-        print("colours: white 0 to dark blue 1 (add --numbers for values)")
+        print(f"colours: white 0 to {'black' if out.color_system == '256' else 'dark blue'} 1 (add --numbers for values)")
     elif not numbers:
         shades = [f"'{_SHADES[i]}' ~{i / 5:g}" for i in range(1, 6)]
         print(_wrapped([f"shades: {shades[0]}", *shades[1:-1], f"{shades[-1]} (add --numbers for values)"], columns, sep="  "))
+
+
+def _paper(w: float, color_system: str | None) -> str:
+    """A cell's colour for weight `w`: white to dark blue in true colour; on a terminal of 256 colours, where rich
+    puts that blue on the nearest of the 6x6x6 cube's five blues (0.71 and 1.0 alike, 0.10 and 0.30 alike), white to
+    black over the palette's 24 greys and white, some twenty levels."""
+    shade = int(255 - 200 * w)
+    if color_system != "256":
+        return f"rgb({shade},{shade},255)"
+    if w < 0.02:
+        return "color(231)"  # the palette's white: no attention
+    grey = 238 - 230 * w  # 238 (the lightest grey) to 8 (the darkest)
+    return f"color({232 + max(0, min(23, round((grey - 8) / 10)))})"
 
 
 def _render_focus(report, kind: str, query: int) -> None:
