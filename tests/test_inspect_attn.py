@@ -462,6 +462,9 @@ def test_cli_bad_input(trained: dict, tmp_path: Path) -> None:
         ([SENTENCE, "--kind", "cross", "--token", "animal"], "--token 'animal' is a source token, and --kind cross's queries are the target's tokens"),
         ([SENTENCE, "--kind", "encoder", "--layer", "9"], "--layer 9 is out of range: the encoder has layers 1-2"),
         ([SENTENCE, "--head", "5"], "--head 5 is out of range: the model has heads 1-4"),
+        # said before the sentence is translated (here: before it is found too long to be)
+        (["maison " * 80, "--layer", "9"], "--layer 9 is out of range: the decoder has layers 1-2"),
+        (["maison " * 80, "--head", "7"], "--head 7 is out of range: the model has heads 1-4"),
     ]
     for args, message in cases:
         proc = tfm(*base, *args, check=False)

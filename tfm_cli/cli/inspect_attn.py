@@ -136,6 +136,11 @@ def inspect_attn(
         # fp32 translate about one sentence in ten of a small model differently); the weights are fp32 either way
         translator = Translator.load(model, device=device, precision=precision)
     say_which_weights(model, Path(translator.path))
+    config = translator.model.config  # a layer or head the model has not: said before translating, not after
+    if layer is not None and layer > (config.n_enc_layers if kind == "encoder" else config.n_dec_layers if kind else
+                                      max(config.n_enc_layers, config.n_dec_layers)):
+        _layer(layer, config.n_enc_layers if kind == "encoder" else config.n_dec_layers, kind or "cross")
+    _head(head, config.n_heads)
     for path, option in ((html, "--html"), (image, "--image")):
         if path is not None:  # again, now that the model's own files are known: they are inputs too
             check_output_file(path, option, inputs=translator.files)
