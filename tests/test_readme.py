@@ -73,3 +73,16 @@ def test_every_package_tfm_imports_is_declared():
         if not {n.lower().replace("_", "-") for n in names} & declared:
             missing[module] = names
     assert third_party and not missing, missing
+
+
+def test_readme_other_direction_finds_the_bundled_corpus():
+    """The README's English-to-French recipe finds the bundled corpus's folder with one line of Python: that
+    line, run as written, names a folder holding the train and dev files it cuts."""
+    import subprocess
+    import sys
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    line = re.search(r'^D=\$\(python -c "(.+)"\)$', text, flags=re.M)
+    assert line, "the README's D=$(python -c ...) line is gone"
+    folder = Path(subprocess.run([sys.executable, "-c", line.group(1)], capture_output=True, text=True, check=True).stdout.strip())
+    assert (folder / "train.tsv.gz").is_file() and (folder / "dev.tsv.gz").is_file()
