@@ -382,6 +382,13 @@ def test_a_full_out_is_refused_before_the_model_is_loaded(trained, tmp_path: Pat
     with pytest.raises(TfmError, match="exists and is not a directory"):
         run_export("release", trained["dir"], full / "notes.txt")
     assert (full / "notes.txt").read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["full", "other-run"]
+    # the run's own folders are named as the run's, as before (the early check said "not empty: add --force")
+    monkeypatch.undo()
+    before = sorted(p.name for p in (trained["dir"] / "checkpoints").iterdir())
+    for force in (False, True):
+        with pytest.raises(TfmError, match="is part of the run being exported"):
+            run_export("release", trained["dir"], trained["dir"] / "checkpoints", force=force)
+    assert sorted(p.name for p in (trained["dir"] / "checkpoints").iterdir()) == before
 
 
 def test_format_options_fp16_range_and_a_broken_recipe_are_named(trained, tmp_path: Path) -> None:

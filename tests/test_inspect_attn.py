@@ -405,6 +405,8 @@ def test_word_units_of_scripts_written_without_spaces() -> None:
     assert word_groups(framed) == [[0, 1], [2, 3, 4], [5], [6], [7, 8, 9], [10], [11], [12]]
     inside = ["▁W", "ow", "!", "!", "!", "▁C'est", "-", "à", "-d", "ire", ".", ".", ".", "▁U", ".", "S", ".", "</s>"]
     assert word_groups(inside) == [[0, 1], [2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12], [13, 14, 15], [16], [17]]
+    # a word as written, its punctuation with it, is still found (the last word of a sentence copied with its ".")
+    assert find_token(french, "rouge.") == 4 and find_token(french, "rouge") == 4 and find_token(french, ".") == 5
 
 
 def test_cli_heatmap_rows_line_up_with_wide_characters(trained: dict) -> None:
@@ -799,6 +801,16 @@ def test_cli_token_finds_a_number_read_as_a_placeholder(trained: dict) -> None:
     assert json.loads(tfm(*base, "--token", f"#{src_at[1] + 1}", "--json").stdout)["focus"]["query"] == src_at[1]
     # digits that are no number of the sentence are the index, as before
     assert json.loads(tfm(*base, "--token", "3", "--json").stdout)["focus"]["query"] == 2
+    # with --kind, the same refusal (it said the token was of the other side, and to leave --kind out)
+    kind = tfm(*base, "--token", "4", "--kind", "encoder", check=False)
+    assert kind.returncode == 1 and "--token 4 is both token 4 (" in kind.stderr and "is a target token" not in kind.stderr
+    # a digit inside a number as written (a model that reads digits so, or --verbatim: `1984` as `▁1` `9` `8` `4`) is no
+    # number of the sentence: `--token 4` is token 4, and `--token 1984` the number, at its first piece
+    verbatim = ("inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", "En 1984, il avait 3 chats.", "--verbatim")
+    pieces = json.loads(tfm(*verbatim, "--token", "#1", "--json").stdout)["src_tokens"]
+    assert json.loads(tfm(*verbatim, "--token", "4", "--json").stdout)["focus"]["query"] == 3
+    first = next(i for i, p in enumerate(pieces) if p.replace("▁", "").startswith("1"))
+    assert json.loads(tfm(*verbatim, "--token", "1984", "--json").stdout)["focus"]["query"] == first, pieces
 
 
 def test_cli_a_line_of_several_sentences_is_said_to_be_translated_whole(trained: dict) -> None:

@@ -530,7 +530,9 @@ def find_token(tokens: list[str], query: str, inputs: list[str] | None = None, n
             parts = _parts(token)
             if (exact and (parts[0] == wanted or wanted in spelled.get(i, ()))) or (not exact and wanted in parts[1:]):
                 return i
-    for group in word_groups(tokens):  # a word in several pieces: "Prix" as "▁P" "ri" "x"
+    # a word in several pieces: "Prix" as "▁P" "ri" "x"; or as written between spaces, with the punctuation after it
+    # that `word_groups` takes off ("rouge." as "▁rouge" ".")
+    for group in [*word_groups(tokens), *_spaced_words(tokens)]:
         start = _piece_starting(tokens, group, wanted) if len(group) > 1 and wanted else None
         if start is not None:
             return start
@@ -547,10 +549,10 @@ def _number_at(tokens: list[str], query: str, numbers: tuple[str, ...]) -> int |
     for position, value in zip(placeholder_positions(tokens), numbers, strict=False):  # (fewer numbers: made up)
         if value == query.strip():
             return position
-    if any(ch.isdigit() for ch in query):
-        for i, piece in enumerate(tokens):
-            if piece.replace("▁", "") == query.strip():
-                return i
+    if any(ch.isdigit() for ch in query):  # a whole word of the sentence (`1984`), not a piece of one (its `4`)
+        for group in word_groups(tokens):
+            if _word_text(tokens, group) == query.strip():
+                return next((i for i in group if tokens[i].replace("▁", "")), group[0])  # not a bare "▁" before it
     return None
 
 

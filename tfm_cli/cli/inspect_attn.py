@@ -282,6 +282,8 @@ def _locate(report, kind: str | None, token: str) -> tuple[str, int]:
             numbers = report.src_numbers if kind == "encoder" else report.tgt_numbers
             return kind, find_token(report.query_tokens(kind), token, None if kind == "encoder" else report.tgt_inputs, numbers)
         except TfmError as error:  # "is not in the sentence" for a source word with --kind cross, which it is
+            if "is both token" in str(error):  # digits that are a number of this side and another token's index
+                raise
             side, other = ("source", "target") if kind == "encoder" else ("target", "source")
             other_tokens = report.src_tokens if kind != "encoder" else report.tgt_tokens
             other_numbers = report.src_numbers if kind != "encoder" else report.tgt_numbers

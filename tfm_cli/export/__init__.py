@@ -54,9 +54,17 @@ def _out_for(run: Path, fmt: str) -> Path:
     return Path("exports") / f"{Path(os.path.abspath(run)).name}-{fmt}"
 
 
-def _holds(folder: Path, path: Path) -> bool:
-    """`path` is `folder` or inside it (then the export's staging says so, naming the model)."""
-    return path.resolve() == folder.resolve() or path.resolve().is_relative_to(folder.resolve())
+def _of_the_run(out: Path, model: Path | None, runs_root: str | os.PathLike[str]) -> bool:
+    """Whether `out` is the run being exported, or inside it, or holds it: `staging` refuses it then, naming the run
+    (the early check's "not empty, add --force" would invite the user to replace the run's own files)."""
+    from tfm_cli.runs import resolve_weights, run_dir_of
+
+    try:
+        run = run_dir_of(resolve_weights(model, runs_root)).resolve()
+    except (TfmError, OSError, ValueError, TypeError):  # the model's own error comes first, from its load
+        return True
+    where = out.resolve()
+    return where == run or where.is_relative_to(run) or run.is_relative_to(where)
 
 
 def run_export(
@@ -119,7 +127,7 @@ def run_export(
     from tfm_cli.export.common import probe_sources
     from tfm_cli.files import utf8_name
 
-    if out is not None and os.path.exists(out) and not (model is not None and _holds(Path(out), Path(model))):
+    if out is not None and os.path.exists(out) and not _of_the_run(Path(out), model, runs_root):
         check_destination(Path(out), force)  # a full --out said at once, not after the model's load (asked again there)
     loaded = load_model(model, "cpu", runs_root)
     if not utf8_name(loaded.path.absolute()):  # the export's files record where it came from, in UTF-8
