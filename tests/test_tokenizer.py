@@ -544,3 +544,45 @@ def test_the_head_of_a_line_far_too_long_encodes_to_the_same_first_tokens(tok: T
         assert tok.encode(head)[:64] == tok.encode(text)[:64], name
         assert len(head) < len(text) or name in ("short", "runs of spaces"), name
     assert head_for(texts["short"], 64, longest) == "Bonjour."
+
+
+def test_a_whole_word_is_one_piece_in_a_small_vocabulary() -> None:
+    """A model that reads numbers as the placeholder XNUM had it cut in five pieces (`▁` `X` `N` `U` `M`) by a
+    vocabulary of 1,000 trained on the whole bundled corpus: five tokens a number, and room for a broken one. With
+    `whole_words` it is one piece, in place of the last merges learned, within the same vocabulary size."""
+    from tfm_cli.sentences import with_number_placeholders
+
+    pairs = _bundled_pairs("train.tsv.gz", 20000)
+    texts = [s for pair in pairs for s in with_number_placeholders(*pair)]
+    assert sum("XNUM" in t for t in texts) > 20  # the placeholder is in the texts, though not often enough
+    plain = train_tokenizer(texts, vocab_size=600)
+    assert len(plain.pieces("J'ai XNUM ans.")) > len(plain.pieces("J'ai ans.")) + 1  # else this test shows nothing
+    whole = train_tokenizer(texts, vocab_size=600, whole_words=("XNUM",))
+    assert whole.pieces("J'ai XNUM ans.")[1] == "▁XNUM" and whole.vocab_size == plain.vocab_size == 600
+    assert whole.decode(whole.encode("Il a XNUM ans et XNUM chats.")) == "Il a XNUM ans et XNUM chats."
+    # only what held the merges given up, or started as XNUM does, is cut otherwise: most of the corpus is not
+    dev = _texts(_bundled_pairs("dev.tsv.gz", 500))
+    changed = [t for t in dev if whole.pieces(t) != plain.pieces(t)]
+    assert len(changed) < len(dev) // 5, changed[:5]
+    for text in dev:  # and every text still round-trips
+        assert whole.decode(whole.encode(text)) == whole.normalize(text)
+    # a vocabulary where it is already one piece is left as it was
+    big = train_tokenizer(texts, vocab_size=2000)
+    assert big.pieces("XNUM") == ["▁XNUM"]
+    assert train_tokenizer(texts, vocab_size=2000, whole_words=("XNUM",)).backend.to_str() == big.backend.to_str()
+
+
+def test_bpe_segmentation_by_hand_is_the_tokenizers_own() -> None:
+    """`_segment`, the cut `whole_words` joins, is BPE's: the same pieces as the tokenizers library gives with the
+    same merges, for words of the corpus and made-up ones."""
+    from tfm_cli.tokenizer import _segment
+
+    tok = train_tokenizer(_texts(_bundled_pairs("train.tsv.gz", 3000)), vocab_size=700)
+    model = json.loads(tok.backend.to_str())["model"]
+    merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    hf = models.BPE(vocab=model["vocab"], merges=merges, unk_token="<unk>")
+    words = ["▁" + w for w in ("maison", "anticonstitutionnellement", "NUM", "Marie", "qu'il", "étudiant", "zzzq", "Tom")]
+    known = [w for w in words if all(ch in model["vocab"] for ch in w)]  # (an unknown character is <unk> to BPE alone)
+    assert len(known) >= 6, known
+    for word in known:
+        assert _segment(word, merges) == [t.value for t in hf.tokenize(word)], word

@@ -370,7 +370,8 @@ def _check_layout(hf: _HFTokenizer) -> str | None:
 
 
 def train_tokenizer(
-    texts: Iterable[str] | Callable[[], Iterable[str]], vocab_size: int, min_frequency: int = 2
+    texts: Iterable[str] | Callable[[], Iterable[str]], vocab_size: int, min_frequency: int = 2,
+    whole_words: Sequence[str] = (),
 ) -> Tokenizer:
     """Train a joint BPE tokenizer with byte fallback on `texts` (streamed, never held in memory).
 
@@ -388,6 +389,9 @@ def train_tokenizer(
         vocab_size: total number of ids, including the 4 specials and 256 byte tokens. It is an upper bound:
             a small corpus may stop with fewer merges.
         min_frequency: a pair of pieces is merged only if it occurs at least this often.
+        whole_words: words of letters each kept one piece after a space whatever their count, as SentencePiece's
+            user-defined symbols (the number placeholder XNUM, which a vocabulary of 1,000 cut in five), in place
+            of the last merges learned.
 
     Returns:
         The trained Tokenizer.
@@ -444,7 +448,7 @@ def train_tokenizer(
     _stoppable(lambda: hf.train_from_iterator(stream(), trainer=trainer))
     if count[0] == 0:
         raise TfmError("cannot train a tokenizer: the training texts are empty (no non-blank sentence)")
-    return Tokenizer(_with_byte_fallback(hf))
+    return Tokenizer(_with_byte_fallback(hf, whole_words, vocab_size))
 
 
 def _stoppable(work: Callable[[], object]) -> None:
@@ -486,26 +490,69 @@ def _alphabet(texts: Iterable[str], limit: int) -> list[str] | None:
     return [c for c, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]]
 
 
-def _with_byte_fallback(trained: _HFTokenizer) -> _HFTokenizer:
-    """Rebuild a trained BPE with the 256 byte tokens inserted after the specials (learned ids shift by 256)."""
+def _with_byte_fallback(trained: _HFTokenizer, whole_words: Sequence[str] = (), vocab_size: int | None = None) -> _HFTokenizer:
+    """Rebuild a trained BPE with the 256 byte tokens inserted after the specials (learned ids shift by 256), and each
+    of `whole_words` one piece (`_one_piece`), in at most `vocab_size` ids."""
     model = json.loads(trained.to_str())["model"]
     byte_set = set(_BYTE_TOKENS)
-    learned = sorted(
-        (i, tok) for tok, i in model["vocab"].items() if i >= N_SPECIAL and tok not in byte_set
-    )  # a learned piece spelled like a byte token (only if the text is full of "<0x41>") is dropped
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
-    vocab.update({tok: N_SPECIAL + b for b, tok in enumerate(_BYTE_TOKENS)})
-    vocab.update({tok: FIRST_PIECE_ID + k for k, (_, tok) in enumerate(learned)})
+    learned = [
+        tok for _, tok in sorted((i, tok) for tok, i in model["vocab"].items() if i >= N_SPECIAL and tok not in byte_set)
+    ]  # a learned piece spelled like a byte token (only if the text is full of "<0x41>") is dropped
+    kept = set(learned)
     merges = [
         (a, b)
         for a, b in (m.split(" ", 1) if isinstance(m, str) else m for m in model["merges"])
-        if a + b in vocab and a + b not in byte_set
+        if a + b in kept and a + b not in byte_set
     ]
+    for word in whole_words:
+        learned, merges = _one_piece(learned, merges, word, (vocab_size or 10**9) - N_SPECIAL - N_BYTES)
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    vocab.update({tok: N_SPECIAL + b for b, tok in enumerate(_BYTE_TOKENS)})
+    vocab.update({tok: FIRST_PIECE_ID + k for k, tok in enumerate(learned)})
     hf = _HFTokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=Tokenizer.UNK, byte_fallback=True))
     hf.normalizer = _normalizer()
     hf.pre_tokenizer = _pre_tokenizer()
     hf.decoder = _decoder()
     return hf
+
+
+def _one_piece(
+    learned: list[str], merges: list[tuple[str, str]], word: str, size: int
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """`learned` pieces (in id order) and `merges` (in rank order) with "▁" + `word` one piece, as SentencePiece's
+    user-defined symbols are: the merges that join the pieces it is cut into now are added last, so they change only
+    a word cut into those same pieces (and the characters the vocabulary lacks are added). The last merges the
+    trainer learned, the least frequent, make room for them within `size` pieces; their products, which no
+    merge before them reads, leave the vocabulary."""
+    piece = "▁" + word
+    if piece in learned:
+        return learned, merges
+    for drop in range(len(merges) + 1):
+        kept = merges[: len(merges) - drop]
+        gone = {a + b for a, b in merges[len(merges) - drop :]}
+        pieces = [tok for tok in learned if tok not in gone]
+        symbols = _segment(piece, kept)
+        lacking = [ch for ch in dict.fromkeys(symbols) if ch not in pieces and ch not in gone]
+        joins, current = [], symbols[0]
+        for symbol in symbols[1:]:
+            joins.append((current, symbol))
+            current += symbol
+        if len(pieces) + len(lacking) + len(joins) <= size:
+            return pieces + lacking + [a + b for a, b in joins], kept + joins
+    return learned, merges  # (no room even without any merge: a vocabulary of characters alone)
+
+
+def _segment(text: str, merges: list[tuple[str, str]]) -> list[str]:
+    """`text` cut as BPE cuts it with `merges`: from its characters, the adjacent pair of the lowest rank joined
+    first, again and again."""
+    rank = {pair: r for r, pair in enumerate(merges)}
+    symbols = list(text)
+    while len(symbols) > 1:
+        best = min(range(len(symbols) - 1), key=lambda i: rank.get((symbols[i], symbols[i + 1]), len(rank)))
+        if (symbols[best], symbols[best + 1]) not in rank:
+            break
+        symbols[best : best + 2] = [symbols[best] + symbols[best + 1]]
+    return symbols
 
 
 def tokenizer_stats(

@@ -352,7 +352,7 @@ def recipe_tokenizer(recipe: Recipe, events: Callable[[str], None] | None = None
     if recipe.tokenizer.path:
         return Tokenizer.load(recipe.tokenizer.path)
     from tfm_cli.corpus import describe, read_pairs
-    from tfm_cli.sentences import with_number_placeholders
+    from tfm_cli.sentences import NUMBER_PLACEHOLDER, with_number_placeholders
     from tfm_cli.tokenizer import train_tokenizer
 
     started = time.perf_counter()
@@ -362,7 +362,9 @@ def recipe_tokenizer(recipe: Recipe, events: Callable[[str], None] | None = None
         pairs = ((src, tgt) for _, src, tgt in read_pairs(recipe.data.train))
         return (text for pair in pairs for text in (with_number_placeholders(*pair) if numbers else pair))
 
-    tokenizer = train_tokenizer(texts, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency)
+    tokenizer = train_tokenizer(
+        texts, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency, whole_words=(NUMBER_PLACEHOLDER,) if numbers else ()
+    )
     if events is not None:
         events(f"tokenizer: trained {tokenizer.vocab_size} tokens on {describe(recipe.data.train)} in {time.perf_counter() - started:.1f}s")
     return tokenizer

@@ -174,6 +174,7 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     settings.update({k: v for k, v in (("vocab_size", vocab_size), ("min_frequency", min_frequency)) if v is not None})
     from tfm_cli.corpus import PROGRESS_EVERY, TsvColumns, has_text, now_and_then, read_pairs, tokenizer_texts
     from tfm_cli.files import DirectoryLock
+    from tfm_cli.sentences import NUMBER_PLACEHOLDER
     from tfm_cli.tokenizer import tokenizer_stats, train_tokenizer
 
     target = out if out is not None else default_out
@@ -194,7 +195,9 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
 
     started = time.perf_counter()
     texts = tokenizer_texts(spec, info, option=option, numbers=numbers)
-    tok = train_tokenizer(texts, settings["vocab_size"], settings["min_frequency"])  # read twice
+    tok = train_tokenizer(  # read twice
+        texts, settings["vocab_size"], settings["min_frequency"], whole_words=(NUMBER_PLACEHOLDER,) if numbers else ()
+    )
     seconds = time.perf_counter() - started
     for run_dir, path in runs_own.items():  # again: a `tfm train` may have made the folder (and its tokenizer) meanwhile
         _refuse_a_run_folder(run_dir, path, locks[run_dir], meanwhile=True)

@@ -95,6 +95,7 @@ from tfm_cli.runtime import (
     tune_cpu_allocator,
 )
 from tfm_cli.scoring import DEFAULT_WHY
+from tfm_cli.sentences import NUMBER_PLACEHOLDER
 from tfm_cli.signals import held_stop_signals
 from tfm_cli.tokenizer import Tokenizer, train_tokenizer
 from tfm_cli.training.checks import (
@@ -223,8 +224,11 @@ def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents, resum
         events.message(f"tokenizer: {recipe.tokenizer.path} ({tokenizer.vocab_size} tokens)")
         return tokenizer
     started = time.perf_counter()
-    texts = tokenizer_texts(recipe.data.train, events.message, numbers=reads_placeholders(recipe))
-    tokenizer = train_tokenizer(texts, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency)  # read twice
+    numbers = reads_placeholders(recipe)
+    texts = tokenizer_texts(recipe.data.train, events.message, numbers=numbers)
+    tokenizer = train_tokenizer(  # read twice
+        texts, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency, whole_words=(NUMBER_PLACEHOLDER,) if numbers else ()
+    )
     tokenizer.save(target)
     events.message(
         f"tokenizer: trained {tokenizer.vocab_size} tokens in {time.perf_counter() - started:.1f}s -> {target}"
