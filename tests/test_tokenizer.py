@@ -560,6 +560,10 @@ def test_a_whole_word_is_one_piece_in_a_small_vocabulary() -> None:
     whole = train_tokenizer(texts, vocab_size=600, whole_words=("XNUM",))
     assert whole.pieces("J'ai XNUM ans.")[1] == "▁XNUM" and whole.vocab_size == plain.vocab_size == 600
     assert whole.decode(whole.encode("Il a XNUM ans et XNUM chats.")) == "Il a XNUM ans et XNUM chats."
+    # glued to what comes before it too, as the placeholder step writes `15h30`, `(3)`, `3-4`, `$5`, `我有3个`
+    for text in ("à XNUMhXNUM", "(XNUM)", "XNUM-XNUM", "$XNUM", "我有XNUM个", "XNUMXNUM"):
+        assert whole.pieces(text).count("XNUM") + whole.pieces(text).count("▁XNUM") == text.count("XNUM"), whole.pieces(text)
+        assert whole.decode(whole.encode(text)) == whole.normalize(text)
     # only what held the merges given up, or started as XNUM does, is cut otherwise: most of the corpus is not
     dev = _texts(_bundled_pairs("dev.tsv.gz", 500))
     changed = [t for t in dev if whole.pieces(t) != plain.pieces(t)]

@@ -389,9 +389,9 @@ def train_tokenizer(
         vocab_size: total number of ids, including the 4 specials and 256 byte tokens. It is an upper bound:
             a small corpus may stop with fewer merges.
         min_frequency: a pair of pieces is merged only if it occurs at least this often.
-        whole_words: words of letters each kept one piece after a space whatever their count, as SentencePiece's
-            user-defined symbols (the number placeholder XNUM, which a vocabulary of 1,000 cut in five), in place
-            of the last merges learned.
+        whole_words: words of letters each kept one piece whatever their count, after a space and glued to what
+            comes before, as SentencePiece's user-defined symbols (the number placeholder XNUM, which a vocabulary
+            of 1,000 cut in five), in place of the last merges learned (none where the vocabulary is all characters).
 
     Returns:
         The trained Tokenizer.
@@ -519,27 +519,32 @@ def _with_byte_fallback(trained: _HFTokenizer, whole_words: Sequence[str] = (), 
 def _one_piece(
     learned: list[str], merges: list[tuple[str, str]], word: str, size: int
 ) -> tuple[list[str], list[tuple[str, str]]]:
-    """`learned` pieces (in id order) and `merges` (in rank order) with "▁" + `word` one piece, as SentencePiece's
-    user-defined symbols are: the merges that join the pieces it is cut into now are added last, so they change only
-    a word cut into those same pieces (and the characters the vocabulary lacks are added). The last merges the
-    trainer learned, the least frequent, make room for them within `size` pieces; their products, which no
-    merge before them reads, leave the vocabulary."""
-    piece = "▁" + word
-    if piece in learned:
-        return learned, merges
+    """`learned` pieces (in id order) and `merges` (in rank order) with `word` one piece wherever it stands: glued to
+    what comes before it (`$XNUM`, `XNUM:XNUM`, `我有XNUM个`) and after a space (`▁XNUM`), as SentencePiece's user-defined
+    symbols are. The merges that join the pieces each is cut into now are added last, so they change only a word
+    cut into those same pieces (and the characters the vocabulary lacks are added). The last merges the trainer
+    learned, the least frequent, make room for them within `size` pieces; their products, which no merge before
+    them reads, leave the vocabulary. A vocabulary with no room left, all of it characters, is left as it is."""
     for drop in range(len(merges) + 1):
         kept = merges[: len(merges) - drop]
         gone = {a + b for a, b in merges[len(merges) - drop :]}
         pieces = [tok for tok in learned if tok not in gone]
-        symbols = _segment(piece, kept)
-        lacking = [ch for ch in dict.fromkeys(symbols) if ch not in pieces and ch not in gone]
-        joins, current = [], symbols[0]
-        for symbol in symbols[1:]:
-            joins.append((current, symbol))
-            current += symbol
-        if len(pieces) + len(lacking) + len(joins) <= size:
-            return pieces + lacking + [a + b for a, b in joins], kept + joins
-    return learned, merges  # (no room even without any merge: a vocabulary of characters alone)
+        added: list[str] = []
+        joins: list[tuple[str, str]] = []
+        for form in (word, "▁" + word):  # the bare word first: the spaced one is then "▁" and it, one join more
+            symbols = _segment(form, kept + joins)
+            added += [ch for ch in dict.fromkeys(symbols) if ch not in pieces and ch not in added]
+            current = symbols[0]
+            for symbol in symbols[1:]:
+                joins.append((current, symbol))
+                current += symbol
+                if current not in pieces and current not in added:
+                    added.append(current)
+        if not added and not joins:
+            return learned, merges  # one piece already, both ways
+        if len(pieces) + len(added) <= size:
+            return pieces + added, kept + joins
+    return learned, merges
 
 
 def _segment(text: str, merges: list[tuple[str, str]]) -> list[str]:
