@@ -27,7 +27,7 @@ complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcomman
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l batch -x -d 'Batch size B.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l d-k -x -d 'Per-head width d_k.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l device -x -a 'auto cpu cuda' -d 'Where to run: auto (CUDA when available), cpu, cuda, or cuda:N (one GPU).'
-complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l dtype -x -a 'bf16 fp16 fp32' -d 'fp32, bf16 or fp16.'
+complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l dtype -x -a 'bf16 fp16 fp32' -d 'fp32, bf16 or fp16 (CUDA only).'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l forward-only -d 'Time the forward pass only (default: forward, and forward+backward).'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l heads -x -d 'Heads H.'
 complete -c tfm -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from attention' -l help -s h -d 'Show this message and exit.'

@@ -73,7 +73,7 @@ _tfm_bench_attention() {
         '--batch=[Batch size B.]:batch: ' \
         '--d-k=[Per-head width d_k.]:d k: ' \
         '--device=[Where to run\: auto (CUDA when available), cpu, cuda, or cuda\:N (one GPU).]:device:(auto cpu cuda)' \
-        '--dtype=[fp32, bf16 or fp16.]:dtype:(bf16 fp16 fp32)' \
+        '--dtype=[fp32, bf16 or fp16 (CUDA only).]:dtype:(bf16 fp16 fp32)' \
         '--forward-only[Time the forward pass only (default\: forward, and forward+backward).]' \
         '--heads=[Heads H.]:heads: ' \
         '(- *)'{--help,-h}'[Show this message and exit.]' \

@@ -223,7 +223,7 @@ def attention(
     batch: int = typer.Option(2, "--batch", min=1, help="Batch size B."),
     heads: int = typer.Option(8, "--heads", min=1, help="Heads H."),
     d_k: int = typer.Option(64, "--d-k", min=1, help="Per-head width d_k."),
-    dtype: str = typer.Option("fp32", "--dtype", help="fp32, bf16 or fp16."),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32, bf16 or fp16 (CUDA only)."),
     mask: list[str] = typer.Option(["padding"], "--mask", help="none, padding or causal; repeat for several."),
     impl: list[str] = typer.Option(None, "--impl", help="Implementations to run (default: all this device has); repeat for several.", show_default=False),
     forward_only: bool = typer.Option(False, "--forward-only", help="Time the forward pass only (default: forward, and forward+backward)."),
