@@ -799,6 +799,9 @@ def test_cli_token_finds_a_number_read_as_a_placeholder(trained: dict) -> None:
     assert f"give --token '#4' for token 4, or --token '#{src_at[1] + 1}' for the number" in ambiguous.stderr
     assert json.loads(tfm(*base, "--token", "#4", "--json").stdout)["focus"]["query"] == 3
     assert json.loads(tfm(*base, "--token", f"#{src_at[1] + 1}", "--json").stdout)["focus"]["query"] == src_at[1]
+    # with --words, a word may hold two placeholders (`2h30` as `XNUMhXNUM`): the second one's number is said too
+    glued = tfm("inspect-attn", "--model", str(trained["dir"]), "--device", "cpu", "Il arrive à 2h30.", "--words", "--token", "30")
+    assert "the number 30 is read by the model as the placeholder XNUM" in glued.stderr, glued.stderr
     # digits that are no number of the sentence are the index, as before
     assert json.loads(tfm(*base, "--token", "3", "--json").stdout)["focus"]["query"] == 2
     # with --kind, the same refusal (it said the token was of the other side, and to leave --kind out)

@@ -344,7 +344,8 @@ def _say_placeholder(report, kind: str, query: int, token: str) -> None:
 
     numbers = report.src_numbers if kind == "encoder" else report.tgt_numbers
     placeholders = placeholder_positions(report.query_tokens(kind))
-    if query in placeholders and placeholders.index(query) < len(numbers) and numbers[placeholders.index(query)] == token.strip():
+    # (a word of --words may hold several: `XNUMhXNUM`)
+    if any(at == query and value == token.strip() for at, value in zip(placeholders, numbers, strict=False)):
         info(f"the number {token.strip()} is read by the model as the placeholder {NUMBER_PLACEHOLDER} (query {query + 1}), "
              "as it reads every number of a sentence")
 
