@@ -303,7 +303,8 @@ _PLACEHOLDER_WORD = re.compile(NUMBER_PLACEHOLDER)  # wherever it is, as the tra
 
 def placeholder_positions(tokens: list[str]) -> list[int]:
     """The position of the (first) piece of each number placeholder in `tokens`, in order: one piece in a vocabulary
-    that learnt it (`▁XNUM`), or several in a small one (`▁` `X` `N` `U` `M`: the piece of its X)."""
+    that learnt it (`▁XNUM`), or several in a small one trained before tfm kept it whole (`▁` `X` `N` `U` `M`: the
+    piece of its X)."""
     starts, text = [], ""
     for token in tokens:
         starts.append(len(text))
@@ -344,8 +345,8 @@ def word_groups(tokens: list[str]) -> list[list[int]]:
     written without spaces (Chinese, Japanese, Thai...) have no "▁" inside a sentence, so there each subword
     piece is a unit of its own, as is the punctuation after one; the byte-fallback pieces that spell one
     character stay together, and a bare "▁" (before such bytes) belongs to what follows it. Punctuation before or
-    after a word (`rouge` `.`, `(` `Bonjour` `)`, `Wow` `!!!`) is a word of its own, as word aligners and BLEU's
-    tokenizer count it; inside one (`qu'il`, `C'est-à-dire`) it stays."""
+    after a word (`rouge` `.`, `(` `Bonjour` `)`, `Wow` `!!!`) is a word of its own, as the tokenizers of word aligners
+    split it off; inside one (`qu'il`, `C'est-à-dire`) it stays."""
     groups: list[list[int]] = []
     for spaced in _spaced_words(tokens):
         entries = [(positions, text) for positions, text in _characters([tokens[i] for i in spaced])]
@@ -544,8 +545,8 @@ def find_token(tokens: list[str], query: str, inputs: list[str] | None = None, n
 
 
 def _number_at(tokens: list[str], query: str, numbers: tuple[str, ...]) -> int | None:
-    """Where the number `query` is: its placeholder piece (the k-th, standing for `numbers[k]`), or a piece that is
-    the number as written (a model that reads digits so); None where the sentence has no such number."""
+    """Where the number `query` is: its placeholder piece (the k-th, standing for `numbers[k]`), or the first piece of
+    a word that is the number as written (a model that reads digits so); None where the sentence has no such number."""
     for position, value in zip(placeholder_positions(tokens), numbers, strict=False):  # (fewer numbers: made up)
         if value == query.strip():
             return position
