@@ -84,7 +84,9 @@ def test_auto_picks_onnxruntime_and_translates_like_pytorch(engines, trained) ->
         assert [g.text for g in got] == [w.text for w in want]
         for g, w in zip(got, want, strict=True):
             assert [h.tokens for h in g.nbest] == [h.tokens for h in w.nbest]
-            assert all(abs(a.score - b.score) <= 1e-4 for a, b in zip(g.nbest, w.nbest, strict=True))
+            # fp32 sums of log-probabilities from two engines' kernels: a greedy -13.1318 against -13.1320 (8
+            # tokens, the same ones) was over an absolute 1e-4; relative to the score, as rounding grows with it
+            assert all(abs(a.score - b.score) <= 1e-4 * max(1.0, abs(b.score)) for a, b in zip(g.nbest, w.nbest, strict=True))
     assert len({r.text for r in got}) > 100  # real, varied translations
 
 
