@@ -967,3 +967,25 @@ def test_bench_train_says_a_temporary_folder_too_small_for_its_trainer_phase_fir
     assert "6.0 MiB free" in str(caught.value) and "--model-step-only" in caught.value.hint and "--out" not in caught.value.hint
     monkeypatch.setattr(bench.shutil, "disk_usage", lambda path: usage(10**12, 0, 10**9))
     bench._check_scratch_space(1_945_600)  # room enough: nothing said
+
+
+def test_attention_says_a_long_length_before_it_starts() -> None:
+    """`--lengths 64,128,100000` ran L=100,000 of the fused kernel for more than 10 minutes with nothing said. Each
+    measurement an earlier length of the same implementation lets estimate is announced with that estimate (its
+    time grown as L², times the calls made), and the command says one expected to take a minute or more."""
+    import torch
+
+    from tfm_cli.bench.attention import bench_attention, expected_seconds
+    from tfm_cli.cli.bench import _duration
+
+    started: list[tuple[dict, tuple[float, int]]] = []
+    result = bench_attention(torch.device("cpu"), [16, 32, 64], batch=1, heads=2, d_k=8, impls=["naive", "tfm"],
+                             passes=("forward",), warmup=1, repeat=2, on_start=lambda r, e: started.append((dict(r), e)))
+    records = {(r["impl"], r["length"]): r for r in result["records"]}
+    assert [(r["impl"], r["length"]) for r, _ in started] == [("naive", 32), ("tfm", 32), ("naive", 64), ("tfm", 64)]
+    for record, (seconds, grown_from) in started:
+        before = records[(record["impl"], grown_from)]
+        assert grown_from == record["length"] // 2  # the longest shorter length measured
+        assert seconds == pytest.approx(before["median_ms"] / 1000 * 4 * (1 + 2 + 1))  # L² from half: x4; 4 calls
+    assert expected_seconds([], {"impl": "tfm", "mask": "padding", "pass": "forward", "length": 64}, 1, 5) is None
+    assert [_duration(s) for s in (45, 125, 3900)] == ["45 s", "2 min", "1 h 5 min"]

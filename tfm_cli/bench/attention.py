@@ -150,6 +150,7 @@ def bench_attention(
     warmup: int = 1,
     repeat: int = 5,
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    on_start: Callable[[dict[str, Any], tuple[float, int]], None] | None = None,
 ) -> dict[str, Any]:
     """Time every implementation at every length; returns {"kind", "environment", "settings", "records", "summary"}.
 
@@ -158,6 +159,8 @@ def bench_attention(
     builds one, on CUDA the peak memory allocated by the call, and `max_abs_diff`: the largest difference of its
     output from the formula computed in float64 (omitted where that would not fit). An implementation further from
     it than `WRONG_ABOVE` allows for the dtype is "wrong", with its times but no FLOP/s: no figure of it is trusted.
+    `on_start(record, (seconds, from_length))` is called before a measurement that an earlier length of the same
+    implementation lets `expected_seconds` estimate (a long one can then be said before it starts).
     """
     impls = list(impls) if impls is not None else implementations(device)
     unknown = sorted(set(impls) - set(implementations(device)))
@@ -184,6 +187,9 @@ def bench_attention(
             if need > budget:
                 record.update(status="skipped", reason=f"needs ~{need / 2**30:,.1f} GiB of {budget / 2**30:,.1f} GiB")
             else:
+                expected = expected_seconds(records, record, warmup, repeat, reference is not None)
+                if on_start is not None and expected is not None:
+                    on_start(record, expected)
                 record.update(_measure(impl, q, k, v, mask, backward, device, warmup, repeat))
                 if record["status"] == "ok" and reference is not None:
                     # Right before fast: each implementation's output against the formula in float64.
@@ -208,6 +214,24 @@ def bench_attention(
         "kind": "attention", "environment": environment(device, dtype), "settings": settings,
         "records": records, "summary": {"exponents": growth_exponents(records)},
     }
+
+
+def expected_seconds(
+    records: Sequence[dict[str, Any]], record: dict[str, Any], warmup: int, repeat: int, checked: bool = True
+) -> tuple[float, int] | None:
+    """How long measuring `record` (its impl, mask, pass and length) should take, and the length it is grown from:
+    the median time of the same implementation's longest shorter length measured, grown as L² (attention's work),
+    times its warm-up, timed and (`checked`) checking calls; None before any such length."""
+    done = [
+        r for r in records
+        if r["status"] in ("ok", "wrong") and r["length"] < record["length"]
+        and (r["impl"], r["mask"], r["pass"]) == (record["impl"], record["mask"], record["pass"])
+    ]
+    if not done:
+        return None
+    last = max(done, key=lambda r: r["length"])
+    calls = warmup + repeat + (1 if checked else 0)
+    return last["median_ms"] / 1000 * (record["length"] / last["length"]) ** 2 * calls, last["length"]
 
 
 def _reference(q, k, v, mask, batch: int, heads: int, length: int, d_k: int, budget: int) -> torch.Tensor | None:

@@ -278,8 +278,15 @@ def attention(
             if progress is not None:
                 progress(f"attention {record['impl']} L={record['length']} {record['pass']}", done[0], total)
 
+        def on_start(record: dict[str, Any], expected: tuple[float, int]) -> None:
+            seconds, grown_from = expected
+            if seconds >= LONG_MEASUREMENT_S:  # said before it starts: a huge length ran for many minutes unsaid
+                warn(f"attention {record['impl']} L={record['length']:,} {record['pass']}: about {_duration(seconds)} "
+                     f"(its time at L={grown_from:,} grown as L²); Ctrl-C stops the benchmark")
+
         result = bench_attention(
-            torch_device, sizes, batch, heads, d_k, dtype, mask, passes, impl or None, warmup, repeat, on_record
+            torch_device, sizes, batch, heads, d_k, dtype, mask, passes, impl or None, warmup, repeat, on_record,
+            on_start,
         )
     _finish(result, json_out, baseline, gate_inputs, _render_attention)
     wrong = [r for r in result["records"] if r["status"] == "wrong"]
@@ -295,6 +302,17 @@ def attention(
             f"({'each record of the JSON says why' if json_out else 'reasons above'})",
             hint="choose shorter --lengths, a smaller --batch or --heads, or other --impl/--mask/--dtype",
         )
+
+
+LONG_MEASUREMENT_S = 60.0  # a length expected to take longer is said before it starts
+
+
+def _duration(seconds: float) -> str:
+    """`2 min`, `1 h 5 min`, `45 s`: an estimate's order, not its digits."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
 
 def _render_attention(result: dict[str, Any]) -> None:
