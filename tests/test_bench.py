@@ -989,3 +989,12 @@ def test_attention_says_a_long_length_before_it_starts() -> None:
         assert seconds == pytest.approx(before["median_ms"] / 1000 * 4 * (1 + 2 + 1))  # L² from half: x4; 4 calls
     assert expected_seconds([], {"impl": "tfm", "mask": "padding", "pass": "forward", "length": 64}, 1, 5) is None
     assert [_duration(s) for s in (45, 125, 3900)] == ["45 s", "2 min", "1 h 5 min"]
+
+
+def test_attention_exponents_of_short_lengths_are_said_to_be_so() -> None:
+    """`--lengths 1,2` printed an exponent of -0.05 as any other: fitted where fixed costs hide the growth."""
+    base = ("bench", "attention", "--impl", "naive", "--forward-only", "--batch", "1", "--heads", "1", "--d-k", "8",
+            "--repeat", "1", "--warmup", "0", "--device", "cpu")
+    short = tfm(*base, "--lengths", "8,16,32")
+    assert "exponents fitted over lengths under 256 (8, 16, 32: fewer than three lengths reach it)" in short.stderr
+    assert "fitted over" not in tfm(*base, "--lengths", "256,512,1024").stderr

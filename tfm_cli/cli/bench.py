@@ -333,6 +333,12 @@ def _render_attention(result: dict[str, Any]) -> None:
         f"Attention, median ms (B={s['batch']}, H={s['heads']}, d_k={s['d_k']}) on {_environment_line(result['environment'])}"
     )
     print_table(title, ["impl", "mask", "pass", *[f"L={n}" for n in lengths], "exponent"], rows)
+    from tfm_cli.bench.attention import FIT_FROM
+
+    short = sorted({n for e in result["summary"]["exponents"] for n in e["lengths"] if n < FIT_FROM})
+    if short:  # `--lengths 1,2` printed -0.05 as any exponent
+        info(f"exponents fitted over lengths under {FIT_FROM} ({', '.join(map(str, short))}: fewer than three lengths reach "
+             f"it), where fixed costs hide the growth: give --lengths up to 1024 or more for the O(L²) 2")
     rate_rows = []
     longest: dict[tuple[str, str, str], int] = {}  # per impl, mask and pass: a pass skipped at a length the
     for r in result["records"]:  # other pass measured (fwd+bwd needs twice the memory) keeps its own longest
