@@ -282,7 +282,7 @@ def attention(
             seconds, grown_from = expected
             if seconds >= LONG_MEASUREMENT_S:  # said before it starts: a huge length ran for many minutes unsaid
                 warn(f"attention {record['impl']} L={record['length']:,} {record['pass']}: about {_duration(seconds)} "
-                     f"(its time at L={grown_from:,} grown as L²); Ctrl-C stops the benchmark")
+                     f"(its time at L={grown_from:,} grown as L²); Ctrl-C stops it at the end of the call running")
 
         result = bench_attention(
             torch_device, sizes, batch, heads, d_k, dtype, mask, passes, impl or None, warmup, repeat, on_record,
