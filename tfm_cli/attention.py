@@ -494,6 +494,10 @@ def _parts(token: str) -> list[str]:
     return parts
 
 
+class AmbiguousToken(TfmError):
+    """Digits that are both a number of the sentence and the index of another token (`find_token`)."""
+
+
 def find_token(tokens: list[str], query: str, inputs: list[str] | None = None, numbers: tuple[str, ...] = ()) -> int:
     """The position of `query` in `tokens`: a 1-based index ("3", or "#3", which is never text), the token's text,
     or a word inside it ("il" finds "▁qu'il"); the first match wins. A word the vocabulary splits into several pieces
@@ -501,8 +505,8 @@ def find_token(tokens: list[str], query: str, inputs: list[str] | None = None, n
     spaces, any run of its characters is found, at the piece where it starts. Case (Turkish İ included), NFC/NFD
     and ’ versus ' do not matter. A number of the sentence is found as written, also where the model reads it as a
     placeholder (`numbers`: what each placeholder piece stands for, in order); digits that are both a number of the
-    sentence and the index of another token are refused as ambiguous. TfmError listing the tokens when nothing
-    matches.
+    sentence and the index of another token are refused as ambiguous (AmbiguousToken). TfmError listing the tokens
+    when nothing matches.
 
     Target positions are labelled by the token each predicts; `inputs` are the tokens they read (`tgt_inputs`),
     so "<s>" finds the first position, the one that reads it."""
@@ -512,7 +516,7 @@ def find_token(tokens: list[str], query: str, inputs: list[str] | None = None, n
         index = (int(digits or "0") if len(digits) <= 18 else 0) - 1  # longer is out of range (int() reads 4,300 digits)
         number = None if explicit else _number_at(tokens, query, numbers)
         if number is not None and 0 <= index < len(tokens) and number != index:
-            raise TfmError(
+            raise AmbiguousToken(
                 f"--token {query} is both token {query} ({tokens[index]}) and the number {query} of the sentence "
                 f"(token {number + 1}, {tokens[number]})",
                 hint=f"give --token '#{index + 1}' for token {index + 1}, or --token '#{number + 1}' for the number",

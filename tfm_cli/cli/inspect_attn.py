@@ -275,15 +275,15 @@ def _stdin_sentence() -> str:
 
 def _locate(report, kind: str | None, token: str) -> tuple[str, int]:
     """The kind and query position for --token: the given kind's queries, else the source, else the target."""
-    from tfm_cli.attention import find_token
+    from tfm_cli.attention import AmbiguousToken, find_token
 
     if kind is not None:
         try:
             numbers = report.src_numbers if kind == "encoder" else report.tgt_numbers
             return kind, find_token(report.query_tokens(kind), token, None if kind == "encoder" else report.tgt_inputs, numbers)
+        except AmbiguousToken:  # digits that are a number of this side and another token's index
+            raise
         except TfmError as error:  # "is not in the sentence" for a source word with --kind cross, which it is
-            if "is both token" in str(error):  # digits that are a number of this side and another token's index
-                raise
             side, other = ("source", "target") if kind == "encoder" else ("target", "source")
             other_tokens = report.src_tokens if kind != "encoder" else report.tgt_tokens
             other_numbers = report.src_numbers if kind != "encoder" else report.tgt_numbers
@@ -298,14 +298,15 @@ def _locate(report, kind: str | None, token: str) -> tuple[str, int]:
             ) from None
     try:
         return "encoder", find_token(report.src_tokens, token, numbers=report.src_numbers)
-    except TfmError as error:
-        if "is both token" in str(error):  # digits that are a number of the source and another token's index
-            raise
+    except AmbiguousToken:  # digits that are a number of the source and another token's index
+        raise
+    except TfmError:
+        pass
     try:
         return "cross", find_token(report.tgt_tokens, token, report.tgt_inputs, report.tgt_numbers)
-    except TfmError as error:
-        if "is both token" in str(error):
-            raise
+    except AmbiguousToken:
+        raise
+    except TfmError:
         if token.lstrip("#").isascii() and token.lstrip("#").isdigit():  # a position in neither
             raise TfmError(
                 f"--token {token if len(token) <= 20 else f'{token[:8]}... ({len(token):,} digits)'} is out of range: "
