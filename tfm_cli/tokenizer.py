@@ -37,9 +37,10 @@ from pathlib import Path
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as _HFTokenizer
 
-from tfm_cli.corpus import INVISIBLE, surely_longer
+from tfm_cli.corpus import INVISIBLE, CorpusSpec, surely_longer, tokenizer_texts
 from tfm_cli.errors import TfmError
 from tfm_cli.files import WEIGHT_SUFFIXES, as_path, atomic_write, json_value
+from tfm_cli.sentences import NUMBER_PLACEHOLDER
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 N_SPECIAL = len(SPECIAL_TOKENS)
@@ -367,6 +368,19 @@ def _check_layout(hf: _HFTokenizer) -> str | None:
     if spec.get("normalizer") is None or spec.get("pre_tokenizer") is None or spec.get("decoder") is None:
         return "normalizer, pre-tokenizer or decoder missing"
     return None
+
+
+def train_corpus_tokenizer(
+    spec: CorpusSpec, vocab_size: int, min_frequency: int = 2, *, numbers: bool,
+    say: Callable[[str], None] = lambda _: None, option: str | None = None,
+) -> Tokenizer:
+    """The joint tokenizer of the parallel corpus `spec`, as `tfm train` and `tfm tokenize` train it: both sides of
+    every pair, read twice (`corpus.tokenizer_texts`, which sends progress lines and warnings to `say`); with
+    `numbers` (a model that reads numbers as a placeholder, `ModelConfig.numbers`), each number as the placeholder,
+    kept one piece (`train_tokenizer`'s `whole_words`). `option` is the key or option that named the corpus, for
+    messages. Raises what `train_tokenizer` and the corpus reader raise."""
+    texts = tokenizer_texts(spec, say, option=option, numbers=numbers)
+    return train_tokenizer(texts, vocab_size, min_frequency, whole_words=(NUMBER_PLACEHOLDER,) if numbers else ())
 
 
 def train_tokenizer(

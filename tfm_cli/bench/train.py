@@ -26,7 +26,7 @@ import dataclasses
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -351,19 +351,13 @@ def recipe_tokenizer(recipe: Recipe, events: Callable[[str], None] | None = None
     """The recipe's tokenizer (`tokenizer.path`), else one trained on its corpus as `tfm train` would."""
     if recipe.tokenizer.path:
         return Tokenizer.load(recipe.tokenizer.path)
-    from tfm_cli.corpus import describe, read_pairs
-    from tfm_cli.sentences import NUMBER_PLACEHOLDER, with_number_placeholders
-    from tfm_cli.tokenizer import train_tokenizer
+    from tfm_cli.corpus import describe
+    from tfm_cli.tokenizer import train_corpus_tokenizer
 
     started = time.perf_counter()
-    numbers = reads_placeholders(recipe)
-
-    def texts() -> Iterator[str]:  # a fresh pass each call: the same tokenizer as `tfm train` trains (`tokenizer_texts`)
-        pairs = ((src, tgt) for _, src, tgt in read_pairs(recipe.data.train))
-        return (text for pair in pairs for text in (with_number_placeholders(*pair) if numbers else pair))
-
-    tokenizer = train_tokenizer(
-        texts, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency, whole_words=(NUMBER_PLACEHOLDER,) if numbers else ()
+    tokenizer = train_corpus_tokenizer(  # the one `tfm train` trains
+        recipe.data.train, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency,
+        numbers=reads_placeholders(recipe), say=events or (lambda _: None),
     )
     if events is not None:
         events(f"tokenizer: trained {tokenizer.vocab_size} tokens on {describe(recipe.data.train)} in {time.perf_counter() - started:.1f}s")

@@ -172,10 +172,9 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
                 else f"give {key} the source file and the target file, e.g. [train.fr, train.en]",
             )
     settings.update({k: v for k, v in (("vocab_size", vocab_size), ("min_frequency", min_frequency)) if v is not None})
-    from tfm_cli.corpus import PROGRESS_EVERY, TsvColumns, has_text, now_and_then, read_pairs, tokenizer_texts
+    from tfm_cli.corpus import PROGRESS_EVERY, TsvColumns, has_text, now_and_then, read_pairs
     from tfm_cli.files import DirectoryLock
-    from tfm_cli.sentences import NUMBER_PLACEHOLDER
-    from tfm_cli.tokenizer import tokenizer_stats, train_tokenizer
+    from tfm_cli.tokenizer import tokenizer_stats, train_corpus_tokenizer
 
     target = out if out is not None else default_out
     # the file a run's model is bound to is its tokenizer.json (another name beside it is not): the path given, and
@@ -194,9 +193,8 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
     check_output_file(target, "--out", inputs=sources, keeps=_is_tokenizer, what="a tokenizer.json", example="tokenizer.json")
 
     started = time.perf_counter()
-    texts = tokenizer_texts(spec, info, option=option, numbers=numbers)
-    tok = train_tokenizer(  # read twice
-        texts, settings["vocab_size"], settings["min_frequency"], whole_words=(NUMBER_PLACEHOLDER,) if numbers else ()
+    tok = train_corpus_tokenizer(
+        spec, settings["vocab_size"], settings["min_frequency"], numbers=numbers, say=info, option=option
     )
     seconds = time.perf_counter() - started
     for run_dir, path in runs_own.items():  # again: a `tfm train` may have made the folder (and its tokenizer) meanwhile
