@@ -42,7 +42,7 @@ from tfm_cli.distributed import (
 from tfm_cli.model import ModelConfig, Transformer
 from tfm_cli.recipe import TrainRecipe
 from tfm_cli.training import label_smoothed_loss, output_loss, step_tokens, train_step
-from tfm_cli.training.trainer import _restore_rng, _rng_state
+from tfm_cli.training.trainer import _load_scaler, _restore_rng, _rng_state, _set_rng_state
 
 REPO = Path(__file__).resolve().parents[1]
 CORPORA = REPO / "tfm_cli" / "corpora" / "tatoeba-fr-en"
@@ -192,13 +192,47 @@ def test_an_idle_share_adds_nothing_but_joins_the_backward() -> None:
 
 def test_each_rank_resumes_its_own_random_state() -> None:
     torch.manual_seed(1)
-    first = _rng_state()
+    first = _rng_state(torch.device("cpu"))
     torch.manual_seed(2)
-    second = _rng_state()
+    second = _rng_state(torch.device("cpu"))
     _restore_rng({"rng": first, "rng_ranks": [first, second]}, Distributed(rank=1, local_rank=1, world_size=2), seed=0)
     assert torch.equal(torch.get_rng_state(), second["torch"])
     _restore_rng({"rng": first}, Distributed(), seed=0)  # a single-process run's state, as before
     assert torch.equal(torch.get_rng_state(), first["torch"])
+
+
+def test_a_resume_restores_the_cuda_generator_of_its_own_gpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA half of a checkpoint's random state, run on this CPU with torch.cuda's two calls stood in for: the
+    state of the GPU the run trains on is saved and set; a checkpoint of earlier code, which held one state per
+    visible GPU, gives its GPU's, and one of a GPU not in it (a run of 8 GPUs resumed where 1 is visible failed
+    with an IndexError in torch's set_rng_state_all) starts as seeded."""
+    saved, set_ = {}, []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: saved.setdefault("cuda", torch.tensor([7], dtype=torch.uint8)))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: set_.append((state.tolist(), str(device))))
+    state = _rng_state(torch.device("cuda:1"))
+    assert state["cuda"].tolist() == [7]
+    assert "cuda" not in _rng_state(torch.device("cpu"))  # a CPU run saves no GPU's state
+    _set_rng_state(state, torch.device("cuda:1"))
+    assert set_ == [([7], "cuda:1")]
+    per_gpu = [torch.tensor([i], dtype=torch.uint8) for i in range(2)]  # the earlier format, from 2 GPUs
+    set_.clear()
+    _set_rng_state({**state, "cuda": per_gpu}, torch.device("cuda:1"))
+    _set_rng_state({**state, "cuda": per_gpu}, torch.device("cuda:3"))  # not among them: nothing to set, no error
+    _set_rng_state({**state, "cuda": per_gpu}, torch.device("cpu"))  # resumed on the CPU: no GPU's state
+    assert set_ == [([1], "cuda:1")]
+
+
+def test_an_fp16_resume_of_a_run_without_a_loss_scale_starts_a_fresh_one() -> None:
+    """A bf16 or fp32 checkpoint holds a disabled scaler's state, {}: torch refuses to load that into fp16's enabled
+    scaler ("The source state dict is empty"), a traceback on `--resume` with train.precision=fp16."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    _load_scaler(scaler, torch.amp.GradScaler("cpu", enabled=False).state_dict())
+    assert scaler.is_enabled() and scaler.state_dict()["scale"] == 2.0**16
+    _load_scaler(scaler, {**scaler.state_dict(), "scale": 128.0})  # an fp16 run's own scale is taken
+    assert scaler.state_dict()["scale"] == 128.0
+    off = torch.amp.GradScaler("cpu", enabled=False)  # and an fp16 checkpoint resumed in bf16 drops it
+    _load_scaler(off, {**scaler.state_dict(), "scale": 128.0})
+    assert off.state_dict() == {}
 
 
 class _OtherRank:

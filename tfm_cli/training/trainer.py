@@ -38,7 +38,7 @@ from tfm_cli.checkpoint import (
     save_weights,
     weights_state,
 )
-from tfm_cli.corpus import corpus_parts, tokenizer_texts
+from tfm_cli.corpus import corpus_parts
 from tfm_cli.data import (
     BatchStream,
     CorpusStats,
@@ -95,9 +95,8 @@ from tfm_cli.runtime import (
     tune_cpu_allocator,
 )
 from tfm_cli.scoring import DEFAULT_WHY
-from tfm_cli.sentences import NUMBER_PLACEHOLDER
 from tfm_cli.signals import held_stop_signals
-from tfm_cli.tokenizer import Tokenizer, train_tokenizer
+from tfm_cli.tokenizer import Tokenizer, train_corpus_tokenizer
 from tfm_cli.training.checks import (
     InitModel,
     check_beam,
@@ -160,18 +159,35 @@ class TrainResult:
 # --- The training loop ----------------------------------------------------------------------------------------
 
 
-def _rng_state() -> dict[str, Any]:
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    """The random states a resume restores: torch's CPU generator, Python's, and the CUDA generator of the GPU this
+    process trains on. Only that one: every visible GPU's states were saved, and a run resumed where fewer GPUs are
+    visible (CUDA_VISIBLE_DEVICES, a smaller machine, a DDP run resumed as one process) failed setting theirs."""
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda")
+    if device.type != "cuda" or cuda is None:
+        return
+    if isinstance(cuda, (list, tuple)):  # a checkpoint of earlier code (to 2026-11): one state per visible GPU
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        cuda = cuda[index] if index < len(cuda) else None  # (that GPU was not visible then: it starts as seeded)
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda, device)
+
+
+def _load_scaler(scaler: torch.amp.GradScaler, saved: dict[str, Any]) -> None:
+    """fp16's loss scale, as saved. A checkpoint trained in bf16 or fp32 saved none (a disabled scaler's state is
+    {}), and an fp16 resume of it starts with a fresh scale (torch refused to load an empty state: a traceback on
+    `--resume` with train.precision=fp16, or with `auto` moving a bf16 run of an H100 onto a V100 or T4)."""
+    if saved:
+        scaler.load_state_dict(saved)
 
 
 def _seed_rank(seed: int, dist: Distributed) -> None:
@@ -186,9 +202,9 @@ def _restore_rng(state: dict[str, Any], dist: Distributed, seed: int) -> None:
     exact anyway: its ranks take rank 0's states and reseed as a fresh start would."""
     ranks = state.get("rng_ranks") or [state["rng"]]
     if len(ranks) == dist.world_size:
-        _set_rng_state(ranks[dist.rank])
+        _set_rng_state(ranks[dist.rank], dist.device)
     else:
-        _set_rng_state(state["rng"])
+        _set_rng_state(state["rng"], dist.device)
         _seed_rank(seed, dist)
 
 
@@ -225,9 +241,8 @@ def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents, resum
         return tokenizer
     started = time.perf_counter()
     numbers = reads_placeholders(recipe)
-    texts = tokenizer_texts(recipe.data.train, events.message, numbers=numbers)
-    tokenizer = train_tokenizer(  # read twice
-        texts, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency, whole_words=(NUMBER_PLACEHOLDER,) if numbers else ()
+    tokenizer = train_corpus_tokenizer(
+        recipe.data.train, recipe.tokenizer.vocab_size, recipe.tokenizer.min_frequency, numbers=numbers, say=events.message
     )
     tokenizer.save(target)
     events.message(
@@ -711,7 +726,7 @@ class Trainer:
         load_state(self.model, read_weights(weights), weights)  # load_state_dict copies onto the model's device
         check_state_fits(weights, state["optimizer"], list(self.model.parameters()))
         load_optimizer_state(self.optimizer, state["optimizer"])
-        self.scaler.load_state_dict(state["scaler"])
+        _load_scaler(self.scaler, state["scaler"])
         note = restore_stream(
             self.stream, state["stream"], self.recipe, self.run_dir, state.get("recipe"),
             corpus_changed=None if "corpus_digest" not in state else state["corpus_digest"] != self.corpus_digest,
@@ -1080,7 +1095,7 @@ class Trainer:
         dist = self.dist
         self._check_weights_finite()  # on every rank alike (their weights are the same): never a broken checkpoint
         self._check_place()
-        rng = _rng_state()
+        rng = _rng_state(self.device)
         rng_ranks = dist.gather(rng) if dist.enabled and every_rank else None
         path = checkpoint_path(self.run_dir, self.step)
         if not self.main:
