@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tfm_cli import packing
 from tfm_cli.decoding import TorchEngine, translate_ids
@@ -196,6 +197,84 @@ def test_fp32_stays_with_mkl_on_an_intel_cpu(monkeypatch, native_bf16: bool) -> 
         with torch.autocast("cpu", dtype=torch.bfloat16):
             view.generator(x)
     assert view.generator._packed[torch.float32][1] is None and view.generator._packed[torch.bfloat16][1] is not None
+
+
+class _Casts(TorchDispatchMode):
+    """Counts the dtype casts of tensors of one shape (a weight's) that run under it."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.shape, self.count = shape, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype) and tuple(args[0].shape) == self.shape:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_unpacked_under_autocast_the_weights_are_cast_once_not_at_every_call(monkeypatch) -> None:
+    """Where no packed kernel runs (CUDA; here a CPU with packing turned off), a linear layer under autocast and
+    inference mode (the searches') computed on weights autocast cast again at every call: PackedLinear keeps the
+    cast, the same numbers, and casts again only when the weights change."""
+    monkeypatch.setattr(packing, "packing_available", lambda: False)
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 80)
+    packed = PackedLinear(linear)
+    x = torch.randn(5, 48)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        plain_casts, own_casts = _Casts((80, 48)), _Casts((80, 48))
+        with plain_casts:
+            want = [linear(x) for _ in range(3)]
+        with own_casts:
+            got = [packed(x) for _ in range(3)]
+    assert plain_casts.count == 3 and own_casts.count == 1  # autocast's three; one here
+    assert all(g.dtype == torch.bfloat16 and torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    with torch.no_grad():
+        linear.weight.add_(1.0)  # in place: the version counter moves, and the cast is taken again
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(packed(x), linear(x))
+        with torch.autocast("cpu", enabled=False):
+            assert packed(x).dtype == torch.float32 and torch.equal(packed(x), linear(x))  # fp32: F.linear as it was
+
+
+def test_off_the_cpu_the_view_keeps_casts_and_stacks_nothing() -> None:
+    """A model on another device (here PyTorch's `meta`, which holds no data, for CUDA's place): every linear layer
+    of the view is a PackedLinear of its own (the cast kept from step to step), none stacked, the model untouched."""
+    model = small_model().to("meta")
+    view = decoding_view(model)
+    assert view is not model and all(type(m) is not PackedLinear for m in model.modules())
+    linears = [n for n, m in model.named_modules() if type(m) is nn.Linear]
+    assert linears and all(type(dict(view.named_modules())[n]) is PackedLinear for n in linears)
+    assert all(m.qkv is None for m in view.modules() if isinstance(m, MultiHeadAttention))
+    assert all(a is b for a, b in zip(view.parameters(), model.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_a_view_of_kept_casts_translates_as_the_model_under_autocast(greedy: bool, monkeypatch) -> None:
+    """The search in bf16 over the view that runs off the CPU (every linear layer keeping its cast; its output
+    projection through it, not the CPU's transposed copy), forced here on the CPU with packing off: the same
+    hypotheses and scores as the model itself under autocast."""
+    monkeypatch.setattr(packing, "packing_available", lambda: False)
+    model = small_model(seed=5, vocab_size=60, n_dec_layers=3)
+    g = torch.Generator().manual_seed(2)
+    sequences = [torch.randint(3, 60, (n,), generator=g).tolist() for n in (1, 4, 9, 13, 6, 2, 17, 8)]
+
+    def kept_casts(m: nn.Module) -> nn.Module:
+        view = packing.module_view(m)
+        packing._wrap_linears(view)
+        return view
+
+    def search(engine: TorchEngine):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return translate_ids(engine, sequences, greedy=greedy, n_best=1 if greedy else 3, max_len_offset=20)
+
+    monkeypatch.setattr("tfm_cli.decoding.decoding_view", lambda m: m)
+    plain = search(TorchEngine(model))
+    monkeypatch.setattr("tfm_cli.decoding.decoding_view", kept_casts)
+    engine = TorchEngine(model)
+    assert type(engine.net.generator) is PackedLinear and engine.output_t is None
+    kept = search(engine)
+    assert [[(h.tokens, h.score) for h in hs] for hs in kept] == [[(h.tokens, h.score) for h in hs] for hs in plain]
 
 
 @pytest.mark.parametrize("vendor", ["AuthenticAMD", None])

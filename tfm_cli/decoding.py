@@ -156,9 +156,10 @@ class TorchState:
 class TorchEngine:
     """The search's view of a PyTorch `Transformer`: over the K/V cache, or recomputing every prefix.
 
-    On the CPU it decodes through `packing.decoding_view(model)`: the same parameters, with linear layers that run
+    It decodes through `packing.decoding_view(model)`: the same parameters, with linear layers that run, on the CPU,
     oneDNN's kernels on weights packed once (faster for the few rows of a decoding step, the same function) and
-    self-attention's three projections stacked into one product (the same numbers, fewer calls).
+    self-attention's three projections stacked into one product (the same numbers, fewer calls); on CUDA, on
+    weights cast once to the autocast dtype (autocast cast them at every step under inference mode).
     The packed and stacked weights (taken at their first use) and the output projection below (taken here) are copies, taken
     again when the weights change in place (`load_state_dict`, an optimizer step: their version counters move),
     and built again when a parameter is replaced by another object or given new data (`load_state_dict(...,
@@ -237,12 +238,13 @@ class NonFiniteOutput(TfmError):
 
 
 def _step_log_probs(
-    engine: Engine, last: torch.Tensor, state: DecoderState, at_max: torch.Tensor, ban_eos: bool
+    engine: Engine, last: torch.Tensor, state: DecoderState, at_max: torch.Tensor, ban_eos: bool, banned: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B,) last tokens -> (B, V) fp32 log-probabilities of the next token for each row, and (B,) bool: the rows
     whose end was forced, against the model's choice (or forbidden until then, by `min_len`).
 
-    Padding, BOS and <unk> are never outputs. Rows at their length limit ((B,) bool `at_max`) may only end (EOS);
+    Padding, BOS and <unk> are never outputs: `banned`, their ids (`banned_ids`) on the search's device, made
+    once a search (indexing with a Python list copied it to the GPU at every step, waiting for the GPU each time). Rows at their length limit ((B,) bool `at_max`) may only end (EOS);
     with `ban_eos` (fewer than `min_len` tokens so far) the other rows may not end. As in fairseq, banned tokens
     get -inf after the log-softmax (no renormalisation), so scores stay log-probabilities of the model and
     comparable with and without `min_len`. A row at its limit whose most probable token was EOS anyway ended as
@@ -251,7 +253,7 @@ def _step_log_probs(
     cfg = engine.config
     logits = engine.step(last, state).float()  # (B, V)
     log_probs = logits.log_softmax(dim=-1)
-    log_probs[:, banned_ids(cfg)] = float("-inf")  # padding, BOS and <unk> are never outputs
+    log_probs[:, banned] = float("-inf")  # padding, BOS and <unk> are never outputs
     # One host synchronisation a step, for both questions. A NaN logit makes its whole row NaN (its log-sum-exp
     # is NaN), so one column tells; such rows never finished nor continued, and came out as empty translations.
     limited, broken = torch.stack([at_max.any(), log_probs[:, cfg.eos_id].isnan().any()]).tolist()
@@ -542,6 +544,7 @@ def _token_by_token(
         max_len, last = max_len[each], last[each]
     batch = max_len.numel()
     cfg = engine.config
+    banned = torch.tensor(banned_ids(cfg), device=device)
     # The books are tensors indexed by row, read once at the end: no per-row Python at each step.
     tokens = torch.zeros(batch, int(max_len.max()) + 1, dtype=torch.long, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
@@ -551,7 +554,7 @@ def _token_by_token(
     alive_total = torch.zeros(batch, device=device)  # (R_alive,) log-probability of each live row so far
     step = 0
     while alive.numel():
-        log_probs, forced = _step_log_probs(engine, last, state, step >= max_len, step < min_len)  # (R_alive, V)
+        log_probs, forced = _step_log_probs(engine, last, state, step >= max_len, step < min_len, banned)  # (R_alive, V)
         best = pick(log_probs, alive, step)  # (R_alive,)
         alive_total += log_probs.gather(1, best[:, None]).squeeze(1)
         tokens[alive, step] = best
@@ -608,6 +611,7 @@ def beam_search(
     # max_len: (n,) each sentence's output limit, kept row for row with the live sentences as they finish
     engine, state, max_len, last = _start_search(model, src, src_mask, max_len_offset, use_cache)
     cfg = engine.config
+    banned = torch.tensor(banned_ids(cfg), device=device)
     width = int(max_len.max()) + 1  # token slots of a finished hypothesis: the longest output, then EOS
     sentence = torch.arange(n, device=device)  # (live,) original index of each live sentence
     seqs = torch.empty(n, 0, dtype=torch.long, device=device)  # (live * beams, step) generated tokens of each beam
@@ -618,7 +622,7 @@ def beam_search(
     while sentence.numel():
         live, beams = sentence.numel(), beam_scores.size(1)
         at_max = (step >= max_len).repeat_interleave(beams)
-        log_probs, forced = _step_log_probs(engine, last, state, at_max, step < min_len)  # (live*beams, V), (live*beams,)
+        log_probs, forced = _step_log_probs(engine, last, state, at_max, step < min_len, banned)  # (live*beams, V), (live*beams,)
         vocab = log_probs.size(-1)
         candidates = (beam_scores.view(-1, 1) + log_probs).view(live, beams * vocab)
         if candidates.size(1) < 2 * k:  # a vocabulary smaller than 2K on the first step: pad with dead ones

@@ -83,7 +83,9 @@ class PackedLinear(nn.Module):
     without gradients; otherwise it is `F.linear`, and so is a dtype oneDNN cannot run here (bf16 without native
     support) or should not (fp32 on an Intel CPU, where MKL is faster: `fp32_packing_pays`). Stacked layers are
     one `F.linear` over a stacked copy of their weights there (taken again when they change), and with gradients
-    over the concatenation of the live parameters.
+    over the concatenation of the live parameters. Where it runs `F.linear` under autocast without gradients (on
+    CUDA, say), it keeps its weight and bias cast to the autocast dtype from one call to the next (`_cast`):
+    autocast itself casts them again at every call under `torch.inference_mode`, where the searches run.
     """
 
     def __init__(self, *linears: nn.Module) -> None:
@@ -103,6 +105,8 @@ class PackedLinear(nn.Module):
         self._stacked: tuple[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] | None = None
         # dtype -> (the weights' versions, (packed weight, bias in that dtype) or None where oneDNN cannot run it)
         self._packed: dict[torch.dtype, tuple[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None] | None]] = {}
+        # autocast dtype -> (the weights' versions, (weight, bias) cast to it): for F.linear under autocast
+        self._casts: dict[torch.dtype, tuple[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]]] = {}
 
     def _versions(self) -> tuple[int, ...]:
         """The in-place version counters of the weights and biases: they move when the weights are changed in
@@ -144,18 +148,37 @@ class PackedLinear(nn.Module):
             self._packed[dtype] = (versions, packed)
         return self._packed[dtype][1]
 
+    def _cast(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The weight and bias without gradients in `dtype`, as autocast casts them (the same numbers), cast once
+        and again when they change in place.
+
+        Autocast keeps a cast of a weight for the rest of its region only where the weight requires gradients
+        and inference mode is off; under the searches' `torch.inference_mode` it cast every linear layer's weight
+        at every decoding step (on CUDA, where no packed copy is made: about 41M values a step for the base model)."""
+        versions = self._versions()
+        held = self._casts.get(dtype)
+        if held is None or held[0] != versions:
+            weight, bias = self._plain()
+            with torch.no_grad():
+                held = (versions, (weight.detach().to(dtype), None if bias is None else bias.detach().to(dtype)))
+            self._casts[dtype] = held
+        return held[1]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled():
             return F.linear(x, *self._live())
         weight, bias = self._plain()
-        if x.device.type != "cpu" or weight.device.type != "cpu":
-            return F.linear(x, weight, bias)
-        # Under CPU autocast a linear layer computes in the autocast dtype, as F.linear would.
-        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
-        packed = self._pack(dtype) if dtype in (torch.float32, torch.bfloat16) else None
-        if packed is None:
-            return F.linear(x, weight, bias)
-        return torch.ops.mkldnn._linear_pointwise(x.to(dtype), *packed, "none", [], "")
+        device = x.device.type
+        # Under autocast a linear layer computes in the autocast dtype, as F.linear would.
+        autocast = torch.is_autocast_enabled(device)
+        dtype = torch.get_autocast_dtype(device) if autocast else x.dtype
+        if device == "cpu" and weight.device.type == "cpu" and dtype in (torch.float32, torch.bfloat16):
+            packed = self._pack(dtype)
+            if packed is not None:
+                return torch.ops.mkldnn._linear_pointwise(x.to(dtype), *packed, "none", [], "")
+        if autocast and dtype != weight.dtype and weight.is_floating_point():
+            return F.linear(x.to(dtype), *self._cast(dtype))
+        return F.linear(x, weight, bias)
 
     def extra_repr(self) -> str:
         parts = "" if self.parts is None else f", stacking {len(self.parts)} layers"
@@ -170,31 +193,44 @@ def module_view(model: nn.Module) -> nn.Module:
 
 
 def decoding_view(model: nn.Module) -> nn.Module:
-    """What CPU decoding runs: a copy of `model`'s modules sharing its parameters and buffers, whose `nn.Linear`
-    layers are `PackedLinear` where packing pays, and whose self-attention layers compute Q, K and V in one
-    product (`MultiHeadAttention.qkv`: a stacked `PackedLinear`, or a stacked `Int8Linear` in an int8 model).
+    """What decoding runs: a copy of `model`'s modules sharing its parameters and buffers. On the CPU its
+    `nn.Linear` layers are `PackedLinear` where packing pays, and its self-attention layers compute Q, K and V in
+    one product (`MultiHeadAttention.qkv`: a stacked `PackedLinear`, or a stacked `Int8Linear` in an int8 model);
+    off the CPU (CUDA) its `nn.Linear` layers are `PackedLinear`s that keep their weights cast to the autocast
+    dtype from one decoding step to the next (bf16, fp16: the same numbers as autocast's own casts; fp32 runs
+    `F.linear` as before).
 
     The model itself is left as it is. Packing applies with oneDNN, on a CPU where it pays for fp32
     (`fp32_packing_pays`) or bf16 (native bf16). Stacking the projections gives the same numbers with fewer
     calls, on any CPU: a decoding step runs three times as many matrix products of a few rows in self-attention
-    otherwise. Returns `model` unchanged off the CPU, or where neither applies.
+    otherwise (off the CPU it is not done: not measured there). Returns `model` unchanged on a CPU where neither
+    applies.
     """
     params = list(model.parameters())
-    if not params or params[0].device.type != "cpu":
+    if not params:
         return model
+    if params[0].device.type != "cpu":
+        view = module_view(model)
+        _wrap_linears(view)
+        return view
     pack = packing_available() and (fp32_packing_pays() or cpu_has_native_bf16())
     pack = pack and any(type(m) is nn.Linear for m in model.modules())
     if not pack and not any(_stack(m.w_q, m.w_k, m.w_v) is not None for m in _self_attentions(model)):
         return model
     view = module_view(model)
     if pack:
-        for module in list(view.modules()):
-            for name, child in list(module.named_children()):
-                if type(child) is nn.Linear:
-                    setattr(module, name, PackedLinear(child))
+        _wrap_linears(view)
     for attention in _self_attentions(view):
         attention.qkv = _stack(attention.w_q, attention.w_k, attention.w_v)
     return view
+
+
+def _wrap_linears(view: nn.Module) -> None:
+    """Every `nn.Linear` of `view` made a `PackedLinear` of itself, in place."""
+    for module in list(view.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is nn.Linear:
+                setattr(module, name, PackedLinear(child))
 
 
 def _self_attentions(model: nn.Module) -> list[MultiHeadAttention]:
