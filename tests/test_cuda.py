@@ -1,8 +1,9 @@
 """CUDA paths through the installed `tfm`: they skip, saying why, on machines without a GPU (CPU CI runs them
-nowhere; a GPU machine runs them with plain `pytest`).
+nowhere; a GPU machine runs them with plain `pytest`, or `bash .ci/gpu check`).
 
 Resume on CUDA used to crash (`RNG state must be a torch.ByteTensor`: the state file was loaded onto the GPU);
-training in bf16 and fp16, resuming, and translating each get a short run here.
+training in bf16 and fp16, resuming (in another precision too), translating, benchmarking and the decoding's
+weight casts each get a short run here. Each `tfm` call has a limit under the device tool's 10 minutes a command.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 from clitools import tfm
+
+TIMEOUT = 540  # seconds a `tfm` call may take: under the 600 s of one device-tool command
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
 
@@ -38,12 +41,69 @@ def test_train_resume_translate_on_cuda(precision: str, tmp_path: Path) -> None:
     recipe = tmp_path / "cuda.yaml"
     recipe.write_text(RECIPE.format(train=tmp_path / "train.tsv", dev=tmp_path / "dev.tsv", precision=precision))
     run = tmp_path / "run"
-    tfm("train", str(recipe), "--out", str(run), "--device", "cuda")
-    resumed = tfm("train", "--resume", str(run), "train.max_steps=30", "--device", "cuda")
+    tfm("train", str(recipe), "--out", str(run), "--device", "cuda", timeout=TIMEOUT)
+    resumed = tfm("train", "--resume", str(run), "train.max_steps=30", "--device", "cuda", timeout=TIMEOUT)
     assert "resumed from" in resumed.stderr
-    assert json.loads((run / "summary.json").read_text())["steps"] == 30
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 30 and summary["device"].startswith("cuda") and summary["precision"] == precision
+    state = torch.load(run / "checkpoints" / "step-00000030.state.pt", map_location="cpu", weights_only=False)
+    cuda_rng = state["rng"]["cuda"]  # the run's own GPU's generator, one ByteTensor (not one per visible GPU)
+    assert isinstance(cuda_rng, torch.Tensor) and cuda_rng.dtype == torch.uint8
+    if precision == "fp16":  # the loss scale is kept, and is a real one
+        assert 0 < state["scaler"]["scale"] < float("inf")
+    else:
+        assert state["scaler"] == {}
+    losses = [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
+    assert len(losses) == 6 and losses[-1] < losses[0]  # every 5 steps to 30, and it learned (no update all skipped)
     out = tfm("translate", "--model", str(run), "--device", "cuda", "--precision", precision, "--json", "Bonjour.")
     assert json.loads(out.stdout)["source"] == "Bonjour."
+
+
+def test_a_bf16_run_resumes_in_fp16(tmp_path: Path) -> None:
+    """A bf16 checkpoint holds no loss scale ({}): an fp16 resume of it (or `auto` on an older GPU) starts a fresh
+    one (torch refused to load the empty state, a traceback)."""
+    recipe = _small_run(tmp_path, "bf16")
+    run = tmp_path / "run"
+    tfm("train", str(recipe), "train.max_steps=10", "--out", str(run), "--device", "cuda", timeout=TIMEOUT)
+    tfm("train", "--resume", str(run), "train.precision=fp16", "train.max_steps=20", "--device", "cuda", timeout=TIMEOUT)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 20 and summary["precision"] == "fp16"
+    state = torch.load(run / "checkpoints" / "step-00000020.state.pt", map_location="cpu", weights_only=False)
+    assert 0 < state["scaler"]["scale"] < float("inf")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_decoding_casts_each_weight_once_a_search(dtype: torch.dtype) -> None:
+    """Under autocast and inference mode autocast casts a weight at every call; the decoding view keeps its casts:
+    the output projection's weight is cast at most once in a whole search of many steps, and the translations
+    are those of the model under plain autocast."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tfm_cli.decoding import TorchEngine, translate_ids
+    from tfm_cli.model import ModelConfig, Transformer
+
+    class Casts(TorchDispatchMode):
+        def __init__(self, shape: tuple[int, ...]) -> None:
+            super().__init__()
+            self.shape, self.count = shape, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in (torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype) and tuple(args[0].shape) == self.shape:
+                self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=300, d_model=64, d_ff=128, n_heads=4, n_enc_layers=2, n_dec_layers=2,
+                                    dropout=0.0, max_positions=128)).cuda().eval()
+    sequences = [torch.randint(4, 300, (n,)).tolist() for n in (3, 9, 17, 5)]
+    engine = TorchEngine(model)
+    casts = Casts((300, 64))
+    with casts, torch.autocast("cuda", dtype=dtype):
+        kept = translate_ids(engine, sequences, max_len_offset=30)
+    assert casts.count <= 1, f"the output projection's weight was cast {casts.count} times in one search"
+    with torch.autocast("cuda", dtype=dtype):
+        plain = translate_ids(model, sequences, max_len_offset=30)  # (the same view: a fresh engine of its own)
+    assert [[h.tokens for h in hs] for hs in kept] == [[h.tokens for h in hs] for hs in plain]
 
 
 def _small_run(tmp_path: Path, precision: str) -> Path:
@@ -62,11 +122,11 @@ def test_resume_on_cuda_continues_the_same_run(tmp_path: Path) -> None:
 
     recipe = _small_run(tmp_path, "fp32")
     straight, split = tmp_path / "straight", tmp_path / "split"
-    tfm("train", str(recipe), "--out", str(straight), "--device", "cuda")
+    tfm("train", str(recipe), "--out", str(straight), "--device", "cuda", timeout=TIMEOUT)
     split.mkdir()
     (split / "tokenizer.json").write_bytes((straight / "tokenizer.json").read_bytes())
-    tfm("train", str(recipe), "train.max_steps=10", "--out", str(split), "--device", "cuda")
-    tfm("train", "--resume", str(split), "train.max_steps=20", "--device", "cuda")
+    tfm("train", str(recipe), "train.max_steps=10", "--out", str(split), "--device", "cuda", timeout=TIMEOUT)
+    tfm("train", "--resume", str(split), "train.max_steps=20", "--device", "cuda", timeout=TIMEOUT)
     a = load_file(str(straight / "checkpoints" / "step-00000020.safetensors"))
     b = load_file(str(split / "checkpoints" / "step-00000020.safetensors"))
     worst = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
@@ -76,27 +136,43 @@ def test_resume_on_cuda_continues_the_same_run(tmp_path: Path) -> None:
 
 def test_bench_commands_on_cuda(tmp_path: Path) -> None:
     attn = json.loads(tfm("bench", "attention", "--lengths", "64,256", "--batch", "2", "--heads", "4", "--d-k", "32",
-                          "--dtype", "bf16", "--device", "cuda", "--repeat", "2", "--json").stdout)
-    assert attn and "cuda" in json.dumps(attn).lower()
+                          "--dtype", "bf16", "--device", "cuda", "--repeat", "2", "--json", timeout=TIMEOUT).stdout)
+    assert attn["environment"]["device"] == "cuda"
+    statuses = {(r["impl"], r["pass"], r["length"]): r["status"] for r in attn["records"]}
+    # none disagreed with the reference ("wrong") or ran out of memory; FlashAttention on CUDA takes no padding mask
+    assert statuses and set(statuses.values()) <= {"ok", "unsupported"}, statuses
+    ran = {impl for (impl, _, _), status in statuses.items() if status == "ok"}
+    assert {"naive", "tfm", "sdpa-math", "sdpa-efficient"} <= ran, statuses
     recipe = _small_run(tmp_path, "bf16")
-    train = json.loads(tfm("bench", "train", str(recipe), "--steps", "3", "--warmup", "1", "--device", "cuda", "--json").stdout)
-    assert train
+    train = json.loads(tfm("bench", "train", str(recipe), "--steps", "3", "--warmup", "1", "--device", "cuda", "--json",
+                           timeout=TIMEOUT).stdout)
+    phases = {r["phase"]: r for r in train["records"]}
+    assert {"model step", "trainer"} <= set(phases) and train["environment"]["dtype"] == "bf16"
+    for phase in ("model step", "trainer"):
+        assert phases[phase]["tgt_tokens_per_s"] > 0 and 0 < phases[phase]["mfu"] < 1
+        assert phases[phase]["peak_allocated_mb"] > 0  # CUDA memory, measured on the device
+    assert train["summary"]["trainer_vs_model_step"] > 0
     run = tmp_path / "run"
-    tfm("train", str(recipe), "train.max_steps=10", "--out", str(run), "--device", "cuda")
-    out = tfm("bench", "translate", "--model", str(run), "--sentences", "16", "--src-len", "8", "--out-len", "8",
-              "--batch-sizes", "1,16", "--device", "cuda", "--json").stdout
-    assert json.loads(out)
+    tfm("train", str(recipe), "train.max_steps=10", "--out", str(run), "--device", "cuda", timeout=TIMEOUT)
+    out = json.loads(tfm("bench", "translate", "--model", str(run), "--sentences", "16", "--src-len", "8", "--out-len", "8",
+                         "--batch-sizes", "1,16", "--device", "cuda", "--json", timeout=TIMEOUT).stdout)
+    measured = {(r["mode"], r["cache"], r["batch_size"]) for r in out["records"] if r["engine"] == "tfm" and r["sentences_per_s"] > 0}
+    assert {("beam", True, 1), ("beam", True, 16), ("greedy", True, 16)} <= measured
 
 
-def test_onnx_export_runs_on_the_cuda_device_and_torchrun_on_one_gpu(tmp_path: Path) -> None:
+def test_a_run_trained_through_torchrun_on_one_gpu_exports_to_onnx(tmp_path: Path) -> None:
+    """`--nproc-per-node 1` (one process: torchrun's path, no NCCL collective) on the GPU, then the ONNX export of
+    the CUDA-trained run (exported from the CPU, checked on 10 lines), translating as the PyTorch model does there."""
     pytest.importorskip("onnxruntime")
     recipe = _small_run(tmp_path, "bf16")
     run = tmp_path / "run"
-    tfm("train", str(recipe), "train.max_steps=10", "--out", str(run), "--device", "cuda", "--nproc-per-node", "1")
-    tfm("export", str(run), "--format", "onnx", "--out", str(tmp_path / "onnx"), "--verify-lines", "10")
-    a = tfm("translate", "--model", str(run), "--precision", "fp32", "--device", "cuda", stdin="Bonjour.\nMerci.\n").stdout
+    tfm("train", str(recipe), "train.max_steps=10", "--out", str(run), "--device", "cuda", "--nproc-per-node", "1",
+        timeout=TIMEOUT)
+    assert json.loads((run / "summary.json").read_text())["device"].startswith("cuda")
+    tfm("export", str(run), "--format", "onnx", "--out", str(tmp_path / "onnx"), "--verify-lines", "10", timeout=TIMEOUT)
+    a = tfm("translate", "--model", str(run), "--precision", "fp32", "--device", "cpu", stdin="Bonjour.\nMerci.\n").stdout
     b = tfm("translate", "--model", str(tmp_path / "onnx"), stdin="Bonjour.\nMerci.\n").stdout
-    assert a == b
+    assert a == b and len(a.splitlines()) == 2
 
 
 def test_compiled_training_on_cuda(tmp_path: Path) -> None:
@@ -104,8 +180,8 @@ def test_compiled_training_on_cuda(tmp_path: Path) -> None:
     again), resumes and translates."""
     recipe = _small_run(tmp_path, "bf16")
     run = tmp_path / "run"
-    tfm("train", str(recipe), "train.compile=true", "--out", str(run), "--device", "cuda", timeout=900)
-    resumed = tfm("train", "--resume", str(run), "train.max_steps=30", "--device", "cuda", timeout=900)
+    tfm("train", str(recipe), "train.compile=true", "--out", str(run), "--device", "cuda", timeout=TIMEOUT)
+    resumed = tfm("train", "--resume", str(run), "train.max_steps=30", "--device", "cuda", timeout=TIMEOUT)
     assert "resumed from" in resumed.stderr
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 30 and "compile: true" in (run / "recipe.yaml").read_text()
