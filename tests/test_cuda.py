@@ -3,7 +3,8 @@ nowhere; a GPU machine runs them with plain `pytest`, or `bash .ci/gpu check`).
 
 Resume on CUDA used to crash (`RNG state must be a torch.ByteTensor`: the state file was loaded onto the GPU);
 training in bf16 and fp16, resuming (in another precision too), translating, benchmarking and the decoding's
-weight casts each get a short run here. Each `tfm` call has a limit under the device tool's 10 minutes a command.
+weight casts each get a short run here. Each `tfm` call has a time limit, so that one that hangs fails its test;
+`bash .ci/gpu check` runs this file and three CPU ones in one device command of at most 10 minutes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 import torch
 from clitools import tfm
 
-TIMEOUT = 540  # seconds a `tfm` call may take: under the 600 s of one device-tool command
+TIMEOUT = 300  # seconds a `tfm` call may take (a hung one fails its test, not the whole device command)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
 
@@ -73,37 +74,45 @@ def test_a_bf16_run_resumes_in_fp16(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_cuda_decoding_casts_each_weight_once_a_search(dtype: torch.dtype) -> None:
-    """Under autocast and inference mode autocast casts a weight at every call; the decoding view keeps its casts:
-    the output projection's weight is cast at most once in a whole search of many steps, and the translations
-    are those of the model under plain autocast."""
+def test_cuda_decoding_casts_each_weight_once_a_search(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under autocast and inference mode autocast casts a weight at every call; the decoding view keeps its casts
+    (and the engine its cast of the output projection's copy): each is cast at most once in a whole search of many
+    steps, and the translations are those of the model itself under plain autocast, which cast them every step."""
+    import collections
+
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from tfm_cli.decoding import TorchEngine, translate_ids
     from tfm_cli.model import ModelConfig, Transformer
+    from tfm_cli.packing import module_view
 
     class Casts(TorchDispatchMode):
-        def __init__(self, shape: tuple[int, ...]) -> None:
+        def __init__(self, addresses: set[int]) -> None:
             super().__init__()
-            self.shape, self.count = shape, 0
+            self.addresses, self.each = addresses, collections.Counter()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func in (torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype) and tuple(args[0].shape) == self.shape:
-                self.count += 1
+            if func in (torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype) and args[0].data_ptr() in self.addresses:
+                self.each[args[0].data_ptr()] += 1
             return func(*args, **(kwargs or {}))
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=300, d_model=64, d_ff=128, n_heads=4, n_enc_layers=2, n_dec_layers=2,
                                     dropout=0.0, max_positions=128)).cuda().eval()
     sequences = [torch.randint(4, 300, (n,)).tolist() for n in (3, 9, 17, 5)]
-    engine = TorchEngine(model)
-    casts = Casts((300, 64))
-    with casts, torch.autocast("cuda", dtype=dtype):
-        kept = translate_ids(engine, sequences, max_len_offset=30)
-    assert casts.count <= 1, f"the output projection's weight was cast {casts.count} times in one search"
-    with torch.autocast("cuda", dtype=dtype):
-        plain = translate_ids(model, sequences, max_len_offset=30)  # (the same view: a fresh engine of its own)
-    assert [[h.tokens for h in hs] for hs in kept] == [[h.tokens for h in hs] for hs in plain]
+
+    def search(engine: TorchEngine) -> tuple[list, collections.Counter]:
+        casts = Casts({p.data_ptr() for p in model.parameters() if p.dim() == 2} | {engine.output_t.data_ptr()})
+        with casts, torch.autocast("cuda", dtype=dtype):
+            found = translate_ids(engine, sequences, max_len_offset=30)
+        return [[h.tokens for h in hs] for hs in found], casts.each
+
+    kept, kept_casts = search(TorchEngine(model))
+    assert kept_casts and max(kept_casts.values()) == 1, f"a weight cast {max(kept_casts.values())} times in one search"
+    monkeypatch.setattr("tfm_cli.decoding.decoding_view", module_view)  # the model's own layers, as before
+    plain, plain_casts = search(TorchEngine(model))
+    assert max(plain_casts.values()) > 10  # autocast's casts at every step, which the view saves
+    assert kept == plain
 
 
 def _small_run(tmp_path: Path, precision: str) -> Path:
@@ -162,7 +171,8 @@ def test_bench_commands_on_cuda(tmp_path: Path) -> None:
 
 def test_a_run_trained_through_torchrun_on_one_gpu_exports_to_onnx(tmp_path: Path) -> None:
     """`--nproc-per-node 1` (one process: torchrun's path, no NCCL collective) on the GPU, then the ONNX export of
-    the CUDA-trained run (exported from the CPU, checked on 10 lines), translating as the PyTorch model does there."""
+    the CUDA-trained run (exported from the CPU, checked on 10 lines), translating on the CPU as the PyTorch model
+    does there."""
     pytest.importorskip("onnxruntime")
     recipe = _small_run(tmp_path, "bf16")
     run = tmp_path / "run"
@@ -171,7 +181,7 @@ def test_a_run_trained_through_torchrun_on_one_gpu_exports_to_onnx(tmp_path: Pat
     assert json.loads((run / "summary.json").read_text())["device"].startswith("cuda")
     tfm("export", str(run), "--format", "onnx", "--out", str(tmp_path / "onnx"), "--verify-lines", "10", timeout=TIMEOUT)
     a = tfm("translate", "--model", str(run), "--precision", "fp32", "--device", "cpu", stdin="Bonjour.\nMerci.\n").stdout
-    b = tfm("translate", "--model", str(tmp_path / "onnx"), stdin="Bonjour.\nMerci.\n").stdout
+    b = tfm("translate", "--model", str(tmp_path / "onnx"), "--device", "cpu", stdin="Bonjour.\nMerci.\n").stdout
     assert a == b and len(a.splitlines()) == 2
 
 

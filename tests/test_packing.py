@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
@@ -200,16 +201,25 @@ def test_fp32_stays_with_mkl_on_an_intel_cpu(monkeypatch, native_bf16: bool) -> 
 
 
 class _Casts(TorchDispatchMode):
-    """Counts the dtype casts of tensors of one shape (a weight's) that run under it."""
+    """Counts the dtype casts that run under it of the tensors whose data starts at one of `addresses`: in all
+    (`count`), and the most of any one of them (`most`)."""
 
-    def __init__(self, shape: tuple[int, ...]) -> None:
+    def __init__(self, addresses: set[int]) -> None:
         super().__init__()
-        self.shape, self.count = shape, 0
+        self.addresses, self.each = addresses, collections.Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in (torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype) and tuple(args[0].shape) == self.shape:
-            self.count += 1
+        if func in (torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype) and args[0].data_ptr() in self.addresses:
+            self.each[args[0].data_ptr()] += 1
         return func(*args, **(kwargs or {}))
+
+    @property
+    def count(self) -> int:
+        return sum(self.each.values())
+
+    @property
+    def most(self) -> int:
+        return max(self.each.values(), default=0)
 
 
 def test_unpacked_under_autocast_the_weights_are_cast_once_not_at_every_call(monkeypatch) -> None:
@@ -222,7 +232,7 @@ def test_unpacked_under_autocast_the_weights_are_cast_once_not_at_every_call(mon
     packed = PackedLinear(linear)
     x = torch.randn(5, 48)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        plain_casts, own_casts = _Casts((80, 48)), _Casts((80, 48))
+        plain_casts, own_casts = _Casts({linear.weight.data_ptr()}), _Casts({linear.weight.data_ptr()})
         with plain_casts:
             want = [linear(x) for _ in range(3)]
         with own_casts:
@@ -239,42 +249,47 @@ def test_unpacked_under_autocast_the_weights_are_cast_once_not_at_every_call(mon
 
 def test_off_the_cpu_the_view_keeps_casts_and_stacks_nothing() -> None:
     """A model on another device (here PyTorch's `meta`, which holds no data, for CUDA's place): every linear layer
-    of the view is a PackedLinear of its own (the cast kept from step to step), none stacked, the model untouched."""
+    of the view but the output projection is a PackedLinear of its own (the cast kept from step to step), none
+    stacked, the model untouched. (The engine multiplies by its own copy of the output projection's weight.)"""
     model = small_model().to("meta")
     view = decoding_view(model)
     assert view is not model and all(type(m) is not PackedLinear for m in model.modules())
-    linears = [n for n, m in model.named_modules() if type(m) is nn.Linear]
+    linears = [n for n, m in model.named_modules() if type(m) is nn.Linear and n != "generator"]
     assert linears and all(type(dict(view.named_modules())[n]) is PackedLinear for n in linears)
+    assert type(view.generator) is nn.Linear
     assert all(m.qkv is None for m in view.modules() if isinstance(m, MultiHeadAttention))
     assert all(a is b for a, b in zip(view.parameters(), model.parameters(), strict=True))
 
 
 @pytest.mark.parametrize("greedy", [False, True])
 def test_a_view_of_kept_casts_translates_as_the_model_under_autocast(greedy: bool, monkeypatch) -> None:
-    """The search in bf16 over the view that runs off the CPU (every linear layer keeping its cast; its output
-    projection through it, not the CPU's transposed copy), forced here on the CPU with packing off: the same
-    hypotheses and scores as the model itself under autocast."""
+    """The search in bf16 over the view that runs off the CPU (every linear layer keeping its cast, the engine's
+    copy of the output projection too), forced here on the CPU with packing off: the same hypotheses and scores as
+    the model itself under autocast, with each weight cast once in the search where autocast cast it at every step."""
     monkeypatch.setattr(packing, "packing_available", lambda: False)
     model = small_model(seed=5, vocab_size=60, n_dec_layers=3)
     g = torch.Generator().manual_seed(2)
     sequences = [torch.randint(3, 60, (n,), generator=g).tolist() for n in (1, 4, 9, 13, 6, 2, 17, 8)]
 
-    def kept_casts(m: nn.Module) -> nn.Module:
+    def kept_casts(m: nn.Module) -> nn.Module:  # what decoding_view makes off the CPU
         view = packing.module_view(m)
-        packing._wrap_linears(view)
+        packing._wrap_linears(view, keep=view.generator)
         return view
 
-    def search(engine: TorchEngine):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return translate_ids(engine, sequences, greedy=greedy, n_best=1 if greedy else 3, max_len_offset=20)
+    def search(engine: TorchEngine) -> tuple[list, _Casts]:
+        weights = {p.data_ptr() for p in model.parameters() if p.dim() == 2} | {engine.output_t.data_ptr()}
+        casts = _Casts(weights)
+        with casts, torch.autocast("cpu", dtype=torch.bfloat16):
+            found = translate_ids(engine, sequences, greedy=greedy, n_best=1 if greedy else 3, max_len_offset=20)
+        return [[(h.tokens, h.score) for h in hs] for hs in found], casts
 
-    monkeypatch.setattr("tfm_cli.decoding.decoding_view", lambda m: m)
-    plain = search(TorchEngine(model))
+    monkeypatch.setattr("tfm_cli.decoding.decoding_view", packing.module_view)
+    plain, plain_casts = search(TorchEngine(model))
     monkeypatch.setattr("tfm_cli.decoding.decoding_view", kept_casts)
-    engine = TorchEngine(model)
-    assert type(engine.net.generator) is PackedLinear and engine.output_t is None
-    kept = search(engine)
-    assert [[(h.tokens, h.score) for h in hs] for hs in kept] == [[(h.tokens, h.score) for h in hs] for hs in plain]
+    kept, kept_casts_made = search(TorchEngine(model))
+    assert kept == plain
+    assert kept_casts_made.most == 1 and plain_casts.most > 10  # each weight (and the output copy) once a search,
+    assert plain_casts.count > 10 * kept_casts_made.count  # where autocast cast it at every step
 
 
 @pytest.mark.parametrize("vendor", ["AuthenticAMD", None])

@@ -45,7 +45,7 @@ from tfm_cli.errors import TfmError
 from tfm_cli.model import KVCache, ModelConfig, Transformer
 from tfm_cli.model.masks import causal_mask, padding_mask
 from tfm_cli.model.transformer import CPU_SHORT_KEYS
-from tfm_cli.packing import decoding_view, module_view, tensor_version
+from tfm_cli.packing import autocast_dtype, decoding_view, module_view, tensor_version
 
 UNK_ID = 3  # <unk> in tfm's vocabulary layout (tokenizer.py: 0 <pad>, 1 <s>, 2 </s>, 3 <unk>): never an output
 EOS, MAX_LEN = "eos", "max_len"  # why a hypothesis stopped: the model ended it, or it reached its maximum length
@@ -159,12 +159,14 @@ class TorchEngine:
     It decodes through `packing.decoding_view(model)`: the same parameters, with linear layers that run, on the CPU,
     oneDNN's kernels on weights packed once (faster for the few rows of a decoding step, the same function) and
     self-attention's three projections stacked into one product (the same numbers, fewer calls); on CUDA, on
-    weights cast once to the autocast dtype (autocast cast them at every step under inference mode).
+    weights cast once to the autocast dtype (autocast cast them at every step under inference mode), and so is the
+    output projection's transposed copy below.
     The packed and stacked weights (taken at their first use) and the output projection below (taken here) are copies, taken
     again when the weights change in place (`load_state_dict`, an optimizer step: their version counters move),
     and built again when a parameter is replaced by another object or given new data (`load_state_dict(...,
     assign=True)`, `p.data = x`). In-place changes through `p.data` (`p.data.mul_(2)`) move no version counter
-    and are not seen: change weights under `torch.no_grad()` instead. `model` stays the model given, in the mode it
+    and are not seen, nor are those of weights made under `torch.inference_mode` (they have none): change weights
+    under `torch.no_grad()` instead. `model` stays the model given, in the mode it
     is in (train or eval): the search runs a view of it in eval mode.
     """
 
@@ -189,6 +191,7 @@ class TorchEngine:
         generator = self.net.generator
         self.output_t = generator.weight.detach().t().contiguous() if type(generator) is nn.Linear else None  # (D, V)
         self._output_version = tensor_version(generator.weight) if self.output_t is not None else None
+        self._output_casts: dict[torch.dtype, torch.Tensor] = {}  # autocast dtype -> output_t cast to it
         self._parameters = key
 
     def __getstate__(self) -> dict:
@@ -220,7 +223,14 @@ class TorchEngine:
         weight = self.net.generator.weight
         if tensor_version(weight) != self._output_version:  # changed in place since (load_state_dict): copy again
             self.output_t, self._output_version = weight.detach().t().contiguous(), tensor_version(weight)
-        return features[:, -1] @ self.output_t  # (B, V)
+            self._output_casts = {}
+        dtype = autocast_dtype(features.device.type)
+        if dtype is None or dtype == self.output_t.dtype:
+            return features[:, -1] @ self.output_t  # (B, V)
+        # under autocast: the copy cast once (autocast cast it at every step under inference mode), the same numbers
+        if dtype not in self._output_casts:
+            self._output_casts[dtype] = self.output_t.to(dtype)
+        return features[:, -1].to(dtype) @ self._output_casts[dtype]  # (B, V)
 
 
 def _parameters_key(model: nn.Module) -> tuple[tuple[int, int], ...]:

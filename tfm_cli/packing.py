@@ -25,8 +25,13 @@ sentence at a time, greedy 1.05-1.11x as fast, beam 4 1.10-1.21x; beam 4 at 8 se
 32 1.03x; int8 1.14x (greedy, one sentence), 1.14x (beam, one) and 1.07x (beam, 32), where each int8 layer also
 quantizes its input row by row.
 
-`decoding_view(model)` is what `decoding.TorchEngine` decodes with on the CPU: the same parameters (not copied),
-linear layers that read a packed copy of their weight when no gradient is wanted, and the stacked projections.
+Off the CPU (CUDA) nothing is packed or stacked, but autocast (bf16, fp16) cast every weight again at every
+decoding step, under the searches' `torch.inference_mode`, where its cache of casts is off: the view's layers keep
+their casts instead (the same numbers).
+
+`decoding_view(model)` is what `decoding.TorchEngine` decodes with: the same parameters (not copied), linear
+layers that read a packed (or, off the CPU, cast) copy of their weight when no gradient is wanted, and on the CPU
+the stacked projections.
 With gradients enabled they are plain `F.linear` over the live parameters, so the view can never train on a
 stale copy; a packed or stacked copy is taken from the weights as they are at its first use, and taken again
 after they change in place (their version counters move: `load_state_dict`, an optimizer step). A parameter
@@ -168,21 +173,30 @@ class PackedLinear(nn.Module):
         if torch.is_grad_enabled():
             return F.linear(x, *self._live())
         weight, bias = self._plain()
-        device = x.device.type
         # Under autocast a linear layer computes in the autocast dtype, as F.linear would.
-        autocast = torch.is_autocast_enabled(device)
-        dtype = torch.get_autocast_dtype(device) if autocast else x.dtype
-        if device == "cpu" and weight.device.type == "cpu" and dtype in (torch.float32, torch.bfloat16):
+        autocast = autocast_dtype(x.device.type)
+        dtype = autocast or x.dtype
+        if x.device.type == "cpu" and weight.device.type == "cpu" and dtype in (torch.float32, torch.bfloat16):
             packed = self._pack(dtype)
             if packed is not None:
                 return torch.ops.mkldnn._linear_pointwise(x.to(dtype), *packed, "none", [], "")
-        if autocast and dtype != weight.dtype and weight.is_floating_point():
-            return F.linear(x.to(dtype), *self._cast(dtype))
+        if autocast is not None and autocast != weight.dtype and weight.is_floating_point():
+            return F.linear(x.to(autocast), *self._cast(autocast))
         return F.linear(x, weight, bias)
 
     def extra_repr(self) -> str:
         parts = "" if self.parts is None else f", stacking {len(self.parts)} layers"
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self._plain()[1] is not None}{parts}"
+
+
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype autocast computes matrix products in on `device_type` now, or None where it is off (or where
+    autocast knows no such device: `meta`)."""
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # "unknown device type for autocast"
+        return None
+    return torch.get_autocast_dtype(device_type) if enabled else None
 
 
 def module_view(model: nn.Module) -> nn.Module:
@@ -196,9 +210,10 @@ def decoding_view(model: nn.Module) -> nn.Module:
     """What decoding runs: a copy of `model`'s modules sharing its parameters and buffers. On the CPU its
     `nn.Linear` layers are `PackedLinear` where packing pays, and its self-attention layers compute Q, K and V in
     one product (`MultiHeadAttention.qkv`: a stacked `PackedLinear`, or a stacked `Int8Linear` in an int8 model);
-    off the CPU (CUDA) its `nn.Linear` layers are `PackedLinear`s that keep their weights cast to the autocast
-    dtype from one decoding step to the next (bf16, fp16: the same numbers as autocast's own casts; fp32 runs
-    `F.linear` as before).
+    off the CPU (CUDA) its `nn.Linear` layers but the output projection are `PackedLinear`s that keep their weights
+    cast to the autocast dtype from one decoding step to the next (bf16, fp16: the same numbers as autocast's own
+    casts; in fp32 `F.linear`, as `nn.Linear`). The output projection stays an `nn.Linear`: `decoding.TorchEngine`
+    multiplies by its own transposed copy of the weight, which it keeps cast the same way.
 
     The model itself is left as it is. Packing applies with oneDNN, on a CPU where it pays for fp32
     (`fp32_packing_pays`) or bf16 (native bf16). Stacking the projections gives the same numbers with fewer
@@ -211,7 +226,7 @@ def decoding_view(model: nn.Module) -> nn.Module:
         return model
     if params[0].device.type != "cpu":
         view = module_view(model)
-        _wrap_linears(view)
+        _wrap_linears(view, keep=getattr(view, "generator", None))
         return view
     pack = packing_available() and (fp32_packing_pays() or cpu_has_native_bf16())
     pack = pack and any(type(m) is nn.Linear for m in model.modules())
@@ -225,11 +240,11 @@ def decoding_view(model: nn.Module) -> nn.Module:
     return view
 
 
-def _wrap_linears(view: nn.Module) -> None:
-    """Every `nn.Linear` of `view` made a `PackedLinear` of itself, in place."""
+def _wrap_linears(view: nn.Module, keep: nn.Module | None = None) -> None:
+    """Every `nn.Linear` of `view` (but `keep`) made a `PackedLinear` of itself, in place."""
     for module in list(view.modules()):
         for name, child in list(module.named_children()):
-            if type(child) is nn.Linear:
+            if type(child) is nn.Linear and child is not keep:
                 setattr(module, name, PackedLinear(child))
 
 
