@@ -12,6 +12,7 @@ import gzip
 import itertools
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -302,6 +303,32 @@ def test_dev_decoding_shows_its_progress(recipe: Path, tmp_path: Path) -> None:
         ("dev evaluation at step 10", 10, 10), ("final model: the last checkpoint", 20, 20),
         ("final model: the average of 2 checkpoints", 20, 20),
     ]
+
+
+def test_dev_lines_of_several_sentences_are_counted_as_both(recipe: Path, tmp_path: Path) -> None:
+    """A dev line of two sentences is translated a sentence at a time, so the progress counts sentences, while the
+    scores count lines: the log said "11 dev sentences to decode" then "BLEU ... (first 10 sentences)", with
+    nothing to tell the two apart (2,022 and 2,000 on the bundled dev set)."""
+    lines = (recipe.parent / "dev.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    src, tgt = lines[3].rstrip("\n").split("\t")[:2]
+    lines[3] = f"{src} Il fait beau.\t{tgt} The weather is nice.\n"
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("".join(lines), encoding="utf-8")
+    err = tfm("train", str(recipe), f"data.dev={dev}", "train.max_steps=10", "--out", str(tmp_path / "run"),
+              "--device", "cpu").stderr
+    assert "dev evaluation at step 10 (10 dev lines of 11 sentences): 11 dev sentences to decode" in err
+    assert "(first 10 lines)" in err and json.loads((tmp_path / "run" / "summary.json").read_text())["dev"]["decoded_sentences"]
+
+
+def test_a_run_whose_loss_exploded_without_nan_says_it_diverged(recipe: Path, tmp_path: Path) -> None:
+    """A learning rate far too high drove the loss to tens of thousands without a NaN: the run ended like any other,
+    its dev BLEU 0.00 the only sign. A final dev loss over twice a uniform guess's (ln V) is said to be a divergence."""
+    err = tfm("train", str(recipe), "train.lr_factor=1000", "train.max_steps=30", "train.eval_every=0",
+              "train.average_last=3", "--out", str(tmp_path / "run"), "--device", "cpu").stderr
+    assert re.search(r"warning: the final model's dev loss [\d,.e+]+ is over twice a uniform guess's \(ln [\d,]+ = [\d.]+\): "
+                     r"the run diverged", err), err[-2000:]
+    healthy = tfm("train", str(recipe), "--out", str(tmp_path / "healthy"), "--device", "cpu").stderr
+    assert "diverged" not in healthy
 
 
 def test_durations() -> None:

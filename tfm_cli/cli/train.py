@@ -793,10 +793,11 @@ class _Progress:
         chosen = metrics.get("final_model", {}).get("chosen", "average")
         label = f"final model ({'averaged' if chosen == 'average' else 'last checkpoint'})" if metrics.get("final") else f"step {step}"
         n, every = metrics["sentences"], metrics.get("loss_sentences", metrics["sentences"])
+        # (lines, where some hold several sentences, decoded one by one: the progress counted those)
+        noun = ("line" if "decoded_sentences" in metrics else "sentence") + ("s" if n != 1 else "")
         text = (  # the loss of every dev sentence, the scores of the first `train.eval_sentences`: both said so
             f"dev {label}: loss {metrics['loss']:.3f}  ppl {_ppl(metrics['ppl'], 2)}{f'  (all {every:,})' if n < every else ''}"
-            f"  BLEU {metrics['bleu']:.2f}  chrF {metrics['chrf']:.2f}  ({'first ' if n < every else ''}{n:,} "
-            f"sentence{'s' if n != 1 else ''})"
+            f"  BLEU {metrics['bleu']:.2f}  chrF {metrics['chrf']:.2f}  ({'first ' if n < every else ''}{n:,} {noun})"
         )
         if (plain := metrics.get("as_written")) is not None:  # the references as the file has them (evaluation.py)
             text += f"; as written: BLEU {plain['bleu']:.2f}  chrF {plain['chrf']:.2f}"

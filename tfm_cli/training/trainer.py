@@ -1214,6 +1214,19 @@ class Trainer:
             counts["dev_corpus"] = {"read": n + dev.skipped_empty, "scored": n, "skipped_empty": dev.skipped_empty}
         return counts
 
+    def _say_if_diverged(self, final: dict[str, Any]) -> None:
+        """A final model whose dev loss is over twice a uniform guess's (ln V): a run whose loss exploded without
+        becoming NaN (a learning rate far too high: 2,087 -> 64,748 with `train.lr_factor=1000`) ended like any
+        other, its dev BLEU 0.00 the only sign. (A model at its random start scores about ln V.)"""
+        loss = final.get("loss")  # (label-smoothed, as the line before says it; a uniform guess's is ln V too)
+        uniform = math.log(self.config.vocab_size)
+        if loss is not None and math.isfinite(loss) and loss > 2 * uniform:
+            self.events.message(
+                f"warning: the final model's dev loss {loss:,.4g} is over twice a uniform guess's (ln {self.config.vocab_size:,} "
+                f"= {uniform:.2f}): the run diverged; train again with a lower train.lr_factor or a longer "
+                "train.warmup_steps (or train.clip_norm=1)"
+            )
+
     def _finish(self, stopped: str) -> TrainResult:
         """The final model (average or last checkpoint, see `finish`), summary.json and the curves (rank 0)."""
         if not self.main:  # rank 0 writes the final model and the summary; the others are done
@@ -1228,6 +1241,7 @@ class Trainer:
             if not unwritable(error):
                 raise
             raise not_saved(run_dir, self.step, error, what="the final model", done=True, device=self.device) from error
+        self._say_if_diverged(final)
         # a resume of a finished run that lowers train.keep_last writes the final model again, and saves nothing
         # that would prune (3 checkpoints stayed where keep_last said 2); average_last <= keep_last, so none it needs
         self._say_undeletable(prune_checkpoints(run_dir, t.keep_last))
