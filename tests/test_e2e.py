@@ -270,11 +270,17 @@ def test_fine_tuning_starts_from_the_trained_weights_and_tokenizer(data: dict[st
     assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in theirs)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["init_from"] == str(init) and summary["steps"] == 1
+    from tfm_cli.checkpoint import read_metadata  # the file, step and content it started from, whatever RUN becomes
+
+    started = {"path": str(init / "model.safetensors"), "step": MAX_STEPS,
+               "weights_crc32": read_metadata(init / "model.safetensors")["weights_crc32"]}
+    assert summary["init_weights"] == started
     refused = tfm("train", "--resume", str(out), f"train.init_from={run['dir']}", check=False)  # history it never had
     assert refused.returncode == 1 and "train.init_from=" in refused.stderr and "on a resume" in refused.stderr, refused.stderr
     shutil.rmtree(init)  # a resume trains on from its own checkpoint
     tfm("train", "--resume", str(out), "train.max_steps=2", "train.lr_factor=1", "--device", "cpu")
-    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["steps"] == 2 and resumed["init_weights"] == started  # kept by the checkpoint for the resume
     refused = tfm("train", str(data["recipe"]), "--out", str(tmp_path / "wide"), f"train.init_from={out}",
                   "model.d_ff=128", "--device", "cpu", check=False)
     error = next(line for line in refused.stderr.splitlines() if line.startswith("Error:"))

@@ -13,7 +13,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tfm_cli.checkpoint import config_in_metadata, read_metadata, tokenizer_folder
+from tfm_cli.checkpoint import WEIGHTS_CRC, config_in_metadata, read_metadata, tokenizer_folder
 from tfm_cli.corpus import (
     SPM_SAMPLE,
     Segmented,
@@ -543,6 +543,7 @@ class InitModel:
 
     path: Path
     step: int
+    crc: str | None = None  # the CRC-32 of its tensors, from its metadata (`weights_crc32`; older files have none)
 
 
 def _init_weights(recipe: Recipe) -> tuple[Path, dict[str, str]]:
@@ -622,7 +623,7 @@ def check_init(recipe: Recipe, config) -> InitModel:
         step = int(metadata.get("step", 0))
     except ValueError:
         step = 0
-    return InitModel(path, step)
+    return InitModel(path, step, metadata.get(WEIGHTS_CRC))
 
 
 def _absolute(spec):

@@ -425,6 +425,9 @@ class Trainer:
         self.corpus_stats: CorpusStats | None = None  # what reading data.train kept and skipped (summary.json)
         self.corpus_mixture: list[MixturePart] | None = None
         self.init_model: InitModel | None = None  # the model a fine-tuning starts from (train.init_from), checked
+        # the weights it started from, as summary.json records them (kept in every checkpoint's state for resumes):
+        # the run named by train.init_from may train on and write another model.safetensors
+        self.init_weights: dict[str, Any] | None = None
 
     def _lock(self) -> None:
         """One process at a time trains a run: a second one (a --resume of a run still training, or a start into
@@ -633,6 +636,7 @@ class Trainer:
                 hint="fine-tune from a copy of one of its checkpoints, or once that run has written its final model",
             )
         load_state(self.model, state, init.path)
+        self.init_weights = {"path": str(init.path.resolve()), "step": init.step, "weights_crc32": init.crc}
         self.events.message(
             f"fine-tuning {init.path} (its step {init.step:,}): its weights and tokenizer, a fresh optimizer and "
             "learning-rate schedule from step 0"
@@ -737,6 +741,7 @@ class Trainer:
         self.earlier_seconds = float(state.get("train_seconds", 0.0))
         self.resumed_window = state.get("log_window")
         self.evaluated_step = int(state.get("evaluated_step", -1))
+        self.init_weights = state.get("init_weights")
         # owed too where this resume's recipe evaluates at the checkpoint's step and the run did not (the old last
         # step of a run extended with a higher train.max_steps, evaluated there as the final model only)
         self.eval_owed = bool(state.get("eval_owed", False)) or (
@@ -1106,7 +1111,7 @@ class Trainer:
             "stream": stream_state, "rng": rng, "best_bleu": self.best_bleu, "tfm_version": __version__,
             "processes": dist.world_size, "threads": torch.get_num_threads(), "corpus_digest": self.corpus_digest,
             "early_stopping": self.early.state_dict(), "scoring": self._scoring(),
-            "train_seconds": self._train_seconds(), "evaluated_step": self.evaluated_step,
+            "train_seconds": self._train_seconds(), "evaluated_step": self.evaluated_step, "init_weights": self.init_weights,
             # saved before this step's dev evaluation: a resume from here does it (see `fit`), unless its outcome
             # was written beside the checkpoint (`evaluate_dev`)
             "eval_owed": self._evaluates_at(self.step) and self.evaluated_step != self.step,
@@ -1261,6 +1266,7 @@ class Trainer:
             # stopped before this file was written (while averaging or evaluating) left a recipe.yaml ahead of it
             "recipe_resolved": recipe_to_dict(with_absolute_paths(self.recipe)),
             "init_from": with_absolute_paths(self.recipe).train.init_from,  # the model it was fine-tuned from, or None
+            "init_weights": self.init_weights,  # its weights file, step and CRC-32 when this run started, or None
         }
         # the curves before summary.json, which marks the run finished: a stop between the two left it without
         # curves.png for good (its resume found nothing to do)
