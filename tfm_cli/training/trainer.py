@@ -827,6 +827,11 @@ class Trainer:
         batches = Prefetcher(
             self.stream, t.accum_steps, depth=PREFETCH_GROUPS if cuda else 0, pin_memory=cuda, device=self.device
         )
+        if t.compile and self.main:  # a log that says nothing for a minute looks hung
+            self.events.message(
+                "train.compile: the model compiles during its first steps (TorchInductor: about a minute before the "
+                "first log line), and again for eval mode at the first dev evaluation"
+            )
         self.events.start(self.step, t.max_steps)
         self.last_saved = self.step
         # seconds of training, all sessions together (as fairseq's --stop-time-hours): a resume continues the count
