@@ -98,6 +98,8 @@ def test_one_corpus_of_the_list_is_set_by_its_place_on_the_command_line():
     cases = {
         "data.train[3].weight=1": "override 'data.train[3].weight=1': data.train lists 2 corpora (data.train[1] to "
                                   "data.train[2]): to add one, give the whole list",
+        "data.train[0].weight=1": "override 'data.train[0].weight=1': data.train[0]: the corpora of data.train are "
+                                  "counted from 1 (data.train[1] to data.train[2])",
         "data.train[1].wieght=1": "override 'data.train[1].wieght=1': wieght is not a key of a corpus; did you mean "
                                   "data.train[1].weight?",
         "data.train[1].weight=0": "override 'data.train[1].weight=0': data.train[1].weight=0 must be a number above 0",

@@ -975,6 +975,9 @@ def _set_corpus(data: dict[str, Any], number: int, name: str, value: Any) -> str
     if not is_mixture(corpora) or not all(isinstance(item, dict) for item in corpora):
         return (f"data.train is one corpus ({_yaml_text(corpora)}), not a list of corpora: give the whole list, e.g. "
                 "data.train=[{path: a.tsv, weight: 2}, {path: b.tsv}]")
+    if number == 0:  # counted from 0, as Python would: not a corpus to add
+        return (f"data.train[0]: the corpora of data.train are counted from 1 (data.train[1] to "
+                f"data.train[{len(corpora)}]), in the order the list gives them")
     if not 1 <= number <= len(corpora):
         return (f"data.train lists {len(corpora)} corpor{'a' if len(corpora) > 1 else 'us'} (data.train[1] to "
                 f"data.train[{len(corpora)}]): to add one, give the whole list")
