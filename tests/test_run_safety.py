@@ -974,6 +974,33 @@ def test_a_stop_during_an_evaluation_is_made_good_by_the_resume(root: Path, tmp_
     assert evaluations("again") == evaluations("whole")  # step 5's evaluation was not done (and logged) twice
 
 
+def test_a_stop_during_the_evaluation_of_the_last_step_is_made_good_by_the_resume(root: Path, tmp_path: Path) -> None:
+    """The same at train.max_steps (base.yaml's last evaluation falls there: 100,000 is a multiple of 5,000): the
+    resume went straight to the final model, without that evaluation: best.safetensors stayed an older step's, and
+    metrics.jsonl and the curves missed the last evaluation."""
+    from tfm_cli.training.trainer import train as train_run
+
+    dev = write(tmp_path / "dev.tsv", test_bad_inputs._head(3000).split("\n", 2980)[-1])
+    data = {"train": str(root / "train.tsv"), "dev": str(dev)}
+    settings = {**test_bad_inputs.TRAIN, "max_steps": 10, "save_every": 5, "eval_every": 5, "eval_sentences": 5}
+    recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("last", data=data, train=settings)))
+    train_run(recipe, tmp_path / "whole", device="cpu", events=_StopInEvaluation(None))
+    stopped = train_run(recipe, tmp_path / "stopped", device="cpu", events=_StopInEvaluation(10))
+    assert stopped.interrupted and stopped.step == 10
+    resumed = train_run(None, tmp_path / "stopped", device="cpu", resume=True, events=_StopInEvaluation(None))
+    assert resumed.step == 10 and not resumed.interrupted
+    for name in ("model.safetensors", "best.safetensors"):
+        got, want = load_file(tmp_path / "stopped" / name), load_file(tmp_path / "whole" / name)
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), name
+    assert read_metadata(tmp_path / "stopped" / "best.safetensors")["step"] == read_metadata(tmp_path / "whole" / "best.safetensors")["step"]
+
+    def evaluations(run: str) -> list[int]:
+        lines = (tmp_path / run / "metrics.jsonl").read_text().splitlines()
+        return [r["step"] for r in map(json.loads, lines) if r["kind"] == "eval"]
+
+    assert evaluations("stopped") == evaluations("whole") == [5, 10]
+
+
 class _StopAtStep(_StopInEvaluation):
     """Training events that stop the run (Ctrl-C) when step `at` is done, before it would be checkpointed."""
 

@@ -852,7 +852,9 @@ class Trainer:
         said = getattr(self.events, "stopping", None) if not dist.enabled else None  # (DDP: torchrun passes Ctrl-C twice)
         with batches, HeldStops(dist, said) as stops:
             try:
-                while self.step < t.max_steps and not stopped:
+                # (an owed evaluation at train.max_steps too: the loop did not run, and the resume went on to the
+                # final model without it, leaving an older best.safetensors and a hole in the curves)
+                while (self.step < t.max_steps or owed_eval) and not stopped:
                     if not owed_eval:  # (a resume whose step's evaluation is owed evaluates first, trains no step)
                         self._train_step(loop)
                     owed_eval = False
