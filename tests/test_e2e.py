@@ -270,7 +270,9 @@ def test_fine_tuning_starts_from_the_trained_weights_and_tokenizer(data: dict[st
     assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in theirs)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["init_from"] == str(init) and summary["steps"] == 1
-    from tfm_cli.checkpoint import read_metadata  # the file, step and content it started from, whatever RUN becomes
+    from tfm_cli.checkpoint import (
+        read_metadata,  # the file, step and content it started from, whatever RUN becomes
+    )
 
     started = {"path": str(init / "model.safetensors"), "step": MAX_STEPS,
                "weights_crc32": read_metadata(init / "model.safetensors")["weights_crc32"]}

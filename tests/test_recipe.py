@@ -487,6 +487,18 @@ def test_names_from_other_toolkits_point_to_the_key_that_means_them():
         "decode.length_penalty": "tfm's is decode.alpha",
         "train.update_freq": "tfm's is train.accum_steps",
         "train.warmup_step": "did you mean train.warmup_steps?",  # a look-alike still
+        # inside decode a length is the output's: decode.max_new_tokens was "did you mean decode.max_tokens?" (the
+        # batch size), decode.max_len "did you mean data.max_len?" (which training pairs are kept)
+        "decode.max_new_tokens": "tfm's is decode.max_len_offset",
+        "decode.max_len": "tfm's is decode.max_len_offset",
+        "decode.max_length": "tfm's is decode.max_len_offset",
+        "max_new_tokens": "tfm's is decode.max_len_offset",
+        "decode.early_stopping": "tfm has no such setting: its beam search always stops",
+        "train.stop-time-hours": "tfm's is train.max_time",  # fairseq's --stop-time-hours
+        "train.early_stopping": "tfm's is train.patience",  # OpenNMT-py's
+        "early_stopping_criteria": "tfm's is train.patience",
+        "train.log_interval": "tfm's is train.log_every",  # fairseq's
+        "model.normalize_before": "tfm's is model.norm",  # Hugging Face's MarianConfig, fairseq's
         # OpenNMT's valid_steps was "did you mean train.max_steps?", Hugging Face's eval_steps train.eval_sentences,
         # embed_dim model.tie_embeddings: each a look-alike of another meaning; hidden_size and others got none
         "train.valid_steps": "tfm's is train.eval_every",

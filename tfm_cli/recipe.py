@@ -731,6 +731,7 @@ def _elsewhere(name: str, not_in: str = "") -> str | None:
 # the key that means it, not to a look-alike of another meaning (`train.epochs` was "did you mean train.eps?", Adam's
 # epsilon, which `train.eps=3` then set).
 _SCHEDULE = "train.lr_factor (the paper's schedule: lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5))"
+_OUTPUT_LENGTH = "decode.max_len_offset (an output may be at most its source's length + this many tokens; the paper's 50)"
 _KNOWN_AS = {
     name: key
     for names, key in (
@@ -773,8 +774,25 @@ _KNOWN_AS = {
         (("dropout_rate", "hidden_dropout_prob"), "model.dropout (residual and embedding dropout, as in the paper)"),
         (("attention_dropout", "attention_probs_dropout_prob", "dropout_attn"), "model.attn_dropout (dropout on the attention weights)"),
         (("seed_value", "random_seed"), "train.seed"),
+        (("max_new_tokens", "max_decoding_length", "max_len_b", "max_output_length", "max_length_factor",
+          "max_tgt_len", "max_target_length"), _OUTPUT_LENGTH),
+        (("stop_time_hours", "stop_time", "max_time_hours", "time_limit"), "train.max_time (a time budget: 90s, 15m, 2h)"),
+        (("early_stopping", "early_stopping_criteria", "early_stopping_patience", "early_stop", "patience_steps"),
+         "train.patience (dev evaluations in a row without a better score before the run stops; train.patience_metric: "
+         "bleu or loss)"),
+        (("log_interval", "report_every", "logging_steps", "disp_freq", "log_every_n_steps"), "train.log_every"),
+        (("normalize_before", "encoder_normalize_before", "decoder_normalize_before", "pre_norm", "layer_norm_first"),
+         "model.norm (pre, or post: the paper's, the default)"),
     )
     for name in names
+}
+# Inside decode, the names of a length are of the output's (Hugging Face's max_length, fairseq's max_len_b), not of
+# the training sentences' (data.max_len, what a bare max_length points to); and Hugging Face's early_stopping is its
+# beam search's, which tfm's always does.
+_KNOWN_IN_DECODE = {
+    **dict.fromkeys(("max_len", "max_length", "max_seq_len", "max_output_len"), f"tfm's is {_OUTPUT_LENGTH}"),
+    "early_stopping": "tfm has no such setting: its beam search always stops a sentence once no live hypothesis can "
+    "beat the finished ones at any length it may reach (tensor2tensor's bound)",
 }
 
 
@@ -795,6 +813,8 @@ def _unknown_key(dotted: str) -> str:
     if len(parts) == 1 and (other := _elsewhere(parts[0])):
         return f"{head}; did you mean {other}?"
     last = parts[-1].casefold().replace("-", "_")
+    if len(parts) == 2 and parts[0] == "decode" and last in _KNOWN_IN_DECODE:
+        return f"{head}; {_KNOWN_IN_DECODE[last]}"
     if len(parts) <= 2 and last in _KNOWN_AS:
         return f"{head}; tfm's is {_KNOWN_AS[last]}"
     if parts[0] not in TOP_LEVEL_KEYS:
