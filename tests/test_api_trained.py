@@ -207,7 +207,7 @@ def test_the_dev_bleu_of_training_is_that_of_tfm_translate_on_lines_of_several_s
     from tfm_cli import Translator
     from tfm_cli.sentences import split_sentences
 
-    translator = Translator.load(trained["dir"], device="cpu")
+    translator = Translator.load(trained["dir"], device="cpu", precision="fp32")  # as the run trained (auto: bf16 on some CPUs)
     split = [i for i, s in enumerate(trained["sources"]) if len(split_sentences(s)) > 1]
     assert len(split) == 4
     report = translator.score(trained["sources"], trained["references"])
@@ -245,7 +245,7 @@ def test_a_sentence_in_capitals_or_in_a_frame_is_given_as_the_model_reads_it(tra
     from tfm_cli.sentences import sentence_case
     from tfm_cli.training.evaluation import evaluate, load_dev
 
-    translator = Translator.load(trained["dir"], device="cpu")
+    translator = Translator.load(trained["dir"], device="cpu", precision="fp32")  # as the run trained (auto: bf16 on some CPUs)
     sources = trained["sources"][:30]
     shouted = translator.translate([s.upper() for s in sources])
     cased = translator.translate([sentence_case(s.upper(), translator.tokenizer.word_cost) for s in sources])
