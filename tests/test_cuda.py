@@ -80,21 +80,11 @@ def test_cuda_decoding_casts_each_weight_once_a_search(dtype: torch.dtype, monke
     steps, and the translations are those of the model itself under plain autocast, which cast them every step."""
     import collections
 
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from test_packing import WeightCasts
 
     from tfm_cli.decoding import TorchEngine, translate_ids
     from tfm_cli.model import ModelConfig, Transformer
     from tfm_cli.packing import module_view
-
-    class Casts(TorchDispatchMode):
-        def __init__(self, addresses: set[int]) -> None:
-            super().__init__()
-            self.addresses, self.each = addresses, collections.Counter()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func in (torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype) and args[0].data_ptr() in self.addresses:
-                self.each[args[0].data_ptr()] += 1
-            return func(*args, **(kwargs or {}))
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=300, d_model=64, d_ff=128, n_heads=4, n_enc_layers=2, n_dec_layers=2,
@@ -102,7 +92,7 @@ def test_cuda_decoding_casts_each_weight_once_a_search(dtype: torch.dtype, monke
     sequences = [torch.randint(4, 300, (n,)).tolist() for n in (3, 9, 17, 5)]
 
     def search(engine: TorchEngine) -> tuple[list, collections.Counter]:
-        casts = Casts({p.data_ptr() for p in model.parameters() if p.dim() == 2} | {engine.output_t.data_ptr()})
+        casts = WeightCasts({p.data_ptr() for p in model.parameters() if p.dim() == 2} | {engine.output_t.data_ptr()})
         with casts, torch.autocast("cuda", dtype=dtype):
             found = translate_ids(engine, sequences, max_len_offset=30)
         return [[h.tokens for h in hs] for hs in found], casts.each

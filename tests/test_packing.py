@@ -200,7 +200,7 @@ def test_fp32_stays_with_mkl_on_an_intel_cpu(monkeypatch, native_bf16: bool) -> 
     assert view.generator._packed[torch.float32][1] is None and view.generator._packed[torch.bfloat16][1] is not None
 
 
-class _Casts(TorchDispatchMode):
+class WeightCasts(TorchDispatchMode):
     """Counts the dtype casts that run under it of the tensors whose data starts at one of `addresses`: in all
     (`count`), and the most of any one of them (`most`)."""
 
@@ -232,7 +232,7 @@ def test_unpacked_under_autocast_the_weights_are_cast_once_not_at_every_call(mon
     packed = PackedLinear(linear)
     x = torch.randn(5, 48)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        plain_casts, own_casts = _Casts({linear.weight.data_ptr()}), _Casts({linear.weight.data_ptr()})
+        plain_casts, own_casts = WeightCasts({linear.weight.data_ptr()}), WeightCasts({linear.weight.data_ptr()})
         with plain_casts:
             want = [linear(x) for _ in range(3)]
         with own_casts:
@@ -276,9 +276,9 @@ def test_a_view_of_kept_casts_translates_as_the_model_under_autocast(greedy: boo
         packing._wrap_linears(view, keep=view.generator)
         return view
 
-    def search(engine: TorchEngine) -> tuple[list, _Casts]:
+    def search(engine: TorchEngine) -> tuple[list, WeightCasts]:
         weights = {p.data_ptr() for p in model.parameters() if p.dim() == 2} | {engine.output_t.data_ptr()}
-        casts = _Casts(weights)
+        casts = WeightCasts(weights)
         with casts, torch.autocast("cpu", dtype=torch.bfloat16):
             found = translate_ids(engine, sequences, greedy=greedy, n_best=1 if greedy else 3, max_len_offset=20)
         return [[(h.tokens, h.score) for h in hs] for hs in found], casts
