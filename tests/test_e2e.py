@@ -290,6 +290,43 @@ def test_fine_tuning_starts_from_the_trained_weights_and_tokenizer(data: dict[st
     assert "set model.d_ff=64" in refused.stderr and not (tmp_path / "wide").exists()
 
 
+def test_a_fine_tuning_records_the_weights_it_read_not_those_it_checked(data: dict[str, Path], run: dict, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """train.init_from is checked before the corpus is read (minutes on a large one) and read after: a run training
+    on may write its model again in between. summary.json's init_weights (and the start line) are of what was
+    read: the step and CRC of the file written over it here, where they named the file as checked."""
+    from tfm_cli import TrainEvents, load_recipe, train
+    from tfm_cli.checkpoint import read_metadata
+    from tfm_cli.training import trainer
+
+    init = tmp_path / "init"
+    shutil.copytree(run["dir"], init)
+    newer = sorted((init / "checkpoints").glob("step-*.safetensors"))[0]  # another model of the same shapes
+    assert read_metadata(newer)["weights_crc32"] != read_metadata(init / "model.safetensors")["weights_crc32"]
+    real = trainer.read_weights
+
+    def written_again_first(path):
+        if Path(path) == init / "model.safetensors" and newer.exists():
+            os.replace(newer, path)  # as that run's resume would, once its corpus was read here
+        return real(path)
+
+    monkeypatch.setattr(trainer, "read_weights", written_again_first)
+    messages = []
+
+    class Said(TrainEvents):
+        def message(self, text: str) -> None:
+            messages.append(text)
+
+    recipe = load_recipe(data["recipe"], overrides=[f"train.init_from={init}", "data.dev=null", "train.max_steps=1",
+                                                   "train.save_every=1", "train.average_last=1", "train.keep_last=1"])
+    train(recipe, tmp_path / "ft", device="cpu", events=Said())
+    read = read_metadata(init / "model.safetensors")
+    summary = json.loads((tmp_path / "ft" / "summary.json").read_text())
+    assert summary["init_weights"] == {"path": str(init / "model.safetensors"), "step": int(read["step"]),
+                                       "weights_crc32": read["weights_crc32"]}
+    assert any(f"fine-tuning {init / 'model.safetensors'} (its step {int(read['step']):,})" in m for m in messages), messages
+
+
 def test_a_fine_tuning_recipe_naming_a_run_beside_it_says_where_relative_paths_are_read(run: dict, tmp_path: Path) -> None:
     """`init_from: initrun`, a run folder beside the recipe, run from another directory: the hint that relative paths
     are read from the current directory was given for files only ("model initrun does not exist")."""

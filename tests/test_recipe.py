@@ -493,6 +493,8 @@ def test_names_from_other_toolkits_point_to_the_key_that_means_them():
         "decode.max_len": "tfm's is decode.max_len_offset",
         "decode.max_length": "tfm's is decode.max_len_offset",
         "max_new_tokens": "tfm's is decode.max_len_offset",
+        "data.max_target_length": "tfm's is data.max_len",  # Hugging Face's run_translation: training targets cut
+        "decode.max_target_length": "tfm's is decode.max_len_offset",
         "decode.early_stopping": "tfm has no such setting: its beam search always stops",
         "train.stop-time-hours": "tfm's is train.max_time",  # fairseq's --stop-time-hours
         "train.early_stopping": "tfm's is train.patience",  # OpenNMT-py's

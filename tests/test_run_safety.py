@@ -977,12 +977,14 @@ def test_a_stop_during_an_evaluation_is_made_good_by_the_resume(root: Path, tmp_
 def test_a_stop_during_the_evaluation_of_the_last_step_is_made_good_by_the_resume(root: Path, tmp_path: Path) -> None:
     """The same at train.max_steps (base.yaml's last evaluation falls there: 100,000 is a multiple of 5,000): the
     resume went straight to the final model, without that evaluation: best.safetensors stayed an older step's, and
-    metrics.jsonl and the curves missed the last evaluation."""
+    metrics.jsonl and the curves missed the last evaluation. (train.log_every=3: step 10's train record was logged
+    at the end, off the schedule, and early stopping then, at the evaluation made good, logged it again.)"""
     from tfm_cli.training.trainer import train as train_run
 
     dev = write(tmp_path / "dev.tsv", test_bad_inputs._head(3000).split("\n", 2980)[-1])
     data = {"train": str(root / "train.tsv"), "dev": str(dev)}
-    settings = {**test_bad_inputs.TRAIN, "max_steps": 10, "save_every": 5, "eval_every": 5, "eval_sentences": 5}
+    settings = {**test_bad_inputs.TRAIN, "max_steps": 10, "save_every": 5, "eval_every": 5, "eval_sentences": 5,
+                "log_every": 3, "patience": 1}
     recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("last", data=data, train=settings)))
     train_run(recipe, tmp_path / "whole", device="cpu", events=_StopInEvaluation(None))
     stopped = train_run(recipe, tmp_path / "stopped", device="cpu", events=_StopInEvaluation(10))
@@ -994,11 +996,13 @@ def test_a_stop_during_the_evaluation_of_the_last_step_is_made_good_by_the_resum
         assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), name
     assert read_metadata(tmp_path / "stopped" / "best.safetensors")["step"] == read_metadata(tmp_path / "whole" / "best.safetensors")["step"]
 
-    def evaluations(run: str) -> list[int]:
+    def records(run: str) -> list[tuple[str, int]]:
         lines = (tmp_path / run / "metrics.jsonl").read_text().splitlines()
-        return [r["step"] for r in map(json.loads, lines) if r["kind"] == "eval"]
+        return [(r["kind"], r["step"]) for r in map(json.loads, lines)]
 
-    assert evaluations("stopped") == evaluations("whole") == [5, 10]
+    assert records("stopped") == records("whole")
+    assert [step for kind, step in records("whole") if kind == "eval"] == [5, 10]
+    assert [step for kind, step in records("whole") if kind == "train"] == [3, 6, 9, 10]
 
 
 class _StopAtStep(_StopInEvaluation):

@@ -739,7 +739,8 @@ _KNOWN_AS = {
         (("batch_size", "max_batch_size"), "train.max_tokens (batches are counted in tokens per step, padding included)"),
         (("epochs", "max_epochs", "max_epoch"), "train.max_steps or train.max_time (training is counted in optimizer steps)"),
         (("max_update", "max_step", "train_steps"), "train.max_steps"),
-        (("max_length", "max_seq_len"), "data.max_len (the longest sentence trained on, in tokens)"),
+        (("max_length", "max_seq_len", "max_source_length", "max_target_length", "max_src_len", "max_tgt_len"),
+         "data.max_len (the longest sentence trained on, in tokens)"),
         (("max_source_positions",), "model.max_positions"),
         (("grad_clip", "clip_grad_norm", "max_grad_norm"), "train.clip_norm"),
         (("fp16", "bf16", "amp"), "train.precision (auto, fp32, bf16 or fp16)"),
@@ -774,8 +775,7 @@ _KNOWN_AS = {
         (("dropout_rate", "hidden_dropout_prob"), "model.dropout (residual and embedding dropout, as in the paper)"),
         (("attention_dropout", "attention_probs_dropout_prob", "dropout_attn"), "model.attn_dropout (dropout on the attention weights)"),
         (("seed_value", "random_seed"), "train.seed"),
-        (("max_new_tokens", "max_decoding_length", "max_len_b", "max_output_length", "max_length_factor",
-          "max_tgt_len", "max_target_length"), _OUTPUT_LENGTH),
+        (("max_new_tokens", "max_decoding_length", "max_len_b", "max_output_length", "max_length_factor"), _OUTPUT_LENGTH),
         (("stop_time_hours", "stop_time", "max_time_hours", "time_limit"), "train.max_time (a time budget: 90s, 15m, 2h)"),
         (("early_stopping", "early_stopping_criteria", "early_stopping_patience", "early_stop", "patience_steps"),
          "train.patience (dev evaluations in a row without a better score before the run stops; train.patience_metric: "
@@ -790,7 +790,8 @@ _KNOWN_AS = {
 # the training sentences' (data.max_len, what a bare max_length points to); and Hugging Face's early_stopping is its
 # beam search's, which tfm's always does.
 _KNOWN_IN_DECODE = {
-    **dict.fromkeys(("max_len", "max_length", "max_seq_len", "max_output_len"), f"tfm's is {_OUTPUT_LENGTH}"),
+    **dict.fromkeys(("max_len", "max_length", "max_seq_len", "max_output_len", "max_target_length", "max_tgt_len"),
+                    f"tfm's is {_OUTPUT_LENGTH}"),
     "early_stopping": "tfm has no such setting: its beam search always stops a sentence once no live hypothesis can "
     "beat the finished ones at any length it may reach (tensor2tensor's bound)",
 }

@@ -169,8 +169,11 @@ def evaluate(
     lines = dev.sentence_ids(tokenizer, model.config.max_positions, d.split_sentences, d.verbatim, model.config.reads_placeholders)[:n]
     flat = [ids for line in lines for ids, _ in line if ids]  # each sentence of each source (not those written as they are)
     decoding = getattr(events, "decoding", None)  # (the CLI's events are duck-typed)
-    if len(flat) != n:  # a line of several sentences is translated a sentence at a time: the count is of those
-        what += f" ({n:,} dev line{'s' if n != 1 else ''} of {len(flat):,} sentences)"
+    # a line of several sentences is translated a sentence at a time, and one of no words (a number, a URL) is
+    # copied: where a line is not one sentence decoded, the count of those decoded is said beside the lines'
+    apart = any(sum(1 for ids, _ in line if ids) != 1 for line in lines)
+    if apart:
+        what += f" ({n:,} dev line{'s' if n != 1 else ''}, as {len(flat):,} sentence{'s' if len(flat) != 1 else ''})"
     with decoding(what, len(flat)) if decoding is not None else contextlib.nullcontext(None) as advance:
         hyps = translate_ids(
             model, flat, beam_size=d.beam, alpha=d.alpha, max_len_offset=d.max_len_offset,
@@ -185,7 +188,7 @@ def evaluate(
         plain = score_translations(outputs, dev.written[:n], dev.bleu_tokenize)
         metrics["as_written"] = {"bleu": plain["bleu"], "chrf": plain["chrf"], "references_changed": changed}
     metrics["sentences"] = n  # those decoded and scored; the loss and perplexity are of every dev sentence
-    if len(flat) != n:  # lines of several sentences: n lines scored, the sentences decoded one by one
+    if apart:  # n lines scored, of which some were decoded as several sentences, or none
         metrics["decoded_sentences"] = len(flat)
     metrics["loss_sentences"] = len(dev.sources)
     model.train(was_training)

@@ -32,10 +32,12 @@ import yaml
 from tfm_cli import __version__
 from tfm_cli.batches import PREFETCH_GROUPS, Prefetcher
 from tfm_cli.checkpoint import (
+    WEIGHTS_CRC,
     load_state,
     read_metadata,
     read_weights,
     save_weights,
+    weights_crc32,
     weights_state,
 )
 from tfm_cli.corpus import corpus_parts
@@ -412,6 +414,8 @@ class Trainer:
         # the sums of a train record logged off the train.log_every schedule, at an end (train.max_steps, the time
         # budget, early stopping): a run extended past it logs them again in its next record, as the longer run would
         self.ended_window: dict[str, Any] | None = None
+        self.window_logged = False  # the window a resume carries in was logged already (at the checkpoint's end)
+        self.last_train_loss: float | None = None  # of this session's last train record
         self.undeletable: set[str | None] = set()  # files of old checkpoints that could not be pruned (said once each)
         self.early = EarlyStopping(self.t.patience, self.t.patience_metric)
         self.started = time.perf_counter()
@@ -636,10 +640,19 @@ class Trainer:
                 hint="fine-tune from a copy of one of its checkpoints, or once that run has written its final model",
             )
         load_state(self.model, state, init.path)
-        self.init_weights = {"path": str(init.path.resolve()), "step": init.step, "weights_crc32": init.crc}
+        # what was read, not what was checked minutes before (while the corpus was read): a run that trains on may
+        # have written that file again since (its best or final model)
+        crc, step = weights_crc32(state), init.step
+        if init.crc is not None and crc != init.crc:  # (a file of older tfm has no CRC to compare)
+            step = None
+            with contextlib.suppress(OSError, ValueError, KeyError, CheckpointError):
+                metadata = read_metadata(init.path)
+                if metadata.get(WEIGHTS_CRC) == crc:
+                    step = int(metadata["step"])
+        self.init_weights = {"path": str(init.path.resolve()), "step": step, "weights_crc32": crc}
         self.events.message(
-            f"fine-tuning {init.path} (its step {init.step:,}): its weights and tokenizer, a fresh optimizer and "
-            "learning-rate schedule from step 0"
+            f"fine-tuning {init.path} ({f'its step {step:,}' if step is not None else 'written again since it was checked'}): "
+            "its weights and tokenizer, a fresh optimizer and learning-rate schedule from step 0"
         )
 
     def _read_inputs(self, created: bool, weights: Path | None) -> TokenizedCorpus:
@@ -740,6 +753,7 @@ class Trainer:
         _restore_rng(state, self.dist, self.t.seed)
         self.earlier_seconds = float(state.get("train_seconds", 0.0))
         self.resumed_window = state.get("log_window")
+        self.window_logged = bool(state.get("log_window_logged", False))
         self.evaluated_step = int(state.get("evaluated_step", -1))
         self.init_weights = state.get("init_weights")
         # owed too where this resume's recipe evaluates at the checkpoint's step and the run did not (the old last
@@ -830,7 +844,7 @@ class Trainer:
         if t.compile and self.main:  # a log that says nothing for a minute looks hung
             self.events.message(
                 "train.compile: the model compiles during its first steps (TorchInductor: about a minute before the "
-                "first log line), and again for eval mode at the first dev evaluation"
+                "first log line)" + (", and again for eval mode at the first dev evaluation" if self.dev is not None else "")
             )
         self.events.start(self.step, t.max_steps)
         self.last_saved = self.step
@@ -930,6 +944,7 @@ class Trainer:
         self.step += 1
         loop.stream_state = loop.batches.state_dict()
         self.ended_window = None
+        self.window_logged = False
         if math.isfinite(loss):
             loop.bad_in_a_row = 0
             self.window.add(step_tokens(group), loss, nll)
@@ -975,7 +990,9 @@ class Trainer:
             stopped = dist.broadcast(stopped)  # rank 0 decides: only it evaluated, and the clocks differ
         stops.check()  # a stop signal to any rank: KeyboardInterrupt on every rank, here
         if stopped:
-            if self.window.tokens:  # the steps since the last train record (the budget ran out between two)
+            # the steps since the last train record (the budget ran out between two); not those a resume carried
+            # in that its checkpoint's end had logged (an evaluation owed at train.max_steps, then a stop)
+            if self.window.tokens and not self.window_logged:
                 self._log_window(loop, inverse_sqrt_lr(self.step, self.config.d_model, t.warmup_steps, t.lr_factor))
             if self.step > self.last_saved:
                 self.save_checkpoint(loop.stream_state, at_end=True)
@@ -993,6 +1010,7 @@ class Trainer:
         if loop.skipped:
             metrics["skipped_steps"] = loop.skipped
         self.log({"kind": "train", **metrics})
+        self.last_train_loss = metrics["loss"]
         self.board.train(self.step, metrics)
         warning = loop.rising.update(metrics["loss"], lr)
         if warning:
@@ -1127,6 +1145,7 @@ class Trainer:
             # the steps since the last train record on the schedule: the resume's first record covers them too, as
             # the run's did (those an end logged included: a run extended past its end logs them again)
             "log_window": _Window.resumed(self.ended_window).plus(self.window).sums(),
+            "log_window_logged": self.ended_window is not None and not self.window.tokens,  # all of it, at an end
         }
         if rng_ranks is not None:
             state["rng_ranks"] = rng_ranks
@@ -1226,17 +1245,18 @@ class Trainer:
             counts["dev_corpus"] = {"read": n + dev.skipped_empty, "scored": n, "skipped_empty": dev.skipped_empty}
         return counts
 
-    def _say_if_diverged(self, final: dict[str, Any]) -> None:
-        """A final model whose dev loss is over twice a uniform guess's (ln V): a run whose loss exploded without
-        becoming NaN (a learning rate far too high: 2,087 -> 64,748 with `train.lr_factor=1000`) ended like any
-        other, its dev BLEU 0.00 the only sign. (A model at its random start scores about ln V.)"""
-        loss = final.get("loss")  # (label-smoothed, as the line before says it; a uniform guess's is ln V too)
+    def _say_if_diverged(self) -> None:
+        """A run whose training loss, past the warm-up, is over twice a uniform guess's (ln V) at its last record:
+        one whose loss exploded without becoming NaN (a learning rate far too high: 2,087 -> 64,748 with
+        `train.lr_factor=1000`) ended like any other, its dev BLEU 0.00 the only sign. (The training loss, not the
+        dev loss: a model that learns its training set by heart has a dev loss that high too.)"""
+        loss = self.last_train_loss
         uniform = math.log(self.config.vocab_size)
-        if loss is not None and math.isfinite(loss) and loss > 2 * uniform:
+        if loss is not None and math.isfinite(loss) and loss > 2 * uniform and self.step >= self.t.warmup_steps:
             self.events.message(
-                f"warning: the final model's dev loss {loss:,.4g} is over twice a uniform guess's (ln {self.config.vocab_size:,} "
-                f"= {uniform:.2f}): the run diverged; train again with a lower train.lr_factor or a longer "
-                "train.warmup_steps (or train.clip_norm=1)"
+                f"warning: the training loss at the end, {loss:,.4g}, is over twice a uniform guess's (ln "
+                f"{self.config.vocab_size:,} = {uniform:.2f}): the run diverged; train again with a lower "
+                "train.lr_factor or a longer train.warmup_steps (or train.clip_norm=1)"
             )
 
     def _finish(self, stopped: str) -> TrainResult:
@@ -1253,7 +1273,7 @@ class Trainer:
             if not unwritable(error):
                 raise
             raise not_saved(run_dir, self.step, error, what="the final model", done=True, device=self.device) from error
-        self._say_if_diverged(final)
+        self._say_if_diverged()
         # a resume of a finished run that lowers train.keep_last writes the final model again, and saves nothing
         # that would prune (3 checkpoints stayed where keep_last said 2); average_last <= keep_last, so none it needs
         self._say_undeletable(prune_checkpoints(run_dir, t.keep_last))
