@@ -1005,6 +1005,28 @@ def test_a_stop_during_the_evaluation_of_the_last_step_is_made_good_by_the_resum
     assert [step for kind, step in records("whole") if kind == "train"] == [3, 6, 9, 10]
 
 
+def test_an_evaluation_owed_is_made_good_by_a_resume_whose_time_budget_is_spent(root: Path, tmp_path: Path) -> None:
+    """A stop during step 5's evaluation, then a resume whose train.max_time the sessions before had spent: it
+    trained no step and wrote the final model without that evaluation (no best.safetensors, no eval record)."""
+    import dataclasses
+
+    from tfm_cli.training.trainer import train as train_run
+
+    dev = write(tmp_path / "dev.tsv", test_bad_inputs._head(3000).split("\n", 2980)[-1])
+    data = {"train": str(root / "train.tsv"), "dev": str(dev)}
+    settings = {**test_bad_inputs.TRAIN, "max_steps": 10, "save_every": 5, "eval_every": 5, "eval_sentences": 5}
+    recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("spent", data=data, train=settings)))
+    stopped = train_run(recipe, tmp_path / "run", device="cpu", events=_StopInEvaluation(5))
+    assert stopped.interrupted and stopped.step == 5 and not (tmp_path / "run" / "best.safetensors").exists()
+    spent = load_recipe(tmp_path / "run" / "recipe.yaml")
+    spent = dataclasses.replace(spent, train=dataclasses.replace(spent.train, max_time="0.01s"))
+    resumed = train_run(spent, tmp_path / "run", device="cpu", resume=True, events=_StopInEvaluation(None))
+    assert resumed.step == 5 and resumed.stopped.startswith("time budget")
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [(r["kind"], r["step"]) for r in map(json.loads, lines) if r["kind"] != "train"] == [("eval", 5), ("final", 5)]
+    assert read_metadata(tmp_path / "run" / "best.safetensors")["step"] == "5"
+
+
 class _StopAtStep(_StopInEvaluation):
     """Training events that stop the run (Ctrl-C) when step `at` is done, before it would be checkpointed."""
 

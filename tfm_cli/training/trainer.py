@@ -860,12 +860,17 @@ class Trainer:
         # to the next step without it (no best.safetensors, another early-stopping step). It is done again first.
         # (A checkpoint saved after its step's evaluation, where early stopping or the time budget ended the run,
         # says so: that evaluation is not done twice.)
-        owed_eval = self.resume and self.eval_owed and self._evaluates_at(self.step) and not stopped
+        owed_eval = self.resume and self.eval_owed and self._evaluates_at(self.step)
         # the prefetching thread stopped at the end of training, an error or Ctrl-C; with several processes a stop
         # signal stops every rank after the same step
         said = getattr(self.events, "stopping", None) if not dist.enabled else None  # (DDP: torchrun passes Ctrl-C twice)
         with batches, HeldStops(dist, said) as stops:
             try:
+                if owed_eval and stopped:  # the time budget was spent in the sessions before: the evaluation owed
+                    if self.main and not stops.received:  # still comes before the final model (best.safetensors)
+                        self.evaluate_dev(stops.interruptible)
+                    stops.check()  # (every rank, as after a step: a stop signal during it stops them all)
+                    owed_eval = False
                 # (an owed evaluation at train.max_steps too: the loop did not run, and the resume went on to the
                 # final model without it, leaving an older best.safetensors and a hole in the curves)
                 while (self.step < t.max_steps or owed_eval) and not stopped:
