@@ -917,6 +917,15 @@ def test_a_run_copied_without_checkpoints_is_offered_its_weights_to_train_on(cop
     assert proc.returncode == 0 and (tmp_path / "on" / "model.safetensors").is_file(), proc.stderr
 
 
+def _evaluating_recipe(root: Path, tmp_path: Path, name: str, **train: object):
+    """A tiny recipe that checkpoints and evaluates every 5 steps on 20 dev pairs not in train (5 of them scored),
+    with `train` on top."""
+    dev = write(tmp_path / "dev.tsv", test_bad_inputs._head(3000).split("\n", 2980)[-1])  # 20 pairs, not in train
+    data = {"train": str(root / "train.tsv"), "dev": str(dev)}
+    settings = {**test_bad_inputs.TRAIN, "save_every": 5, "eval_every": 5, "eval_sentences": 5, **train}
+    return load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe(name, data=data, train=settings)))
+
+
 class _StopInEvaluation:
     """Training events that stop the run (Ctrl-C) as the dev evaluation after `step` starts decoding: after that
     step's checkpoint was saved, before its evaluation was done."""
@@ -944,11 +953,7 @@ def test_a_stop_during_an_evaluation_is_made_good_by_the_resume(root: Path, tmp_
     stopping stopped at another step (15 instead of 10, when this was found) than the run would have, uninterrupted."""
     from tfm_cli.training.trainer import train as train_run
 
-    dev = write(tmp_path / "dev.tsv", test_bad_inputs._head(3000).split("\n", 2980)[-1])  # 20 pairs, not in train
-    data = {"train": str(root / "train.tsv"), "dev": str(dev)}
-    settings = {**test_bad_inputs.TRAIN, "max_steps": 40, "save_every": 5, "eval_every": 5, "eval_sentences": 5,
-                "patience": 1, "patience_metric": "loss"}
-    recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("stops", data=data, train=settings)))
+    recipe = _evaluating_recipe(root, tmp_path, "stops", max_steps=40, patience=1, patience_metric="loss")
     whole = train_run(recipe, tmp_path / "whole", device="cpu", events=_StopInEvaluation(None))
     stopped = train_run(recipe, tmp_path / "stopped", device="cpu", events=_StopInEvaluation(whole.step))
     assert stopped.interrupted and stopped.step == whole.step < 40  # stopped at the step early stopping ends on
@@ -981,11 +986,7 @@ def test_a_stop_during_the_evaluation_of_the_last_step_is_made_good_by_the_resum
     at the end, off the schedule, and early stopping then, at the evaluation made good, logged it again.)"""
     from tfm_cli.training.trainer import train as train_run
 
-    dev = write(tmp_path / "dev.tsv", test_bad_inputs._head(3000).split("\n", 2980)[-1])
-    data = {"train": str(root / "train.tsv"), "dev": str(dev)}
-    settings = {**test_bad_inputs.TRAIN, "max_steps": 10, "save_every": 5, "eval_every": 5, "eval_sentences": 5,
-                "log_every": 3, "patience": 1}
-    recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("last", data=data, train=settings)))
+    recipe = _evaluating_recipe(root, tmp_path, "last", max_steps=10, log_every=3, patience=1)
     train_run(recipe, tmp_path / "whole", device="cpu", events=_StopInEvaluation(None))
     stopped = train_run(recipe, tmp_path / "stopped", device="cpu", events=_StopInEvaluation(10))
     assert stopped.interrupted and stopped.step == 10
@@ -1012,10 +1013,7 @@ def test_an_evaluation_owed_is_made_good_by_a_resume_whose_time_budget_is_spent(
 
     from tfm_cli.training.trainer import train as train_run
 
-    dev = write(tmp_path / "dev.tsv", test_bad_inputs._head(3000).split("\n", 2980)[-1])
-    data = {"train": str(root / "train.tsv"), "dev": str(dev)}
-    settings = {**test_bad_inputs.TRAIN, "max_steps": 10, "save_every": 5, "eval_every": 5, "eval_sentences": 5}
-    recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("spent", data=data, train=settings)))
+    recipe = _evaluating_recipe(root, tmp_path, "spent", max_steps=10)
     stopped = train_run(recipe, tmp_path / "run", device="cpu", events=_StopInEvaluation(5))
     assert stopped.interrupted and stopped.step == 5 and not (tmp_path / "run" / "best.safetensors").exists()
     spent = load_recipe(tmp_path / "run" / "recipe.yaml")
@@ -1155,14 +1153,11 @@ def test_a_stop_while_the_final_model_is_made_is_not_trained_past(root: Path, tm
     so does a resume that changes a setting of the final model."""
     from tfm_cli.training.trainer import train as train_run
 
-    dev = write(tmp_path / "dev.tsv", test_bad_inputs._head(3000).split("\n", 2980)[-1])
-    data = {"train": str(root / "train.tsv"), "dev": str(dev)}
-    settings = {**test_bad_inputs.TRAIN, "max_steps": 40, "save_every": 5, "eval_every": 5, "eval_sentences": 5}
     # early stopping on the dev loss after one evaluation without a better one; or a budget that step 5's
     # evaluation (3 s more) uses up: 5 steps of this model train in well under the 2 s
-    settings.update({"patience": 1, "patience_metric": "loss"} if stop == "early stop" else {"max_time": "2s"})
+    ending = {"patience": 1, "patience_metric": "loss"} if stop == "early stop" else {"max_time": "2s"}
     slow = 5 if stop == "time budget" else None
-    recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("stops", data=data, train=settings)))
+    recipe = _evaluating_recipe(root, tmp_path, "stops", max_steps=40, **ending)
     whole = train_run(recipe, tmp_path / "whole", device="cpu", events=_SlowOrStopInTheFinalModel(slow, False))
     summary = json.loads((tmp_path / "whole" / "summary.json").read_text())
     assert summary["stopped"].startswith(stop) and whole.step % 5 == 0 and whole.step < 40, summary["stopped"]
@@ -1190,11 +1185,7 @@ def test_a_run_extended_past_its_end_evaluates_and_averages_as_the_longer_run(ro
     uninterrupted: its checkpoints, evaluations, best and final model."""
     from tfm_cli.training.trainer import train as train_run
 
-    dev = write(tmp_path / "dev.tsv", test_bad_inputs._head(3000).split("\n", 2980)[-1])
-    data = {"train": str(root / "train.tsv"), "dev": str(dev)}
-    settings = {**test_bad_inputs.TRAIN, "max_steps": 20, "save_every": 5, "eval_every": 5, "eval_sentences": 5,
-                "keep_last": 4, "average_last": 4}
-    recipe = load_recipe(write(tmp_path / "recipe.yaml", tiny_recipe("extend", data=data, train=settings)))
+    recipe = _evaluating_recipe(root, tmp_path, "extend", max_steps=20, keep_last=4, average_last=4)
     train_run(recipe, tmp_path / "whole", device="cpu", events=_StopInEvaluation(None))
     for first in (12, 15):
         run = tmp_path / f"from-{first}"
