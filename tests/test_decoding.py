@@ -7,17 +7,22 @@ import collections
 import contextlib
 import functools
 import itertools
+from collections.abc import Callable
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
+from tfm_cli import decoding
 from tfm_cli.decoding import (
     UNK_ID,
     Hypothesis,
+    Sampling,
     banned_ids,
     beam_search,
     greedy_search,
     length_sorted_batches,
+    sample_search,
     translate_ids,
 )
 from tfm_cli.model import ModelConfig, Transformer
@@ -538,3 +543,126 @@ def test_a_short_sentence_is_never_batched_with_one_past_the_cpu_attention_switc
         beside = translate_ids(model, [*short[:2], *long, *short[2:]], **kw)
         assert [h[0].score for h in alone] == [h[0].score for h in beside[:2] + beside[3:]]
         assert [h[0].tokens for h in alone] == [h[0].tokens for h in beside[:2] + beside[3:]]
+
+
+# --- The GPU's way of searching (`host_reads_are_free` False): no more than one read of the device a step --------
+
+_READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "masked_select", "unique", "cpu", "numpy"}
+
+
+class _DeviceReads(TorchFunctionMode):
+    """Counts the calls that read a device tensor into Python, or ask it a size only its values give: on a GPU each
+    waits for it (a host synchronisation). Calls of the engine's `step` split the count into steps (`marks`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+        self.marks: list[int] = []  # len(reads) when each step began
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        index = args[1] if name in ("__getitem__", "__setitem__") and len(args) > 1 else None
+        parts = index if isinstance(index, tuple) else (index,)
+        if name in _READS or any(isinstance(p, torch.Tensor) and p.dtype == torch.bool for p in parts):
+            self.reads.append(name)  # (a boolean index asks how many rows it names)
+        elif name == "repeat_interleave" and isinstance(args[1] if len(args) > 1 else None, torch.Tensor):
+            self.reads.append(name)  # repeats as a tensor: the output's size is its sum
+        return func(*args, **kwargs)
+
+    def per_step(self) -> list[int]:
+        """Reads between the start of each step and the start of the next (the last: to the end of the search)."""
+        ends = [*self.marks[1:], len(self.reads)]
+        return [end - start for start, end in zip(self.marks, ends, strict=True)]
+
+
+def _searches() -> dict[str, Callable[[Transformer, torch.Tensor, torch.Tensor], list[list[Hypothesis]]]]:
+    """Every search, with settings that reach each of its branches: the length limit, min_len, n-best, ties."""
+    return {
+        "greedy": lambda m, s, k: greedy_search(m, s, k, max_len_offset=3, min_len=2),
+        "beam": lambda m, s, k: beam_search(m, s, k, beam_size=4, n_best=3, max_len_offset=3, min_len=2),
+        "beam1": lambda m, s, k: beam_search(m, s, k, beam_size=1, max_len_offset=6),
+        "sample": lambda m, s, k: sample_search(m, s, k, Sampling(top_k=5, seed=3), n=2, max_len_offset=4, min_len=1),
+    }
+
+
+@pytest.mark.parametrize("search", list(_searches()))
+def test_a_search_reads_the_device_once_a_step_the_gpu_way(search: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU each read of a value into Python waits for the GPU, which then idles while Python queues the next
+    step: the searches read once a step (which rows ended, and whether the scores were numbers; nothing inside the
+    model's step), where they had asked up to 6 questions a step. Counted on the CPU, the GPU's way forced: the
+    same hypotheses as the CPU's way, which asks more (its reads cost nothing there, and save work)."""
+    model = tiny_model(4, vocab=20, sharpen=2.0)
+    src, src_mask = make_src(random_sequences([5, 7, 9, 4, 6, 8, 3], 20, seed=2))
+    found, counts = {}, {}
+    for gpu_way in (False, True):
+        monkeypatch.setattr(decoding, "host_reads_are_free", lambda device, free=not gpu_way: free)
+        engine = decoding.as_engine(model)
+        counter = _DeviceReads()
+        real_step = engine.step
+
+        def step(last: torch.Tensor, state, counter=counter, real_step=real_step) -> torch.Tensor:  # noqa: ANN001
+            counter.marks.append(len(counter.reads))
+            before = len(counter.reads)
+            logits = real_step(last, state)
+            assert len(counter.reads) == before, counter.reads[before:]  # the model's step reads nothing
+            return logits
+
+        monkeypatch.setattr(engine, "step", step)
+        with counter:
+            found[gpu_way] = _searches()[search](engine, src, src_mask)
+        counts[gpu_way] = counter.per_step()
+    assert found[True] == found[False]
+    assert len(counts[True]) > 5 and max(counts[True][:-1]) == 1  # the last: the step's read, and the books at the end
+    if search.startswith("beam"):
+        assert max(counts[False]) > 1  # the counter sees the CPU's questions (top_first's ties, who ends)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_the_gpu_way_gives_every_search_s_hypotheses(bf16: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU's way (no reads but one a step) and the CPU's give the same hypotheses, scores and stops, on models
+    whose searches hit the length limit, min_len, exact ties (bf16) and sentences that end at different steps."""
+    sequences = random_sequences([3, 9, 5, 12, 1, 7, 4, 10], 8, seed=5)  # (8: the smallest vocabulary below)
+    src, src_mask = make_src(sequences)
+    models = [tiny_model(seed, sharpen=sharpen) for seed, sharpen in [(0, 1.0), (1, 3.0), (2, 6.0)]]
+    models += [never_ending_model(), always_ending_model(), _constant_model(UNK, eos_weight=2.9)]
+    for model in models:
+        found = {}
+        for gpu_way in (False, True):
+            monkeypatch.setattr(decoding, "host_reads_are_free", lambda device, free=not gpu_way: free)
+            engine = decoding.as_engine(model)
+            with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+                found[gpu_way] = {name: search(engine, src, src_mask) for name, search in _searches().items()}
+                found[gpu_way]["ids"] = translate_ids(engine, sequences, beam_size=3, n_best=2, max_len_offset=2)
+        assert found[True] == found[False]
+
+
+def test_top_first_by_key_takes_what_top_first_takes() -> None:
+    """The GPU's top-n (one `topk` of keys that never tie) against the CPU's (`topk`, then whole sorts where equal
+    scores straddle the n-th place) and a stable sort of every row: the same scores and columns, best first, the lower
+    column first among equal scores, on rows full of ties, -inf, 0.0 and -0.0."""
+    generator = torch.Generator().manual_seed(0)
+    rows = torch.randint(-6, 1, (300, 40), generator=generator).float() / 4  # few distinct values: ties everywhere
+    rows[::7, 5:] = float("-inf")  # rows with fewer finite scores than asked for
+    rows[::5, ::3] = -0.0
+    rows[1::5] = torch.randn(60, 40, generator=generator)  # rows without ties
+    for n in (1, 3, 8, 40):
+        by_key, asked = decoding._top_first_by_key(rows, n), decoding.top_first(rows, n)
+        sorted_values, sorted_index = rows.sort(dim=1, descending=True, stable=True)
+        assert torch.equal(by_key[0], asked[0]) and torch.equal(by_key[0], sorted_values[:, :n])
+        finite = sorted_values[:, :n].isfinite()  # (which of equal -inf columns the CPU's way takes is not defined)
+        assert torch.equal(by_key[1][finite], asked[1][finite])
+        assert torch.equal(by_key[1], sorted_index[:, :n])  # the key's order is the stable sort's, -inf included
+
+
+def test_a_nan_score_is_refused_the_gpu_way_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The NaN check is read with the step's other question on a GPU: the search still stops with NonFiniteOutput."""
+    model = tiny_model(0)
+    with torch.no_grad():
+        model.generator.weight[5, 0] = float("nan")
+    src, src_mask = make_src([[4, 5, 6], [7, 8]])
+    for gpu_way in (False, True):
+        monkeypatch.setattr(decoding, "host_reads_are_free", lambda device, free=not gpu_way: free)
+        for search in _searches().values():
+            with pytest.raises(decoding.NonFiniteOutput, match="not numbers"):
+                search(model, src, src_mask)

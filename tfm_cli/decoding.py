@@ -247,15 +247,29 @@ class NonFiniteOutput(TfmError):
     """The model gave NaN scores while decoding: no translation can be chosen from them."""
 
 
+def host_reads_are_free(device: torch.device) -> bool:
+    """Whether the search may read a value of `device` into Python at no cost: on the CPU it may; on a GPU a read
+    waits until the GPU has run everything queued before it (a host synchronisation), and the GPU then idles while
+    Python queues the next work. Where reads cost, the searches read once a step (which rows finished, and whether
+    the scores were numbers) and otherwise do a check's work for every row, a no-op for the rows it does not concern.
+    (A function of its own so that tests run the GPU's way on the CPU.)"""
+    return device.type == "cpu"
+
+
 def _step_log_probs(
-    engine: Engine, last: torch.Tensor, state: DecoderState, at_max: torch.Tensor, ban_eos: bool, banned: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B,) last tokens -> (B, V) fp32 log-probabilities of the next token for each row, and (B,) bool: the rows
-    whose end was forced, against the model's choice (or forbidden until then, by `min_len`).
+    engine: Engine, last: torch.Tensor, state: DecoderState, at_max: torch.Tensor, limited: bool, ban_eos: bool,
+    banned: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(B,) last tokens -> (B, V) fp32 log-probabilities of the next token for each row; (B,) bool: the rows
+    whose end was forced, against the model's choice (or forbidden until then, by `min_len`); and a bool scalar on
+    the device, True where the scores are not numbers (the caller reads it with its own question of the step, then
+    raises `NonFiniteOutput`: `raise_if_not_numbers`).
 
     Padding, BOS and <unk> are never outputs: `banned`, their ids (`banned_ids`) on the search's device, made
-    once a search (indexing with a Python list copied it to the GPU at every step, waiting for the GPU each time). Rows at their length limit ((B,) bool `at_max`) may only end (EOS);
-    with `ban_eos` (fewer than `min_len` tokens so far) the other rows may not end. As in fairseq, banned tokens
+    once a search (indexing with a Python list copied it to the GPU at every step, waiting for the GPU each time).
+    Rows at their length limit ((B,) bool `at_max`) may only end (EOS); `limited` says whether any row is at its limit,
+    as the caller knows without asking the device (it keeps the limits in Python too). With `ban_eos` (fewer than
+    `min_len` tokens so far) the other rows may not end. As in fairseq, banned tokens
     get -inf after the log-softmax (no renormalisation), so scores stay log-probabilities of the model and
     comparable with and without `min_len`. A row at its limit whose most probable token was EOS anyway ended as
     the model would have: it is not counted as forced (its hypothesis stopped at "eos", not "max_len").
@@ -264,26 +278,40 @@ def _step_log_probs(
     logits = engine.step(last, state).float()  # (B, V)
     log_probs = logits.log_softmax(dim=-1)
     log_probs[:, banned] = float("-inf")  # padding, BOS and <unk> are never outputs
-    # One host synchronisation a step, for both questions. A NaN logit makes its whole row NaN (its log-sum-exp
-    # is NaN), so one column tells; such rows never finished nor continued, and came out as empty translations.
-    limited, broken = torch.stack([at_max.any(), log_probs[:, cfg.eos_id].isnan().any()]).tolist()
+    # A NaN logit makes its whole row NaN (its log-sum-exp is NaN), so one column tells; such rows never finished
+    # nor continued, and came out as empty translations.
+    broken = log_probs[:, cfg.eos_id].isnan().any()
+    if not limited:
+        if ban_eos:
+            log_probs[:, cfg.eos_id] = float("-inf")
+        return log_probs, at_max, broken
+    # Masks, not indexing by them: a boolean index asks the device how many rows it holds.
+    forced = at_max
+    if not ban_eos:
+        forced = at_max & (log_probs.argmax(dim=-1) != cfg.eos_id)  # the model's choice, before min_len's ban
+    # (with min_len not reached every row at its limit is cut there: a beam that had its end forbidden for 50 steps
+    # wants it at the limit, and was called ended by the model, "eos", with no word of the cut)
+    eos = log_probs[:, cfg.eos_id].clone()
+    log_probs.masked_fill_(at_max[:, None], float("-inf"))  # the length limit wins over min_len: a row at its
+    log_probs[:, cfg.eos_id] = torch.where(at_max, eos, float("-inf") if ban_eos else eos)  # maximum must end
+    return log_probs, forced, broken
+
+
+def raise_if_not_numbers(broken: bool) -> None:
+    """Raise `NonFiniteOutput` if a step's scores were not numbers (`_step_log_probs`' flag, read by the caller)."""
     if broken:
         raise NonFiniteOutput(
             "the model's scores are not numbers (NaN): its weights are damaged, or its training diverged",
             hint="restore model.safetensors (e.g. average the run's checkpoints) or train again",
         )
-    forced = at_max.clone()
-    if limited and not ban_eos:
-        forced[at_max] = log_probs[at_max].argmax(dim=-1) != cfg.eos_id  # the model's choice, before min_len's ban
-    # (with min_len not reached every row at its limit is cut there: a beam that had its end forbidden for 50 steps
-    # wants it at the limit, and was called ended by the model, "eos", with no word of the cut)
-    eos = log_probs[:, cfg.eos_id].clone() if limited else None
-    if ban_eos:
-        log_probs[:, cfg.eos_id] = float("-inf")
-    if eos is not None:  # the length limit wins over min_len: a row at its maximum must end
-        log_probs[at_max] = float("-inf")
-        log_probs[at_max, cfg.eos_id] = eos[at_max]
-    return log_probs, forced
+
+
+def _split_rows(mask: torch.Tensor, n_true: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R,) bool, of which `n_true` (read already) are True -> the indices of its False rows and of its True rows,
+    each in order, without asking the device again (`nonzero` waits for the GPU to know how many there are)."""
+    order = torch.argsort(mask.to(torch.uint8), stable=True)  # False rows first, each part in order
+    n_false = mask.numel() - n_true
+    return order[:n_false], order[n_false:]
 
 
 def _hypotheses(
@@ -342,7 +370,7 @@ def greedy_search(
     if src.size(0) == 0:
         return []
 
-    def most_probable(log_probs: torch.Tensor, rows: torch.Tensor, step: int) -> torch.Tensor:
+    def most_probable(log_probs: torch.Tensor, rows: list[int], step: int) -> torch.Tensor:
         return log_probs.max(dim=-1).indices  # the first of equal maxima
 
     hyps = _token_by_token(model, src, src_mask, most_probable, None, max_len_offset, min_len, use_cache)
@@ -469,11 +497,11 @@ class _Draws:
         self.vocab, self.device = vocab, device
         self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
 
-    def uniforms(self, rows: torch.Tensor) -> torch.Tensor:
-        """(R,) row indices -> (R, V) fp32 uniform numbers in [0, 1), the next of each row's stream (a new tensor:
+    def uniforms(self, rows: list[int]) -> torch.Tensor:
+        """R row indices -> (R, V) fp32 uniform numbers in [0, 1), the next of each row's stream (a new tensor:
         `race` works in it)."""
-        out = torch.empty(rows.numel(), self.vocab, device=self.device)
-        for i, row in enumerate(rows.tolist()):
+        out = torch.empty(len(rows), self.vocab, device=self.device)
+        for i, row in enumerate(rows):
             torch.rand(self.vocab, generator=self.generators[row], out=out[i])
         return out
 
@@ -524,7 +552,7 @@ def _draw_rows(
     rows' generators seeded by `seeds`."""
     draws = _Draws(seeds, engine.config.vocab_size, src.device)
 
-    def drawn(log_probs: torch.Tensor, rows: torch.Tensor, step: int) -> torch.Tensor:
+    def drawn(log_probs: torch.Tensor, rows: list[int], step: int) -> torch.Tensor:
         return race(sampling_probs(log_probs, sampling), draws.uniforms(rows))
 
     return _token_by_token(engine, src, src_mask, drawn, copies, max_len_offset, min_len, True)
@@ -534,14 +562,14 @@ def _token_by_token(
     model: Transformer | Engine,
     src: torch.Tensor,
     src_mask: torch.Tensor,
-    pick: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor],
+    pick: Callable[[torch.Tensor, list[int], int], torch.Tensor],
     copies: list[int] | None,
     max_len_offset: int,
     min_len: int,
     use_cache: bool,
 ) -> list[Hypothesis]:
     """One output per row, a token at a time: greedy search and sampling. The rows are `copies[i]` rows of each
-    sentence i, in order (None: one each); the encoder runs once per sentence. `pick((R, V) log-probabilities, (R,)
+    sentence i, in order (None: one each); the encoder runs once per sentence. `pick((R, V) log-probabilities, R
     rows, step)` chooses each live row's next token, `rows` naming them among all the rows. Returns a hypothesis
     per row, scored by its log-probability."""
     device = src.device
@@ -549,32 +577,41 @@ def _token_by_token(
     engine, state, max_len, last = _start_search(model, src, src_mask, max_len_offset, use_cache)
     if copies is not None and any(c != 1 for c in copies):
         counts = torch.tensor(copies, device=device)
-        each = torch.arange(src.size(0), device=device).repeat_interleave(counts)  # (R,) each row's sentence
+        each = torch.arange(src.size(0), device=device).repeat_interleave(counts, output_size=sum(copies))  # (R,) each row's sentence
         state.select(each)
         max_len, last = max_len[each], last[each]
-    batch = max_len.numel()
     cfg = engine.config
     banned = torch.tensor(banned_ids(cfg), device=device)
+    # The live rows and their limits in Python too, row for row with the tensors: read once, kept up to date from
+    # the one read a step (which rows ended), so no other question of a step waits for the device.
+    live_rows, live_max = list(range(max_len.numel())), max_len.tolist()
+    batch = len(live_rows)
     # The books are tensors indexed by row, read once at the end: no per-row Python at each step.
-    tokens = torch.zeros(batch, int(max_len.max()) + 1, dtype=torch.long, device=device)
+    tokens = torch.zeros(batch, max(live_max) + 1, dtype=torch.long, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
     totals = torch.zeros(batch, device=device)  # log-probability of each finished row
     cut = torch.zeros(batch, dtype=torch.bool, device=device)  # whose EOS the length limit forced
     alive = torch.arange(batch, device=device)  # (R_alive,) original index of each live row
     alive_total = torch.zeros(batch, device=device)  # (R_alive,) log-probability of each live row so far
     step = 0
-    while alive.numel():
-        log_probs, forced = _step_log_probs(engine, last, state, step >= max_len, step < min_len, banned)  # (R_alive, V)
-        best = pick(log_probs, alive, step)  # (R_alive,)
+    while live_rows:
+        log_probs, forced, broken = _step_log_probs(
+            engine, last, state, step >= max_len, step >= min(live_max), step < min_len, banned
+        )  # (R_alive, V), (R_alive,), ()
+        best = pick(log_probs, live_rows, step)  # (R_alive,)
         alive_total += log_probs.gather(1, best[:, None]).squeeze(1)
         tokens[alive, step] = best
         ended = best == cfg.eos_id
-        if ended.any():  # finished rows leave every per-row tensor
-            done = alive[ended]
-            lengths[done], totals[done], cut[done] = step, alive_total[ended], forced[ended]
-            keep = (~ended).nonzero().squeeze(1)
+        *ended_now, not_numbers = torch.cat([ended, broken[None]]).tolist()  # the step's one read
+        raise_if_not_numbers(not_numbers)
+        if any(ended_now):  # finished rows leave every per-row tensor
+            keep, gone = _split_rows(ended, sum(ended_now))
+            done = alive[gone]
+            lengths[done], totals[done], cut[done] = step, alive_total[gone], forced[gone]
             alive, last, alive_total, max_len = alive[keep], best[keep], alive_total[keep], max_len[keep]
             state.select(keep)
+            live_rows = [r for r, e in zip(live_rows, ended_now, strict=True) if not e]
+            live_max = [m for m, e in zip(live_max, ended_now, strict=True) if not e]
         else:
             last = best
         step += 1
@@ -622,17 +659,22 @@ def beam_search(
     engine, state, max_len, last = _start_search(model, src, src_mask, max_len_offset, use_cache)
     cfg = engine.config
     banned = torch.tensor(banned_ids(cfg), device=device)
-    width = int(max_len.max()) + 1  # token slots of a finished hypothesis: the longest output, then EOS
+    # The live sentences' limits in Python too, row for row with `max_len`: read once, kept up to date from the
+    # one read a step (which sentences are done), so no other question of a step waits for the device.
+    live_max = max_len.tolist()
+    width = max(live_max) + 1  # token slots of a finished hypothesis: the longest output, then EOS
     sentence = torch.arange(n, device=device)  # (live,) original index of each live sentence
     seqs = torch.empty(n, 0, dtype=torch.long, device=device)  # (live * beams, step) generated tokens of each beam
     beam_scores = torch.zeros(n, 1, device=device)  # (live, beams) log-probability of each beam so far
     finished = _Finished(n, k, width, device)
     beam_offsets = torch.arange(k, device=device)  # a beam's row among its sentence's K rows
     step = 0
-    while sentence.numel():
-        live, beams = sentence.numel(), beam_scores.size(1)
+    while live_max:
+        live, beams = len(live_max), beam_scores.size(1)
         at_max = (step >= max_len).repeat_interleave(beams)
-        log_probs, forced = _step_log_probs(engine, last, state, at_max, step < min_len, banned)  # (live*beams, V), (live*beams,)
+        log_probs, forced, broken = _step_log_probs(
+            engine, last, state, at_max, step >= min(live_max), step < min_len, banned
+        )  # (live*beams, V), (live*beams,), ()
         vocab = log_probs.size(-1)
         candidates = (beam_scores.view(-1, 1) + log_probs).view(live, beams * vocab)
         if candidates.size(1) < 2 * k:  # a vocabulary smaller than 2K on the first step: pad with dead ones
@@ -645,8 +687,10 @@ def beam_search(
         # Hypotheses that end here (EOS among the K best candidates) join the sentence's finished ones, of which
         # the K best by length-penalised score are kept.
         ends = is_eos[:, :k] & top_scores[:, :k].isfinite()  # (live, K)
-        if ends.any():
-            ending = ends.any(dim=1).nonzero().squeeze(1)  # (E,) live sentences where a hypothesis ends
+        # (E,) the live sentences where a hypothesis ends; on a GPU all of them (no read: for a sentence where none
+        # ends, adding K hypotheses of score -inf changes nothing)
+        ending = ends.any(dim=1).nonzero().squeeze(1) if host_reads_are_free(device) else torch.arange(live, device=device)
+        if ending.numel():
             ids = sentence[ending]  # (E,) their original indices
             new_scores = top_scores[ending, :k] / length_penalty(step + 1, alpha)  # (E, K)
             new_scores = new_scores.masked_fill(~ends[ending], float("-inf"))  # only those that end
@@ -677,8 +721,11 @@ def beam_search(
             state.reorder(parents)
         beam_scores = cont_scores
 
-        if done.any():  # finished sentences leave the batch
-            keep = (~done).nonzero().squeeze(1)
+        *done_now, not_numbers = torch.cat([done, broken[None]]).tolist()  # the step's one read
+        raise_if_not_numbers(not_numbers)
+        if any(done_now):  # finished sentences leave the batch
+            keep = _split_rows(done, sum(done_now))[0]
+            live_max = [m for m, d in zip(live_max, done_now, strict=True) if not d]
             keep_rows = (keep[:, None] * k + beam_offsets).view(-1)
             sentence, max_len, beam_scores = sentence[keep], max_len[keep], beam_scores[keep]
             seqs, last = seqs[keep_rows], last[keep_rows]
@@ -695,8 +742,12 @@ def top_first(scores: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]
     n-th place. Greedy search takes the first of equal maxima (`max`), and beam search must choose as it does, or a
     beam of 1 would translate otherwise than greedy search: in bf16 two tokens' log-probabilities are often exactly
     equal (a step of the quickstart model gave two tokens -1.1074 each, and 10 of 200 dev sentences came out
-    differently). Rows where equal values straddle the n-th place (seen by taking one more) are sorted whole.
+    differently). Rows where equal values straddle the n-th place (seen by taking one more) are sorted whole; where
+    asking the device which rows those are would wait for it (a GPU), the top n are chosen by keys that tie nowhere
+    (`_top_first_by_key`), which choose the same.
     """
+    if not host_reads_are_free(scores.device):
+        return _top_first_by_key(scores, n)
     take = min(n + 1, scores.size(1))
     values, index = scores.topk(take, dim=1)
     index, order = index.sort(dim=1)  # equal values by index, then a stable sort by value
@@ -709,6 +760,20 @@ def top_first(scores: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]
             whole_values, whole_index = scores[rows].sort(dim=1, descending=True, stable=True)
             values[rows], index[rows] = whole_values[:, :take], whole_index[:, :take]
     return values[:, :n], index[:, :n]
+
+
+def _top_first_by_key(scores: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`top_first` in one `topk`, without reading anything into Python: each fp32 score and its column become one
+    int64 key, the score's bits in an order-keeping form above, the column reversed below (of equal scores the lower
+    column has the larger key), so no two keys are equal and the n largest are the n that `top_first` takes, in its
+    order. Five elementwise passes over `scores` in int64 before the `topk`: little on a GPU, but on a 2-core CPU
+    10-50 times `top_first`'s time (8 and 32 rows of 32,000 scores: 8 and 38 ms against 0.2 and 0.7), and there
+    `top_first` asks, at no cost."""
+    bits = (scores.float() + 0.0).view(torch.int32).to(torch.int64)  # (+ 0.0: -0.0 becomes 0.0, one key for both)
+    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # negative floats count down in their bits: flip them
+    columns = torch.arange(scores.size(1) - 1, -1, -1, device=scores.device)  # (C,) C-1 ... 0
+    index = ((ordered << 32) + columns).topk(n, dim=1).indices  # (R, n), the keys' order: best first
+    return scores.gather(1, index), index
 
 
 class _Finished:
