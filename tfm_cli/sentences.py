@@ -67,15 +67,21 @@ _ATTRIBUTES = r"""(?:\s+[^\s<>"'=/]+(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s<>"']+))?)*
 _START_TAG = re.compile(rf"<([A-Za-z][\w:.-]*){_ATTRIBUTES}>")
 _TAG = rf"</?[A-Za-z][\w:.-]*{_ATTRIBUTES}\s*/?>"
 
-# Candidate breaks: terminators, closing quotes or brackets (French puts a space before its `»`), white space.
+# Emoji (`_emoji`'s ranges), and what joins and modifies them (a joiner, variation selectors, a keycap, skin tones).
+_EMOJI_RUN = "[\u2600-\u2bff\U0001f000-\U0001faff][\u2600-\u2bff\U0001f000-\U0001faff\u200d\ufe0e\ufe0f\u20e3]*"
+
+# Candidate breaks: terminators, closing quotes or brackets (French puts a space before its `»`), emoji after the
+# end (`Je t'aime. 😀 Et toi ?`: the emoji stays with the sentence before it, whose frame it is), white space.
 _CANDIDATE = re.compile(
     rf"(?P<stop>[{re.escape(_STOPS)}]+|[{_FULL_STOPS}]+)"
-    rf"(?P<close>(?:[ \u00a0\u202f]?[»›]|[{re.escape(_CLOSING)}]|</[A-Za-z][\w:.-]*\s*>|[*_~])*)"  # (markup's too)
+    rf"(?P<close>(?:[ \u00a0\u202f]?[»›]|[{re.escape(_CLOSING)}]|</[A-Za-z][\w:.-]*\s*>|[*_~]"  # (markup's too)
+    rf"|[ \u00a0\u202f]?{_EMOJI_RUN})*)"
     r"(?P<space>\s*)"
 )
 
-# A dotted abbreviation before the final period: U.S, e.g, i.e, z.B, Ph.D, a.m (not www.example or 3.5).
-_DOTTED = re.compile(r"[^\W\d_]{1,3}(?:\.[^\W\d_]{1,3})+")
+# A dotted abbreviation before the final period: U.S, e.g, i.e, z.B, Ph.D, a.m (not www.example or 3.5); French
+# hyphenated initials: J.-P (Sartre), J.-C (av. J.-C.).
+_DOTTED = re.compile(r"[^\W\d_]{1,3}(?:\.-?[^\W\d_]{1,3})+")
 
 # Words that a period after does not end a sentence in, whatever follows, in any case (`Prof.`, `prof.`, `PROF.`):
 # titles, forms of address and common abbreviations of the languages most translated (en, fr, de, es, it, pt, nl,
@@ -86,6 +92,7 @@ ABBREVIATIONS = frozenset(
     dott dssa sig sigg ing avv lt capt cpt sgt cmdr adm rev gov rep pres esq dres lic arq dña dª ud uds vd vds exmo
     exma ilmo ilma excmo excma pfr bros inc ltd corp cie dhr mevr mw dipl av avda ul np tzv např tj resp ул гр тов
     δρ डॉ श्री tp vs vgl usw bzw ca cf cfr etc ecc sog ggf evtl inkl zzgl approx abb bsp str
+    env coll réf éd bd boul apr
     """.split()
 )
 # As written only: in lower case they are words of some language (`Call me.`, Swedish `hon` and `maj`, Italian `sta`).
@@ -95,7 +102,7 @@ ABBREVIATIONS_AS_WRITTEN = frozenset("Me Co Fr Col Mons Sen Hon Gen Sta Maj".spl
 # `Art. 3`, `Hauptstr. 5`; months too (`Jan. 5`, but `I saw Jan. He left.`).
 NUMERIC_ABBREVIATIONS = frozenset(
     """
-    no nos nr nro núm art arts vol vols fig figs ch chap sec ed ex nº pp bd hft abs kap tab tel jan feb febr mar apr
+    no nos nr nro núm art arts vol vols fig figs ch chap sec ed ex nº pp hft abs kap tab tel tél ref jan feb febr mar
     jun jul aug sep sept oct okt nov dec dez
     """.split()
 )
@@ -161,8 +168,8 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
     # the token, and its last word after an elided article or a hyphen: dell'Avv. Rossi, l'art. 5, Dipl.-Ing. Weber
     elided, hyphened = _APOSTROPHE.split(token)[-1], token.rsplit("-", 1)[-1]  # (not the s of Tom's, the t of can't)
     for word in {token} | {part for part in (elided, hyphened) if len(part) > 1}:
-        if len(word) == 1 and word.isalpha():  # initials: J. K. Rowling, M. Dupont
-            return False
+        if len(word) == 1 and word.isalpha() and not (word.islower() and _number_before(before)):
+            return False  # initials: J. K. Rowling, M. Dupont (not a unit after a number: `Il a couru 100 m. Il a gagné.`)
         if word.lower() in ABBREVIATIONS or word in ABBREVIATIONS_AS_WRITTEN:
             return False
         if _DOTTED.fullmatch(word) or _ROMAN.fullmatch(word) or _DOUBLED.fullmatch(word):
@@ -174,6 +181,12 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
         # is 30.` its break
         return False
     return True
+
+
+def _number_before(before: str) -> bool:
+    """Whether the word before the last word of `before` is a number (`100 m`, `18 h`, `2,5 g`)."""
+    words = before.split()
+    return len(words) >= 2 and words[-2][:1].isdigit() and words[-2][-1:].isdigit()
 
 
 def _digit_run_end(before: str, start: str) -> bool:
@@ -268,13 +281,22 @@ def join_sentences(translations: list[str]) -> str:
 
 def in_capitals(text: str) -> bool:
     """Whether `text` is written in capitals: at least two cased letters, none of them lower case (ß, which has no
-    capital of common use, counts as none: `GROß`)."""
+    capital of common use, counts as none: `GROß`). Words that hold a digit (`10h30`, `5km`), addresses and mentions
+    (`https://exemple.fr`, `@marie`) are not read: their case is their own (`RENDEZ-VOUS À 10h30 DEVANT LA GARE.`
+    was given to the model half in capitals, and came out "Foooooo is 10:30.")."""
+    words = text.split()
     cased = 0
-    for char in text:
+    for char in "".join(w for w in words if not _own_case(w)) if len(words) > 1 else text:
         if char.islower() and char != "ß":
             return False
         cased += char.isupper() or char.istitle()
     return cased >= 2
+
+
+def _own_case(word: str, digits: bool = True) -> bool:
+    """Whether the case of `word` (a word of a sentence, with the punctuation around it) is its own, whatever the
+    case the sentence is written in: it is an address or a mention, or (with `digits`) it holds a digit."""
+    return (digits and any(c.isdigit() for c in word)) or bool(_ADDRESS.search(word)) or word.lstrip(_OPENING)[:1] in ("@", "#")
 
 
 def _shouted_words_cased(text: str, cost: Callable[[str], Any] | None) -> str:
@@ -362,10 +384,14 @@ def sentence_case(text: str, cost: Callable[[str], Any] | None = None) -> str:
     lower case, or, with `cost`, each word in whichever of its lower case, capitalised or capital forms `cost`
     ranks lowest: the tokenizer's (`Tokenizer.word_cost`: fewest pieces, then the most frequent), so that a name
     keeps its capital (`MARIE` -> `Marie`, not `marie`) and an acronym its capitals (`USA`) where the model knows
-    them so. `JE SUIS LÀ.` -> `Je suis là.`"""
+    them so. `JE SUIS LÀ.` -> `Je suis là.` Addresses and mentions stay as written (`_own_case`; a word touching a
+    digit is cased as the others: `10H30` as `10h30`)."""
+    kept = [m.span() for m in re.finditer(r"\S+", text) if _own_case(m.group(), digits=False)]
     out, at, first = [], 0, True
     for found in _WORD.finditer(text):
         word = found.group()
+        if any(a <= found.start() < b for a, b in kept):
+            continue  # (written with the text around it)
         lower = unicodedata.normalize("NFC", word.lower())
         capital = unicodedata.normalize("NFC", lower[:1].upper() + lower[1:])
         forms = [capital, word] if first else [lower, capital, word]
@@ -392,7 +418,9 @@ NUMBER_PLACEHOLDER = "XNUM"
 _NUMBER = re.compile(
     r"(?<![0-9])(?<![0-9][.,])(?:[0-9]{1,3}(?:[ \u00a0\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![0-9]|[.,][0-9])"
 )
-_PLACEHOLDER_OUT = re.compile(r"( ?)XNUM")  # (with the space before it: one of no number is written without)
+# (with the space before it, or the mark that joins it to a number before it: one of no number is written without
+# them, `Il fait -5 degrés.` -> "He did XNUM:XNUM." -> "He did 5.", not "5:.")
+_PLACEHOLDER_OUT = re.compile(r"(?<=XNUM)[:.,/-](?=XNUM)|( ?)XNUM")
 # A web or e-mail address inside a sentence is given as the placeholder too, and written back as it was: no model
 # translates one, and the quickstart model (trained with numbers only as the placeholder) garbled or dropped 6 of 8
 # such addresses given as written (`Contactez-nous à info@exemple.fr ou sur https://exemple.fr/contact pour plus
@@ -430,15 +458,15 @@ def _address_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-# A run of three or more groups of digits with spaces, dots or hyphens between them and seven digits or more: a
-# telephone number (`06 12 34 56 78`, `+33 6 12 34 56 78`, `555-123-4567`) or a date written with numbers
-# (`14-07-2023`), given as one placeholder and written back as it was. Given as its numbers, five placeholders,
+# A run of three or more groups of digits with spaces, dots, hyphens or slashes between them and seven digits or
+# more: a telephone number (`06 12 34 56 78`, `+33 6 12 34 56 78`, `555-123-4567`) or a date written with numbers
+# (`14-07-2023`, `12/05/2024`: as three numbers the quickstart model made it "12:05", its year lost), given as one placeholder and written back as it was. Given as its numbers, five placeholders,
 # the quickstart model kept two: `Appelle-moi au 06 12 34 56 78.` -> "Call me at 06:12.".
 # `(555) 123-4567` and `+33 (0)6 12 34 56 78` are runs too. A run never stops before a group it could take: `3 000
 # 000 000,75` is one number (`_NUMBER`), not a run `3 000 000` and the digits `000,75` left as written.
 _DIGIT_RUN = re.compile(
-    r"(?<![\w+.,(-])(?:\+?[0-9]{1,4}|\([0-9]{1,4}\))(?:[ \u00a0.-]?\([0-9]{1,4}\)|(?:[ \u00a0.-]|(?<=\)))[0-9]{1,4}){2,}"
-    r"(?![0-9]|[ \u00a0.,-]\(?[0-9])"
+    r"(?<![\w+.,(/-])(?:\+?[0-9]{1,4}|\([0-9]{1,4}\))(?:[ \u00a0./-]?\([0-9]{1,4}\)|(?:[ \u00a0./-]|(?<=\)))[0-9]{1,4}){2,}"
+    r"(?![0-9]|[ \u00a0.,/-]\(?[0-9])"
 )
 RUN_DIGITS = 7
 
@@ -449,7 +477,7 @@ def _copied(text: str, runs_too: bool = True) -> list[tuple[int, int]]:
     (whose digits are theirs, not numbers). Without `runs_too`, a run's numbers one by one."""
     addresses = _address_spans(text)
     runs = [m.span() for m in _DIGIT_RUN.finditer(text) if sum(c.isdigit() for c in m.group()) >= RUN_DIGITS] if runs_too else []
-    numbers = [m.span() for m in _NUMBER.finditer(text)]
+    numbers = [m.span() for m in _NUMBER.finditer(text) if not _ends_a_word(text, m.start())]
     taken = sorted(addresses)  # disjoint, in order
     # of a run and a number that overlap, the one that starts first, then the longer, as a regular expression's
     # leftmost-longest match (`1 000 000 2 000`: one run; `3 000 000 000,75`: one number)
@@ -459,6 +487,20 @@ def _copied(text: str, runs_too: bool = True) -> list[tuple[int, int]]:
         if not (before and taken[before - 1][1] > a):
             taken.insert(before, (a, b))
     return taken
+
+
+def _ends_a_word(text: str, start: int) -> bool:
+    """Whether the digits at `start` are part of a word that a letter of a script with case (or `_`) begins: a
+    name's or a code's digits (`@tom2000`, `#JO2024`, `notes_2023.txt`, `abc123`, `MP3`, `H1N1`), not numbers of the
+    sentence, as an address's are not (`Écris à @tom2000 pour réserver 3 places.` gave its 2000 to the placeholder of
+    `3 places`). Not those of a word that a digit begins (`10h30`, `5km`, `1er`), nor after a letter of a script
+    without spaces between its words (`我有3个`)."""
+    i, stop = start, max(start - 64, 0)  # (a run longer than that is no word but a code: read in linear time)
+    while i > 0 and (text[i - 1] == "_" or text[i - 1].isdigit() or text[i - 1].isupper() or text[i - 1].islower()):
+        if i == stop:
+            return True
+        i -= 1
+    return not text[i].isdigit()
 
 
 def is_address(value: str) -> bool:
@@ -552,14 +594,17 @@ def _as_written(text: str, values: list[str]) -> tuple[str, ...]:
 
 def _numbers_written(translation: str, numbers: tuple[str, ...]) -> str:
     """`translation` with its placeholders replaced by `numbers`, in order; one past them (a number the model made
-    up) left out, with the space before it."""
+    up) left out, with the space before it or the mark that joined it to the one before (`XNUM:XNUM`)."""
     if NUMBER_PLACEHOLDER not in translation:
         return translation
-    left = iter(numbers)
+    seen = 0  # placeholders met so far
 
     def number(found: re.Match[str]) -> str:
-        value = next(left, None)
-        return "" if value is None else found.group(1) + value
+        nonlocal seen
+        if found.group(1) is None:  # a mark between two placeholders: kept where the second has a number
+            return found.group() if seen < len(numbers) else ""
+        seen += 1
+        return found.group(1) + numbers[seen - 1] if seen <= len(numbers) else ""
 
     return _PLACEHOLDER_OUT.sub(number, translation).strip()
 
@@ -568,7 +613,7 @@ def numbers_left_out(translation: str, numbers: tuple[str, ...]) -> tuple[str, .
     """The numbers `_numbers_written` finds no placeholder of `translation` for: the last ones, where the model
     wrote fewer placeholders than the sentence has numbers (which of them the model left out is not known: they are
     written in order)."""
-    return tuple(numbers[len(_PLACEHOLDER_OUT.findall(translation)):])
+    return tuple(numbers[translation.count(NUMBER_PLACEHOLDER) :])
 
 
 class Part(NamedTuple):
@@ -596,12 +641,10 @@ class Part(NamedTuple):
 
     def written(self, translation: str) -> str:
         """The translation of `given` as this sentence is written."""
-        if self.literal:
-            return self.text.strip()
+        if self.literal:  # without the invisible characters the model is not given either (`\u200b42\u200b`)
+            return self.text.translate(_INVISIBLE).strip()
         if self.verbatim:
             return translation
-        if self.numbers is not None:
-            translation = _numbers_written(translation, self.numbers)
         if (self.prefix or self.suffix) and translation.endswith(".") and not _abbreviation_at_end(translation):
             # a fragment in a frame (`(rires)`, a list's item, a label before an address) as the model, trained on
             # sentences, made it one: `(Laughter.)`; written without its period, or with the colon it had
@@ -615,6 +658,8 @@ class Part(NamedTuple):
             translation = translation.upper()
         elif self.title:
             translation = title_case(translation)
+        if self.numbers is not None:  # after the case: an address's letters are its own (`https://bit.ly/AbC`)
+            translation = _numbers_written(translation, self.numbers)
         return self.written_prefix + translation + self.written_suffix
 
     def left_out(self, translation: str) -> tuple[str, ...]:
@@ -636,6 +681,10 @@ class Part(NamedTuple):
 
 
 _ENDS = ".!?…。！？;:"  # a sentence's (or a clause's) end
+# `corpus.INVISIBLE` (this file does not import it: the ONNX export carries it alone): characters that only shape how
+# text is shown, which the tokenizer drops; the zero-width joiner and non-joiner, parts of emoji and letters, stay.
+INVISIBLE = "\ufeff\u200b\u2060\u00ad\u200e\u200f"
+_INVISIBLE = str.maketrans("", "", INVISIBLE)
 
 
 def _unended(text: str) -> bool:
@@ -664,6 +713,12 @@ def _abbreviation_at_end(translation: str) -> bool:
 _CONTROLS = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
+def _control_out(found: re.Match[str]) -> str:
+    """What a control character or escape sequence of `_CONTROLS` leaves: a space where it is one (a vertical tab, a
+    form feed, NEL, the separators U+001C-U+001F: `Bonjour\x85Tom.` was given as `BonjourTom.`), else nothing."""
+    return " " if found.group().isspace() else ""
+
+
 def to_translate(
     line: str, split: bool, cost: Callable[[str], Any] | None = None, verbatim: bool = False, numbers: bool = False
 ) -> list[Part]:
@@ -674,7 +729,7 @@ def to_translate(
     `[Part(line, line)]`."""
     if verbatim:
         return [Part(line, line, verbatim=True)]
-    line = _CONTROLS.sub("", line)
+    line = _CONTROLS.sub(_control_out, line)
     if not line.strip():
         return [Part(line, line)]  # a blank line: an empty one
     parts: list[Part] = []

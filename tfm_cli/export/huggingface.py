@@ -711,7 +711,8 @@ def _numbers_note(config) -> str:
         return ""
     return """Numbers: the model was trained to read each number written in digits as the placeholder `XNUM`, which it copies
 into its translation: give it each sentence so, with each telephone number or numeric date (`06 12 34 56 78`,
-`14-07-2023`: one placeholder) and each web or e-mail address inside it so too, and put them back into its
+`14-07-2023`, `12/05/2024`: one placeholder) and each web or e-mail address inside it so too (not the digits that end
+a name or a code: `@tom2000`, `notes_2023.txt`, `CO2`), and put them back into its
 output's placeholders in the order they came, as `tfm translate` does for each sentence of a line. Given the
 digits, it mistranslates most numbers, and garbles most addresses. `translate()` above does it with sentences.py;
 these lines do it alone, for a sentence:
@@ -721,8 +722,15 @@ import re
 NUMBER = re.compile(r"(?<![0-9])(?<![0-9][.,])(?:[0-9]{1,3}(?:[ \\u00a0\\u202f][0-9]{3})+(?![0-9])|[0-9]+)(?:[.,][0-9]+)*(?![0-9]|[.,][0-9])")
 ADDRESS = re.compile(r"(?:(?<![A-Za-z])[A-Za-z][A-Za-z0-9+.-]{0,31}://|www\\.)\\S+"
                      r"|(?:mailto:[\\w.+-]+|(?<![\\w.+-])[\\w.+-]+)@[\\w-]+(?:\\.[\\w-]+)+")  # its digits stay
-RUN = re.compile(r"(?<![\\w+.,(-])(?:\\+?[0-9]{1,4}|\\([0-9]{1,4}\\))(?:[ \\u00a0.-]?\\([0-9]{1,4}\\)|(?:[ \\u00a0.-]|(?<=\\)))"
-                 r"[0-9]{1,4}){2,}(?![0-9]|[ \\u00a0.,-]\\(?[0-9])")  # 06 12 34 56 78, (555) 123-4567, 14-07-2023
+RUN = re.compile(r"(?<![\\w+.,(/-])(?:\\+?[0-9]{1,4}|\\([0-9]{1,4}\\))(?:[ \\u00a0./-]?\\([0-9]{1,4}\\)|(?:[ \\u00a0./-]|(?<=\\)))"
+                 r"[0-9]{1,4}){2,}(?![0-9]|[ \\u00a0.,/-]\\(?[0-9])")  # 06 12 34 56 78, (555) 123-4567, 14-07-2023
+
+def ends_a_word(a):  # digits in a word a letter of a cased script or _ begins (@tom2000, H1N1): a name's, not 10h30's
+    i = a
+    while i and (sentence[i - 1] == "_" or sentence[i - 1].isdigit() or sentence[i - 1].isupper() or sentence[i - 1].islower()):
+        i -= 1
+    return not sentence[i].isdigit()
+
 taken = []
 for m in ADDRESS.finditer(sentence):  # without the punctuation after it (a bracket it opens stays)
     a, b = m.span()
@@ -731,7 +739,8 @@ for m in ADDRESS.finditer(sentence):  # without the punctuation after it (a brac
         b -= 1
     taken.append((a, b))
 runs = [m.span() for m in RUN.finditer(sentence) if sum(c.isdigit() for c in m.group()) >= 7]
-for a, b in sorted(runs + [m.span() for m in NUMBER.finditer(sentence)], key=lambda span: (span[0], -span[1])):
+numbers = [m.span() for m in NUMBER.finditer(sentence) if not ends_a_word(m.start())]
+for a, b in sorted(runs + numbers, key=lambda span: (span[0], -span[1])):
     if not any(a < y and x < b for x, y in taken):  # of overlapping ones, the first, then the longer
         taken.append((a, b))
 found = [] if "XNUM" in sentence else sorted(taken)
@@ -739,11 +748,16 @@ values = [sentence[a:b] for a, b in found]  # 3, 10.000, 3,14, 10 000, the 80 of
 given = sentence
 for a, b in reversed(found):
     given = given[:a] + "XNUM" + given[b:]
-# ... translate `given` ..., then put this sentence's numbers back in order (a placeholder past them is left out):
-left = iter(values)
+# ... translate `given` ..., then put this sentence's numbers back in order (a placeholder past them is left out,
+# with the space before it or the mark joining it to the one before: XNUM:XNUM of one number is that number):
+seen = []
+def put(found):
+    if found.group(1) is None:  # a mark between two placeholders
+        return found.group() if len(seen) < len(values) else ""
+    seen.append(found)
+    return found.group(1) + values[len(seen) - 1] if len(seen) <= len(values) else ""
 if "XNUM" not in sentence and "XNUM" in translation:
-    translation = re.sub(r"( ?)XNUM", lambda found: found.group(1) + value if (value := next(left, None)) else "",
-                         translation).strip()
+    translation = re.sub(r"(?<=XNUM)[:.,/-](?=XNUM)|( ?)XNUM", put, translation).strip()
 ```
 
 """
