@@ -1539,6 +1539,61 @@ def test_more_shapes_of_number_columns_are_refused(tmp_path: Path, rows, fields:
     assert [(s, t) for _, s, t in read_pairs(tmp_path / "text-c.tsv")] == pairs
 
 
+@pytest.mark.parametrize(
+    ("rows", "fields", "said"),
+    [
+        # the Tatoeba Challenge's and OPUS's test files: two language codes, then the pair
+        (lambda i, s, t: f"fra\teng\t{s}\t{t}", "3,4", "is 'fra' on each of its first 200 lines: a language code or a label"),
+        (lambda i, s, t: f"fra\t{s}\t{t}", "2,3", "is 'fra' on each of its first 200 lines"),
+        # ParaCrawl's raw files: the two pages, the pair, a score
+        (lambda i, s, t: f"https://a.fr/{i}\thttps://b.com/{i}\t{s}\t{t}\t0.{i % 9}", "3,4", "is a web address on 100% of"),
+    ],
+    ids=["language-codes", "one-language-code", "paracrawl-urls"],
+)
+def test_columns_of_language_codes_or_web_addresses_before_the_pair_are_refused(tmp_path: Path, rows, fields: str, said: str) -> None:
+    """`fra<TAB>eng<TAB>source<TAB>target` trained a model to translate everything as "eng", with a warning that
+    offered to drop line 1; ParaCrawl's `url<TAB>url<TAB>source<TAB>target<TAB>score` one that answered with an
+    address. Refused, as a column of ids is, with the `cut` of the two text columns; a constant column after the
+    pair (an attribution) is read as before."""
+    pairs = [tuple(line.split("\t")[:2]) for line in _head(300).splitlines()]
+    corpus = write(tmp_path / "c.tsv", "".join(rows(i, s, t) + "\n" for i, (s, t) in enumerate(pairs)).encode())
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs(corpus))
+    message = one_line(err.value, f"{corpus}: its source side (column 1) {said}")
+    cut = re.search(r"\(e\.g\. (.*?)\)$", message)
+    assert cut and f"cut -f{fields}" in cut.group(1), message
+    subprocess.run(cut.group(1), shell=True, check=True)
+    assert [(s, t) for _, s, t in read_pairs(tmp_path / "text-c.tsv")] == pairs
+    attributed = write(tmp_path / "a.tsv", "".join(f"{s}\t{t}\tCC-BY 2.0 (France)\n" for s, t in pairs).encode())
+    assert [(s, t) for _, s, t in read_pairs(attributed)] == pairs
+
+
+def test_a_file_without_line_ends_is_refused_as_binary_before_it_is_read_whole(tmp_path: Path, monkeypatch) -> None:
+    """3 GB of zero bytes (a preallocated or failed download) took 6.6 GB of memory and 24 s before "a NUL byte at
+    byte 1": the whole "line" was read first. A line is now read a part at a time, and the first part looked at."""
+    from tfm_cli import corpus as corpus_module
+
+    monkeypatch.setattr(corpus_module, "PART", 1000)
+    zeros = write(tmp_path / "zeros.tsv", b"\x00" * 100_000 + b"\tx\n")
+    with pytest.raises(CorpusError) as err:
+        list(read_pairs(zeros))
+    one_line(err.value, f"{zeros}:1: a NUL byte at byte 1 of the line: a binary file")
+    stream = io.BytesIO(b"\x00" * 100_000)
+    seen = []
+
+    def look(part: bytes, line_no: int) -> None:
+        seen.append((len(part), stream.tell(), line_no))
+        raise CorpusError("binary")
+
+    with pytest.raises(CorpusError):
+        list(corpus_module._whole_lines(stream, look))
+    assert seen == [(1000, 1000, 1)]  # one part read, not the 100,000 bytes
+    # a long line of text is read whole, its line end and the lines after it as they were
+    text = "Bonjour " * 500 + "\tHello\n" + "Oui\tYes\n"
+    lines = list(corpus_module._whole_lines(io.BytesIO(text.encode()), lambda part, n: None))
+    assert lines == [line.encode() for line in text.splitlines(keepends=True)]
+
+
 def test_a_first_line_of_column_names_is_warned_about(tmp_path: Path) -> None:
     """`fr<TAB>en` or `source<TAB>target` on line 1 (a spreadsheet's, pandas' header) was trained as a sentence pair,
     unsaid. Warned about now, dry run, start and tokenize alike, with the command that drops it; a first line of

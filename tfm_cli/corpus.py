@@ -340,15 +340,19 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom:
     line_no = 0
     try:
         with _open_binary(path) as f:
-            for line_no, raw in enumerate(f, start=1):
+
+            def not_text(raw: bytes, line_no: int) -> None:  # binary data: refused, naming the line
+                if (line_no == 1 or b"\x00" in raw) and (problem := _not_text(raw, line_no, path, _compression(f))):
+                    _check_intact(f, shown, line_no, path)
+                    raise CorpusError(f"{shown}:{line_no}: {problem}")
+
+            for line_no, raw in enumerate(_whole_lines(f, not_text), start=1):
                 if raw.endswith(b"\n"):
                     raw = raw[:-1]
                 if raw.endswith(b"\r"):
                     raw = raw[:-1]
                 kind = _compression(f)  # by its content, as read: the fixes say zcat, xzcat, bzcat or cat by it
-                if (line_no == 1 or b"\x00" in raw) and (problem := _not_text(raw, line_no, path, kind)):
-                    _check_intact(f, shown, line_no, path)
-                    raise CorpusError(f"{shown}:{line_no}: {problem}")
+                not_text(raw, line_no)
                 if b"\r" in raw:  # read as one line, it would silently glue many sentences together
                     _check_intact(f, shown, line_no, path)
                     raise CorpusError(f"{shown}:{line_no}: {_carriage_return(path, kind)}")
@@ -406,6 +410,26 @@ def _read_lines(path: Path, shown: str, trailing_blanks: bool = False, keep_bom:
         raise CorpusError(
             f"{shown}: cannot read the file ({err}); is it a complete text file, plain or compressed (gzip, xz, bzip2)?"
         ) from err
+
+
+PART = 1 << 24  # bytes of a line read at a time (16 MiB)
+
+
+def _whole_lines(f: IO[bytes], look: Callable[[bytes, int], None]) -> Iterator[bytes]:
+    """The lines of `f`, each whole with its line end, read PART bytes at a time: `look(part, line_no)` sees the
+    first part of a longer line before the rest is read (and may raise), so that a file of gigabytes without a line
+    end is refused as binary after 16 MiB (3 GB of zero bytes took 6.6 GB of memory and 24 s to be called "a NUL
+    byte at byte 1"). A text line that long is read whole, as before (the training data skips it for its length)."""
+    line_no = 0
+    while raw := f.readline(PART):
+        line_no += 1
+        if len(raw) == PART and not raw.endswith(b"\n"):
+            look(raw, line_no)
+            parts = [raw]
+            while not parts[-1].endswith(b"\n") and (more := f.readline(PART)):
+                parts.append(more)
+            raw = b"".join(parts)
+        yield raw
 
 
 def _check_intact(f: IO[bytes], shown: str, line_no: int, path: Path) -> None:
@@ -875,13 +899,16 @@ def _other_format(text: str, path: Path) -> str | None:
 
 
 class _IdColumns:
-    """Over a TSV file's first LOOK lines: whether its first or second column is a number on nearly every line, in
-    order or beside another column of numbers (an id, a row number, a score the file is sorted by), where the text
-    of the pair is in the columns after.
-    Tatoeba's own download (`id<TAB>sentence<TAB>id<TAB>translation`), a pandas `to_csv(sep="\\t")` (its index first)
-    and WikiMatrix's `score<TAB>source<TAB>target` were read so without a word: every source a number. `verdict`
-    raises CorpusError for such a file, with the `cut` of its two text columns. Numbers not in order (numbers read
-    out as words, with an attribution after them) are a task of their own, and read as they are."""
+    """Over a TSV file's first LOOK lines: whether its first or second column is no side of a pair but a record's
+    field, where the text of the pair is in the columns after: a number on nearly every line, in order or beside
+    another column of numbers (an id, a row number, a score the file is sorted by); one or two values on every line
+    (a language code, a label); a web address on nearly every line (the pages the pair came from).
+    Tatoeba's own download (`id<TAB>sentence<TAB>id<TAB>translation`), a pandas `to_csv(sep="\\t")` (its index first),
+    WikiMatrix's `score<TAB>source<TAB>target`, the Tatoeba Challenge's and OPUS's test files (`fra<TAB>eng<TAB>source<TAB>target`)
+    and ParaCrawl's raw files (`url<TAB>url<TAB>source<TAB>target<TAB>score`) were read so without a word: every source a
+    number, `fra` (a model that translated everything as "eng"), an address. `verdict` raises CorpusError for such a
+    file, with the `cut` of its two text columns. Numbers not in order (numbers read out as words, with an attribution
+    after them) are a task of their own, and read as they are."""
 
     LOOK = 200
 
@@ -907,12 +934,27 @@ class _IdColumns:
         # in order, or beside another column of numbers (Tatoeba's two sentence ids, whatever their order)
         paired = any(share[k] >= 0.9 for k in range(2, width))
         ordered = [share[i] >= 0.9 and (paired or _monotonic(numbers[i])) for i in range(min(width, 2))]
+        values = [{r[k].strip() for r in rows if k < len(r)} for k in range(width)]
+        addresses = [sum(k < len(r) and bool(_URL.fullmatch(r[k].strip())) for r in rows) / len(rows) for k in range(width)]
+        record = {}  # the first two columns that are a record's fields, and what each is
+        for i in range(min(width, 2)):
+            if ordered[i]:
+                record[i] = (f"is a number on {share[i]:.0%} of its first {len(rows):,} lines: an id, a row number or "
+                             "a score (Tatoeba's download, a pandas index, WikiMatrix?)")
+            elif len(rows) >= 20 and len(values[i]) <= 2 and all(values[i]):
+                shown = " or ".join(repr(v) for v in sorted(values[i]))
+                record[i] = (f"is {shown} on each of its first {len(rows):,} lines: a language code or a label (the "
+                             "Tatoeba Challenge's or OPUS's test files?)")
+            elif addresses[i] >= 0.9:
+                record[i] = (f"is a web address on {addresses[i]:.0%} of its first {len(rows):,} lines: the page the "
+                             "pair came from (ParaCrawl's raw files?)")
         # the pair's text: two columns of text, one of them after the first two (a column of one value, a language
-        # code `eng`, is no side of a pair)
-        text = [k for k in text if len({r[k] for r in rows if k < len(r)}) > 1] or text
-        if not any(ordered) or len(text) < 2 or max(text) < 2:
+        # code `eng`, or of addresses, is no side of a pair)
+        text = [k for k in text if k not in record and addresses[k] < 0.5]
+        text = [k for k in text if len(values[k]) > 1] or text
+        if not record or len(text) < 2 or max(text) < 2:
             return
-        i = ordered.index(True)
+        i = next((k for k in record if ordered[k]), min(record))  # (an id's message first, as it always was)
         side = "source" if i == 0 else "target"
         name = _shell_path(self.path)
         fields = ",".join(str(k + 1) for k in text[:2])
@@ -920,14 +962,13 @@ class _IdColumns:
         out = _shell_path(free_name(self.path, "text-" + plain))
         cut = f"{_CAT[kind]} {name} | cut -f{fields} > {out}" if kind else f"cut -f{fields} {name} > {out}"
         raise CorpusError(
-            f"{self.shown}: its {side} side (column {i + 1}) is a number on {share[i]:.0%} of its first {len(rows):,} "
-            f"lines: an id, a row number or a score (Tatoeba's download, a pandas index, WikiMatrix?); tfm "
-            f"reads column 1 as the source and column 2 as the target: cut the file down to its two text columns "
-            f"first (e.g. {cut})"
+            f"{self.shown}: its {side} side (column {i + 1}) {record[i]}; tfm reads column 1 as the source and column 2 "
+            f"as the target: cut the file down to its two text columns first (e.g. {cut})"
         )
 
 
 _NUMBER = re.compile(r"\s*[-+]?\d+(\.\d+)?\s*")  # an id, a row number, a score (not "1,234" or "+33 6 12 34 05")
+_URL = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]{0,31}://|www\.)\S+")  # a web address, alone in its column
 
 
 def _monotonic(values: list[float]) -> bool:
