@@ -2050,6 +2050,39 @@ def test_a_dev_set_in_another_script_is_warned_about(root: Path, tmp_path: Path)
                 assert "is it in the languages of data.train" in text
 
 
+def test_a_dev_set_of_the_other_direction_or_tfm_s_own_beside_another_corpus_is_warned_about(root: Path, tmp_path: Path) -> None:
+    """An en->fr run given the bundled fr->en dev set (the recipe's, or the default where it names none) scored BLEU
+    0.10 to the end without a word: a joint vocabulary holds both languages, so no byte fallback tells. The dev set
+    of the other direction is warned about (its source side reads like the training targets), by the start and the
+    dry run, and so is tfm's own dev set beside a corpus of the user's; the same pairs the right way round are not."""
+    pairs = [line.split("\t")[:2] for line in (root / "train.tsv").read_text().splitlines()[-40:]]
+    right = write(tmp_path / "right.tsv", "".join(f"{s}\t{t}\n" for s, t in pairs))
+    swapped = write(tmp_path / "swapped.tsv", "".join(f"{t}\t{s}\n" for s, t in pairs))
+    tok = tmp_path / "tok.json"
+    tfm("tokenize", "--corpus", str(root / "train.tsv"), "--vocab-size", "400", "--out", str(tok))
+    for dev, warned in ((swapped, True), (right, False)):
+        args = ["train", str(root / "recipe.yaml"), f"tokenizer.path={tok}", f"data.dev={dev}"]
+        dry = tfm(*args, "--out", str(tmp_path / f"dry-{warned}"), "--dry-run")
+        start = tfm(*args, "train.max_steps=1", "train.save_every=1", "--out", str(tmp_path / "run"), "--device", "cpu") if warned else dry
+        for proc in (start, dry):
+            text = proc.stderr.replace("\n", " ")
+            found = re.search(rf"warning: data\.dev {re.escape(str(dev))} reads as the other direction of data\.train: its "
+                              r"source side is like the training targets and its target side like the training sources "
+                              r"\(([0-9.]+) and ([0-9.]+) on a scale", text)
+            assert bool(found) == warned, proc.stderr
+            if warned:
+                assert float(found.group(1)) < 0.3 and float(found.group(2)) > 0.7, text
+                assert "awk -F'\\t' -v OFS='\\t' '{print $2, $1}'" in text
+        assert "tfm's own French-English dev set" not in dry.stderr
+    dry = tfm("train", str(root / "recipe.yaml"), "data.dev=bundled:tatoeba-fr-en/dev.tsv.gz", "--dry-run", "--out", str(tmp_path / "dry"))
+    said = (f"warning: data.dev is bundled:tatoeba-fr-en/dev.tsv.gz, tfm's own French-English dev set (the recipe's, or the "
+            f"default where it names none), but data.train is a corpus of yours ({root / 'train.tsv'}): the dev scores")
+    assert said in dry.stderr.replace("\n", " "), dry.stderr
+    bundled = tfm("train", str(root / "recipe.yaml"), "data.train=bundled:tatoeba-fr-en/dev.tsv.gz", "data.dev=null", "--dry-run",
+                  "--out", str(tmp_path / "dry"))
+    assert "tfm's own French-English dev set" not in bundled.stderr
+
+
 def test_tokenize_out_never_replaces_an_input_or_a_foreign_file(root: Path, tmp_path: Path) -> None:
     corpus = Path(shutil.copy(root / "train.tsv", tmp_path / "corpus.tsv"))
     kept = corpus.read_bytes()

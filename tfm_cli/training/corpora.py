@@ -12,7 +12,7 @@ from tfm_cli.data import TokenizedCorpus, encode_corpus, pairs_taken
 from tfm_cli.errors import TfmError
 from tfm_cli.recipe import Recipe, reads_placeholders
 from tfm_cli.tokenizer import Tokenizer
-from tfm_cli.training.checks import foreign_dev, foreign_tokenizer
+from tfm_cli.training.checks import foreign_dev, foreign_tokenizer, swapped_dev
 from tfm_cli.training.evaluation import load_dev
 from tfm_cli.training.events import TrainEvents
 
@@ -33,7 +33,7 @@ def check_start(recipe: Recipe, run_dir: Path, progress: Callable[[int], None] |
     found = [foreign_tokenizer(recipe, corpus, tok, where)]
     if recipe.data.dev:
         dev = load_dev(recipe.data.dev, tok, recipe.model.max_positions, recipe.train.bleu_tokenize, reads_placeholders(recipe))
-        found.append(foreign_dev(recipe.data.dev, dev, corpus))
+        found += [foreign_dev(recipe.data.dev, dev, corpus), swapped_dev(recipe.data.dev, dev, corpus)]
     return [warning for warning in found if warning]
 
 

@@ -114,6 +114,7 @@ from tfm_cli.training.checks import (
     resume_recipe,
     run_numbers,
     schedule_warnings,
+    swapped_dev,
     with_absolute_paths,
     with_init_tokenizer,
     with_tokenizer_size,
@@ -709,8 +710,9 @@ class Trainer:
                          if recipe.tokenizer.path else None)
                 if warning := foreign_tokenizer(recipe, corpus, tok, where):
                     self.events.message(f"warning: {warning}")
-            if self.dev is not None and (warning := foreign_dev(recipe.data.dev, self.dev, corpus)):
-                self.events.message(f"warning: {warning}")
+            for warning in (foreign_dev, swapped_dev) if self.dev is not None else ():
+                if said := warning(recipe.data.dev, self.dev, corpus):
+                    self.events.message(f"warning: {said}")
             for warning in schedule_warnings(recipe) if main else ():
                 self.events.message(f"warning: {warning}")
             if main and (warning := dev_is_train(recipe)):
