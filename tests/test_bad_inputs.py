@@ -1678,6 +1678,11 @@ def test_a_relative_path_found_only_beside_the_recipe_says_where_paths_are_read_
                    "relative paths in a recipe are read from the directory you run tfm in, not from the recipe's folder (cfg)")
         assert "hint: it is there beside the recipe: write train: cfg/train.tsv" in proc.stderr
         assert not out.exists()
+    # `tfm tokenize RECIPE` reads data.train the same way, and says the same (it said "does not exist" alone)
+    proc = tfm("tokenize", "cfg/recipe.yaml", "--out", str(tmp_path / "tok.json"), cwd=tmp_path, check=False)
+    error_line(proc, "data.train: train.tsv does not exist in the current directory", "not from the recipe's folder (cfg)")
+    assert "hint: it is there beside the recipe: write train: cfg/train.tsv" in proc.stderr
+    assert not (tmp_path / "tok.json").exists()
     recipe(cfg, "[train.tsv, cfg/train.tsv]")  # one side of a pair
     proc = tfm("train", "cfg/recipe.yaml", "--out", str(out), "--dry-run", cwd=tmp_path, check=False)
     error_line(proc, "data.train: train.tsv does not exist in the current directory")
@@ -1688,6 +1693,22 @@ def test_a_relative_path_found_only_beside_the_recipe_says_where_paths_are_read_
     proc = tfm("train", "cfg/recipe.yaml", "data.train=train.tsv", "--out", str(out), "--dry-run", cwd=tmp_path, check=False)
     error_line(proc, "train.tsv does not exist")
     assert "beside the recipe" not in proc.stderr and "cfg/recipe.yaml" not in proc.stderr.split("hint:", 1)[-1], proc.stderr
+
+
+def test_a_leading_tilde_in_a_path_option_is_the_home_folder(root: Path, tmp_path: Path) -> None:
+    """`--out=~/runs/x` (the shell leaves `~` as it is after `=`) made a folder named `~` in the current directory,
+    and said `~/runs/x` as if it were the home's; a recipe's `~/x` was the home's already."""
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir()
+    here.mkdir()
+    shutil.copy(root / "train.tsv", home / "train.tsv")
+    env = {"HOME": str(home)}
+    tfm("tokenize", "--corpus", "~/train.tsv", "--vocab-size", "300", "--out=~/tok.json", cwd=here, env_extra=env)
+    assert (home / "tok.json").is_file() and not (here / "~").exists()
+    proc = tfm("train", str(root / "recipe.yaml"), "data.train=~/train.tsv", "tokenizer.path=~/tok.json", "--out=~/runs/x",
+               "--dry-run", "--json", cwd=here, env_extra=env)
+    assert json.loads(proc.stdout)["run_dir"] == str(home / "runs" / "x"), proc.stdout
+    assert not (here / "~").exists()
 
 
 def test_the_same_file_as_source_and_target_is_refused(root: Path, tmp_path: Path) -> None:

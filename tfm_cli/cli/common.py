@@ -243,11 +243,13 @@ _EMPTY_PATH = "is empty (an unset shell variable?): give a path"
 
 def given_path(value: str) -> Path:
     """A typer `parser` for an option or argument that names a file or a folder: an empty value (`--out "$RUN"`
-    with RUN unset) is refused, where Path("") would quietly be the current directory."""
+    with RUN unset) is refused, where Path("") would quietly be the current directory. A leading `~` is the home
+    folder, as in a recipe's paths: the shell leaves it as it is after `=` (`--out=~/runs/x` made a folder `~` in
+    the current directory, and the messages' `~/runs/x` read as the home's)."""
     if not value.strip():
         raise typer.BadParameter(_EMPTY_PATH)
     _refuse_a_line_end(value)
-    return Path(value)
+    return Path(value).expanduser()
 
 
 def _refuse_a_line_end(value: str) -> None:
@@ -272,7 +274,7 @@ def file_path(example: str) -> Callable[[str], Path]:
         if value.endswith(("/", os.sep)) or Path(value).name in ("", ".", ".."):
             inside = os.path.join(value or ".", example)
             raise typer.BadParameter(f"{value!r} names a folder, not a file: give a file path, e.g. {inside}")
-        return Path(value)
+        return Path(value).expanduser()  # (`~`, as `given_path` reads it)
 
     return parse
 

@@ -130,6 +130,9 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
         from tfm_cli.recipe import load_recipe, reads_placeholders
 
         r = load_recipe(recipe, overrides)
+        from tfm_cli.training.checks import check_paths_beside
+
+        check_paths_beside(recipe, r, overrides)  # data.train beside the recipe, not here: said as `tfm train` says it
         settings = {"vocab_size": r.tokenizer.vocab_size, "min_frequency": r.tokenizer.min_frequency}
         spec = r.data.train
         default_out = Path("runs") / r.name / "tokenizer.json"

@@ -171,10 +171,17 @@ def check_recipe_file(recipe_file: str | os.PathLike[str], recipe: Recipe, run_d
         )
 
 
-def _check_paths_beside(recipe_file: Path, recipe: Recipe, overridden: set[str]) -> None:
+def check_paths_beside(recipe_file: str | os.PathLike[str], recipe: Recipe, overrides: Sequence[str] = (),
+                       keys: Sequence[str] = ("data.train",)) -> None:
+    """`tfm tokenize RECIPE`'s share of `check_recipe_file`: a relative path of `keys` that names a file beside the
+    recipe, not in the current directory, is refused with the path to write (tokenize said only "does not exist")."""
+    _check_paths_beside(recipe_path(recipe_file), recipe, {o.split("=", 1)[0].strip() for o in overrides}, keys)
+
+
+def _check_paths_beside(recipe_file: Path, recipe: Recipe, overridden: set[str], keys: Sequence[str] | None = None) -> None:
     """A relative corpus or tokenizer path is read from the current directory (as fairseq, OpenNMT-py and JoeyNMT
     read theirs), not from the recipe's folder: `tfm train configs/mine.yaml` with `train: train.tsv` meant the
-    file beside the recipe, and was told only that train.tsv does not exist."""
+    file beside the recipe, and was told only that train.tsv does not exist. `keys`: those looked at (None: all)."""
     folder = recipe_file.parent
     try:
         if folder.resolve() == Path.cwd().resolve():
@@ -194,7 +201,8 @@ def _check_paths_beside(recipe_file: Path, recipe: Recipe, overridden: set[str])
     specs = [("data.train", recipe.data.train), ("data.dev", recipe.data.dev), ("tokenizer.path", recipe.tokenizer.path),
              ("train.init_from", recipe.train.init_from)]
     for key, spec in specs:
-        if key in overridden:  # the command line's own path: "write it in the recipe" would be the wrong fix
+        if key in overridden or (keys is not None and key not in keys):  # (the command line's own path: "write it
+            # in the recipe" would be the wrong fix)
             continue
         for text in corpus_files(spec):
             if not only_beside(text):
