@@ -334,6 +334,15 @@ def test_missing_file_of_a_corpus_pair_stops_before_the_run_is_created(root: Pat
     assert not out.exists()
 
 
+def test_a_missing_corpus_path_is_named_as_typed_quoted_for_the_shell(root: Path, tmp_path: Path) -> None:
+    """`data.train='base.tsv '` was "corpus file base.tsv  does not exist": the space that made it missing unseen."""
+    shutil.copy(root / "train.tsv", tmp_path / "my train.tsv")
+    proc = tfm("train", str(root / "recipe.yaml"), "data.train='my train.tsv '", "--dry-run", cwd=tmp_path, check=False)
+    error_line(proc, "data.train: corpus file 'my train.tsv ' does not exist, but 'my train.tsv' does: drop the white space")
+    proc = tfm("train", str(root / "recipe.yaml"), "data.train='no such.tsv'", "--dry-run", cwd=tmp_path, check=False)
+    error_line(proc, "data.train: corpus file 'no such.tsv' does not exist: check the path")
+
+
 def test_source_and_target_files_of_different_lengths(tmp_path: Path) -> None:
     src = write(tmp_path / "train.fr", "Bonjour.\nMerci.\n")
     tgt = write(tmp_path / "train.en", "Hello.\nThanks.\nGood night.\n")

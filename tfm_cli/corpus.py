@@ -33,7 +33,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import IO, Any
 
-from tfm_cli.errors import CorpusError, TfmError
+from tfm_cli.errors import CorpusError, TfmError, shell_word
 from tfm_cli.files import free_name
 from tfm_cli.sentences import with_number_placeholders
 
@@ -225,11 +225,16 @@ def resolve_corpus_path(spec: str | os.PathLike, once: bool = False, option: str
             f"{where}{text} is a symbolic link to {target}, which does not exist (or links round in a loop)",
             hint=f"point the link at the corpus file (ln -sf FILE {shlex.quote(text)}), or give the file itself",
         )
+    # named as given, quoted for the shell: `data.train='base.tsv '` was "corpus file base.tsv  does not exist"
+    spaced = text != text.strip() and Path(text.strip()).expanduser().exists()
+    if not path.exists() and spaced:
+        raise CorpusError(f"{option or 'corpus file'} {shell_word(text)} does not exist, but {shell_word(text.strip())} "
+                          "does: drop the white space around the path")
     if not path.exists() and option is not None:
-        raise CorpusError(f"{option} {text} does not exist", hint=f"check the path given to {option}")
+        raise CorpusError(f"{option} {shell_word(text)} does not exist", hint=f"check the path given to {option}")
     if not path.exists():
         raise CorpusError(
-            f"corpus file {text} does not exist: check the path (data.train / data.dev in the recipe, "
+            f"corpus file {shell_word(text)} does not exist: check the path (data.train / data.dev in the recipe, "
             "or the path you gave), or use a bundled corpus such as bundled:tatoeba-fr-en/train.tsv.gz"
         )
     if path.is_dir() and option is not None:

@@ -365,8 +365,9 @@ def _resolves(path) -> bool:
 
 
 def _value_text(section: str, key: str, value) -> str:
-    """A recorded value in a message: data.train as a recipe writes it, anything else as Python shows it."""
-    return corpus_text(value) if (section, key) == ("data", "train") else repr(value)
+    """A recorded value in a message: data.train as a recipe writes it, none as YAML writes it (`null`, not
+    Python's `None`), anything else as Python shows it."""
+    return corpus_text(value) if (section, key) == ("data", "train") else "null" if value is None else repr(value)
 
 
 def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
