@@ -870,11 +870,11 @@ def test_weights_whose_scores_are_nan_are_named_not_translated_as_empty(copy: Pa
     before = snapshot(copy)
     for args in ((), ("--greedy",), ("--json", "--n-best", "2")):
         proc = translate(copy, "Bonjour.", *args)
-        error_line(proc, f"{weights}: the model's scores are not numbers (NaN): its weights are damaged")
+        error_line(proc, f"{weights}: the model's scores are not finite numbers (NaN or infinite): its weights are damaged")
         assert proc.stdout == "", args
     out = tmp_path / "release"
     proc = tfm("export", str(copy), "--format", "release", "--verify-lines", "2", "--out", str(out), check=False)
-    error_line(proc, f"{weights}: the model's scores are not numbers (NaN)")
+    error_line(proc, f"{weights}: the model's scores are not finite numbers (NaN or infinite)")
     assert not out.exists() and snapshot(copy) == before
 
 

@@ -547,7 +547,8 @@ def test_a_short_sentence_is_never_batched_with_one_past_the_cpu_attention_switc
 
 # --- The GPU's way of searching (`host_reads_are_free` False): no more than one read of the device a step --------
 
-_READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "masked_select", "unique", "cpu", "numpy"}
+_READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "masked_select", "unique", "cpu",
+          "numpy", "argwhere", "bincount", "equal", "is_nonzero", "unique_consecutive"}
 
 
 class _DeviceReads(TorchFunctionMode):
@@ -566,8 +567,14 @@ class _DeviceReads(TorchFunctionMode):
         parts = index if isinstance(index, tuple) else (index,)
         if name in _READS or any(isinstance(p, torch.Tensor) and p.dtype == torch.bool for p in parts):
             self.reads.append(name)  # (a boolean index asks how many rows it names)
-        elif name == "repeat_interleave" and isinstance(args[1] if len(args) > 1 else None, torch.Tensor):
-            self.reads.append(name)  # repeats as a tensor: the output's size is its sum
+        elif name == "repeat_interleave" and isinstance(args[1] if len(args) > 1 else None, torch.Tensor) and (
+            kwargs.get("output_size") is None
+        ):
+            self.reads.append(name)  # repeats as a tensor: the output's size is its sum, unless given
+        elif name == "where" and len(args) + len(kwargs) == 1:
+            self.reads.append(name)  # torch.where(mask): nonzero
+        elif name in ("to", "copy_") and any(str(a) == "cpu" for a in [*args[1:], kwargs.get("device")]):
+            self.reads.append(name)  # a copy to the host (on the CPU itself, counted as one too)
         return func(*args, **kwargs)
 
     def per_step(self) -> list[int]:
@@ -583,6 +590,8 @@ def _searches() -> dict[str, Callable[[Transformer, torch.Tensor, torch.Tensor],
         "beam": lambda m, s, k: beam_search(m, s, k, beam_size=4, n_best=3, max_len_offset=3, min_len=2),
         "beam1": lambda m, s, k: beam_search(m, s, k, beam_size=1, max_len_offset=6),
         "sample": lambda m, s, k: sample_search(m, s, k, Sampling(top_k=5, seed=3), n=2, max_len_offset=4, min_len=1),
+        "top-p": lambda m, s, k: sample_search(m, s, k, Sampling(top_p=0.9, temperature=1.5, seed=4), n=2, max_len_offset=4),
+        "beam-wide": lambda m, s, k: beam_search(m, s, k, beam_size=8, n_best=8, max_len_offset=2),  # 2K > a small V
     }
 
 
@@ -591,8 +600,9 @@ def test_a_search_reads_the_device_once_a_step_the_gpu_way(search: str, monkeypa
     """On a GPU each read of a value into Python waits for the GPU, which then idles while Python queues the next
     step: the searches read once a step (which rows ended, and whether the scores were numbers; nothing inside the
     model's step), where they had asked up to 6 questions a step. Counted on the CPU, the GPU's way forced: the
-    same hypotheses as the CPU's way, which asks more (its reads cost nothing there, and save work)."""
-    model = tiny_model(4, vocab=20, sharpen=2.0)
+    same hypotheses as the CPU's way, which asks more (its reads cost nothing there, and save work). (A vocabulary
+    over top-p's first ranks, TOP_P_FIRST: top-p sampling asked which rows to sort whole, twice a step.)"""
+    model = tiny_model(4, vocab=decoding.TOP_P_FIRST + 36, sharpen=2.0)
     src, src_mask = make_src(random_sequences([5, 7, 9, 4, 6, 8, 3], 20, seed=2))
     found, counts = {}, {}
     for gpu_way in (False, True):
@@ -626,11 +636,12 @@ def test_the_gpu_way_gives_every_search_s_hypotheses(bf16: bool, monkeypatch: py
     src, src_mask = make_src(sequences)
     models = [tiny_model(seed, sharpen=sharpen) for seed, sharpen in [(0, 1.0), (1, 3.0), (2, 6.0)]]
     models += [never_ending_model(), always_ending_model(), _constant_model(UNK, eos_weight=2.9)]
-    for model in models:
+    models += [tiny_model(3, vocab=decoding.TOP_P_FIRST + 36, sharpen=1.5)]  # top-p's two tiers on the CPU
+    for model, use_cache in itertools.product(models, (True, False)):
         found = {}
         for gpu_way in (False, True):
             monkeypatch.setattr(decoding, "host_reads_are_free", lambda device, free=not gpu_way: free)
-            engine = decoding.as_engine(model)
+            engine = decoding.as_engine(model, use_cache)
             with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
                 found[gpu_way] = {name: search(engine, src, src_mask) for name, search in _searches().items()}
                 found[gpu_way]["ids"] = translate_ids(engine, sequences, beam_size=3, n_best=2, max_len_offset=2)
@@ -655,14 +666,42 @@ def test_top_first_by_key_takes_what_top_first_takes() -> None:
         assert torch.equal(by_key[1], sorted_index[:, :n])  # the key's order is the stable sort's, -inf included
 
 
-def test_a_nan_score_is_refused_the_gpu_way_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The NaN check is read with the step's other question on a GPU: the search still stops with NonFiniteOutput."""
-    model = tiny_model(0)
+class _NoEndEngine:
+    """A model's engine whose EOS logit is -inf at every step (which finite weights never give)."""
+
+    def __init__(self, model: Transformer) -> None:
+        self.engine = decoding.as_engine(model)
+        self.config, self.device = self.engine.config, self.engine.device
+
+    def start(self, src: torch.Tensor, src_mask: torch.Tensor):  # noqa: ANN201
+        return self.engine.start(src, src_mask)
+
+    def step(self, last: torch.Tensor, state) -> torch.Tensor:  # noqa: ANN001
+        logits = self.engine.step(last, state).clone()
+        logits[:, EOS] = float("-inf")
+        return logits
+
+
+def test_a_nan_or_infinite_score_is_refused_the_gpu_way_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check is read with the step's other question on a GPU: the search still stops with NonFiniteOutput. An
+    EOS of -inf let no row end even at its length limit: greedy search and sampling ran past their last slot
+    (IndexError), beam search returned no hypothesis at all."""
+    nan = tiny_model(0)
     with torch.no_grad():
-        model.generator.weight[5, 0] = float("nan")
+        nan.generator.weight[5, 0] = float("nan")
     src, src_mask = make_src([[4, 5, 6], [7, 8]])
     for gpu_way in (False, True):
         monkeypatch.setattr(decoding, "host_reads_are_free", lambda device, free=not gpu_way: free)
-        for search in _searches().values():
-            with pytest.raises(decoding.NonFiniteOutput, match="not numbers"):
-                search(model, src, src_mask)
+        for model in (nan, _NoEndEngine(tiny_model(1))):
+            for search in _searches().values():
+                with pytest.raises(decoding.NonFiniteOutput, match=r"not finite numbers \(NaN or infinite\)"):
+                    search(model, src, src_mask)
+
+
+def test_rows_are_split_in_order() -> None:
+    """`_split_rows` (the GPU's `nonzero`) keeps each part in row order: an unstable sort reorders equal keys (on the
+    CPU too, from a hundred rows), which would give the surviving beams and rows to the wrong sentences."""
+    for n in (1, 7, 100, 5000):
+        mask = torch.rand(n, generator=torch.Generator().manual_seed(n)) < 0.3
+        keep, gone = decoding._split_rows(mask, int(mask.sum()))
+        assert torch.equal(keep, (~mask).nonzero().squeeze(1)) and torch.equal(gone, mask.nonzero().squeeze(1))

@@ -262,7 +262,7 @@ def _step_log_probs(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(B,) last tokens -> (B, V) fp32 log-probabilities of the next token for each row; (B,) bool: the rows
     whose end was forced, against the model's choice (or forbidden until then, by `min_len`); and a bool scalar on
-    the device, True where the scores are not numbers (the caller reads it with its own question of the step, then
+    the device, True where the scores are not finite numbers (the caller reads it with its own question of the step, then
     raises `NonFiniteOutput`: `raise_if_not_numbers`).
 
     Padding, BOS and <unk> are never outputs: `banned`, their ids (`banned_ids`) on the search's device, made
@@ -279,8 +279,10 @@ def _step_log_probs(
     log_probs = logits.log_softmax(dim=-1)
     log_probs[:, banned] = float("-inf")  # padding, BOS and <unk> are never outputs
     # A NaN logit makes its whole row NaN (its log-sum-exp is NaN), so one column tells; such rows never finished
-    # nor continued, and came out as empty translations.
-    broken = log_probs[:, cfg.eos_id].isnan().any()
+    # nor continued, and came out as empty translations. So does an infinite one: +inf makes the row NaN, and an EOS
+    # of -inf (which finite logits never give) let no row end, even where its length limit forces the end (greedy
+    # search ran past its last slot: an IndexError; beam search returned no hypothesis).
+    broken = ~log_probs[:, cfg.eos_id].isfinite().all()
     if not limited:
         if ban_eos:
             log_probs[:, cfg.eos_id] = float("-inf")
@@ -298,10 +300,10 @@ def _step_log_probs(
 
 
 def raise_if_not_numbers(broken: bool) -> None:
-    """Raise `NonFiniteOutput` if a step's scores were not numbers (`_step_log_probs`' flag, read by the caller)."""
+    """Raise `NonFiniteOutput` if a step's scores were not finite numbers (`_step_log_probs`' flag, read by the caller)."""
     if broken:
         raise NonFiniteOutput(
-            "the model's scores are not numbers (NaN): its weights are damaged, or its training diverged",
+            "the model's scores are not finite numbers (NaN or infinite): its weights are damaged, or its training diverged",
             hint="restore model.safetensors (e.g. average the run's checkpoints) or train again",
         )
 
@@ -444,6 +446,10 @@ TOP_P_FIRST = 64
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """(R, V) probabilities -> those of each row's nucleus, 0 elsewhere: its tokens ranked by probability (equal
     ones lowest id first), kept while the ones before hold less than `top_p`."""
+    if not host_reads_are_free(probs.device):  # a GPU: every row sorted whole, cheap there, where asking which rows
+        whole, whole_order = probs.sort(dim=-1, descending=True, stable=True)  # need it would wait for the GPU
+        _keep_nucleus(whole, top_p)
+        return torch.zeros_like(probs).scatter_(-1, whole_order, whole)
     if TOP_P_FIRST < probs.size(-1):
         ranked, order = top_first(probs, TOP_P_FIRST)  # (R, TOP_P_FIRST)
         short = ranked.sum(dim=-1) < top_p  # the nucleus is not among them
@@ -767,8 +773,8 @@ def _top_first_by_key(scores: torch.Tensor, n: int) -> tuple[torch.Tensor, torch
     int64 key, the score's bits in an order-keeping form above, the column reversed below (of equal scores the lower
     column has the larger key), so no two keys are equal and the n largest are the n that `top_first` takes, in its
     order. Five elementwise passes over `scores` in int64 before the `topk`: little on a GPU, but on a 2-core CPU
-    10-50 times `top_first`'s time (8 and 32 rows of 32,000 scores: 8 and 38 ms against 0.2 and 0.7), and there
-    `top_first` asks, at no cost."""
+    7-10 times `top_first`'s time (8 and 32 rows of 32,000 scores, one thread: 1.4 and 7.1 ms against 0.2 and 0.75),
+    and there `top_first` asks, at no cost."""
     bits = (scores.float() + 0.0).view(torch.int32).to(torch.int64)  # (+ 0.0: -0.0 becomes 0.0, one key for both)
     ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # negative floats count down in their bits: flip them
     columns = torch.arange(scores.size(1) - 1, -1, -1, device=scores.device)  # (C,) C-1 ... 0
