@@ -1877,6 +1877,47 @@ def test_a_hand_edited_model_in_recipe_yaml_is_named_as_an_edit(trained: Path, t
     tfm("train", "--resume", str(run), "train.max_steps=11", "--device", "cpu")
 
 
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [(b"", "is empty"), (b"name: bad-inputs\ndata: {train: x.tsv, dev: nu", "is not valid YAML (line 2)"),
+     (b"name: caf\xe9\n", "is not UTF-8 text"), (b"- a list\n", "holds no recipe"), (None, "is missing")],
+    ids=["empty", "cut-mid-line", "not-utf8", "a-list", "missing"],
+)
+def test_a_recipe_yaml_damaged_or_lost_is_written_again_from_the_checkpoint(trained: Path, tmp_path: Path, damage, said: str) -> None:
+    """An empty recipe.yaml (a full disk), one cut inside its one-line `data: {...}`, or one deleted, could not be
+    resumed at all ("invalid YAML at line 3", "not a tfm run directory": pass the run's folder, which was given),
+    though every checkpoint keeps the recipe it was trained with. The resume takes that one, says so, writes
+    recipe.yaml again from it and keeps the damaged file beside it; its dry run says the same and writes nothing."""
+    import yaml
+
+    run = Path(shutil.copytree(trained, tmp_path / "run"))
+    original = yaml.safe_load((run / "recipe.yaml").read_text())
+    if damage is None:
+        (run / "recipe.yaml").unlink()
+    else:
+        (run / "recipe.yaml").write_bytes(damage)
+    before = snapshot(run)
+    note = f"{run / 'recipe.yaml'} {said}: resuming with the recipe its checkpoint at step 10 was trained with, "
+    kept = "" if damage is None else " (the file as it was kept as recipe.damaged.yaml)"
+    dry = tfm("train", "--resume", str(run), "train.max_steps=12", "--dry-run", "--device", "cpu")
+    assert f"{note}which the resume writes to recipe.yaml again{kept}" in dry.stderr.replace("\n", " "), dry.stderr
+    assert snapshot(run) == before
+    proc = tfm("train", "--resume", str(run), "train.max_steps=12", "--device", "cpu")
+    assert f"{note}written to recipe.yaml again{kept}" in proc.stderr.replace("\n", " "), proc.stderr
+    resolved = yaml.safe_load((run / "recipe.yaml").read_text())
+    assert resolved == {**original, "train": {**original["train"], "max_steps": 12}}
+    assert json.loads((run / "summary.json").read_text())["steps"] == 12
+    if damage is not None:
+        assert (run / "recipe.damaged.yaml").read_bytes() == damage
+    # a run whose checkpoints hold no recipe (an older tfm's) is refused as before, nothing touched
+    (run / "recipe.yaml").unlink()
+    for state in (run / "checkpoints").glob("*.state.pt"):
+        state.unlink()
+    before = snapshot(run)
+    error_line(tfm("train", "--resume", str(run), "--device", "cpu", check=False), f"{run / 'recipe.yaml'} is missing")
+    assert snapshot(run) == before
+
+
 def test_a_recipe_yaml_cut_short_is_not_resumed_with_defaults(trained: Path, tmp_path: Path) -> None:
     """A run's recipe.yaml cut short (a full disk, a copy) resumed with the defaults of every setting it lost
     (warmup 250 -> 4000, beam 2 -> 4), then was rewritten so: the run's own settings gone. The checkpoint keeps the

@@ -149,7 +149,7 @@ def _check_as_a_start_would(resolved, run_dir: Path, resume: Path | None, device
     from tfm_cli.corpus import PROGRESS_EVERY, is_mixture, now_and_then
     from tfm_cli.runtime import resolve_device, resolve_precision
     from tfm_cli.training import check_resume, check_start, preflight, scan_corpora
-    from tfm_cli.training.checks import schedule_warnings, with_init_tokenizer
+    from tfm_cli.training.checks import restored_recipe_note, schedule_warnings, with_init_tokenizer
     from tfm_cli.training.compiling import check_compile
     from tfm_cli.training.corpora import check_mixture
 
@@ -161,6 +161,8 @@ def _check_as_a_start_would(resolved, run_dir: Path, resume: Path | None, device
     preflight(resolved, Path(run_dir), resume is not None)  # every check a real start makes before writing
     # and a resume's, saying the newer checkpoints it would pass over, as the resume says them
     resumes_at = check_resume(resolved, Path(run_dir), torch_device, said=info) if resume is not None else None
+    if resume is not None and (note := restored_recipe_note(Path(run_dir), dry_run=True)):
+        info(note)
     found: list[str] = schedule_warnings(resolved)
     # a line every 30 s while a large corpus is read, then tokenized (minutes for millions of lines: a silent
     # dry run looked hung)

@@ -37,6 +37,7 @@ from tfm_cli.recipe import (
     ModelRecipe,
     Recipe,
     load_recipe,
+    recipe_from_dict,
     recipe_path,
     recipe_text,
     recipe_to_dict,
@@ -1046,11 +1047,16 @@ def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
             f"{run_dir} is empty: a run started there was stopped before it wrote anything, so there is nothing to resume",
             hint=f"start it: tfm train RECIPE --out {shell_word(run_dir)}",
         )
-    if not path.is_file():
+    saved = saved_recipe(Path(run_dir)) if recipe_damage(path) else None
+    if not path.is_file() and saved is None:
         raise CheckpointError(f"{path} is missing: {run_dir} is not a tfm run directory", hint="pass the run's folder, e.g. runs/tiny")
-    recipe = load_recipe(path, overrides)
+    if saved is not None:  # damaged or lost: the recipe the newest checkpoint was trained with (`restored_recipe_note`)
+        step, data = saved
+        recipe = recipe_from_dict(data, f"the recipe of {run_dir}'s checkpoint at step {step}", overrides)
+    else:
+        recipe = load_recipe(path, overrides)
     if any(o.split("=", 1)[0].strip() == "train.init_from" for o in overrides):
-        started = load_recipe(path).train.init_from
+        started = (saved[1].get("train") or {}).get("init_from") if saved is not None else load_recipe(path).train.init_from
         if _absolute(recipe.train.init_from) != _absolute(started):  # recipe.yaml and summary.json would say so, untrue
             raise TfmError(
                 f"train.init_from={recipe.train.init_from} on a resume: a run starts from another model once, at its "
@@ -1058,7 +1064,7 @@ def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
                 hint="drop train.init_from; to fine-tune this run's model on, start a new run from it: "
                 f"tfm train {shell_word(path)} --out NEW train.init_from={shell_word(run_dir)}",
             )
-    if cut := _settings_cut(Path(run_dir), path):
+    if saved is None and (cut := _settings_cut(Path(run_dir), path)):
         given = {o.split("=", 1)[0].strip() for o in overrides}
         if lost := [(key, value) for key, value in cut if key not in given]:
             shown = ", ".join(key for key, _ in lost[:4]) + (f" and {len(lost) - 4} more" if len(lost) > 4 else "")
@@ -1071,6 +1077,63 @@ def resume_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
     # model.numbers null (a run started before tfm had it; every run's recipe.yaml names it since): as the run's model
     # reads numbers, which goes on so
     return recipe if recipe.model.numbers is not None else with_numbers_of(recipe, run_numbers(Path(run_dir)))
+
+
+def recipe_damage(path: Path) -> str | None:
+    """What makes a run's recipe.yaml unreadable to a resume: "is missing", "is empty", "is not valid YAML (...)",
+    "is not UTF-8 text", "holds no recipe"; None where it reads as a mapping (its settings are checked after)."""
+    import yaml
+
+    if not path.is_file():
+        return "is missing"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return "is not UTF-8 text"
+    except OSError:
+        return None  # (unreadable, not damaged: the resume's own reading says why)
+    if not text.strip():
+        return "is empty"
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        return f"is not valid YAML{f' (line {mark.line + 1})' if mark is not None else ''}"
+    return None if isinstance(data, dict) else "holds no recipe"
+
+
+def saved_recipe(run_dir: Path) -> tuple[int, dict] | None:
+    """(step, recipe) of the newest checkpoint of `run_dir` whose state holds the recipe it was trained with (every
+    checkpoint of tfm since it saved one), or None."""
+    import torch
+
+    for step, weights in reversed(checkpoint_steps(run_dir)):
+        try:  # mapped, not read: of the optimizer's tensors nothing is loaded
+            state = torch.load(state_path(weights), map_location="cpu", weights_only=True, mmap=True)
+        except Exception:  # noqa: BLE001 - missing or damaged: the one before, as a resume falls back to it
+            continue
+        if isinstance(state, dict) and isinstance(state.get("recipe"), dict) and state["recipe"].get("name"):
+            return step, state["recipe"]
+    return None
+
+
+def restored_recipe_note(run_dir: Path, dry_run: bool = False) -> str | None:
+    """What a resume says when the run's recipe.yaml is damaged or lost and its newest checkpoint holds the recipe
+    (`resume_recipe` takes that one, and the resume writes recipe.yaml again from it); None otherwise."""
+    path = Path(run_dir) / "recipe.yaml"
+    if (damage := recipe_damage(path)) is None or (saved := saved_recipe(Path(run_dir))) is None:
+        return None
+    kept = "" if damage == "is missing" else f" (the file as it was kept as {damaged_recipe_path(Path(run_dir)).name})"
+    written = "which the resume writes to recipe.yaml again" if dry_run else "written to recipe.yaml again"
+    return f"{path} {damage}: resuming with the recipe its checkpoint at step {saved[0]} was trained with, {written}{kept}"
+
+
+def damaged_recipe_path(run_dir: Path) -> Path:
+    """Where a resume keeps a damaged recipe.yaml before it writes the recipe again: `recipe.damaged.yaml`, or a
+    free name beside it."""
+    from tfm_cli.files import free_name
+
+    return free_name(run_dir / "recipe.yaml", "recipe.damaged.yaml")
 
 
 def run_numbers(run_dir: Path) -> str:

@@ -107,10 +107,12 @@ from tfm_cli.training.checks import (
     check_resumable,
     check_room,
     check_tokenizer_kept,
+    damaged_recipe_path,
     dev_is_train,
     foreign_dev,
     foreign_tokenizer,
     preflight,
+    restored_recipe_note,
     resume_recipe,
     run_numbers,
     schedule_warnings,
@@ -734,6 +736,10 @@ class Trainer:
     def _write_run_files(self) -> None:
         """recipe.yaml and config.json of the run (rank 0), once its checkpoints and model are known to fit."""
         run_dir, config = self.run_dir, self.config
+        if self.resume and (note := restored_recipe_note(run_dir)):  # damaged or lost: written again from the state
+            self.events.message(note)
+            if (run_dir / "recipe.yaml").is_file():
+                (run_dir / "recipe.yaml").replace(damaged_recipe_path(run_dir))  # kept as it was
         dump_recipe(with_absolute_paths(self.recipe), run_dir / "recipe.yaml")  # --resume works from any directory
         atomic_write(run_dir / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(config.to_dict(), indent=2)))
         if not self.resume:  # a fresh start (preflight let it in: nothing of another run is here) logs afresh
