@@ -1603,6 +1603,30 @@ def test_a_file_without_line_ends_is_refused_as_binary_before_it_is_read_whole(t
     assert lines == [line.encode() for line in text.splitlines(keepends=True)]
 
 
+def test_sides_in_a_spreadsheet_s_quotes_are_warned_about(tmp_path: Path) -> None:
+    """A TSV saved with every field quoted, or as Python's csv module and spreadsheets save it (a field holding a
+    quote in quotes, the quote doubled), trained on the quotes without a word. Warned about,
+    with the command that reads the quoting away; the bundled corpus's quotations (56 pairs quoted on both sides,
+    one with "" inside) are no such file."""
+    import csv
+
+    pairs = [tuple(line.split("\t")[:2]) for line in _head(300).splitlines()]
+    quoted = write(tmp_path / "q.tsv", "".join(f'"{s}"\t"{t}"\n' for s, t in pairs))
+    with open(tmp_path / "x.tsv", "w", newline="", encoding="utf-8") as f:
+        rows = [(f'Il a dit "{s}"' if i % 20 == 0 else s, t) for i, (s, t) in enumerate(pairs)]
+        csv.writer(f, delimiter="\t", lineterminator="\n").writerows(rows)
+    for corpus, said, expected in ((quoted, "300 of 300 lines have both sides in double quotes", pairs),
+                                   (tmp_path / "x.tsv", '15 lines have a side in double quotes with "" inside it (lines 1, 21, 41, ...)', rows)):
+        proc = tfm("train", str(recipe(tmp_path, str(corpus))), "--dry-run", "--out", str(tmp_path / "dry"))
+        text = proc.stderr.replace("\n", " ")
+        assert f"warning: data.train {corpus}: {said}, as a spreadsheet or a CSV writer quotes a field" in text, proc.stderr
+        command = text.split("save the file without it (e.g. ", 1)[1].rsplit(")", 1)[0]
+        subprocess.run(command, shell=True, check=True, cwd=tmp_path)
+        assert [(s, t) for _, s, t in read_pairs(tmp_path / f"unquoted-{corpus.stem}.tsv")] == expected
+    bundled = tfm("train", str(recipe(tmp_path, "bundled:tatoeba-fr-en/train.tsv.gz")), "--dry-run", "--out", str(tmp_path / "dry"))
+    assert "double quotes" not in bundled.stderr, bundled.stderr
+
+
 def test_a_first_line_of_column_names_is_warned_about(tmp_path: Path) -> None:
     """`fr<TAB>en` or `source<TAB>target` on line 1 (a spreadsheet's, pandas' header) was trained as a sentence pair,
     unsaid. Warned about now, dry run, start and tokenize alike, with the command that drops it; a first line of

@@ -591,12 +591,15 @@ class TsvColumns:
     """A TSV corpus's lines counted by columns as `read_pairs` reads them (the columns after the second are ignored: a
     Tatoeba or Anki export's attribution), for `warning`: a file most of whose lines have K columns and a few more
     most likely has a tab inside a few sentences, where the rest of the source became the target (of two columns)
-    or was dropped (of three); and a first line of column names, which is trained as a pair like any other."""
+    or was dropped (of three); a first line of column names, which is trained as a pair like any other; and sides
+    in a spreadsheet's or a CSV writer's quotes, which are read as text of the sentences."""
 
     shown: str = ""  # the file, as messages name it
     by_count: dict[int, int] = field(default_factory=dict)  # number of columns -> lines
     first_of: dict[int, list[int]] = field(default_factory=dict)  # number of columns -> its first few lines
     header: tuple[str, str] | None = None  # line 1, when it reads as column names
+    quoted: int = 0  # lines whose two sides are each in double quotes ("Va !" TAB "Go!")
+    escaped: list[int] = field(default_factory=list)  # lines with a quoted side holding "" (CSV's quote in a field)
 
     def count(self, line_no: int, columns: int) -> None:
         self.by_count[columns] = self.by_count.get(columns, 0) + 1
@@ -604,10 +607,34 @@ class TsvColumns:
         if len(first) < 3:
             first.append(line_no)
 
+    def look(self, line_no: int, src: str, tgt: str) -> None:
+        """Count a line's sides in double quotes, as a spreadsheet or Python's csv module quotes a field."""
+        wrapped = [len(side) > 1 and side[0] == side[-1] == '"' for side in (src, tgt)]
+        self.quoted += all(wrapped)
+        if any(w and '""' in side[1:-1] for w, side in zip(wrapped, (src, tgt), strict=True)):
+            self.escaped.append(line_no)
+
     def warning(self) -> str | None:
-        """What to say of the file (its columns, a header line), or None."""
-        said = [w for w in (self._columns_warning(), self._header_warning()) if w]
+        """What to say of the file (its columns, a header line, quoting), or None."""
+        said = [w for w in (self._columns_warning(), self._header_warning(), self._quotes_warning()) if w]
         return "; and ".join(said) or None
+
+    def _quotes_warning(self) -> str | None:
+        # The bundled corpus, 161,979 pairs: 56 with both sides quoted (sentences that are quotations), 1 with "".
+        total = sum(self.by_count.values())
+        if not total or (self.quoted <= total / 2 and len(self.escaped) <= max(2, total / 1000)):
+            return None
+        path = Path(self.shown)
+        kind, plain = _by_name(path)
+        out = _shell_path(free_name(path, "unquoted-" + plain.removesuffix(".tsv") + ".tsv"))
+        read = f"{_CAT[kind]} {_shell_path(path)} | " if kind else ""
+        fix = (f"{read}python3 -c 'import csv, sys; [print(*row[:2], sep=\"\\t\") for row in csv.reader(sys.stdin, "
+               f"delimiter=\"\\t\")]'{'' if kind else ' < ' + _shell_path(path)} > {out}")
+        lines = ", ".join(map(str, self.escaped[:3])) + (", ..." if len(self.escaped) > 3 else "")
+        what = (f"{self.quoted:,} of {total:,} lines have both sides in double quotes" if self.quoted > total / 2
+                else f"{len(self.escaped):,} lines have a side in double quotes with \"\" inside it (line{'s' if len(self.escaped) > 1 else ''} {lines})")
+        return (f"{self.shown}: {what}, as a spreadsheet or a CSV writer quotes a field: tfm reads no quoting, so the "
+                f"quotes are text of the sentences the model learns; save the file without it (e.g. {fix})")
 
     def _columns_warning(self) -> str | None:
         if len(self.by_count) < 2:
@@ -829,6 +856,8 @@ def _read_tsv(path: Path, shown: str, option: str | None = None, columns: TsvCol
         parts = text.split("\t", 2)  # columns after the second (a Tatoeba/Anki attribution) are ignored
         if columns is not None:  # trailing tabs (empty columns at the end) cut no sentence
             columns.count(line_no, len(text.rstrip("\t \u00a0").split("\t")))
+            if len(parts) >= 2:
+                columns.look(line_no, parts[0], parts[1])
             if line_no == 1 and len(parts) >= 2 and _looks_like_header(parts[0], parts[1]):
                 columns.header = (parts[0], parts[1])
         if ids.looking:
