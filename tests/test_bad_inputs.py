@@ -2697,6 +2697,12 @@ def test_an_empty_corpus_file_is_named_by_its_key_before_the_tokenizer_is_traine
             error_line(proc, f"{key}: {given} {said}")
             assert "tokenizer:" not in proc.stderr and not out.exists(), proc.stderr
             assert ("data.dev=null" in proc.stderr) == (key == "data.dev"), proc.stderr
+            assert "hint: give a file of source<TAB>target lines" in proc.stderr, proc.stderr
+    # one file of a source file and a target file: not "give a file of source<TAB>target lines"
+    side = write(tmp_path / "side.fr", "Bonjour.\n")
+    proc = tfm("train", str(root / "recipe.yaml"), f"{key}=[{side}, {empty}]", "--out", str(out), "--dry-run", check=False)
+    error_line(proc, f"{key}: {empty} is empty")
+    assert "hint: give a file of one sentence a line, line for line with the other" in proc.stderr, proc.stderr
 
 
 def test_a_tokenizer_trained_smaller_than_asked_is_said_by_train(root: Path, tmp_path: Path) -> None:

@@ -304,9 +304,8 @@ def _check_place(run_dir: Path, resume: bool = False) -> None:
                 f"cannot write into the run directory {run_dir}: {err.strerror or err}",
                 hint="a resume writes its checkpoints there: make it writable, or copy the run somewhere writable and resume the copy",
             ) from None
-        raise TfmError(
-            f"cannot create the run directory {run_dir}: {err.strerror or err}", hint="choose another --out"
-        ) from None
+        made = "write into the run directory" if existing == run_dir else "create the run directory"
+        raise TfmError(f"cannot {made} {run_dir}: {err.strerror or err}", hint="choose another --out") from None
 
 
 def _recipe_differences(path: Path, recipe: Recipe) -> str:
@@ -377,7 +376,7 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
     for key, spec in (("data.train", recipe.data.train), ("data.dev", recipe.data.dev)):
         named = [(f"{key}[{part.number}].path" if part.number else key, path, part)
                  for part in (corpus_parts(spec) if spec is not None else ()) for path in corpus_files(part.spec)]
-        for where, path, _ in named:
+        for where, path, part in named:
             try:
                 found = resolve_corpus_path(path)
             except CorpusError as err:
@@ -385,9 +384,11 @@ def _check_corpora(recipe: Recipe, resumed: Path | None = None) -> None:
                     raise _moved(named, resumed, where, err) from None
                 raise CorpusError(f"{where}: {err}", hint=err.hint) from None
             if found.is_file() and found.stat().st_size == 0:  # said once the tokenizer was trained, naming no key
+                pair = isinstance(part.spec, list)  # one file of a source file and a target file
                 raise CorpusError(
                     f"{where}: {path} is empty",
-                    hint="give a file of source<TAB>target lines" + (
+                    hint=("give a file of one sentence a line, line for line with the other" if pair else
+                          "give a file of source<TAB>target lines") + (
                         ", or data.dev=null to train without dev evaluations" if key == "data.dev" else ""),
                 )
         if spec is not None and resumed is None:  # its first pair (a gzip of nothing, blank lines): said now too
