@@ -1552,12 +1552,15 @@ def test_more_shapes_of_number_columns_are_refused(tmp_path: Path, rows, fields:
     ("rows", "fields", "said"),
     [
         # the Tatoeba Challenge's and OPUS's test files: two language codes, then the pair
-        (lambda i, s, t: f"fra\teng\t{s}\t{t}", "3,4", "is 'fra' on each of its first 200 lines: a language code or a label"),
+        (lambda i, s, t: f"fra\teng\t{s}\t{t}", "3,4", "is 'fra' on each of its first 200 lines: a language code"),
         (lambda i, s, t: f"fra\t{s}\t{t}", "2,3", "is 'fra' on each of its first 200 lines"),
+        # several codes in one column (the Tatoeba Challenge's Chinese): not a text column of the pair
+        (lambda i, s, t: f"{['cmn_Hans', 'cmn_Hant', 'yue_Hant'][i % 3]}\teng\t{s}\t{t}", "3,4",
+         "is 'cmn_Hans' or 'cmn_Hant' or 'yue_Hant' on each of its first 200 lines: a language code"),
         # ParaCrawl's raw files: the two pages, the pair, a score
         (lambda i, s, t: f"https://a.fr/{i}\thttps://b.com/{i}\t{s}\t{t}\t0.{i % 9}", "3,4", "is a web address on 100% of"),
     ],
-    ids=["language-codes", "one-language-code", "paracrawl-urls"],
+    ids=["language-codes", "one-language-code", "several-codes", "paracrawl-urls"],
 )
 def test_columns_of_language_codes_or_web_addresses_before_the_pair_are_refused(tmp_path: Path, rows, fields: str, said: str) -> None:
     """`fra<TAB>eng<TAB>source<TAB>target` trained a model to translate everything as "eng", with a warning that
@@ -1575,6 +1578,9 @@ def test_columns_of_language_codes_or_web_addresses_before_the_pair_are_refused(
     assert [(s, t) for _, s, t in read_pairs(tmp_path / "text-c.tsv")] == pairs
     attributed = write(tmp_path / "a.tsv", "".join(f"{s}\t{t}\tCC-BY 2.0 (France)\n" for s, t in pairs).encode())
     assert [(s, t) for _, s, t in read_pairs(attributed)] == pairs
+    answers = [("Oui." if i % 2 else "Non.", t) for i, (_, t) in enumerate(pairs)]  # two answers: sentences, no codes
+    few = write(tmp_path / "f.tsv", "".join(f"{s}\t{t}\tCC-BY 2.0 (France)\n" for s, t in answers).encode())
+    assert [(s, t) for _, s, t in read_pairs(few)] == answers
 
 
 def test_a_file_without_line_ends_is_refused_as_binary_before_it_is_read_whole(tmp_path: Path, monkeypatch) -> None:
@@ -1716,6 +1722,7 @@ def test_a_relative_path_found_only_beside_the_recipe_says_where_paths_are_read_
     error_line(proc, "data.train: train.tsv does not exist in the current directory", "not from the recipe's folder (cfg)")
     assert "hint: it is there beside the recipe: write train: cfg/train.tsv" in proc.stderr
     assert not (tmp_path / "tok.json").exists()
+    tfm("tokenize", "cfg/recipe.yaml", "--corpus", "cfg/train.tsv", "--out", str(tmp_path / "tok.json"), cwd=tmp_path)  # (its own)
     recipe(cfg, "[train.tsv, cfg/train.tsv]")  # one side of a pair
     proc = tfm("train", "cfg/recipe.yaml", "--out", str(out), "--dry-run", cwd=tmp_path, check=False)
     error_line(proc, "data.train: train.tsv does not exist in the current directory")
@@ -1742,6 +1749,10 @@ def test_a_leading_tilde_in_a_path_option_is_the_home_folder(root: Path, tmp_pat
                "--dry-run", "--json", cwd=here, env_extra=env)
     assert json.loads(proc.stdout)["run_dir"] == str(home / "runs" / "x"), proc.stdout
     assert not (here / "~").exists()
+    # `~name` of no such user is a name as written (Path.expanduser raised: a traceback), in an option or a recipe
+    proc = tfm("train", str(root / "recipe.yaml"), "data.train=~no-such-user-tfm/t.tsv", "--out=~no-such-user-tfm/run",
+               "--dry-run", cwd=here, env_extra=env, check=False)
+    error_line(proc, "corpus file '~no-such-user-tfm/t.tsv' does not exist")
 
 
 def test_the_same_file_as_source_and_target_is_refused(root: Path, tmp_path: Path) -> None:

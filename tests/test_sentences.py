@@ -64,6 +64,9 @@ CORPUS = Path(__file__).resolve().parent.parent / "tfm_cli" / "corpora" / "tatoe
         ("Il a couru 100 m. Il a gagné.", ["Il a couru 100 m.", "Il a gagné."]),  # a unit after a number, no initial
         ("On se voit à 18 h. Ne sois pas en retard.", ["On se voit à 18 h.", "Ne sois pas en retard."]),
         ("Je t'aime. 😀 Et toi ?", ["Je t'aime. 😀", "Et toi ?"]),  # the emoji with the sentence it ends
+        ("Il est mort en 300 av. J.-C. Rome a survécu.", ["Il est mort en 300 av. J.-C.", "Rome a survécu."]),  # a word
+        ("I saw her in Apr. She was fine.", ["I saw her in Apr.", "She was fine."]),  # (Apr. before a number only)
+        ("Set the env. Then run it.", ["Set the env.", "Then run it."]),
         ("Merci ! 🙏🏽 À bientôt. 👋", ["Merci ! 🙏🏽", "À bientôt. 👋"]),
     ],
 )
@@ -109,6 +112,12 @@ def test_a_line_breaks_into_its_sentences(line: str, sentences: list[str]) -> No
         "Le livre est paru dans la coll. Folio chez Gallimard.",
         "Voir la réf. A12 dans le catalogue.",
         "Il est né au XIXe s. Il est mort jeune.",  # (s. after no number: an initial, as far as the rules can tell)
+        "Im Jahr 44 v. Chr. wurde Caesar ermordet.",  # a letter after a number that is no unit: an abbreviation
+        "En el año 44 a. C. murió César.",
+        "В 1990 г. Россия изменилась.",
+        "Le taux de chômage est de 7 p. 100 cette année.",
+        "Il habite au 12 r. Lepic à Paris.",
+        "Gemäß § 823 Abs. 1 u. 2 BGB haftet er.",
         "il est parti. il est revenu.",  # no capital: no sure break
         "Il est là.Il part.",  # no space
         "No break here",
@@ -164,6 +173,7 @@ def test_a_long_paragraph_is_split_whole() -> None:
         ("RENDEZ-VOUS À 10h30 DEVANT LA GARE.", True, "Rendez-vous à 10h30 devant la gare."),  # a digit's word: its own
         ("J'AI COURU 5km CE MATIN.", True, "J'ai couru 5km ce matin."),
         ("VA SUR https://exemple.fr/Page MAINTENANT !", True, "Va sur https://exemple.fr/Page maintenant !"),
+        ("J'AI UN iPhone15", False, None),  # a name with digits after its letters: its lower case counts
         ("東京", False, None),  # no case
     ],
 )
@@ -340,6 +350,13 @@ def test_a_sentence_without_a_letter_is_written_as_it_is(text: str) -> None:
     # without the invisible characters the tokenizer drops from what the model is given (the joiner of an emoji stays)
     (part,) = to_translate(f"\u200b{text}\u2060\u200e", split=True)
     assert part.written("") == text
+
+
+def test_a_mention_in_a_line_in_capitals_is_written_as_it_was() -> None:
+    """`MERCI À @marie POUR TOUT !` came back as "THANKS TO @MARIE FOR EVERYTHING!": a mention's case is its own."""
+    [part] = to_translate("MERCI À @marie ET #teamFrance POUR TOUT !", True)
+    assert part.capitals and part.given == "Merci à @marie et #teamFrance pour tout !"
+    assert part.written("Thanks to @marie and #teamFrance for everything!") == "THANKS TO @marie AND #teamFrance FOR EVERYTHING!"
 
 
 def test_blank_and_invisible_lines_are_no_literal_text() -> None:
@@ -653,7 +670,7 @@ def test_a_megabyte_line_without_spaces_is_read_in_linear_time() -> None:
 
     code = (
         "from tfm_cli.sentences import to_translate\n"
-        "for unit in ('a', '1a', 'x_', 'a.', '\u4e2d\u6587', 'a-b', 'A.', '1 '):\n"
+        "for unit in ('a', '1a', 'x_', 'a.', '\u4e2d\u6587', 'a-b', 'A.', '1 ', 'MERCI @TOM ET @ana '):\n"
         "    to_translate(unit * (1_000_000 // len(unit)), True, numbers=True)\n"
     )
     try:
@@ -703,17 +720,18 @@ def test_a_telephone_number_or_a_numeric_date_is_one_placeholder() -> None:
     assert with_number_placeholders("Va sur http://a.fr/3 !", "Go to http://b.fr/3!") == ("Va sur http://a.fr/3 !", "Go to http://b.fr/3!")
 
 
-def test_digits_that_end_a_name_or_a_code_are_no_numbers_and_slashed_dates_are_one() -> None:
+def test_digits_of_a_mention_or_an_identifier_are_no_numbers_and_slashed_dates_are_one() -> None:
     """`Écris à @tom2000 pour réserver 3 places.` gave its 2000 to the placeholder of `3 places` (the quickstart model
-    wrote "Write up for 2000.", and said that 3 was left out): the digits of a handle, a hashtag, a file's name or a
-    code are theirs, as an address's are. `12/05/2024` came out as "12:05", its year lost: a date is one placeholder."""
+    wrote "Write up for 2000.", and said that 3 was left out): the digits of a mention, a hashtag or a name with `_`
+    are theirs, as an address's are; digits glued to other letters stay numbers, copied or said as left out
+    (`EUR50`, `AF447`). `12/05/2024` came out as "12:05", its year lost: a date is one placeholder."""
     cases = {
         "Écris à @tom2000 pour réserver 3 places.": ["3"],
         "Suis @marie_42 pour gagner 100 euros.": ["100"],
         "Ouvre le fichier notes_2023.txt et lis les 3 premières lignes.": ["3"],
         "J'ai vu 5 photos sur #JO2024 hier.": ["5"],
-        "Mon mot de passe est abc123 et j'ai 2 comptes.": ["2"],
-        "Le CO2 monte de 3 %.": ["3"],
+        "Le billet coûte EUR50 et le vol AF447 part en 2009.": ["50", "447", "2009"],
+        "Mon mot de passe est abc123 et j'ai 2 comptes.": ["123", "2"],
         "Il est 10h30, il a couru 5km, c'est la COVID-19.": ["10", "30", "5", "19"],  # units between or after numbers
         "我有3个苹果。": ["3"],  # a script that writes no space between words
         "Elle est née le 12/05/2024.": ["12/05/2024"],

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tfm_cli.errors import CorpusError, TfmError, shell_word
-from tfm_cli.files import free_name
+from tfm_cli.files import free_name, home_path
 from tfm_cli.sentences import with_number_placeholders
 
 BUNDLED_PREFIX = "bundled:"
@@ -214,7 +214,7 @@ def resolve_corpus_path(spec: str | os.PathLike, once: bool = False, option: str
             f"{option or 'corpus file'} - would be standard input, which can be read only once, and a corpus is read "
             "more than once: save it to a file first (gzip it if it is large: tfm reads .gz as a stream)"
         )
-    path = Path(text).expanduser()
+    path = home_path(text)
     if not path.exists() and path.is_symlink():  # "does not exist" sent the user looking for a file that is there
         try:
             target = os.readlink(path)
@@ -226,7 +226,7 @@ def resolve_corpus_path(spec: str | os.PathLike, once: bool = False, option: str
             hint=f"point the link at the corpus file (ln -sf FILE {shlex.quote(text)}), or give the file itself",
         )
     # named as given, quoted for the shell: `data.train='base.tsv '` was "corpus file base.tsv  does not exist"
-    spaced = text != text.strip() and Path(text.strip()).expanduser().exists()
+    spaced = text != text.strip() and home_path(text.strip()).exists()
     if not path.exists() and spaced:
         raise CorpusError(f"{option or 'corpus file'} {shell_word(text)} does not exist, but {shell_word(text.strip())} "
                           "does: drop the white space around the path")
@@ -935,8 +935,9 @@ def _other_format(text: str, path: Path) -> str | None:
 class _IdColumns:
     """Over a TSV file's first LOOK lines: whether its first or second column is no side of a pair but a record's
     field, where the text of the pair is in the columns after: a number on nearly every line, in order or beside
-    another column of numbers (an id, a row number, a score the file is sorted by); one or two values on every line
-    (a language code, a label); a web address on nearly every line (the pages the pair came from).
+    another column of numbers (an id, a row number, a score the file is sorted by); a language code on every line,
+    of a few codes (the Tatoeba Challenge's `cmn_Hans` and `yue_Hant` in one column); a web address on nearly every
+    line (the pages the pair came from).
     Tatoeba's own download (`id<TAB>sentence<TAB>id<TAB>translation`), a pandas `to_csv(sep="\\t")` (its index first),
     WikiMatrix's `score<TAB>source<TAB>target`, the Tatoeba Challenge's and OPUS's test files (`fra<TAB>eng<TAB>source<TAB>target`)
     and ParaCrawl's raw files (`url<TAB>url<TAB>source<TAB>target<TAB>score`) were read so without a word: every source a
@@ -975,10 +976,10 @@ class _IdColumns:
             if ordered[i]:
                 record[i] = (f"is a number on {share[i]:.0%} of its first {len(rows):,} lines: an id, a row number or "
                              "a score (Tatoeba's download, a pandas index, WikiMatrix?)")
-            elif len(rows) >= 20 and len(values[i]) <= 2 and all(values[i]):
-                shown = " or ".join(repr(v) for v in sorted(values[i]))
-                record[i] = (f"is {shown} on each of its first {len(rows):,} lines: a language code or a label (the "
-                             "Tatoeba Challenge's or OPUS's test files?)")
+            elif len(rows) >= 20 and len(values[i]) <= 10 and all(_LANGUAGE_CODE.fullmatch(v) for v in values[i]):
+                shown = " or ".join(repr(v) for v in sorted(values[i])[:4]) + (" or ..." if len(values[i]) > 4 else "")
+                record[i] = (f"is {shown} on each of its first {len(rows):,} lines: a language code (the Tatoeba "
+                             "Challenge's or OPUS's test files?)")
             elif addresses[i] >= 0.9:
                 record[i] = (f"is a web address on {addresses[i]:.0%} of its first {len(rows):,} lines: the page the "
                              "pair came from (ParaCrawl's raw files?)")
@@ -1003,6 +1004,9 @@ class _IdColumns:
 
 _NUMBER = re.compile(r"\s*[-+]?\d+(\.\d+)?\s*")  # an id, a row number, a score (not "1,234" or "+33 6 12 34 05")
 _URL = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]{0,31}://|www\.)\S+")  # a web address, alone in its column
+# A language's code as corpora tag their lines with: ISO 639's two or three letters, with a script or a region
+# (`fra`, `en`, `pt-BR`, `cmn_Hans`, `srp_Latn`, `zh_Hant_TW`).
+_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:[_-][A-Za-z0-9]{2,4}){0,2}")
 
 
 def _monotonic(values: list[float]) -> bool:

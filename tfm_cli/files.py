@@ -212,6 +212,15 @@ def name_too_long(path: Path, existing: Path) -> str | None:
     return None
 
 
+def home_path(text: str | os.PathLike[str]) -> Path:
+    """`text` as a path, a leading `~` the home folder (and `~user` that user's), as a shell reads it; `~name` of no
+    such user as written (Path.expanduser raised "Could not determine home directory", a traceback)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        return Path(text)
+
+
 def free_name(path: Path, name: str) -> Path:
     """The file `name` beside `path`, or `converted-name`, `converted-2-name`, ... where that one is there (or is
     `path` itself): the file a command in a message writes, never over one that is there."""

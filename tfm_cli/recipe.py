@@ -30,8 +30,8 @@ from typing import Any
 
 import yaml
 
-from tfm_cli.corpus import is_mixture
-from tfm_cli.errors import RecipeError, RecipeNotFoundError, TfmError
+from tfm_cli.corpus import corpus_files, corpus_text, is_mixture, map_files
+from tfm_cli.errors import CorpusError, RecipeError, RecipeNotFoundError, TfmError, shell_word
 from tfm_cli.files import free_name, missing
 from tfm_cli.model.config import ModelConfig, config_problems
 from tfm_cli.precisions import PRECISIONS
@@ -1300,6 +1300,52 @@ def recipe_path(path: str | os.PathLike) -> Path:
     if isinstance(text, str) and text.startswith("bundled:"):
         return BUNDLED_RECIPES / text.removeprefix("bundled:")
     return Path(path)
+
+
+def check_paths_beside(recipe_file: str | os.PathLike[str], recipe: Recipe, overridden: set[str] = frozenset(),
+                       keys: Sequence[str] | None = None) -> None:
+    """A relative corpus or tokenizer path is read from the current directory (as fairseq, OpenNMT-py and JoeyNMT
+    read theirs), not from the recipe's folder: `tfm train configs/mine.yaml` with `train: train.tsv` meant the
+    file beside the recipe, and was told only that train.tsv does not exist. `overridden`: the keys the command
+    line gave (their paths are its own); `keys`: those looked at (None: all; `tfm tokenize` reads data.train alone).
+
+    Raises:
+        CorpusError, TfmError: the path, where it is read from, and the path to write in the recipe.
+    """
+    recipe_file = recipe_path(recipe_file)
+    folder = recipe_file.parent
+    try:
+        if folder.resolve() == Path.cwd().resolve():
+            return
+    except OSError:
+        return
+
+    def only_beside(text: str) -> bool:  # a relative path missing here that names a file (or run) beside the recipe
+        path = Path(text)
+        if text.startswith(("bundled:", "~")) or path.is_absolute() or path.exists():
+            return False
+        return (folder / path).is_file() or (text == recipe.train.init_from and (folder / path).is_dir())
+
+    def written(text: str) -> str:
+        return os.path.relpath(folder / text) if only_beside(text) else text
+
+    specs = [("data.train", recipe.data.train), ("data.dev", recipe.data.dev), ("tokenizer.path", recipe.tokenizer.path),
+             ("train.init_from", recipe.train.init_from)]
+    for key, spec in specs:
+        if key in overridden or (keys is not None and key not in keys):  # (the command line's own path: "write it
+            # in the recipe" would be the wrong fix)
+            continue
+        for text in corpus_files(spec):
+            if not only_beside(text):
+                continue
+            value = corpus_text(map_files(spec, written))
+            error = CorpusError if key.startswith("data.") else TfmError
+            raise error(
+                f"{key}: {text} does not exist in the current directory ({Path.cwd()}): relative paths in a recipe "
+                f"are read from the directory you run tfm in, not from the recipe's folder ({folder})",
+                hint=f"it is there beside the recipe: write {key.split('.')[1]}: {value} (or an absolute path) in "
+                f"{shell_word(recipe_file)}, or run tfm from {shell_word(folder)}",
+            )
 
 
 def load_recipe(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Recipe:

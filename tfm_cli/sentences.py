@@ -79,9 +79,12 @@ _CANDIDATE = re.compile(
     r"(?P<space>\s*)"
 )
 
-# A dotted abbreviation before the final period: U.S, e.g, i.e, z.B, Ph.D, a.m (not www.example or 3.5); French
-# hyphenated initials: J.-P (Sartre), J.-C (av. J.-C.).
-_DOTTED = re.compile(r"[^\W\d_]{1,3}(?:\.-?[^\W\d_]{1,3})+")
+# A dotted abbreviation before the final period: U.S, e.g, i.e, z.B, Ph.D, a.m (not www.example or 3.5).
+_DOTTED = re.compile(r"[^\W\d_]{1,3}(?:\.[^\W\d_]{1,3})+")
+# French hyphenated initials before a name: J.-P (Sartre), J.-M (Dupont); not J.-C, Jésus-Christ, which ends
+# `300 av. J.-C.` as a word does (and which no sentence starts with: `79 apr. J.-C. par le Vésuve` goes on).
+_HYPHENED_INITIALS = re.compile(r"[^\W\d_]\.-[^\W\d_]")
+_JESUS_CHRIST = "J.-C."
 
 # Words that a period after does not end a sentence in, whatever follows, in any case (`Prof.`, `prof.`, `PROF.`):
 # titles, forms of address and common abbreviations of the languages most translated (en, fr, de, es, it, pt, nl,
@@ -92,7 +95,7 @@ ABBREVIATIONS = frozenset(
     dott dssa sig sigg ing avv lt capt cpt sgt cmdr adm rev gov rep pres esq dres lic arq dña dª ud uds vd vds exmo
     exma ilmo ilma excmo excma pfr bros inc ltd corp cie dhr mevr mw dipl av avda ul np tzv např tj resp ул гр тов
     δρ डॉ श्री tp vs vgl usw bzw ca cf cfr etc ecc sog ggf evtl inkl zzgl approx abb bsp str
-    env coll réf éd bd boul apr
+    coll réf éd bd boul
     """.split()
 )
 # As written only: in lower case they are words of some language (`Call me.`, Swedish `hon` and `maj`, Italian `sta`).
@@ -102,8 +105,8 @@ ABBREVIATIONS_AS_WRITTEN = frozenset("Me Co Fr Col Mons Sen Hon Gen Sta Maj".spl
 # `Art. 3`, `Hauptstr. 5`; months too (`Jan. 5`, but `I saw Jan. He left.`).
 NUMERIC_ABBREVIATIONS = frozenset(
     """
-    no nos nr nro núm art arts vol vols fig figs ch chap sec ed ex nº pp hft abs kap tab tel tél ref jan feb febr mar
-    jun jul aug sep sept oct okt nov dec dez
+    no nos nr nro núm art arts vol vols fig figs ch chap sec ed ex nº pp hft abs kap tab tel tél ref env jan feb febr mar
+    apr jun jul aug sep sept oct okt nov dec dez
     """.split()
 )
 _ROMAN = re.compile(r"[IVXLC]{2,}")  # Louis XIV., Heinrich VIII.
@@ -156,7 +159,7 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
     if not space and not (close.endswith(">") and text[end : end + 1] == "<"):  # `Il pleut.</li><li>Je pars.`
         return False
     start = _sentence_start(text[end : end + 512])  # (a start tag may be long: `<a href="https://...">`)
-    if start is None:
+    if start is None or text.startswith(_JESUS_CHRIST, end):
         return False
     if stop not in (".", ".."):  # ! ? … and runs of them: `Attends ! Je viens.`, `Je pense... Non.`
         return True
@@ -168,11 +171,13 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
     # the token, and its last word after an elided article or a hyphen: dell'Avv. Rossi, l'art. 5, Dipl.-Ing. Weber
     elided, hyphened = _APOSTROPHE.split(token)[-1], token.rsplit("-", 1)[-1]  # (not the s of Tom's, the t of can't)
     for word in {token} | {part for part in (elided, hyphened) if len(part) > 1}:
-        if len(word) == 1 and word.isalpha() and not (word.islower() and _number_before(before)):
+        if len(word) == 1 and word.isalpha() and not (word in _UNIT_LETTERS and _number_before(before)):
             return False  # initials: J. K. Rowling, M. Dupont (not a unit after a number: `Il a couru 100 m. Il a gagné.`)
         if word.lower() in ABBREVIATIONS or word in ABBREVIATIONS_AS_WRITTEN:
             return False
-        if _DOTTED.fullmatch(word) or _ROMAN.fullmatch(word) or _DOUBLED.fullmatch(word):
+        if _DOTTED.fullmatch(word) or _ROMAN.fullmatch(word) or _DOUBLED.fullmatch(word) or (
+            _HYPHENED_INITIALS.fullmatch(word) and word + "." != _JESUS_CHRIST
+        ):
             return False
         if start.isdigit() and (word.lower() in NUMERIC_ABBREVIATIONS or word.lower().endswith("str")):
             return False
@@ -181,6 +186,12 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
         # is 30.` its break
         return False
     return True
+
+
+# Units of one letter, after a number a sentence may end with (metres, grams, hours, litres): `500 g. C'est léger.`
+# Not the other letters after a number, abbreviations a sentence goes on after: `44 v. Chr.`, `44 a. C.`, `7 p. 100`,
+# `12 r. Lepic`, `1990 г.`, `2014 р.`, `1989 r.`, `Abs. 1 u. 2`.
+_UNIT_LETTERS = frozenset("mghl")
 
 
 def _number_before(before: str) -> bool:
@@ -281,9 +292,10 @@ def join_sentences(translations: list[str]) -> str:
 
 def in_capitals(text: str) -> bool:
     """Whether `text` is written in capitals: at least two cased letters, none of them lower case (ß, which has no
-    capital of common use, counts as none: `GROß`). Words that hold a digit (`10h30`, `5km`), addresses and mentions
+    capital of common use, counts as none: `GROß`). Words that a digit begins (`10h30`, `5km`), addresses and mentions
     (`https://exemple.fr`, `@marie`) are not read: their case is their own (`RENDEZ-VOUS À 10h30 DEVANT LA GARE.`
-    was given to the model half in capitals, and came out "Foooooo is 10:30.")."""
+    was given to the model half in capitals, and came out "Foooooo is 10:30."). A name with a digit after its
+    letters is (`J'AI UN iPhone15` is no line in capitals)."""
     words = text.split()
     cased = 0
     for char in "".join(w for w in words if not _own_case(w)) if len(words) > 1 else text:
@@ -295,8 +307,9 @@ def in_capitals(text: str) -> bool:
 
 def _own_case(word: str, digits: bool = True) -> bool:
     """Whether the case of `word` (a word of a sentence, with the punctuation around it) is its own, whatever the
-    case the sentence is written in: it is an address or a mention, or (with `digits`) it holds a digit."""
-    return (digits and any(c.isdigit() for c in word)) or bool(_ADDRESS.search(word)) or word.lstrip(_OPENING)[:1] in ("@", "#")
+    case the sentence is written in: it is an address or a mention, or (with `digits`) a digit begins it."""
+    first = word.lstrip(_OPENING)[:1]
+    return (digits and first.isdigit()) or first in ("@", "#") or bool(_ADDRESS.search(word))
 
 
 def _shouted_words_cased(text: str, cost: Callable[[str], Any] | None) -> str:
@@ -386,11 +399,13 @@ def sentence_case(text: str, cost: Callable[[str], Any] | None = None) -> str:
     keeps its capital (`MARIE` -> `Marie`, not `marie`) and an acronym its capitals (`USA`) where the model knows
     them so. `JE SUIS LÀ.` -> `Je suis là.` Addresses and mentions stay as written (`_own_case`; a word touching a
     digit is cased as the others: `10H30` as `10h30`)."""
-    kept = [m.span() for m in re.finditer(r"\S+", text) if _own_case(m.group(), digits=False)]
+    kept = [m.span() for m in re.finditer(r"\S+", text) if _own_case(m.group(), digits=False)]  # in order
+    starts = [a for a, _ in kept]
     out, at, first = [], 0, True
     for found in _WORD.finditer(text):
         word = found.group()
-        if any(a <= found.start() < b for a, b in kept):
+        inside = bisect.bisect_right(starts, found.start()) - 1  # the last kept span that starts at or before it
+        if inside >= 0 and found.start() < kept[inside][1]:
             continue  # (written with the text around it)
         lower = unicodedata.normalize("NFC", word.lower())
         capital = unicodedata.normalize("NFC", lower[:1].upper() + lower[1:])
@@ -490,17 +505,24 @@ def _copied(text: str, runs_too: bool = True) -> list[tuple[int, int]]:
 
 
 def _ends_a_word(text: str, start: int) -> bool:
-    """Whether the digits at `start` are part of a word that a letter of a script with case (or `_`) begins: a
-    name's or a code's digits (`@tom2000`, `#JO2024`, `notes_2023.txt`, `abc123`, `MP3`, `H1N1`), not numbers of the
-    sentence, as an address's are not (`Écris à @tom2000 pour réserver 3 places.` gave its 2000 to the placeholder of
-    `3 places`). Not those of a word that a digit begins (`10h30`, `5km`, `1er`), nor after a letter of a script
-    without spaces between its words (`我有3个`)."""
-    i, stop = start, max(start - 64, 0)  # (a run longer than that is no word but a code: read in linear time)
-    while i > 0 and (text[i - 1] == "_" or text[i - 1].isdigit() or text[i - 1].isupper() or text[i - 1].islower()):
-        if i == stop:
-            return True
+    """Whether the digits at `start` are a name's or an identifier's: in a word that a mention's `@` or a hashtag's
+    `#` begins, or that holds a `_` (`@tom2000`, `#JO2024`, `@marie_42`, `notes_2023.txt`). Not numbers of the
+    sentence, as an address's digits are not (`Écris à @tom2000 pour réserver 3 places.` gave its 2000 to the
+    placeholder of `3 places`). Digits glued to a word otherwise stay numbers (`EUR50`, `AF447`, `iPhone15`,
+    `10h30`, `5km`, `我有3个`): a name's digits can be a number to keep (`Windows10`), and are said as left out."""
+    def word_char(c: str) -> bool:
+        return c == "_" or c.isdigit() or c.isupper() or c.islower()
+
+    i, stop = start, max(start - 64, 0)  # (a run longer than that is no word: read in linear time)
+    while i > stop and word_char(text[i - 1]):
         i -= 1
-    return not text[i].isdigit()
+    if i > 0 and text[i - 1] in "@#":
+        return True
+    end = min(start + 64, len(text))
+    j = start
+    while j < end and word_char(text[j]):
+        j += 1
+    return "_" in text[i:j]
 
 
 def is_address(value: str) -> bool:
@@ -654,8 +676,10 @@ class Part(NamedTuple):
                 translation = translation[:-1]
             elif last in ":;" and not translation.endswith(".."):
                 translation = translation[:-1] + last
-        if self.capitals:
+        if self.capitals:  # (a mention as written: `@marie`, not `@MARIE`)
             translation = translation.upper()
+            for mention in {m for m in _MENTION.findall(self.text) if m.upper() != m}:
+                translation = translation.replace(mention.upper(), mention)
         elif self.title:
             translation = title_case(translation)
         if self.numbers is not None:  # after the case: an address's letters are its own (`https://bit.ly/AbC`)
@@ -681,6 +705,7 @@ class Part(NamedTuple):
 
 
 _ENDS = ".!?…。！？;:"  # a sentence's (or a clause's) end
+_MENTION = re.compile(r"[@#][^\W_][\w-]*")  # a mention or a hashtag, as `_UNTRANSLATABLE` reads one
 # `corpus.INVISIBLE` (this file does not import it: the ONNX export carries it alone): characters that only shape how
 # text is shown, which the tokenizer drops; the zero-width joiner and non-joiner, parts of emoji and letters, stay.
 INVISIBLE = "\ufeff\u200b\u2060\u00ad\u200e\u200f"

@@ -30,7 +30,7 @@ from rich.table import Table
 
 from tfm_cli.corpus import line_count as line_count  # (the commands take it from here)
 from tfm_cli.errors import RecipeError, TfmError, shell_word
-from tfm_cli.files import TEXT_ERRORS, WRITE_ERRNOS
+from tfm_cli.files import TEXT_ERRORS, WRITE_ERRNOS, home_path
 from tfm_cli.signals import swap_handlers
 
 
@@ -249,7 +249,7 @@ def given_path(value: str) -> Path:
     if not value.strip():
         raise typer.BadParameter(_EMPTY_PATH)
     _refuse_a_line_end(value)
-    return Path(value).expanduser()
+    return home_path(value)
 
 
 def _refuse_a_line_end(value: str) -> None:
@@ -274,7 +274,7 @@ def file_path(example: str) -> Callable[[str], Path]:
         if value.endswith(("/", os.sep)) or Path(value).name in ("", ".", ".."):
             inside = os.path.join(value or ".", example)
             raise typer.BadParameter(f"{value!r} names a folder, not a file: give a file path, e.g. {inside}")
-        return Path(value).expanduser()  # (`~`, as `given_path` reads it)
+        return home_path(value)  # (`~`, as `given_path` reads it)
 
     return parse
 

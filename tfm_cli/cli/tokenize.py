@@ -24,6 +24,7 @@ from tfm_cli.cli.common import (
     written_file,
 )
 from tfm_cli.errors import CheckpointError, TfmError, shell_word
+from tfm_cli.files import home_path
 
 BYTE_FALLBACK_WARNING = 0.01  # a side's share of byte-fallback tokens that is said (`tfm train`'s, for a tokenizer of other text)
 
@@ -127,19 +128,19 @@ def _train(recipe, overrides, corpus, vocab_size, min_frequency, out, json_out: 
             param_hint="RECIPE",
         )
     if recipe is not None:
-        from tfm_cli.recipe import load_recipe, reads_placeholders
+        from tfm_cli.recipe import check_paths_beside, load_recipe, reads_placeholders
 
         r = load_recipe(recipe, overrides)
-        from tfm_cli.training.checks import check_paths_beside
-
-        check_paths_beside(recipe, r, overrides)  # data.train beside the recipe, not here: said as `tfm train` says it
+        if not corpus:  # data.train beside the recipe, not here: said as `tfm train` says it
+            given = {o.split("=", 1)[0].strip() for o in overrides}
+            check_paths_beside(recipe, r, given, keys=("data.train",))
         settings = {"vocab_size": r.tokenizer.vocab_size, "min_frequency": r.tokenizer.min_frequency}
         spec = r.data.train
         default_out = Path("runs") / r.name / "tokenizer.json"
         max_len = r.data.max_len
         numbers = reads_placeholders(r)
         if r.tokenizer.path and out is None:  # the file `tfm train RECIPE` takes: written there, never replaced
-            default_out = Path(r.tokenizer.path).expanduser()
+            default_out = home_path(r.tokenizer.path)
             if default_out.exists() or default_out.is_symlink():
                 raise TfmError(
                     f"recipe {recipe} sets tokenizer.path: {r.tokenizer.path}, which exists: `tfm train` trains on that "

@@ -37,7 +37,7 @@ from tfm_cli.cli.common import (
     warn,
 )
 from tfm_cli.errors import TfmError, install_hint, shell_word
-from tfm_cli.files import missing
+from tfm_cli.files import home_path, missing
 from tfm_cli.signals import PARENT_ENV
 from tfm_cli.torchrun import OWNED_LOGS_ENV
 
@@ -598,7 +598,7 @@ def _dry_run(recipe, run_dir: Path, json_out: bool, pairs: dict[str, int], resum
     tok_path = Path(run_dir) / "tokenizer.json"  # what a start uses first (preflight refused one that differs from tokenizer.path)
     left_there = tok_path.is_file() and resumes_at is None and not recipe.tokenizer.path
     if not tok_path.is_file() and recipe.tokenizer.path:
-        tok_path = Path(recipe.tokenizer.path).expanduser()
+        tok_path = home_path(recipe.tokenizer.path)
     asked = recipe.tokenizer.vocab_size
     if tok_path.is_file():
         vocab = Tokenizer.load(tok_path).vocab_size

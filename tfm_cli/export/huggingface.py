@@ -711,8 +711,8 @@ def _numbers_note(config) -> str:
         return ""
     return """Numbers: the model was trained to read each number written in digits as the placeholder `XNUM`, which it copies
 into its translation: give it each sentence so, with each telephone number or numeric date (`06 12 34 56 78`,
-`14-07-2023`, `12/05/2024`: one placeholder) and each web or e-mail address inside it so too (not the digits that end
-a name or a code: `@tom2000`, `notes_2023.txt`, `CO2`), and put them back into its
+`14-07-2023`, `12/05/2024`: one placeholder) and each web or e-mail address inside it so too (not the digits of a
+mention, a hashtag or a name with `_`: `@tom2000`, `#JO2024`, `notes_2023.txt`), and put them back into its
 output's placeholders in the order they came, as `tfm translate` does for each sentence of a line. Given the
 digits, it mistranslates most numbers, and garbles most addresses. `translate()` above does it with sentences.py;
 these lines do it alone, for a sentence:
@@ -725,11 +725,16 @@ ADDRESS = re.compile(r"(?:(?<![A-Za-z])[A-Za-z][A-Za-z0-9+.-]{0,31}://|www\\.)\\
 RUN = re.compile(r"(?<![\\w+.,(/-])(?:\\+?[0-9]{1,4}|\\([0-9]{1,4}\\))(?:[ \\u00a0./-]?\\([0-9]{1,4}\\)|(?:[ \\u00a0./-]|(?<=\\)))"
                  r"[0-9]{1,4}){2,}(?![0-9]|[ \\u00a0.,/-]\\(?[0-9])")  # 06 12 34 56 78, (555) 123-4567, 14-07-2023
 
-def ends_a_word(a):  # digits in a word a letter of a cased script or _ begins (@tom2000, H1N1): a name's, not 10h30's
-    i = a
-    while i and (sentence[i - 1] == "_" or sentence[i - 1].isdigit() or sentence[i - 1].isupper() or sentence[i - 1].islower()):
+def word(c):  # a character of a word of a script with case, digits and _ included
+    return c == "_" or c.isdigit() or c.isupper() or c.islower()
+
+def ends_a_word(a):  # digits of a mention's or hashtag's word, or of one with a _ (@tom2000, notes_2023): a name's
+    i, j = a, a
+    while i > max(a - 64, 0) and word(sentence[i - 1]):
         i -= 1
-    return not sentence[i].isdigit()
+    while j < min(a + 64, len(sentence)) and word(sentence[j]):
+        j += 1
+    return (i > 0 and sentence[i - 1] in "@#") or "_" in sentence[i:j]
 
 taken = []
 for m in ADDRESS.finditer(sentence):  # without the punctuation after it (a bracket it opens stays)

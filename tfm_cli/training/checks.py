@@ -28,7 +28,7 @@ from tfm_cli.corpus import (
     same_file,
 )
 from tfm_cli.errors import CheckpointError, CorpusError, TfmError, human_size, shell_word
-from tfm_cli.files import DirectoryLock, missing, nearest_existing, utf8_name
+from tfm_cli.files import DirectoryLock, home_path, missing, nearest_existing, utf8_name
 from tfm_cli.model.config import NUMBERS
 from tfm_cli.recipe import (
     MAX_VOCAB_SIZE,
@@ -36,6 +36,7 @@ from tfm_cli.recipe import (
     NEW_MODEL_NUMBERS,
     ModelRecipe,
     Recipe,
+    check_paths_beside,
     load_recipe,
     recipe_from_dict,
     recipe_path,
@@ -110,7 +111,7 @@ def preflight(recipe: Recipe, run_dir: Path, resume: bool = False) -> None:
         bleu_metric(recipe.train.bleu_tokenize)
     own = run_dir / "tokenizer.json"
     # a run keeps its own copy of tokenizer.path: a resume does not read that file again
-    wanted = Path(recipe.tokenizer.path).expanduser() if recipe.tokenizer.path and not (resume and own.is_file()) else None
+    wanted = home_path(recipe.tokenizer.path) if recipe.tokenizer.path and not (resume and own.is_file()) else None
     if wanted is not None and not wanted.is_file():
         what = "is not a file" if wanted.exists() else "does not exist"
         inside = wanted / "tokenizer.json"  # a run or export directory, as `tfm tokenize --tokenizer` takes one
@@ -151,7 +152,7 @@ def check_recipe_file(recipe_file: str | os.PathLike[str], recipe: Recipe, run_d
     directory but is there beside the recipe file."""
     given = {text.split("=", 1)[0].strip() for text in overrides}
     recipe_file = recipe_path(recipe_file)
-    _check_paths_beside(recipe_file, recipe, given)
+    check_paths_beside(recipe_file, recipe, given)
     target = run_dir / "recipe.yaml"
     try:
         if (run_dir / EXPORT_INFO).is_file():  # not a run at all: preflight says so
@@ -170,52 +171,6 @@ def check_recipe_file(recipe_file: str | os.PathLike[str], recipe: Recipe, run_d
             hint=f"move your recipe out of the run directory and train with it: mv {shell_word(target)} my-recipe.yaml && "
             f"tfm train my-recipe.yaml --out {shell_word(run_dir)}; or choose another --out",
         )
-
-
-def check_paths_beside(recipe_file: str | os.PathLike[str], recipe: Recipe, overrides: Sequence[str] = (),
-                       keys: Sequence[str] = ("data.train",)) -> None:
-    """`tfm tokenize RECIPE`'s share of `check_recipe_file`: a relative path of `keys` that names a file beside the
-    recipe, not in the current directory, is refused with the path to write (tokenize said only "does not exist")."""
-    _check_paths_beside(recipe_path(recipe_file), recipe, {o.split("=", 1)[0].strip() for o in overrides}, keys)
-
-
-def _check_paths_beside(recipe_file: Path, recipe: Recipe, overridden: set[str], keys: Sequence[str] | None = None) -> None:
-    """A relative corpus or tokenizer path is read from the current directory (as fairseq, OpenNMT-py and JoeyNMT
-    read theirs), not from the recipe's folder: `tfm train configs/mine.yaml` with `train: train.tsv` meant the
-    file beside the recipe, and was told only that train.tsv does not exist. `keys`: those looked at (None: all)."""
-    folder = recipe_file.parent
-    try:
-        if folder.resolve() == Path.cwd().resolve():
-            return
-    except OSError:
-        return
-
-    def only_beside(text: str) -> bool:  # a relative path missing here that names a file (or run) beside the recipe
-        path = Path(text)
-        if text.startswith(("bundled:", "~")) or path.is_absolute() or path.exists():
-            return False
-        return (folder / path).is_file() or (text == recipe.train.init_from and (folder / path).is_dir())
-
-    def written(text: str) -> str:
-        return os.path.relpath(folder / text) if only_beside(text) else text
-
-    specs = [("data.train", recipe.data.train), ("data.dev", recipe.data.dev), ("tokenizer.path", recipe.tokenizer.path),
-             ("train.init_from", recipe.train.init_from)]
-    for key, spec in specs:
-        if key in overridden or (keys is not None and key not in keys):  # (the command line's own path: "write it
-            # in the recipe" would be the wrong fix)
-            continue
-        for text in corpus_files(spec):
-            if not only_beside(text):
-                continue
-            value = corpus_text(map_files(spec, written))
-            error = CorpusError if key.startswith("data.") else TfmError
-            raise error(
-                f"{key}: {text} does not exist in the current directory ({Path.cwd()}): relative paths in a recipe "
-                f"are read from the directory you run tfm in, not from the recipe's folder ({folder})",
-                hint=f"it is there beside the recipe: write {key.split('.')[1]}: {value} (or an absolute path) in "
-                f"{shell_word(recipe_file)}, or run tfm from {shell_word(folder)}",
-            )
 
 
 def check_beam(recipe: Recipe, vocab_size: int) -> None:
@@ -440,11 +395,12 @@ def schedule_warnings(recipe: Recipe) -> list[str]:
     if isinstance(dev, str) and dev.startswith(BUNDLED_PREFIX) and not any(
         str(f).startswith(BUNDLED_PREFIX) for f in corpus_files(recipe.data.train)
     ):
+        stops = ", and stop early" if t.patience else ""
         found.append(
             f"data.dev is {dev}, tfm's own French-English dev set (the recipe's, or the default where it names none), "
             f"but data.train is a corpus of yours ({corpus_text(recipe.data.train)}): the dev scores choose the best "
-            "checkpoint and the final model, and stop early; give data.dev held-out pairs of your languages, in the "
-            "same direction (data.dev=PATH), or data.dev=null for none"
+            f"checkpoint and the final model{stops}; unless your corpus is French to English too, give data.dev "
+            "held-out pairs of your languages, in the same direction (data.dev=PATH), or data.dev=null for none"
         )
     evaluations = t.max_steps // t.eval_every if t.eval_every else 0
     if t.patience and recipe.data.dev and evaluations <= t.patience:
@@ -573,7 +529,7 @@ def _init_weights(recipe: Recipe) -> tuple[Path, dict[str, str]]:
     its metadata; errors name the key."""
     from tfm_cli.runs import resolve_weights
 
-    spec = Path(recipe.train.init_from).expanduser()
+    spec = home_path(recipe.train.init_from)
     try:
         path = resolve_weights(spec)
         return path, read_metadata(path)
@@ -607,7 +563,7 @@ def with_init_tokenizer(recipe: Recipe, resume: bool = False) -> Recipe:
             f"train.init_from: {own} does not match {path} (its tokenizer hash differs)",
             hint="put back the tokenizer.json that model was trained with",
         )
-    given = Path(recipe.tokenizer.path).expanduser() if recipe.tokenizer.path else None
+    given = home_path(recipe.tokenizer.path) if recipe.tokenizer.path else None
     if given is None:
         return dataclasses.replace(recipe, tokenizer=dataclasses.replace(recipe.tokenizer, path=str(own)))
     if given.is_file() and Tokenizer.load(given).sha256 != expected:  # (one that is missing: preflight says so)
@@ -650,7 +606,7 @@ def check_init(recipe: Recipe, config) -> InitModel:
 
 def _absolute(spec):
     """A corpus, tokenizer or model path made absolute (relative ones are read from the current directory)."""
-    return map_files(spec, lambda path: path if path.startswith("bundled:") else str(Path(path).expanduser().resolve()))
+    return map_files(spec, lambda path: path if path.startswith("bundled:") else str(home_path(path).resolve()))
 
 
 def with_absolute_paths(recipe: Recipe) -> Recipe:
@@ -832,7 +788,7 @@ def check_tokenizer_kept(recipe: Recipe, run_dir: Path, actual: int, trained_wit
     ]
 
     def where(path: str | None) -> str | None:  # (a relative override and recipe.yaml's absolute path alike)
-        return str(Path(path).expanduser().resolve()) if path else None
+        return str(home_path(path).resolve()) if path else None
 
     if where(saved.path) != where(recipe.tokenizer.path):  # taken, ignored, and written into recipe.yaml
         differ.append("path")
@@ -997,8 +953,8 @@ def swapped_dev(spec, dev, corpus) -> str | None:
 
     Each token leans to a side by the log of how much more often it comes in data.train's sources than in its
     targets (add-one counts); a text leans as its tokens do on average, placed on the scale from data.train's targets
-    (0) to its sources (1). Said when the dev source is nearer the targets and the dev target nearer the sources,
-    for two sides that lean apart at all (the same language on both sides tells nothing). On the bundled corpus and
+    (0) to its sources (1). Said when the dev source is near the targets (at most 0.3) and the dev target near the
+    sources (at least 0.7), for two sides that lean apart at all (the same language on both sides tells nothing). On the bundled corpus and
     its tokenizer: the dev set 0.99 / 0.01, swapped 0.01 / 0.99; 20 pairs swapped 0.12 / 0.93."""
     import torch
 
@@ -1016,7 +972,7 @@ def swapped_dev(spec, dev, corpus) -> str | None:
     if sources - targets < SIDES_APART:
         return None
     place = [min(max((side - targets) / (sources - targets), 0.0), 1.0) for side in dev_sides]  # (a few lines lean past either end)
-    if place[0] >= 0.5 or place[1] <= 0.5:
+    if place[0] > 0.3 or place[1] < 0.7:  # (a corpus of both directions, a tenth of it the other way, is 0.41 and 0.65)
         return None
     return (
         f"data.dev {spec} reads as the other direction of data.train: its source side is like the training targets "

@@ -10,6 +10,7 @@ from pathlib import Path
 from tfm_cli.corpus import PROGRESS_EVERY, describe, now_and_then
 from tfm_cli.data import TokenizedCorpus, encode_corpus, pairs_taken
 from tfm_cli.errors import TfmError
+from tfm_cli.files import home_path
 from tfm_cli.recipe import Recipe, reads_placeholders
 from tfm_cli.tokenizer import Tokenizer
 from tfm_cli.training.checks import foreign_dev, foreign_tokenizer, swapped_dev
@@ -24,7 +25,7 @@ def check_start(recipe: Recipe, run_dir: Path, progress: Callable[[int], None] |
     another language; they were said only once training started). Returns the warnings. `progress` is given
     the pairs tokenized so far, as `encode_corpus` gives it."""
     own = run_dir / "tokenizer.json"
-    given = own if own.is_file() else Path(recipe.tokenizer.path).expanduser() if recipe.tokenizer.path else None
+    given = own if own.is_file() else home_path(recipe.tokenizer.path) if recipe.tokenizer.path else None
     if given is None:
         return []
     tok = Tokenizer.load(given)

@@ -52,7 +52,7 @@ from tfm_cli.data import (
 from tfm_cli.distributed import Distributed, RankError, lost_a_peer, resume_command
 from tfm_cli.distributed import setup as setup_distributed
 from tfm_cli.errors import CheckpointError, RecipeError, TfmError, shell_word
-from tfm_cli.files import DirectoryLock, as_path, atomic_write, json_value
+from tfm_cli.files import DirectoryLock, as_path, atomic_write, home_path, json_value
 from tfm_cli.monitor import (
     TIME_BUDGET,
     EarlyStopping,
@@ -240,7 +240,7 @@ def _prepare_tokenizer(recipe: Recipe, run_dir: Path, events: TrainEvents, resum
             )
         return tokenizer
     if recipe.tokenizer.path:
-        tokenizer = Tokenizer.load(Path(recipe.tokenizer.path).expanduser())
+        tokenizer = Tokenizer.load(home_path(recipe.tokenizer.path))
         tokenizer.save(target)
         events.message(f"tokenizer: {recipe.tokenizer.path} ({tokenizer.vocab_size} tokens)")
         return tokenizer
