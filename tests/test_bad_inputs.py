@@ -822,7 +822,7 @@ def test_weights_damaged_after_they_were_written_are_refused_by_name(copy: Path,
     for proc in (translate(model, "Bonjour."),
                  tfm("inspect-attn", "--model", str(model), "--device", "cpu", "Bonjour.", "--summary", check=False),
                  tfm("export", str(model), "--format", "release", "--out", str(copy.parent / "release"), check=False)):
-        error_line(proc, f"{weights} is damaged: its tensors no longer match the CRC-32 saved with them (")
+        error_line(proc, f"{weights} is damaged: its tensors no longer match the CRC-32 saved with them (", "or a script of yours, that kept its metadata: write their new one as weights_crc32")
         assert proc.stdout == ""
         assert ("`tfm train --resume" in proc.stderr) is (given == "checkpoint"), proc.stderr
     with pytest.raises(CheckpointError, match="is damaged") as caught:
@@ -1227,6 +1227,45 @@ def test_references_that_are_the_standard_input_of_the_sources_are_refused(run: 
     error_line(translate(run, "--reference", "/dev/stdin", stdin="Bonjour.\nMerci.\n"), "is the standard input")
     ref = write(tmp_path / "ref.en", "Hello.\nThanks.\n")
     assert json.loads(translate(run, "--reference", str(ref), "--json", stdin=src.read_bytes()).stdout)["sentences"] == 2
+
+
+def test_references_that_are_the_sources_or_given_twice_are_refused_and_empty_ones_said(run: Path, tmp_path: Path) -> None:
+    """`--score test.fr --score test.fr` (a typo for test.en; a hard link too) scored the sources against themselves,
+    exit 0; a reference file given twice was counted as two references (nrefs:2); `--score a.tsv --score b.tsv` was
+    told how to train on two TSV files; an empty reference (`source<TAB>`, a blank line inside a file) was scored
+    without a word, and the TSV's warning named the other line as the one with more columns."""
+    src = write(tmp_path / "src.fr", "Bonjour.\nMerci.\n")
+    os.link(src, tmp_path / "hard.fr")
+    ref = write(tmp_path / "ref.en", "Hello.\nThanks.\n")
+    for args, said in (
+        (["--score", str(src), "--score", str(src)], f"--score {src} is the source file ({src}): the translations would be scored against their sources"),
+        (["--score", str(src), "--score", str(tmp_path / "hard.fr")], "is the source file"),
+        (["--score", str(src), "--score", str(ref), "--score", str(ref)], f"--score {ref} is given twice as references"),
+    ):
+        error_line(translate(run, *args), said)
+    error_line(translate(run, "--reference", str(ref), "--reference", str(ref), stdin="Bonjour.\nMerci.\n"),
+               f"--reference {ref} is given twice as references")
+    tsv = write(tmp_path / "a.tsv", "Bonjour.\tHello.\nMerci.\tThanks.\n")
+    other = write(tmp_path / "b.tsv", "Salut.\tHi.\nOui.\tYes.\n")
+    error_line(translate(run, "--score", str(tsv), "--score", str(other)),
+               f"--score {tsv}, given as the source file of --score SOURCE --score REFERENCE, holds a tab",
+               f"which is given alone (--score {tsv})")
+    empty = write(tmp_path / "e.tsv", "Bonjour.\t\nMerci.\tThanks.\n")
+    proc = translate(run, "--score", str(empty))
+    assert proc.returncode == 0 and "1 of 2 references are empty (line 1), scored as they are" in proc.stderr, proc.stderr
+    assert "more than" not in proc.stderr, proc.stderr  # (`source<TAB>` is a line of two columns)
+    blank = write(tmp_path / "blank.en", "Hello.\n\nYes.\n")
+    proc = translate(run, "--reference", str(blank), stdin="Bonjour.\nMerci.\nOui.\n")
+    assert "1 of 3 references are empty (line 2)" in proc.stderr, proc.stderr
+
+
+def test_a_run_s_recipe_that_does_not_read_says_where_decoding_settings_come_from(run: Path, tmp_path: Path) -> None:
+    """A broken recipe.yaml beside good weights stopped tfm translate with its YAML error alone: the hint says the
+    decoding settings are read from it, and how to decode without it."""
+    copy = Path(shutil.copytree(run, tmp_path / "run"))
+    (copy / "recipe.yaml").write_text("name: x\ndecode: {beam: [\n")
+    error_line(translate(copy, "Bonjour."), f"{copy / 'recipe.yaml'}: invalid YAML at line 3")
+    assert "hint: the decoding settings (decode:) are read from it: fix it, or move it away" in translate(copy, "Bonjour.").stderr
 
 
 def test_json_lines_stay_one_line_to_every_line_splitter(run: Path) -> None:
@@ -2863,10 +2902,18 @@ def test_outputs_never_replace_another_models_files(copy: Path, tmp_path: Path) 
     write(tmp_path / "plain" / "config.json", "{}")  # a config.json where no model is
     write(other / "hyp.en", "old\n")
     write(other / "metrics.jsonl", '{"kind": "train", "step": 10, "loss": 6.0}\n')
+    # a run's records, and a release's model card: another model's README.md, curves.png, tensorboard's events and a
+    # checkpoint's evaluation (which a resume reads) were replaced by a page or translations, exit 0
+    (other / "tensorboard").mkdir(exist_ok=True)
+    for name in ("README.md", "curves.png", "tensorboard/events.out.tfevents.1", "checkpoints/step-00000010.evaluated.json"):
+        write(other / name, "kept\n")
     before, loose = snapshot(other), snapshot(tmp_path / "loose")
     refused = [(other / "model.safetensors", "a model's weights"), (other / "checkpoints" / "step-00000010.safetensors", "a model's weights"),
                (other / "tokenizer.json", f"a file of the model in {other}"), (other / "metrics.jsonl", f"a file of the model in {other}"),
-               (other / "recipe.yaml", f"a file of the model in {other}"), (tmp_path / "loose" / "weights.pt", "a model's weights")]
+               (other / "recipe.yaml", f"a file of the model in {other}"), (tmp_path / "loose" / "weights.pt", "a model's weights"),
+               (other / "README.md", f"a file of the model in {other}"), (other / "curves.png", f"a file of the model in {other}"),
+               (other / "tensorboard" / "events.out.tfevents.1", f"a file of the run in {other}"),
+               (other / "checkpoints" / "step-00000010.evaluated.json", f"a file of the run in {other}")]
     for target, held in refused:
         proc = tfm("inspect-attn", "--model", str(copy), "--device", "cpu", "Je suis.", "--html", str(target), check=False)
         error_line(proc, f"--html {target} already exists and is {held}: writing it would destroy it")

@@ -209,7 +209,8 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     if expected is not None and (found := weights_crc32(state)) != expected:
         raise DamagedWeightsError(
             f"{path} is damaged: its tensors no longer match the CRC-32 saved with them ({found}, saved {expected}); "
-            "a disk, copy or transfer error changed it after it was written",
+            "a disk, copy or transfer error changed it after it was written (or a script of yours, that kept its "
+            f"metadata: write their new one as {WEIGHTS_CRC}, tfm_cli.checkpoint.weights_crc32(tensors), or drop the key)",
             hint=_damaged_hint(Path(path)),
         )
     return state

@@ -840,7 +840,7 @@ def read_pairs(
         return _read_tsv(path, _shown(spec, path), option, columns)
     if isinstance(spec, (list, tuple)) and len(spec) == 2:
         src_path, tgt_path = resolve_corpus_path(spec[0], once, option), resolve_corpus_path(spec[1], once, option)
-        return _read_parallel(src_path, _shown(spec[0], src_path), tgt_path, _shown(spec[1], tgt_path), target_bom)
+        return _read_parallel(src_path, _shown(spec[0], src_path), tgt_path, _shown(spec[1], tgt_path), target_bom, option)
     raise TfmError(
         f"corpus {spec!r} is not a corpus spec: give a TSV file path (source<TAB>target per line) "
         "or a list of two line-aligned files [source_file, target_file]"
@@ -855,7 +855,8 @@ def _read_tsv(path: Path, shown: str, option: str | None = None, columns: TsvCol
     for line_no, text in _read_lines(path, shown):
         parts = text.split("\t", 2)  # columns after the second (a Tatoeba/Anki attribution) are ignored
         if columns is not None:  # trailing tabs (empty columns at the end) cut no sentence
-            columns.count(line_no, len(text.rstrip("\t \u00a0").split("\t")))
+            # (a line with a tab has two columns, the second empty or not: `source<TAB>` is no line of one column)
+            columns.count(line_no, max(len(text.rstrip("\t \u00a0").split("\t")), min(len(parts), 2)))
             if len(parts) >= 2:
                 columns.look(line_no, parts[0], parts[1])
             if line_no == 1 and len(parts) >= 2 and _looks_like_header(parts[0], parts[1]):
@@ -1022,8 +1023,8 @@ class _TabbedSides:
 
     LOOK = 100
 
-    def __init__(self, src_shown: str, tgt_shown: str) -> None:
-        self.shown = (src_shown, tgt_shown)
+    def __init__(self, src_shown: str, tgt_shown: str, option: str | None = None) -> None:
+        self.shown, self.option = (src_shown, tgt_shown), option
         self.text, self.tabbed = [0, 0], [0, 0]  # non-blank lines, and those holding a tab, per side
 
     def count(self, n: int, *sides: str) -> None:
@@ -1039,6 +1040,15 @@ class _TabbedSides:
         for i, shown in enumerate(self.shown):
             if self.text[i] and self.tabbed[i] == self.text[i]:
                 lines = f"every one of its first {min(n, self.LOOK)} lines" if self.text[i] > 1 else "its line"
+                if self.option is not None:  # a command's files (`--score a.tsv --score b.tsv`), not a recipe's
+                    other = "reference" if self.option == "--score" else "target"
+                    then = ("score two such files one after the other" if self.option == "--score" else
+                            "to use both, join them (cat a.tsv b.tsv > both.tsv) and give that one")
+                    raise CorpusError(
+                        f"{self.option} {shown}, given as the {('source', other)[i]} file of {self.option} SOURCE "
+                        f"{self.option} {other.upper()}, holds a tab in {lines}: it looks like a TSV "
+                        f"(source<TAB>{other}), which is given alone ({self.option} {shown}); {then}"
+                    )
                 raise CorpusError(
                     f"{shown}, given as the {('source', 'target')[i]} file of [source_file, target_file], holds a tab "
                     f"in {lines}: it looks like a TSV (source<TAB>target); to train on two TSV files, join them "
@@ -1047,14 +1057,14 @@ class _TabbedSides:
 
 
 def _read_parallel(
-    src_path: Path, src_shown: str, tgt_path: Path, tgt_shown: str, target_bom: bool = False
+    src_path: Path, src_shown: str, tgt_path: Path, tgt_shown: str, target_bom: bool = False, option: str | None = None
 ) -> Iterator[Pair]:
     # Blank lines at the end are read as lines: a last sentence may be empty on one side (a pair skipped like
     # any other with an empty side), so "a\nb\nc\n" and "x\ny\n\n" are aligned, as `wc -l` says.
     src_lines = _read_lines(src_path, src_shown, trailing_blanks=True)
     tgt_lines = _read_lines(tgt_path, tgt_shown, trailing_blanks=True, keep_bom=target_bom)
     n = full = 0  # lines, and lines with text on both sides
-    tabs = _TabbedSides(src_shown, tgt_shown)
+    tabs = _TabbedSides(src_shown, tgt_shown, option)
     while True:
         src_item, tgt_item = next(src_lines, None), next(tgt_lines, None)
         if src_item is None or tgt_item is None:

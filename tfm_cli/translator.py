@@ -275,9 +275,16 @@ class DecodeSettings:
         recipe_file = Path(run_dir) / "recipe.yaml" if run_dir is not None else None
         if recipe_file is None or not recipe_file.is_file():
             return cls()
+        from tfm_cli.errors import RecipeError
         from tfm_cli.recipe import load_recipe
 
-        d = load_recipe(recipe_file).decode
+        try:
+            d = load_recipe(recipe_file).decode
+        except RecipeError as err:  # good weights, and the run's decoding settings unreadable: said, with the way out
+            if err.hint is None:
+                err.hint = ("the decoding settings (decode:) are read from it: fix it, or move it away to decode with "
+                            "the paper's (beam 4, alpha 0.6, up to input length + 50)")
+            raise
         return cls(
             beam=d.beam, alpha=d.alpha, max_len_offset=d.max_len_offset, min_len=d.min_len, max_tokens=d.max_tokens,
             split_sentences=d.split_sentences, verbatim=d.verbatim,

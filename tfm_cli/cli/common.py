@@ -629,6 +629,7 @@ _MODEL_FILES = frozenset({
     "config.json", "tokenizer.json", "recipe.yaml", "metrics.jsonl", "summary.json", "onnx.json", "tfm-export.json",
     "translate.py", "sentences.py", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
     "vocab.json", "source.spm", "target.spm", "shared_vocabulary.json", "shared_vocabulary.txt",
+    "README.md", "curves.png",  # a release's, an export's or a Hugging Face model's card; a run's curves
 })
 # The weights whose presence makes a folder a model's: tfm's final and best models, an ONNX export's graphs,
 # Hugging Face's and CTranslate2's weights.
@@ -644,14 +645,21 @@ def _held_by_a_model(path: Path) -> str | None:
 
     if path.suffix.lower() in WEIGHT_SUFFIXES:
         return "a model's weights"
-    if path.name not in _MODEL_FILES:
-        return None
     folder = path.parent
     try:
-        is_model = any((folder / name).is_file() for name in _MODEL_WEIGHTS) or any((folder / "checkpoints").glob("step-*.safetensors"))
+        # a run's records in its folders (tensorboard's events, a checkpoint's evaluation, which a resume reads)
+        if folder.name in ("checkpoints", "tensorboard") and _is_model_folder(folder.parent):
+            return f"a file of the run in {folder.parent}"
+        if path.name in _MODEL_FILES and _is_model_folder(folder):
+            return f"a file of the model in {folder}"
     except OSError:  # a folder this user cannot look into: not known to be a model's
         return None
-    return f"a file of the model in {folder}" if is_model else None
+    return None
+
+
+def _is_model_folder(folder: Path) -> bool:
+    """Whether `folder` holds a model: weights of one (`_MODEL_WEIGHTS`), or a run's checkpoints."""
+    return any((folder / name).is_file() for name in _MODEL_WEIGHTS) or any((folder / "checkpoints").glob("step-*.safetensors"))
 
 
 def written_file(path: Path) -> Path:

@@ -125,6 +125,7 @@ def translate(
         # `--score -`, as sacrebleu and `tfm translate -` read stdin: it said "--score - does not exist"
         if sum(str(p) == "-" for p in files) > 1:
             raise typer.BadParameter("stdin can be read once: give - to one of them, and files to the others", param_hint=option)
+    _check_reference_files(score or [], reference)
     score = [_stdin_file(p, "--score") for p in score or []]
     if text is not None:  # with sources on stdin, a - was refused above
         reference = [_stdin_file(p, "--reference") for p in reference]
@@ -223,6 +224,38 @@ def _temperature(value: float | None) -> float | None:
     if value is not None and not 0 < value < float("inf"):  # (NaN too)
         raise typer.BadParameter(f"{value!r} is not a number above 0 (1: the model's own distribution)")
     return value
+
+
+def _say_empty(sources: list[str], streams: list[list[str]], what: str) -> None:
+    """Warn of empty references and empty sources among the lines scored (`source<TAB>` in a TSV, a blank line in
+    the middle of a file): sacrebleu scores them as they are, each translation of a source against nothing, or
+    nothing translated against a reference, where a line was most likely lost; they were scored without a word."""
+    for kind, lines in (("references", [n for n, refs in enumerate(zip(*streams, strict=True), 1) if any(not r.strip() for r in refs)]),
+                        ("sources", [n for n, src in enumerate(sources, 1) if not src.strip()])):
+        if lines:
+            shown = ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
+            warn(f"{what}: {len(lines):,} of {len(sources):,} {kind} are empty (line{'s' if len(lines) > 1 else ''} {shown}), "
+                 "scored as they are: a line lost from the file?")
+
+
+def _check_reference_files(score: list[Path], reference: list[Path]) -> None:
+    """Refuse references that are the source file (`--score test.fr --score test.fr`: the translations scored
+    against their sources, exit 0) or one file given twice (sacrebleu counted it as two references, `nrefs:2`)."""
+    from tfm_cli.corpus import same_file
+
+    refs = [("--score", p) for p in score[1:]] + [("--reference", p) for p in reference]
+    for option, ref in refs:
+        if score and str(ref) != "-" and same_file(score[0], ref):
+            raise TfmError(
+                f"{option} {ref} is the source file ({score[0]}): the translations would be scored against their sources",
+                hint="give the references a file of their own: --score SRC --score REF",
+            )
+    for i, (option, ref) in enumerate(refs):
+        if str(ref) != "-" and any(str(other) != "-" and same_file(ref, other) for _, other in refs[:i]):
+            raise TfmError(
+                f"{option} {ref} is given twice as references: sacrebleu would count it as two references",
+                hint="give each reference file once",
+            )
 
 
 def _check_options(text, beam, alpha, greedy, n_best, score, reference, output, bleu_tokenize, precision, engine) -> None:
@@ -509,6 +542,7 @@ def _score(
         streams = [_reference_lines(path, "--reference", sources, "the input has") for path in reference]
         what = " ".join(map(_named, reference))
         files = {"sources": "TEXT" if text is not None else "stdin", "references": [_named(p) for p in reference]}
+    _say_empty(sources, streams, what)
     references = streams[0] if len(streams) == 1 else [list(refs) for refs in zip(*streams, strict=True)]
     if len(streams) == 1:  # one file: named as before (a string); several: a list
         files["references"] = files["references"][0]
