@@ -1254,6 +1254,9 @@ def test_references_that_are_the_sources_or_given_twice_are_refused_and_empty_on
     proc = translate(run, "--score", str(empty))
     assert proc.returncode == 0 and "1 of 2 references are empty (line 1), scored as they are" in proc.stderr, proc.stderr
     assert "more than" not in proc.stderr, proc.stderr  # (`source<TAB>` is a line of two columns)
+    three = write(tmp_path / "three.tsv", "Bonjour.\tHello.\tHi.\nMerci.\tThanks.\tThank you.\n")  # src, ref1, ref2
+    assert "the columns after the second are not references: for several, give --score SRC --score REF1" in translate(
+        run, "--score", str(three)).stderr
     blank = write(tmp_path / "blank.en", "Hello.\n\nYes.\n")
     proc = translate(run, "--reference", str(blank), stdin="Bonjour.\nMerci.\nOui.\n")
     assert "1 of 3 references are empty (line 2)" in proc.stderr, proc.stderr
