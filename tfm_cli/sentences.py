@@ -738,6 +738,11 @@ def _abbreviation_at_end(translation: str) -> bool:
 _CONTROLS = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
+def without_controls(line: str) -> str:
+    """`line` as the model is given it, without a terminal's escape sequences and control characters (`_CONTROLS`)."""
+    return _CONTROLS.sub(_control_out, line)
+
+
 def _control_out(found: re.Match[str]) -> str:
     """What a control character or escape sequence of `_CONTROLS` leaves: a space where it is one (a vertical tab, a
     form feed, NEL, the separators U+001C-U+001F: `Bonjour\x85Tom.` was given as `BonjourTom.`), else nothing."""
@@ -754,7 +759,7 @@ def to_translate(
     `[Part(line, line)]`."""
     if verbatim:
         return [Part(line, line, verbatim=True)]
-    line = _CONTROLS.sub(_control_out, line)
+    line = without_controls(line)
     if not line.strip():
         return [Part(line, line)]  # a blank line: an empty one
     parts: list[Part] = []

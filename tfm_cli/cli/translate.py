@@ -409,14 +409,15 @@ class _Broken:
         self.several = False  # one of those lines' sentences had other numbers than those left out
 
     def count(self, result, line: int) -> None:
-        from tfm_cli.sentences import count_numbers
+        from tfm_cli.sentences import count_numbers, without_controls
         from tfm_cli.tokenizer import broken_characters
 
         self.total += 1
         if broken_characters(result.tokens):
             self.lines.append(line)
-        if not result.text and any(c.isalnum() for c in result.source):  # ended at once (an input without a letter or
-            # digit, blank or of zero-width characters, is left empty, as documented; one written as it is is not empty)
+        if not result.text and any(c.isalnum() for c in without_controls(result.source)):  # ended at once (an input
+            # without a letter or digit, blank, of zero-width characters or of a terminal's escape codes alone, is left
+            # empty, as documented; one written as it is is not empty)
             self.empty.append(line)
         if result.numbers_left_out:
             self.left_out.append(line)
