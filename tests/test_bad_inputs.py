@@ -2176,23 +2176,32 @@ def test_the_byte_share_is_counted_in_chunks_of_any_id_type() -> None:
     assert _unpieced(torch.tensor([], dtype=torch.int16)) == (0, 0)
 
 
+def _dev_set_runs(root: Path, tmp_path: Path, devs: list[tuple[Path, bool]]) -> list[tuple[Path, bool, list[str]]]:
+    """For each (dev set, whether it is warned about): what a dry run says on stderr (one line) and, where warned, a
+    start of one step too, with a tokenizer of root's corpus (which the dry run needs for the dev set's checks)."""
+    tok = tmp_path / "tok.json"
+    tfm("tokenize", "--corpus", str(root / "train.tsv"), "--vocab-size", "400", "--out", str(tok))
+    found = []
+    for dev, warned in devs:
+        args = ["train", str(root / "recipe.yaml"), f"tokenizer.path={tok}", f"data.dev={dev}"]
+        procs = [tfm(*args, "--out", str(tmp_path / f"dry-{warned}"), "--dry-run")]
+        if warned:
+            procs.append(tfm(*args, "train.max_steps=1", "train.save_every=1", "--out", str(tmp_path / "run"), "--device", "cpu"))
+        found.append((dev, warned, [proc.stderr.replace("\n", " ") for proc in procs]))
+    return found
+
+
 def test_a_dev_set_in_another_script_is_warned_about(root: Path, tmp_path: Path) -> None:
     """A German run given a Russian dev set trained and scored to the end without a word, though the dev scores
     pick the best checkpoint and the final model. A side of data.dev far more byte fallback than that side of
     data.train is warned about, by the start and by the dry run; a dev set of the corpus's own language is not."""
     greek = write(tmp_path / "greek.tsv", "Καλημέρα σας, φίλε μου.\tGood morning, my friend.\n" * 20)
     own = write(tmp_path / "own.tsv", "".join((root / "train.tsv").read_text().splitlines(keepends=True)[-40:]))
-    tok = tmp_path / "tok.json"
-    tfm("tokenize", "--corpus", str(root / "train.tsv"), "--vocab-size", "400", "--out", str(tok))
-    for dev, warned in ((greek, True), (own, False)):
-        args = ["train", str(root / "recipe.yaml"), f"tokenizer.path={tok}", f"data.dev={dev}"]
-        dry = tfm(*args, "--out", str(tmp_path / f"dry-{warned}"), "--dry-run")
-        start = tfm(*args, "train.max_steps=1", "train.save_every=1", "--out", str(tmp_path / "run"), "--device", "cpu") if warned else dry
-        for proc in (start, dry):
-            text = proc.stderr.replace("\n", " ")
+    for dev, warned, said in _dev_set_runs(root, tmp_path, [(greek, True), (own, False)]):
+        for text in said:
             found = re.search(rf"warning: data\.dev {re.escape(str(dev))}: (\d+)% of its source tokens \(data\.train: ([0-9.]+)%\) "
                               r"are byte fallback", text)
-            assert bool(found) == warned, proc.stderr
+            assert bool(found) == warned, text
             if warned:
                 assert int(found.group(1)) > 50 and float(found.group(2)) < 1 and "target tokens" not in text, text
                 assert "is it in the languages of data.train" in text
@@ -2206,22 +2215,16 @@ def test_a_dev_set_of_the_other_direction_or_tfm_s_own_beside_another_corpus_is_
     pairs = [line.split("\t")[:2] for line in (root / "train.tsv").read_text().splitlines()[-40:]]
     right = write(tmp_path / "right.tsv", "".join(f"{s}\t{t}\n" for s, t in pairs))
     swapped = write(tmp_path / "swapped.tsv", "".join(f"{t}\t{s}\n" for s, t in pairs))
-    tok = tmp_path / "tok.json"
-    tfm("tokenize", "--corpus", str(root / "train.tsv"), "--vocab-size", "400", "--out", str(tok))
-    for dev, warned in ((swapped, True), (right, False)):
-        args = ["train", str(root / "recipe.yaml"), f"tokenizer.path={tok}", f"data.dev={dev}"]
-        dry = tfm(*args, "--out", str(tmp_path / f"dry-{warned}"), "--dry-run")
-        start = tfm(*args, "train.max_steps=1", "train.save_every=1", "--out", str(tmp_path / "run"), "--device", "cpu") if warned else dry
-        for proc in (start, dry):
-            text = proc.stderr.replace("\n", " ")
+    for dev, warned, said in _dev_set_runs(root, tmp_path, [(swapped, True), (right, False)]):
+        for text in said:
             found = re.search(rf"warning: data\.dev {re.escape(str(dev))} reads as the other direction of data\.train: its "
                               r"source side is like the training targets and its target side like the training sources "
                               r"\(([0-9.]+) and ([0-9.]+) on a scale", text)
-            assert bool(found) == warned, proc.stderr
+            assert bool(found) == warned, text
             if warned:
                 assert float(found.group(1)) < 0.3 and float(found.group(2)) > 0.7, text
                 assert "awk -F'\\t' -v OFS='\\t' '{print $2, $1}'" in text
-        assert "tfm's own French-English dev set" not in dry.stderr
+        assert "tfm's own French-English dev set" not in said[0]
     dry = tfm("train", str(root / "recipe.yaml"), "data.dev=bundled:tatoeba-fr-en/dev.tsv.gz", "--dry-run", "--out", str(tmp_path / "dry"))
     said = (f"warning: data.dev is bundled:tatoeba-fr-en/dev.tsv.gz, tfm's own French-English dev set (the recipe's, or the "
             f"default where it names none), but data.train is a corpus of yours ({root / 'train.tsv'}): the dev scores")
