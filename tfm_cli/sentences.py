@@ -20,7 +20,8 @@ cautious: where a break is in doubt the line is not broken there, which is what 
   French spacing: `? »`), then white space, then the start of a sentence: after any opening quotes, brackets or
   Spanish `¿ ¡`, an upper-case letter, a digit, or a letter of a script without case (Arabic, Hebrew, Devanagari,
   CJK...). So `« Où es-tu ? » demanda-t-elle.` stays whole (lower case follows).
-- After `.`, no break where the word before is a single letter (initials: `J. K. Rowling`, `M. Dupont`), a dotted
+- After `.`, no break where the word before is a single letter (initials: `J. K. Rowling`, `M. Dupont`, `J.-P.`;
+  not a unit after a number, `100 m.`), a dotted
   abbreviation (`U.S.`, `e.g.`, `z.B.`, `Ph.D.`), a doubled initial (`EE. UU.`), a Roman numeral (`Louis XIV.`),
   a number before another (a date: `3. 10. 1990`) or of one or two digits (ordinals in German, the Nordic and
   Slavic languages: `am 3. Oktober`), or one of the common abbreviations below, in any case and after an elided
