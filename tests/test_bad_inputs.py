@@ -1254,9 +1254,10 @@ def test_references_that_are_the_sources_or_given_twice_are_refused_and_empty_on
     proc = translate(run, "--score", str(empty))
     assert proc.returncode == 0 and "1 of 2 references are empty (line 1), scored as they are" in proc.stderr, proc.stderr
     assert "more than" not in proc.stderr, proc.stderr  # (`source<TAB>` is a line of two columns)
-    three = write(tmp_path / "three.tsv", "Bonjour.\tHello.\tHi.\nMerci.\tThanks.\tThank you.\n")  # src, ref1, ref2
-    assert "the columns after the second are not references: for several, give --score SRC --score REF1" in translate(
-        run, "--score", str(three)).stderr
+    # blank lines at the end of a source file and its reference file are not counted, nor said
+    ends = [write(tmp_path / "e.fr", "Bonjour.\nMerci.\n\n"), write(tmp_path / "e.en", "Hello.\nThanks.\n\n")]
+    proc = translate(run, "--score", str(ends[0]), "--score", str(ends[1]), "--json")
+    assert "empty" not in proc.stderr and json.loads(proc.stdout)["sentences"] == 2, proc.stderr
     blank = write(tmp_path / "blank.en", "Hello.\n\nYes.\n")
     proc = translate(run, "--reference", str(blank), stdin="Bonjour.\nMerci.\nOui.\n")
     assert "1 of 3 references are empty (line 2)" in proc.stderr, proc.stderr
@@ -1596,13 +1597,15 @@ def test_more_shapes_of_number_columns_are_refused(tmp_path: Path, rows, fields:
         # the Tatoeba Challenge's and OPUS's test files: two language codes, then the pair
         (lambda i, s, t: f"fra\teng\t{s}\t{t}", "3,4", "is 'fra' on each of its first 200 lines: a language code"),
         (lambda i, s, t: f"fra\t{s}\t{t}", "2,3", "is 'fra' on each of its first 200 lines"),
+        (lambda i, s, t: f"FRA\tENG\t{s}\t{t}", "3,4", "is 'FRA' on each of its first 200 lines"),  # in capitals
+        (lambda i, s, t: f"French\tEnglish\t{s}\t{t}", "3,4", "is 'French' on each of its first 200 lines: a language code or name"),
         # several codes in one column (the Tatoeba Challenge's Chinese): not a text column of the pair
         (lambda i, s, t: f"{['cmn_Hans', 'cmn_Hant', 'yue_Hant'][i % 3]}\teng\t{s}\t{t}", "3,4",
          "is 'cmn_Hans' or 'cmn_Hant' or 'yue_Hant' on each of its first 200 lines: a language code"),
         # ParaCrawl's raw files: the two pages, the pair, a score
         (lambda i, s, t: f"https://a.fr/{i}\thttps://b.com/{i}\t{s}\t{t}\t0.{i % 9}", "3,4", "is a web address on 100% of"),
     ],
-    ids=["language-codes", "one-language-code", "several-codes", "paracrawl-urls"],
+    ids=["language-codes", "one-language-code", "codes-in-capitals", "language-names", "several-codes", "paracrawl-urls"],
 )
 def test_columns_of_language_codes_or_web_addresses_before_the_pair_are_refused(tmp_path: Path, rows, fields: str, said: str) -> None:
     """`fra<TAB>eng<TAB>source<TAB>target` trained a model to translate everything as "eng", with a warning that
@@ -1795,6 +1798,17 @@ def test_a_leading_tilde_in_a_path_option_is_the_home_folder(root: Path, tmp_pat
     proc = tfm("train", str(root / "recipe.yaml"), "data.train=~no-such-user-tfm/t.tsv", "--out=~no-such-user-tfm/run",
                "--dry-run", cwd=here, env_extra=env, check=False)
     error_line(proc, "corpus file '~no-such-user-tfm/t.tsv' does not exist")
+    # no home folder at all (HOME unset, a user with no entry): `~/x` is refused, not a folder `~` here
+    from tfm_cli.files import home_path
+
+    def no_home(self: Path) -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Path, "expanduser", no_home)
+        with pytest.raises(TfmError, match="there is no home folder to read ~ as"):
+            home_path("~/runs/x")
+        assert home_path("~nobody/x") == Path("~nobody/x")
 
 
 def test_the_same_file_as_source_and_target_is_refused(root: Path, tmp_path: Path) -> None:

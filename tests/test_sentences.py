@@ -67,6 +67,8 @@ CORPUS = Path(__file__).resolve().parent.parent / "tfm_cli" / "corpora" / "tatoe
         ("Il est mort en 300 av. J.-C. Rome a survécu.", ["Il est mort en 300 av. J.-C.", "Rome a survécu."]),  # a word
         ("I saw her in Apr. She was fine.", ["I saw her in Apr.", "She was fine."]),  # (Apr. before a number only)
         ("Set the env. Then run it.", ["Set the env.", "Then run it."]),
+        ("Il a couru en 10 s. Il a gagné.", ["Il a couru en 10 s.", "Il a gagné."]),  # seconds
+        ("Il est parti. J.-C. est resté.", ["Il est parti.", "J.-C. est resté."]),  # J.-C. after no av./apr.
         ("Merci ! 🙏🏽 À bientôt. 👋", ["Merci ! 🙏🏽", "À bientôt. 👋"]),
     ],
 )
@@ -118,6 +120,9 @@ def test_a_line_breaks_into_its_sentences(line: str, sentences: list[str]) -> No
         "Le taux de chômage est de 7 p. 100 cette année.",
         "Il habite au 12 r. Lepic à Paris.",
         "Gemäß § 823 Abs. 1 u. 2 BGB haftet er.",
+        "J.-Ph. Martin est arrivé.",  # initials of two letters after the hyphen
+        "J.-C. Killy a gagné trois médailles.",  # J.-C., a person's initials (Jésus-Christ after av., apr., a number)
+        "Hier soir, J.-C. Juncker a parlé.",
         "il est parti. il est revenu.",  # no capital: no sure break
         "Il est là.Il part.",  # no space
         "No break here",
@@ -357,6 +362,9 @@ def test_a_mention_in_a_line_in_capitals_is_written_as_it_was() -> None:
     [part] = to_translate("MERCI À @marie ET #teamFrance POUR TOUT !", True)
     assert part.capitals and part.given == "Merci à @marie et #teamFrance pour tout !"
     assert part.written("Thanks to @marie and #teamFrance for everything!") == "THANKS TO @marie AND #teamFrance FOR EVERYTHING!"
+    # each mention whole, the longer first (`@Tom` is no part of `@Tomas`), none inside another word or an address
+    [part] = to_translate("MERCI À @Tom ET @Tomas, ET @TOM2 !", True)
+    assert part.written("Thanks to @Tom and @Tomas, and @TOM2!") == "THANKS TO @Tom AND @Tomas, AND @TOM2!"
 
 
 def test_blank_and_invisible_lines_are_no_literal_text() -> None:
@@ -731,6 +739,7 @@ def test_digits_of_a_mention_or_an_identifier_are_no_numbers_and_slashed_dates_a
         "Ouvre le fichier notes_2023.txt et lis les 3 premières lignes.": ["3"],
         "J'ai vu 5 photos sur #JO2024 hier.": ["5"],
         "Le billet coûte EUR50 et le vol AF447 part en 2009.": ["50", "447", "2009"],
+        "Votre commande #12345 a été expédiée.": ["12345"],  # a hashtag has a letter: an order's number
         "Mon mot de passe est abc123 et j'ai 2 comptes.": ["123", "2"],
         "Il est 10h30, il a couru 5km, c'est la COVID-19.": ["10", "30", "5", "19"],  # units between or after numbers
         "我有3个苹果。": ["3"],  # a script that writes no space between words
@@ -766,6 +775,7 @@ def test_the_hugging_face_readme_gives_numbers_as_tfm_does() -> None:
         ("Il a 3 4 5 ans, 10 000 000 euros, en 2019 2020.", "He is XNUM XNUM XNUM, XNUM euros, in XNUM XNUM."),
         ("La dette atteint 3 000 000 000,75 euros, 1 000 000 2 000.", "The debt is XNUM euros, XNUM."),
         ("Appelez le +33 (0)6 12 34 56 78 ou le (555) 123-4567 via mailto:a@b.fr ou <https://c.fr>.", "Call XNUM, XNUM, XNUM, <XNUM>."),
+        ("Votre commande #12345 et #JO2024 partent demain.", "Your order XNUM and #JO2024 leave tomorrow."),
         ("Écris à @tom2000 ou @marie_42 pour réserver 3 places le 12/05/2024 à 10h30.", "Write XNUM for XNUM on XNUM at XNUMhXNUM."),
         ("Il fait -5 degrés, pas 3.", "It is XNUM:XNUM degrees, not XNUM/XNUM, XNUM-XNUM."),
         ("Le fichier notes_2023.txt a 3 lignes.", "The XNUM file has XNUM.XNUM lines."),

@@ -977,10 +977,11 @@ class _IdColumns:
             if ordered[i]:
                 record[i] = (f"is a number on {share[i]:.0%} of its first {len(rows):,} lines: an id, a row number or "
                              "a score (Tatoeba's download, a pandas index, WikiMatrix?)")
-            elif len(rows) >= 20 and len(values[i]) <= 10 and all(_LANGUAGE_CODE.fullmatch(v) for v in values[i]):
+            elif len(rows) >= 20 and (len(values[i]) <= 10 and all(_LANGUAGE_CODE.fullmatch(v) for v in values[i])
+                                      or len(values[i]) <= 2 and all(v.isalpha() for v in values[i])):  # `French`
                 shown = " or ".join(repr(v) for v in sorted(values[i])[:4]) + (" or ..." if len(values[i]) > 4 else "")
-                record[i] = (f"is {shown} on each of its first {len(rows):,} lines: a language code (the Tatoeba "
-                             "Challenge's or OPUS's test files?)")
+                record[i] = (f"is {shown} on each of its first {len(rows):,} lines: a language code or name (the "
+                             "Tatoeba Challenge's or OPUS's test files?)")
             elif addresses[i] >= 0.9:
                 record[i] = (f"is a web address on {addresses[i]:.0%} of its first {len(rows):,} lines: the page the "
                              "pair came from (ParaCrawl's raw files?)")
@@ -1007,7 +1008,7 @@ _NUMBER = re.compile(r"\s*[-+]?\d+(\.\d+)?\s*")  # an id, a row number, a score 
 _URL = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]{0,31}://|www\.)\S+")  # a web address, alone in its column
 # A language's code as corpora tag their lines with: ISO 639's two or three letters, with a script or a region
 # (`fra`, `en`, `pt-BR`, `cmn_Hans`, `srp_Latn`, `zh_Hant_TW`).
-_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:[_-][A-Za-z0-9]{2,4}){0,2}")
+_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:[_-][a-z0-9]{2,4}){0,2}", re.I)
 
 
 def _monotonic(values: list[float]) -> bool:

@@ -214,10 +214,20 @@ def name_too_long(path: Path, existing: Path) -> str | None:
 
 def home_path(text: str | os.PathLike[str]) -> Path:
     """`text` as a path, a leading `~` the home folder (and `~user` that user's), as a shell reads it; `~name` of no
-    such user as written (Path.expanduser raised "Could not determine home directory", a traceback)."""
+    such user as written (Path.expanduser raised "Could not determine home directory", a traceback).
+
+    Raises:
+        TfmError: `~` or `~/...` where there is no home folder to read it as (HOME unset, a user with no entry).
+    """
     try:
         return Path(text).expanduser()
     except RuntimeError:
+        word = os.fspath(text)
+        if word == "~" or word.startswith("~/"):  # not a name: the home, which cannot be found (not a folder `~` here)
+            from tfm_cli.errors import TfmError
+
+            raise TfmError(f"{word}: there is no home folder to read ~ as (HOME is not set)",
+                           hint="set HOME, or give the path in full") from None
         return Path(text)
 
 

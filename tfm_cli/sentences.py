@@ -82,10 +82,12 @@ _CANDIDATE = re.compile(
 
 # A dotted abbreviation before the final period: U.S, e.g, i.e, z.B, Ph.D, a.m (not www.example or 3.5).
 _DOTTED = re.compile(r"[^\W\d_]{1,3}(?:\.[^\W\d_]{1,3})+")
-# French hyphenated initials before a name: J.-P (Sartre), J.-M (Dupont); not J.-C, Jésus-Christ, which ends
-# `300 av. J.-C.` as a word does (and which no sentence starts with: `79 apr. J.-C. par le Vésuve` goes on).
-_HYPHENED_INITIALS = re.compile(r"[^\W\d_]\.-[^\W\d_]")
+# French hyphenated initials before a name: J.-P (Sartre), J.-Ph (Martin), J.-C (Killy); but J.-C after av., apr.
+# or a number is Jésus-Christ, which ends `300 av. J.-C.` as a word does, and which follows its av. or apr. in one
+# sentence (`79 apr. J.-C. par le Vésuve` goes on).
+_HYPHENED_INITIALS = re.compile(r"[^\W\d_]\.-[^\W\d_]{1,2}")
 _JESUS_CHRIST = "J.-C."
+_ERA = ("av", "apr", "ap")  # avant / après Jésus-Christ
 
 # Words that a period after does not end a sentence in, whatever follows, in any case (`Prof.`, `prof.`, `PROF.`):
 # titles, forms of address and common abbreviations of the languages most translated (en, fr, de, es, it, pt, nl,
@@ -160,11 +162,14 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
     if not space and not (close.endswith(">") and text[end : end + 1] == "<"):  # `Il pleut.</li><li>Je pars.`
         return False
     start = _sentence_start(text[end : end + 512])  # (a start tag may be long: `<a href="https://...">`)
-    if start is None or text.startswith(_JESUS_CHRIST, end):
+    if start is None:
         return False
     if stop not in (".", ".."):  # ! ? … and runs of them: `Attends ! Je viens.`, `Je pense... Non.`
         return True
     before = text[max(match.start() - 64, 0) : match.start()]
+    words = before.split()
+    if text.startswith(_JESUS_CHRIST, end) and words and words[-1].lower() in _ERA:  # `79 apr. J.-C. par`
+        return False
     token = before.rsplit(None, 1)[-1].lstrip(_OPENING) if before.strip() else ""
     token = _LEADING_MARKUP.sub("", token)  # `<abbr>Dr.</abbr> Martin`, `**Dr.** Martin`: the word is Dr
     if not token or _MARKUP.sub("", close).strip():  # `(voir plus haut.) Ensuite`, `« C'est fini. » Il part.`
@@ -177,7 +182,8 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
         if word.lower() in ABBREVIATIONS or word in ABBREVIATIONS_AS_WRITTEN:
             return False
         if _DOTTED.fullmatch(word) or _ROMAN.fullmatch(word) or _DOUBLED.fullmatch(word) or (
-            _HYPHENED_INITIALS.fullmatch(word) and word + "." != _JESUS_CHRIST
+            _HYPHENED_INITIALS.fullmatch(word)
+            and not (word + "." == _JESUS_CHRIST and len(words) >= 2 and (words[-2].lower().rstrip(".") in _ERA or words[-2].isdigit()))
         ):
             return False
         if start.isdigit() and (word.lower() in NUMERIC_ABBREVIATIONS or word.lower().endswith("str")):
@@ -189,10 +195,11 @@ def _breaks(text: str, match: re.Match[str]) -> bool:
     return True
 
 
-# Units of one letter, after a number a sentence may end with (metres, grams, hours, litres): `500 g. C'est léger.`
+# Units of one letter, after a number a sentence may end with (metres, grams, hours, litres, seconds, tonnes):
+# `500 g. C'est léger.`
 # Not the other letters after a number, abbreviations a sentence goes on after: `44 v. Chr.`, `44 a. C.`, `7 p. 100`,
 # `12 r. Lepic`, `1990 г.`, `2014 р.`, `1989 r.`, `Abs. 1 u. 2`.
-_UNIT_LETTERS = frozenset("mghl")
+_UNIT_LETTERS = frozenset("mghlst")  # (and seconds, tonnes: `en 9,58 s. C'est un record.`)
 
 
 def _number_before(before: str) -> bool:
@@ -517,13 +524,14 @@ def _ends_a_word(text: str, start: int) -> bool:
     i, stop = start, max(start - 64, 0)  # (a run longer than that is no word: read in linear time)
     while i > stop and word_char(text[i - 1]):
         i -= 1
-    if i > 0 and text[i - 1] in "@#":
+    if i > 0 and text[i - 1] == "@":
         return True
     end = min(start + 64, len(text))
     j = start
     while j < end and word_char(text[j]):
         j += 1
-    return "_" in text[i:j]
+    word = text[i:j]  # a hashtag has a letter (`#JO2024`); `#12345` is a number (an order's, a ticket's, a rank)
+    return "_" in word or (i > 0 and text[i - 1] == "#" and any(c.isalpha() for c in word))
 
 
 def is_address(value: str) -> bool:
@@ -679,8 +687,8 @@ class Part(NamedTuple):
                 translation = translation[:-1] + last
         if self.capitals:  # (a mention as written: `@marie`, not `@MARIE`)
             translation = translation.upper()
-            for mention in {m for m in _MENTION.findall(self.text) if m.upper() != m}:
-                translation = translation.replace(mention.upper(), mention)
+            for mention in sorted({m for m in _MENTION.findall(self.text) if m.upper() != m}, key=len, reverse=True):
+                translation = re.sub(rf"(?<![\w@.+-]){re.escape(mention.upper())}(?![\w-])", lambda _, m=mention: m, translation)
         elif self.title:
             translation = title_case(translation)
         if self.numbers is not None:  # after the case: an address's letters are its own (`https://bit.ly/AbC`)
@@ -706,7 +714,7 @@ class Part(NamedTuple):
 
 
 _ENDS = ".!?…。！？;:"  # a sentence's (or a clause's) end
-_MENTION = re.compile(r"[@#][^\W_][\w-]*")  # a mention or a hashtag, as `_UNTRANSLATABLE` reads one
+_MENTION = re.compile(r"(?<![\w.+-])[@#][^\W_][\w-]*")  # a mention or a hashtag (not an e-mail's @domain)
 # `corpus.INVISIBLE` (this file does not import it: the ONNX export carries it alone): characters that only shape how
 # text is shown, which the tokenizer drops; the zero-width joiner and non-joiner, parts of emoji and letters, stay.
 INVISIBLE = "\ufeff\u200b\u2060\u00ad\u200e\u200f"

@@ -527,16 +527,14 @@ def _score(
         pairs = [(s, t) for _, s, t in read_pairs(spec, once=True, option="--score", columns=columns, target_bom=True)]
         if warning := columns.warning():
             warn(f"--score {warning}")
-        if len(score) == 1 and columns.by_count and min(columns.by_count) > 2:  # src TAB ref1 TAB ref2: one reference
-            warn(f"--score {_named(score[0])}: its lines have {min(columns.by_count)} columns or more, and the columns after "
-                 "the second are not references: for several, give --score SRC --score REF1 --score REF2")
         sources, what = [s for s, _ in pairs], " ".join(map(_named, score))
         reference_files = [_named(score[0] if len(score) == 1 else score[1]), *map(_named, score[2:])]  # a TSV holds both
         streams = [[t for _, t in pairs]]
-        if len(score) > 2:  # more references: one line per source each, as the second file has
-            while sources and not sources[-1] and not streams[0][-1]:  # blank at the end of both, as read_lines drops
+        if len(score) > 1:  # blank lines at the end of both files, as read_lines drops them (not scored, not said)
+            while sources and not sources[-1] and not streams[0][-1]:
                 sources.pop()
                 streams[0].pop()
+        if len(score) > 2:  # more references: one line per source each, as the second file has
             streams += [_reference_lines(path, "--score", sources, f"{_named(score[0])} has") for path in score[2:]]
         files = {"sources": _named(score[0]), "references": reference_files}
     else:

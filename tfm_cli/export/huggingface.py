@@ -734,7 +734,8 @@ def ends_a_word(a):  # digits of a mention's or hashtag's word, or of one with a
         i -= 1
     while j < min(a + 64, len(sentence)) and word(sentence[j]):
         j += 1
-    return (i > 0 and sentence[i - 1] in "@#") or "_" in sentence[i:j]
+    token = sentence[i:j]  # (a hashtag has a letter: #12345 is a number)
+    return "_" in token or (i > 0 and (sentence[i - 1] == "@" or sentence[i - 1] == "#" and any(c.isalpha() for c in token)))
 
 taken = []
 for m in ADDRESS.finditer(sentence):  # without the punctuation after it (a bracket it opens stays)

@@ -977,8 +977,8 @@ def swapped_dev(spec, dev, corpus) -> str | None:
     return (
         f"data.dev {spec} reads as the other direction of data.train: its source side is like the training targets "
         f"and its target side like the training sources ({place[0]:.2f} and {place[1]:.2f} on a scale from the "
-        "targets, 0, to the sources, 1); the dev scores pick the best checkpoint and the final model, and stop "
-        "early: give its sides the other way round (two files: swap them; a TSV file: awk -F'\\t' -v OFS='\\t' "
+        "targets, 0, to the sources, 1); the dev scores pick the best checkpoint and the final model (and stop a run "
+        "early, with train.patience): give its sides the other way round (two files: swap them; a TSV file: awk -F'\\t' -v OFS='\\t' "
         "'{print $2, $1}')"
     )
 
